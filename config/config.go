@@ -1,0 +1,297 @@
+// Package config turns Dropline's environment variables into one typed,
+// validated Config. It is loaded once, in cmd/dropline, and its parts are
+// passed down; nothing else in the program reads the environment.
+//
+// Every variable has a default that works with the quick start (`make run`
+// against the services `make services` starts), so an empty environment plus
+// DROPLINE_DEV=1 is a complete development setup.
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment variable names. They are exported so that error messages,
+// documentation and tests spell them the same way.
+const (
+	EnvRedisURL          = "REDIS_URL"
+	EnvRedisClusterAddrs = "REDIS_CLUSTER_ADDRS"
+	EnvDatabaseURL       = "DATABASE_URL"
+	EnvAddr              = "DROPLINE_ADDR"
+	EnvJWTSecret         = "DROPLINE_JWT_SECRET"
+	EnvDev               = "DROPLINE_DEV"
+	EnvKeyPrefix         = "DROPLINE_KEY_PREFIX"
+	EnvHoldDefault       = "DROPLINE_HOLD_DEFAULT"
+	EnvHoldMax           = "DROPLINE_HOLD_MAX"
+	EnvCORSOrigins       = "DROPLINE_CORS_ORIGINS"
+	EnvShutdownTimeout   = "DROPLINE_SHUTDOWN_TIMEOUT"
+	EnvLogLevel          = "DROPLINE_LOG_LEVEL"
+	EnvLogFormat         = "DROPLINE_LOG_FORMAT"
+)
+
+// Defaults, exported so the README table and the tests can refer to them.
+const (
+	DefaultRedisURL        = "redis://127.0.0.1:6379/0"
+	DefaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable"
+	DefaultAddr            = ":8080"
+	DefaultKeyPrefix       = "dl:"
+	DefaultHoldDefault     = 600 * time.Second
+	DefaultHoldMax         = 3600 * time.Second
+	DefaultShutdownTimeout = 15 * time.Second
+	DefaultLogLevel        = "info"
+
+	// DevOrigin is the origin the playground is served from by `make run`;
+	// dev mode allows it for CORS in addition to DROPLINE_CORS_ORIGINS.
+	DevOrigin = "http://localhost:8080"
+
+	// DevJWTSecret signs tokens only in dev mode, when DROPLINE_JWT_SECRET is
+	// empty. It is public (it is in the source), so anyone can forge tokens
+	// for a server that uses it: Validate refuses it outside dev mode.
+	DevJWTSecret = "dropline-development-secret-do-not-use-in-production"
+
+	// MinJWTSecretLen is the shortest accepted HS256 secret, in bytes: HMAC
+	// keys shorter than the hash output (32 bytes for SHA-256) weaken it.
+	MinJWTSecretLen = 32
+)
+
+// Log formats accepted by DROPLINE_LOG_FORMAT.
+const (
+	LogFormatJSON    = "json"
+	LogFormatConsole = "console"
+)
+
+// Config is everything Dropline reads from its environment. The zero value
+// is not useful: build it with Load (or Default) and check it with Validate.
+type Config struct {
+	// RedisURL locates Redis (REDIS_URL).
+	// Default: "redis://127.0.0.1:6379/0".
+	// Forms: "redis://[user:pass@]host:port/db[?options]" and "rediss://..."
+	// for TLS (options as go-redis ParseURL accepts them);
+	// "redis-cluster://[user:pass@]h1:p1,h2:p2[?options]" (or
+	// "rediss-cluster://") selects Redis Cluster mode with those seed nodes.
+	RedisURL string
+
+	// RedisClusterAddrs selects Redis Cluster mode with these seed nodes
+	// (REDIS_CLUSTER_ADDRS, comma separated "host:port" list).
+	// Default: empty, which means "use RedisURL as it is". When set, the
+	// nodes replace the host(s) of RedisURL; the credentials and options of
+	// RedisURL still apply, and its database number must be 0.
+	RedisClusterAddrs []string
+
+	// DatabaseURL locates the PostgreSQL ledger (DATABASE_URL), in any form
+	// pgx accepts (URL or "key=value" DSN).
+	// Default: "postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable",
+	// which matches what `make services` starts.
+	DatabaseURL string
+
+	// Addr is the HTTP listen address (DROPLINE_ADDR).
+	// Default: ":8080". Port 0 picks a free port (used by end-to-end tests;
+	// the bound address is reported by App.Addr).
+	Addr string
+
+	// JWTSecret is the HS256 key for bearer tokens (DROPLINE_JWT_SECRET),
+	// at least MinJWTSecretLen bytes. Never logged.
+	// Default: empty, which is an error unless Dev is set, in which case
+	// DevJWTSecret is used and a warning is printed (see JWTKey).
+	JWTSecret string
+
+	// Dev enables development mode (DROPLINE_DEV: 1/true/yes/on).
+	// Default: false. Dev mode allows the built-in DevJWTSecret, enables
+	// GraphQL introspection, allows DevOrigin for CORS and defaults the log
+	// format to "console".
+	Dev bool
+
+	// KeyPrefix starts every Redis key Dropline writes (DROPLINE_KEY_PREFIX),
+	// so several deployments or tests can share one Redis.
+	// Default: "dl:". Must not contain '{' or '}' (the key layout owns the
+	// hash tags) nor whitespace; at most 64 bytes.
+	KeyPrefix string
+
+	// HoldDefault is how long a reservation is held when the client does not
+	// ask for a duration (DROPLINE_HOLD_DEFAULT).
+	// Default: 600s. Accepts Go durations ("10m") or whole seconds ("600").
+	HoldDefault time.Duration
+
+	// HoldMax bounds the hold duration a client may ask for
+	// (DROPLINE_HOLD_MAX). Default: 3600s. Must be >= HoldDefault and <= 24h.
+	HoldMax time.Duration
+
+	// CORSOrigins lists the browser origins allowed to call the API from
+	// another origin (DROPLINE_CORS_ORIGINS, comma separated, e.g.
+	// "https://shop.example.com,https://admin.example.com"; "*" allows any).
+	// Default: empty, meaning same-origin only. Dev mode adds DevOrigin
+	// (see AllowedOrigins).
+	CORSOrigins []string
+
+	// ShutdownTimeout bounds graceful shutdown after SIGINT/SIGTERM
+	// (DROPLINE_SHUTDOWN_TIMEOUT): in-flight requests, workers and pools get
+	// this long in total before the process exits anyway. Default: 15s.
+	ShutdownTimeout time.Duration
+
+	// LogLevel is the minimum zerolog level (DROPLINE_LOG_LEVEL: trace,
+	// debug, info, warn, error, fatal, panic, disabled). Default: "info".
+	LogLevel string
+
+	// LogFormat is "json" (one JSON object per line, for collectors) or
+	// "console" (coloured, for humans) (DROPLINE_LOG_FORMAT).
+	// Default: "json", or "console" in dev mode.
+	LogFormat string
+}
+
+// Default returns the configuration of an empty environment. It is the
+// starting point of Load and a convenient base for tests.
+func Default() Config {
+	return Config{
+		RedisURL:        DefaultRedisURL,
+		DatabaseURL:     DefaultDatabaseURL,
+		Addr:            DefaultAddr,
+		KeyPrefix:       DefaultKeyPrefix,
+		HoldDefault:     DefaultHoldDefault,
+		HoldMax:         DefaultHoldMax,
+		ShutdownTimeout: DefaultShutdownTimeout,
+		LogLevel:        DefaultLogLevel,
+		LogFormat:       LogFormatJSON,
+	}
+}
+
+// Load reads the configuration through getenv (os.Getenv in main, a map in
+// tests). Unset or empty variables keep their defaults. It fails only on
+// values it cannot parse (a bad duration or boolean); semantic checks are
+// Validate's job, so callers run both.
+func Load(getenv func(string) string) (Config, error) {
+	c := Default()
+	var problems Problems
+
+	str := func(name string, dst *string) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			*dst = v
+		}
+	}
+	dur := func(name string, dst *time.Duration) {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return
+		}
+		d, err := parseDuration(v)
+		if err != nil {
+			problems = append(problems, Problem{Var: name, Msg: fmt.Sprintf("%q is not a duration: use a Go duration such as \"90s\" or \"10m\", or whole seconds", v)})
+			return
+		}
+		*dst = d
+	}
+
+	str(EnvRedisURL, &c.RedisURL)
+	c.RedisClusterAddrs = splitList(getenv(EnvRedisClusterAddrs))
+	str(EnvDatabaseURL, &c.DatabaseURL)
+	str(EnvAddr, &c.Addr)
+	// The secret is taken verbatim: surrounding spaces are part of it.
+	c.JWTSecret = getenv(EnvJWTSecret)
+	if v := strings.TrimSpace(getenv(EnvDev)); v != "" {
+		b, err := parseBool(v)
+		if err != nil {
+			problems = append(problems, Problem{Var: EnvDev, Msg: fmt.Sprintf("%q is not a boolean: use 1/true/yes/on or 0/false/no/off", v)})
+		}
+		c.Dev = b
+	}
+	str(EnvKeyPrefix, &c.KeyPrefix)
+	dur(EnvHoldDefault, &c.HoldDefault)
+	dur(EnvHoldMax, &c.HoldMax)
+	c.CORSOrigins = splitList(getenv(EnvCORSOrigins))
+	dur(EnvShutdownTimeout, &c.ShutdownTimeout)
+	str(EnvLogLevel, &c.LogLevel)
+	c.LogLevel = strings.ToLower(c.LogLevel)
+	if v := strings.ToLower(strings.TrimSpace(getenv(EnvLogFormat))); v != "" {
+		c.LogFormat = v
+	} else if c.Dev {
+		c.LogFormat = LogFormatConsole
+	}
+
+	if len(problems) > 0 {
+		return c, problems
+	}
+	return c, nil
+}
+
+// JWTKey returns the HS256 key to sign and verify tokens with: JWTSecret,
+// or DevJWTSecret in dev mode when no secret is set. UsingDevSecret tells
+// the caller when to warn.
+func (c Config) JWTKey() []byte {
+	if c.JWTSecret == "" && c.Dev {
+		return []byte(DevJWTSecret)
+	}
+	return []byte(c.JWTSecret)
+}
+
+// UsingDevSecret reports whether tokens are signed with the public
+// DevJWTSecret, so the program can warn loudly at start.
+func (c Config) UsingDevSecret() bool {
+	return c.Dev && (c.JWTSecret == "" || c.JWTSecret == DevJWTSecret)
+}
+
+// AllowedOrigins returns the cross-origin allow list the HTTP server
+// enforces: CORSOrigins, plus DevOrigin in dev mode.
+func (c Config) AllowedOrigins() []string {
+	out := append([]string(nil), c.CORSOrigins...)
+	if c.Dev && !contains(out, DevOrigin) {
+		out = append(out, DevOrigin)
+	}
+	return out
+}
+
+// Introspection reports whether GraphQL introspection is enabled: only in
+// dev mode, so production does not hand out its schema to scrapers.
+func (c Config) Introspection() bool { return c.Dev }
+
+// Redacted returns a copy safe to log: the JWT secret and URL passwords
+// are masked.
+func (c Config) Redacted() Config {
+	r := c
+	if r.JWTSecret != "" {
+		r.JWTSecret = "xxxxx"
+	}
+	r.RedisURL = RedactURL(r.RedisURL)
+	r.DatabaseURL = RedactURL(r.DatabaseURL)
+	return r
+}
+
+func parseDuration(v string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > int64((1<<63-1)/int64(time.Second)) {
+			return 0, fmt.Errorf("out of range")
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	return time.ParseDuration(v)
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "t", "true", "y", "yes", "on":
+		return true, nil
+	case "0", "f", "false", "n", "no", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("invalid boolean %q", v)
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		if p := strings.TrimSpace(part); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

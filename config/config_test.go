@@ -1,0 +1,232 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/config"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+const goodSecret = "0123456789abcdef0123456789abcdef"
+
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(nil))
+	require.NoError(t, err)
+	require.Equal(t, config.Default(), c)
+	require.Equal(t, "redis://127.0.0.1:6379/0", c.RedisURL)
+	require.Equal(t, "postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable", c.DatabaseURL)
+	require.Equal(t, ":8080", c.Addr)
+	require.Equal(t, "dl:", c.KeyPrefix)
+	require.Equal(t, 600*time.Second, c.HoldDefault)
+	require.Equal(t, 3600*time.Second, c.HoldMax)
+	require.Equal(t, 15*time.Second, c.ShutdownTimeout)
+	require.Equal(t, "info", c.LogLevel)
+	require.Equal(t, "json", c.LogFormat)
+	require.Empty(t, c.CORSOrigins)
+	require.False(t, c.Dev)
+
+	// Without a secret and without dev mode the defaults are not enough,
+	// and the error says how to fix it.
+	err = c.Validate()
+	var ps config.Problems
+	require.ErrorAs(t, err, &ps)
+	require.Equal(t, []string{config.EnvJWTSecret}, ps.Vars())
+	require.Contains(t, err.Error(), "DROPLINE_DEV=1")
+	require.NotContains(t, err.Error(), "\n", "startup errors are one line")
+}
+
+func TestLoadAll(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{
+		"REDIS_URL":                 "redis://:pw@10.0.0.1:6380/2",
+		"DATABASE_URL":              "postgres://u:p@db:5432/x",
+		"DROPLINE_ADDR":             "127.0.0.1:0",
+		"DROPLINE_JWT_SECRET":       goodSecret,
+		"DROPLINE_DEV":              "yes",
+		"DROPLINE_KEY_PREFIX":       "t1:",
+		"DROPLINE_HOLD_DEFAULT":     "90",
+		"DROPLINE_HOLD_MAX":         "2h",
+		"DROPLINE_CORS_ORIGINS":     " https://a.example , https://b.example:8443,,",
+		"DROPLINE_SHUTDOWN_TIMEOUT": "3s",
+		"DROPLINE_LOG_LEVEL":        "DEBUG",
+		"DROPLINE_LOG_FORMAT":       "json",
+	}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, 90*time.Second, c.HoldDefault)
+	require.Equal(t, 2*time.Hour, c.HoldMax)
+	require.Equal(t, []string{"https://a.example", "https://b.example:8443"}, c.CORSOrigins)
+	require.Equal(t, []string{"https://a.example", "https://b.example:8443", config.DevOrigin}, c.AllowedOrigins())
+	require.Equal(t, 3*time.Second, c.ShutdownTimeout)
+	require.Equal(t, "debug", c.LogLevel)
+	require.Equal(t, "json", c.LogFormat, "an explicit format wins over the dev default")
+	require.True(t, c.Dev)
+	require.True(t, c.Introspection())
+	require.Equal(t, []byte(goodSecret), c.JWTKey())
+	require.False(t, c.UsingDevSecret())
+
+	opts, err := c.RedisOptions()
+	require.NoError(t, err)
+	require.False(t, opts.IsCluster())
+	require.Equal(t, "10.0.0.1:6380", opts.Single.Addr)
+	require.Equal(t, 2, opts.Single.DB)
+	require.Equal(t, "pw", opts.Single.Password)
+}
+
+func TestLoadParseErrors(t *testing.T) {
+	t.Parallel()
+	_, err := config.Load(env(map[string]string{
+		"DROPLINE_DEV":          "maybe",
+		"DROPLINE_HOLD_DEFAULT": "ten minutes",
+	}))
+	var ps config.Problems
+	require.ErrorAs(t, err, &ps)
+	require.ElementsMatch(t, []string{"DROPLINE_DEV", "DROPLINE_HOLD_DEFAULT"}, ps.Vars())
+	require.Contains(t, err.Error(), "Go duration")
+}
+
+func TestDevMode(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.True(t, c.UsingDevSecret())
+	require.Equal(t, []byte(config.DevJWTSecret), c.JWTKey())
+	require.GreaterOrEqual(t, len(c.JWTKey()), config.MinJWTSecretLen)
+	require.Equal(t, "console", c.LogFormat)
+	require.Equal(t, []string{config.DevOrigin}, c.AllowedOrigins())
+
+	// The public dev secret is refused outside dev mode, even when set explicitly.
+	c.Dev = false
+	c.JWTSecret = config.DevJWTSecret
+	require.ErrorContains(t, c.Validate(), "public development secret")
+}
+
+func TestValidateNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	valid := func() config.Config {
+		c := config.Default()
+		c.JWTSecret = goodSecret
+		return c
+	}
+	require.NoError(t, valid().Validate())
+
+	cases := []struct {
+		name   string
+		mutate func(*config.Config)
+		envVar string
+		hint   string
+	}{
+		{"short secret", func(c *config.Config) { c.JWTSecret = "short" }, "DROPLINE_JWT_SECRET", "openssl rand"},
+		{"bad redis scheme", func(c *config.Config) { c.RedisURL = "http://x:1" }, "REDIS_URL", "redis://"},
+		{"redis no scheme", func(c *config.Config) { c.RedisURL = "localhost:6379" }, "REDIS_URL", "redis://"},
+		{"bad db url", func(c *config.Config) { c.DatabaseURL = "postgres://u@host:notaport/db" }, "DATABASE_URL", "postgres://"},
+		{"empty db url", func(c *config.Config) { c.DatabaseURL = "" }, "DATABASE_URL", "postgres://"},
+		{"bad addr", func(c *config.Config) { c.Addr = "8080" }, "DROPLINE_ADDR", ":port"},
+		{"bad port", func(c *config.Config) { c.Addr = ":99999" }, "DROPLINE_ADDR", ":port"},
+		{"prefix braces", func(c *config.Config) { c.KeyPrefix = "{dl}:" }, "DROPLINE_KEY_PREFIX", "hash tags"},
+		{"prefix empty", func(c *config.Config) { c.KeyPrefix = "" }, "DROPLINE_KEY_PREFIX", "unset it"},
+		{"prefix space", func(c *config.Config) { c.KeyPrefix = "a b" }, "DROPLINE_KEY_PREFIX", "whitespace"},
+		{"hold zero", func(c *config.Config) { c.HoldDefault = 0 }, "DROPLINE_HOLD_DEFAULT", "at least 1s"},
+		{"max below default", func(c *config.Config) { c.HoldMax = time.Minute }, "DROPLINE_HOLD_MAX", "shorter than"},
+		{"max too long", func(c *config.Config) { c.HoldMax = 48 * time.Hour }, "DROPLINE_HOLD_MAX", "capped"},
+		{"cors path", func(c *config.Config) { c.CORSOrigins = []string{"https://a.example/app"} }, "DROPLINE_CORS_ORIGINS", "scheme://host"},
+		{"cors scheme", func(c *config.Config) { c.CORSOrigins = []string{"a.example"} }, "DROPLINE_CORS_ORIGINS", "scheme://host"},
+		{"shutdown", func(c *config.Config) { c.ShutdownTimeout = 0 }, "DROPLINE_SHUTDOWN_TIMEOUT", "positive"},
+		{"log level", func(c *config.Config) { c.LogLevel = "loud" }, "DROPLINE_LOG_LEVEL", "debug"},
+		{"log format", func(c *config.Config) { c.LogFormat = "xml" }, "DROPLINE_LOG_FORMAT", "json or console"},
+		{"cluster db", func(c *config.Config) {
+			c.RedisURL = "redis://127.0.0.1:7000/3"
+			c.RedisClusterAddrs = []string{"127.0.0.1:7000"}
+		}, "REDIS_URL/REDIS_CLUSTER_ADDRS", "database 0"},
+		{"cluster node", func(c *config.Config) { c.RedisURL = "redis-cluster://a:1,b" }, "REDIS_URL", "host:port"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := valid()
+			tc.mutate(&c)
+			err := c.Validate()
+			var ps config.Problems
+			require.ErrorAs(t, err, &ps)
+			require.Equal(t, []string{tc.envVar}, ps.Vars())
+			require.Contains(t, err.Error(), tc.hint)
+			require.True(t, strings.HasPrefix(err.Error(), "invalid configuration: "+tc.envVar+": "), err.Error())
+		})
+	}
+}
+
+func TestValidateReportsAllProblemsOnOneLine(t *testing.T) {
+	t.Parallel()
+	c := config.Default()
+	c.Addr = "nope"
+	c.LogFormat = "xml"
+	err := c.Validate()
+	var ps config.Problems
+	require.True(t, errors.As(err, &ps))
+	require.Equal(t, []string{"DROPLINE_ADDR", "DROPLINE_JWT_SECRET", "DROPLINE_LOG_FORMAT"}, ps.Vars())
+	require.NotContains(t, err.Error(), "\n")
+}
+
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+
+	c := config.Default()
+	c.RedisURL = "redis-cluster://user:s3cret@10.0.0.1:7000,10.0.0.2:7001?dial_timeout=3s"
+	opts, err := c.RedisOptions()
+	require.NoError(t, err)
+	require.True(t, opts.IsCluster())
+	require.Equal(t, []string{"10.0.0.1:7000", "10.0.0.2:7001"}, opts.Addrs())
+	require.Equal(t, "user", opts.Cluster.Username)
+	require.Equal(t, "s3cret", opts.Cluster.Password)
+	require.Equal(t, 3*time.Second, opts.Cluster.DialTimeout)
+	require.Nil(t, opts.Cluster.TLSConfig)
+
+	c.RedisURL = "rediss-cluster://10.0.0.1:7000/"
+	opts, err = c.RedisOptions()
+	require.NoError(t, err)
+	require.NotNil(t, opts.Cluster.TLSConfig)
+
+	// REDIS_CLUSTER_ADDRS turns a plain URL into cluster mode, keeping its credentials.
+	c = config.Default()
+	c.RedisURL = "redis://:pw@127.0.0.1:6379"
+	c.RedisClusterAddrs = []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+	opts, err = c.RedisOptions()
+	require.NoError(t, err)
+	require.True(t, opts.IsCluster())
+	require.Equal(t, c.RedisClusterAddrs, opts.Addrs())
+	require.Equal(t, "pw", opts.Cluster.Password)
+
+	loaded, err := config.Load(env(map[string]string{"REDIS_CLUSTER_ADDRS": "h1:1, h2:2"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"h1:1", "h2:2"}, loaded.RedisClusterAddrs)
+
+	// Errors never show the password.
+	c = config.Default()
+	c.RedisURL = "redis-cluster://u:topsecret@a:1/5"
+	_, err = c.RedisOptions()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "topsecret")
+}
+
+func TestRedacted(t *testing.T) {
+	t.Parallel()
+	c := config.Default()
+	c.JWTSecret = goodSecret
+	c.DatabaseURL = "postgres://u:hunter2@db/x"
+	c.RedisURL = "redis-cluster://u:hunter3@a:1,b:2"
+	r := c.Redacted()
+	require.NotContains(t, r.JWTSecret+r.DatabaseURL+r.RedisURL, "hunter")
+	require.NotContains(t, r.JWTSecret, goodSecret)
+	require.Equal(t, "host=db password=xxxxx", config.RedactURL("host=db password=pw"))
+	require.Equal(t, config.DefaultDatabaseURL, config.RedactURL(config.DefaultDatabaseURL))
+}

@@ -1,0 +1,202 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+)
+
+// Problem is one invalid setting: the variable it came from and a message
+// that says what is wrong and how to fix it.
+type Problem struct {
+	Var string
+	Msg string
+}
+
+// Error renders the problem as "VAR: message".
+func (p Problem) Error() string { return p.Var + ": " + p.Msg }
+
+// Problems is every invalid setting found at once, so an operator fixes
+// them in one go instead of one restart per mistake. It renders as a single
+// line because startup failures print exactly one line.
+type Problems []Problem
+
+// Error joins the problems with "; ".
+func (ps Problems) Error() string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.Error()
+	}
+	return "invalid configuration: " + strings.Join(parts, "; ")
+}
+
+// Vars lists the offending variable names, for tests and tooling.
+func (ps Problems) Vars() []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Var
+	}
+	return out
+}
+
+// maxHold caps DROPLINE_HOLD_MAX: idempotency records live 24 h, and a hold
+// must never outlive the record that deduplicates it.
+const maxHold = 24 * time.Hour
+
+// Validate checks every setting and returns nil or a Problems value naming
+// each bad variable and how to fix it. It does not touch the network: an
+// unreachable service is found when the App connects.
+func (c Config) Validate() error {
+	var ps Problems
+	add := func(v, format string, args ...any) {
+		ps = append(ps, Problem{Var: v, Msg: fmt.Sprintf(format, args...)})
+	}
+
+	if _, err := c.RedisOptions(); err != nil {
+		v := EnvRedisURL
+		if len(c.RedisClusterAddrs) > 0 {
+			v = EnvRedisURL + "/" + EnvRedisClusterAddrs
+		}
+		add(v, "%v: use redis://host:port/db or redis-cluster://host1:port1,host2:port2 (default %s)", err, DefaultRedisURL)
+	}
+
+	if c.DatabaseURL == "" {
+		add(EnvDatabaseURL, "is empty: set it to a PostgreSQL URL such as %s", DefaultDatabaseURL)
+	} else if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+		add(EnvDatabaseURL, "cannot be parsed (%v): use a URL such as %s", err, DefaultDatabaseURL)
+	}
+
+	if err := checkListenAddr(c.Addr); err != nil {
+		add(EnvAddr, "%q %v: use host:port or :port, e.g. %s (port 0 picks a free port)", c.Addr, err, DefaultAddr)
+	}
+
+	switch {
+	case c.JWTSecret == "" && !c.Dev:
+		add(EnvJWTSecret, "is not set: set it to a random secret of at least %d bytes (e.g. `openssl rand -hex 32`), or set %s=1 for local development with a built-in secret", MinJWTSecretLen, EnvDev)
+	case c.JWTSecret == DevJWTSecret && !c.Dev:
+		add(EnvJWTSecret, "is the public development secret: generate a real one with `openssl rand -hex 32`")
+	case c.JWTSecret != "" && len(c.JWTSecret) < MinJWTSecretLen:
+		add(EnvJWTSecret, "is %d bytes; HS256 needs at least %d: generate one with `openssl rand -hex 32`", len(c.JWTSecret), MinJWTSecretLen)
+	}
+
+	switch {
+	case c.KeyPrefix == "":
+		add(EnvKeyPrefix, "is empty: unset it to use %q, or pick a short namespace such as \"shop1:\"", DefaultKeyPrefix)
+	case len(c.KeyPrefix) > 64:
+		add(EnvKeyPrefix, "is %d bytes: keep it at most 64", len(c.KeyPrefix))
+	case strings.ContainsAny(c.KeyPrefix, "{}"):
+		add(EnvKeyPrefix, "%q contains '{' or '}': hash tags are added by Dropline's key layout, remove them from the prefix", c.KeyPrefix)
+	case strings.IndexFunc(c.KeyPrefix, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
+		add(EnvKeyPrefix, "%q contains whitespace or control characters: use letters, digits and ':'", c.KeyPrefix)
+	}
+
+	if c.HoldDefault < time.Second {
+		add(EnvHoldDefault, "is %s: set a hold of at least 1s (default %s)", c.HoldDefault, DefaultHoldDefault)
+	}
+	switch {
+	case c.HoldMax > maxHold:
+		add(EnvHoldMax, "is %s: holds are capped at %s, the lifetime of idempotency records", c.HoldMax, maxHold)
+	case c.HoldMax < c.HoldDefault:
+		add(EnvHoldMax, "is %s, shorter than %s (%s): raise it or lower the default", c.HoldMax, EnvHoldDefault, c.HoldDefault)
+	}
+
+	for _, o := range c.CORSOrigins {
+		if err := checkOrigin(o); err != nil {
+			add(EnvCORSOrigins, "%q %v: list origins as scheme://host[:port] without a path, comma separated, or \"*\"", o, err)
+		}
+	}
+
+	if c.ShutdownTimeout <= 0 {
+		add(EnvShutdownTimeout, "is %s: set a positive duration such as %s", c.ShutdownTimeout, DefaultShutdownTimeout)
+	}
+
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		add(EnvLogLevel, "%q is not a level: use trace, debug, info, warn, error or disabled", c.LogLevel)
+	}
+	if c.LogFormat != LogFormatJSON && c.LogFormat != LogFormatConsole {
+		add(EnvLogFormat, "%q is not a format: use json or console", c.LogFormat)
+	}
+
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}
+
+func checkListenAddr(addr string) error {
+	if addr == "" {
+		return fmt.Errorf("is empty")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("is not host:port")
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("has an invalid port")
+	}
+	return nil
+}
+
+func checkOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil {
+		return fmt.Errorf("is not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("needs an http or https scheme")
+	}
+	if u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("is not a bare origin")
+	}
+	return nil
+}
+
+// RedactURL masks the password of a URL so it can appear in logs and error
+// messages. Strings that are not URLs (key=value DSNs) have their
+// password=... value masked instead.
+func RedactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		return u.String()
+	}
+	if strings.Contains(s, "password=") {
+		fields := strings.Fields(s)
+		for i, f := range fields {
+			if strings.HasPrefix(f, "password=") {
+				fields[i] = "password=xxxxx"
+			}
+		}
+		return strings.Join(fields, " ")
+	}
+	return redactClusterURL(s)
+}
+
+// redactClusterURL handles "redis-cluster://user:pass@h1:p1,h2:p2", which
+// net/url refuses to parse because of the host list.
+func redactClusterURL(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return s
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return s
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
