@@ -1,0 +1,206 @@
+package auth_test
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/auth"
+)
+
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
+func newIssuer(t *testing.T) *auth.Issuer {
+	t.Helper()
+	iss, err := auth.NewIssuer(secret)
+	require.NoError(t, err)
+	return iss
+}
+
+func TestMintVerifyRoundTrip(t *testing.T) {
+	t.Parallel()
+	iss := newIssuer(t)
+
+	tok, err := iss.Mint("alice@example.com", false, time.Hour)
+	require.NoError(t, err)
+	p, err := iss.Verify(tok)
+	require.NoError(t, err)
+	require.Equal(t, "alice@example.com", p.ID)
+	require.False(t, p.Admin)
+	require.WithinDuration(t, time.Now().Add(time.Hour), p.ExpiresAt, 2*time.Second)
+
+	tok, err = iss.Mint("root", true, time.Minute)
+	require.NoError(t, err)
+	p, err = iss.Verify(tok)
+	require.NoError(t, err)
+	require.True(t, p.Admin)
+	require.Equal(t, "root", p.ID)
+}
+
+func TestNewIssuerRejectsShortSecret(t *testing.T) {
+	t.Parallel()
+	_, err := auth.NewIssuer([]byte("short"))
+	require.ErrorIs(t, err, auth.ErrSecretTooShort)
+}
+
+func TestMintValidatesInput(t *testing.T) {
+	t.Parallel()
+	iss := newIssuer(t)
+	for _, id := range []string{"", strings.Repeat("a", 129), "a b", "a:b", "{x}", "é", "a\nb"} {
+		_, err := iss.Mint(id, false, time.Hour)
+		require.ErrorIs(t, err, auth.ErrInvalidPrincipal, "id %q", id)
+	}
+	for _, id := range []string{"a", strings.Repeat("a", 128), "A.b_c@d-e9"} {
+		require.NoError(t, auth.ValidatePrincipalID(id), "id %q", id)
+	}
+	_, err := iss.Mint("alice", false, 0)
+	require.Error(t, err)
+}
+
+// sign builds a token with arbitrary claims and method, to forge the inputs
+// Mint refuses to produce.
+func sign(t *testing.T, method jwt.SigningMethod, key any, c jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, c).SignedString(key)
+	require.NoError(t, err)
+	return s
+}
+
+func TestVerifyRejects(t *testing.T) {
+	t.Parallel()
+	iss := newIssuer(t)
+	exp := time.Now().Add(time.Hour).Unix()
+
+	noneTok := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "mallory", "exp": exp, "role": "admin"})
+	// A hand-made "alg":"none" token with an empty signature, as attackers send it.
+	header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`))
+	body := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"mallory","role":"admin","exp":9999999999}`))
+	rawNone := header + "." + body + "."
+
+	cases := map[string]struct {
+		token string
+		want  error
+	}{
+		"alg none":          {noneTok, auth.ErrTokenInvalid},
+		"alg none by hand":  {rawNone, auth.ErrTokenInvalid},
+		"wrong secret":      {sign(t, jwt.SigningMethodHS256, []byte("another-secret-another-secret-xx"), jwt.MapClaims{"sub": "a", "exp": exp}), auth.ErrTokenInvalid},
+		"HS512 not allowed": {sign(t, jwt.SigningMethodHS512, secret, jwt.MapClaims{"sub": "a", "exp": exp}), auth.ErrTokenInvalid},
+		"missing exp":       {sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a"}), auth.ErrTokenInvalid},
+		"expired":           {sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": time.Now().Add(-time.Minute).Unix()}), auth.ErrTokenExpired},
+		"missing sub":       {sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"exp": exp}), auth.ErrTokenInvalid},
+		"bad sub":           {sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a b", "exp": exp}), auth.ErrTokenInvalid},
+		"unknown role":      {sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": exp, "role": "owner"}), auth.ErrTokenInvalid},
+		"not yet valid":     {sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": exp, "nbf": exp - 60}), auth.ErrTokenInvalid},
+		"garbage":           {"not.a.token", auth.ErrTokenInvalid},
+		"empty":             {"", auth.ErrTokenInvalid},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p, err := iss.Verify(tc.token)
+			require.ErrorIs(t, err, tc.want)
+			require.Equal(t, auth.Principal{}, p)
+			if tc.token != "" {
+				require.NotContains(t, err.Error(), tc.token, "errors must not echo the token")
+			}
+		})
+	}
+}
+
+func TestExpiryWithClock(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	iss := newIssuer(t).WithClock(func() time.Time { return now })
+	tok, err := iss.Mint("bob", false, time.Minute)
+	require.NoError(t, err)
+
+	_, err = iss.WithClock(func() time.Time { return now.Add(59 * time.Second) }).Verify(tok)
+	require.NoError(t, err)
+	_, err = iss.WithClock(func() time.Time { return now.Add(2 * time.Minute) }).Verify(tok)
+	require.ErrorIs(t, err, auth.ErrTokenExpired)
+}
+
+func TestContextHelpers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, ok := auth.PrincipalFrom(ctx)
+	require.False(t, ok)
+	require.NoError(t, auth.AuthErrorFrom(ctx))
+
+	ctx = auth.WithPrincipal(ctx, auth.Principal{ID: "carol", Admin: true})
+	p, ok := auth.PrincipalFrom(ctx)
+	require.True(t, ok)
+	require.Equal(t, "carol", p.ID)
+
+	// A string key of the same name cannot collide with the private key type.
+	ctx = context.WithValue(ctx, "principal", "mallory") //nolint:staticcheck // deliberately a string key
+	p, _ = auth.PrincipalFrom(ctx)
+	require.Equal(t, "carol", p.ID)
+}
+
+func TestMiddleware(t *testing.T) {
+	t.Parallel()
+	iss := newIssuer(t)
+	good, err := iss.Mint("dave", false, time.Hour)
+	require.NoError(t, err)
+
+	type seen struct {
+		p   auth.Principal
+		ok  bool
+		err error
+	}
+	var got seen
+	h := auth.Middleware(iss)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = seen{}
+		got.p, got.ok = auth.PrincipalFrom(r.Context())
+		got.err = auth.AuthErrorFrom(r.Context())
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	do := func(header string) seen {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, nil)
+		require.NoError(t, err)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusNoContent, resp.StatusCode, "a bad token never blocks the request itself")
+		return got
+	}
+
+	s := do("")
+	require.False(t, s.ok)
+	require.NoError(t, s.err, "no header is anonymous, not an error")
+
+	s = do("Bearer " + good)
+	require.True(t, s.ok)
+	require.Equal(t, "dave", s.p.ID)
+	require.NoError(t, s.err)
+
+	s = do("bearer " + good)
+	require.True(t, s.ok, "the scheme is case-insensitive")
+
+	for _, bad := range []string{"Bearer " + good + "x", "Basic ZGF2ZTpwdw==", "Bearer", "Bearer    ", "Token " + good} {
+		s = do(bad)
+		require.False(t, s.ok, bad)
+		require.ErrorIs(t, s.err, auth.ErrTokenInvalid, bad)
+		require.NotContains(t, s.err.Error(), "\n")
+	}
+
+	expired, err := iss.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) }).Mint("dave", false, time.Hour)
+	require.NoError(t, err)
+	s = do("Bearer " + expired)
+	require.False(t, s.ok)
+	require.ErrorIs(t, s.err, auth.ErrTokenExpired)
+}
