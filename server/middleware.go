@@ -1,0 +1,271 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// RequestIDHeader carries the request id in both directions: a sane
+// incoming value (from a load balancer or client) is kept so one id follows
+// the request across systems; otherwise one is generated.
+const RequestIDHeader = "X-Request-Id"
+
+// maxRequestIDLen bounds accepted incoming ids; they are logged verbatim.
+const maxRequestIDLen = 128
+
+type ctxKey int
+
+const requestIDKey ctxKey = 1
+
+// RequestIDFrom returns the id of the request ctx belongs to, or "" outside
+// a request. The GraphQL error presenter puts it into error extensions so a
+// user report can be matched to log lines.
+func RequestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// WithRequestID returns a context carrying id, for code (tests, workers)
+// that wants request-style log correlation outside the HTTP path.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey, id)
+}
+
+// saneRequestID accepts only ids that cannot forge log lines or headers.
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '.' || c == ':'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// requestID assigns the request id, echoes it in the response header and
+// stores it, with a logger carrying it, in the context: handlers log with
+// zerolog.Ctx(r.Context()) and every line has request_id.
+func requestID(base zerolog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(RequestIDHeader)
+		if !saneRequestID(id) {
+			id = newRequestID()
+		}
+		w.Header().Set(RequestIDHeader, id)
+		l := base.With().Str("request_id", id).Logger()
+		ctx := WithRequestID(r.Context(), id)
+		ctx = l.WithContext(ctx)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// httpMetrics are the RED metrics of the HTTP surface.
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inFlight prometheus.Gauge
+}
+
+func newHTTPMetrics(reg *prometheus.Registry) httpMetrics {
+	m := httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dropline_http_requests_total",
+			Help: "HTTP requests served, by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dropline_http_request_duration_seconds",
+			Help:    "HTTP request latency by route (websocket sessions excluded).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dropline_http_requests_in_flight",
+			Help: "HTTP requests (and websocket sessions) being served now.",
+		}),
+	}
+	m.requests = register(reg, m.requests)
+	m.duration = register(reg, m.duration)
+	m.inFlight = register(reg, m.inFlight)
+	return m
+}
+
+// register adds c to reg, or returns the collector already registered under
+// the same name, so two Servers can share one registry (tests do).
+func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(fmt.Sprintf("registering HTTP metrics: %v", err)) // a programming error: conflicting metric names
+	}
+	return c
+}
+
+// normalizedMethod keeps the method label bounded.
+func normalizedMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodPost, http.MethodOptions, http.MethodHead:
+		return m
+	}
+	return "other"
+}
+
+// accessLog writes one line per request and records metrics. It logs the
+// path but never the query string or headers: GET queries and the
+// Authorization header may carry tokens and personal data.
+func accessLog(m httpMetrics, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		m.inFlight.Inc()
+		defer func() {
+			m.inFlight.Dec()
+			elapsed := time.Since(start)
+			status := sw.statusCode()
+			route := routeOf(r.URL.Path)
+			m.requests.WithLabelValues(route, normalizedMethod(r.Method), strconv.Itoa(status)).Inc()
+			if !sw.hijacked {
+				m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
+			}
+
+			l := zerolog.Ctx(r.Context())
+			var ev *zerolog.Event
+			switch {
+			case route == routeHealthz || route == routeReadyz || route == routeMetrics:
+				// Probes poll every few seconds: keep them out of info logs
+				// unless they fail, and a 503 from /readyz is a state of a
+				// dependency, not a server error.
+				if status >= 400 {
+					ev = l.Warn()
+				} else {
+					ev = l.Debug()
+				}
+			case status >= 500:
+				ev = l.Error()
+			default:
+				ev = l.Info()
+			}
+			ev.Str("method", r.Method).
+				Str("path", r.URL.Path).
+				Int("status", status).
+				Int64("bytes", sw.bytes).
+				Dur("duration", elapsed).
+				Str("remote", r.RemoteAddr).
+				Msg("request")
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// recoverer turns a handler panic into a logged stack and a 500 JSON body
+// carrying the request id, instead of a dropped connection.
+func recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler { //nolint:errorlint // sentinel compared as net/http does
+				panic(v) // net/http's own signal to abort silently
+			}
+			zerolog.Ctx(r.Context()).Error().
+				Str("panic", fmt.Sprint(v)).
+				Bytes("stack", debug.Stack()).
+				Msg("handler panic")
+			if sw, ok := w.(*statusWriter); ok && (sw.wroteHeader || sw.hijacked) {
+				return // too late for a clean response; the client sees a truncated body
+			}
+			writeJSON(w, r, http.StatusInternalServerError, errorBody{Error: "internal error"})
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter records the status and size of a response. It keeps
+// Flush (server-sent events) and Hijack (websockets) working, and Unwrap
+// lets http.ResponseController reach the original writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	bytes       int64
+	wroteHeader bool
+	hijacked    bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		// 1xx responses are informational; the final status comes later.
+		if code >= 200 || code == http.StatusSwitchingProtocols {
+			w.status = code
+			w.wroteHeader = true
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.status = http.StatusOK
+		w.wroteHeader = true
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) statusCode() int {
+	switch {
+	case w.hijacked:
+		return http.StatusSwitchingProtocols
+	case w.status == 0:
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Flush forwards to the underlying writer when it can flush.
+func (w *statusWriter) Flush() {
+	if !w.wroteHeader {
+		w.status = http.StatusOK
+		w.wroteHeader = true
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to a websocket library.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return c, rw, err
+}
+
+// Unwrap exposes the original writer to http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// Route names used as the "route" metric label. Fixed names keep the label
+// cardinality bounded whatever paths clients request.
+const (
+	routeGraphQL    = "graphql"
+	routePlayground = "playground"
+	routeHealthz    = "healthz"
+	routeReadyz     = "readyz"
+	routeMetrics    = "metrics"
+	routeOther      = "other"
+)
+
+func routeOf(path string) string {
+	switch path {
+	case "/graphql":
+		return routeGraphQL
+	case "/":
+		return routePlayground
+	case "/healthz":
+		return routeHealthz
+	case "/readyz":
+		return routeReadyz
+	case "/metrics":
+		return routeMetrics
+	}
+	return routeOther
+}
+
+// routes builds the mux and wraps it in the middleware chain, outermost
+// first: request id (so every later line has it), access log and metrics
+// (so they see the final status, including recovered panics), recovery.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+
+	gql := s.cfg.GraphQL
+	if gql == nil {
+		gql = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, r, http.StatusServiceUnavailable, errorBody{Error: "graphql handler not configured"})
+		})
+	}
+	policy := NewOriginPolicy(s.cfg.AllowedOrigins)
+	mux.Handle("/graphql", policy.Middleware(limitBody(s.cfg.MaxBodyBytes, gql)))
+
+	if s.cfg.Playground != nil {
+		mux.Handle("GET /{$}", s.cfg.Playground)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.Handle("GET /readyz", readyHandler(s.cfg.Checks, s.cfg.CheckTimeout))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{
+		ErrorLog: promLogger{s.log},
+		// Serve what could be gathered rather than nothing when one
+		// collector fails.
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, r, http.StatusNotFound, errorBody{Error: "not found"})
+	})
+
+	m := newHTTPMetrics(s.cfg.Registry)
+	var h http.Handler = mux
+	h = recoverer(h)
+	h = accessLog(m, h)
+	h = requestID(s.log, h)
+	return h
+}
+
+// limitBody caps request bodies so an oversized query fails fast with
+// "http: request body too large" instead of being buffered.
+func limitBody(n int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > n {
+			writeJSON(w, r, http.StatusRequestEntityTooLarge, errorBody{Error: "request body too large"})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, n)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// errorBody is the JSON shape of errors this package writes itself.
+type errorBody struct {
+	Error     string `json:"error"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	if e, ok := v.(errorBody); ok && e.RequestID == "" {
+		e.RequestID = RequestIDFrom(r.Context())
+		v = e
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// promLogger adapts zerolog to promhttp's Logger interface.
+type promLogger struct{ log zerolog.Logger }
+
+func (l promLogger) Println(v ...any) {
+	l.log.Error().Str("component", "metrics").Msg(fmt.Sprint(v...))
+}

@@ -1,0 +1,267 @@
+// Package server is Dropline's HTTP surface: it mounts the GraphQL and
+// playground handlers it is given next to /healthz, /readyz and /metrics,
+// wraps everything in request ids, access logs, metrics and panic recovery,
+// and owns the listener so the App can bind port 0 and shut down gracefully.
+//
+// It knows nothing about GraphQL, Redis or Postgres: those arrive as
+// http.Handlers and readiness Checks, which keeps this package testable with
+// httptest alone.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultCheckTimeout      = time.Second
+	DefaultShutdownTimeout   = 15 * time.Second
+)
+
+// Config is what New needs. Handlers and checks are injected so the server
+// can be tested without Redis or Postgres.
+type Config struct {
+	// Addr is the listen address, e.g. ":8080"; port 0 picks a free port
+	// (see Server.Addr). Default: ":8080".
+	Addr string
+
+	// GraphQL serves /graphql (POST, GET and websocket upgrades). It is
+	// wrapped with the origin policy and the body size limit. Nil answers 503.
+	GraphQL http.Handler
+
+	// Playground serves the page at "/". Nil answers 404.
+	Playground http.Handler
+
+	// Checks run on every /readyz request, concurrently, each under
+	// CheckTimeout. Empty means always ready.
+	Checks []Check
+
+	// Registry receives the HTTP metrics and is exposed on /metrics. Nil
+	// creates a private registry; Dropline never uses the global one.
+	Registry *prometheus.Registry
+
+	// Logger writes access logs and panics; each request gets a child with
+	// its request_id in the context (zerolog.Ctx). Default: a disabled logger.
+	Logger zerolog.Logger
+
+	// AllowedOrigins is the cross-origin allow list for /graphql (see
+	// OriginPolicy). Empty means same-origin only.
+	AllowedOrigins []string
+
+	// MaxBodyBytes bounds /graphql request bodies. Default: 1 MiB.
+	MaxBodyBytes int64
+
+	// ReadHeaderTimeout bounds how long a client may take to send headers
+	// (slowloris protection). Default: 10s.
+	ReadHeaderTimeout time.Duration
+
+	// IdleTimeout closes idle keep-alive connections. Default: 120s.
+	IdleTimeout time.Duration
+
+	// MaxHeaderBytes bounds request headers. Default: 64 KiB.
+	MaxHeaderBytes int
+
+	// CheckTimeout bounds each readiness check. Default: 1s.
+	CheckTimeout time.Duration
+
+	// ShutdownTimeout bounds the graceful shutdown done by ListenAndServe
+	// when its context ends. Default: 15s.
+	ShutdownTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = ":8080"
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.CheckTimeout <= 0 {
+		c.CheckTimeout = DefaultCheckTimeout
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	return c
+}
+
+// Server is the HTTP server. Build it with New, start it with Open (or
+// ListenAndServe), stop it with Shutdown.
+type Server struct {
+	cfg     Config
+	log     zerolog.Logger
+	handler http.Handler
+	http    *http.Server
+
+	// baseCtx is the parent of every request context. It is cancelled after
+	// Shutdown has drained ordinary requests, which ends hijacked
+	// connections (GraphQL subscriptions over websockets) that
+	// http.Server.Shutdown does not wait for.
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+
+	mu       sync.Mutex
+	ln       net.Listener
+	done     chan struct{}
+	serveErr error
+	shutOnce sync.Once
+	shutErr  error
+}
+
+// New builds the Server and its handler. It does not listen yet.
+func New(cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	s.handler = s.routes()
+	s.http = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		// No ReadTimeout/WriteTimeout: they would cut websocket
+		// subscriptions. Slow bodies are bounded by MaxBodyBytes and
+		// slow headers by ReadHeaderTimeout.
+		ErrorLog:    log.New(httpErrorLog{cfg.Logger}, "", 0),
+		BaseContext: func(net.Listener) context.Context { return s.baseCtx },
+	}
+	return s
+}
+
+// Handler returns the complete handler (routes plus middleware), for tests
+// that use httptest.NewServer directly.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Open binds Config.Addr and serves in the background. It returns once the
+// listener is bound, so Addr is valid as soon as Open returns; a bind
+// failure (port in use) is returned here.
+func (s *Server) Open() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return errors.New("server already open")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	go func() {
+		err := s.http.Serve(ln)
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.mu.Lock()
+			s.serveErr = fmt.Errorf("serving HTTP on %s: %w", ln.Addr(), err)
+			s.mu.Unlock()
+		}
+		close(s.done)
+	}()
+	return nil
+}
+
+// Addr returns the bound address ("127.0.0.1:41234") once Open succeeded,
+// or the configured one before.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return s.ln.Addr().String()
+	}
+	return s.cfg.Addr
+}
+
+// Done is closed when the server stops serving, after Shutdown or because
+// serving failed; Err tells which.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err returns why serving stopped unexpectedly, or nil.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serveErr
+}
+
+// Shutdown stops accepting connections, waits for in-flight requests until
+// ctx ends, then closes whatever is left and cancels the context of
+// hijacked (websocket) connections. It is idempotent and safe to call on a
+// server that was never opened.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() {
+		s.mu.Lock()
+		opened := s.ln != nil
+		s.mu.Unlock()
+
+		err := s.http.Shutdown(ctx)
+		s.cancelBase()
+		if err != nil {
+			// The deadline passed with requests still running: cut them.
+			_ = s.http.Close()
+			s.shutErr = fmt.Errorf("shutting down HTTP server: %w", err)
+		}
+		if opened {
+			<-s.done
+		}
+	})
+	return s.shutErr
+}
+
+// ListenAndServe opens the server and blocks until ctx ends or serving
+// fails, then shuts down within Config.ShutdownTimeout. onListen, when not
+// nil, is called with the bound address (useful with port 0).
+func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr string)) error {
+	if err := s.Open(); err != nil {
+		return err
+	}
+	if onListen != nil {
+		onListen(s.Addr())
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.Shutdown(sctx); err != nil {
+		return err
+	}
+	return s.Err()
+}
+
+// httpErrorLog sends net/http's internal messages (TLS handshake errors,
+// panics in hijacked connections) to zerolog instead of stderr.
+type httpErrorLog struct{ log zerolog.Logger }
+
+func (w httpErrorLog) Write(p []byte) (int, error) {
+	msg := string(p)
+	if n := len(msg); n > 0 && msg[n-1] == '\n' {
+		msg = msg[:n-1]
+	}
+	w.log.Warn().Str("component", "http").Msg(msg)
+	return len(p), nil
+}

@@ -1,0 +1,479 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dropline/dropline/server"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// logBuffer collects log lines from concurrent handlers.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		out = append(out, m)
+	}
+	return out
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type bundle struct {
+	srv  *httptest.Server
+	logs *logBuffer
+	reg  *prometheus.Registry
+}
+
+// setup serves a server.New handler over real HTTP with test handlers.
+func setup(t *testing.T, mutate func(*server.Config)) bundle {
+	t.Helper()
+	logs := &logBuffer{}
+	reg := prometheus.NewRegistry()
+	cfg := server.Config{
+		Logger:   zerolog.New(logs).Level(zerolog.DebugLevel),
+		Registry: reg,
+		GraphQL: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+				return
+			}
+			zerolog.Ctx(r.Context()).Info().Msg("graphql handler ran")
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"data":{"echo":` + strconvQuote(string(body)) + `}}`))
+		}),
+		Playground: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("<html>playground</html>"))
+		}),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv := httptest.NewServer(server.New(cfg).Handler())
+	t.Cleanup(srv.Close)
+	return bundle{srv: srv, logs: logs, reg: reg}
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func (b bundle) do(t *testing.T, method, path string, body io.Reader, headers map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.srv.URL+path, body)
+	require.NoError(t, err)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(data)
+}
+
+func TestHealthz(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	resp, body := b.do(t, http.MethodGet, "/healthz", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"status":"ok"}`, body)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+}
+
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+
+	var redisDown sync.Mutex
+	down := false
+	b := setup(t, func(c *server.Config) {
+		c.CheckTimeout = 100 * time.Millisecond
+		c.Checks = []server.Check{
+			{Name: "postgres", Fn: func(context.Context) error { return nil }},
+			{Name: "redis", Fn: func(context.Context) error {
+				redisDown.Lock()
+				defer redisDown.Unlock()
+				if down {
+					return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+				}
+				return nil
+			}},
+		}
+	})
+
+	resp, body := b.do(t, http.MethodGet, "/readyz", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"status":"ready"}`, body)
+
+	redisDown.Lock()
+	down = true
+	redisDown.Unlock()
+	resp, body = b.do(t, http.MethodGet, "/readyz", nil, nil)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.JSONEq(t, `{"status":"unavailable","failed":{"redis":"dial tcp 127.0.0.1:6379: connect: connection refused"}}`, body)
+
+	// Recovers without a restart: nothing is cached.
+	redisDown.Lock()
+	down = false
+	redisDown.Unlock()
+	resp, _ = b.do(t, http.MethodGet, "/readyz", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// A failing probe is logged at warn, a passing one only at debug.
+	var levels []string
+	for _, l := range b.logs.lines(t) {
+		if l["path"] == "/readyz" {
+			levels = append(levels, l["level"].(string))
+		}
+	}
+	require.Equal(t, []string{"debug", "warn", "debug"}, levels)
+}
+
+func TestReadyzTimeoutAndPanic(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	b := setup(t, func(c *server.Config) {
+		c.CheckTimeout = 50 * time.Millisecond
+		c.Checks = []server.Check{
+			{Name: "respects-ctx", Fn: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+			{Name: "ignores-ctx", Fn: func(context.Context) error { <-release; return nil }},
+			{Name: "panics", Fn: func(context.Context) error { panic("boom") }},
+		}
+	})
+	start := time.Now()
+	resp, body := b.do(t, http.MethodGet, "/readyz", nil, nil)
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	var got struct {
+		Status string            `json:"status"`
+		Failed map[string]string `json:"failed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &got))
+	require.Equal(t, "unavailable", got.Status)
+	require.Contains(t, got.Failed["respects-ctx"], "timed out after 50ms")
+	require.Contains(t, got.Failed["ignores-ctx"], "timed out after 50ms")
+	require.Contains(t, got.Failed["panics"], "panicked: boom")
+}
+
+func TestRequestIDAndAccessLog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	resp, _ := b.do(t, http.MethodPost, "/graphql?query=secret", strings.NewReader(`{"query":"{x}"}`), map[string]string{
+		"Authorization": "Bearer super-secret-token",
+		"Content-Type":  "application/json",
+	})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	id := resp.Header.Get(server.RequestIDHeader)
+	require.Len(t, id, 24)
+
+	resp, _ = b.do(t, http.MethodGet, "/healthz", nil, map[string]string{server.RequestIDHeader: "lb-abc.123:4"})
+	require.Equal(t, "lb-abc.123:4", resp.Header.Get(server.RequestIDHeader), "a sane incoming id is kept")
+
+	resp, _ = b.do(t, http.MethodGet, "/healthz", nil, map[string]string{server.RequestIDHeader: "evil\"id with spaces"})
+	require.NotEqual(t, "evil\"id with spaces", resp.Header.Get(server.RequestIDHeader))
+	require.Len(t, resp.Header.Get(server.RequestIDHeader), 24)
+
+	require.NotContains(t, b.logs.String(), "super-secret-token", "never log Authorization")
+	require.NotContains(t, b.logs.String(), "query=secret", "never log query strings")
+
+	var handlerLine, accessLine map[string]any
+	for _, l := range b.logs.lines(t) {
+		if l["request_id"] != id {
+			continue
+		}
+		switch l["message"] {
+		case "graphql handler ran":
+			handlerLine = l
+		case "request":
+			accessLine = l
+		}
+	}
+	require.NotNil(t, handlerLine, "handlers log through zerolog.Ctx with the request id")
+	require.NotNil(t, accessLine)
+	require.Equal(t, "POST", accessLine["method"])
+	require.Equal(t, "/graphql", accessLine["path"])
+	require.EqualValues(t, 200, accessLine["status"])
+	require.Greater(t, accessLine["bytes"], float64(0))
+	require.Contains(t, accessLine, "duration")
+	require.Equal(t, "info", accessLine["level"])
+}
+
+func TestPanicRecovery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) {
+		c.GraphQL = http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("resolver exploded") })
+	})
+	resp, body := b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), nil)
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	id := resp.Header.Get(server.RequestIDHeader)
+	require.JSONEq(t, `{"error":"internal error","request_id":"`+id+`"}`, body)
+	require.NotContains(t, body, "exploded", "panic details stay in the log")
+
+	var found bool
+	for _, l := range b.logs.lines(t) {
+		if l["message"] == "handler panic" {
+			found = true
+			require.Equal(t, id, l["request_id"])
+			require.Equal(t, "resolver exploded", l["panic"])
+			require.NotEmpty(t, l["stack"])
+		}
+	}
+	require.True(t, found)
+	// The server keeps serving.
+	resp, _ = b.do(t, http.MethodGet, "/healthz", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	resp, body := b.do(t, http.MethodGet, "/", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, "playground")
+
+	resp, body = b.do(t, http.MethodGet, "/nope", nil, nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Contains(t, body, `"not found"`)
+
+	resp, _ = b.do(t, http.MethodPost, "/healthz", nil, nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	b = setup(t, func(c *server.Config) { c.GraphQL = nil; c.Playground = nil })
+	resp, _ = b.do(t, http.MethodPost, "/graphql", nil, nil)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	resp, _ = b.do(t, http.MethodGet, "/", nil, nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) {
+		c.Registry.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "dropline_test_total", Help: "test"}))
+	})
+	b.do(t, http.MethodGet, "/healthz", nil, nil)
+	b.do(t, http.MethodGet, "/some/random/path", nil, nil)
+	resp, body := b.do(t, http.MethodGet, "/metrics", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
+	require.Contains(t, body, `dropline_http_requests_total{code="200",method="GET",route="healthz"} 1`)
+	require.Contains(t, body, `dropline_http_requests_total{code="404",method="GET",route="other"} 1`)
+	require.Contains(t, body, "dropline_test_total 0")
+	require.Contains(t, body, "dropline_http_request_duration_seconds_bucket")
+
+	// A second server on the same registry reuses the collectors.
+	require.NotPanics(t, func() { server.New(server.Config{Registry: b.reg}) })
+}
+
+func TestBodyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) { c.MaxBodyBytes = 16 })
+	resp, _ := b.do(t, http.MethodPost, "/graphql", strings.NewReader(strings.Repeat("x", 17)), nil)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+
+	// Without a Content-Length the reader itself stops at the limit.
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/graphql", io.NopCloser(strings.NewReader(strings.Repeat("x", 100))))
+	require.NoError(t, err)
+	req.ContentLength = -1
+	r2, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	require.NoError(t, r2.Body.Close())
+	require.Equal(t, http.StatusRequestEntityTooLarge, r2.StatusCode)
+
+	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("small"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func TestOriginPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) { c.AllowedOrigins = []string{"https://shop.example"} })
+
+	// No Origin: not a browser, allowed, no CORS headers.
+	resp, _ := b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+
+	// Same origin: allowed without listing.
+	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), map[string]string{"Origin": b.srv.URL})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// Listed origin: allowed with CORS headers, never with credentials.
+	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), map[string]string{"Origin": "https://shop.example"})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "https://shop.example", resp.Header.Get("Access-Control-Allow-Origin"))
+	require.Empty(t, resp.Header.Get("Access-Control-Allow-Credentials"))
+
+	// Preflight.
+	resp, _ = b.do(t, http.MethodOptions, "/graphql", nil, map[string]string{
+		"Origin":                         "https://shop.example",
+		"Access-Control-Request-Method":  "POST",
+		"Access-Control-Request-Headers": "authorization, content-type",
+	})
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Equal(t, "authorization, content-type", resp.Header.Get("Access-Control-Allow-Headers"))
+	require.Contains(t, resp.Header.Get("Access-Control-Allow-Methods"), "POST")
+
+	// Anything else: refused before GraphQL runs.
+	resp, body := b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), map[string]string{"Origin": "https://evil.example"})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Contains(t, body, "DROPLINE_CORS_ORIGINS")
+	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+	require.NotContains(t, b.logs.String(), `"graphql handler ran","request_id":"`+resp.Header.Get(server.RequestIDHeader))
+
+	p := server.NewOriginPolicy([]string{"*"})
+	req := httptest.NewRequest(http.MethodGet, "/graphql", nil)
+	req.Header.Set("Origin", "https://anything.example")
+	require.True(t, p.Allowed(req))
+}
+
+func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	finish := make(chan struct{})
+	s := server.New(server.Config{
+		Addr: "127.0.0.1:0",
+		GraphQL: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			close(started)
+			<-finish
+			_, _ = w.Write([]byte("done"))
+		}),
+	})
+	require.NoError(t, s.Open())
+	addr := s.Addr()
+	require.NotEqual(t, "127.0.0.1:0", addr)
+	require.Error(t, s.Open(), "opening twice is refused")
+
+	type result struct {
+		body string
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		resp, err := http.Post("http://"+addr+"/graphql", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		res <- result{string(b), err}
+	}()
+	<-started
+
+	shutdownDone := make(chan error, 1)
+	go func() { shutdownDone <- s.Shutdown(context.Background()) }()
+
+	// Shutdown waits for the in-flight request...
+	select {
+	case <-shutdownDone:
+		t.Fatal("shutdown returned before the in-flight request finished")
+	case <-time.After(50 * time.Millisecond):
+	}
+	// ...while refusing new connections.
+	require.Eventually(t, func() bool {
+		_, err := http.Get("http://" + addr + "/healthz")
+		return err != nil
+	}, 2*time.Second, 10*time.Millisecond)
+
+	close(finish)
+	r := <-res
+	require.NoError(t, r.err)
+	require.Equal(t, "done", r.body)
+	require.NoError(t, <-shutdownDone)
+	<-s.Done()
+	require.NoError(t, s.Err())
+	require.NoError(t, s.Shutdown(context.Background()), "shutdown is idempotent")
+}
+
+func TestShutdownDeadlineCutsStuckRequests(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	s := server.New(server.Config{
+		Addr: "127.0.0.1:0",
+		GraphQL: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			close(started)
+			<-r.Context().Done() // a handler that only stops when told
+		}),
+	})
+	require.NoError(t, s.Open())
+	go func() {
+		resp, err := http.Post("http://"+s.Addr()+"/graphql", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := s.Shutdown(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestListenAndServe(t *testing.T) {
+	t.Parallel()
+	s := server.New(server.Config{Addr: "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	addrCh := make(chan string, 1)
+	errCh := make(chan error, 1)
+	go func() { errCh <- s.ListenAndServe(ctx, func(a string) { addrCh <- a }) }()
+	addr := <-addrCh
+	resp, err := http.Get("http://" + addr + "/healthz")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	cancel()
+	require.NoError(t, <-errCh)
+
+	// A port in use fails at Open with the address in the message.
+	s3 := server.New(server.Config{Addr: "127.0.0.1:0"})
+	require.NoError(t, s3.Open())
+	t.Cleanup(func() { _ = s3.Shutdown(context.Background()) })
+	s2 := server.New(server.Config{Addr: s3.Addr()})
+	err = s2.Open()
+	require.ErrorContains(t, err, "listening on "+s3.Addr())
+}
