@@ -1,0 +1,141 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrFenced means a newer lease holder has written since this writer's lease
+// was granted: the writer was paused or partitioned and must stop.
+var ErrFenced = errors.New("fenced off by a newer lease holder")
+
+// Event is one change from the write-behind outbox. Every event carries the
+// whole reservation, so it can be applied even if an earlier one was lost.
+type Event struct {
+	// ID is derived from what happened ("reserve:<token>", "expire:<token>"),
+	// which makes applying an event twice a no-op.
+	ID              string
+	Kind            string // reserve, commit, cancel or expire
+	Token           string
+	SKU             string
+	Principal       string
+	Quantity        int
+	ExpiresAt       time.Time
+	CreatedAt       time.Time
+	At              time.Time
+	IdempotencyHash string
+	RequestHash     string
+}
+
+// Fence identifies a lease-guarded writer: Token must be at least the highest
+// token that has written under Name.
+type Fence struct {
+	Name  string
+	Token int64
+}
+
+var kindStatus = map[string]string{
+	"reserve": StatusHeld, "commit": StatusCommitted, "cancel": StatusCancelled, "expire": StatusExpired,
+}
+
+// ApplyEvents writes a batch of outbox events in one transaction: one movement
+// per event (skipped when its ID is known) and each reservation's latest state.
+// A reservation only moves forward out of HELD, so late, repeated or reordered
+// batches change nothing that is already final. With a non-nil fence the
+// batch is refused with ErrFenced when a newer lease holder has written.
+func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	// Fold events per token, in order, into each reservation's latest state.
+	type state struct {
+		Reservation
+		seen bool
+	}
+	latest := map[string]*state{}
+	var order []string
+	n := len(events)
+	ids, skus, kinds, tokens, principals := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	qtys, ats := make([]int32, n), make([]time.Time, n)
+	for i, e := range events {
+		status, ok := kindStatus[e.Kind]
+		if !ok {
+			return fmt.Errorf("applying events: unknown kind %q in %s", e.Kind, e.ID)
+		}
+		ids[i], skus[i], kinds[i], tokens[i], principals[i] = e.ID, e.SKU, e.Kind, e.Token, e.Principal
+		qtys[i], ats[i] = int32(e.Quantity), e.At
+		s := latest[e.Token]
+		if s == nil {
+			s = &state{Reservation: Reservation{Token: e.Token, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity,
+				Status: StatusHeld, IdempotencyHash: e.IdempotencyHash, RequestHash: e.RequestHash,
+				ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt}}
+			latest[e.Token] = s
+			order = append(order, e.Token)
+		}
+		if s.Status == StatusHeld && status != StatusHeld {
+			s.Status = status
+			at := e.At
+			if status == StatusCommitted {
+				s.CommittedAt = &at
+			} else {
+				s.EndedAt = &at
+			}
+		}
+	}
+	m := len(order)
+	rTok, rSKU, rWho, rStatus, rIdem, rReq := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+	rQty := make([]int32, m)
+	rExp, rCtd := make([]time.Time, m), make([]time.Time, m)
+	rCmt, rEnd := make([]*time.Time, m), make([]*time.Time, m)
+	for i, tok := range order {
+		s := latest[tok]
+		rTok[i], rSKU[i], rWho[i], rStatus[i], rIdem[i], rReq[i] = s.Token, s.SKU, s.Principal, s.Status, s.IdempotencyHash, s.RequestHash
+		rQty[i], rExp[i], rCtd[i], rCmt[i], rEnd[i] = int32(s.Quantity), s.ExpiresAt, s.CreatedAt, s.CommittedAt, s.EndedAt
+	}
+
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if fence != nil {
+			var token int64
+			err := tx.QueryRow(ctx, `
+				INSERT INTO worker_fences (name, token) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET token = excluded.token, updated_at = now()
+				WHERE worker_fences.token <= excluded.token
+				RETURNING token`, fence.Name, fence.Token).Scan(&token)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrFenced
+			}
+			if err != nil {
+				return interpret(err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])
+			ON CONFLICT (event_id) DO NOTHING`, ids, skus, kinds, tokens, principals, qtys, ats); err != nil {
+			return interpret(err)
+		}
+		_, err := tx.Exec(ctx, `
+			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
+				expires_at, created_at, committed_at, ended_at)
+			SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[])
+				AS u(t, s, w, q, st, i, r, e, c, cm, en)
+			ON CONFLICT (token) DO UPDATE SET
+				status = excluded.status,
+				committed_at = coalesce(reservations.committed_at, excluded.committed_at),
+				ended_at = coalesce(reservations.ended_at, excluded.ended_at),
+				updated_at = now()
+			WHERE reservations.status = 'HELD' AND excluded.status <> 'HELD'`,
+			rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd)
+		return interpret(err)
+	})
+	if err != nil {
+		return fmt.Errorf("applying %d events: %w", len(events), err)
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors the ledger translates from Postgres, so callers never see pgx types.
+var (
+	// ErrNotFound means the row does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists means a row with the same key exists already.
+	ErrExists = errors.New("already exists")
+	// ErrWouldOversell means the sale would take sold above total; Postgres
+	// refused it. It can only happen after Redis lost state it had promised.
+	ErrWouldOversell = errors.New("sale would exceed the total stock")
+	// ErrInvalid means Postgres rejected the values (a CHECK constraint).
+	ErrInvalid = errors.New("invalid values")
+)
+
+// Ledger is Dropline's durable record in PostgreSQL: the catalogue, the
+// reservations, the sales and the stock movements.
+type Ledger struct {
+	pool *pgxpool.Pool
+}
+
+// NewLedger wraps a pool. The pool is the caller's to close.
+func NewLedger(pool *pgxpool.Pool) *Ledger {
+	return &Ledger{pool: pool}
+}
+
+// Ping reports whether Postgres answers.
+func (l *Ledger) Ping(ctx context.Context) error {
+	return l.pool.Ping(ctx)
+}
+
+// Product is one row of the catalogue.
+type Product struct {
+	SKU           string
+	Name          string
+	PriceAmount   int64
+	PriceCurrency string
+	Total         int
+	Sold          int
+	// MaxPerUser is 0 when a principal may buy any number of units.
+	MaxPerUser   int
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+	Version      int64
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// ProductUpdate changes some settings of a product; nil fields stay as they are.
+type ProductUpdate struct {
+	Name          *string
+	PriceAmount   *int64
+	PriceCurrency *string
+	// MaxPerUser 0 removes the limit.
+	MaxPerUser *int
+	// SaleStartsAt and SaleEndsAt: a pointer to the zero time clears the bound.
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+}
+
+const productColumns = `sku, name, price_amount, price_currency, total, sold, coalesce(max_per_user, 0),
+	sale_starts_at, sale_ends_at, version, created_at, updated_at`
+
+func scanProduct(row pgx.Row) (Product, error) {
+	var p Product
+	err := row.Scan(&p.SKU, &p.Name, &p.PriceAmount, &p.PriceCurrency, &p.Total, &p.Sold, &p.MaxPerUser,
+		&p.SaleStartsAt, &p.SaleEndsAt, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+	return p, interpret(err)
+}
+
+// interpret turns pgx and Postgres errors into the ledger's own.
+func interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "23505":
+			return fmt.Errorf("%w: %s", ErrExists, pgErr.ConstraintName)
+		case pgErr.Code == "23514" && pgErr.ConstraintName == "products_not_oversold":
+			return ErrWouldOversell
+		case pgErr.Code == "23514" || pgErr.Code == "23502" || pgErr.Code == "22001":
+			return fmt.Errorf("%w: %s", ErrInvalid, pgErr.ConstraintName)
+		case pgErr.Code == "23503":
+			return fmt.Errorf("%w: %s", ErrNotFound, pgErr.ConstraintName)
+		}
+	}
+	return err
+}
+
+func nullInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+// CreateProduct inserts a product and records its initial stock as a movement.
+func (l *Ledger) CreateProduct(ctx context.Context, p Product) (Product, error) {
+	var out Product
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanProduct(tx.QueryRow(ctx, `
+			INSERT INTO products (sku, name, price_amount, price_currency, total, max_per_user, sale_starts_at, sale_ends_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			RETURNING `+productColumns,
+			p.SKU, p.Name, p.PriceAmount, p.PriceCurrency, p.Total, nullInt(p.MaxPerUser), p.SaleStartsAt, p.SaleEndsAt))
+		if err != nil {
+			return err
+		}
+		if p.Total > 0 {
+			_, err = tx.Exec(ctx, `
+				INSERT INTO stock_movements (event_id, sku, kind, quantity, occurred_at)
+				VALUES ($1, $2, 'create', $3, $4)`, "create:"+p.SKU, p.SKU, p.Total, out.CreatedAt)
+		}
+		return interpret(err)
+	})
+	if err != nil {
+		return Product{}, fmt.Errorf("creating product %s: %w", p.SKU, err)
+	}
+	return out, nil
+}
+
+// UpdateProduct changes a product's settings and bumps its version.
+func (l *Ledger) UpdateProduct(ctx context.Context, sku string, u ProductUpdate) (Product, error) {
+	clear := func(t *time.Time) (set bool, v *time.Time) {
+		if t == nil {
+			return false, nil
+		}
+		if t.IsZero() {
+			return true, nil
+		}
+		return true, t
+	}
+	setStart, start := clear(u.SaleStartsAt)
+	setEnd, end := clear(u.SaleEndsAt)
+	var maxSet bool
+	var maxVal *int
+	if u.MaxPerUser != nil {
+		maxSet, maxVal = true, nullInt(*u.MaxPerUser)
+	}
+	p, err := scanProduct(l.pool.QueryRow(ctx, `
+		UPDATE products SET
+			name = coalesce($2, name),
+			price_amount = coalesce($3, price_amount),
+			price_currency = coalesce($4, price_currency),
+			max_per_user = CASE WHEN $5 THEN $6 ELSE max_per_user END,
+			sale_starts_at = CASE WHEN $7 THEN $8 ELSE sale_starts_at END,
+			sale_ends_at = CASE WHEN $9 THEN $10 ELSE sale_ends_at END,
+			version = version + 1,
+			updated_at = now()
+		WHERE sku = $1
+		RETURNING `+productColumns,
+		sku, u.Name, u.PriceAmount, u.PriceCurrency, maxSet, maxVal, setStart, start, setEnd, end))
+	if err != nil {
+		return Product{}, fmt.Errorf("updating product %s: %w", sku, err)
+	}
+	return p, nil
+}
+
+// Restock adds units to a product's total and records the movement under
+// eventID, in one transaction. A restock retried with the same eventID adds
+// nothing the second time.
+func (l *Ledger) Restock(ctx context.Context, sku string, quantity int, eventID string) (Product, error) {
+	var out Product
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO stock_movements (event_id, sku, kind, quantity, occurred_at)
+			VALUES ($1, $2, 'restock', $3, now()) ON CONFLICT (event_id) DO NOTHING`, eventID, sku, quantity)
+		if err != nil {
+			return interpret(err)
+		}
+		if tag.RowsAffected() == 1 {
+			out, err = scanProduct(tx.QueryRow(ctx, `
+				UPDATE products SET total = total + $2, version = version + 1, updated_at = now()
+				WHERE sku = $1 RETURNING `+productColumns, sku, quantity))
+		} else {
+			out, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1`, sku))
+		}
+		return err
+	})
+	if err != nil {
+		return Product{}, fmt.Errorf("restocking %s: %w", sku, err)
+	}
+	return out, nil
+}
+
+// Product returns one product.
+func (l *Ledger) Product(ctx context.Context, sku string) (Product, error) {
+	p, err := scanProduct(l.pool.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1`, sku))
+	if err != nil {
+		return Product{}, fmt.Errorf("reading product %s: %w", sku, err)
+	}
+	return p, nil
+}
+
+// Products returns up to limit products ordered by SKU, starting after the
+// given SKU (keyset pagination: stable while products are added).
+func (l *Ledger) Products(ctx context.Context, afterSKU string, limit int) ([]Product, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+productColumns+` FROM products WHERE sku > $1 ORDER BY sku LIMIT $2`,
+		afterSKU, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing products: %w", interpret(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Product, error) { return scanProduct(r) })
+	if err != nil {
+		return nil, fmt.Errorf("listing products: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,216 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Reservation statuses as the ledger stores them.
+const (
+	StatusHeld      = "HELD"
+	StatusCommitted = "COMMITTED"
+	StatusCancelled = "CANCELLED"
+	StatusExpired   = "EXPIRED"
+)
+
+// Reservation is the ledger's copy of a hold.
+type Reservation struct {
+	Token           string
+	SKU             string
+	Principal       string
+	Quantity        int
+	Status          string
+	IdempotencyHash string
+	RequestHash     string
+	ExpiresAt       time.Time
+	CreatedAt       time.Time
+	CommittedAt     *time.Time
+	EndedAt         *time.Time
+}
+
+const reservationColumns = `token, sku, principal, quantity, status, coalesce(idempotency_hash, ''),
+	coalesce(request_hash, ''), expires_at, created_at, committed_at, ended_at`
+
+func scanReservation(row pgx.Row) (Reservation, error) {
+	var r Reservation
+	err := row.Scan(&r.Token, &r.SKU, &r.Principal, &r.Quantity, &r.Status, &r.IdempotencyHash,
+		&r.RequestHash, &r.ExpiresAt, &r.CreatedAt, &r.CommittedAt, &r.EndedAt)
+	return r, interpret(err)
+}
+
+// Reservation returns the ledger's copy of one reservation.
+func (l *Ledger) Reservation(ctx context.Context, token string) (Reservation, error) {
+	r, err := scanReservation(l.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE token = $1`, token))
+	if err != nil {
+		return Reservation{}, fmt.Errorf("reading reservation: %w", err)
+	}
+	return r, nil
+}
+
+// ReservationsByPrincipal lists a principal's reservations, newest first,
+// after the given (createdAt, token) keyset cursor when after is non-nil.
+// status "" means every status.
+func (l *Ledger) ReservationsByPrincipal(ctx context.Context, principal, status string, after *ReservationCursor, limit int) ([]Reservation, error) {
+	var afterAt *time.Time
+	afterToken := ""
+	if after != nil {
+		afterAt, afterToken = &after.CreatedAt, after.Token
+	}
+	rows, err := l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+		WHERE principal = $1 AND ($2 = '' OR status = $2)
+		  AND ($3::timestamptz IS NULL OR (created_at, token) < ($3, $4))
+		ORDER BY created_at DESC, token DESC LIMIT $5`, principal, status, afterAt, afterToken, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing reservations: %w", interpret(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) })
+	if err != nil {
+		return nil, fmt.Errorf("listing reservations: %w", err)
+	}
+	return out, nil
+}
+
+// ReservationCursor is the keyset position of a reservation in a listing.
+type ReservationCursor struct {
+	CreatedAt time.Time
+	Token     string
+}
+
+// Sale is one committed reservation.
+type Sale struct {
+	Token       string
+	SKU         string
+	Principal   string
+	Quantity    int
+	CommittedAt time.Time
+}
+
+// Sale returns the sale of a token.
+func (l *Ledger) Sale(ctx context.Context, token string) (Sale, error) {
+	var s Sale
+	err := l.pool.QueryRow(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE token = $1`, token).
+		Scan(&s.Token, &s.SKU, &s.Principal, &s.Quantity, &s.CommittedAt)
+	if err != nil {
+		return Sale{}, fmt.Errorf("reading sale: %w", interpret(err))
+	}
+	return s, nil
+}
+
+// RecordSale writes the sale of a reservation durably: the sale row, the
+// product's sold count, the reservation row and the movement, in one
+// transaction. It is idempotent on the token: a second call returns the first
+// sale and changes nothing. It returns ErrWouldOversell when sold would exceed
+// the total.
+func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
+	var sale Sale
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		sale = Sale{Token: r.Token, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity}
+		err := tx.QueryRow(ctx, `
+			INSERT INTO sales (token, sku, principal, quantity) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (token) DO NOTHING RETURNING committed_at`,
+			r.Token, r.SKU, r.Principal, r.Quantity).Scan(&sale.CommittedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Committed before: answer with the first sale.
+			return tx.QueryRow(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE token = $1`, r.Token).
+				Scan(&sale.Token, &sale.SKU, &sale.Principal, &sale.Quantity, &sale.CommittedAt)
+		}
+		if err != nil {
+			return interpret(err)
+		}
+		// Locks the product row: a rebuild of this SKU from Postgres (Snapshot)
+		// runs either wholly before or wholly after this sale.
+		tag, err := tx.Exec(ctx, `UPDATE products SET sold = sold + $2, updated_at = now()
+			WHERE sku = $1 AND sold + $2 <= total`, r.SKU, r.Quantity)
+		if err != nil {
+			return interpret(err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrWouldOversell
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
+				expires_at, created_at, committed_at)
+			VALUES ($1, $2, $3, $4, 'COMMITTED', nullif($5, ''), nullif($6, ''), $7, $8, $9)
+			ON CONFLICT (token) DO UPDATE SET status = 'COMMITTED', committed_at = $9, ended_at = NULL, updated_at = now()`,
+			r.Token, r.SKU, r.Principal, r.Quantity, r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt,
+			sale.CommittedAt); err != nil {
+			return interpret(err)
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
+			VALUES ($1, $2, 'commit', $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING`,
+			"commit:"+r.Token, r.SKU, r.Token, r.Principal, r.Quantity, sale.CommittedAt)
+		return interpret(err)
+	})
+	if err != nil {
+		return Sale{}, fmt.Errorf("recording sale %s: %w", r.Token, err)
+	}
+	return sale, nil
+}
+
+// Snapshot is what Postgres knows of one SKU, read under the product's row
+// lock: enough to rebuild the SKU in Redis.
+type Snapshot struct {
+	Product Product
+	// Held are reservations the ledger has as HELD, oldest first; some may be
+	// past their expiry.
+	Held []Reservation
+	// Committed are sales within the retention window, with their reservation data.
+	Committed []Reservation
+	// Bought is the number of units each principal has bought of the SKU.
+	Bought map[string]int
+}
+
+// WithSnapshot reads a SKU's snapshot under a row lock on the product and runs
+// fn while holding it, so no sale of that SKU can commit between the read and
+// whatever fn writes. It returns ErrNotFound for an unknown SKU.
+func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention time.Duration, fn func(Snapshot) error) error {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var s Snapshot
+		var err error
+		s.Product, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1 FOR UPDATE`, sku))
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+			WHERE sku = $1 AND status = 'HELD' ORDER BY created_at, token`, sku)
+		if err != nil {
+			return interpret(err)
+		}
+		if s.Held, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) }); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+			SELECT s.token, s.sku, s.principal, s.quantity, 'COMMITTED', coalesce(r.idempotency_hash, ''),
+				coalesce(r.request_hash, ''), coalesce(r.expires_at, s.committed_at), coalesce(r.created_at, s.committed_at),
+				s.committed_at, NULL::timestamptz
+			FROM sales s LEFT JOIN reservations r USING (token)
+			WHERE s.sku = $1 AND s.committed_at > now() - make_interval(secs => $2)
+			ORDER BY s.committed_at`, sku, retention.Seconds())
+		if err != nil {
+			return interpret(err)
+		}
+		if s.Committed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) }); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT principal, sum(quantity)::int FROM sales WHERE sku = $1 GROUP BY principal`, sku)
+		if err != nil {
+			return interpret(err)
+		}
+		s.Bought = map[string]int{}
+		var who string
+		var n int
+		if _, err := pgx.ForEachRow(rows, []any{&who, &n}, func() error { s.Bought[who] = n; return nil }); err != nil {
+			return interpret(err)
+		}
+		return fn(s)
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: %w", sku, err)
+	}
+	return nil
+}

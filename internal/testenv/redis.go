@@ -1,0 +1,306 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRedisURL is where tests look for Redis when REDIS_URL is unset.
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// RedisEnv is one test's slice of a Redis server: a client and a key prefix
+// nobody else uses.
+type RedisEnv struct {
+	Client redis.UniversalClient
+	Prefix string
+	// Cluster is true when Client talks to a Redis Cluster.
+	Cluster bool
+}
+
+// Redis returns a client on the shared Redis server and a key prefix unique to
+// this test. Keys under the prefix are deleted when the test ends; nothing else
+// on the server is touched.
+func Redis(t testing.TB) RedisEnv {
+	t.Helper()
+	raw := os.Getenv("REDIS_URL")
+	if raw == "" {
+		raw = DefaultRedisURL
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		t.Fatalf("testenv: REDIS_URL: %v", err)
+	}
+	opts.PoolSize = 64
+	client := redis.NewClient(opts)
+	env := RedisEnv{Client: client, Prefix: "t" + randomSuffix() + ":"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatalf("testenv: Redis is not reachable at %s (run `make services`): %v", raw, err)
+	}
+	t.Cleanup(func() {
+		deletePrefix(client, env.Prefix)
+		_ = client.Close()
+	})
+	return env
+}
+
+func deletePrefix(client redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	del := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var batch []string
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 500 {
+				c.Unlink(ctx, batch...)
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			c.Unlink(ctx, batch...)
+		}
+		return iter.Err()
+	}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			// Keys in a cluster must be deleted one slot at a time.
+			iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				node.Unlink(ctx, iter.Val())
+			}
+			return iter.Err()
+		})
+	case *redis.Client:
+		_ = del(ctx, c)
+	}
+}
+
+// Server is a redis-server process owned by a test: it may be killed,
+// restarted or flushed without disturbing anyone else.
+type Server struct {
+	Addr string
+	Port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// StartServer starts a private redis-server on a free loopback port. It is
+// stopped when the test ends.
+func StartServer(t testing.TB, extraArgs ...string) *Server {
+	t.Helper()
+	s, err := startServer(t.TempDir(), extraArgs...)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func startServer(dir string, extraArgs ...string) (*Server, error) {
+	port, err := freePort(extraArgs)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+	s.args = append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
+	}, extraArgs...)
+	return s, s.Start()
+}
+
+// Start (re)starts the process with its original arguments and waits until it
+// answers PING.
+func (s *Server) Start() error {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("redis-server is not installed (run `make services`): %w", err)
+	}
+	s.cmd = exec.Command(path, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("redis-server on %s did not answer: %v", s.Addr, err)
+}
+
+// Stop kills the process (SIGKILL: it keeps nothing on disk anyway).
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// freePort finds a loopback port that is free, and whose cluster bus port
+// (port+10000) is free too when the server will run in cluster mode.
+func freePort(args []string) (int, error) {
+	cluster := strings.Contains(strings.Join(args, " "), "--cluster-enabled yes")
+	for i := 0; i < 100; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !cluster {
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free loopback port found")
+}
+
+// Cluster is a three-master Redis Cluster made of test-owned processes.
+type Cluster struct {
+	Servers []*Server
+	Addrs   []string
+}
+
+var (
+	clusterOnce sync.Once
+	shared      *Cluster
+	clusterErr  error
+)
+
+// StartCluster starts three redis-server processes in cluster mode on free
+// loopback ports and joins them with `redis-cli --cluster create`.
+func StartCluster(dir string) (*Cluster, error) {
+	c := &Cluster{}
+	for i := 0; i < 3; i++ {
+		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", i))
+		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
+			return nil, err
+		}
+		s, err := startServer(nodeDir, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Servers = append(c.Servers, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	client := c.client()
+	defer client.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, addr := range c.Addrs {
+			n := redis.NewClient(&redis.Options{Addr: addr})
+			info, err := n.ClusterInfo(context.Background()).Result()
+			_ = n.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok = false
+			}
+		}
+		if ok && client.Ping(context.Background()).Err() == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			c.Stop()
+			return nil, fmt.Errorf("redis cluster on %v did not reach cluster_state:ok", c.Addrs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) client() *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, PoolSize: 64})
+}
+
+// Stop kills every node.
+func (c *Cluster) Stop() {
+	for _, s := range c.Servers {
+		s.Stop()
+	}
+}
+
+// RedisCluster returns a client on the binary's shared test cluster (started
+// on first use, stopped by Main) and a key prefix unique to this test.
+func RedisCluster(t testing.TB) RedisEnv {
+	t.Helper()
+	clusterOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "dropline-cluster-")
+		if err != nil {
+			clusterErr = err
+			return
+		}
+		shared, clusterErr = StartCluster(dir)
+	})
+	if clusterErr != nil {
+		t.Fatalf("testenv: starting Redis Cluster: %v", clusterErr)
+	}
+	client := shared.client()
+	env := RedisEnv{Client: client, Prefix: "t" + randomSuffix() + ":", Cluster: true}
+	t.Cleanup(func() {
+		deletePrefix(client, env.Prefix)
+		_ = client.Close()
+	})
+	return env
+}
+
+// Backends lists the Redis topologies every engine test runs against.
+var Backends = []string{"single", "cluster"}
+
+// RedisBackend returns RedisEnv for a name from Backends.
+func RedisBackend(t testing.TB, name string) RedisEnv {
+	t.Helper()
+	if name == "cluster" {
+		return RedisCluster(t)
+	}
+	return Redis(t)
+}
+
+// Main runs a package's tests and then stops what testenv started for the
+// whole binary (the shared cluster, the template database). Use it from
+// TestMain: `func TestMain(m *testing.M) { testenv.Main(m) }`.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.Stop()
+	}
+	DropTemplates()
+	os.Exit(code)
+}

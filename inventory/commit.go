@@ -1,0 +1,176 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// Commit turns a principal's hold into a sale. It is durable first: the hold
+// is moved out of reach of expiry (begin_commit.lua), the sale is written to
+// Postgres (idempotent on the token), and only then is Redis marked
+// (finish_commit.lua). A success is in Postgres before it is returned.
+//
+// Committing the same token again returns the same reservation with Replayed
+// set and writes nothing. Other outcomes: ErrExpired, ErrAlreadyCancelled,
+// ErrNotFound, ErrForbidden, *OutOfStockError (Postgres refused the sale
+// after Redis lost state), ErrUnavailable (Postgres unreachable: retry; the
+// hold is back to HELD with its original expiry).
+func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Reservation, err error) {
+	defer func() { e.metrics.outcome("commit", err) }()
+	partition, err := parseToken(token)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if err := checkPrincipal(p); err != nil {
+		return Reservation{}, err
+	}
+	base := e.keys.Base(partition)
+	for attempt := 0; ; attempt++ {
+		r, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(partition, token)},
+			base, token, p.ID, int64(e.cfg.Retention.Seconds()))
+		if err != nil {
+			return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
+		}
+		res := reply(r)
+		switch res.code() {
+		case "OK":
+			h := holdFromReply(res)
+			if h.Status == StatusCommitted {
+				return h, nil
+			}
+			return e.writeSale(ctx, base, token, h)
+		case "FORBIDDEN":
+			return Reservation{}, ErrForbidden
+		case "EXPIRED":
+			return Reservation{}, ErrExpired
+		case "ALREADY_CANCELLED":
+			return Reservation{}, ErrAlreadyCancelled
+		case "NOT_FOUND":
+			if attempt > 0 {
+				return Reservation{}, ErrNotFound
+			}
+			rebuilt, h, err := e.fromLedger(ctx, p, token)
+			if err != nil || !rebuilt {
+				return e.commitAnswerFromLedger(h, err)
+			}
+			continue // the SKU was rebuilt with this hold: try again
+		default:
+			return Reservation{}, fmt.Errorf("committing %s: unexpected script reply %q", token, res.code())
+		}
+	}
+}
+
+// writeSale is the durable middle of a commit and its ending in Redis.
+func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservation) (Reservation, error) {
+	wctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
+	sale, err := e.ledger.RecordSale(wctx, db.Reservation{
+		Token: token, SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
+		ExpiresAt: h.ExpiresAt, CreatedAt: h.CreatedAt,
+	})
+	cancel()
+	switch {
+	case err == nil:
+		return e.finishCommit(ctx, base, token, h, "COMMITTED", sale.CommittedAt)
+	case errors.Is(err, db.ErrWouldOversell):
+		e.log.Error().Str("token", token).Str("sku", h.SKU).Msg("Postgres refused a sale beyond the total; releasing the hold")
+		if _, ferr := e.finishCommit(ctx, base, token, h, "REFUSED", time.Time{}); ferr != nil {
+			return Reservation{}, ferr
+		}
+		return Reservation{}, &OutOfStockError{Available: 0}
+	case pgconn.SafeToRetry(err):
+		// Nothing reached Postgres: put the hold back as it was.
+		if _, ferr := e.finishCommit(ctx, base, token, h, "RESTORE", time.Time{}); ferr != nil {
+			e.log.Warn().Err(ferr).Str("token", token).Msg("could not restore hold after a failed commit; the reconciler will")
+		}
+		return Reservation{}, unavailable("committing "+token, err)
+	default:
+		// The sale may or may not have reached Postgres. The hold stays
+		// COMMITTING, out of reach of expiry: a retried commit or the commit
+		// reconciler asks Postgres and finishes it either way.
+		return Reservation{}, unavailable("committing "+token, err)
+	}
+}
+
+func (e *Engine) finishCommit(ctx context.Context, base, token string, h Reservation, outcome string, committedAt time.Time) (Reservation, error) {
+	partition, _ := parseToken(token)
+	r, err := e.run(ctx, lua.FinishCommit, []string{e.keys.Hold(partition, token)},
+		base, token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli())
+	if err != nil {
+		return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
+	}
+	res := reply(r)
+	switch res.code() {
+	case "OK":
+		out := holdFromReply(res)
+		out.Replayed = false
+		return out, nil
+	case "NEEDS_HYDRATION":
+		// Redis lost the SKU; Postgres has the sale, so a rebuild includes it.
+		if err := e.Rebuild(ctx, h.SKU); err != nil {
+			return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
+		}
+		h.Status = StatusCommitted
+		h.CommittedAt = &committedAt
+		return h, nil
+	case "NOT_FOUND":
+		return h, nil
+	}
+	return Reservation{}, fmt.Errorf("finishing commit of %s: unexpected script reply %q", token, res.code())
+}
+
+// fromLedger handles a token that Redis does not know. If Postgres has it as
+// HELD and the SKU is missing from Redis, the SKU is rebuilt (rebuilt = true)
+// and the caller tries again. Otherwise it returns the ledger's view for the
+// caller to answer from (ErrNotFound when Postgres has never seen it).
+func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (rebuilt bool, r Reservation, err error) {
+	row, err := e.ledger.Reservation(ctx, token)
+	if errors.Is(err, db.ErrNotFound) {
+		return false, Reservation{}, ErrNotFound
+	}
+	if err != nil {
+		return false, Reservation{}, unavailable("reading reservation", err)
+	}
+	r = holdFromLedger(row)
+	if r.Principal != p.ID && !p.Admin {
+		return false, r, ErrForbidden
+	}
+	if r.Status != StatusHeld {
+		return false, r, nil
+	}
+	n, err := e.rdb.Exists(ctx, e.keys.SKU(r.SKU)).Result()
+	if err != nil {
+		return false, r, unavailable("checking SKU", err)
+	}
+	if n == 1 {
+		// Redis has the SKU but not this hold: it was dropped when the SKU was
+		// rebuilt (past due, or it no longer fitted the stock).
+		r.Status = StatusExpired
+		return false, r, nil
+	}
+	if err := e.Rebuild(ctx, r.SKU); err != nil {
+		return false, r, err
+	}
+	return true, r, nil
+}
+
+func (e *Engine) commitAnswerFromLedger(r Reservation, err error) (Reservation, error) {
+	if err != nil {
+		return Reservation{}, err
+	}
+	switch r.Status {
+	case StatusCommitted:
+		r.Replayed = true
+		return r, nil
+	case StatusCancelled:
+		return Reservation{}, ErrAlreadyCancelled
+	default:
+		return Reservation{}, ErrExpired
+	}
+}

@@ -1,0 +1,240 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// Config tunes the engine. Zero values take the defaults named on each field.
+type Config struct {
+	// KeyPrefix starts every Redis key; default "dl:". It must not contain
+	// braces. Tests use their own prefix to share one Redis.
+	KeyPrefix string
+	// DefaultHold is how long a hold lasts when the caller does not say;
+	// default 10 minutes.
+	DefaultHold time.Duration
+	// MinHold and MaxHold bound what a caller may ask for; defaults 1 second
+	// and 1 hour. Holds must outlast the checkout's real latency.
+	MinHold time.Duration
+	MaxHold time.Duration
+	// MaxQuantity bounds the units one reserve may take; default 100.
+	MaxQuantity int
+	// IdempotencyTTL is how long a reserve's outcome is replayed for its
+	// idempotency key; default 24 hours.
+	IdempotencyTTL time.Duration
+	// Retention is how long a finished hold stays readable in Redis (Postgres
+	// keeps it for ever); default 24 hours.
+	Retention time.Duration
+	// CommitTimeout bounds the Postgres write of a commit; default 5 seconds.
+	CommitTimeout time.Duration
+	// Registerer receives the engine's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "dl:"
+	}
+	if c.DefaultHold == 0 {
+		c.DefaultHold = 10 * time.Minute
+	}
+	if c.MinHold == 0 {
+		c.MinHold = time.Second
+	}
+	if c.MaxHold == 0 {
+		c.MaxHold = time.Hour
+	}
+	if c.MaxQuantity == 0 {
+		c.MaxQuantity = 100
+	}
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = 24 * time.Hour
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.CommitTimeout == 0 {
+		c.CommitTimeout = 5 * time.Second
+	}
+}
+
+func (c *Config) validate() error {
+	if regexp.MustCompile(`[{}]`).MatchString(c.KeyPrefix) {
+		return fmt.Errorf("key prefix %q must not contain braces", c.KeyPrefix)
+	}
+	if c.MinHold < time.Second || c.MaxHold < c.MinHold || c.DefaultHold < c.MinHold || c.DefaultHold > c.MaxHold {
+		return fmt.Errorf("hold durations must satisfy 1s <= min (%s) <= default (%s) <= max (%s)", c.MinHold, c.DefaultHold, c.MaxHold)
+	}
+	if c.MaxQuantity < 1 {
+		return fmt.Errorf("max quantity must be at least 1")
+	}
+	return nil
+}
+
+// Principal is who is calling: the subject of a verified token.
+type Principal struct {
+	ID    string
+	Admin bool
+}
+
+// Engine is Dropline's inventory: the only code that changes stock and holds.
+// Redis holds the live state and runs every change as one Lua script;
+// Postgres is the durable ledger, written first for commits and products.
+type Engine struct {
+	cfg     Config
+	rdb     redis.UniversalClient
+	ledger  *db.Ledger
+	keys    Keys
+	scripts map[string]*redis.Script
+	log     zerolog.Logger
+	rebuild singleflight.Group
+	metrics *metrics
+}
+
+// NewEngine builds the engine and loads its scripts into Redis (every node of a
+// cluster). Scripts are run by SHA afterwards and reloaded on NOSCRIPT.
+func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool *pgxpool.Pool, log zerolog.Logger) (*Engine, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("inventory config: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool), keys: NewKeys(cfg.KeyPrefix),
+		scripts: map[string]*redis.Script{}, log: log, metrics: newMetrics(cfg.Registerer),
+	}
+	for _, name := range lua.All {
+		src, err := lua.Source(name)
+		if err != nil {
+			return nil, err
+		}
+		e.scripts[name] = redis.NewScript(src)
+	}
+	if err := e.LoadScripts(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// LoadScripts loads every script into Redis. Running by SHA recovers from a
+// SCRIPT FLUSH on its own; this exists for start-up and readiness.
+func (e *Engine) LoadScripts(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for name, s := range e.scripts {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return fmt.Errorf("loading script %s: %w", name, err)
+			}
+		}
+		return nil
+	}
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, e.rdb)
+}
+
+// Ping reports whether Redis answers and the scripts are loaded, for readiness.
+func (e *Engine) Ping(ctx context.Context) error {
+	s := e.scripts[lua.Reserve]
+	check := func(ctx context.Context, c redis.Scripter) error {
+		ok, err := c.ScriptExists(ctx, s.Hash()).Result()
+		if err != nil {
+			return err
+		}
+		if len(ok) == 0 || !ok[0] {
+			return s.Load(ctx, c).Err()
+		}
+		return nil
+	}
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	}
+	return check(ctx, e.rdb)
+}
+
+// Keys exposes the key layout to the worker group and to tests.
+func (e *Engine) Keys() Keys { return e.keys }
+
+// Ledger exposes the Postgres ledger to the worker group.
+func (e *Engine) Ledger() *db.Ledger { return e.ledger }
+
+// Config returns the engine's settings with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// run executes a script by SHA (EVAL on NOSCRIPT) and returns its reply as a
+// list. A Redis error is never a business outcome: it is reported as
+// ErrUnavailable with its cause.
+func (e *Engine) run(ctx context.Context, name string, keys []string, args ...any) ([]any, error) {
+	res, err := e.scripts[name].Run(ctx, e.rdb, keys, args...).Slice()
+	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		return nil, unavailable("running "+name, err)
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("script %s returned nothing", name)
+	}
+	return res, nil
+}
+
+// reply is a parsed script reply: a code and positional values.
+type reply []any
+
+func (r reply) code() string { return r.str(0) }
+
+func (r reply) str(i int) string {
+	if i >= len(r) {
+		return ""
+	}
+	switch v := r[i].(type) {
+	case string:
+		return v
+	case int64:
+		return fmt.Sprint(v)
+	}
+	return ""
+}
+
+func (r reply) int(i int) int64 {
+	if i >= len(r) {
+		return 0
+	}
+	switch v := r[i].(type) {
+	case int64:
+		return v
+	case string:
+		var n int64
+		_, _ = fmt.Sscan(v, &n)
+		return n
+	}
+	return 0
+}
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+func msTimePtr(ms int64) *time.Time {
+	if ms == 0 {
+		return nil
+	}
+	t := msTime(ms)
+	return &t
+}
+
+func timeMs(t *time.Time) int64 {
+	if t == nil || t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

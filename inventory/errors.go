@@ -1,0 +1,134 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Business outcomes. Callers test them with errors.Is; the typed errors below
+// carry the details a client needs (how many are left, what the limit is).
+var (
+	ErrOutOfStock           = errors.New("not enough stock")
+	ErrQuotaExceeded        = errors.New("per-customer limit reached")
+	ErrSaleNotActive        = errors.New("the sale is not open")
+	ErrInvalidInput         = errors.New("invalid input")
+	ErrIdempotencyKeyReused = errors.New("idempotency key already used for a different request")
+	ErrNotFound             = errors.New("not found")
+	ErrExpired              = errors.New("the reservation has expired")
+	ErrAlreadyCancelled     = errors.New("the reservation was cancelled")
+	ErrAlreadyCommitted     = errors.New("the reservation is already committed")
+	ErrForbidden            = errors.New("the reservation belongs to someone else")
+	// ErrUnavailable means a store could not be reached; the call may be retried.
+	ErrUnavailable = errors.New("temporarily unavailable, retry")
+)
+
+// OutOfStockError says how many units were left when a reserve asked for more.
+type OutOfStockError struct {
+	Available int
+}
+
+func (e *OutOfStockError) Error() string {
+	return fmt.Sprintf("not enough stock: %d available", e.Available)
+}
+
+// Is makes errors.Is(err, ErrOutOfStock) true.
+func (e *OutOfStockError) Is(target error) bool { return target == ErrOutOfStock }
+
+// QuotaExceededError says what the per-principal limit is and how many units
+// the principal already holds or bought.
+type QuotaExceededError struct {
+	Limit int
+	Held  int
+}
+
+func (e *QuotaExceededError) Error() string {
+	return fmt.Sprintf("per-customer limit is %d and %d are already held or bought", e.Limit, e.Held)
+}
+
+// Is makes errors.Is(err, ErrQuotaExceeded) true.
+func (e *QuotaExceededError) Is(target error) bool { return target == ErrQuotaExceeded }
+
+// SaleNotActiveError gives the sale window; a nil bound is open.
+type SaleNotActiveError struct {
+	StartsAt *time.Time
+	EndsAt   *time.Time
+}
+
+func (e *SaleNotActiveError) Error() string {
+	switch {
+	case e.StartsAt != nil && e.EndsAt != nil:
+		return fmt.Sprintf("the sale runs from %s to %s", e.StartsAt.Format(time.RFC3339), e.EndsAt.Format(time.RFC3339))
+	case e.StartsAt != nil:
+		return "the sale starts at " + e.StartsAt.Format(time.RFC3339)
+	case e.EndsAt != nil:
+		return "the sale ended at " + e.EndsAt.Format(time.RFC3339)
+	}
+	return ErrSaleNotActive.Error()
+}
+
+// Is makes errors.Is(err, ErrSaleNotActive) true.
+func (e *SaleNotActiveError) Is(target error) bool { return target == ErrSaleNotActive }
+
+// InvalidInputError names the offending input field and why it was refused.
+type InvalidInputError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidInputError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason) }
+
+// Is makes errors.Is(err, ErrInvalidInput) true.
+func (e *InvalidInputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// unavailable wraps a store failure so that errors.Is(err, ErrUnavailable)
+// holds while the cause stays visible to the operator's log.
+func unavailable(op string, cause error) error {
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, cause)
+}
+
+// Code is the stable name of a business outcome, as the API reports it.
+type Code string
+
+// The codes of every business outcome.
+const (
+	CodeOutOfStock           Code = "OUT_OF_STOCK"
+	CodeQuotaExceeded        Code = "QUOTA_EXCEEDED"
+	CodeSaleNotActive        Code = "SALE_NOT_ACTIVE"
+	CodeExpired              Code = "EXPIRED"
+	CodeAlreadyCancelled     Code = "ALREADY_CANCELLED"
+	CodeAlreadyCommitted     Code = "ALREADY_COMMITTED"
+	CodeIdempotencyKeyReused Code = "IDEMPOTENCY_KEY_REUSED"
+	CodeNotFound             Code = "NOT_FOUND"
+	CodeInvalidInput         Code = "INVALID_INPUT"
+	CodeForbidden            Code = "FORBIDDEN"
+	CodeUnavailable          Code = "UNAVAILABLE"
+)
+
+var codes = []struct {
+	err  error
+	code Code
+}{
+	{ErrOutOfStock, CodeOutOfStock},
+	{ErrQuotaExceeded, CodeQuotaExceeded},
+	{ErrSaleNotActive, CodeSaleNotActive},
+	{ErrExpired, CodeExpired},
+	{ErrAlreadyCancelled, CodeAlreadyCancelled},
+	{ErrAlreadyCommitted, CodeAlreadyCommitted},
+	{ErrIdempotencyKeyReused, CodeIdempotencyKeyReused},
+	{ErrNotFound, CodeNotFound},
+	{ErrInvalidInput, CodeInvalidInput},
+	{ErrForbidden, CodeForbidden},
+	{ErrUnavailable, CodeUnavailable},
+}
+
+// CodeOf returns the business code of err, or "" when err is not a business
+// outcome (a bug or an unexpected failure, which the API reports as internal).
+func CodeOf(err error) Code {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return ""
+}

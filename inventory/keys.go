@@ -1,0 +1,87 @@
+package inventory
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+)
+
+// Partitions is the number of hash-tag partitions the keyspace is cut into. A
+// SKU lives in one partition for its whole life, so this number is fixed for a
+// deployment: changing it would move SKUs away from their holds and streams.
+const Partitions = 16
+
+// Keys builds every Redis key Dropline uses. Each key carries its partition's
+// hash tag, e.g. "dl:{p07}:sku:DROP-1", so all keys one script touches hash to
+// one Redis Cluster slot.
+type Keys struct {
+	prefix string
+}
+
+// NewKeys returns the key builder for a prefix such as "dl:". The prefix must
+// not contain braces: the first {...} in a key is its hash tag.
+func NewKeys(prefix string) Keys {
+	return Keys{prefix: prefix}
+}
+
+// PartitionOf returns the partition of a SKU.
+func PartitionOf(sku string) int {
+	return int(crc32.ChecksumIEEE([]byte(sku)) % Partitions)
+}
+
+// Base is the common start of every key of partition p: prefix + "{pNN}:".
+// Scripts receive it to derive the keys of a hold they have just read.
+func (k Keys) Base(p int) string {
+	return fmt.Sprintf("%s{p%02d}:", k.prefix, p)
+}
+
+// SKU is the stock hash of a SKU.
+func (k Keys) SKU(sku string) string { return k.Base(PartitionOf(sku)) + "sku:" + sku }
+
+// Hold is the hash of one hold; the token names its partition.
+func (k Keys) Hold(p int, token string) string { return k.Base(p) + "hold:" + token }
+
+// User counts the units a principal holds or bought of a SKU (the quota).
+func (k Keys) User(sku, principal string) string {
+	return k.Base(PartitionOf(sku)) + "user:" + sku + ":" + principal
+}
+
+// Idempotency is the record of a reserve's first outcome, in the SKU's partition.
+func (k Keys) Idempotency(sku, idemHash string) string {
+	return k.Base(PartitionOf(sku)) + "idem:" + idemHash
+}
+
+// IdempotencyClaim pins an idempotency key to the SKU it was first used with,
+// so reusing it for another SKU (another partition) is detected. It lives in
+// the partition of the key's own hash.
+func (k Keys) IdempotencyClaim(idemHash string) string {
+	return k.Base(int(crc32.ChecksumIEEE([]byte(idemHash))%Partitions)) + "idemclaim:" + idemHash
+}
+
+// Expiry is the partition's sorted set of HELD tokens by expiry (ms).
+func (k Keys) Expiry(p int) string { return k.Base(p) + "expiry" }
+
+// Committing is the partition's sorted set of COMMITTING tokens by start (ms),
+// which the commit reconciler walks after a crash.
+func (k Keys) Committing(p int) string { return k.Base(p) + "committing" }
+
+// Outbox is the partition's event stream, read by the write-behind worker.
+func (k Keys) Outbox(p int) string { return k.Base(p) + "outbox" }
+
+// Channel is the sharded pub/sub channel announcing a SKU's stock.
+func (k Keys) Channel(sku string) string { return k.Base(PartitionOf(sku)) + "avail:" + sku }
+
+// idempotencyHash scopes a client's idempotency key to its principal; the
+// hash keeps arbitrary client strings out of key names.
+func idempotencyHash(principal, key string) string {
+	sum := sha256.Sum256([]byte(principal + "\x00" + key))
+	return hex.EncodeToString(sum[:16])
+}
+
+// requestHash fingerprints what a reserve asked for, to tell a replay from a
+// different request that reuses the key.
+func requestHash(sku string, quantity int, holdMillis int64) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", sku, quantity, holdMillis))
+	return hex.EncodeToString(sum[:16])
+}

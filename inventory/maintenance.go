@@ -1,0 +1,146 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// The engine's maintenance steps, run by the worker group: expiring due holds,
+// finishing commits a crash left half-done, and decoding the outbox.
+
+// Expired describes one hold released by expiry.
+type Expired struct {
+	Token string
+	SKU   string
+	// Delay is how long after its expiresAt the units became available again.
+	Delay time.Duration
+}
+
+// ExpireDue releases up to limit due holds of one partition, each through the
+// same idempotent script as Cancel, and reports what it released. A hold
+// already released, committed or not yet due is left alone.
+func (e *Engine) ExpireDue(ctx context.Context, partition, limit int) ([]Expired, error) {
+	r, err := e.run(ctx, lua.DueHolds, []string{e.keys.Expiry(partition)}, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing due holds: %w", err)
+	}
+	if len(r) <= 1 {
+		return nil, nil
+	}
+	tokens := make([]string, 0, len(r)-1)
+	for _, t := range r[1:] {
+		if s, ok := t.(string); ok {
+			tokens = append(tokens, s)
+		}
+	}
+	// One round trip for the whole batch; each release is its own script.
+	cmds := make([]*redis.Cmd, len(tokens))
+	script := e.scripts[lua.ReleaseHold]
+	retention := int64(e.cfg.Retention.Seconds())
+	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, tok := range tokens {
+			cmds[i] = script.EvalSha(ctx, p, []string{e.keys.Hold(partition, tok)},
+				e.keys.Base(partition), tok, "", "0", "EXPIRED", retention)
+		}
+		return nil
+	})
+	if err != nil && isNoScript(err) {
+		if lerr := e.LoadScripts(ctx); lerr != nil {
+			return nil, lerr
+		}
+		return e.ExpireDue(ctx, partition, limit)
+	}
+	var out []Expired
+	for i, c := range cmds {
+		vals, err := c.Slice()
+		if err != nil {
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			return out, unavailable("expiring holds", err)
+		}
+		res := reply(vals)
+		if res.code() != "OK" || res.int(10) == 1 {
+			continue // not due, committed, gone, or released by someone else first
+		}
+		h := holdFromReply(res)
+		out = append(out, Expired{Token: tokens[i], SKU: h.SKU, Delay: h.EndedAt.Sub(h.ExpiresAt)})
+	}
+	return out, nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && len(err.Error()) >= 8 && err.Error()[:8] == "NOSCRIPT"
+}
+
+// ReconcileCommits finishes the commits of one partition that have been
+// COMMITTING for longer than olderThan (a server crashed between its Postgres
+// write and its Redis update, or the write's outcome was unknown). It asks
+// Postgres whether the sale exists: if so the hold becomes COMMITTED,
+// otherwise it goes back to HELD with its original expiry. olderThan must
+// exceed any commit's Postgres timeout, so a write still in flight is never
+// judged. It returns how many commits it settled.
+func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan time.Duration, limit int) (int, error) {
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, unavailable("reading Redis time", err)
+	}
+	cutoff := now.Add(-olderThan).UnixMilli()
+	tokens, err := e.rdb.ZRangeByScore(ctx, e.keys.Committing(partition), &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(cutoff, 10), Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return 0, unavailable("listing stuck commits", err)
+	}
+	settled := 0
+	base := e.keys.Base(partition)
+	for _, tok := range tokens {
+		h, err := e.rdb.HGetAll(ctx, e.keys.Hold(partition, tok)).Result()
+		if err != nil {
+			return settled, unavailable("reading hold", err)
+		}
+		if len(h) == 0 {
+			e.rdb.ZRem(ctx, e.keys.Committing(partition), tok)
+			continue
+		}
+		hold := holdFromHash(tok, h)
+		sale, err := e.ledger.Sale(ctx, tok)
+		switch {
+		case err == nil:
+			_, err = e.finishCommit(ctx, base, tok, hold, "COMMITTED", sale.CommittedAt)
+		case errors.Is(err, db.ErrNotFound):
+			_, err = e.finishCommit(ctx, base, tok, hold, "RESTORE", time.Time{})
+		default:
+			return settled, unavailable("checking sale", err)
+		}
+		if err != nil {
+			return settled, err
+		}
+		settled++
+		e.log.Info().Str("token", tok).Str("sku", hold.SKU).Msg("reconciled a half-done commit")
+	}
+	return settled, nil
+}
+
+// ParseEvent decodes one outbox stream entry into a ledger event.
+func ParseEvent(m redis.XMessage) (db.Event, error) {
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
+	ev := db.Event{
+		ID: str("id"), Kind: str("type"), Token: str("tok"), SKU: str("sku"), Principal: str("who"),
+		Quantity: int(num("qty")), ExpiresAt: msTime(num("exp")), CreatedAt: msTime(num("ctd")),
+		At: msTime(num("at")), IdempotencyHash: str("idem"), RequestHash: str("fp"),
+	}
+	if ev.ID == "" || ev.Token == "" || ev.SKU == "" || ev.Quantity <= 0 {
+		return db.Event{}, fmt.Errorf("outbox entry %s is malformed", m.ID)
+	}
+	return ev, nil
+}

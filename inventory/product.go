@@ -1,0 +1,248 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// Money is an amount in minor units (cents) of an ISO 4217 currency.
+type Money struct {
+	Amount   int64
+	Currency string
+}
+
+// Product is a catalogue entry. Its stock lives in Stock.
+type Product struct {
+	SKU          string
+	Name         string
+	Price        Money
+	MaxPerUser   int // 0: no limit
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+	Version      int64
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// ProductInput creates a product.
+type ProductInput struct {
+	SKU          string
+	Name         string
+	Price        Money
+	Stock        int
+	MaxPerUser   int // 0: no limit
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+}
+
+// ProductUpdate changes a product; nil fields stay as they are. A pointer to 0
+// for MaxPerUser removes the limit; a pointer to the zero time clears a bound.
+type ProductUpdate struct {
+	Name         *string
+	Price        *Money
+	MaxPerUser   *int
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+}
+
+var currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
+
+// maxStock bounds stock and restocks so counters never approach overflow.
+const maxStock = 1_000_000_000
+
+func productFrom(p db.Product) Product {
+	return Product{
+		SKU: p.SKU, Name: p.Name, Price: Money{Amount: p.PriceAmount, Currency: p.PriceCurrency},
+		MaxPerUser: p.MaxPerUser, SaleStartsAt: utcPtr(p.SaleStartsAt), SaleEndsAt: utcPtr(p.SaleEndsAt),
+		Version: p.Version, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+	}
+}
+
+func checkName(name string) error {
+	if n := utf8.RuneCountInString(name); !utf8.ValidString(name) || n < 1 || n > 200 {
+		return &InvalidInputError{Field: "name", Reason: "must be 1-200 characters of valid UTF-8"}
+	}
+	return nil
+}
+
+func checkPrice(m Money) error {
+	if m.Amount < 0 {
+		return &InvalidInputError{Field: "price.amount", Reason: "must not be negative"}
+	}
+	if !currencyPattern.MatchString(m.Currency) {
+		return &InvalidInputError{Field: "price.currency", Reason: "must be a three-letter ISO 4217 code"}
+	}
+	return nil
+}
+
+func checkWindow(start, end *time.Time) error {
+	if start != nil && end != nil && !start.IsZero() && !end.IsZero() && !end.After(*start) {
+		return &InvalidInputError{Field: "saleEndsAt", Reason: "must be after saleStartsAt"}
+	}
+	return nil
+}
+
+func requireAdmin(p Principal) error {
+	if !p.Admin {
+		return ErrForbidden
+	}
+	return nil
+}
+
+// CreateProduct adds a product with its initial stock. Postgres first, then
+// Redis is built from Postgres. Admins only.
+func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput) (Product, error) {
+	if err := requireAdmin(p); err != nil {
+		return Product{}, err
+	}
+	if !ValidSKU(in.SKU) {
+		return Product{}, &InvalidInputError{Field: "sku", Reason: "must be 1-64 characters of A-Z a-z 0-9 . _ -"}
+	}
+	if err := errors.Join(checkName(in.Name), checkPrice(in.Price), checkWindow(in.SaleStartsAt, in.SaleEndsAt)); err != nil {
+		return Product{}, firstInvalid(err)
+	}
+	if in.Stock < 0 || in.Stock > maxStock {
+		return Product{}, &InvalidInputError{Field: "stock", Reason: fmt.Sprintf("must be between 0 and %d", maxStock)}
+	}
+	if in.MaxPerUser < 0 {
+		return Product{}, &InvalidInputError{Field: "maxPerUser", Reason: "must be positive"}
+	}
+	row, err := e.ledger.CreateProduct(ctx, db.Product{
+		SKU: in.SKU, Name: in.Name, PriceAmount: in.Price.Amount, PriceCurrency: in.Price.Currency,
+		Total: in.Stock, MaxPerUser: in.MaxPerUser, SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt,
+	})
+	if errors.Is(err, db.ErrExists) {
+		return Product{}, &InvalidInputError{Field: "sku", Reason: "a product with this SKU exists"}
+	}
+	if err != nil {
+		return Product{}, ledgerError("creating product", err)
+	}
+	if err := e.Rebuild(ctx, in.SKU); err != nil {
+		// Postgres has the product; the next read rebuilds it in Redis.
+		e.log.Warn().Err(err).Str("sku", in.SKU).Msg("product created in Postgres, Redis not yet loaded")
+	}
+	return productFrom(row), nil
+}
+
+// UpdateProduct changes a product's name, price, limit or sale window.
+// Postgres first, then Redis under the product's version. Admins only.
+func (e *Engine) UpdateProduct(ctx context.Context, p Principal, sku string, u ProductUpdate) (Product, error) {
+	if err := requireAdmin(p); err != nil {
+		return Product{}, err
+	}
+	if !ValidSKU(sku) {
+		return Product{}, ErrNotFound
+	}
+	var checks []error
+	if u.Name != nil {
+		checks = append(checks, checkName(*u.Name))
+	}
+	if u.Price != nil {
+		checks = append(checks, checkPrice(*u.Price))
+	}
+	if u.MaxPerUser != nil && *u.MaxPerUser < 0 {
+		checks = append(checks, &InvalidInputError{Field: "maxPerUser", Reason: "must be positive"})
+	}
+	checks = append(checks, checkWindow(u.SaleStartsAt, u.SaleEndsAt))
+	if err := errors.Join(checks...); err != nil {
+		return Product{}, firstInvalid(err)
+	}
+	upd := db.ProductUpdate{Name: u.Name, MaxPerUser: u.MaxPerUser, SaleStartsAt: u.SaleStartsAt, SaleEndsAt: u.SaleEndsAt}
+	if u.Price != nil {
+		upd.PriceAmount, upd.PriceCurrency = &u.Price.Amount, &u.Price.Currency
+	}
+	row, err := e.ledger.UpdateProduct(ctx, sku, upd)
+	if err != nil {
+		return Product{}, ledgerError("updating product", err)
+	}
+	return productFrom(row), e.applyProduct(ctx, row)
+}
+
+// Restock adds units to a product's total. Postgres first (idempotent on
+// eventID when the caller gives one), then Redis under the version guard.
+// Admins only.
+func (e *Engine) Restock(ctx context.Context, p Principal, sku string, quantity int, eventID string) (Product, error) {
+	if err := requireAdmin(p); err != nil {
+		return Product{}, err
+	}
+	if !ValidSKU(sku) {
+		return Product{}, ErrNotFound
+	}
+	if quantity < 1 || quantity > maxStock {
+		return Product{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", maxStock)}
+	}
+	if eventID == "" {
+		eventID = newToken(0)[4:]
+	}
+	row, err := e.ledger.Restock(ctx, sku, quantity, "restock:"+eventID)
+	if err != nil {
+		return Product{}, ledgerError("restocking", err)
+	}
+	return productFrom(row), e.applyProduct(ctx, row)
+}
+
+// Product returns a catalogue entry from Postgres.
+func (e *Engine) Product(ctx context.Context, sku string) (Product, error) {
+	if !ValidSKU(sku) {
+		return Product{}, ErrNotFound
+	}
+	row, err := e.ledger.Product(ctx, sku)
+	if err != nil {
+		return Product{}, ledgerError("reading product", err)
+	}
+	return productFrom(row), nil
+}
+
+// Products lists the catalogue by SKU, after the given SKU.
+func (e *Engine) Products(ctx context.Context, afterSKU string, limit int) ([]Product, error) {
+	rows, err := e.ledger.Products(ctx, afterSKU, limit)
+	if err != nil {
+		return nil, ledgerError("listing products", err)
+	}
+	out := make([]Product, len(rows))
+	for i, r := range rows {
+		out[i] = productFrom(r)
+	}
+	return out, nil
+}
+
+// applyProduct brings Redis up to the Postgres version of a product.
+func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
+	partition := PartitionOf(row.SKU)
+	r, err := e.run(ctx, lua.ApplyProduct, []string{e.keys.SKU(row.SKU)},
+		e.keys.Base(partition), row.SKU, row.Version, row.Total, row.MaxPerUser,
+		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt))
+	if err != nil {
+		return fmt.Errorf("applying product %s: %w", row.SKU, err)
+	}
+	if reply(r).code() == "NEEDS_HYDRATION" {
+		return e.Rebuild(ctx, row.SKU)
+	}
+	return nil // OK, or STALE: a newer version is already there
+}
+
+// ledgerError maps ledger errors to business outcomes.
+func ledgerError(op string, err error) error {
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return ErrNotFound
+	case errors.Is(err, db.ErrInvalid):
+		return &InvalidInputError{Field: "input", Reason: err.Error()}
+	}
+	return unavailable(op, err)
+}
+
+func firstInvalid(err error) error {
+	var inv *InvalidInputError
+	if errors.As(err, &inv) {
+		return inv
+	}
+	return err
+}

@@ -1,0 +1,48 @@
+-- begin_commit.lua: first step of a commit. Takes a HELD hold out of reach of
+-- expiry by moving it to COMMITTING, so the sale can be written to Postgres
+-- while no sweeper can release its units.
+--
+-- KEYS[1]  {p}hold:<token>
+-- ARGV[1]  partition base   ARGV[2] token   ARGV[3] principal   ARGV[4] retention seconds
+--
+-- Returns hold_reply(code, ...) with code:
+--   OK                 the hold is COMMITTING (go on and write the sale) or already COMMITTED
+--   FORBIDDEN          another principal's hold; nothing changes
+--   EXPIRED            past its expiry: released here (exactly once) if the sweeper had not yet
+--   ALREADY_CANCELLED  cancelled before
+-- or {'NOT_FOUND'} when Redis has no such hold (the caller asks Postgres).
+--
+-- Why one script: reading the status and changing it must be one step, or the
+-- sweeper could release the units between the two and they would be both
+-- released and sold. A COMMITTING hold is reported as OK again, so concurrent or
+-- retried commits all go on to the idempotent Postgres write.
+
+local base, token, who = ARGV[1], ARGV[2], ARGV[3]
+local h = hash_get(KEYS[1])
+if not h then
+  return { 'NOT_FOUND' }
+end
+if h['who'] ~= who then
+  return hold_reply('FORBIDDEN', token, h, 0)
+end
+local st = h['st']
+if st == 'COMMITTED' or st == 'COMMITTING' then
+  return hold_reply('OK', token, h, st == 'COMMITTED' and 1 or 0)
+end
+if st == 'CANCELLED' then
+  return hold_reply('ALREADY_CANCELLED', token, h, 1)
+end
+if st == 'EXPIRED' then
+  return hold_reply('EXPIRED', token, h, 1)
+end
+
+local now = now_ms()
+if now >= tonumber(h['exp']) then
+  release(base, token, h, 'EXPIRED', now, tonumber(ARGV[4]))
+  return hold_reply('EXPIRED', token, h, 0)
+end
+redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', now)
+redis.call('ZREM', base .. 'expiry', token)
+redis.call('ZADD', base .. 'committing', now, token)
+h['st'] = 'COMMITTING'
+return hold_reply('OK', token, h, 0)

@@ -1,0 +1,84 @@
+-- finish_commit.lua: last step of a commit, after Postgres has the sale (or has
+-- refused it). Marks the hold COMMITTED and moves its units from held to sold,
+-- or puts it back.
+--
+-- KEYS[1]  {p}hold:<token>
+-- ARGV[1]  partition base   ARGV[2] token   ARGV[3] outcome   ARGV[4] retention seconds
+-- ARGV[5]  sku   ARGV[6] principal   ARGV[7] quantity   ARGV[8] committed_ms (from Postgres)
+--
+-- outcome is one of:
+--   COMMITTED  Postgres has the sale: make Redis agree, whatever state the hold is in.
+--   RESTORE    Postgres could not be reached: COMMITTING goes back to HELD with its
+--              original expiry (the sweeper expires it at once if that has passed).
+--   REFUSED    Postgres refused the sale (it would exceed the total): release the units.
+--
+-- Returns hold_reply('OK', ...), or {'NEEDS_HYDRATION'} when the SKU itself is
+-- gone from Redis (rebuilding from Postgres then includes this sale).
+--
+-- Why one script: the status change and the counter moves must land together,
+-- or a crash between them would leave units counted twice or not at all.
+
+local base, token, outcome = ARGV[1], ARGV[2], ARGV[3]
+local retention = tonumber(ARGV[4])
+local sku, who, qty = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local sku_key = base .. 'sku:' .. sku
+local now = now_ms()
+
+local h = hash_get(KEYS[1])
+if not h then
+  if redis.call('EXISTS', sku_key) == 0 then
+    return { 'NEEDS_HYDRATION' }
+  end
+  if outcome ~= 'COMMITTED' then
+    return { 'NOT_FOUND' }
+  end
+  -- The SKU was rebuilt from Postgres before this sale reached it, and the
+  -- rebuild did not know the hold. Record the sale now.
+  h = { sku = sku, who = who, qty = tostring(qty), st = 'HELD_LOST', exp = '0', ctd = tostring(now) }
+end
+
+local st = h['st']
+if outcome == 'COMMITTED' then
+  if st == 'COMMITTED' then
+    return hold_reply('OK', token, h, 1)
+  end
+  local d_avail, d_held = 0, -qty
+  if st == 'CANCELLED' or st == 'EXPIRED' or st == 'HELD_LOST' then
+    -- The units were already back in stock (or never counted as held): take
+    -- them again. Postgres has accepted the sale, so it is within the total.
+    d_avail, d_held = -qty, 0
+    local avail = tonumber(redis.call('HGET', sku_key, 'avail') or '0')
+    if avail < qty then
+      d_avail = -avail
+    end
+    -- A released or unknown hold is not on the principal's count: count it.
+    redis.call('INCRBY', base .. 'user:' .. sku .. ':' .. who, qty)
+  end
+  h['st'] = 'COMMITTED'
+  h['cmt'] = ARGV[8]
+  redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', tostring(qty), 'st', 'COMMITTED',
+    'cmt', ARGV[8], 'exp', h['exp'], 'ctd', h['ctd'])
+  redis.call('EXPIRE', KEYS[1], retention)
+  redis.call('ZREM', base .. 'expiry', token)
+  redis.call('ZREM', base .. 'committing', token)
+  bump_stock(base, sku, d_avail, d_held, qty, now)
+  emit(base, 'commit', token, h, now)
+  announce(base, sku)
+  return hold_reply('OK', token, h, 0)
+end
+
+if st ~= 'COMMITTING' then
+  -- Someone else finished or released it meanwhile; nothing to undo.
+  return hold_reply('OK', token, h, 1)
+end
+if outcome == 'RESTORE' then
+  redis.call('HSET', KEYS[1], 'st', 'HELD')
+  redis.call('HDEL', KEYS[1], 'cst')
+  redis.call('ZREM', base .. 'committing', token)
+  redis.call('ZADD', base .. 'expiry', h['exp'], token)
+  h['st'] = 'HELD'
+  return hold_reply('OK', token, h, 0)
+end
+-- REFUSED
+release(base, token, h, 'CANCELLED', now, retention)
+return hold_reply('OK', token, h, 0)

@@ -1,0 +1,69 @@
+-- hydrate_sku.lua: rebuild one SKU in Redis from a Postgres snapshot, after
+-- Redis lost it (restart, flush, failover) or never had it (a new product).
+--
+-- KEYS[1]  {p}sku:<sku>
+-- ARGV[1]  partition base   ARGV[2] sku   ARGV[3] total   ARGV[4] sold
+-- ARGV[5]  max per user (0 = none)   ARGV[6] sale start ms (0 = none)   ARGV[7] sale end ms (0 = none)
+-- ARGV[8]  product version   ARGV[9] retention seconds   ARGV[10] idempotency TTL seconds
+-- ARGV[11] held   ARGV[12] available
+-- ARGV[13] number of holds H, then H groups of 10:
+--          token, principal, quantity, status, expires_ms, created_ms, committed_ms, ended_ms,
+--          idempotency hash, request fingerprint
+-- then     number of principals U, then U pairs: principal, units held or bought
+--
+-- Holds passed as EXPIRED are ones Postgres still had as HELD that are past due
+-- or no longer fit; the script records them as released and emits their event.
+--
+-- Returns {'OK'} after writing, or {'EXISTS'} when the SKU is already present
+-- (another caller rebuilt it first; nothing is written).
+--
+-- Why one script: a reader must see either no SKU (and rebuild) or all of it,
+-- never counters without their holds. The caller holds the Postgres row lock
+-- of the product while this runs, so no commit can slip between the snapshot
+-- and this write.
+
+local base, sku = ARGV[1], ARGV[2]
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return { 'EXISTS' }
+end
+local now = now_ms()
+local retention, idem_ttl = tonumber(ARGV[9]), tonumber(ARGV[10])
+
+local i = 14
+for _ = 1, tonumber(ARGV[13]) do
+  local token, st, exp = ARGV[i], ARGV[i + 3], ARGV[i + 4]
+  local key = base .. 'hold:' .. token
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'sku', sku, 'who', ARGV[i + 1], 'qty', ARGV[i + 2], 'st', st,
+    'exp', exp, 'ctd', ARGV[i + 5], 'cmt', ARGV[i + 6], 'end', ARGV[i + 7],
+    'idem', ARGV[i + 8], 'fp', ARGV[i + 9])
+  if st == 'HELD' then
+    redis.call('ZADD', base .. 'expiry', exp, token)
+  else
+    redis.call('EXPIRE', key, retention)
+  end
+  if st == 'EXPIRED' then
+    -- Postgres still had this hold as HELD, but it is past its expiry or no
+    -- longer fits the stock: record its release so the ledger closes it.
+    emit(base, 'expire', token, { sku = sku, who = ARGV[i + 1], qty = ARGV[i + 2], exp = exp,
+      ctd = ARGV[i + 5], idem = ARGV[i + 8], fp = ARGV[i + 9] }, now)
+  end
+  if ARGV[i + 8] ~= '' and (st == 'HELD' or st == 'COMMITTED') then
+    local idem_key = base .. 'idem:' .. ARGV[i + 8]
+    redis.call('HSET', idem_key, 'fp', ARGV[i + 9], 'code', 'OK', 'tok', token)
+    redis.call('EXPIRE', idem_key, idem_ttl)
+  end
+  i = i + 10
+end
+
+local users = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, users do
+  redis.call('SET', base .. 'user:' .. sku .. ':' .. ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+
+redis.call('HSET', KEYS[1], 'total', ARGV[3], 'sold', ARGV[4], 'held', ARGV[11], 'avail', ARGV[12],
+  'max', ARGV[5], 'start', ARGV[6], 'end', ARGV[7], 'ver', ARGV[8], 'seq', now, 'upd', now)
+announce(base, sku)
+return { 'OK' }

@@ -1,0 +1,89 @@
+-- lib.lua: helpers shared by every Dropline script. The Go loader prepends this
+-- file to each script, so the scripts stay single atomic units on the server.
+--
+-- Keys are built from a partition base such as "dl:{p07}:". Every key of one
+-- partition carries the same hash tag, so a script that derives keys from its
+-- base still runs on a single Redis Cluster slot.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- is_int reports whether s is a decimal integer within [lo, hi].
+local function is_int(s, lo, hi)
+  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') or #s > 15 then
+    return false
+  end
+  local n = tonumber(s)
+  return n >= lo and n <= hi
+end
+
+-- hash_get returns the fields of a hash as a table, or nil when it is absent.
+local function hash_get(key)
+  local raw = redis.call('HGETALL', key)
+  if #raw == 0 then
+    return nil
+  end
+  local h = {}
+  for i = 1, #raw, 2 do
+    h[raw[i]] = raw[i + 1]
+  end
+  return h
+end
+
+-- announce publishes a SKU's stock to its sharded channel. Subscribers treat
+-- the message as a hint with a sequence number; correctness never depends on it.
+local function announce(base, sku)
+  local s = redis.call('HMGET', base .. 'sku:' .. sku, 'total', 'avail', 'held', 'sold', 'seq', 'upd')
+  redis.call('SPUBLISH', base .. 'avail:' .. sku, cjson.encode({
+    sku = sku, total = tonumber(s[1]), available = tonumber(s[2]), held = tonumber(s[3]),
+    sold = tonumber(s[4]), seq = tonumber(s[5]), at = tonumber(s[6]) }))
+end
+
+-- bump_stock moves units between the SKU's counters and records the change.
+local function bump_stock(base, sku, d_avail, d_held, d_sold, now)
+  local key = base .. 'sku:' .. sku
+  if d_avail ~= 0 then redis.call('HINCRBY', key, 'avail', d_avail) end
+  if d_held ~= 0 then redis.call('HINCRBY', key, 'held', d_held) end
+  if d_sold ~= 0 then redis.call('HINCRBY', key, 'sold', d_sold) end
+  redis.call('HINCRBY', key, 'seq', 1)
+  redis.call('HSET', key, 'upd', now)
+end
+
+-- emit appends one ledger event to the partition's outbox stream. The event id
+-- is derived from what happened, so the ledger can apply it idempotently.
+local function emit(base, kind, token, h, now)
+  redis.call('XADD', base .. 'outbox', '*',
+    'id', kind .. ':' .. token, 'type', kind, 'tok', token, 'sku', h['sku'], 'who', h['who'],
+    'qty', h['qty'], 'exp', h['exp'], 'ctd', h['ctd'], 'at', tostring(now),
+    'idem', h['idem'] or '', 'fp', h['fp'] or '')
+end
+
+-- release returns a HELD hold's units to the SKU. Callers have checked that the
+-- hold is HELD; status is CANCELLED or EXPIRED.
+local function release(base, token, h, status, now, retention)
+  local qty = tonumber(h['qty'])
+  local hold_key = base .. 'hold:' .. token
+  redis.call('HSET', hold_key, 'st', status, 'end', now)
+  redis.call('EXPIRE', hold_key, retention)
+  redis.call('ZREM', base .. 'expiry', token)
+  redis.call('ZREM', base .. 'committing', token)
+  local user_key = base .. 'user:' .. h['sku'] .. ':' .. h['who']
+  if redis.call('DECRBY', user_key, qty) <= 0 then
+    redis.call('DEL', user_key)
+  end
+  bump_stock(base, h['sku'], qty, -qty, 0, now)
+  h['st'] = status
+  h['end'] = tostring(now)
+  emit(base, status == 'CANCELLED' and 'cancel' or 'expire', token, h, now)
+  announce(base, h['sku'])
+end
+
+-- hold_reply is the common reply for a hold:
+-- {code, token, sku, who, qty, status, expires_ms, created_ms, committed_ms, ended_ms, replayed}.
+local function hold_reply(code, token, h, replayed)
+  return { code, token, h['sku'], h['who'], tonumber(h['qty']), h['st'], tonumber(h['exp']),
+    tonumber(h['ctd']), tonumber(h['cmt'] or '0'), tonumber(h['end'] or '0'), replayed }
+end
+

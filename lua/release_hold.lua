@@ -1,0 +1,43 @@
+-- release_hold.lua: give a hold's units back. Cancel and expiry both call it,
+-- and it is idempotent: releasing twice restocks once.
+--
+-- KEYS[1]  {p}hold:<token>
+-- ARGV[1]  partition base   ARGV[2] token   ARGV[3] principal ("" for the sweeper)
+-- ARGV[4]  "1" when the caller is an admin   ARGV[5] CANCELLED or EXPIRED
+-- ARGV[6]  retention seconds for the finished hold
+--
+-- Returns hold_reply(code, ...) with code:
+--   OK                 released now (replayed = 0) or released before (replayed = 1)
+--   FORBIDDEN          a cancel by someone who neither holds it nor is an admin
+--   ALREADY_COMMITTED  the hold is sold (or being sold): nothing to release
+--   NOT_DUE            an expiry before the hold's expiresAt (left alone)
+-- or {'NOT_FOUND'} when Redis has no such hold.
+--
+-- Why one script: the status check and the restock must be one step, or a
+-- cancel racing the sweeper would restock the same units twice.
+
+local base, token, who, admin, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local h = hash_get(KEYS[1])
+if not h then
+  return { 'NOT_FOUND' }
+end
+if status == 'CANCELLED' and h['who'] ~= who and admin ~= '1' then
+  return hold_reply('FORBIDDEN', token, h, 0)
+end
+local st = h['st']
+if st == 'CANCELLED' or st == 'EXPIRED' then
+  return hold_reply('OK', token, h, 1)
+end
+if st == 'COMMITTED' or st == 'COMMITTING' then
+  return hold_reply('ALREADY_COMMITTED', token, h, 1)
+end
+local now = now_ms()
+if status == 'EXPIRED' and now < tonumber(h['exp']) then
+  return hold_reply('NOT_DUE', token, h, 0)
+end
+if now >= tonumber(h['exp']) then
+  -- A cancel that arrives after expiresAt records what really happened.
+  status = 'EXPIRED'
+end
+release(base, token, h, status, now, tonumber(ARGV[6]))
+return hold_reply('OK', token, h, 0)

@@ -1,0 +1,118 @@
+-- reserve.lua: take units of one SKU for one principal, or say why not.
+--
+-- KEYS[1]  {p}sku:<sku>          stock hash (total avail held sold max start end ver seq upd)
+-- KEYS[2]  {p}hold:<token>       the hold this call creates
+-- KEYS[3]  {p}user:<sku>:<who>   units this principal holds or bought of this SKU
+-- KEYS[4]  {p}idem:<hash>        idempotency record (a placeholder key when there is none)
+-- ARGV[1]  partition base, e.g. "dl:{p07}:"
+-- ARGV[2]  sku          ARGV[3] principal   ARGV[4] quantity   ARGV[5] hold milliseconds
+-- ARGV[6]  token        ARGV[7] request fingerprint ("" when the call has no idempotency key)
+-- ARGV[8]  idempotency hash ("" when none)   ARGV[9] idempotency TTL seconds
+-- ARGV[10] max quantity per call             ARGV[11] max hold milliseconds
+--
+-- Returns hold_reply('OK', ...) on success or replay, or a rejection
+-- {code, a, b, replayed}: INVALID_INPUT {field, reason}, IDEMPOTENCY_KEY_REUSED,
+-- NEEDS_HYDRATION (the SKU is not in Redis: rebuild it from Postgres and retry),
+-- SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
+-- OUT_OF_STOCK {available}.
+--
+-- Why one script: the checks and the deduction must be one step. Anything in
+-- between (a GET, then a DECRBY) is a window in which two buyers both see the
+-- last unit. Every check runs before the first write, because Redis does not
+-- roll a script back. A retried call (same token) replays the hold it made.
+
+local base, sku, who = ARGV[1], ARGV[2], ARGV[3]
+local token, fp, idem = ARGV[6], ARGV[7], ARGV[8]
+
+-- 1. Validate.
+if not is_int(ARGV[4], 1, tonumber(ARGV[10])) then
+  return { 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. ARGV[10], 0 }
+end
+if not is_int(ARGV[5], 1000, tonumber(ARGV[11])) then
+  return { 'INVALID_INPUT', 'holdSeconds', 'out of range', 0 }
+end
+if sku == '' or who == '' or token == '' then
+  return { 'INVALID_INPUT', 'input', 'sku, principal and token are required', 0 }
+end
+local qty = tonumber(ARGV[4])
+
+-- A retry of this very call (the reply was lost) finds its own hold.
+local mine = hash_get(KEYS[2])
+if mine then
+  if mine['who'] ~= who or mine['sku'] ~= sku then
+    return { 'INVALID_INPUT', 'token', 'token already used', 0 }
+  end
+  return hold_reply('OK', token, mine, 1)
+end
+
+-- 2. Idempotency: replay the first outcome, refuse a different request.
+if fp ~= '' then
+  local rec = hash_get(KEYS[4])
+  if rec then
+    if rec['fp'] ~= fp then
+      return { 'IDEMPOTENCY_KEY_REUSED', '', '', 1 }
+    end
+    if rec['code'] == 'OK' then
+      local h = hash_get(base .. 'hold:' .. rec['tok'])
+      if h then
+        return hold_reply('OK', rec['tok'], h, 1)
+      end
+      -- The hold outlived its retention; the request is treated as new.
+    else
+      return { rec['code'], rec['a'] or '', rec['b'] or '', 1 }
+    end
+  end
+end
+
+-- reject records a business rejection for idempotent replay, then returns it.
+local function reject(code, a, b)
+  if fp ~= '' then
+    redis.call('HSET', KEYS[4], 'fp', fp, 'code', code, 'a', tostring(a), 'b', tostring(b))
+    redis.call('EXPIRE', KEYS[4], ARGV[9])
+  end
+  return { code, tostring(a), tostring(b), 0 }
+end
+
+-- 3. The product must be loaded. It is not cached as a rejection: the caller
+-- rebuilds the SKU from Postgres and calls again.
+local s = redis.call('HMGET', KEYS[1], 'avail', 'max', 'start', 'end')
+if not s[1] then
+  return { 'NEEDS_HYDRATION', '', '', 0 }
+end
+local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
+local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
+
+-- 4. Sale window, on Redis' clock: every server agrees on it.
+local now = now_ms()
+if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
+  return reject('SALE_NOT_ACTIVE', starts, ends)
+end
+
+-- 5. Per-principal quota: units held plus units bought.
+local already = tonumber(redis.call('GET', KEYS[3]) or '0')
+if max > 0 and already + qty > max then
+  return reject('QUOTA_EXCEEDED', max, already)
+end
+
+-- 6. Stock.
+if avail < qty then
+  return reject('OUT_OF_STOCK', avail, 0)
+end
+
+-- 7. Every check passed: write.
+local h = {
+  sku = sku, who = who, qty = tostring(qty), st = 'HELD', exp = tostring(now + tonumber(ARGV[5])),
+  ctd = tostring(now), idem = idem, fp = fp,
+}
+redis.call('HSET', KEYS[2], 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
+  'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp)
+redis.call('INCRBY', KEYS[3], qty)
+redis.call('ZADD', base .. 'expiry', h['exp'], token)
+bump_stock(base, sku, -qty, qty, 0, now)
+if fp ~= '' then
+  redis.call('HSET', KEYS[4], 'fp', fp, 'code', 'OK', 'tok', token)
+  redis.call('EXPIRE', KEYS[4], ARGV[9])
+end
+emit(base, 'reserve', token, h, now)
+announce(base, sku)
+return hold_reply('OK', token, h, 0)
