@@ -1,8 +1,11 @@
 package inventory
 
 import (
+	"time"
+
 	"context"
 	"fmt"
+	"github.com/dropline/dropline/db"
 )
 
 // Reservation returns a reservation for its holder or an admin (ErrForbidden
@@ -34,4 +37,45 @@ func (e *Engine) Reservation(ctx context.Context, p Principal, token string) (Re
 		}
 	}
 	return Reservation{}, fmt.Errorf("reading reservation %s: missing after rebuild", token)
+}
+
+// ReservationPage is a page of a principal's reservations, newest first.
+type ReservationPage struct {
+	Reservations []Reservation
+	HasMore      bool
+}
+
+// ReservationCursor is the keyset position after which a listing continues.
+type ReservationCursor struct {
+	CreatedAt time.Time
+	Token     string
+}
+
+// MyReservations lists the caller's own reservations from the Postgres
+// ledger, newest first. The ledger is fed by the write-behind worker, so a
+// hold made in the last moments may not be listed yet; Reservation(token)
+// always reads the live state. status "" lists every status.
+func (e *Engine) MyReservations(ctx context.Context, p Principal, status Status, after *ReservationCursor, limit int) (ReservationPage, error) {
+	if err := checkPrincipal(p); err != nil {
+		return ReservationPage{}, err
+	}
+	if limit < 1 || limit > 100 {
+		return ReservationPage{}, &InvalidInputError{Field: "first", Reason: "must be between 1 and 100"}
+	}
+	var cur *db.ReservationCursor
+	if after != nil {
+		cur = &db.ReservationCursor{CreatedAt: after.CreatedAt, Token: after.Token}
+	}
+	rows, err := e.ledger.ReservationsByPrincipal(ctx, p.ID, string(status), cur, limit+1)
+	if err != nil {
+		return ReservationPage{}, unavailable("listing reservations", err)
+	}
+	page := ReservationPage{HasMore: len(rows) > limit}
+	if page.HasMore {
+		rows = rows[:limit]
+	}
+	for _, r := range rows {
+		page.Reservations = append(page.Reservations, holdFromLedger(r))
+	}
+	return page, nil
 }
