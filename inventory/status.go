@@ -1,10 +1,10 @@
 package inventory
 
 import (
-	"time"
-
 	"context"
 	"fmt"
+	"time"
+
 	"github.com/dropline/dropline/db"
 )
 

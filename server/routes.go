@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -24,7 +25,7 @@ func routeOf(path string) string {
 	switch path {
 	case "/graphql":
 		return routeGraphQL
-	case "/":
+	case "/", "/index.html":
 		return routePlayground
 	case "/healthz":
 		return routeHealthz
@@ -32,6 +33,9 @@ func routeOf(path string) string {
 		return routeReadyz
 	case "/metrics":
 		return routeMetrics
+	}
+	if strings.HasPrefix(path, "/assets/") {
+		return routePlayground
 	}
 	return routeOther
 }
@@ -51,9 +55,6 @@ func (s *Server) routes() http.Handler {
 	policy := NewOriginPolicy(s.cfg.AllowedOrigins)
 	mux.Handle("/graphql", policy.Middleware(limitBody(s.cfg.MaxBodyBytes, gql)))
 
-	if s.cfg.Playground != nil {
-		mux.Handle("GET /{$}", s.cfg.Playground)
-	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -64,9 +65,15 @@ func (s *Server) routes() http.Handler {
 		// collector fails.
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, r, http.StatusNotFound, errorBody{Error: "not found"})
-	})
+	// The playground is the catch-all: it serves "/" and its assets and
+	// answers 404 for anything else it does not know.
+	if s.cfg.Playground != nil {
+		mux.Handle("/", s.cfg.Playground)
+	} else {
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, r, http.StatusNotFound, errorBody{Error: "not found"})
+		})
+	}
 
 	m := newHTTPMetrics(s.cfg.Registry)
 	var h http.Handler = mux

@@ -43,7 +43,9 @@ type Config struct {
 	// wrapped with the origin policy and the body size limit. Nil answers 503.
 	GraphQL http.Handler
 
-	// Playground serves the page at "/". Nil answers 404.
+	// Playground serves "/" and is the catch-all for paths not listed
+	// above (its assets live under /assets/); it answers 404 itself for
+	// paths it does not know. Nil answers every such path with a JSON 404.
 	Playground http.Handler
 
 	// Checks run on every /readyz request, concurrently, each under

@@ -83,7 +83,11 @@ func setup(t *testing.T, mutate func(*server.Config)) bundle {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"data":{"echo":` + strconvQuote(string(body)) + `}}`))
 		}),
-		Playground: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		Playground: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/" && !strings.HasPrefix(r.URL.Path, "/assets/") {
+				http.NotFound(w, r)
+				return
+			}
 			_, _ = w.Write([]byte("<html>playground</html>"))
 		}),
 	}
@@ -277,9 +281,11 @@ func TestRoutes(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, body, "playground")
 
-	resp, body = b.do(t, http.MethodGet, "/nope", nil, nil)
+	resp, _ = b.do(t, http.MethodGet, "/assets/app-ABCDEFGH.js", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the playground is the catch-all, its assets are served")
+
+	resp, _ = b.do(t, http.MethodGet, "/nope", nil, nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.Contains(t, body, `"not found"`)
 
 	resp, _ = b.do(t, http.MethodPost, "/healthz", nil, nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
@@ -287,8 +293,9 @@ func TestRoutes(t *testing.T) {
 	b = setup(t, func(c *server.Config) { c.GraphQL = nil; c.Playground = nil })
 	resp, _ = b.do(t, http.MethodPost, "/graphql", nil, nil)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	resp, _ = b.do(t, http.MethodGet, "/", nil, nil)
+	resp, body = b.do(t, http.MethodGet, "/", nil, nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Contains(t, body, `"not found"`)
 }
 
 func TestMetrics(t *testing.T) {
