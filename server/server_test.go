@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dropline/dropline/server"
+	"github.com/dropline/dropline/server/playground"
 )
 
 func TestMain(m *testing.M) {
@@ -483,4 +484,18 @@ func TestListenAndServe(t *testing.T) {
 	s2 := server.New(server.Config{Addr: s3.Addr()})
 	err = s2.Open()
 	require.ErrorContains(t, err, "listening on "+s3.Addr())
+}
+
+func TestWithRealPlayground(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) { c.Playground = playground.Handler() })
+	resp, body := b.do(t, http.MethodGet, "/", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, strings.ToLower(body), "<html")
+	require.NotEmpty(t, resp.Header.Get(server.RequestIDHeader))
+
+	resp, _ = b.do(t, http.MethodGet, "/healthz", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the catch-all does not shadow the fixed routes")
+	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
