@@ -1,0 +1,434 @@
+// Package app assembles a running Dropline out of its parts: it connects to
+// Redis and PostgreSQL, builds the domain services, starts the embedded
+// worker group and the HTTP server, and tears it all down in order. cmd/
+// only loads configuration and calls it; e2e/ starts the real program the
+// same way on port 0 (after benbjohnson/wtf's cmd/wtfd Main).
+//
+// # Wiring points (for the lead)
+//
+// The App depends on the domain packages only through Deps, so this package
+// builds before and independently of db/, inventory/, resolvers/ and
+// worker/. DefaultDeps in wire.go is the single place that connects them:
+//
+//   - Deps.Migrate           = db.Migrate
+//   - Deps.PendingMigrations = db.Pending
+//   - Deps.Build             = inventory.NewEngine(ctx, inventory.Config{KeyPrefix:
+//     in.Config.KeyPrefix, DefaultHold: in.Config.HoldDefault, MaxHold:
+//     in.Config.HoldMax, Registerer: in.Registry}, in.Redis, in.Postgres, log),
+//     then resolvers.NewHandler(...) for Services.GraphQL (introspection when
+//     in.Config.Introspection(); websocket origin check with
+//     in.Origins.Allowed; websocket connection_init tokens via
+//     auth.FromHeader(in.Issuer, payload["Authorization"])), worker.NewGroup(...)
+//     for Services.Start/Stop, and engine.Ping as the "scripts" check.
+//   - Deps.SeedDemo          = the demo catalogue via engine.CreateProduct.
+//
+// Until then the App still serves /healthz, /readyz, /metrics and the
+// playground, and /graphql answers 503.
+//
+// # Lifecycle
+//
+// Run connects (failing with one clear line when a service is unreachable),
+// builds, starts workers, then opens the listener and returns. Close stops
+// accepting, drains in-flight requests, stops the workers (which flush and
+// acknowledge), then closes the Redis client and the Postgres pool, all
+// within the caller's deadline.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/server"
+	"github.com/dropline/dropline/server/playground"
+)
+
+// connectTimeout bounds the first contact with Redis and PostgreSQL at
+// start, so a wrong address fails in seconds instead of hanging.
+const connectTimeout = 5 * time.Second
+
+// Infra is what the App has connected and built by the time it calls the
+// domain constructors in Deps. Everything in it is owned (and closed) by the
+// App; constructors must not close it.
+type Infra struct {
+	// Config is the validated configuration.
+	Config config.Config
+	// Log is the root logger; add a "component" field for each part.
+	Log zerolog.Logger
+	// Redis is a single-node or cluster client depending on REDIS_URL.
+	Redis redis.UniversalClient
+	// Postgres is the ledger's connection pool.
+	Postgres *pgxpool.Pool
+	// Registry receives every metric; /metrics serves it.
+	Registry *prometheus.Registry
+	// Issuer verifies bearer tokens (and mints them for seeding and tests).
+	Issuer *auth.Issuer
+	// Origins is the cross-origin policy /graphql enforces; the websocket
+	// transport should use Origins.Allowed as its origin check.
+	Origins server.OriginPolicy
+}
+
+// Services is what Deps.Build returns: the parts of Dropline that depend on
+// the domain packages.
+type Services struct {
+	// GraphQL serves /graphql. The App wraps it with auth.Middleware, so
+	// resolvers read auth.PrincipalFrom / auth.AuthErrorFrom from the
+	// request context.
+	GraphQL http.Handler
+	// Checks are added to /readyz next to redis, postgres and migrations
+	// (e.g. {"scripts", engine.Ping}).
+	Checks []server.Check
+	// Start launches the background worker group. Its context lives until
+	// Close; nil means no workers.
+	Start func(ctx context.Context) error
+	// Stop stops the worker group and waits for it (flush, acknowledge) at
+	// most until ctx ends. Nil means nothing to stop.
+	Stop func(ctx context.Context) error
+}
+
+// Deps are the domain-layer functions the App calls. They are fields rather
+// than imports so the App builds and is tested on its own; DefaultDeps holds
+// the production wiring. A nil field disables what it provides, with a
+// clear error when a command needs it.
+type Deps struct {
+	// Migrate applies pending Postgres migrations (db.Migrate).
+	Migrate func(ctx context.Context, pool *pgxpool.Pool) error
+	// PendingMigrations counts migrations not applied yet (db.Pending);
+	// /readyz fails while it is above zero.
+	PendingMigrations func(ctx context.Context, pool *pgxpool.Pool) (int, error)
+	// Build constructs the domain services once both stores answer.
+	Build func(ctx context.Context, in Infra) (Services, error)
+	// SeedDemo creates the demo catalogue, idempotently.
+	SeedDemo func(ctx context.Context, in Infra) error
+}
+
+// App is one running Dropline process. Build it with New; fields may be
+// adjusted before Run (tests swap Deps).
+type App struct {
+	// Config is the validated configuration.
+	Config config.Config
+	// Log is the root logger.
+	Log zerolog.Logger
+	// Deps connects the domain packages; New sets DefaultDeps().
+	Deps Deps
+
+	registry *prometheus.Registry
+	issuer   *auth.Issuer
+	rdb      redis.UniversalClient
+	pool     *pgxpool.Pool
+	services Services
+	server   *server.Server
+
+	stopBackground context.CancelFunc
+	running        bool
+	closeOnce      sync.Once
+	closeErr       error
+}
+
+// New returns an App for cfg, which the caller has validated. Nothing is
+// connected until Run (or Migrate / SeedDemo).
+func New(cfg config.Config, log zerolog.Logger) *App {
+	return &App{Config: cfg, Log: log, Deps: DefaultDeps()}
+}
+
+// Run connects to Redis and PostgreSQL, builds the services, starts the
+// worker group and the HTTP server, and returns once the server listens
+// (Addr is then valid). ctx bounds start-up only; the App runs until Close.
+// On failure everything opened so far is closed again and the error is one
+// line fit for an operator.
+func (a *App) Run(ctx context.Context) (err error) {
+	if a.running {
+		return errors.New("app already running")
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
+			defer cancel()
+			_ = a.Close(cctx)
+		}
+	}()
+
+	if err := a.setup(); err != nil {
+		return err
+	}
+	if err := a.connect(ctx, true, true); err != nil {
+		return err
+	}
+
+	if a.Deps.PendingMigrations != nil {
+		n, err := a.Deps.PendingMigrations(ctx, a.pool)
+		switch {
+		case err != nil:
+			a.Log.Warn().Err(err).Msg("cannot tell whether migrations are current")
+		case n > 0:
+			a.Log.Warn().Int("pending", n).Msg("database migrations are pending: run `dropline migrate`; /readyz stays unavailable until then")
+		}
+	}
+
+	if a.Deps.Build != nil {
+		svc, err := a.Deps.Build(ctx, a.infra())
+		if err != nil {
+			return fmt.Errorf("starting Dropline: %w", err)
+		}
+		a.services = svc
+	} else {
+		a.Log.Warn().Msg("domain services are not wired (app.Deps.Build is nil): /graphql answers 503")
+	}
+
+	// Background work gets a context that keeps ctx's values but not its
+	// cancellation: it must run until Close, not until start-up ends.
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.stopBackground = cancel
+	if a.services.Start != nil {
+		if err := a.services.Start(bg); err != nil {
+			return fmt.Errorf("starting workers: %w", err)
+		}
+	}
+
+	var gql http.Handler
+	if a.services.GraphQL != nil {
+		gql = auth.Middleware(a.issuer)(a.services.GraphQL)
+	}
+	a.server = server.New(server.Config{
+		Addr:            a.Config.Addr,
+		GraphQL:         gql,
+		Playground:      playground.Handler(),
+		Checks:          a.checks(),
+		Registry:        a.registry,
+		Logger:          a.Log,
+		AllowedOrigins:  a.Config.AllowedOrigins(),
+		ShutdownTimeout: a.Config.ShutdownTimeout,
+	})
+	if err := a.server.Open(); err != nil {
+		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))
+	}
+	a.running = true
+	a.Log.Info().
+		Str("addr", a.server.Addr()).
+		Str("playground", "http://"+displayAddr(a.server.Addr())+"/").
+		Bool("dev", a.Config.Dev).
+		Msg("dropline is serving")
+	return nil
+}
+
+// Migrate connects to PostgreSQL and applies pending migrations. It is what
+// `dropline migrate` runs; Redis is not needed.
+func (a *App) Migrate(ctx context.Context) error {
+	if a.Deps.Migrate == nil {
+		return errors.New("migrations are not wired yet (app.Deps.Migrate is nil)")
+	}
+	if err := a.setup(); err != nil {
+		return err
+	}
+	if err := a.connect(ctx, true, false); err != nil {
+		return err
+	}
+	if err := a.Deps.Migrate(ctx, a.pool); err != nil {
+		return fmt.Errorf("migrating %s: %w", config.RedactURL(a.Config.DatabaseURL), err)
+	}
+	a.Log.Info().Str("database", config.RedactURL(a.Config.DatabaseURL)).Msg("migrations applied")
+	return nil
+}
+
+// SeedDemo connects to both stores and creates the demo catalogue. It is
+// what `dropline seed --demo` runs; it is idempotent.
+func (a *App) SeedDemo(ctx context.Context) error {
+	if a.Deps.SeedDemo == nil {
+		return errors.New("demo seeding is not wired yet (app.Deps.SeedDemo is nil)")
+	}
+	if err := a.setup(); err != nil {
+		return err
+	}
+	if err := a.connect(ctx, true, true); err != nil {
+		return err
+	}
+	if err := a.Deps.SeedDemo(ctx, a.infra()); err != nil {
+		return fmt.Errorf("seeding the demo catalogue: %w", err)
+	}
+	a.Log.Info().Msg("demo catalogue seeded")
+	return nil
+}
+
+// Addr returns the address the HTTP server is bound to (with the real port
+// when DROPLINE_ADDR asked for port 0), or the configured one before Run.
+func (a *App) Addr() string {
+	if a.server == nil {
+		return a.Config.Addr
+	}
+	return a.server.Addr()
+}
+
+// Done is closed when the HTTP server stops serving on its own (or after
+// Close); main waits on it next to the shutdown signal. Before Run it never
+// closes.
+func (a *App) Done() <-chan struct{} {
+	if a.server == nil {
+		return nil
+	}
+	return a.server.Done()
+}
+
+// Err returns why the server stopped serving on its own, or nil.
+func (a *App) Err() error {
+	if a.server == nil {
+		return nil
+	}
+	return a.server.Err()
+}
+
+// Registry exposes the metrics registry, for tests that assert on metrics.
+func (a *App) Registry() *prometheus.Registry { return a.registry }
+
+// Redis exposes the Redis client, for end-to-end tests that inspect state.
+func (a *App) Redis() redis.UniversalClient { return a.rdb }
+
+// Postgres exposes the pool, for end-to-end tests that inspect the ledger.
+func (a *App) Postgres() *pgxpool.Pool { return a.pool }
+
+// Issuer exposes the token issuer, so end-to-end tests mint tokens the
+// running server accepts.
+func (a *App) Issuer() *auth.Issuer { return a.issuer }
+
+// Close shuts down in dependency order: stop accepting and drain requests,
+// stop the workers, then close Redis and Postgres. Every step gets a share
+// of ctx's deadline; errors are joined. It is idempotent and safe after a
+// failed Run.
+func (a *App) Close(ctx context.Context) error {
+	a.closeOnce.Do(func() {
+		var errs []error
+		if a.server != nil {
+			if err := a.server.Shutdown(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if a.stopBackground != nil {
+			if a.services.Stop != nil {
+				if err := a.services.Stop(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("stopping workers: %w", err))
+				}
+			}
+			a.stopBackground()
+		}
+		if a.rdb != nil {
+			if err := a.rdb.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+				errs = append(errs, fmt.Errorf("closing Redis client: %w", err))
+			}
+		}
+		if a.pool != nil {
+			closed := make(chan struct{})
+			go func() { a.pool.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-ctx.Done():
+				// pgxpool.Close waits for acquired connections; give up on
+				// them rather than outlive the shutdown deadline.
+				errs = append(errs, fmt.Errorf("closing Postgres pool: %w", ctx.Err()))
+			}
+		}
+		a.running = false
+		a.closeErr = errors.Join(errs...)
+		if a.closeErr != nil {
+			a.Log.Error().Err(a.closeErr).Msg("shutdown was not clean")
+		} else if a.server != nil {
+			a.Log.Info().Msg("dropline stopped")
+		}
+	})
+	return a.closeErr
+}
+
+// setup builds what needs no network: the registry and the token issuer.
+func (a *App) setup() error {
+	if a.registry == nil {
+		a.registry = prometheus.NewRegistry()
+		a.registry.MustRegister(
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
+	}
+	if a.issuer == nil {
+		iss, err := auth.NewIssuer(a.Config.JWTKey())
+		if err != nil {
+			return fmt.Errorf("%s: %w", config.EnvJWTSecret, err)
+		}
+		a.issuer = iss
+	}
+	return nil
+}
+
+func (a *App) infra() Infra {
+	return Infra{
+		Config:   a.Config,
+		Log:      a.Log,
+		Redis:    a.rdb,
+		Postgres: a.pool,
+		Registry: a.registry,
+		Issuer:   a.issuer,
+		Origins:  server.NewOriginPolicy(a.Config.AllowedOrigins()),
+	}
+}
+
+// connect opens the requested stores, each verified with a round trip.
+func (a *App) connect(ctx context.Context, postgres, rds bool) error {
+	if postgres && a.pool == nil {
+		pool, err := connectPostgres(ctx, a.Config.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		a.pool = pool
+	}
+	if rds && a.rdb == nil {
+		rdb, err := connectRedis(ctx, a.Config)
+		if err != nil {
+			return err
+		}
+		a.rdb = rdb
+	}
+	return nil
+}
+
+// checks lists the readiness checks: the stores, the schema, and whatever
+// the services add.
+func (a *App) checks() []server.Check {
+	cs := []server.Check{
+		{Name: "postgres", Fn: func(ctx context.Context) error { return a.pool.Ping(ctx) }},
+		{Name: "redis", Fn: func(ctx context.Context) error { return pingRedis(ctx, a.rdb) }},
+	}
+	if a.Deps.PendingMigrations != nil {
+		cs = append(cs, server.Check{Name: "migrations", Fn: func(ctx context.Context) error {
+			n, err := a.Deps.PendingMigrations(ctx, a.pool)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("%d migration(s) pending: run `dropline migrate`", n)
+			}
+			return nil
+		}})
+	}
+	return append(cs, a.services.Checks...)
+}
+
+// displayAddr turns ":8080" into "localhost:8080" for the log line people
+// click on.
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return net.JoinHostPort("localhost", port)
+	}
+	return addr
+}

@@ -1,0 +1,375 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/app"
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/server"
+)
+
+// adminDatabaseURL points at the "postgres" database of the server
+// DATABASE_URL names: these tests only need a server that answers, not
+// Dropline's schema.
+func adminDatabaseURL(t *testing.T) string {
+	t.Helper()
+	raw := os.Getenv("DATABASE_URL")
+	if raw == "" {
+		raw = config.DefaultDatabaseURL
+	}
+	u, err := url.Parse(raw)
+	require.NoError(t, err, "DATABASE_URL must be a URL for these tests")
+	u.Path = "/postgres"
+	return u.String()
+}
+
+func redisURL() string {
+	if v := os.Getenv("REDIS_URL"); v != "" {
+		return v
+	}
+	return config.DefaultRedisURL
+}
+
+// testConfig is a valid config against the real services, on port 0.
+func testConfig(t *testing.T) config.Config {
+	t.Helper()
+	c := config.Default()
+	c.Addr = "127.0.0.1:0"
+	c.DatabaseURL = adminDatabaseURL(t)
+	c.RedisURL = redisURL()
+	c.JWTSecret = "app-test-secret-app-test-secret-xx"
+	c.KeyPrefix = "apptest:" + strings.ReplaceAll(t.Name(), "/", "_") + ":"
+	c.ShutdownTimeout = 5 * time.Second
+	require.NoError(t, c.Validate())
+	return c
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+func TestRunServesAndCloses(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+
+	var started, stopped bool
+	var mu sync.Mutex
+	a := app.New(cfg, zerolog.Nop())
+	a.Deps = app.Deps{
+		PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 0, nil },
+		Build: func(_ context.Context, in app.Infra) (app.Services, error) {
+			require.NotNil(t, in.Redis)
+			require.NotNil(t, in.Postgres)
+			require.NotNil(t, in.Registry)
+			require.NotNil(t, in.Issuer)
+			return app.Services{
+				GraphQL: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					p, _ := auth.PrincipalFrom(r.Context())
+					authErr := auth.AuthErrorFrom(r.Context())
+					_ = json.NewEncoder(w).Encode(map[string]any{"principal": p.ID, "authError": authErr != nil})
+				}),
+				Checks: []server.Check{{Name: "scripts", Fn: func(context.Context) error { return nil }}},
+				Start: func(ctx context.Context) error {
+					mu.Lock()
+					defer mu.Unlock()
+					started = true
+					return nil
+				},
+				Stop: func(ctx context.Context) error {
+					mu.Lock()
+					defer mu.Unlock()
+					stopped = true
+					return nil
+				},
+			}, nil
+		},
+	}
+	require.NoError(t, a.Run(context.Background()))
+	base := "http://" + a.Addr()
+	require.NotEqual(t, "127.0.0.1:0", a.Addr())
+
+	code, body := get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, code)
+	code, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, code, body)
+	require.JSONEq(t, `{"status":"ready"}`, body)
+	code, body = get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "go_goroutines")
+	require.Contains(t, body, "dropline_http_requests_total")
+	code, _ = get(t, base+"/")
+	require.Equal(t, http.StatusOK, code, "the playground is served")
+
+	// /graphql gets the auth middleware.
+	tok, err := a.Issuer().Mint("alice", false, time.Minute)
+	require.NoError(t, err)
+	post := func(authz string) map[string]any {
+		req, err := http.NewRequest(http.MethodPost, base+"/graphql", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var m map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+		return m
+	}
+	require.Equal(t, map[string]any{"principal": "alice", "authError": false}, post("Bearer "+tok))
+	require.Equal(t, map[string]any{"principal": "", "authError": true}, post("Bearer nope"))
+	require.Equal(t, map[string]any{"principal": "", "authError": false}, post(""))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, a.Close(ctx))
+	require.NoError(t, a.Close(ctx), "Close is idempotent")
+	mu.Lock()
+	require.True(t, started)
+	require.True(t, stopped)
+	mu.Unlock()
+	<-a.Done()
+	_, err = http.Get(base + "/healthz")
+	require.Error(t, err, "the listener is closed")
+}
+
+func TestRunWithoutWiring(t *testing.T) {
+	t.Parallel()
+	a := app.New(testConfig(t), zerolog.Nop())
+	a.Deps = app.Deps{}
+	require.NoError(t, a.Run(context.Background()))
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	resp, err := http.Post("http://"+a.Addr()+"/graphql", "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+
+	require.ErrorContains(t, a.Migrate(context.Background()), "not wired")
+	require.ErrorContains(t, a.SeedDemo(context.Background()), "not wired")
+}
+
+func TestReadyzReportsPendingMigrations(t *testing.T) {
+	t.Parallel()
+	a := app.New(testConfig(t), zerolog.Nop())
+	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 2, nil }}
+	require.NoError(t, a.Run(context.Background()))
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	code, body := get(t, "http://"+a.Addr()+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.JSONEq(t, `{"status":"unavailable","failed":{"migrations":"2 migration(s) pending: run `+"`dropline migrate`"+`"}}`, body)
+}
+
+func TestMigrateAndSeedCallDeps(t *testing.T) {
+	t.Parallel()
+	a := app.New(testConfig(t), zerolog.Nop())
+	var migrated, seeded bool
+	a.Deps = app.Deps{
+		Migrate: func(_ context.Context, pool *pgxpool.Pool) error {
+			require.NotNil(t, pool)
+			migrated = true
+			return nil
+		},
+		SeedDemo: func(_ context.Context, in app.Infra) error {
+			require.NotNil(t, in.Redis)
+			seeded = true
+			return nil
+		},
+	}
+	require.NoError(t, a.Migrate(context.Background()))
+	require.NoError(t, a.SeedDemo(context.Background()))
+	require.True(t, migrated)
+	require.True(t, seeded)
+	require.NoError(t, a.Close(context.Background()))
+
+	b := app.New(testConfig(t), zerolog.Nop())
+	b.Deps.Migrate = func(context.Context, *pgxpool.Pool) error { return errors.New("relation exploded") }
+	err := b.Migrate(context.Background())
+	require.ErrorContains(t, err, "migrating postgres://")
+	require.ErrorContains(t, err, "relation exploded")
+	require.NoError(t, b.Close(context.Background()))
+}
+
+func TestUnreachableServicesFailWithOneLine(t *testing.T) {
+	t.Parallel()
+	closedPort := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		return addr
+	}
+
+	cfg := testConfig(t)
+	cfg.DatabaseURL = "postgres://postgres:hunter2@" + closedPort() + "/dropline?sslmode=disable"
+	a := app.New(cfg, zerolog.Nop())
+	err := a.Run(context.Background())
+	require.Error(t, err)
+	msg := err.Error()
+	require.True(t, strings.HasPrefix(msg, "cannot reach PostgreSQL at postgres://postgres:xxxxx@127.0.0.1:"), msg)
+	require.Contains(t, msg, "connection refused")
+	require.Contains(t, msg, `start it with "make services"`)
+	require.NotContains(t, msg, "hunter2")
+	require.NotContains(t, msg, "\n")
+
+	cfg = testConfig(t)
+	cfg.RedisURL = "redis://" + closedPort() + "/0"
+	a = app.New(cfg, zerolog.Nop())
+	err = a.Run(context.Background())
+	require.Error(t, err)
+	msg = err.Error()
+	require.True(t, strings.HasPrefix(msg, "cannot reach Redis at redis://127.0.0.1:"), msg)
+	require.Contains(t, msg, "connection refused")
+	require.NotContains(t, msg, "\n")
+
+	cfg = testConfig(t)
+	u, err := url.Parse(cfg.DatabaseURL)
+	require.NoError(t, err)
+	u.Path = "/dropline_app_test_no_such_db"
+	cfg.DatabaseURL = u.String()
+	err = app.New(cfg, zerolog.Nop()).Run(context.Background())
+	require.ErrorContains(t, err, `database "dropline_app_test_no_such_db" does not exist`)
+}
+
+func TestPortInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	cfg := testConfig(t)
+	cfg.Addr = ln.Addr().String()
+	err = app.New(cfg, zerolog.Nop()).Run(context.Background())
+	require.ErrorContains(t, err, "cannot listen on DROPLINE_ADDR ("+cfg.Addr+")")
+	require.ErrorContains(t, err, "address already in use")
+}
+
+// TestReadyzFollowsRedisOutage puts a TCP proxy between the App and Redis
+// and stops it, as if Redis went down: /readyz must say so, and recover by
+// itself when Redis is back.
+func TestReadyzFollowsRedisOutage(t *testing.T) {
+	t.Parallel()
+	opts, err := config.Config{RedisURL: redisURL()}.RedisOptions()
+	require.NoError(t, err)
+	require.False(t, opts.IsCluster(), "this test proxies a single Redis")
+	p := startProxy(t, opts.Single.Addr)
+
+	cfg := testConfig(t)
+	cfg.RedisURL = "redis://" + p.addr + "/" + strconv.Itoa(opts.Single.DB)
+	a := app.New(cfg, zerolog.Nop())
+	a.Deps = app.Deps{}
+	require.NoError(t, a.Run(context.Background()))
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	ready := "http://" + a.Addr() + "/readyz"
+
+	code, _ := get(t, ready)
+	require.Equal(t, http.StatusOK, code)
+
+	p.stop()
+	code, body := get(t, ready)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	var got struct {
+		Status string            `json:"status"`
+		Failed map[string]string `json:"failed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &got))
+	require.Equal(t, "unavailable", got.Status)
+	require.Contains(t, got.Failed, "redis")
+	require.NotContains(t, got.Failed, "postgres")
+
+	p.start(t)
+	require.Eventually(t, func() bool {
+		code, _ := get(t, ready)
+		return code == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond, "readiness recovers without a restart")
+}
+
+// proxy forwards TCP to target and can be stopped (closing every
+// connection) and restarted on the same address.
+type proxy struct {
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	p := &proxy{target: target, addr: "127.0.0.1:0", conns: map[net.Conn]struct{}{}}
+	p.start(t)
+	t.Cleanup(func() { p.stop(); p.wg.Wait() })
+	return p
+}
+
+func (p *proxy) start(t *testing.T) {
+	t.Helper()
+	var ln net.Listener
+	require.Eventually(t, func() bool {
+		var err error
+		ln, err = net.Listen("tcp", p.addr)
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+	p.mu.Lock()
+	p.ln = ln
+	p.addr = ln.Addr().String()
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c] = struct{}{}
+			p.conns[up] = struct{}{}
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+}
+
+func (p *proxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}

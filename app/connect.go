@@ -1,0 +1,139 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/config"
+)
+
+// startHint ends every "cannot reach" message: the one command that fixes
+// the common case on a developer machine.
+const startHint = `start it with "make services"`
+
+// connectPostgres opens the pool and proves it with a round trip, so a
+// wrong DATABASE_URL fails at start, not on the first sale.
+func connectPostgres(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	where := config.RedactURL(dsn)
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s cannot be parsed: %s", config.EnvDatabaseURL, oneLine(err))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %s", where, oneLine(err))
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, describePostgresError(where, pcfg.ConnConfig.Database, err)
+	}
+	return pool, nil
+}
+
+// describePostgresError turns a failed first contact into one line naming
+// the URL, the cause and the fix.
+func describePostgresError(where, database string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3D000": // invalid_catalog_name
+			return fmt.Errorf("database %q does not exist on PostgreSQL at %s: create it with \"make services\" (or createdb %s)", database, where, database)
+		case "28P01", "28000": // invalid_password, invalid_authorization_specification
+			return fmt.Errorf("login refused by PostgreSQL at %s (%s): check the user and password in %s", where, pgErr.Message, config.EnvDatabaseURL)
+		case "57P03": // cannot_connect_now
+			return fmt.Errorf("cannot use PostgreSQL at %s yet (%s): it is starting up or shutting down, retry in a moment", where, pgErr.Message)
+		}
+		return fmt.Errorf("connection refused by PostgreSQL at %s: %s (SQLSTATE %s)", where, pgErr.Message, pgErr.Code)
+	}
+	return fmt.Errorf("cannot reach PostgreSQL at %s: %s — %s", where, networkCause(err), startHint)
+}
+
+// connectRedis builds the client REDIS_URL describes (single node or
+// cluster) and proves it with PING on every node it knows.
+func connectRedis(ctx context.Context, cfg config.Config) (redis.UniversalClient, error) {
+	opts, err := cfg.RedisOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.EnvRedisURL, err)
+	}
+	rdb := opts.NewClient()
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pingRedis(pctx, rdb); err != nil {
+		_ = rdb.Close()
+		return nil, describeRedisError(redisWhere(cfg, opts), err)
+	}
+	return rdb, nil
+}
+
+func redisWhere(cfg config.Config, opts config.RedisOptions) string {
+	if len(cfg.RedisClusterAddrs) > 0 {
+		return "cluster " + strings.Join(opts.Addrs(), ",")
+	}
+	return config.RedactURL(cfg.RedisURL)
+}
+
+// pingRedis pings a single node, or every shard of a cluster: a cluster
+// with one unreachable master cannot serve the SKUs in its slots.
+func pingRedis(ctx context.Context, rdb redis.UniversalClient) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := c.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("%s: %w", c.Options().Addr, err)
+			}
+			return nil
+		})
+	}
+	return rdb.Ping(ctx).Err()
+}
+
+func describeRedisError(where string, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"):
+		return fmt.Errorf("login refused by Redis at %s (%s): check the password in %s", where, oneLine(err), config.EnvRedisURL)
+	case strings.HasPrefix(msg, "LOADING"):
+		return fmt.Errorf("cannot use Redis at %s yet: it is still loading its dataset, retry in a moment", where)
+	case strings.Contains(msg, "cluster support disabled"):
+		return fmt.Errorf("cluster mode refused by Redis at %s (it is a single server): use redis:// instead of redis-cluster:// in %s", where, config.EnvRedisURL)
+	}
+	return fmt.Errorf("cannot reach Redis at %s: %s — %s", where, networkCause(err), startHint)
+}
+
+// networkCause names the usual reasons a first contact fails in a few
+// words, falling back to the error text on one line.
+func networkCause(err error) string {
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.As(err, &dnsErr):
+		return fmt.Sprintf("unknown host %q", dnsErr.Name)
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
+		return fmt.Sprintf("no answer within %s", connectTimeout)
+	}
+	return oneLine(err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// oneLine keeps multi-error texts (pgconn joins one error per address) on a
+// single line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

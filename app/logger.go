@@ -1,0 +1,35 @@
+package app
+
+import (
+	"io"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/config"
+)
+
+// NewLogger builds the root logger from DROPLINE_LOG_LEVEL and
+// DROPLINE_LOG_FORMAT. It lives here rather than in main so tests and e2e
+// get exactly the production format. cfg must be validated; an unknown
+// level falls back to info.
+func NewLogger(cfg config.Config, w io.Writer) zerolog.Logger {
+	level, err := zerolog.ParseLevel(cfg.LogLevel)
+	if err != nil || cfg.LogLevel == "" {
+		level = zerolog.InfoLevel
+	}
+	if cfg.LogFormat == config.LogFormatConsole {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// WarnIfDevSecret logs the loud warning dev mode owes its operator: tokens
+// are signed with a secret published in the source code.
+func WarnIfDevSecret(cfg config.Config, log zerolog.Logger) {
+	if !cfg.UsingDevSecret() {
+		return
+	}
+	log.Warn().Msg("!!! DEVELOPMENT MODE: tokens are signed with the public built-in secret, so anyone can forge them. " +
+		"Never expose this server; set DROPLINE_JWT_SECRET and unset DROPLINE_DEV in production !!!")
+}
