@@ -1,0 +1,303 @@
+// Command dropline is the one Dropline binary: the server, its migrations,
+// the demo seed and a token minter, as subcommands.
+//
+// main only wires: it loads and validates the configuration from the
+// environment, builds an app.App and runs the subcommand. Start-up failures
+// print one line to stderr and exit 1; usage errors exit 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dropline/dropline/app"
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/config"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+const usage = `dropline: GraphQL storefront backend for flash sales
+
+Usage:
+  dropline serve                      run the HTTP server and the worker group
+  dropline migrate                    apply pending PostgreSQL migrations
+  dropline seed --demo                create the demo catalogue (idempotent)
+  dropline token --user ID [--admin] [--ttl 24h]
+                                      print a signed bearer token
+  dropline version                    print the version
+  dropline help                       show this help
+
+Configuration comes from the environment (defaults in parentheses):
+  REDIS_URL                  (redis://127.0.0.1:6379/0; redis-cluster://h1:p1,h2:p2 for a cluster)
+  REDIS_CLUSTER_ADDRS        cluster seed nodes host:port,... (empty)
+  DATABASE_URL               (postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable)
+  DROPLINE_ADDR              (:8080)
+  DROPLINE_JWT_SECRET        HS256 secret, at least 32 bytes (required unless DROPLINE_DEV=1)
+  DROPLINE_DEV               1 = development mode: built-in secret, introspection (off)
+  DROPLINE_KEY_PREFIX        (dl:)
+  DROPLINE_HOLD_DEFAULT      (600s)
+  DROPLINE_HOLD_MAX          (3600s)
+  DROPLINE_CORS_ORIGINS      comma separated origins (same-origin only)
+  DROPLINE_SHUTDOWN_TIMEOUT  (15s)
+  DROPLINE_LOG_LEVEL         (info)
+  DROPLINE_LOG_FORMAT        json|console (json; console in dev mode)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, stop, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// env bundles what a subcommand may touch, so tests run the real commands
+// with their own environment and buffers.
+type env struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+	// stopSignals restores default signal handling once shutdown has begun,
+	// so a second Ctrl-C kills the process at once.
+	stopSignals func()
+}
+
+// run executes one command line and returns the exit code. ctx is
+// cancelled on SIGINT/SIGTERM.
+func run(ctx context.Context, stopSignals func(), args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	e := env{getenv: getenv, stdout: stdout, stderr: stderr, stopSignals: stopSignals}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "serve":
+		err = e.serve(ctx, rest)
+	case "migrate":
+		err = e.migrate(ctx, rest)
+	case "seed":
+		err = e.seed(ctx, rest)
+	case "token":
+		err = e.token(rest)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionString())
+		return exitOK
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "dropline: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "dropline %s: %v\n", cmd, ue.error)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "dropline: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		return exitFail
+	}
+}
+
+// usageError marks a bad command line (exit 2) apart from a failure (exit 1).
+type usageError struct{ error }
+
+// flags returns a FlagSet that reports errors instead of exiting.
+func (e env) flags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("dropline "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: dropline %s\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func (e env) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+// loadConfig reads and validates the environment: every command checks the
+// whole configuration, so mistakes surface before anything is touched.
+func (e env) loadConfig() (config.Config, error) {
+	cfg, err := config.Load(e.getenv)
+	if err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func (e env) serve(ctx context.Context, args []string) error {
+	if err := e.parse(e.flags("serve", "serve"), args); err != nil {
+		return err
+	}
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	log := app.NewLogger(cfg, e.stderr)
+	app.WarnIfDevSecret(cfg, log)
+
+	a := app.New(cfg, log)
+	if err := a.Run(ctx); err != nil {
+		return err
+	}
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down")
+	case <-a.Done():
+		failed = a.Err()
+	}
+	if e.stopSignals != nil {
+		e.stopSignals()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	closeErr := a.Close(sctx)
+	if failed != nil {
+		return failed
+	}
+	if closeErr != nil {
+		return fmt.Errorf("shutdown: %w", closeErr)
+	}
+	return nil
+}
+
+func (e env) migrate(ctx context.Context, args []string) error {
+	if err := e.parse(e.flags("migrate", "migrate"), args); err != nil {
+		return err
+	}
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	a := app.New(cfg, app.NewLogger(cfg, e.stderr))
+	return closeAfter(a, a.Migrate(ctx))
+}
+
+func (e env) seed(ctx context.Context, args []string) error {
+	fs := e.flags("seed", "seed --demo")
+	demo := fs.Bool("demo", false, "create the demo catalogue: a few products and one hot SKU with small stock, sale window open now")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	if !*demo {
+		return usageError{errors.New("nothing to seed: pass --demo to create the demo catalogue")}
+	}
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	a := app.New(cfg, app.NewLogger(cfg, e.stderr))
+	return closeAfter(a, a.SeedDemo(ctx))
+}
+
+// closeAfter closes a one-shot App and returns the command's error first.
+func closeAfter(a *app.App, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+	defer cancel()
+	closeErr := a.Close(ctx)
+	if err != nil {
+		return err
+	}
+	return closeErr
+}
+
+// maxTokenTTL bounds `dropline token --ttl`: a leaked long-lived token is a
+// standing credential.
+const maxTokenTTL = 365 * 24 * time.Hour
+
+func (e env) token(args []string) error {
+	fs := e.flags("token", "token --user ID [--admin] [--ttl 24h]")
+	user := fs.String("user", "", "principal ID (1-128 characters of A-Z a-z 0-9 . _ @ -)")
+	admin := fs.Bool("admin", false, "grant the admin role")
+	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	if *user == "" {
+		return usageError{errors.New("--user is required")}
+	}
+	if err := auth.ValidatePrincipalID(*user); err != nil {
+		return usageError{fmt.Errorf("--user %q: %w", *user, err)}
+	}
+	if *ttl <= 0 || *ttl > maxTokenTTL {
+		return usageError{fmt.Errorf("--ttl %s: must be between 1s and %s", *ttl, maxTokenTTL)}
+	}
+
+	cfg, err := config.Load(e.getenv)
+	if err != nil {
+		return err
+	}
+	// With neither a secret nor dev mode, sign with the development secret
+	// and say so: such a token is accepted only by a server in dev mode
+	// (`make run`), which is what someone without a secret is running.
+	if cfg.JWTSecret == "" && !cfg.Dev {
+		cfg.Dev = true
+		fmt.Fprintf(e.stderr, "dropline token: %s is not set; signed with the development secret, accepted only by a server with %s=1\n", config.EnvJWTSecret, config.EnvDev)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	iss, err := auth.NewIssuer(cfg.JWTKey())
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvJWTSecret, err)
+	}
+	tok, err := iss.Mint(*user, *admin, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, tok)
+	return nil
+}
+
+func versionString() string {
+	v := "dropline " + version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v += " " + bi.GoVersion
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " " + s.Value[:12]
+			}
+		}
+	}
+	return v
+}

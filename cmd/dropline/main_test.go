@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/config"
+)
+
+// syncBuffer is written by the server's goroutines and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func runCmd(t *testing.T, envm map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	code = run(context.Background(), nil, args, func(k string) string { return envm[k] }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+const secret = "cmd-test-secret-cmd-test-secret-xx"
+
+func TestToken(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCmd(t, map[string]string{"DROPLINE_JWT_SECRET": secret}, "token", "--user", "alice", "--admin", "--ttl", "1h")
+	require.Equal(t, 0, code, errOut)
+	require.Empty(t, errOut)
+	tok := strings.TrimSpace(out)
+	require.Equal(t, tok+"\n", out, "token prints just the token")
+
+	iss, err := auth.NewIssuer([]byte(secret))
+	require.NoError(t, err)
+	p, err := iss.Verify(tok)
+	require.NoError(t, err)
+	require.Equal(t, "alice", p.ID)
+	require.True(t, p.Admin)
+	require.WithinDuration(t, time.Now().Add(time.Hour), p.ExpiresAt, 5*time.Second)
+}
+
+func TestTokenWithoutSecretUsesDevSecretWithWarning(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCmd(t, nil, "token", "--user", "alice")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "development secret")
+	dev, err := auth.NewIssuer([]byte(config.DevJWTSecret))
+	require.NoError(t, err)
+	p, err := dev.Verify(strings.TrimSpace(out))
+	require.NoError(t, err)
+	require.False(t, p.Admin)
+	require.WithinDuration(t, time.Now().Add(24*time.Hour), p.ExpiresAt, 5*time.Second)
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	cases := [][]string{
+		{},
+		{"frobnicate"},
+		{"token"},
+		{"token", "--user", "bad user"},
+		{"token", "--user", "a", "--ttl", "-1h"},
+		{"token", "--user", "a", "--bogus"},
+		{"seed"},
+		{"serve", "extra"},
+	}
+	for _, args := range cases {
+		code, out, _ := runCmd(t, map[string]string{"DROPLINE_DEV": "1"}, args...)
+		require.Equal(t, 2, code, "%v", args)
+		require.Empty(t, out, "%v", args)
+	}
+
+	code, out, _ := runCmd(t, nil, "help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "dropline serve")
+	code, _, _ = runCmd(t, nil, "token", "-h")
+	require.Equal(t, 0, code)
+
+	code, out, _ = runCmd(t, nil, "version")
+	require.Equal(t, 0, code)
+	require.True(t, strings.HasPrefix(out, "dropline "), out)
+}
+
+func TestInvalidConfigIsOneLine(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCmd(t, map[string]string{"DROPLINE_ADDR": "nope"}, "serve")
+	require.Equal(t, 1, code)
+	require.Empty(t, out)
+	require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	require.Contains(t, errOut, "DROPLINE_ADDR")
+	require.Contains(t, errOut, "DROPLINE_JWT_SECRET")
+}
+
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func TestServeUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCmd(t, map[string]string{
+		"DROPLINE_JWT_SECRET": secret,
+		"DROPLINE_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":        "postgres://postgres@" + closedAddr(t) + "/dropline?sslmode=disable",
+		"DROPLINE_LOG_LEVEL":  "disabled",
+	}, "serve")
+	require.Equal(t, 1, code)
+	require.Empty(t, out)
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	require.Len(t, lines, 1, errOut)
+	require.Regexp(t, `^dropline: cannot reach PostgreSQL at postgres://postgres@127\.0\.0\.1:\d+/dropline\?sslmode=disable: connection refused — start it with "make services"$`, lines[0])
+}
+
+func TestMigrateUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := runCmd(t, map[string]string{
+		"DROPLINE_DEV": "1",
+		"DATABASE_URL": "postgres://postgres@" + closedAddr(t) + "/dropline",
+	}, "migrate")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "dropline: ")
+}
+
+// TestServeAndSignal runs the real serve command against the real services
+// and stops it as SIGTERM would.
+func TestServeAndSignal(t *testing.T) {
+	t.Parallel()
+	dbURL := os.Getenv("DATABASE_URL")
+	if dbURL == "" {
+		dbURL = config.DefaultDatabaseURL
+	}
+	// Only a server that answers is needed: use the admin database.
+	dbURL = strings.Replace(dbURL, "/dropline", "/postgres", 1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	envm := map[string]string{
+		"DROPLINE_JWT_SECRET": secret,
+		"DROPLINE_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":        dbURL,
+		"REDIS_URL":           os.Getenv("REDIS_URL"),
+		"DROPLINE_KEY_PREFIX": "cmdtest:",
+	}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, func() {}, []string{"serve"}, func(k string) string { return envm[k] }, &out, &errOut) }()
+
+	var addr string
+	require.Eventually(t, func() bool {
+		sc := bufio.NewScanner(strings.NewReader(errOut.String()))
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line["message"] == "dropline is serving" {
+				addr, _ = line["addr"].(string)
+				return true
+			}
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, errOut.String())
+		default:
+		}
+		return false
+	}, 15*time.Second, 20*time.Millisecond)
+
+	resp, err := http.Get("http://" + addr + "/healthz")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	cancel() // what SIGINT/SIGTERM does through signal.NotifyContext
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, errOut.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not shut down")
+	}
+	require.Contains(t, errOut.String(), "dropline stopped")
+	require.Empty(t, out.String())
+}
