@@ -126,11 +126,13 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[])
 				AS u(t, s, w, q, st, i, r, e, c, cm, en)
 			ON CONFLICT (token) DO UPDATE SET
-				status = excluded.status,
-				committed_at = coalesce(reservations.committed_at, excluded.committed_at),
-				ended_at = coalesce(reservations.ended_at, excluded.ended_at),
-				updated_at = now()
-			WHERE reservations.status = 'HELD' AND excluded.status <> 'HELD'`,
+				status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
+				committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
+				ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
+				-- a commit writes its row before the reserve event arrives with these
+				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
+				request_hash = coalesce(reservations.request_hash, excluded.request_hash),
+				updated_at = now()`,
 			rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd)
 		return interpret(err)
 	})

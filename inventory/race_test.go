@@ -1,0 +1,423 @@
+package inventory_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+)
+
+// race runs fn in n goroutines released together and waits for all of them.
+func race(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
+// drainOutbox applies every outbox event of every partition to the ledger, as
+// the write-behind worker would, and returns the events by kind.
+func (b *bundle) drainOutbox(t *testing.T) map[string]int {
+	t.Helper()
+	kinds := map[string]int{}
+	for p := 0; p < inventory.Partitions; p++ {
+		msgs, err := b.rdb.XRange(b.ctx, b.engine.Keys().Outbox(p), "-", "+").Result()
+		require.NoError(t, err)
+		var events []db.Event
+		for _, m := range msgs {
+			ev, err := inventory.ParseEvent(m)
+			require.NoError(t, err)
+			events = append(events, ev)
+			kinds[ev.Kind]++
+		}
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, events))
+	}
+	return kinds
+}
+
+func TestNoOversellUnderTenThousandBuyers(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "HOT-1", 100, 0)
+		var won, outOfStock, other atomic.Int64
+		race(10_000, func(i int) {
+			_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "HOT-1", Quantity: 1})
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.Is(err, inventory.ErrOutOfStock):
+				outOfStock.Add(1)
+			default:
+				other.Add(1)
+				t.Errorf("unexpected error: %v", err)
+			}
+		})
+		require.EqualValues(t, 100, won.Load())
+		require.EqualValues(t, 9_900, outOfStock.Load())
+		s := b.requireBalanced(t, "HOT-1")
+		require.Equal(t, 0, s.Available)
+		require.Equal(t, 100, s.Held)
+
+		kinds := b.drainOutbox(t)
+		require.Equal(t, map[string]int{"reserve": 100}, kinds, "the outbox holds exactly one event per hold")
+		var held, movements, distinct int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM reservations WHERE sku = 'HOT-1' AND status = 'HELD'`).Scan(&held))
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*), count(DISTINCT token) FROM stock_movements WHERE kind = 'reserve'`).Scan(&movements, &distinct))
+		require.Equal(t, 100, held)
+		require.Equal(t, 100, movements)
+		require.Equal(t, 100, distinct)
+		// Applying the same events again changes nothing.
+		b.drainOutbox(t)
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM stock_movements`).Scan(&movements))
+		require.Equal(t, 101, movements, "100 reserves + the initial stock, once each")
+	})
+}
+
+func TestBoundaryStockN(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		for _, n := range []int{1, 2, 20} {
+			sku := fmt.Sprintf("EDGE-%d", n)
+			b.product(t, sku, n, 0)
+			var won, lost atomic.Int64
+			var lastAvailable atomic.Int64
+			race(n+1, func(i int) {
+				_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: sku, Quantity: 1})
+				var oos *inventory.OutOfStockError
+				switch {
+				case err == nil:
+					won.Add(1)
+				case errors.As(err, &oos):
+					lost.Add(1)
+					lastAvailable.Store(int64(oos.Available))
+				default:
+					t.Errorf("unexpected error: %v", err)
+				}
+			})
+			require.EqualValues(t, n, won.Load(), "stock %d", n)
+			require.EqualValues(t, 1, lost.Load(), "stock %d", n)
+			require.EqualValues(t, 0, lastAvailable.Load())
+			require.Equal(t, 0, b.requireBalanced(t, sku).Available)
+		}
+
+		// Quantities above one near the boundary: 10 units, buyers of 3.
+		b.product(t, "EDGE-Q", 10, 0)
+		var units atomic.Int64
+		race(50, func(i int) {
+			h, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "EDGE-Q", Quantity: 3})
+			if err == nil {
+				units.Add(int64(h.Quantity))
+				return
+			}
+			var oos *inventory.OutOfStockError
+			require.ErrorAs(t, err, &oos)
+			require.Less(t, oos.Available, 3)
+		})
+		require.EqualValues(t, 9, units.Load(), "three buyers of 3 fit in 10")
+		s := b.requireBalanced(t, "EDGE-Q")
+		require.Equal(t, 1, s.Available)
+		_, err := b.engine.Reserve(b.ctx, buyer(99), inventory.ReserveRequest{SKU: "EDGE-Q", Quantity: 1})
+		require.NoError(t, err, "the last unit is still for sale")
+		_, err = b.engine.Reserve(b.ctx, buyer(98), inventory.ReserveRequest{SKU: "EDGE-Q", Quantity: 1})
+		require.ErrorIs(t, err, inventory.ErrOutOfStock)
+	})
+}
+
+func TestQuotaUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "LIMIT-2", 1000, 2)
+		alice := buyer(1)
+		var won, refused atomic.Int64
+		race(200, func(i int) {
+			_, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LIMIT-2", Quantity: 1})
+			var q *inventory.QuotaExceededError
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.As(err, &q):
+				require.Equal(t, 2, q.Limit)
+				require.Equal(t, 2, q.Held)
+				refused.Add(1)
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		})
+		require.EqualValues(t, 2, won.Load())
+		require.EqualValues(t, 198, refused.Load())
+		require.Equal(t, 2, b.requireBalanced(t, "LIMIT-2").Held)
+
+		// Bought units count too; a cancelled one frees its place.
+		page := mustHolds(t, b, alice, "LIMIT-2")
+		_, err := b.engine.Commit(b.ctx, alice, page[0])
+		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LIMIT-2", Quantity: 1})
+		require.ErrorIs(t, err, inventory.ErrQuotaExceeded)
+		_, err = b.engine.Cancel(b.ctx, alice, page[1])
+		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LIMIT-2", Quantity: 1})
+		require.NoError(t, err)
+		// Another principal is not affected.
+		_, err = b.engine.Reserve(b.ctx, buyer(2), inventory.ReserveRequest{SKU: "LIMIT-2", Quantity: 2})
+		require.NoError(t, err)
+		b.requireBalanced(t, "LIMIT-2")
+	})
+}
+
+// mustHolds lists the HELD tokens of a principal for a SKU, from Redis.
+func mustHolds(t *testing.T, b *bundle, p inventory.Principal, sku string) []string {
+	t.Helper()
+	var tokens []string
+	for part := 0; part < inventory.Partitions; part++ {
+		toks, err := b.rdb.ZRange(b.ctx, b.engine.Keys().Expiry(part), 0, -1).Result()
+		require.NoError(t, err)
+		for _, tok := range toks {
+			r, err := b.engine.Reservation(b.ctx, admin, tok)
+			require.NoError(t, err)
+			if r.Principal == p.ID && r.SKU == sku && r.Status == inventory.StatusHeld {
+				tokens = append(tokens, tok)
+			}
+		}
+	}
+	return tokens
+}
+
+func TestIdempotentReserve(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "IDEM-1", 10, 0)
+		b.product(t, "IDEM-2", 10, 0)
+		alice := buyer(1)
+		req := inventory.ReserveRequest{SKU: "IDEM-1", Quantity: 2, IdempotencyKey: "checkout-42"}
+
+		results := make([]inventory.Reservation, 50)
+		race(50, func(i int) {
+			h, err := b.engine.Reserve(b.ctx, alice, req)
+			require.NoError(t, err)
+			results[i] = h
+		})
+		fresh := 0
+		for _, r := range results {
+			require.Equal(t, results[0].Token, r.Token, "every duplicate gets the same hold")
+			require.Equal(t, results[0].ExpiresAt, r.ExpiresAt)
+			if !r.Replayed {
+				fresh++
+			}
+		}
+		require.Equal(t, 1, fresh, "exactly one call made the hold")
+		require.Equal(t, 2, b.requireBalanced(t, "IDEM-1").Held)
+
+		// Replay after success, even after the hold was committed.
+		_, err := b.engine.Commit(b.ctx, alice, results[0].Token)
+		require.NoError(t, err)
+		again, err := b.engine.Reserve(b.ctx, alice, req)
+		require.NoError(t, err)
+		require.Equal(t, results[0].Token, again.Token)
+		require.Equal(t, inventory.StatusCommitted, again.Status)
+
+		// The same key with a different input is refused, for this SKU or another.
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "IDEM-1", Quantity: 3, IdempotencyKey: "checkout-42"})
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "IDEM-2", Quantity: 2, IdempotencyKey: "checkout-42"})
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
+		// The key is scoped to its principal.
+		bob, err := b.engine.Reserve(b.ctx, buyer(2), req)
+		require.NoError(t, err)
+		require.NotEqual(t, results[0].Token, bob.Token)
+
+		// A rejection replays as the same rejection, even once stock is back.
+		big := inventory.ReserveRequest{SKU: "IDEM-2", Quantity: 11, IdempotencyKey: "too-many"}
+		_, err = b.engine.Reserve(b.ctx, alice, big)
+		var oos *inventory.OutOfStockError
+		require.ErrorAs(t, err, &oos)
+		require.Equal(t, 10, oos.Available)
+		_, err = b.engine.Restock(b.ctx, admin, "IDEM-2", 5, "")
+		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, alice, big)
+		require.ErrorAs(t, err, &oos)
+		require.Equal(t, 10, oos.Available, "the first outcome is replayed")
+		b.requireBalanced(t, "IDEM-2")
+	})
+}
+
+func TestConcurrentCommitsOfOneToken(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "ONCE-1", 3, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "ONCE-1", Quantity: 2})
+		require.NoError(t, err)
+		race(20, func(i int) {
+			c, err := b.engine.Commit(b.ctx, alice, h.Token)
+			require.NoError(t, err)
+			require.Equal(t, inventory.StatusCommitted, c.Status)
+		})
+		var rows int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM sales WHERE token = $1`, h.Token).Scan(&rows))
+		require.Equal(t, 1, rows)
+		s := b.requireBalanced(t, "ONCE-1")
+		require.Equal(t, 2, s.Sold)
+		require.Equal(t, 1, s.Available)
+		kinds := b.drainOutbox(t)
+		require.Equal(t, 1, kinds["commit"], "one commit event")
+	})
+}
+
+func TestHolderSafety(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "MINE-1", 5, 0)
+		alice, mallory := buyer(1), buyer(666)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "MINE-1", Quantity: 1})
+		require.NoError(t, err)
+		before := b.stock(t, "MINE-1")
+
+		_, err = b.engine.Commit(b.ctx, mallory, h.Token)
+		require.ErrorIs(t, err, inventory.ErrForbidden)
+		_, err = b.engine.Cancel(b.ctx, mallory, h.Token)
+		require.ErrorIs(t, err, inventory.ErrForbidden)
+		_, err = b.engine.Reservation(b.ctx, mallory, h.Token)
+		require.ErrorIs(t, err, inventory.ErrForbidden)
+		after := b.stock(t, "MINE-1")
+		require.Equal(t, before.Available, after.Available)
+		require.Equal(t, before.Held, after.Held)
+		got, err := b.engine.Reservation(b.ctx, alice, h.Token)
+		require.NoError(t, err)
+		require.Equal(t, inventory.StatusHeld, got.Status)
+
+		// An admin may cancel anyone's hold, but not commit it.
+		_, err = b.engine.Commit(b.ctx, admin, h.Token)
+		require.ErrorIs(t, err, inventory.ErrForbidden)
+		c, err := b.engine.Cancel(b.ctx, admin, h.Token)
+		require.NoError(t, err)
+		require.Equal(t, inventory.StatusCancelled, c.Status)
+		require.Equal(t, 5, b.requireBalanced(t, "MINE-1").Available)
+
+		// Forged and malformed tokens.
+		_, err = b.engine.Commit(b.ctx, alice, "r03.aaaaaaaaaaaaaaaaaaaaaaaaaa")
+		require.ErrorIs(t, err, inventory.ErrNotFound)
+		for _, bad := range []string{"", "nope", "r99.aaaaaaaaaaaaaaaaaaaaaaaaaa", "r03.AAAAAAAAAAAAAAAAAAAAAAAAAA", "r03.aaaa"} {
+			_, err = b.engine.Commit(b.ctx, alice, bad)
+			require.ErrorIs(t, err, inventory.ErrInvalidInput, "token %q", bad)
+		}
+	})
+}
+
+func TestCommitRacingExpiry(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const holds = 1000
+		b.product(t, "RACE-1", holds, 0)
+		tokens := make([]string, holds)
+		who := make([]inventory.Principal, holds)
+		race(holds, func(i int) {
+			who[i] = buyer(i)
+			h, err := b.engine.Reserve(b.ctx, who[i], inventory.ReserveRequest{SKU: "RACE-1", Quantity: 1, HoldFor: time.Second})
+			require.NoError(t, err)
+			tokens[i] = h.Token
+		})
+		first, err := b.engine.Reservation(b.ctx, admin, tokens[0])
+		require.NoError(t, err)
+		// Wait until just before the holds fall due, then let commits and the
+		// expiry sweep run against each other across the expiry instant.
+		time.Sleep(time.Until(first.ExpiresAt.Add(-5 * time.Millisecond)))
+		var committed, expired atomic.Int64
+		done := make(chan struct{})
+		var sweeps sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			sweeps.Add(1)
+			go func() {
+				defer sweeps.Done()
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					for p := 0; p < inventory.Partitions; p++ {
+						_, err := b.engine.ExpireDue(b.ctx, p, 100)
+						require.NoError(t, err)
+					}
+				}
+			}()
+		}
+		race(holds, func(i int) {
+			_, err := b.engine.Commit(b.ctx, who[i], tokens[i])
+			switch {
+			case err == nil:
+				committed.Add(1)
+			case errors.Is(err, inventory.ErrExpired):
+				expired.Add(1)
+			default:
+				t.Errorf("commit %d: %v", i, err)
+			}
+		})
+		// Let the sweepers finish whatever is still due.
+		require.Eventually(t, func() bool { return b.stock(t, "RACE-1").Held == 0 }, 10*time.Second, 10*time.Millisecond)
+		close(done)
+		sweeps.Wait()
+		t.Logf("%s: %d committed, %d expired", backend, committed.Load(), expired.Load())
+		require.EqualValues(t, holds, committed.Load()+expired.Load())
+
+		s := b.requireBalanced(t, "RACE-1")
+		require.EqualValues(t, committed.Load(), s.Sold)
+		require.EqualValues(t, expired.Load(), s.Available)
+
+		kinds := b.drainOutbox(t)
+		require.EqualValues(t, committed.Load(), kinds["commit"])
+		require.EqualValues(t, expired.Load(), kinds["expire"])
+		var both int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `
+			SELECT count(*) FROM sales s JOIN stock_movements m ON m.token = s.token AND m.kind IN ('expire', 'cancel')`).Scan(&both))
+		require.Zero(t, both, "no unit is both sold and released")
+		var statuses int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM reservations WHERE status = 'HELD'`).Scan(&statuses))
+		require.Zero(t, statuses)
+	})
+}
+
+func TestCommitAfterExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	b.product(t, "LATE-1", 2, 0)
+	alice := buyer(1)
+	h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LATE-1", Quantity: 2, HoldFor: time.Second})
+	require.NoError(t, err)
+	// Nothing sweeps in this test: the commit itself finds the hold past due.
+	require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(5 * time.Millisecond)) },
+		3*time.Second, 10*time.Millisecond)
+	_, err = b.engine.Commit(b.ctx, alice, h.Token)
+	require.ErrorIs(t, err, inventory.ErrExpired)
+	require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available, "commit after expiry releases the units once")
+	_, err = b.engine.Commit(b.ctx, alice, h.Token)
+	require.ErrorIs(t, err, inventory.ErrExpired)
+	expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("LATE-1"), 100)
+	require.NoError(t, err)
+	require.Empty(t, expired, "already released: the sweeper has nothing to do")
+	require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available)
+}
+
+var _ = redis.Nil

@@ -1,0 +1,265 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+)
+
+// wipe deletes every key of this test's prefix: what a FLUSHALL does to the
+// test's slice of a shared Redis.
+func (b *bundle) wipe(t *testing.T) {
+	t.Helper()
+	del := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			require.NoError(t, c.Del(ctx, iter.Val()).Err())
+		}
+		return iter.Err()
+	}
+	switch c := b.rdb.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, c.ForEachMaster(b.ctx, del))
+	case *redis.Client:
+		require.NoError(t, del(b.ctx, c))
+	}
+}
+
+func TestReadRepairAfterRedisLoss(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "REPAIR-1", 10, 4)
+		alice, bob := buyer(1), buyer(2)
+		sold, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "REPAIR-1", Quantity: 2, IdempotencyKey: "k1"})
+		require.NoError(t, err)
+		_, err = b.engine.Commit(b.ctx, alice, sold.Token)
+		require.NoError(t, err)
+		held, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: "REPAIR-1", Quantity: 3})
+		require.NoError(t, err)
+		kinds := b.drainOutbox(t)
+		require.Equal(t, 2, kinds["reserve"])
+		// The write-behind has recorded bob's first hold, not this one.
+		lost, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: "REPAIR-1", Quantity: 1})
+		require.NoError(t, err)
+		b.wipe(t)
+
+		// Any read rebuilds: sold from the sales, bob's recorded hold, not the lost one.
+		s := b.requireBalanced(t, "REPAIR-1")
+		require.Equal(t, 2, s.Sold)
+		require.Equal(t, 3, s.Held)
+		require.Equal(t, 5, s.Available)
+
+		// The committed sale replays, through Redis again.
+		again, err := b.engine.Commit(b.ctx, alice, sold.Token)
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		replay, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "REPAIR-1", Quantity: 2, IdempotencyKey: "k1"})
+		require.NoError(t, err)
+		require.Equal(t, sold.Token, replay.Token, "idempotency survives the loss")
+		// Quotas were rebuilt: alice bought 2 of 4, bob holds 3 of 4.
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "REPAIR-1", Quantity: 3})
+		require.ErrorIs(t, err, inventory.ErrQuotaExceeded)
+		_, err = b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: "REPAIR-1", Quantity: 2})
+		require.ErrorIs(t, err, inventory.ErrQuotaExceeded)
+
+		// bob's recorded hold is still his to commit; the lost one is gone.
+		c, err := b.engine.Commit(b.ctx, bob, held.Token)
+		require.NoError(t, err)
+		require.Equal(t, inventory.StatusCommitted, c.Status)
+		_, err = b.engine.Commit(b.ctx, bob, lost.Token)
+		require.ErrorIs(t, err, inventory.ErrNotFound)
+		s = b.requireBalanced(t, "REPAIR-1")
+		require.Equal(t, 5, s.Sold)
+	})
+}
+
+func TestWipeInTheMiddleOfASale(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "FLUSH-1", 50, 0)
+		var commits atomic.Int64
+		var wiped atomic.Bool
+		race(500, func(i int) {
+			if i == 250 {
+				b.wipe(t)
+				wiped.Store(true)
+				return
+			}
+			h, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "FLUSH-1", Quantity: 1})
+			if errors.Is(err, inventory.ErrOutOfStock) {
+				return
+			}
+			require.NoError(t, err)
+			_, err = b.engine.Commit(b.ctx, buyer(i), h.Token)
+			if errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrExpired) || errors.Is(err, inventory.ErrOutOfStock) {
+				return // the hold was lost with Redis
+			}
+			require.NoError(t, err)
+			commits.Add(1)
+		})
+		require.True(t, wiped.Load())
+		b.drainOutbox(t)
+		s := b.requireBalanced(t, "FLUSH-1")
+		require.EqualValues(t, commits.Load(), s.Sold, "every acknowledged commit is sold, once")
+		require.LessOrEqual(t, s.Sold, 50)
+	})
+}
+
+func TestRealFlushAllAndScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	t.Cleanup(func() { _ = client.Close() })
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	e, err := inventory.NewEngine(ctx, inventory.Config{}, client, pool, zerolog.Nop())
+	require.NoError(t, err)
+	b := &bundle{ctx: ctx, engine: e, rdb: client, pool: pool, prefix: "dl:"}
+	b.product(t, "OWN-1", 300, 0)
+
+	// SCRIPT FLUSH every few milliseconds while 1,000 buyers reserve: no request fails.
+	stop := make(chan struct{})
+	flushed := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				flushed <- n
+				return
+			case <-time.After(3 * time.Millisecond):
+				require.NoError(t, client.ScriptFlush(ctx).Err())
+				n++
+			}
+		}
+	}()
+	var won atomic.Int64
+	race(1000, func(i int) {
+		_, err := e.Reserve(ctx, buyer(i), inventory.ReserveRequest{SKU: "OWN-1", Quantity: 1})
+		if err == nil {
+			won.Add(1)
+			return
+		}
+		require.ErrorIs(t, err, inventory.ErrOutOfStock)
+	})
+	close(stop)
+	require.Positive(t, <-flushed)
+	require.EqualValues(t, 300, won.Load())
+
+	// FLUSHALL, then a commit of a hold Redis no longer has but Postgres does.
+	h, err := e.Reserve(ctx, buyer(5000), inventory.ReserveRequest{SKU: "OWN-1", Quantity: 1})
+	require.ErrorIs(t, err, inventory.ErrOutOfStock, "sold out: %v", h)
+	b.drainOutbox(t)
+	require.NoError(t, client.FlushAll(ctx).Err())
+	tokens := mustHoldsFromLedger(t, pool, "OWN-1")
+	require.Len(t, tokens, 300)
+	var committed int
+	for _, tok := range tokens[:100] {
+		var who string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT principal FROM reservations WHERE token = $1`, tok).Scan(&who))
+		_, err := e.Commit(ctx, inventory.Principal{ID: who}, tok)
+		require.NoError(t, err)
+		committed++
+	}
+	require.NoError(t, client.FlushAll(ctx).Err())
+	s := b.requireBalanced(t, "OWN-1")
+	require.Equal(t, 100, s.Sold)
+	require.Equal(t, 200, s.Held)
+	require.Equal(t, 0, s.Available)
+}
+
+func mustHoldsFromLedger(t *testing.T, pool *pgxpool.Pool, sku string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT token FROM reservations WHERE sku = $1 AND status = 'HELD' ORDER BY token`, sku)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var tok string
+		require.NoError(t, rows.Scan(&tok))
+		out = append(out, tok)
+	}
+	return out
+}
+
+func TestCommitWhilePostgresIsDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	b.product(t, "PGDOWN-1", 5, 0)
+	alice := buyer(1)
+	h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "PGDOWN-1", Quantity: 2})
+	require.NoError(t, err)
+
+	// A second engine on the same Redis whose Postgres cannot be reached.
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	require.NoError(t, err)
+	dead, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(dead.Close)
+	down, err := inventory.NewEngine(b.ctx, inventory.Config{KeyPrefix: b.prefix}, b.rdb, dead, zerolog.Nop())
+	require.NoError(t, err)
+
+	_, err = down.Commit(b.ctx, alice, h.Token)
+	require.ErrorIs(t, err, inventory.ErrUnavailable)
+	got, err := b.engine.Reservation(b.ctx, alice, h.Token)
+	require.NoError(t, err)
+	require.Equal(t, inventory.StatusHeld, got.Status, "the hold is back to HELD")
+	require.Equal(t, h.ExpiresAt, got.ExpiresAt, "with its original expiry")
+	require.Equal(t, 2, b.requireBalanced(t, "PGDOWN-1").Held)
+
+	// Reserves go on without Postgres.
+	_, err = down.Reserve(b.ctx, buyer(2), inventory.ReserveRequest{SKU: "PGDOWN-1", Quantity: 1})
+	require.NoError(t, err)
+
+	// Postgres back: the retry commits.
+	c, err := b.engine.Commit(b.ctx, alice, h.Token)
+	require.NoError(t, err)
+	require.Equal(t, inventory.StatusCommitted, c.Status)
+	s := b.requireBalanced(t, "PGDOWN-1")
+	require.Equal(t, 2, s.Sold)
+	require.Equal(t, 1, s.Held)
+}
+
+func TestReconcilerFinishesHalfDoneCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	b.product(t, "HALF-1", 5, 0)
+	alice := buyer(1)
+	sold, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "HALF-1", Quantity: 1})
+	require.NoError(t, err)
+	unsold, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "HALF-1", Quantity: 1})
+	require.NoError(t, err)
+	p := inventory.PartitionOf("HALF-1")
+	// A crash after begin_commit: both holds COMMITTING; only one sale reached Postgres.
+	for _, tok := range []string{sold.Token, unsold.Token} {
+		require.NoError(t, b.rdb.HSet(b.ctx, b.engine.Keys().Hold(p, tok), "st", "COMMITTING").Err())
+		require.NoError(t, b.rdb.ZRem(b.ctx, b.engine.Keys().Expiry(p), tok).Err())
+		require.NoError(t, b.rdb.ZAdd(b.ctx, b.engine.Keys().Committing(p), redis.Z{Score: 1, Member: tok}).Err())
+	}
+	_, err = b.pool.Exec(b.ctx, `WITH s AS (INSERT INTO sales (token, sku, principal, quantity) VALUES ($1, 'HALF-1', $2, 1))
+		UPDATE products SET sold = sold + 1 WHERE sku = 'HALF-1'`, sold.Token, alice.ID)
+	require.NoError(t, err)
+
+	n, err := b.engine.ReconcileCommits(b.ctx, p, time.Second, 100)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	s := b.requireBalanced(t, "HALF-1")
+	require.Equal(t, 1, s.Sold)
+	require.Equal(t, 1, s.Held)
+	r, err := b.engine.Reservation(b.ctx, alice, unsold.Token)
+	require.NoError(t, err)
+	require.Equal(t, inventory.StatusHeld, r.Status)
+	require.Equal(t, unsold.ExpiresAt, r.ExpiresAt)
+}
