@@ -29,7 +29,7 @@ type bundle struct {
 	prefix string
 }
 
-func setup(t *testing.T, backend string, cfg inventory.Config) *bundle {
+func setup(t testing.TB, backend string, cfg inventory.Config) *bundle {
 	t.Helper()
 	r := testenv.RedisBackend(t, backend)
 	pool := testenv.Postgres(t)
@@ -41,7 +41,7 @@ func setup(t *testing.T, backend string, cfg inventory.Config) *bundle {
 }
 
 // product creates a SKU with the given stock and per-user limit (0: none).
-func (b *bundle) product(t *testing.T, sku string, stock, maxPerUser int) {
+func (b *bundle) product(t testing.TB, sku string, stock, maxPerUser int) {
 	t.Helper()
 	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: "Product " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"},
@@ -50,7 +50,7 @@ func (b *bundle) product(t *testing.T, sku string, stock, maxPerUser int) {
 	require.NoError(t, err)
 }
 
-func (b *bundle) stock(t *testing.T, sku string) inventory.Stock {
+func (b *bundle) stock(t testing.TB, sku string) inventory.Stock {
 	t.Helper()
 	s, err := b.engine.Stock(b.ctx, sku)
 	require.NoError(t, err)

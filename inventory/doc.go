@@ -1,0 +1,86 @@
+// Package inventory is Dropline's stock and hold engine: the only code that
+// decides whether a buyer gets a unit. Resolvers and workers call it; it calls
+// Redis (through the Lua scripts of package lua) and the Postgres ledger
+// (package db).
+//
+// # Lifecycle of a reservation
+//
+//	reserve --> HELD --commit--> COMMITTED        (in Postgres before the reply)
+//	             |  \--cancel--> CANCELLED        (units back to available)
+//	             \----expiry---> EXPIRED          (units back to available, once)
+//
+// Inside Redis a commit passes through COMMITTING, a state the expiry sweeper
+// cannot touch; clients see it as HELD.
+//
+// # Key layout
+//
+// The keyspace is cut into Partitions (16) hash-tag partitions. A SKU belongs
+// to partition crc32(sku) % 16, and every key of that SKU carries the tag, so a
+// script touching them runs on one Redis Cluster slot:
+//
+//	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd
+//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp
+//	dl:{p07}:user:<sku>:<principal> string units held or bought (the per-user quota)
+//	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (24 h)
+//	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
+//	dl:{p07}:committing             zset   COMMITTING tokens by start, for the reconciler
+//	dl:{p07}:outbox                 stream ledger events (the write-behind outbox)
+//	dl:{p07}:avail:<sku>            sharded pub/sub channel announcing stock
+//	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with
+//
+// Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
+// partition, so a commit finds its hold without a lookup. Keys builds every
+// name; nothing else formats a key.
+//
+// # Why it cannot oversell
+//
+// Every change is one Lua script, and Redis runs a script to completion before
+// any other command. reserve.lua checks the sale window, the quota and the
+// stock and then deducts, with no write before the last check: there is no
+// moment at which two buyers can both see the last unit. Postgres backs this
+// up: products.sold rises only with a sale row, under CHECK (sold <= total).
+//
+// # Why a commit happens exactly once
+//
+// begin_commit.lua moves the hold from HELD to COMMITTING and out of the
+// expiry index in one step, so the sweeper cannot release units that are being
+// sold. The sale is then written to Postgres, keyed by the token (a repeated
+// write finds the first row). finish_commit.lua then marks the hold COMMITTED
+// and moves its units from held to sold. Concurrent commits of one token all
+// reach the same sale row and all answer OK. If Postgres cannot be reached
+// before anything was sent, the hold goes back to HELD with its original
+// expiry; if the outcome is unknown (a timeout mid-write), the hold stays
+// COMMITTING and ReconcileCommits settles it by asking Postgres, after longer
+// than any write can take.
+//
+// # Idempotency
+//
+// A reserve with an idempotency key records its first outcome (a hold or a
+// rejection) under a hash of (principal, key) for 24 hours; a repeat with the
+// same request replays it, one with a different request gets
+// ErrIdempotencyKeyReused. The record lives in the SKU's partition, so it is
+// checked inside reserve.lua; a one-line claim (SET NX GET) pins the key to its
+// first SKU so that reuse with another SKU is refused too. Every script is also
+// safe to run twice with the same arguments: a reserve retried by the Redis
+// client after a lost reply finds its own hold by token.
+//
+// # Read-repair
+//
+// When a script finds its SKU missing it answers NEEDS_HYDRATION, and Rebuild
+// reloads the SKU from Postgres under the product's row lock (so no sale can
+// commit between the read and the write) before the call is retried. Postgres
+// knows every sale and every hold the write-behind worker has recorded;
+// holds made in the last moments before Redis lost its data are lost with it,
+// and their units return to stock. Restored holds are admitted oldest first
+// while they fit in total - sold; any that do not fit are recorded as expired.
+//
+// # Failure modes
+//
+//   - Redis down: reserves, cancels and commits fail with ErrUnavailable.
+//   - Postgres down: reserves and cancels go on (Redis only; the outbox grows),
+//     commits fail with ErrUnavailable and keep their holds.
+//   - Redis failover with asynchronous replication can lose the last holds
+//     written to the old primary; commits are safe because Postgres is first.
+//   - Redis must run with maxmemory-policy noeviction: an evicted hold or
+//     counter would be state silently lost.
+package inventory
