@@ -55,4 +55,3 @@ func BenchmarkReserve(b *testing.B) {
 		})
 	})
 }
-
