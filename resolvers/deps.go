@@ -1,0 +1,54 @@
+package resolvers
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/graph/model"
+	"github.com/dropline/dropline/inventory"
+)
+
+// deps are the resolvers' injected collaborators.
+type deps struct {
+	engine  *inventory.Engine
+	limits  Limits
+	limiter *mutationLimiter
+}
+
+// principal returns the verified caller of a query. A bad token is an
+// error even where anonymity would do: it is never silently ignored.
+func principal(ctx context.Context) (inventory.Principal, bool, error) {
+	if auth.AuthErrorFrom(ctx) != nil {
+		return inventory.Principal{}, false, errUnauthenticated(ctx)
+	}
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok {
+		return inventory.Principal{}, false, nil
+	}
+	return inventory.Principal{ID: p.ID, Admin: p.Admin}, true, nil
+}
+
+// mutationCaller admits a mutation: it needs a verified principal and a
+// unit of that principal's rate budget. A refusal is a userError.
+func (d *deps) mutationCaller(ctx context.Context) (inventory.Principal, *model.UserError) {
+	p, ok, err := principal(ctx)
+	if err != nil || !ok {
+		return inventory.Principal{}, &model.UserError{Code: model.ErrorCodeUnauthenticated, Message: unauthenticatedMessage(ctx)}
+	}
+	if allowed, retry := d.limiter.allow(ctx, p.ID); !allowed {
+		return inventory.Principal{}, rateLimitedError(retry)
+	}
+	return p, nil
+}
+
+// pageSize checks a connection's `first`.
+func (d *deps) pageSize(first *int) (int, error) {
+	if first == nil {
+		return d.limits.PageSize, nil
+	}
+	if *first < 1 || *first > d.limits.MaxPageSize {
+		return 0, queryError(&inventory.InvalidInputError{Field: "first", Reason: "must be between 1 and " + strconv.Itoa(d.limits.MaxPageSize)})
+	}
+	return *first, nil
+}

@@ -1,0 +1,219 @@
+package resolvers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/rs/zerolog"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/graph/model"
+	"github.com/dropline/dropline/inventory"
+)
+
+// CodeInternal is the extensions.code of every error the client cannot act
+// on; the response carries a requestId and the log has the detail.
+const CodeInternal = "INTERNAL"
+
+// Codes of refusals decided here rather than by the engine.
+const (
+	CodeUnauthenticated = "UNAUTHENTICATED"
+	CodeRateLimited     = "RATE_LIMITED"
+	CodeBadUserInput    = "BAD_USER_INPUT"
+)
+
+// apiError is an error a resolver has already classified: a business code
+// with a public message, or an internal failure whose cause is only logged.
+type apiError struct {
+	code    string
+	message string
+	cause   error // internal only; never shown to the client
+	logged  bool  // the recover func logged the stack already
+}
+
+func (e *apiError) Error() string {
+	if e.cause != nil {
+		return e.code + ": " + e.cause.Error()
+	}
+	return e.code + ": " + e.message
+}
+
+func (e *apiError) Unwrap() error { return e.cause }
+
+// internal marks err as a failure the client can do nothing about.
+func internal(err error) error { return &apiError{code: CodeInternal, cause: err} }
+
+// errUnauthenticated is returned by queries that need a principal.
+func errUnauthenticated(ctx context.Context) error {
+	return &apiError{code: CodeUnauthenticated, message: unauthenticatedMessage(ctx)}
+}
+
+func unauthenticatedMessage(ctx context.Context) string {
+	switch err := auth.AuthErrorFrom(ctx); {
+	case errors.Is(err, auth.ErrTokenExpired):
+		return "the bearer token has expired: sign in again"
+	case err != nil:
+		return "the bearer token is not valid"
+	}
+	return "this needs a bearer token: sign in first"
+}
+
+// queryError turns an engine error into what a query field returns: a coded
+// top-level error for business outcomes (queries have no userErrors) and
+// an internal error otherwise.
+func queryError(err error) error {
+	if code := inventory.CodeOf(err); code != "" {
+		return &apiError{code: string(code), message: publicMessage(err, code)}
+	}
+	return internal(err)
+}
+
+// sentinelMessages are the client-facing texts of sentinel outcomes; a
+// wrapped error's own text may carry operation names or store errors.
+var sentinelMessages = map[inventory.Code]string{
+	inventory.CodeExpired:              inventory.ErrExpired.Error(),
+	inventory.CodeAlreadyCancelled:     inventory.ErrAlreadyCancelled.Error(),
+	inventory.CodeAlreadyCommitted:     inventory.ErrAlreadyCommitted.Error(),
+	inventory.CodeIdempotencyKeyReused: inventory.ErrIdempotencyKeyReused.Error(),
+	inventory.CodeNotFound:             inventory.ErrNotFound.Error(),
+	inventory.CodeForbidden:            "not allowed for this principal",
+	inventory.CodeUnavailable:          inventory.ErrUnavailable.Error(),
+	inventory.CodeOutOfStock:           inventory.ErrOutOfStock.Error(),
+	inventory.CodeQuotaExceeded:        inventory.ErrQuotaExceeded.Error(),
+	inventory.CodeSaleNotActive:        inventory.ErrSaleNotActive.Error(),
+	inventory.CodeInvalidInput:         inventory.ErrInvalidInput.Error(),
+}
+
+// publicMessage is the text a client sees for a business outcome: the typed
+// error's own message (it carries the useful numbers) or the sentinel's.
+func publicMessage(err error, code inventory.Code) string {
+	var (
+		oos *inventory.OutOfStockError
+		qe  *inventory.QuotaExceededError
+		sna *inventory.SaleNotActiveError
+		inv *inventory.InvalidInputError
+	)
+	switch {
+	case errors.As(err, &oos):
+		return oos.Error()
+	case errors.As(err, &qe):
+		return qe.Error()
+	case errors.As(err, &sna):
+		return sna.Error()
+	case errors.As(err, &inv):
+		return inv.Error()
+	}
+	return sentinelMessages[code]
+}
+
+// userError maps an engine error to a payload's userError. It returns a
+// non-nil error only when err is not a business outcome: that is a real
+// failure and goes to the error presenter.
+func userError(err error) (*model.UserError, error) {
+	code := inventory.CodeOf(err)
+	if code == "" {
+		return nil, internal(err)
+	}
+	ue := &model.UserError{Code: model.ErrorCode(code), Message: publicMessage(err, code)}
+	var inv *inventory.InvalidInputError
+	switch {
+	case errors.As(err, &inv):
+		ue.Field = inputPath(inv.Field)
+	case code == inventory.CodeOutOfStock || code == inventory.CodeQuotaExceeded:
+		ue.Field = []string{"input", "quantity"}
+	case code == inventory.CodeIdempotencyKeyReused:
+		ue.Field = []string{"input", "idempotencyKey"}
+	}
+	return ue, nil
+}
+
+// inputPath turns an engine field name ("price.amount") into a path from
+// the mutation argument (["input","price","amount"]). The engine's
+// "principal" comes from the token, not the input, so it has no path.
+func inputPath(field string) []string {
+	switch field {
+	case "", "principal":
+		return nil
+	case "input":
+		return []string{"input"}
+	}
+	return append([]string{"input"}, strings.Split(field, ".")...)
+}
+
+func rateLimitedError(retryAfter time.Duration) *model.UserError {
+	secs := int(math.Ceil(retryAfter.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	return &model.UserError{
+		Code:              model.ErrorCodeRateLimited,
+		Message:           fmt.Sprintf("too many mutations: retry in %d s", secs),
+		RetryAfterSeconds: &secs,
+	}
+}
+
+// presenter is the one place errors become what clients see. Errors built
+// by gqlgen itself (parse, validation, limits) pass through; classified
+// resolver errors show their code; anything else is logged with the request
+// id and shown as "internal error".
+func presenter(log zerolog.Logger) graphql.ErrorPresenterFunc {
+	return func(ctx context.Context, err error) *gqlerror.Error {
+		var gqlErr *gqlerror.Error
+		if !errors.As(err, &gqlErr) {
+			gqlErr = gqlerror.WrapPath(graphql.GetPath(ctx), err)
+		}
+		cause := gqlErr.Err
+		if cause == nil {
+			return gqlErr // made deliberately, message and code already public
+		}
+		out := &gqlerror.Error{Path: gqlErr.Path, Locations: gqlErr.Locations, Rule: gqlErr.Rule}
+		var ae *apiError
+		switch {
+		case errors.As(cause, &ae) && ae.code != CodeInternal:
+			out.Message = ae.message
+			out.Extensions = map[string]any{"code": ae.code}
+		case errors.As(cause, &ae) || inventory.CodeOf(cause) == "" && !isInputCoercion(ctx):
+			id := requestIDFrom(ctx)
+			if ae == nil || !ae.logged {
+				log.Error().Err(cause).Str("request_id", id).Str("path", gqlErr.Path.String()).Msg("graphql internal error")
+			}
+			out.Message = "internal error"
+			out.Extensions = map[string]any{"code": CodeInternal, "requestId": id}
+		case inventory.CodeOf(cause) != "":
+			code := inventory.CodeOf(cause)
+			out.Message = publicMessage(cause, code)
+			out.Extensions = map[string]any{"code": string(code)}
+		default:
+			// A scalar or enum argument the client sent could not be read
+			// (a bad Time, say): the parser's message is about their input.
+			out.Message = gqlErr.Message
+			out.Extensions = map[string]any{"code": CodeBadUserInput}
+		}
+		return out
+	}
+}
+
+// isInputCoercion reports whether an unclassified error was raised while
+// reading a field's arguments: gqlgen returns those before calling the
+// resolver, so the field context has no arguments yet.
+func isInputCoercion(ctx context.Context) bool {
+	fc := graphql.GetFieldContext(ctx)
+	return fc != nil && fc.Args == nil && len(fc.Field.Arguments) > 0
+}
+
+// recoverer turns a panic in a resolver into an internal error, logged
+// once with its stack.
+func recoverer(log zerolog.Logger) graphql.RecoverFunc {
+	return func(ctx context.Context, v any) error {
+		log.Error().Str("request_id", requestIDFrom(ctx)).Str("panic", fmt.Sprint(v)).
+			Bytes("stack", debug.Stack()).Msg("graphql resolver panic")
+		return &apiError{code: CodeInternal, cause: fmt.Errorf("panic: %v", v), logged: true}
+	}
+}

@@ -1,0 +1,201 @@
+package resolvers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/graph"
+	"github.com/dropline/dropline/inventory"
+)
+
+// Config is what NewHandler needs. Engine, Redis and Verifier are required;
+// every limit has a default for its zero value.
+type Config struct {
+	// Engine answers every query and mutation. Required.
+	Engine *inventory.Engine
+	// Redis stores persisted queries and rate-limit state, under the
+	// engine's key prefix. Required.
+	Redis redis.UniversalClient
+	// Verifier checks bearer tokens; NewHandler applies auth.Middleware with
+	// it, so the handler is safe to mount anywhere. Required.
+	Verifier auth.Verifier
+	// Logger receives internal errors and panics with their request id.
+	// Default: a disabled logger.
+	Logger zerolog.Logger
+	// Dev enables introspection and "did you mean" suggestions, which
+	// otherwise help an attacker map the schema. Default: false.
+	Dev bool
+	// CORSOrigins lists the browser origins ("scheme://host[:port]") that
+	// may call the API from another origin; "*" allows any. Requests
+	// without an Origin header and same-origin requests are always served.
+	// Default: empty, meaning same-origin only.
+	CORSOrigins []string
+	// RequestID returns the id the HTTP layer gave the request (for
+	// example server.RequestIDFrom), quoted in internal errors. Nil, or an
+	// empty answer, uses the X-Request-Id response header if already set,
+	// otherwise a fresh id that is then set on the response.
+	RequestID func(context.Context) string
+	// Limits bound what one request may cost.
+	Limits Limits
+	// Now is the clock of the rate limiter's retry hints; default time.Now.
+	Now func() time.Time
+}
+
+// Limits protect the service from expensive or abusive requests. Each zero
+// value takes the default named on the field.
+type Limits struct {
+	// Complexity caps an operation's cost (one per field, list fields
+	// multiplied by their page size). Default 1000.
+	Complexity int
+	// Depth caps how deeply fields nest (introspection fields excluded).
+	// Default 10.
+	Depth int
+	// RootMutationFields caps the mutations in one operation, so aliasing
+	// one mutation many times cannot bypass the rate limit. Default 10.
+	RootMutationFields int
+	// BodyBytes caps a request body; larger ones get 413. Default 1 MiB.
+	BodyBytes int64
+	// ParserTokens caps the tokens the query parser reads. Default 15000.
+	ParserTokens int
+	// QueryCache is how many parsed documents are kept (LRU). Default 1000.
+	QueryCache int
+	// PageSize is the default `first` of connections; MaxPageSize the
+	// largest allowed (requests above get INVALID_INPUT). Defaults 20, 100.
+	PageSize    int
+	MaxPageSize int
+	// MutationRate and MutationBurst define the per-principal mutation
+	// limit (GCRA): MutationRate per MutationPeriod on average, bursts of
+	// up to MutationBurst. Defaults 10 per second, burst 20. A negative
+	// MutationRate disables the limit.
+	MutationRate   int
+	MutationPeriod time.Duration
+	MutationBurst  int
+	// APQTTL is how long a persisted query is kept in Redis. Default 24 h.
+	APQTTL time.Duration
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&l.Complexity, 1000)
+	def(&l.Depth, 10)
+	def(&l.RootMutationFields, 10)
+	def(&l.ParserTokens, 15000)
+	def(&l.QueryCache, 1000)
+	def(&l.PageSize, 20)
+	def(&l.MaxPageSize, 100)
+	def(&l.MutationRate, 10)
+	def(&l.MutationBurst, 2*l.MutationRate)
+	if l.BodyBytes == 0 {
+		l.BodyBytes = 1 << 20
+	}
+	if l.MutationPeriod == 0 {
+		l.MutationPeriod = time.Second
+	}
+	if l.APQTTL == 0 {
+		l.APQTTL = 24 * time.Hour
+	}
+	return l
+}
+
+// NewHandler builds the /graphql handler: CORS, the body limit and auth
+// around gqlgen's server with its transports, caches and limits. It panics
+// when a required dependency is missing, as that is a wiring bug found at
+// start-up.
+func NewHandler(cfg Config) http.Handler {
+	if cfg.Engine == nil || cfg.Redis == nil || cfg.Verifier == nil {
+		panic("resolvers.NewHandler: Engine, Redis and Verifier are required")
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	prefix := cfg.Engine.Config().KeyPrefix
+	d := &deps{
+		engine:  cfg.Engine,
+		limits:  cfg.Limits,
+		limiter: newMutationLimiter(cfg.Redis, prefix, cfg.Limits, cfg.Logger),
+	}
+	es := graph.NewExecutableSchema(graph.Config{Resolvers: &Resolver{deps: d}, Complexity: complexity(cfg.Limits)})
+
+	srv := handler.New(es)
+	addTransports(srv)
+	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
+	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
+	srv.SetDisableSuggestion(!cfg.Dev)
+	srv.SetErrorPresenter(presenter(cfg.Logger))
+	srv.SetRecoverFunc(recoverer(cfg.Logger))
+	if cfg.Dev {
+		srv.Use(extension.Introspection{})
+	}
+	srv.Use(extension.AutomaticPersistedQuery{Cache: newAPQCache(cfg.Redis, prefix, cfg.Limits.APQTTL, cfg.Logger)})
+	srv.Use(extension.FixedComplexityLimit(cfg.Limits.Complexity))
+	srv.Use(depthLimit{max: cfg.Limits.Depth})
+	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})
+	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		return next(withLoaders(ctx, cfg.Engine))
+	})
+
+	var h http.Handler = srv
+	h = auth.Middleware(cfg.Verifier)(h)
+	h = limitBody(cfg.Limits.BodyBytes, h)
+	h = newCORS(cfg.CORSOrigins).middleware(h)
+	h = withRequestID(cfg.RequestID, h)
+	return h
+}
+
+// addTransports is the one place transports are chosen. POST accepts only
+// application/json, so a cross-site HTML form (which cannot send that
+// without a preflight) never reaches a mutation; GET serves queries only
+// (gqlgen refuses mutations over GET with 406). The websocket transport for
+// subscriptions belongs here too when it lands.
+func addTransports(srv *handler.Server) {
+	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.POST{})
+}
+
+type requestIDKey struct{}
+
+// requestIDFrom returns the id quoted in internal errors.
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// requestIDHeader matches the header the HTTP server echoes.
+const requestIDHeader = "X-Request-Id"
+
+func withRequestID(from func(context.Context) string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var id string
+		if from != nil {
+			id = from(r.Context())
+		}
+		if id == "" {
+			id = w.Header().Get(requestIDHeader)
+		}
+		if id == "" {
+			var b [12]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+			w.Header().Set(requestIDHeader, id)
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
+}

@@ -1,0 +1,132 @@
+package resolvers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// limitBody reads at most n bytes of the body before GraphQL sees it, so an
+// oversized request gets 413 whether or not it declared its length, and
+// gqlgen never buffers more than n.
+func limitBody(n int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > n {
+			writeError(w, r, http.StatusRequestEntityTooLarge, "request body too large")
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			writeError(w, r, http.StatusRequestEntityTooLarge, "request body too large")
+			return
+		case err != nil:
+			writeError(w, r, http.StatusBadRequest, "could not read request body")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeError answers in the GraphQL response shape, so clients parse HTTP
+// refusals like any other error.
+func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]any{{
+		"message":    msg,
+		"extensions": map[string]any{"code": httpCode(status), "requestId": requestIDFrom(r.Context())},
+	}}})
+}
+
+func httpCode(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "PAYLOAD_TOO_LARGE"
+	case http.StatusForbidden:
+		return "ORIGIN_NOT_ALLOWED"
+	}
+	return "BAD_REQUEST"
+}
+
+// preflightMaxAge lets browsers cache a preflight answer for ten minutes.
+const preflightMaxAge = 600
+
+// cors is the allow-list of browser origins. Tokens travel in the
+// Authorization header, never cookies, so credentials are never allowed.
+// The same list should drive the websocket origin check.
+type cors struct {
+	any     bool
+	allowed map[string]bool
+}
+
+func newCORS(origins []string) cors {
+	c := cors{allowed: map[string]bool{}}
+	for _, o := range origins {
+		o = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(o), "/"))
+		switch o {
+		case "":
+		case "*":
+			c.any = true
+		default:
+			c.allowed[o] = true
+		}
+	}
+	return c
+}
+
+// Allowed reports whether a request from origin to host may be served.
+func (c cors) Allowed(origin, host string) bool {
+	return origin == "" || sameOrigin(origin, host) || c.any || c.allowed[strings.ToLower(origin)]
+}
+
+// sameOrigin compares the Origin's host with the request's Host; the
+// scheme is not compared because a TLS-terminating proxy hides it.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
+}
+
+// middleware refuses listed-out origins with 403 before anything runs,
+// answers preflights, and sets the CORS headers on allowed requests.
+func (c cors) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h := w.Header()
+		h.Add("Vary", "Origin")
+		if !c.Allowed(origin, r.Host) {
+			writeError(w, r, http.StatusForbidden, "origin "+strconv.Quote(origin)+" is not allowed")
+			return
+		}
+		if sameOrigin(origin, r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Expose-Headers", requestIDHeader)
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, "+requestIDHeader)
+			h.Set("Access-Control-Max-Age", strconv.Itoa(preflightMaxAge))
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
