@@ -94,16 +94,27 @@ func ensureTemplate(ctx context.Context) (string, error) {
 // returns its URL. The database is dropped when the test ends.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	url, drop, err := CreateDatabase()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(drop)
+	return url
+}
+
+// CreateDatabase is NewDatabase for code without a testing.TB (examples,
+// TestMain): it returns the URL and a function that drops the database.
+func CreateDatabase() (url string, drop func(), err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tmpl, err := ensureTemplate(ctx)
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		return "", nil, err
 	}
 	name := "dropline_test_" + randomSuffix()
 	admin, err := pgx.Connect(ctx, adminURL())
 	if err != nil {
-		t.Fatalf("testenv: PostgreSQL is not reachable at %s (run `make services`): %v", adminURL(), err)
+		return "", nil, fmt.Errorf("PostgreSQL is not reachable at %s (run `make services`): %w", adminURL(), err)
 	}
 	defer admin.Close(ctx)
 	// CREATE DATABASE ... TEMPLATE fails while another session copies the same
@@ -117,22 +128,19 @@ func NewDatabase(t testing.TB) string {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("testenv: creating database %s: %v", name, err)
+		return "", nil, fmt.Errorf("creating database %s: %w", name, err)
 	}
-	t.Cleanup(func() {
+	drop = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		admin, err := pgx.Connect(ctx, adminURL())
 		if err != nil {
-			t.Logf("testenv: dropping %s: %v", name, err)
 			return
 		}
 		defer admin.Close(ctx)
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("testenv: dropping %s: %v", name, err)
-		}
-	})
-	return DatabaseURL(name)
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+	return DatabaseURL(name), drop, nil
 }
 
 // Postgres returns a pool on a fresh, migrated database of this test's own.
