@@ -1,0 +1,73 @@
+package inventory
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/lua"
+)
+
+// The Redis client retries a command whose reply was lost, so every script
+// must give the same answer, and change nothing more, when run twice with the
+// same arguments.
+func TestScriptsAreSafeToRunTwice(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
+	require.NoError(t, err)
+	admin := Principal{ID: "admin", Admin: true}
+	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "TWICE", Name: "t", Price: Money{1, "EUR"}, Stock: 5})
+	require.NoError(t, err)
+
+	p := PartitionOf("TWICE")
+	token := newToken(p)
+	keys := []string{e.keys.SKU("TWICE"), e.keys.Hold(p, token), e.keys.User("TWICE", "alice"), e.keys.Idempotency("TWICE", "")}
+	args := []any{e.keys.Base(p), "TWICE", "alice", 2, int64(60_000), token, "", "", 86400, 100, int64(3_600_000)}
+	first, err := e.run(ctx, lua.Reserve, keys, args...)
+	require.NoError(t, err)
+	second, err := e.run(ctx, lua.Reserve, keys, args...)
+	require.NoError(t, err)
+	require.Equal(t, "OK", reply(second).code())
+	require.Equal(t, holdFromReply(first).ExpiresAt, holdFromReply(second).ExpiresAt)
+	require.True(t, holdFromReply(second).Replayed)
+	s, err := e.Stock(ctx, "TWICE")
+	require.NoError(t, err)
+	require.Equal(t, 2, s.Held, "the retried reserve took nothing more")
+	n, err := r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "one reserve event")
+
+	alice := Principal{ID: "alice"}
+	base := e.keys.Base(p)
+	for i := 0; i < 2; i++ {
+		b, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, token)}, base, token, "alice", 86400)
+		require.NoError(t, err)
+		require.Equal(t, "OK", reply(b).code())
+	}
+	h, err := e.Reservation(ctx, alice, token)
+	require.NoError(t, err)
+	for i := 0; i < 2; i++ {
+		_, err := e.finishCommit(ctx, base, token, h, "COMMITTED", time.Now())
+		require.NoError(t, err)
+	}
+	s, err = e.Stock(ctx, "TWICE")
+	require.NoError(t, err)
+	require.Equal(t, 2, s.Sold, "finishing twice sells once")
+	require.Equal(t, 0, s.Held)
+	require.Equal(t, 3, s.Available)
+
+	for i := 0; i < 2; i++ {
+		res, err := e.release(ctx, p, token, alice, "CANCELLED")
+		require.NoError(t, err)
+		require.Equal(t, "ALREADY_COMMITTED", res.code())
+	}
+	n, err = r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "one reserve and one commit event")
+}
