@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dropline/dropline/inventory"
+)
+
+// CommitReconcilerConfig tunes the commit reconciler. Zero values take the
+// defaults named on each field.
+type CommitReconcilerConfig struct {
+	WorkerOptions
+	// Interval is the time between passes; default 5 seconds.
+	Interval time.Duration
+	// OlderThan is how long a commit must have been COMMITTING before it is
+	// judged; default 30 seconds. It must exceed the engine's CommitTimeout,
+	// or a commit still writing to Postgres could be rolled back under it:
+	// a smaller value is raised to CommitTimeout + 1 second.
+	OlderThan time.Duration
+	// BatchSize is the most commits settled per ReconcileCommits call;
+	// default 100. Full batches repeat within a pass.
+	BatchSize int
+}
+
+func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
+	c.WorkerOptions.setDefaults()
+	if c.Interval <= 0 {
+		c.Interval = 5 * time.Second
+	}
+	if c.OlderThan <= 0 {
+		c.OlderThan = 30 * time.Second
+	}
+	if c.OlderThan <= commitTimeout {
+		c.OlderThan = commitTimeout + time.Second
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+}
+
+// CommitReconciler finishes commits a crash or an unknown Postgres outcome
+// left COMMITTING: the engine asks Postgres whether the sale exists and marks
+// the hold COMMITTED, or puts it back to HELD with its original expiry.
+// Partitions are owned through leases. It writes nothing to Postgres (it only
+// reads the sale), and each settlement is a guarded Redis script, so a
+// duplicate reconciler cannot corrupt anything; the lease only saves work.
+type CommitReconciler struct {
+	*service
+	cfg     CommitReconcilerConfig
+	engine  *inventory.Engine
+	leases  *leaseSet
+	settled prometheus.Counter
+}
+
+// NewCommitReconciler builds a reconciler; Start runs it.
+func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *CommitReconciler {
+	cfg.setDefaults(engine.Config().CommitTimeout)
+	log = log.With().Str("owner", cfg.Owner).Logger()
+	w := &CommitReconciler{
+		cfg: cfg, engine: engine,
+		leases: newLeaseSet("reconciler", newKeys(engine.Keys()), rdb, cfg.WorkerOptions, log, reg),
+		settled: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_commits_reconciled_total",
+			Help: "Half-done commits the reconciler settled (committed or put back to HELD).",
+		})),
+	}
+	w.service = newService("commit_reconciler", cfg.WorkerOptions, log, reg, w.run)
+	return w
+}
+
+// Stop stops the reconciler, waits for it, and releases its leases.
+func (w *CommitReconciler) Stop() {
+	w.service.Stop()
+	w.leases.releaseAll(context.Background())
+}
+
+func (w *CommitReconciler) run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.leases.run(ctx) })
+	g.Go(func() error {
+		t := time.NewTicker(w.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			for _, p := range w.leases.Owned() {
+				if err := w.reconcile(ctx, p); err != nil {
+					return err
+				}
+			}
+		}
+	})
+	return g.Wait()
+}
+
+func (w *CommitReconciler) reconcile(ctx context.Context, p int) error {
+	// The lease is checked before each call: a reconciler that lost its
+	// partition stops at once rather than racing the new owner.
+	for ctx.Err() == nil && w.leases.Held(p) {
+		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+		n, err := w.engine.ReconcileCommits(sctx, p, w.cfg.OlderThan, w.cfg.BatchSize)
+		cancel()
+		w.settled.Add(float64(n))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("reconciling partition %d: %w", p, err)
+		}
+		if n < w.cfg.BatchSize {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+package worker
+
+import "github.com/dropline/dropline/inventory"
+
+// keys builds the worker group's own Redis keys. They sit next to the engine's
+// keys (inventory.Keys) and carry the same partition hash tag, e.g.
+// "dl:{p07}:lease:sweeper", so a lease and its fencing counter share one Redis
+// Cluster slot and one script can touch both.
+type keys struct {
+	inv inventory.Keys
+}
+
+func newKeys(inv inventory.Keys) keys { return keys{inv: inv} }
+
+// lease is the key whose value is the owner token of partition p's lease of
+// one worker kind: <prefix>{pNN}:lease:<kind>.
+func (k keys) lease(p int, kind string) string { return k.inv.Base(p) + "lease:" + kind }
+
+// fence counts the acquisitions of a lease; each acquisition's value is the
+// fencing token Postgres checks: <prefix>{pNN}:lease:<kind>:fence.
+func (k keys) fence(p int, kind string) string { return k.lease(p, kind) + ":fence" }
+
+// members is the sorted set of live processes running a worker kind, scored by
+// when their membership lapses; it decides each process's fair share of
+// partitions. It lives in partition 0.
+func (k keys) members(kind string) string { return k.inv.Base(0) + "members:" + kind }
+
+// epoch is a random value set once per partition while Redis keeps its data.
+// Its disappearance means the partition's Redis lost everything (flush,
+// restart without persistence, failover to an empty replica).
+func (k keys) epoch(p int) string { return k.inv.Base(p) + "epoch" }

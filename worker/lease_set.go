@@ -1,0 +1,189 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+)
+
+// leaseSet owns one worker kind's partition leases for this process. Its
+// keeper loop renews held leases every TTL/3, acquires free partitions, and
+// keeps this process near its fair share: with n live processes (the members
+// set) it releases partitions above ceil(Partitions/n), and leaves a released
+// partition alone for a few checks so another process can take it. A
+// partition nobody takes is taken back, so no partition stays orphaned.
+type leaseSet struct {
+	kind     string
+	keys     keys
+	rdb      redis.UniversalClient
+	opts     WorkerOptions
+	log      zerolog.Logger
+	leases   [inventory.Partitions]*Lease
+	cooldown [inventory.Partitions]time.Time // keeper goroutine only
+	changes  *prometheus.CounterVec
+	held     prometheus.Gauge
+}
+
+func newLeaseSet(kind string, k keys, rdb redis.UniversalClient, opts WorkerOptions, log zerolog.Logger, reg prometheus.Registerer) *leaseSet {
+	m := newLeaseMetrics(reg)
+	s := &leaseSet{kind: kind, keys: k, rdb: rdb, opts: opts, log: log, changes: m.changes, held: m.held.WithLabelValues(kind)}
+	for p := range s.leases {
+		s.leases[p] = NewLease(rdb, LeaseConfig{Key: k.lease(p, kind), FenceKey: k.fence(p, kind), Owner: opts.Owner, TTL: opts.LeaseTTL})
+	}
+	return s
+}
+
+// Held reports whether this process may work on partition p now.
+func (s *leaseSet) Held(p int) bool { return s.leases[p].Held() }
+
+// Fence returns partition p's fencing token, false when not held.
+func (s *leaseSet) Fence(p int) (db.Fence, bool) { return s.leases[p].Fence() }
+
+// Lost records that Postgres fenced partition p off: a newer owner exists.
+func (s *leaseSet) Lost(p int) {
+	s.leases[p].Lost()
+	s.changes.WithLabelValues(s.kind, "lost").Inc()
+	s.log.Warn().Int("partition", p).Str("lease", s.kind).Msg("fenced off by a newer lease holder")
+}
+
+// Owned lists the partitions held now.
+func (s *leaseSet) Owned() []int {
+	var out []int
+	for p, l := range s.leases {
+		if l.Held() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// run is the keeper loop; it checks at once, then every LeaseCheck.
+func (s *leaseSet) run(ctx context.Context) error {
+	t := time.NewTicker(s.opts.LeaseCheck)
+	defer t.Stop()
+	for {
+		if err := s.check(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// membersScript records this process as live for one TTL, forgets lapsed
+// members and returns how many are live, on Redis' clock.
+//
+// KEYS[1] members   ARGV[1] owner   ARGV[2] ttl ms
+var membersScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], 3 * tonumber(ARGV[2]))
+return redis.call('ZCARD', KEYS[1])
+`)
+
+func (s *leaseSet) check(ctx context.Context) error {
+	sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
+	live, err := membersScript.Run(sctx, s.rdb, []string{s.keys.members(s.kind)}, s.opts.Owner, s.opts.LeaseTTL.Milliseconds()).Int()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("recording %s membership: %w", s.kind, err)
+	}
+	share := (inventory.Partitions + max(live, 1) - 1) / max(live, 1)
+	now := time.Now()
+	held := 0
+	for p, l := range s.leases {
+		if !l.Held() {
+			if l.held0() {
+				s.changes.WithLabelValues(s.kind, "lost").Inc()
+				s.log.Warn().Int("partition", p).Str("lease", s.kind).Msg("lease lapsed without renewal")
+				l.Lost()
+			}
+			continue
+		}
+		if !l.RenewDue() {
+			held++
+			continue
+		}
+		sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
+		ok, err := l.Renew(sctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			s.changes.WithLabelValues(s.kind, "lost").Inc()
+			s.log.Warn().Int("partition", p).Str("lease", s.kind).Msg("lease lost: another owner holds it")
+			continue
+		}
+		held++
+	}
+	// Above the fair share: hand partitions over, highest first.
+	for p := inventory.Partitions - 1; p >= 0 && held > share; p-- {
+		l := s.leases[p]
+		if !l.Held() {
+			continue
+		}
+		sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
+		err := l.Release(sctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		held--
+		s.cooldown[p] = now.Add(3 * s.opts.LeaseCheck)
+		s.changes.WithLabelValues(s.kind, "released").Inc()
+		s.log.Debug().Int("partition", p).Str("lease", s.kind).Int("share", share).Msg("lease handed over to balance the work")
+	}
+	for p, l := range s.leases {
+		if l.Held() || now.Before(s.cooldown[p]) {
+			continue
+		}
+		sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
+		ok, err := l.Acquire(sctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if ok {
+			held++
+			s.changes.WithLabelValues(s.kind, "acquired").Inc()
+			s.log.Debug().Int("partition", p).Str("lease", s.kind).Msg("lease acquired")
+		}
+	}
+	s.held.Set(float64(held))
+	return nil
+}
+
+// releaseAll gives every held lease up, on a clean stop, so other processes
+// take the partitions over at once instead of after a TTL. The membership
+// goes too.
+func (s *leaseSet) releaseAll(ctx context.Context) {
+	for p, l := range s.leases {
+		if !l.held0() {
+			continue
+		}
+		sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
+		if err := l.Release(sctx); err != nil {
+			s.log.Warn().Err(err).Int("partition", p).Str("lease", s.kind).Msg("could not release lease; it expires on its own")
+		} else {
+			s.changes.WithLabelValues(s.kind, "released").Inc()
+		}
+		cancel()
+	}
+	sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
+	s.rdb.ZRem(sctx, s.keys.members(s.kind), s.opts.Owner)
+	cancel()
+	s.held.Set(0)
+}

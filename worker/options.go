@@ -1,0 +1,97 @@
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+)
+
+// WorkerOptions are the settings every worker shares. GroupConfig passes its
+// own down to each worker whose field is zero. Zero values take the defaults
+// named on each field.
+type WorkerOptions struct {
+	// Owner names this process in leases, in the flusher's consumer group and
+	// in logs. It must be unique per process: two processes with one owner
+	// would each believe they hold the other's leases. Default
+	// "<hostname>-<pid>-<random>".
+	Owner string
+	// LeaseTTL is how long a partition lease lasts without renewal; default
+	// 10 seconds. Leases are renewed every LeaseTTL/3, so a dead process's
+	// partitions are taken over between LeaseTTL and LeaseTTL plus one lease
+	// check after it stopped renewing.
+	LeaseTTL time.Duration
+	// LeaseCheck is how often free partitions are tried and due renewals
+	// made; default 500 milliseconds (and never more than LeaseTTL/3).
+	LeaseCheck time.Duration
+	// StepTimeout bounds every single Redis or Postgres call; default 5 seconds.
+	StepTimeout time.Duration
+	// MinRestartBackoff and MaxRestartBackoff bound the wait before a failed
+	// worker loop is restarted; the wait doubles per consecutive failure.
+	// Defaults 100 milliseconds and 10 seconds.
+	MinRestartBackoff time.Duration
+	MaxRestartBackoff time.Duration
+}
+
+// inherit fills o's zero fields from parent.
+func (o *WorkerOptions) inherit(parent WorkerOptions) {
+	if o.Owner == "" {
+		o.Owner = parent.Owner
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = parent.LeaseTTL
+	}
+	if o.LeaseCheck == 0 {
+		o.LeaseCheck = parent.LeaseCheck
+	}
+	if o.StepTimeout == 0 {
+		o.StepTimeout = parent.StepTimeout
+	}
+	if o.MinRestartBackoff == 0 {
+		o.MinRestartBackoff = parent.MinRestartBackoff
+	}
+	if o.MaxRestartBackoff == 0 {
+		o.MaxRestartBackoff = parent.MaxRestartBackoff
+	}
+}
+
+func (o *WorkerOptions) setDefaults() {
+	if o.Owner == "" {
+		o.Owner = defaultOwner()
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.LeaseCheck <= 0 {
+		o.LeaseCheck = 500 * time.Millisecond
+	}
+	if o.LeaseCheck > o.LeaseTTL/3 {
+		o.LeaseCheck = o.LeaseTTL / 3
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 5 * time.Second
+	}
+	if o.MinRestartBackoff <= 0 {
+		o.MinRestartBackoff = 100 * time.Millisecond
+	}
+	if o.MaxRestartBackoff < o.MinRestartBackoff {
+		o.MaxRestartBackoff = max(10*time.Second, o.MinRestartBackoff)
+	}
+}
+
+// defaultOwner is unique per process: the host and pid say where it runs, the
+// random part keeps a restarted process with a reused pid apart.
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "dropline"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,220 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dropline/dropline/inventory"
+)
+
+// RebuilderConfig tunes the rebuilder. Zero values take the defaults named on
+// each field.
+type RebuilderConfig struct {
+	WorkerOptions
+	// Interval is how often the epoch keys are checked; default 1 second.
+	Interval time.Duration
+	// PageSize is how many products are listed from Postgres at a time;
+	// default 100.
+	PageSize int
+	// Concurrency is how many SKUs are rebuilt at once; default 4. Each
+	// rebuild holds one Postgres connection and the product's row lock.
+	Concurrency int
+}
+
+func (c *RebuilderConfig) setDefaults() {
+	c.WorkerOptions.setDefaults()
+	if c.Interval <= 0 {
+		c.Interval = time.Second
+	}
+	if c.PageSize <= 0 {
+		c.PageSize = 100
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 4
+	}
+}
+
+// Rebuilder notices that Redis lost its data and reloads every product from
+// Postgres at once, instead of waiting for each SKU's next request to do it
+// (the engine's lazy read-repair, which stays the safety net).
+//
+// Detection: each partition has an epoch key set once with a random value
+// (SET NX). Redis data loss takes it away (FLUSHALL, a restart without
+// persistence, failover to an empty replica; with Redis Cluster, per shard,
+// which is why there is one per partition). The process whose SET NX
+// recreates a vanished epoch rebuilds that partition's SKUs; a process that
+// sees an epoch change under it rebuilds too, which costs one EXISTS per SKU
+// when the winner was faster. Each rebuild is the engine's Rebuild: atomic per
+// SKU under the product's Postgres row lock, and a no-op when the SKU is
+// present, so racing the lazy path or another process is safe.
+type Rebuilder struct {
+	*service
+	cfg      RebuilderConfig
+	engine   *inventory.Engine
+	rdb      redis.UniversalClient
+	keys     keys
+	rebuilds prometheus.Counter
+	losses   prometheus.Counter
+
+	mu    sync.Mutex // guards seen and owed across loop restarts
+	seen  [inventory.Partitions]string
+	owed  [inventory.Partitions]bool // a rebuild was due and has not completed
+	value string
+}
+
+// NewRebuilder builds a rebuilder; Start runs it.
+func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Rebuilder {
+	cfg.setDefaults()
+	log = log.With().Str("owner", cfg.Owner).Logger()
+	w := &Rebuilder{
+		cfg: cfg, engine: engine, rdb: rdb, keys: newKeys(engine.Keys()),
+		rebuilds: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_rebuilds_total",
+			Help: "SKUs the rebuilder reloaded into Redis from Postgres after Redis lost its data.",
+		})),
+		losses: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_redis_data_losses_total",
+			Help: "Partitions found to have lost their Redis data (their epoch key vanished or changed).",
+		})),
+	}
+	w.service = newService("rebuilder", cfg.WorkerOptions, log, reg, w.run)
+	return w
+}
+
+func (w *Rebuilder) run(ctx context.Context) error {
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := w.check(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// check reads every epoch, claims vanished ones, and rebuilds the partitions
+// that lost their data.
+func (w *Rebuilder) check(ctx context.Context) error {
+	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+	defer cancel()
+	gets := make([]*redis.StringCmd, inventory.Partitions)
+	_, err := w.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
+		for i := range gets {
+			gets[i] = p.Get(sctx, w.keys.epoch(i))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reading epochs: %w", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p, g := range gets {
+		cur, err := g.Result()
+		if errors.Is(err, redis.Nil) {
+			fresh := randomHex(8)
+			won, err := w.rdb.SetNX(sctx, w.keys.epoch(p), fresh, 0).Result()
+			if err != nil {
+				return fmt.Errorf("setting epoch of partition %d: %w", p, err)
+			}
+			if !won {
+				continue // another process recreated it; read it next time
+			}
+			cur = fresh
+			w.owed[p] = true
+		} else if err != nil {
+			return fmt.Errorf("reading epoch of partition %d: %w", p, err)
+		} else if w.seen[p] != "" && cur != w.seen[p] {
+			w.owed[p] = true
+		}
+		if w.owed[p] && w.seen[p] != cur {
+			w.losses.Inc()
+			w.log.Warn().Int("partition", p).Msg("Redis lost this partition's data; rebuilding its SKUs from Postgres")
+		}
+		w.seen[p] = cur
+	}
+	var lost []bool
+	for _, owed := range w.owed {
+		if owed {
+			lost = w.owed[:]
+			break
+		}
+	}
+	if lost == nil {
+		return nil
+	}
+	if err := w.rebuild(ctx, lost); err != nil {
+		return err
+	}
+	for p := range w.owed {
+		w.owed[p] = false
+	}
+	return nil
+}
+
+// rebuild reloads every product of the lost partitions, paging through the
+// catalogue by SKU.
+func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) error {
+	after := ""
+	n := 0
+	for {
+		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+		page, err := w.engine.Products(sctx, after, w.cfg.PageSize)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("listing products to rebuild: %w", err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(w.cfg.Concurrency)
+		var mu sync.Mutex
+		for _, prod := range page {
+			if !lost[inventory.PartitionOf(prod.SKU)] {
+				continue
+			}
+			sku := prod.SKU
+			g.Go(func() error {
+				sctx, cancel := stepContext(gctx, w.cfg.StepTimeout)
+				defer cancel()
+				present, err := w.rdb.Exists(sctx, w.engine.Keys().SKU(sku)).Result()
+				if err != nil {
+					return fmt.Errorf("checking %s: %w", sku, err)
+				}
+				if present == 1 {
+					return nil // the lazy path or another process was first
+				}
+				if err := w.engine.Rebuild(sctx, sku); err != nil && !errors.Is(err, inventory.ErrNotFound) {
+					return fmt.Errorf("rebuilding %s: %w", sku, err)
+				}
+				w.rebuilds.Inc()
+				mu.Lock()
+				n++
+				mu.Unlock()
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		if len(page) < w.cfg.PageSize {
+			break
+		}
+		after = page[len(page)-1].SKU
+	}
+	w.log.Info().Int("skus", n).Msg("rebuild from Postgres finished")
+	return nil
+}
