@@ -211,7 +211,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		AllowedOrigins:  a.Config.AllowedOrigins(),
 		ShutdownTimeout: a.Config.ShutdownTimeout,
 	})
-	if err := a.server.Open(); err != nil {
+	if err := a.server.Open(ctx); err != nil {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))
 	}
 	a.running = true

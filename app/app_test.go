@@ -111,9 +111,9 @@ func TestRunServesAndCloses(t *testing.T) {
 	base := "http://" + a.Addr()
 	require.NotEqual(t, "127.0.0.1:0", a.Addr())
 
-	code, body := get(t, base+"/healthz")
+	code, _ := get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, code)
-	code, body = get(t, base+"/readyz")
+	code, body := get(t, base+"/readyz")
 	require.Equal(t, http.StatusOK, code, body)
 	require.JSONEq(t, `{"status":"ready"}`, body)
 	code, body = get(t, base+"/metrics")
@@ -153,7 +153,10 @@ func TestRunServesAndCloses(t *testing.T) {
 	require.True(t, stopped)
 	mu.Unlock()
 	<-a.Done()
-	_, err = http.Get(base + "/healthz")
+	resp, err := http.Get(base + "/healthz")
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	require.Error(t, err, "the listener is closed")
 }
 

@@ -140,7 +140,7 @@ func TestContextHelpers(t *testing.T) {
 	require.Equal(t, "carol", p.ID)
 
 	// A string key of the same name cannot collide with the private key type.
-	ctx = context.WithValue(ctx, "principal", "mallory") //nolint:staticcheck // deliberately a string key
+	ctx = context.WithValue(ctx, "principal", "mallory") //nolint:staticcheck,revive // deliberately a string key
 	p, _ = auth.PrincipalFrom(ctx)
 	require.Equal(t, "carol", p.ID)
 }

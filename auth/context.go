@@ -44,7 +44,7 @@ func WithAuthError(ctx context.Context, err error) context.Context {
 // AuthErrorFrom returns the credential failure recorded by Middleware (or
 // WithAuthError), or nil when the caller sent no credentials or valid ones.
 // The error wraps ErrTokenExpired or ErrTokenInvalid.
-func AuthErrorFrom(ctx context.Context) error {
+func AuthErrorFrom(ctx context.Context) error { //nolint:revive // the name is part of the contract with resolvers/
 	err, _ := ctx.Value(authErrorKey).(error)
 	return err
 }

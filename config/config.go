@@ -21,7 +21,7 @@ const (
 	EnvRedisClusterAddrs = "REDIS_CLUSTER_ADDRS"
 	EnvDatabaseURL       = "DATABASE_URL"
 	EnvAddr              = "DROPLINE_ADDR"
-	EnvJWTSecret         = "DROPLINE_JWT_SECRET"
+	EnvJWTSecret         = "DROPLINE_JWT_SECRET" //nolint:gosec // the variable name, not a credential
 	EnvDev               = "DROPLINE_DEV"
 	EnvKeyPrefix         = "DROPLINE_KEY_PREFIX"
 	EnvHoldDefault       = "DROPLINE_HOLD_DEFAULT"

@@ -143,50 +143,53 @@ func accessLog(m httpMetrics, next http.Handler) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		m.inFlight.Inc()
-		defer func() {
-			m.inFlight.Dec()
-			elapsed := time.Since(start)
-			status := sw.statusCode()
-			route := routeOf(r.URL.Path)
-			m.requests.WithLabelValues(route, normalizedMethod(r.Method), strconv.Itoa(status)).Inc()
-			if !sw.hijacked {
-				m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
-			}
-
-			l := zerolog.Ctx(r.Context())
-			var ev *zerolog.Event
-			switch {
-			case route == routeHealthz || route == routeReadyz || route == routeMetrics:
-				// Probes poll every few seconds: keep them out of info logs
-				// unless they fail, and a 503 from /readyz is a state of a
-				// dependency, not a server error.
-				if status >= 400 {
-					ev = l.Warn()
-				} else {
-					ev = l.Debug()
-				}
-			case status >= 500:
-				ev = l.Error()
-			default:
-				ev = l.Info()
-			}
-			ev.Str("method", r.Method).
-				Str("path", r.URL.Path).
-				Int("status", status).
-				Int64("bytes", sw.bytes).
-				Dur("duration", elapsed).
-				Str("remote", r.RemoteAddr).
-				Msg("request")
-		}()
+		// recoverer sits inside, so next returns normally even when a
+		// handler panics (only http.ErrAbortHandler passes, by design).
 		next.ServeHTTP(sw, r)
+		m.inFlight.Dec()
+		logRequest(m, r, sw, time.Since(start))
 	})
+}
+
+func logRequest(m httpMetrics, r *http.Request, sw *statusWriter, elapsed time.Duration) {
+	status := sw.statusCode()
+	route := routeOf(r.URL.Path)
+	m.requests.WithLabelValues(route, normalizedMethod(r.Method), strconv.Itoa(status)).Inc()
+	if !sw.hijacked {
+		m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
+	}
+
+	l := zerolog.Ctx(r.Context())
+	var ev *zerolog.Event
+	switch {
+	case route == routeHealthz || route == routeReadyz || route == routeMetrics:
+		// Probes poll every few seconds: keep them out of info logs unless
+		// they fail, and a 503 from /readyz is a state of a dependency, not
+		// a server error.
+		if status >= 400 {
+			ev = l.Warn()
+		} else {
+			ev = l.Debug()
+		}
+	case status >= 500:
+		ev = l.Error()
+	default:
+		ev = l.Info()
+	}
+	ev.Str("method", r.Method).
+		Str("path", r.URL.Path).
+		Int("status", status).
+		Int64("bytes", sw.bytes).
+		Dur("duration", elapsed).
+		Str("remote", r.RemoteAddr).
+		Msg("request")
 }
 
 // recoverer turns a handler panic into a logged stack and a 500 JSON body
 // carrying the request id, instead of a dropped connection.
 func recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
+		defer func() { //nolint:contextcheck // the deferred handler uses r's own context
 			v := recover()
 			if v == nil {
 				return

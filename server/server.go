@@ -162,15 +162,15 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Open binds Config.Addr and serves in the background. It returns once the
 // listener is bound, so Addr is valid as soon as Open returns; a bind
-// failure (port in use) is returned here.
-func (s *Server) Open() error {
+// failure (port in use) is returned here. ctx bounds the bind only.
+func (s *Server) Open(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ln != nil {
 		return errors.New("server already open")
 	}
 	var lc net.ListenConfig
-	ln, err := lc.Listen(context.Background(), "tcp", s.cfg.Addr)
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
 	}
@@ -237,7 +237,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // fails, then shuts down within Config.ShutdownTimeout. onListen, when not
 // nil, is called with the bound address (useful with port 0).
 func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr string)) error {
-	if err := s.Open(); err != nil {
+	if err := s.Open(ctx); err != nil {
 		return err
 	}
 	if onListen != nil {

@@ -105,7 +105,14 @@ func strconvQuote(s string) string {
 	return string(b)
 }
 
-func (b bundle) do(t *testing.T, method, path string, body io.Reader, headers map[string]string) (*http.Response, string) {
+// reply is what tests look at of a response; the body is already read and
+// closed.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func (b bundle) do(t *testing.T, method, path string, body io.Reader, headers map[string]string) (reply, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, b.srv.URL+path, body)
 	require.NoError(t, err)
@@ -117,7 +124,7 @@ func (b bundle) do(t *testing.T, method, path string, body io.Reader, headers ma
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp, string(data)
+	return reply{StatusCode: resp.StatusCode, Header: resp.Header}, string(data)
 }
 
 func TestHealthz(t *testing.T) {
@@ -391,10 +398,10 @@ func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
 			_, _ = w.Write([]byte("done"))
 		}),
 	})
-	require.NoError(t, s.Open())
+	require.NoError(t, s.Open(context.Background()))
 	addr := s.Addr()
 	require.NotEqual(t, "127.0.0.1:0", addr)
-	require.Error(t, s.Open(), "opening twice is refused")
+	require.Error(t, s.Open(context.Background()), "opening twice is refused")
 
 	type result struct {
 		body string
@@ -424,7 +431,10 @@ func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
 	}
 	// ...while refusing new connections.
 	require.Eventually(t, func() bool {
-		_, err := http.Get("http://" + addr + "/healthz")
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
 		return err != nil
 	}, 2*time.Second, 10*time.Millisecond)
 
@@ -448,7 +458,7 @@ func TestShutdownDeadlineCutsStuckRequests(t *testing.T) {
 			<-r.Context().Done() // a handler that only stops when told
 		}),
 	})
-	require.NoError(t, s.Open())
+	require.NoError(t, s.Open(context.Background()))
 	go func() {
 		resp, err := http.Post("http://"+s.Addr()+"/graphql", "application/json", strings.NewReader("{}"))
 		if err == nil {
@@ -479,10 +489,10 @@ func TestListenAndServe(t *testing.T) {
 
 	// A port in use fails at Open with the address in the message.
 	s3 := server.New(server.Config{Addr: "127.0.0.1:0"})
-	require.NoError(t, s3.Open())
+	require.NoError(t, s3.Open(context.Background()))
 	t.Cleanup(func() { _ = s3.Shutdown(context.Background()) })
 	s2 := server.New(server.Config{Addr: s3.Addr()})
-	err = s2.Open()
+	err = s2.Open(context.Background())
 	require.ErrorContains(t, err, "listening on "+s3.Addr())
 }
 

@@ -189,7 +189,8 @@ func (e env) serve(ctx context.Context, args []string) error {
 	if e.stopSignals != nil {
 		e.stopSignals()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	// Shutdown gets its own deadline: ctx is already cancelled by the signal.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	closeErr := a.Close(sctx)
 	if failed != nil {
@@ -210,7 +211,7 @@ func (e env) migrate(ctx context.Context, args []string) error {
 		return err
 	}
 	a := app.New(cfg, app.NewLogger(cfg, e.stderr))
-	return closeAfter(a, a.Migrate(ctx))
+	return closeAfter(ctx, a, a.Migrate(ctx))
 }
 
 func (e env) seed(ctx context.Context, args []string) error {
@@ -227,12 +228,12 @@ func (e env) seed(ctx context.Context, args []string) error {
 		return err
 	}
 	a := app.New(cfg, app.NewLogger(cfg, e.stderr))
-	return closeAfter(a, a.SeedDemo(ctx))
+	return closeAfter(ctx, a, a.SeedDemo(ctx))
 }
 
 // closeAfter closes a one-shot App and returns the command's error first.
-func closeAfter(a *app.App, err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+func closeAfter(ctx context.Context, a *app.App, err error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
 	closeErr := a.Close(ctx)
 	if err != nil {

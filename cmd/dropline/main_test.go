@@ -171,7 +171,9 @@ func TestServeAndSignal(t *testing.T) {
 		"DROPLINE_KEY_PREFIX": "cmdtest:",
 	}
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, func() {}, []string{"serve"}, func(k string) string { return envm[k] }, &out, &errOut) }()
+	go func() {
+		done <- run(ctx, func() {}, []string{"serve"}, func(k string) string { return envm[k] }, &out, &errOut)
+	}()
 
 	var addr string
 	require.Eventually(t, func() bool {
