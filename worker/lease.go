@@ -41,10 +41,13 @@ type LeaseConfig struct {
 //     refuses a write carrying an older token than one it has seen: a holder
 //     that was paused past its lease cannot overwrite its successor's work.
 //
-// The fencing counter is floored at Redis' clock in milliseconds, so tokens
+// The fencing counter is floored at Redis' clock in microseconds, so tokens
 // keep growing even when Redis loses the counter (flush, restart, failover):
 // a plain INCR would restart at 1 and every later writer would be fenced off
-// by Postgres' memory of the older, larger token.
+// by Postgres' memory of the older, larger token. (Milliseconds are too
+// coarse: Postgres accepts a token equal to the last one, and two
+// acquisitions within one millisecond of a flush would share a token.) This
+// assumes the clock of the Redis that replaces a lost one is not behind.
 //
 // Locally the lease counts as held for two thirds of TTL after the last
 // successful acquire or renew began, which leaves a full renewal interval of
@@ -87,7 +90,7 @@ if cur and cur ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local f = redis.call('INCR', KEYS[2])
 if f < now then
   f = now

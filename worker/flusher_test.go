@@ -1,0 +1,123 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+)
+
+var errKilled = errors.New("killed between commit and acknowledgement")
+
+// A flusher dies after Postgres committed a batch and before it acknowledged
+// it; another process's flusher claims the batch and applies it again. The
+// ledger has every event exactly once.
+func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
+	b := setup(t)
+	b.product(t, "KILL-1", 1000)
+	p := inventory.PartitionOf("KILL-1")
+
+	// Traffic first, with no flusher running: 300 holds, 100 cancelled, 50 sold.
+	tokens := b.reserveMany(t, "KILL-1", 300, time.Hour)
+	for i, tok := range tokens[:150] {
+		who := inventory.Principal{ID: principalOf(tokens, tok)}
+		if i < 100 {
+			_, err := b.engine.Cancel(b.ctx, who, tok)
+			require.NoError(t, err)
+		} else {
+			_, err := b.engine.Commit(b.ctx, who, tok)
+			require.NoError(t, err)
+		}
+	}
+	entries, err := b.rdb.XRange(b.ctx, b.engine.Keys().Outbox(p), "-", "+").Result()
+	require.NoError(t, err)
+	generated := map[string]bool{}
+	for _, e := range entries {
+		generated[e.Values["id"].(string)] = true
+	}
+	require.Len(t, generated, 450, "300 reserves, 100 cancels, 50 commits")
+
+	opts := fastConfig("doomed").WorkerOptions
+	opts.MinRestartBackoff, opts.MaxRestartBackoff = time.Hour, time.Hour // a dead process does not come back
+	doomed := NewFlusher(FlusherConfig{WorkerOptions: opts, BatchSize: 100, ClaimIdle: time.Second},
+		b.engine, b.rdb, b.log.With().Str("flusher", "doomed").Logger(), prometheus.NewRegistry())
+	var batches atomic.Int32
+	killed := make(chan struct{})
+	doomed.hooks.beforeAck = func(int, []db.Event) error {
+		if batches.Add(1) == 2 {
+			close(killed)
+			return errKilled
+		}
+		return nil
+	}
+	require.NoError(t, doomed.Start(b.ctx))
+	<-killed
+	// The process is gone: its loop stops, its leases are not released and
+	// its second batch is in Postgres but pending in Redis.
+	doomed.service.Stop()
+	pending, err := b.rdb.XPending(b.ctx, b.engine.Keys().Outbox(p), "dropline").Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(100), pending.Consumers["doomed"], "the killed batch is pending on the dead consumer")
+	var applied int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM stock_movements WHERE kind <> 'create'`).Scan(&applied))
+	require.GreaterOrEqual(t, applied, 200, "both batches reached Postgres before the kill")
+
+	// Another process takes the partition once the dead one's lease expires,
+	// claims the pending batch and finishes the stream.
+	heir := NewFlusher(FlusherConfig{WorkerOptions: fastConfig("heir").WorkerOptions, BatchSize: 100,
+		ClaimIdle: time.Second, ClaimInterval: 100 * time.Millisecond},
+		b.engine, b.rdb, b.log.With().Str("flusher", "heir").Logger(), prometheus.NewRegistry())
+	require.NoError(t, heir.Start(b.ctx))
+	t.Cleanup(heir.Stop)
+	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the heir drains the outbox")
+
+	total, distinct, byKind := b.movements(t)
+	require.Equal(t, total, distinct)
+	require.Equal(t, map[string]int{"create": 1, "reserve": 300, "cancel": 100, "commit": 50}, byKind)
+	rows, err := b.pool.Query(b.ctx, `SELECT event_id FROM stock_movements WHERE kind <> 'create'`)
+	require.NoError(t, err)
+	inLedger := map[string]bool{}
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		inLedger[id] = true
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, generated, inLedger, "every generated event, and nothing else")
+	b.requireLedgerMatchesRedis(t, "KILL-1", tokens)
+	doomed.Stop() // idempotent; releases nothing it no longer holds
+}
+
+// A flusher stopped gracefully applies and acknowledges what it has read,
+// and drains the rest before Stop returns.
+func TestFlusherStopDrains(t *testing.T) {
+	b := setup(t)
+	b.product(t, "DRAIN-1", 2000)
+	f := NewFlusher(FlusherConfig{WorkerOptions: fastConfig("drainer").WorkerOptions, BatchSize: 50},
+		b.engine, b.rdb, b.log, prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	require.NoError(t, f.Start(ctx))
+	eventually(t, 5*time.Second, func() bool { return len(f.leases.Owned()) == inventory.Partitions }, "the flusher owns every partition")
+	tokens := b.reserveMany(t, "DRAIN-1", 1500, time.Hour)
+	f.Stop()
+	require.True(t, b.drained(t), "Stop returned with events still pending or unread")
+	_, _, byKind := b.movements(t)
+	require.Equal(t, len(tokens), byKind["reserve"])
+}
+
+func principalOf(tokens []string, tok string) string {
+	for i, t := range tokens {
+		if t == tok {
+			return "u" + itoa(i)
+		}
+	}
+	return ""
+}

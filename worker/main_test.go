@@ -1,0 +1,250 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var admin = inventory.Principal{ID: "admin", Admin: true}
+
+// bundle is what a worker test needs: real Redis and Postgres, an engine on
+// them, and a logger that writes to the test.
+type bundle struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
+	prefix string
+	engine *inventory.Engine
+	log    zerolog.Logger
+}
+
+// checkLeaks verifies, after every other cleanup of the test (pools and
+// clients close first), that no goroutine outlived it. Tests in this package
+// are not parallel, so any survivor is this test's.
+func checkLeaks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+}
+
+// setup gives the test its own database and key prefix on the shared Redis.
+func setup(t *testing.T) *bundle {
+	checkLeaks(t)
+	env := testenv.Redis(t)
+	pool := testenv.Postgres(t)
+	return newBundle(t, env.Client, env.Prefix, pool, inventory.Config{})
+}
+
+func newBundle(t *testing.T, rdb redis.UniversalClient, prefix string, pool *pgxpool.Pool, cfg inventory.Config) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	cfg.KeyPrefix = prefix
+	engine, err := inventory.NewEngine(ctx, cfg, rdb, pool, log)
+	require.NoError(t, err)
+	return &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, engine: engine, log: log}
+}
+
+// fastConfig shortens every interval so tests finish in seconds.
+func fastConfig(owner string) GroupConfig {
+	return GroupConfig{
+		WorkerOptions: WorkerOptions{
+			Owner: owner, LeaseTTL: 2 * time.Second, LeaseCheck: 100 * time.Millisecond,
+			MinRestartBackoff: 50 * time.Millisecond, MaxRestartBackoff: 500 * time.Millisecond,
+		},
+		Flusher:    FlusherConfig{ClaimIdle: time.Second, ClaimInterval: 200 * time.Millisecond, TrimInterval: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond},
+		Reconciler: CommitReconcilerConfig{Interval: 200 * time.Millisecond},
+		Rebuilder:  RebuilderConfig{Interval: 100 * time.Millisecond},
+	}
+}
+
+// startGroup starts a group and stops it when the test ends.
+func (b *bundle) startGroup(t *testing.T, cfg GroupConfig) (*Group, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	g := NewGroup(cfg, b.engine, b.rdb, b.log.With().Str("group", cfg.Owner).Logger(), reg)
+	require.NoError(t, g.Start(b.ctx))
+	t.Cleanup(g.Stop)
+	return g, reg
+}
+
+func (b *bundle) product(t *testing.T, sku string, stock int) {
+	t.Helper()
+	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		SKU: sku, Name: sku, Price: inventory.Money{Amount: 1000, Currency: "EUR"}, Stock: stock,
+	})
+	require.NoError(t, err)
+}
+
+// eventually polls cond until it holds; a condition, never a bare sleep.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until "+format, append([]any{timeout}, args...)...)
+		}
+		<-tick.C
+	}
+}
+
+// drained reports whether every outbox stream's group has delivered and
+// acknowledged everything the stream ever held.
+func (b *bundle) drained(t *testing.T) bool {
+	t.Helper()
+	keys := b.engine.Keys()
+	for p := range inventory.Partitions {
+		info, err := b.rdb.XInfoStream(b.ctx, keys.Outbox(p)).Result()
+		if err != nil {
+			if isNoSuchKey(err) {
+				continue
+			}
+			t.Fatalf("XINFO STREAM: %v", err)
+		}
+		groups, err := b.rdb.XInfoGroups(b.ctx, keys.Outbox(p)).Result()
+		require.NoError(t, err)
+		if len(groups) == 0 {
+			return false
+		}
+		for _, g := range groups {
+			if g.Pending > 0 || g.LastDeliveredID != info.LastGeneratedID {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isNoSuchKey(err error) bool {
+	return err != nil && (errors.Is(err, redis.Nil) || err.Error() == "ERR no such key")
+}
+
+// stock reads a SKU's counters straight from Redis.
+func (b *bundle) stock(t *testing.T, sku string) inventory.Stock {
+	t.Helper()
+	s, err := b.engine.Stock(b.ctx, sku)
+	require.NoError(t, err)
+	return s
+}
+
+// reserveMany makes n holds of one unit each, concurrently, and returns their tokens.
+func (b *bundle) reserveMany(t *testing.T, sku string, n int, hold time.Duration) []string {
+	t.Helper()
+	tokens := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	for range 64 {
+		wg.Go(func() {
+			for i := range next {
+				r, err := b.engine.Reserve(b.ctx, inventory.Principal{ID: fmt.Sprintf("u%d", i)},
+					inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: hold})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				tokens[i] = r.Token
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return tokens
+}
+
+// metric sums a family's counters and gauges (or histogram sample counts)
+// in a registry.
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+func percentile(ds []time.Duration, q float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(float64(len(s))*q+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// ledgerCounts counts movements by kind, with and without duplicates.
+func (b *bundle) movements(t *testing.T) (total, distinct int, byKind map[string]int) {
+	t.Helper()
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*), count(DISTINCT event_id) FROM stock_movements`).Scan(&total, &distinct))
+	rows, err := b.pool.Query(b.ctx, `SELECT kind, count(*) FROM stock_movements GROUP BY kind`)
+	require.NoError(t, err)
+	defer rows.Close()
+	byKind = map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		require.NoError(t, rows.Scan(&k, &n))
+		byKind[k] = n
+	}
+	require.NoError(t, rows.Err())
+	return total, distinct, byKind
+}
+
+func itoa(i int) string { return fmt.Sprint(i) }
+
+// requireLedgerMatchesRedis checks that Postgres and Redis agree on a SKU:
+// sold and held counts, and every hold's status.
+func (b *bundle) requireLedgerMatchesRedis(t *testing.T, sku string, tokens []string) {
+	t.Helper()
+	s := b.stock(t, sku)
+	var sold, held int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT sold FROM products WHERE sku = $1`, sku).Scan(&sold))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(sum(quantity), 0) FROM reservations WHERE sku = $1 AND status = 'HELD'`, sku).Scan(&held))
+	require.Equal(t, s.Sold, sold, "sold in Redis and Postgres")
+	require.Equal(t, s.Held, held, "held in Redis and Postgres")
+	require.Equal(t, s.Total, s.Available+s.Held+s.Sold)
+	p := inventory.PartitionOf(sku)
+	for _, tok := range tokens {
+		if tok == "" {
+			continue
+		}
+		st, err := b.rdb.HGet(b.ctx, b.engine.Keys().Hold(p, tok), "st").Result()
+		require.NoError(t, err, "hold %s in Redis", tok)
+		var status string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM reservations WHERE token = $1`, tok).Scan(&status), "reservation %s in Postgres", tok)
+		require.Equal(t, st, status, "status of %s", tok)
+	}
+}
