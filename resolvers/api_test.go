@@ -36,9 +36,9 @@ func TestCatalogueQueries(t *testing.T) {
 
 	t.Run("node", func(t *testing.T) {
 		var out struct {
-			P *struct{ Sku string } `json:"p"`
+			P *struct{ Sku string }    `json:"p"`
 			S *struct{ Available int } `json:"s"`
-			X *struct{ Sku string } `json:"x"`
+			X *struct{ Sku string }    `json:"x"`
 		}
 		e.mustDo(t, "", `query($p: ID!, $s: ID!, $x: ID!) {
 			p: node(id: $p) { ... on Product { sku } }
@@ -387,4 +387,15 @@ func TestUnavailable(t *testing.T) {
 	errs := e.do(t, "", `{ products { edges { cursor } } }`, nil, nil)
 	require.Len(t, errs, 1)
 	require.Equal(t, "UNAVAILABLE", errs[0].code())
+}
+
+// A value the schema's scalars cannot read is the client's mistake, not an
+// internal error.
+func TestUnreadableScalarIsBadUserInput(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	errs := e.do(t, e.token(t, "admin", true), `mutation { createProduct(input: {sku: "T", name: "t", stock: 1,
+		price: {amount: 1, currency: "EUR"}, saleStartsAt: "yesterday"}) { userErrors { code } } }`, nil, nil)
+	require.NotEmpty(t, errs)
+	require.Equal(t, "BAD_USER_INPUT", errs[0].code(), errs[0].Message)
 }

@@ -27,6 +27,8 @@ const (
 	CodeUnauthenticated = "UNAUTHENTICATED"
 	CodeRateLimited     = "RATE_LIMITED"
 	CodeBadUserInput    = "BAD_USER_INPUT"
+	// CodeIntrospectionDisabled answers __schema and __type outside dev mode.
+	CodeIntrospectionDisabled = "INTROSPECTION_DISABLED"
 )
 
 // apiError is an error a resolver has already classified: a business code
@@ -176,6 +178,11 @@ func presenter(log zerolog.Logger) graphql.ErrorPresenterFunc {
 		out := &gqlerror.Error{Path: gqlErr.Path, Locations: gqlErr.Locations, Rule: gqlErr.Rule}
 		var ae *apiError
 		switch {
+		case isIntrospection(ctx) && !errors.As(cause, &ae):
+			// gqlgen refuses __schema and __type outside dev mode with a
+			// plain error; it is a refusal, not a failure.
+			out.Message = "introspection is disabled"
+			out.Extensions = map[string]any{"code": CodeIntrospectionDisabled}
 		case errors.As(cause, &ae) && ae.code != CodeInternal:
 			out.Message = ae.message
 			out.Extensions = map[string]any{"code": ae.code}
@@ -198,6 +205,11 @@ func presenter(log zerolog.Logger) graphql.ErrorPresenterFunc {
 		}
 		return out
 	}
+}
+
+func isIntrospection(ctx context.Context) bool {
+	fc := graphql.GetFieldContext(ctx)
+	return fc != nil && (fc.Field.Name == "__schema" || fc.Field.Name == "__type")
 }
 
 // isInputCoercion reports whether an unclassified error was raised while

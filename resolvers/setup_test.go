@@ -118,7 +118,7 @@ func (e *env) mustDo(t *testing.T, authz, query string, vars map[string]any, out
 // a page of products costs one.
 type stockReadCounter struct{ n *atomic.Int64 }
 
-func (stockReadCounter) DialHook(next redis.DialHook) redis.DialHook       { return next }
+func (stockReadCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (stockReadCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (c stockReadCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
@@ -171,10 +171,13 @@ type stock struct {
 }
 
 type product struct {
-	ID           string     `json:"id"`
-	Sku          string     `json:"sku"`
-	Name         string     `json:"name"`
-	Price        struct{ Amount int; Currency string } `json:"price"`
+	ID    string `json:"id"`
+	Sku   string `json:"sku"`
+	Name  string `json:"name"`
+	Price struct {
+		Amount   int
+		Currency string
+	} `json:"price"`
 	MaxPerUser   *int       `json:"maxPerUser"`
 	SaleStartsAt *time.Time `json:"saleStartsAt"`
 	SaleEndsAt   *time.Time `json:"saleEndsAt"`

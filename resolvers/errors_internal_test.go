@@ -1,0 +1,60 @@
+package resolvers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/dropline/dropline/inventory"
+)
+
+func TestPresenterHidesInternalErrors(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	present := presenter(zerolog.New(&logs))
+	ctx := context.WithValue(context.Background(), requestIDKey{}, "rid-42")
+	path := ast.Path{ast.PathName("product")}
+
+	got := present(ctx, gqlerror.WrapPath(path, internal(errors.New("pq: password authentication failed for dropline"))))
+	require.Equal(t, "internal error", got.Message)
+	require.Equal(t, map[string]any{"code": CodeInternal, "requestId": "rid-42"}, got.Extensions)
+	require.Equal(t, path, got.Path)
+	require.Contains(t, logs.String(), "password authentication failed", "the operator sees the detail")
+	require.Contains(t, logs.String(), "rid-42")
+
+	// An unclassified error is internal too: unknown means unsafe to show.
+	got = present(ctx, gqlerror.WrapPath(path, errors.New("surprise")))
+	require.Equal(t, CodeInternal, got.Extensions["code"])
+
+	// Business outcomes keep their code and a public message only.
+	wrapped := fmt.Errorf("reading product: %w: %w", inventory.ErrUnavailable, errors.New("dial tcp 10.0.0.7:5432"))
+	got = present(ctx, gqlerror.WrapPath(path, wrapped))
+	require.Equal(t, "UNAVAILABLE", got.Extensions["code"])
+	require.NotContains(t, got.Message, "10.0.0.7")
+
+	// Errors gqlgen built itself (validation, limits) pass through.
+	v := gqlerror.Errorf("Cannot query field")
+	require.Same(t, v, present(ctx, v))
+}
+
+func TestRecoverTurnsPanicsIntoInternalErrors(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	log := zerolog.New(&logs)
+	ctx := context.WithValue(context.Background(), requestIDKey{}, "rid-7")
+	err := recoverer(log)(ctx, "nil map write")
+	got := presenter(log)(ctx, gqlerror.WrapPath(ast.Path{ast.PathName("reserve")}, err))
+	require.Equal(t, "internal error", got.Message)
+	require.Equal(t, "rid-7", got.Extensions["requestId"])
+	require.Equal(t, 1, strings.Count(logs.String(), "\n"), "logged once, with its stack")
+	require.Contains(t, logs.String(), "nil map write")
+	require.Contains(t, logs.String(), "stack")
+}
