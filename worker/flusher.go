@@ -205,6 +205,14 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 			}
 			return nil
 		}
+		// Measure first: the lag and backlog matter most when Postgres is
+		// down and every pass fails.
+		if time.Since(lastTrim) >= f.cfg.TrimInterval {
+			lastTrim = time.Now()
+			if err := f.trimAndMeasure(gctx); err != nil && gctx.Err() == nil {
+				return err
+			}
+		}
 		n, err := f.pass(gctx, &state)
 		if err != nil {
 			if gctx.Err() != nil {
@@ -219,12 +227,6 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 				return err
 			}
 			n += c
-		}
-		if time.Since(lastTrim) >= f.cfg.TrimInterval {
-			lastTrim = time.Now()
-			if err := f.trimAndMeasure(gctx); err != nil && gctx.Err() == nil {
-				return err
-			}
 		}
 		if n == 0 {
 			t := time.NewTimer(f.cfg.PollInterval)

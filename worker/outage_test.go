@@ -1,0 +1,190 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+)
+
+// proxy is a TCP forwarder the test can cut and restore: the process under
+// test reaches Postgres only through it.
+type proxy struct {
+	ln       net.Listener
+	upstream string
+	mu       sync.Mutex
+	down     bool
+	conns    map[net.Conn]bool
+	wg       sync.WaitGroup
+}
+
+func startProxy(t *testing.T, upstream string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln, upstream: upstream, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.upstream, time.Second)
+		if err != nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = true, true
+		p.wg.Add(2)
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer p.wg.Done()
+			_, _ = io.Copy(dst, src)
+			_ = dst.Close()
+			_ = src.Close()
+		}
+		go pipe(up, c)
+		go pipe(c, up)
+	}
+}
+
+// cut drops every connection and refuses new ones until restore.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *proxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+func (p *proxy) close() {
+	_ = p.ln.Close()
+	p.cut()
+	p.wg.Wait()
+}
+
+// Postgres becomes unreachable in the middle of a sale and comes back.
+// Reserves go on (Redis only), commits answer UNAVAILABLE, events wait in
+// Redis, and afterwards Postgres and Redis agree on everything.
+func TestPostgresOutageMidSale(t *testing.T) {
+	checkLeaks(t)
+	env := testenv.Redis(t)
+	dbURL, err := url.Parse(testenv.NewDatabase(t))
+	require.NoError(t, err)
+	px := startProxy(t, dbURL.Host)
+	dbURL.Host = px.ln.Addr().String()
+	cfg, err := pgxpool.ParseConfig(dbURL.String())
+	require.NoError(t, err)
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	cfg.MaxConns = 10
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := newBundle(t, env.Client, env.Prefix, pool, inventory.Config{CommitTimeout: time.Second})
+	const sku = "OUTAGE-1"
+	b.product(t, sku, 500)
+	gcfg := fastConfig("outage")
+	gcfg.Reconciler.OlderThan = 2 * time.Second
+	_, reg := b.startGroup(t, gcfg)
+
+	var tokens []string
+	owner := map[string]inventory.Principal{}
+	reserve := func(n int) []string {
+		start := len(tokens)
+		for i := range n {
+			who := inventory.Principal{ID: itoa(start + i)}
+			r, err := b.engine.Reserve(b.ctx, who, inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+			require.NoError(t, err)
+			tokens = append(tokens, r.Token)
+			owner[r.Token] = who
+		}
+		return tokens[start:]
+	}
+	commit := func(toks []string) (errs []error) {
+		for _, tok := range toks {
+			_, err := b.engine.Commit(b.ctx, owner[tok], tok)
+			errs = append(errs, err)
+		}
+		return errs
+	}
+
+	// Up: a normal sale.
+	before := reserve(60)
+	for _, err := range commit(before[:20]) {
+		require.NoError(t, err)
+	}
+
+	// Down.
+	px.cut()
+	during := reserve(60) // Redis only: must all succeed
+	failed := 0
+	for _, err := range commit(during[:15]) {
+		require.Error(t, err)
+		require.True(t, errors.Is(err, inventory.ErrUnavailable), "commit during the outage: %v", err)
+		require.Equal(t, inventory.CodeUnavailable, inventory.CodeOf(err))
+		failed++
+	}
+	for _, tok := range during[40:50] {
+		_, err := b.engine.Cancel(b.ctx, owner[tok], tok)
+		require.NoError(t, err, "cancel is Redis only")
+	}
+	eventually(t, 10*time.Second, func() bool {
+		return metric(t, reg, "dropline_writebehind_backlog") >= 60 && metric(t, reg, "dropline_writebehind_lag_seconds") >= 1
+	}, "the backlog and lag gauges show the events waiting in Redis")
+	t.Logf("during the outage: %d reserves ok, %d commits UNAVAILABLE, backlog %v, lag %.2fs",
+		len(during), failed, metric(t, reg, "dropline_writebehind_backlog"), metric(t, reg, "dropline_writebehind_lag_seconds"))
+
+	// Back.
+	px.restore()
+	for _, err := range commit(during[:15]) {
+		require.NoError(t, err, "the retried commit succeeds once Postgres is back")
+	}
+	after := reserve(20)
+	for _, err := range commit(after[:5]) {
+		require.NoError(t, err)
+	}
+	keys := b.engine.Keys()
+	eventually(t, 20*time.Second, func() bool {
+		n, err := b.rdb.ZCard(b.ctx, keys.Committing(inventory.PartitionOf(sku))).Result()
+		require.NoError(t, err)
+		return n == 0 && b.drained(t)
+	}, "the backlog drains and no commit is left half-done")
+	b.requireLedgerMatchesRedis(t, sku, tokens)
+	total, distinct, byKind := b.movements(t)
+	require.Equal(t, total, distinct)
+	require.Equal(t, len(tokens), byKind["reserve"])
+	require.Equal(t, 40, byKind["commit"])
+	require.Equal(t, 10, byKind["cancel"])
+	require.Eventually(t, func() bool { return metric(t, reg, "dropline_writebehind_backlog") == 0 }, 5*time.Second, 20*time.Millisecond)
+}
