@@ -223,3 +223,17 @@ func (l *Ledger) Products(ctx context.Context, afterSKU string, limit int) ([]Pr
 	}
 	return out, nil
 }
+
+// ProductsBySKU returns the products of the given SKUs that exist, in one
+// query (for per-request batching).
+func (l *Ledger) ProductsBySKU(ctx context.Context, skus []string) ([]Product, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+productColumns+` FROM products WHERE sku = ANY($1)`, skus)
+	if err != nil {
+		return nil, fmt.Errorf("reading products: %w", interpret(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Product, error) { return scanProduct(r) })
+	if err != nil {
+		return nil, fmt.Errorf("reading products: %w", err)
+	}
+	return out, nil
+}

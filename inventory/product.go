@@ -246,3 +246,29 @@ func firstInvalid(err error) error {
 	}
 	return err
 }
+
+// ProductsBySKU returns the products of several SKUs in one Postgres query; a
+// nil entry is an unknown SKU. It exists for per-request batching.
+func (e *Engine) ProductsBySKU(ctx context.Context, skus []string) ([]*Product, error) {
+	valid := make([]string, 0, len(skus))
+	for _, s := range skus {
+		if ValidSKU(s) {
+			valid = append(valid, s)
+		}
+	}
+	rows, err := e.ledger.ProductsBySKU(ctx, valid)
+	if err != nil {
+		return nil, ledgerError("reading products", err)
+	}
+	bySKU := make(map[string]Product, len(rows))
+	for _, r := range rows {
+		bySKU[r.SKU] = productFrom(r)
+	}
+	out := make([]*Product, len(skus))
+	for i, s := range skus {
+		if p, ok := bySKU[s]; ok {
+			out[i] = &p
+		}
+	}
+	return out, nil
+}
