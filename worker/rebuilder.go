@@ -124,6 +124,7 @@ func (w *Rebuilder) check(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	var lostNow []int
 	for p, g := range gets {
 		cur, err := g.Result()
 		if errors.Is(err, redis.Nil) {
@@ -144,9 +145,13 @@ func (w *Rebuilder) check(ctx context.Context) error {
 		}
 		if w.owed[p] && w.seen[p] != cur {
 			w.losses.Inc()
-			w.log.Warn().Int("partition", p).Msg("Redis lost this partition's data; rebuilding its SKUs from Postgres")
+			lostNow = append(lostNow, p)
 		}
 		w.seen[p] = cur
+	}
+	if len(lostNow) > 0 {
+		w.log.Warn().Ints("partitions", lostNow).
+			Msg("Redis is new or lost its data (epoch missing or changed); rebuilding these partitions' SKUs from Postgres")
 	}
 	var lost []bool
 	for _, owed := range w.owed {
