@@ -1,0 +1,358 @@
+package live_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var admin = inventory.Principal{ID: "admin", Admin: true}
+
+func buyer(i int) inventory.Principal { return inventory.Principal{ID: fmt.Sprintf("buyer-%d", i)} }
+
+// bundle is what a hub test needs: an engine on this test's own Redis prefix
+// and Postgres database, and a running hub with its own metrics registry.
+type bundle struct {
+	ctx    context.Context
+	engine *inventory.Engine
+	rdb    redis.UniversalClient
+	pool   *pgxpool.Pool
+	hub    *live.Hub
+	reg    *prometheus.Registry
+	cfg    live.HubConfig
+	// leaks ignores the goroutines that existed before the hub started
+	// (client pools), for goleak.VerifyNone after Stop.
+	leaks goleak.Option
+}
+
+func setup(t testing.TB, rdb redis.UniversalClient, prefix string, cfg live.HubConfig) *bundle {
+	t.Helper()
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: prefix}, rdb, pool, zerolog.Nop())
+	require.NoError(t, err)
+	b := &bundle{ctx: ctx, engine: e, rdb: rdb, pool: pool, reg: prometheus.NewRegistry(), cfg: cfg,
+		leaks: goleak.IgnoreCurrent()}
+	b.hub = live.NewHub(cfg, e, rdb, zerolog.Nop(), b.reg)
+	b.cfg = b.hub.Config()
+	b.hub.Start(ctx)
+	t.Cleanup(b.hub.Stop)
+	return b
+}
+
+func setupBackend(t testing.TB, backend string, cfg live.HubConfig) *bundle {
+	t.Helper()
+	r := testenv.RedisBackend(t, backend)
+	return setup(t, r.Client, r.Prefix, cfg)
+}
+
+func (b *bundle) product(t testing.TB, sku string, stock int) {
+	t.Helper()
+	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		SKU: sku, Name: "Product " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: stock,
+	})
+	require.NoError(t, err)
+}
+
+func (b *bundle) truth(t testing.TB, sku string) inventory.Stock {
+	t.Helper()
+	s, err := b.engine.Stock(b.ctx, sku)
+	require.NoError(t, err)
+	return s
+}
+
+// metric returns the sum of a metric's series (0 when it has none yet).
+func (b *bundle) metric(t testing.TB, name string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// shardSubscribers counts Redis' sharded subscribers of channels, on every
+// master of a cluster.
+func shardSubscribers(t testing.TB, rdb redis.UniversalClient, channels ...string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	count := func(c *redis.Client) (int64, error) {
+		m, err := c.PubSubShardNumSub(ctx, channels...).Result()
+		var n int64
+		for _, v := range m {
+			n += v
+		}
+		return n, err
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		var total int64
+		require.NoError(t, c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			n, err := count(node)
+			mu.Lock()
+			total += n
+			mu.Unlock()
+			return err
+		}))
+		return total
+	case *redis.Client:
+		n, err := count(c)
+		require.NoError(t, err)
+		return n
+	}
+	t.Fatalf("unexpected client %T", rdb)
+	return 0
+}
+
+// received is one value as a subscriber saw it.
+type received struct {
+	v  inventory.Stock
+	at time.Time
+}
+
+// collector reads a subscription until it closes.
+type collector struct {
+	mu     sync.Mutex
+	got    []received
+	last   map[string]inventory.Stock
+	closed chan struct{}
+}
+
+func collect(ch <-chan inventory.Stock) *collector {
+	c := &collector{last: map[string]inventory.Stock{}, closed: make(chan struct{})}
+	go func() {
+		defer close(c.closed)
+		for v := range ch {
+			c.mu.Lock()
+			c.got = append(c.got, received{v: v, at: time.Now()})
+			c.last[v.SKU] = v
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}
+
+func (c *collector) lastOf(sku string) (inventory.Stock, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.last[sku]
+	return v, ok
+}
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.got)
+}
+
+func (c *collector) requireClosed(t testing.TB) {
+	t.Helper()
+	select {
+	case <-c.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription channel did not close")
+	}
+}
+
+// same compares the counters and sequence of two values.
+func same(a, b inventory.Stock) bool {
+	return a.SKU == b.SKU && a.Seq == b.Seq && a.Available == b.Available && a.Held == b.Held &&
+		a.Sold == b.Sold && a.Total == b.Total
+}
+
+// waitFor polls cond until it holds or timeout passes; it returns how long
+// it took.
+func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("after %s: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// waitConverged waits until the collector's last value of sku equals the
+// truth, which must happen within 250 ms (G8).
+func (b *bundle) waitConverged(t testing.TB, c *collector, sku string) inventory.Stock {
+	t.Helper()
+	changed := time.Now()
+	truth := b.truth(t, sku)
+	took := waitFor(t, 250*time.Millisecond-time.Since(changed), func() bool {
+		v, ok := c.lastOf(sku)
+		return ok && same(v, truth)
+	}, "subscriber did not converge to %+v", truth)
+	_ = took
+	return truth
+}
+
+func TestSubscribeValidates(t *testing.T) {
+	t.Parallel()
+	b := setupBackend(t, "single", live.HubConfig{MaxSKUs: 3})
+	b.product(t, "A", 1)
+	_, err := b.hub.Subscribe(b.ctx, nil)
+	require.ErrorIs(t, err, inventory.ErrInvalidInput)
+	_, err = b.hub.Subscribe(b.ctx, []string{"bad sku"})
+	require.ErrorIs(t, err, inventory.ErrInvalidInput)
+	_, err = b.hub.Subscribe(b.ctx, []string{"A", "B", "C", "D"})
+	require.ErrorIs(t, err, inventory.ErrInvalidInput)
+	_, err = b.hub.Subscribe(b.ctx, []string{"A", "NOPE"})
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	require.Zero(t, b.metric(t, "dropline_live_skus"), "a refused subscription must not subscribe in Redis")
+
+	// Duplicates count once, and the first values are the current ones.
+	ctx, cancel := context.WithCancel(b.ctx)
+	ch, err := b.hub.Subscribe(ctx, []string{"A", "A", "A", "A"})
+	require.NoError(t, err)
+	require.True(t, same(<-ch, b.truth(t, "A")))
+	cancel()
+	for range ch {
+	}
+
+	b.hub.Stop()
+	b.hub.Stop()
+	_, err = b.hub.Subscribe(b.ctx, []string{"A"})
+	require.ErrorIs(t, err, live.ErrNotRunning)
+	goleak.VerifyNone(t, b.leaks)
+}
+
+// TestConvergesToTruth: reserves, cancels and commits from other goroutines;
+// the subscriber's last value equals the engine's and the ledger's at rest,
+// within 250 ms of the last change.
+func TestConvergesToTruth(t *testing.T) {
+	t.Parallel()
+	for _, backend := range testenv.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			b := setupBackend(t, backend, live.HubConfig{})
+			b.product(t, "DROP-1", 200)
+			b.product(t, "DROP-2", 50)
+			ctx, cancel := context.WithCancel(b.ctx)
+			ch, err := b.hub.Subscribe(ctx, []string{"DROP-1", "DROP-2"})
+			require.NoError(t, err)
+			c := collect(ch)
+			b.waitConverged(t, c, "DROP-1")
+			b.waitConverged(t, c, "DROP-2")
+
+			var wg sync.WaitGroup
+			for g := 0; g < 8; g++ {
+				wg.Go(func() {
+					for i := 0; i < 20; i++ {
+						who := buyer(g*100 + i)
+						sku := "DROP-1"
+						if i%4 == 0 {
+							sku = "DROP-2"
+						}
+						h, err := b.engine.Reserve(b.ctx, who, inventory.ReserveRequest{SKU: sku, Quantity: 1 + i%3})
+						if err != nil {
+							continue // out of stock is a fine outcome here
+						}
+						switch i % 3 {
+						case 0:
+							_, err = b.engine.Cancel(b.ctx, who, h.Token)
+						case 1:
+							_, err = b.engine.Commit(b.ctx, who, h.Token)
+						}
+						require.NoError(t, err)
+					}
+				})
+			}
+			wg.Wait()
+			s1 := b.waitConverged(t, c, "DROP-1")
+			b.waitConverged(t, c, "DROP-2")
+
+			// At rest it stays equal to the truth and to the ledger.
+			time.Sleep(3 * b.cfg.Interval) // nothing to wait for: checking that nothing happens
+			v, _ := c.lastOf("DROP-1")
+			require.True(t, same(v, b.truth(t, "DROP-1")))
+			var sold, total int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT sold, total FROM products WHERE sku = 'DROP-1'`).Scan(&sold, &total))
+			require.Equal(t, sold, v.Sold)
+			require.Equal(t, total, v.Total)
+			require.Equal(t, s1.Total, v.Available+v.Held+v.Sold)
+			require.Greater(t, v.Sold, 0)
+
+			cancel()
+			c.requireClosed(t)
+			require.Positive(t, b.metric(t, "dropline_live_delivery_latency_seconds"))
+		})
+	}
+}
+
+// TestBurstIsCoalesced: 1,000 reserves produce far fewer deliveries than
+// changes, and the last delivery is the truth.
+func TestBurstIsCoalesced(t *testing.T) {
+	t.Parallel()
+	for _, backend := range testenv.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			b := setupBackend(t, backend, live.HubConfig{})
+			b.product(t, "HOT", 5000)
+			ctx, cancel := context.WithCancel(b.ctx)
+			ch, err := b.hub.Subscribe(ctx, []string{"HOT"})
+			require.NoError(t, err)
+			c := collect(ch)
+			b.waitConverged(t, c, "HOT")
+			before := c.count()
+
+			const reserves = 1000
+			start := time.Now()
+			var wg sync.WaitGroup
+			for g := 0; g < 16; g++ {
+				wg.Go(func() {
+					for i := g; i < reserves; i += 16 {
+						_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "HOT", Quantity: 1})
+						require.NoError(t, err)
+					}
+				})
+			}
+			wg.Wait()
+			burst := time.Since(start)
+			truth := b.waitConverged(t, c, "HOT")
+			require.Equal(t, 5000-reserves, truth.Available)
+			deliveries := c.count() - before
+			t.Logf("%s: %d reserves in %s -> %d deliveries, %.0f messages received, %.0f coalesced",
+				backend, reserves, burst.Round(time.Millisecond), deliveries,
+				b.metric(t, "dropline_live_messages_received_total"), b.metric(t, "dropline_live_coalesced_total"))
+			// One delivery per interval at most, plus the leading edge.
+			require.LessOrEqual(t, deliveries, int(burst/b.cfg.Interval)+3)
+			require.Less(t, deliveries, reserves/10)
+			require.Positive(t, b.metric(t, "dropline_live_coalesced_total"))
+
+			cancel()
+			c.requireClosed(t)
+		})
+	}
+}

@@ -1,0 +1,166 @@
+package live
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dropline/dropline/inventory"
+)
+
+// subscriber is one Subscribe call: a mailbox with one slot per SKU, which
+// the hub overwrites and never waits on, and a goroutine that moves the
+// mailbox into the caller's channel at the caller's pace.
+type subscriber struct {
+	h       *Hub
+	ctx     context.Context
+	hubDone <-chan struct{}
+	out     chan inventory.Stock
+	wake    chan struct{}
+
+	mu    sync.Mutex
+	slots []slot
+	next  int // round-robin start, so one busy SKU cannot starve the others
+}
+
+// slot is the mailbox of one SKU.
+type slot struct {
+	sku     string
+	pending bool
+	val     inventory.Stock
+	live    bool
+	// last is the value most recently put in the mailbox, so the same value
+	// offered twice (a flush and a snapshot) is delivered once.
+	last    inventory.Stock
+	hasLast bool
+}
+
+func newSubscriber(h *Hub, ctx context.Context, skus []string) *subscriber {
+	s := &subscriber{h: h, ctx: ctx, out: make(chan inventory.Stock), wake: make(chan struct{}, 1),
+		slots: make([]slot, len(skus))}
+	for i, sku := range skus {
+		s.slots[i].sku = sku
+	}
+	return s
+}
+
+// offer puts v in the mailbox of SKU i, replacing any value not yet taken.
+func (s *subscriber) offer(i int, v inventory.Stock, live, force bool) {
+	s.mu.Lock()
+	sl := &s.slots[i]
+	if !force && sl.hasLast && sameStock(sl.last, v) {
+		s.mu.Unlock()
+		return
+	}
+	if sl.pending {
+		s.h.m.coalesced.WithLabelValues("subscriber").Inc()
+	}
+	sl.val, sl.live, sl.pending = v, live, true
+	sl.last, sl.hasLast = v, true
+	s.mu.Unlock()
+	kick(s.wake)
+}
+
+// take removes one pending value from the mailbox, visiting SKUs in turn.
+func (s *subscriber) take() (int, inventory.Stock, bool, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.slots)
+	for k := 0; k < n; k++ {
+		i := (s.next + k) % n
+		if sl := &s.slots[i]; sl.pending {
+			sl.pending = false
+			s.next = (i + 1) % n
+			return i, sl.val, sl.live, true
+		}
+	}
+	return 0, inventory.Stock{}, false, false
+}
+
+// takeSlot removes the pending value of SKU i, if there is one.
+func (s *subscriber) takeSlot(i int) (inventory.Stock, bool, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := &s.slots[i]
+	if !sl.pending {
+		return inventory.Stock{}, false, false
+	}
+	sl.pending = false
+	return sl.val, sl.live, true
+}
+
+// run delivers the mailbox until the caller goes away, the hub stops or the
+// caller stalls; then it leaves the feeds and closes the channel.
+func (s *subscriber) run() {
+	h := s.h
+	defer h.wg.Done()
+	defer close(s.out)
+	defer h.m.subscriptions.Dec()
+	defer h.detach(s)
+
+	stall := time.NewTimer(h.cfg.StallTimeout)
+	stall.Stop()
+	defer stall.Stop()
+	for {
+		if s.ctx.Err() != nil {
+			return
+		}
+		i, v, live, ok := s.take()
+		if !ok {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-s.hubDone:
+				return
+			case <-s.wake:
+				continue
+			}
+		}
+		select {
+		case s.out <- v:
+			s.delivered(v, live)
+			continue
+		default:
+		}
+		// The reader is busy: wait for it, keep the value in hand fresh, and
+		// give up on it after StallTimeout.
+		stall.Reset(h.cfg.StallTimeout)
+	wait:
+		for {
+			select {
+			case s.out <- v:
+				stall.Stop()
+				s.delivered(v, live)
+				break wait
+			case <-s.wake:
+				// A newer value of the SKU in hand replaces it. Values of
+				// other SKUs stay in the mailbox: take finds them after this
+				// delivery without needing another wake-up.
+				if nv, nlive, ok := s.takeSlot(i); ok {
+					h.m.coalesced.WithLabelValues("subscriber").Inc()
+					v, live = nv, nlive
+				}
+			case <-stall.C:
+				s.stalled()
+				return
+			case <-s.ctx.Done():
+				return
+			case <-s.hubDone:
+				return
+			}
+		}
+	}
+}
+
+func (s *subscriber) delivered(v inventory.Stock, live bool) {
+	s.h.m.deliveries.Inc()
+	if live && !v.UpdatedAt.IsZero() {
+		s.h.m.latency.Observe(max(time.Since(v.UpdatedAt), 0).Seconds())
+	}
+}
+
+func (s *subscriber) stalled() {
+	s.h.m.slowDropped.Inc()
+	s.h.log.Debug().Int("skus", len(s.slots)).Dur("stall_timeout", s.h.cfg.StallTimeout).
+		Msg("dropping a subscriber that stopped reading")
+}
