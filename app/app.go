@@ -4,26 +4,12 @@
 // only loads configuration and calls it; e2e/ starts the real program the
 // same way on port 0 (after benbjohnson/wtf's cmd/wtfd Main).
 //
-// # Wiring points (for the lead)
+// # Wiring
 //
-// The App depends on the domain packages only through Deps, so this package
-// builds before and independently of db/, inventory/, resolvers/ and
-// worker/. DefaultDeps in wire.go is the single place that connects them:
-//
-//   - Deps.Migrate           = db.Migrate
-//   - Deps.PendingMigrations = db.Pending
-//   - Deps.Build             = inventory.NewEngine(ctx, inventory.Config{KeyPrefix:
-//     in.Config.KeyPrefix, DefaultHold: in.Config.HoldDefault, MaxHold:
-//     in.Config.HoldMax, Registerer: in.Registry}, in.Redis, in.Postgres, log),
-//     then resolvers.NewHandler(...) for Services.GraphQL (introspection when
-//     in.Config.Introspection(); websocket origin check with
-//     in.Origins.Allowed; websocket connection_init tokens via
-//     auth.FromHeader(in.Issuer, payload["Authorization"])), worker.NewGroup(...)
-//     for Services.Start/Stop, and engine.Ping as the "scripts" check.
-//   - Deps.SeedDemo          = the demo catalogue via engine.CreateProduct.
-//
-// Until then the App still serves /healthz, /readyz, /metrics and the
-// playground, and /graphql answers 503.
+// The App depends on the domain packages only through Deps, so it is tested
+// on its own with stand-ins; DefaultDeps in wire.go is the production wiring
+// (db.Migrate, inventory.NewEngine, resolvers.NewHandler, worker.NewGroup and
+// the demo catalogue).
 //
 // # Lifecycle
 //
@@ -83,9 +69,8 @@ type Infra struct {
 // Services is what Deps.Build returns: the parts of Dropline that depend on
 // the domain packages.
 type Services struct {
-	// GraphQL serves /graphql. The App wraps it with auth.Middleware, so
-	// resolvers read auth.PrincipalFrom / auth.AuthErrorFrom from the
-	// request context.
+	// GraphQL serves /graphql. It verifies bearer tokens itself
+	// (resolvers.NewHandler applies auth.Middleware with Infra.Issuer).
 	GraphQL http.Handler
 	// Checks are added to /readyz next to redis, postgres and migrations
 	// (e.g. {"scripts", engine.Ping}).
@@ -197,13 +182,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 	}
 
-	var gql http.Handler
-	if a.services.GraphQL != nil {
-		gql = auth.Middleware(a.issuer)(a.services.GraphQL)
-	}
 	a.server = server.New(server.Config{
 		Addr:            a.Config.Addr,
-		GraphQL:         gql,
+		GraphQL:         a.services.GraphQL,
 		Playground:      playground.Handler(),
 		Checks:          a.checks(),
 		Registry:        a.registry,

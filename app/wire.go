@@ -1,17 +1,82 @@
 package app
 
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server"
+	"github.com/dropline/dropline/worker"
+)
+
 // DefaultDeps is the production wiring of the domain packages into the App:
-// the one place cmd/ and e2e/ get db/, inventory/, resolvers/ and worker/
-// from. See the package documentation for what each field should call.
-//
-// TODO(lead): wire the domain packages here once they build:
-//
-//	return Deps{
-//		Migrate:           db.Migrate,
-//		PendingMigrations: db.Pending,
-//		Build:             buildServices, // inventory.NewEngine + resolvers.NewHandler + worker.NewGroup
-//		SeedDemo:          seedDemo,      // engine.CreateProduct for the demo catalogue
-//	}
+// the one place cmd/ and e2e/ get db/, inventory/, resolvers/ and worker/ from.
 func DefaultDeps() Deps {
-	return Deps{}
+	return Deps{
+		Migrate:           db.Migrate,
+		PendingMigrations: db.Pending,
+		Build:             buildServices,
+		SeedDemo:          seedDemo,
+	}
+}
+
+func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
+	return inventory.NewEngine(ctx, inventory.Config{
+		KeyPrefix:   in.Config.KeyPrefix,
+		DefaultHold: in.Config.HoldDefault,
+		MaxHold:     in.Config.HoldMax,
+		Registerer:  in.Registry,
+	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
+}
+
+func buildServices(ctx context.Context, in Infra) (Services, error) {
+	engine, err := newEngine(ctx, in)
+	if err != nil {
+		return Services{}, err
+	}
+	group := worker.NewGroup(worker.GroupConfig{}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
+	return Services{
+		GraphQL: resolvers.NewHandler(resolvers.Config{
+			Engine:      engine,
+			Redis:       in.Redis,
+			Verifier:    in.Issuer,
+			Logger:      in.Log,
+			Dev:         in.Config.Dev,
+			CORSOrigins: in.Config.AllowedOrigins(),
+			RequestID:   server.RequestIDFrom,
+		}),
+		Checks: []server.Check{{Name: "scripts", Fn: engine.Ping}},
+		Start:  group.Start,
+		Stop:   func(context.Context) error { group.Stop(); return nil },
+	}, nil
+}
+
+func seedDemo(ctx context.Context, in Infra) error {
+	engine, err := newEngine(ctx, in)
+	if err != nil {
+		return err
+	}
+	admin := inventory.Principal{ID: "seed", Admin: true}
+	// The hot SKU's sale window opens now: a drop the quick start can try at once.
+	now := time.Now().UTC()
+	end := now.Add(30 * 24 * time.Hour)
+	for _, p := range []inventory.ProductInput{
+		{SKU: "DROP-SNEAKER-01", Name: "Limited sneaker", Price: inventory.Money{Amount: 19900, Currency: "EUR"}, Stock: 20, MaxPerUser: 1, SaleStartsAt: &now, SaleEndsAt: &end},
+		{SKU: "TEE-BLACK-M", Name: "Black tee (M)", Price: inventory.Money{Amount: 2500, Currency: "EUR"}, Stock: 500},
+		{SKU: "CAP-LOGO", Name: "Logo cap", Price: inventory.Money{Amount: 1800, Currency: "EUR"}, Stock: 200},
+	} {
+		if _, err := engine.Product(ctx, p.SKU); err == nil {
+			continue
+		} else if !errors.Is(err, inventory.ErrNotFound) {
+			return fmt.Errorf("looking up %s: %w", p.SKU, err)
+		}
+		if _, err := engine.CreateProduct(ctx, admin, p); err != nil {
+			return fmt.Errorf("creating %s: %w", p.SKU, err)
+		}
+	}
+	return nil
 }
