@@ -16,7 +16,7 @@ import (
 // CommitReconcilerConfig tunes the commit reconciler. Zero values take the
 // defaults named on each field.
 type CommitReconcilerConfig struct {
-	WorkerOptions
+	Options
 	// Interval is the time between passes; default 5 seconds.
 	Interval time.Duration
 	// OlderThan is how long a commit must have been COMMITTING before it is
@@ -30,7 +30,7 @@ type CommitReconcilerConfig struct {
 }
 
 func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
-	c.WorkerOptions.setDefaults()
+	c.Options.setDefaults()
 	if c.Interval <= 0 {
 		c.Interval = 5 * time.Second
 	}
@@ -65,13 +65,13 @@ func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, r
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &CommitReconciler{
 		cfg: cfg, engine: engine,
-		leases: newLeaseSet("reconciler", newKeys(engine.Keys()), rdb, cfg.WorkerOptions, log, reg),
+		leases: newLeaseSet("reconciler", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
 		settled: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_commits_reconciled_total",
 			Help: "Half-done commits the reconciler settled (committed or put back to HELD).",
 		})),
 	}
-	w.service = newService("commit_reconciler", cfg.WorkerOptions, log, reg, w.run)
+	w.service = newService("commit_reconciler", cfg.Options, log, reg, w.run)
 	return w
 }
 

@@ -20,9 +20,9 @@ import (
 // FlusherConfig tunes the write-behind flusher. Zero values take the defaults
 // named on each field.
 type FlusherConfig struct {
-	WorkerOptions
+	Options
 	// Group is the consumer group on every outbox stream; default "dropline".
-	// The consumer name is WorkerOptions.Owner.
+	// The consumer name is Options.Owner.
 	Group string
 	// BatchSize is the most events read and applied in one Postgres
 	// transaction; default 500.
@@ -46,7 +46,7 @@ type FlusherConfig struct {
 }
 
 func (c *FlusherConfig) setDefaults() {
-	c.WorkerOptions.setDefaults()
+	c.Options.setDefaults()
 	if c.Group == "" {
 		c.Group = "dropline"
 	}
@@ -129,7 +129,7 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	f := &Flusher{
 		cfg: cfg, engine: engine, rdb: rdb, keys: engine.Keys(),
-		leases: newLeaseSet("flusher", newKeys(engine.Keys()), rdb, cfg.WorkerOptions, log, reg),
+		leases: newLeaseSet("flusher", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
 		m: flusherMetrics{
 			lag: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "dropline_writebehind_lag_seconds",
@@ -167,7 +167,7 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 			})),
 		},
 	}
-	f.service = newService("flusher", cfg.WorkerOptions, log, reg, f.run)
+	f.service = newService("flusher", cfg.Options, log, reg, f.run)
 	return f
 }
 

@@ -44,9 +44,9 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 	}
 	require.Len(t, generated, 450, "300 reserves, 100 cancels, 50 commits")
 
-	opts := fastConfig("doomed").WorkerOptions
+	opts := fastConfig("doomed").Options
 	opts.MinRestartBackoff, opts.MaxRestartBackoff = time.Hour, time.Hour // a dead process does not come back
-	doomed := NewFlusher(FlusherConfig{WorkerOptions: opts, BatchSize: 100, ClaimIdle: time.Second},
+	doomed := NewFlusher(FlusherConfig{Options: opts, BatchSize: 100, ClaimIdle: time.Second},
 		b.engine, b.rdb, b.log.With().Str("flusher", "doomed").Logger(), prometheus.NewRegistry())
 	var batches atomic.Int32
 	killed := make(chan struct{})
@@ -71,7 +71,7 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 
 	// Another process takes the partition once the dead one's lease expires,
 	// claims the pending batch and finishes the stream.
-	heir := NewFlusher(FlusherConfig{WorkerOptions: fastConfig("heir").WorkerOptions, BatchSize: 100,
+	heir := NewFlusher(FlusherConfig{Options: fastConfig("heir").Options, BatchSize: 100,
 		ClaimIdle: time.Second, ClaimInterval: 100 * time.Millisecond},
 		b.engine, b.rdb, b.log.With().Str("flusher", "heir").Logger(), prometheus.NewRegistry())
 	require.NoError(t, heir.Start(b.ctx))
@@ -100,7 +100,7 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 func TestFlusherStopDrains(t *testing.T) {
 	b := setup(t)
 	b.product(t, "DRAIN-1", 2000)
-	f := NewFlusher(FlusherConfig{WorkerOptions: fastConfig("drainer").WorkerOptions, BatchSize: 50},
+	f := NewFlusher(FlusherConfig{Options: fastConfig("drainer").Options, BatchSize: 50},
 		b.engine, b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()

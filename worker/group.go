@@ -12,11 +12,11 @@ import (
 	"github.com/dropline/dropline/inventory"
 )
 
-// GroupConfig configures the whole worker group. Its WorkerOptions are the
-// defaults of every worker's own WorkerOptions; zero values take the defaults
+// GroupConfig configures the whole worker group. Its Options are the
+// defaults of every worker's own Options; zero values take the defaults
 // named on each field of the worker configs.
 type GroupConfig struct {
-	WorkerOptions
+	Options
 	Sweeper    HoldSweeperConfig
 	Flusher    FlusherConfig
 	Reconciler CommitReconcilerConfig
@@ -43,12 +43,12 @@ type Group struct {
 // given) and shared by every worker, so the process shows up under one name
 // in leases and in the consumer group.
 func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Group {
-	cfg.WorkerOptions.setDefaults()
+	cfg.setDefaults()
 	log = log.With().Str("component", "worker").Logger()
-	cfg.Sweeper.inherit(cfg.WorkerOptions)
-	cfg.Flusher.inherit(cfg.WorkerOptions)
-	cfg.Reconciler.inherit(cfg.WorkerOptions)
-	cfg.Rebuilder.inherit(cfg.WorkerOptions)
+	cfg.Sweeper.inherit(cfg.Options)
+	cfg.Flusher.inherit(cfg.Options)
+	cfg.Reconciler.inherit(cfg.Options)
+	cfg.Rebuilder.inherit(cfg.Options)
 	return &Group{
 		Sweeper:    NewHoldSweeper(cfg.Sweeper, engine, rdb, log, reg),
 		Flusher:    NewFlusher(cfg.Flusher, engine, rdb, log, reg),

@@ -16,7 +16,7 @@ import (
 // HoldSweeperConfig tunes the hold sweeper. Zero values take the defaults
 // named on each field.
 type HoldSweeperConfig struct {
-	WorkerOptions
+	Options
 	// Interval is the time between sweeps; default 100 milliseconds. It is
 	// most of the delay between a hold's expiresAt and its units coming back
 	// (G5 asks for under one second).
@@ -28,7 +28,7 @@ type HoldSweeperConfig struct {
 }
 
 func (c *HoldSweeperConfig) setDefaults() {
-	c.WorkerOptions.setDefaults()
+	c.Options.setDefaults()
 	if c.Interval <= 0 {
 		c.Interval = 100 * time.Millisecond
 	}
@@ -58,7 +58,7 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &HoldSweeper{
 		cfg: cfg, engine: engine,
-		leases: newLeaseSet("sweeper", newKeys(engine.Keys()), rdb, cfg.WorkerOptions, log, reg),
+		leases: newLeaseSet("sweeper", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
 		delay: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_hold_release_delay_seconds",
 			Help:    "Time from a hold's expiresAt to its units being available again, per hold released by the sweeper.",
@@ -69,7 +69,7 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 			Help: "Holds released by the expiry sweeper.",
 		})),
 	}
-	w.service = newService("hold_sweeper", cfg.WorkerOptions, log, reg, w.run)
+	w.service = newService("hold_sweeper", cfg.Options, log, reg, w.run)
 	return w
 }
 

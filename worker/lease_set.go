@@ -23,7 +23,7 @@ type leaseSet struct {
 	kind     string
 	keys     keys
 	rdb      redis.UniversalClient
-	opts     WorkerOptions
+	opts     Options
 	log      zerolog.Logger
 	leases   [inventory.Partitions]*Lease
 	cooldown [inventory.Partitions]time.Time // keeper goroutine only
@@ -31,7 +31,7 @@ type leaseSet struct {
 	held     prometheus.Gauge
 }
 
-func newLeaseSet(kind string, k keys, rdb redis.UniversalClient, opts WorkerOptions, log zerolog.Logger, reg prometheus.Registerer) *leaseSet {
+func newLeaseSet(kind string, k keys, rdb redis.UniversalClient, opts Options, log zerolog.Logger, reg prometheus.Registerer) *leaseSet {
 	m := newLeaseMetrics(reg)
 	s := &leaseSet{kind: kind, keys: k, rdb: rdb, opts: opts, log: log, changes: m.changes, held: m.held.WithLabelValues(kind)}
 	for p := range s.leases {

@@ -64,7 +64,7 @@ func newBundle(t *testing.T, rdb redis.UniversalClient, prefix string, pool *pgx
 // fastConfig shortens every interval so tests finish in seconds.
 func fastConfig(owner string) GroupConfig {
 	return GroupConfig{
-		WorkerOptions: WorkerOptions{
+		Options: Options{
 			Owner: owner, LeaseTTL: 2 * time.Second, LeaseCheck: 100 * time.Millisecond,
 			MinRestartBackoff: 50 * time.Millisecond, MaxRestartBackoff: 500 * time.Millisecond,
 		},

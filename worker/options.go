@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// WorkerOptions are the settings every worker shares. GroupConfig passes its
+// Options are the settings every worker shares. GroupConfig passes its
 // own down to each worker whose field is zero. Zero values take the defaults
 // named on each field.
-type WorkerOptions struct {
+type Options struct {
 	// Owner names this process in leases, in the flusher's consumer group and
 	// in logs. It must be unique per process: two processes with one owner
 	// would each believe they hold the other's leases. Default
@@ -35,7 +35,7 @@ type WorkerOptions struct {
 }
 
 // inherit fills o's zero fields from parent.
-func (o *WorkerOptions) inherit(parent WorkerOptions) {
+func (o *Options) inherit(parent Options) {
 	if o.Owner == "" {
 		o.Owner = parent.Owner
 	}
@@ -56,7 +56,7 @@ func (o *WorkerOptions) inherit(parent WorkerOptions) {
 	}
 }
 
-func (o *WorkerOptions) setDefaults() {
+func (o *Options) setDefaults() {
 	if o.Owner == "" {
 		o.Owner = defaultOwner()
 	}

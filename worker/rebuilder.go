@@ -18,7 +18,7 @@ import (
 // RebuilderConfig tunes the rebuilder. Zero values take the defaults named on
 // each field.
 type RebuilderConfig struct {
-	WorkerOptions
+	Options
 	// Interval is how often the epoch keys are checked; default 1 second.
 	Interval time.Duration
 	// PageSize is how many products are listed from Postgres at a time;
@@ -30,7 +30,7 @@ type RebuilderConfig struct {
 }
 
 func (c *RebuilderConfig) setDefaults() {
-	c.WorkerOptions.setDefaults()
+	c.Options.setDefaults()
 	if c.Interval <= 0 {
 		c.Interval = time.Second
 	}
@@ -64,10 +64,9 @@ type Rebuilder struct {
 	rebuilds prometheus.Counter
 	losses   prometheus.Counter
 
-	mu    sync.Mutex // guards seen and owed across loop restarts
-	seen  [inventory.Partitions]string
-	owed  [inventory.Partitions]bool // a rebuild was due and has not completed
-	value string
+	mu   sync.Mutex // guards seen and owed across loop restarts
+	seen [inventory.Partitions]string
+	owed [inventory.Partitions]bool // a rebuild was due and has not completed
 }
 
 // NewRebuilder builds a rebuilder; Start runs it.
@@ -85,7 +84,7 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 			Help: "Partitions found to have lost their Redis data (their epoch key vanished or changed).",
 		})),
 	}
-	w.service = newService("rebuilder", cfg.WorkerOptions, log, reg, w.run)
+	w.service = newService("rebuilder", cfg.Options, log, reg, w.run)
 	return w
 }
 

@@ -20,7 +20,7 @@ import (
 // says so in the log and in dropline_worker_restarts_total.
 type service struct {
 	name     string
-	opts     WorkerOptions
+	opts     Options
 	log      zerolog.Logger
 	run      func(ctx context.Context) error
 	restarts prometheus.Counter
@@ -30,7 +30,7 @@ type service struct {
 	done   chan struct{}
 }
 
-func newService(name string, opts WorkerOptions, log zerolog.Logger, reg prometheus.Registerer, run func(context.Context) error) *service {
+func newService(name string, opts Options, log zerolog.Logger, reg prometheus.Registerer, run func(context.Context) error) *service {
 	return &service{
 		name: name, opts: opts, log: log.With().Str("worker", name).Logger(), run: run,
 		restarts: restartsVec(reg).WithLabelValues(name),
@@ -118,7 +118,7 @@ func backoff(lo, hi time.Duration, failures int) time.Duration {
 		d *= 2
 	}
 	d = min(d, hi)
-	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+	return d - time.Duration(rand.Int64N(int64(d)/5+1)) //nolint:gosec // jitter, not a secret
 }
 
 // stepContext bounds one Redis or Postgres call.

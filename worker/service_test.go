@@ -19,7 +19,7 @@ func TestServiceRestartsAFailedLoop(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var runs atomic.Int32
 	steady := make(chan struct{})
-	s := newService("flaky", WorkerOptions{MinRestartBackoff: 10 * time.Millisecond, MaxRestartBackoff: 20 * time.Millisecond},
+	s := newService("flaky", Options{MinRestartBackoff: 10 * time.Millisecond, MaxRestartBackoff: 20 * time.Millisecond},
 		zerolog.New(zerolog.NewTestWriter(t)), reg, func(ctx context.Context) error {
 			switch runs.Add(1) {
 			case 1:

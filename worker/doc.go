@@ -1,0 +1,84 @@
+// Package worker is the goroutine group that runs inside every Dropline
+// server process next to the HTTP server (DESIGN.md §4). It keeps the
+// guarantees that no request path can keep on its own:
+//
+//   - G5, expiry: the HoldSweeper releases due holds through the engine's
+//     idempotent release script, found through each partition's expiry index
+//     (never keyspace notifications alone), every 100 ms.
+//   - G6, complete ledger: the Flusher carries the outbox streams (one per
+//     partition, appended inside the same Lua scripts that change stock) into
+//     Postgres, at least once, with an idempotent apply.
+//   - G2, commits: the CommitReconciler settles commits that a crash or an
+//     unknown Postgres outcome left COMMITTING, by asking Postgres.
+//   - G7, read-repair: the Rebuilder notices that Redis lost its data and
+//     reloads every SKU from Postgres at once; the engine's lazy rebuild on
+//     access stays the safety net.
+//
+// # Lifecycle
+//
+// Each worker has a Config, a NewX constructor, Start(ctx) and an idempotent
+// Stop() that waits (river's startstop). Its loop is a ticker and
+// ctx.Done(); every Redis or Postgres call runs under its own StepTimeout. A
+// loop that returns an error or panics is restarted after a doubling,
+// jittered backoff (MinRestartBackoff to MaxRestartBackoff) with an error
+// log line and dropline_worker_restarts_total; transient outages of Redis or
+// Postgres take that path, so the workers retry on their own. The Group
+// starts the flusher first and stops it last: Stop applies and acknowledges
+// the batch in flight, drains what is left for up to DrainTimeout, and only
+// then returns, so the caller may close the pools afterwards.
+//
+// # Sharing the work between processes
+//
+// Several server processes may run against one Redis and one Postgres. Work
+// is cut along the engine's 16 hash-tag partitions, and each worker kind
+// (sweeper, flusher, reconciler) owns a partition through a Lease:
+//
+//	<prefix>{pNN}:lease:<kind>          owner token, PX = LeaseTTL
+//	<prefix>{pNN}:lease:<kind>:fence    fencing counter (one INCR per acquisition)
+//	<prefix>{p00}:members:<kind>        live processes, for the fair share
+//	<prefix>{pNN}:epoch                 random value while Redis keeps its data
+//
+// A lease is acquired only when free (SET NX PX) or provably stale (no
+// expiry at all), renewed every TTL/3 and released only by its owner (Lua
+// compare-and-set). Locally a holder stops acting two thirds of a TTL after
+// its last successful renewal, before anybody else can acquire. Each process
+// keeps about Partitions/n leases of each kind (n live members), handing the
+// surplus over; a partition nobody takes is taken back after a few checks.
+// A clean Stop releases the leases, so the others take over at once; a
+// crashed process's leases expire after LeaseTTL.
+//
+// Leases only save work: every step is idempotent. The release script
+// restocks at most once; db.ApplyEvents keys movements by event id and only
+// moves a reservation forward out of HELD; ReconcileCommits settles through
+// guarded scripts. The one Postgres writer, the flusher, also fences each
+// batch with its lease's token (db.Fence): a flusher paused past its lease
+// gets db.ErrFenced rather than writing after its successor. The fencing
+// counter is floored at Redis' clock in microseconds so it keeps growing when
+// Redis loses the counter itself.
+//
+// # Failure modes
+//
+//   - Process crash mid-batch: the batch is committed in Postgres but not
+//     acknowledged; it stays pending on the dead consumer and is claimed
+//     (XAUTOCLAIM, ClaimIdle) and applied again by the next owner of the
+//     partition. Nothing is doubled (event ids are unique).
+//   - Postgres down: reserves, cancels and expiries go on in Redis; their
+//     events wait in the streams (dropline_writebehind_backlog and
+//     dropline_writebehind_lag_seconds grow); the flusher and reconciler
+//     restart with backoff until Postgres answers, then the backlog drains.
+//     Commits answer UNAVAILABLE meanwhile (the engine's doing).
+//   - Redis flushed or restarted empty: the epoch keys vanish; the rebuilder
+//     that recreates one (SET NX) rebuilds that partition's SKUs from
+//     Postgres; the flusher recreates its consumer group on NOGROUP, reading
+//     the new stream from its start; leases are re-acquired with larger
+//     fencing tokens. Holds whose reserve event had not reached Postgres are
+//     lost with Redis and their units return to stock (DESIGN.md §6).
+//   - A poison event (Postgres refuses it on a constraint): the batch is
+//     retried one event at a time; the others are applied, the poison stays
+//     pending, is retried every ClaimIdle, and is counted in
+//     dropline_writebehind_events_refused_total. It holds the stream's trim
+//     point back, never the rest of the flow.
+//   - Streams are trimmed (XTRIM MINID) only below the lowest pending entry,
+//     or below the last delivered one when nothing is pending, so nothing
+//     unapplied is ever trimmed.
+package worker
