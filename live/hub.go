@@ -196,8 +196,14 @@ func (h *Hub) Subscribe(ctx context.Context, skus []string) (<-chan inventory.St
 	if !ok {
 		return nil, ErrNotRunning
 	}
-	if created {
+	if len(created) > 0 {
 		kick(h.controlKick)
+		// A new feed may replace one swept a moment ago whose channel never
+		// left Redis (so no confirmation will come), and messages between the
+		// sweep and now were dropped: re-read once more after attaching.
+		for _, sku := range created {
+			h.requestResync(sku, false)
+		}
 	}
 	for i, f := range feeds {
 		f.applyRead(h, *vals[i], gens[i], false)
@@ -255,11 +261,11 @@ func (h *Hub) gensOf(skus []string) []uint64 {
 
 // attach registers s with the feed of each of its SKUs, creating feeds as
 // needed, and accounts for its goroutine while the hub is known to run.
-func (h *Hub) attach(s *subscriber) (feeds []*feed, created, ok bool) {
+func (h *Hub) attach(s *subscriber) (feeds []*feed, created []string, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state != hubRunning || h.ctx.Err() != nil {
-		return nil, false, false
+		return nil, nil, false
 	}
 	s.hubDone = h.ctx.Done()
 	feeds = make([]*feed, len(s.slots))
@@ -270,7 +276,7 @@ func (h *Hub) attach(s *subscriber) (feeds []*feed, created, ok bool) {
 			f = newFeed(sku, h.keys.Channel(sku))
 			h.feeds[sku] = f
 			h.m.skus.Inc()
-			created = true
+			created = append(created, sku)
 		}
 		f.mu.Lock()
 		f.subs[s] = i

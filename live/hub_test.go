@@ -3,6 +3,7 @@ package live_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -355,4 +356,154 @@ func TestBurstIsCoalesced(t *testing.T) {
 			c.requireClosed(t)
 		})
 	}
+}
+
+// TestSubscribeCyclesLeaveNothing: 1,000 subscribe/unsubscribe cycles leave
+// no goroutine, no feed and no Redis subscription behind.
+func TestSubscribeCyclesLeaveNothing(t *testing.T) {
+	t.Parallel()
+	for _, backend := range testenv.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			b := setupBackend(t, backend, live.HubConfig{Linger: 20 * time.Millisecond})
+			skus := []string{"CYC-1", "CYC-2", "CYC-3", "CYC-4"}
+			channels := make([]string, len(skus))
+			for i, sku := range skus {
+				b.product(t, sku, 10)
+				channels[i] = b.engine.Keys().Channel(sku)
+			}
+			baseline := runtime.NumGoroutine()
+
+			const cycles, workers = 1000, 20
+			var wg sync.WaitGroup
+			for w := 0; w < workers; w++ {
+				wg.Go(func() {
+					for i := w; i < cycles; i += workers {
+						ctx, cancel := context.WithCancel(b.ctx)
+						ch, err := b.hub.Subscribe(ctx, []string{skus[i%len(skus)], skus[(i+1)%len(skus)]})
+						require.NoError(t, err)
+						<-ch
+						if i%3 == 0 {
+							<-ch // both first values
+						}
+						cancel()
+						for range ch {
+						}
+					}
+				})
+			}
+			wg.Wait()
+			require.Zero(t, b.metric(t, "dropline_live_subscriptions"))
+			waitFor(t, 5*time.Second, func() bool {
+				return b.metric(t, "dropline_live_skus") == 0 && shardSubscribers(t, b.rdb, channels...) == 0
+			}, "feeds or Redis subscriptions left: %v feeds", b.metric(t, "dropline_live_skus"))
+			// The hub keeps only its three loops; shard receivers went with
+			// their last channel.
+			waitFor(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= baseline },
+				"goroutines: %d, baseline %d", runtime.NumGoroutine(), baseline)
+
+			b.hub.Stop()
+			goleak.VerifyNone(t, b.leaks)
+		})
+	}
+}
+
+// TestStalledSubscriberIsDropped: a subscriber that never reads neither
+// delays another on the same SKU nor survives StallTimeout.
+func TestStalledSubscriberIsDropped(t *testing.T) {
+	t.Parallel()
+	for _, backend := range testenv.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			const stall = 400 * time.Millisecond
+			b := setupBackend(t, backend, live.HubConfig{StallTimeout: stall})
+			b.product(t, "SLOW", 100)
+			stalled, err := b.hub.Subscribe(b.ctx, []string{"SLOW"})
+			require.NoError(t, err)
+			subscribed := time.Now()
+			ctx, cancel := context.WithCancel(b.ctx)
+			ch, err := b.hub.Subscribe(ctx, []string{"SLOW"})
+			require.NoError(t, err)
+			c := collect(ch)
+			b.waitConverged(t, c, "SLOW")
+
+			for i := 0; i < 5; i++ {
+				_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "SLOW", Quantity: 1})
+				require.NoError(t, err)
+				b.waitConverged(t, c, "SLOW") // within 250 ms although the other one reads nothing
+			}
+
+			waitFor(t, stall+2*time.Second, func() bool {
+				return b.metric(t, "dropline_live_slow_subscribers_dropped_total") == 1
+			}, "the stalled subscriber was not dropped")
+			require.GreaterOrEqual(t, time.Since(subscribed), stall)
+			select {
+			case _, ok := <-stalled:
+				require.False(t, ok, "a dropped subscriber's channel is closed, with nothing left in it")
+			case <-time.After(time.Second):
+				t.Fatal("the dropped subscriber's channel is not closed")
+			}
+
+			// The reader is still served.
+			_, err = b.engine.Reserve(b.ctx, buyer(99), inventory.ReserveRequest{SKU: "SLOW", Quantity: 1})
+			require.NoError(t, err)
+			b.waitConverged(t, c, "SLOW")
+			require.Equal(t, float64(1), b.metric(t, "dropline_live_subscriptions"))
+			cancel()
+			c.requireClosed(t)
+		})
+	}
+}
+
+// TestRedisRestart: after the pub/sub connection drops (a killed connection,
+// then a restarted server that lost everything) subscribers get the current
+// value again, and changes flow again.
+func TestRedisRestart(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 5})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := setup(t, rdb, "dl:", live.HubConfig{PingInterval: 200 * time.Millisecond})
+	b.product(t, "PHOENIX", 30)
+	ctx, cancel := context.WithCancel(b.ctx)
+	ch, err := b.hub.Subscribe(ctx, []string{"PHOENIX"})
+	require.NoError(t, err)
+	c := collect(ch)
+	for i := 0; i < 3; i++ {
+		_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "PHOENIX", Quantity: 2})
+		require.NoError(t, err)
+	}
+	before := b.waitConverged(t, c, "PHOENIX")
+	waitFor(t, 2*time.Second, func() bool { return b.metric(t, "dropline_live_resyncs_total") >= 1 },
+		"the subscription was never confirmed")
+
+	// 1. The pub/sub connection is killed; Redis keeps its data. The same
+	// value is delivered again once the subscription is back.
+	n := c.count()
+	require.NoError(t, rdb.ClientKillByFilter(b.ctx, "TYPE", "pubsub").Err())
+	waitFor(t, 5*time.Second, func() bool { return c.count() > n }, "no delivery after the connection came back")
+	v, _ := c.lastOf("PHOENIX")
+	require.True(t, same(v, before), "got %+v, want %+v", v, before)
+	require.Positive(t, b.metric(t, "dropline_live_reconnects_total"))
+
+	// 2. The server is restarted empty. The hub re-reads, which rebuilds the
+	// SKU from Postgres (the holds, never flushed to the ledger here, are
+	// gone), and delivers it.
+	n = c.count()
+	srv.Stop()
+	require.NoError(t, srv.Start())
+	waitFor(t, 10*time.Second, func() bool { return c.count() > n }, "no delivery after the restart")
+	truth := b.truth(t, "PHOENIX")
+	require.Equal(t, 30, truth.Available)
+	waitFor(t, 2*time.Second, func() bool {
+		v, _ := c.lastOf("PHOENIX")
+		return same(v, truth)
+	}, "subscriber did not get the rebuilt value %+v", truth)
+
+	// 3. Changes are announced and delivered again.
+	_, err = b.engine.Reserve(b.ctx, buyer(7), inventory.ReserveRequest{SKU: "PHOENIX", Quantity: 1})
+	require.NoError(t, err)
+	b.waitConverged(t, c, "PHOENIX")
+	cancel()
+	c.requireClosed(t)
 }
