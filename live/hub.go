@@ -90,7 +90,7 @@ type Hub struct {
 
 	mu     sync.Mutex
 	state  int
-	ctx    context.Context // the hub's lifetime; nil until Start
+	done   <-chan struct{} // closed when the hub stops; nil until Start
 	cancel context.CancelFunc
 	feeds  map[string]*feed
 	resets [inventory.Partitions]bool // shards whose connection must be rebuilt
@@ -137,11 +137,12 @@ func (h *Hub) Start(ctx context.Context) {
 		return
 	}
 	h.state = hubRunning
-	h.ctx, h.cancel = context.WithCancel(ctx)
+	ctx, h.cancel = context.WithCancel(ctx)
+	h.done = ctx.Done()
 	h.wg.Add(3)
-	go h.runControl(h.ctx)
-	go h.runFlusher(h.ctx)
-	go h.runResync(h.ctx)
+	go h.runControl(ctx)
+	go h.runFlusher(ctx)
+	go h.runResync(ctx)
 }
 
 // Stop ends every subscription (their channels close), drops the Redis
@@ -191,7 +192,7 @@ func (h *Hub) Subscribe(ctx context.Context, skus []string) (<-chan inventory.St
 		}
 	}
 
-	s := newSubscriber(h, ctx, skus)
+	s := newSubscriber(h, skus)
 	feeds, created, ok := h.attach(s)
 	if !ok {
 		return nil, ErrNotRunning
@@ -210,7 +211,7 @@ func (h *Hub) Subscribe(ctx context.Context, skus []string) (<-chan inventory.St
 		f.offerCurrent(s, i)
 	}
 	h.m.subscriptions.Inc()
-	go s.run()
+	go s.run(ctx)
 	return s.out, nil
 }
 
@@ -239,7 +240,16 @@ func (h *Hub) checkSKUs(skus []string) ([]string, error) {
 func (h *Hub) running() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.state == hubRunning && h.ctx.Err() == nil
+	return h.state == hubRunning && !closed(h.done)
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // gensOf snapshots the generation of each SKU's feed before a read is issued
@@ -264,10 +274,10 @@ func (h *Hub) gensOf(skus []string) []uint64 {
 func (h *Hub) attach(s *subscriber) (feeds []*feed, created []string, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.state != hubRunning || h.ctx.Err() != nil {
+	if h.state != hubRunning || closed(h.done) {
 		return nil, nil, false
 	}
-	s.hubDone = h.ctx.Done()
+	s.hubDone = h.done
 	feeds = make([]*feed, len(s.slots))
 	for i := range s.slots {
 		sku := s.slots[i].sku

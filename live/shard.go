@@ -38,14 +38,7 @@ func (sh *shard) close() {
 	_ = sh.ps.Close()
 }
 
-func (sh *shard) isClosed() bool {
-	select {
-	case <-sh.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (sh *shard) isClosed() bool { return closed(sh.closed) }
 
 // expectUnsub records that we asked to leave channels.
 func (sh *shard) expectUnsub(channels []string) {
@@ -162,7 +155,7 @@ func (h *Hub) reconcile(ctx context.Context, shards *[inventory.Partitions]*shar
 		}
 		opCtx, cancel := context.WithTimeout(ctx, controlOpTimeout)
 		if sh == nil {
-			shards[p] = h.openShard(opCtx, p, want[p])
+			shards[p] = h.openShard(ctx, opCtx, p, want[p])
 			cancel()
 			continue
 		}
@@ -196,9 +189,9 @@ func (h *Hub) reconcile(ctx context.Context, shards *[inventory.Partitions]*shar
 	}
 }
 
-// openShard opens partition p's connection subscribed to channels and starts
-// its receiver.
-func (h *Hub) openShard(ctx context.Context, p int, channels map[string]struct{}) *shard {
+// openShard opens partition p's connection subscribed to channels (within
+// opCtx) and starts its receiver (for the hub's lifetime ctx).
+func (h *Hub) openShard(ctx, opCtx context.Context, p int, channels map[string]struct{}) *shard {
 	list := make([]string, 0, len(channels))
 	sub := make(map[string]struct{}, len(channels))
 	for c := range channels {
@@ -207,10 +200,10 @@ func (h *Hub) openShard(ctx context.Context, p int, channels map[string]struct{}
 	}
 	// SSubscribe routes the connection to the node owning the channels' slot
 	// (on a cluster) and remembers them for every reconnect.
-	sh := &shard{p: p, ps: h.rdb.SSubscribe(ctx, list...), closed: make(chan struct{}),
+	sh := &shard{p: p, ps: h.rdb.SSubscribe(opCtx, list...), closed: make(chan struct{}),
 		subscribed: sub, unsubPending: map[string]int{}}
 	h.wg.Add(1)
-	go h.receive(h.ctx, sh)
+	go h.receive(ctx, sh)
 	return sh
 }
 

@@ -13,7 +13,6 @@ import (
 // mailbox into the caller's channel at the caller's pace.
 type subscriber struct {
 	h       *Hub
-	ctx     context.Context
 	hubDone <-chan struct{}
 	out     chan inventory.Stock
 	wake    chan struct{}
@@ -35,8 +34,8 @@ type slot struct {
 	hasLast bool
 }
 
-func newSubscriber(h *Hub, ctx context.Context, skus []string) *subscriber {
-	s := &subscriber{h: h, ctx: ctx, out: make(chan inventory.Stock), wake: make(chan struct{}, 1),
+func newSubscriber(h *Hub, skus []string) *subscriber {
+	s := &subscriber{h: h, out: make(chan inventory.Stock), wake: make(chan struct{}, 1),
 		slots: make([]slot, len(skus))}
 	for i, sku := range skus {
 		s.slots[i].sku = sku
@@ -89,9 +88,9 @@ func (s *subscriber) takeSlot(i int) (inventory.Stock, bool, bool) {
 	return sl.val, sl.live, true
 }
 
-// run delivers the mailbox until the caller goes away, the hub stops or the
-// caller stalls; then it leaves the feeds and closes the channel.
-func (s *subscriber) run() {
+// run delivers the mailbox until ctx (the caller's) is done, the hub stops or
+// the caller stalls; then it leaves the feeds and closes the channel.
+func (s *subscriber) run(ctx context.Context) {
 	h := s.h
 	defer h.wg.Done()
 	defer close(s.out)
@@ -102,13 +101,13 @@ func (s *subscriber) run() {
 	stall.Stop()
 	defer stall.Stop()
 	for {
-		if s.ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
 		i, v, live, ok := s.take()
 		if !ok {
 			select {
-			case <-s.ctx.Done():
+			case <-ctx.Done():
 				return
 			case <-s.hubDone:
 				return
@@ -143,7 +142,7 @@ func (s *subscriber) run() {
 			case <-stall.C:
 				s.stalled()
 				return
-			case <-s.ctx.Done():
+			case <-ctx.Done():
 				return
 			case <-s.hubDone:
 				return
