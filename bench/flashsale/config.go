@@ -1,0 +1,191 @@
+package flashsale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Bounds on a drop, so a typo cannot turn a rehearsal into a denial of
+// service or an afternoon-long run.
+const (
+	MaxBuyers      = 200_000
+	MaxConcurrency = 2_000
+	MaxDuration    = 10 * time.Minute
+	MaxRetries     = 10
+)
+
+// Config describes one drop. DefaultConfig gives a meaningful drop that
+// finishes in seconds against a local `dropline serve`.
+type Config struct {
+	// Targets are the base URLs of the Dropline servers ("http://host:port",
+	// optionally ending in /graphql); buyers are spread round-robin.
+	// Default: http://localhost:8080.
+	Targets []string
+	// AllowRemote permits targets that are not loopback addresses. Off by
+	// default: a load test pointed at production by mistake is an outage.
+	AllowRemote bool
+	// Secret signs the buyers' and the admin's tokens (DROPLINE_JWT_SECRET,
+	// or the development secret with --dev).
+	Secret []byte
+	// Buyers is how many distinct principals try to buy (one reserve each,
+	// plus retries). Default 5000, at most MaxBuyers.
+	Buyers int
+	// Concurrency is how many buyers are in flight at once. Default 64.
+	Concurrency int
+	// SKU is the product on sale. Empty: a fresh "FLASH-<run>" is created
+	// with Stock units and MaxPerUser; set: the existing SKU is used as is.
+	SKU string
+	// Stock is the units of a created SKU. Default 100.
+	Stock int
+	// MaxPerUser is the per-user limit of a created SKU; 0 means none.
+	// Default 1.
+	MaxPerUser int
+	// Quantity is the units each buyer asks for. Default 1.
+	Quantity int
+	// CommitRatio and CancelRatio are the shares of winning buyers who
+	// commit and cancel; the rest abandon their hold and let it expire.
+	// Defaults 0.7 and 0.1.
+	CommitRatio float64
+	CancelRatio float64
+	// Hold is the hold duration asked for (whole seconds, 1s-1h). Default 60s.
+	Hold time.Duration
+	// Think is the most a winning buyer waits before committing or
+	// cancelling (uniformly random), like a checkout page. Default 20ms.
+	Think time.Duration
+	// Duration bounds the drop; buyers not started by then are skipped.
+	// Default 45s, at most MaxDuration.
+	Duration time.Duration
+	// Timeout bounds each request; a timed-out request is retried with the
+	// same idempotency key or token. Default 5s.
+	Timeout time.Duration
+	// Retries is how many times a request with an unknown outcome (timeout,
+	// transport error, UNAVAILABLE, RATE_LIMITED) is sent again. Default 3.
+	Retries int
+	// DatabaseURL locates the Postgres ledger the verdict reads. Empty
+	// skips the ledger checks.
+	DatabaseURL string
+	// DrainTimeout bounds the wait for the write-behind to drain and the
+	// ledger to agree with the live stock. Default 20s.
+	DrainTimeout time.Duration
+	// Seed makes the commit/cancel/abandon choices and think times
+	// repeatable. Default: 1.
+	Seed int64
+	// RunID names this run in principals, idempotency keys and the SKU.
+	// Default: derived from the clock.
+	RunID string
+	// Progress receives a progress bar; nil shows none.
+	Progress ProgressSink
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Targets:      []string{"http://localhost:8080"},
+		Buyers:       5000,
+		Concurrency:  64,
+		Stock:        100,
+		MaxPerUser:   1,
+		Quantity:     1,
+		CommitRatio:  0.7,
+		CancelRatio:  0.1,
+		Hold:         60 * time.Second,
+		Think:        20 * time.Millisecond,
+		Duration:     45 * time.Second,
+		Timeout:      5 * time.Second,
+		Retries:      3,
+		DrainTimeout: 20 * time.Second,
+		Seed:         1,
+	}
+}
+
+// Validate checks the bounds and that every target is allowed. It resolves
+// host names, so it takes a context.
+func (c Config) Validate(ctx context.Context) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Targets) == 0 {
+		bad("no target URL")
+	}
+	for _, t := range c.Targets {
+		if err := checkTarget(ctx, t, c.AllowRemote); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(c.Secret) < 32 {
+		bad("a JWT secret of at least 32 bytes is needed to mint tokens: set DROPLINE_JWT_SECRET or pass --dev")
+	}
+	if c.Buyers < 1 || c.Buyers > MaxBuyers {
+		bad("--buyers must be 1-%d", MaxBuyers)
+	}
+	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
+		bad("--concurrency must be 1-%d", MaxConcurrency)
+	}
+	if c.SKU == "" && c.Stock < 0 {
+		bad("--stock must not be negative")
+	}
+	if c.MaxPerUser < 0 {
+		bad("--max-per-user must not be negative")
+	}
+	if c.Quantity < 1 || c.Quantity > 100 {
+		bad("--quantity must be 1-100")
+	}
+	if c.CommitRatio < 0 || c.CancelRatio < 0 || c.CommitRatio+c.CancelRatio > 1.0000001 {
+		bad("--commit and --cancel must be >= 0 and add up to at most 1 (the rest abandon)")
+	}
+	if c.Hold < time.Second || c.Hold > time.Hour || c.Hold%time.Second != 0 {
+		bad("--hold must be whole seconds between 1s and 1h")
+	}
+	if c.Think < 0 || c.Think > time.Minute {
+		bad("--think must be 0-1m")
+	}
+	if c.Duration <= 0 || c.Duration > MaxDuration {
+		bad("--duration must be >0 and at most %s", MaxDuration)
+	}
+	if c.Timeout <= 0 || c.Timeout > time.Minute {
+		bad("--timeout must be >0 and at most 1m")
+	}
+	if c.Retries < 0 || c.Retries > MaxRetries {
+		bad("--retries must be 0-%d", MaxRetries)
+	}
+	if c.DrainTimeout <= 0 || c.DrainTimeout > MaxDuration {
+		bad("--drain-timeout must be >0 and at most %s", MaxDuration)
+	}
+	return errors.Join(errs...)
+}
+
+// checkTarget refuses malformed URLs and, unless remote targets are
+// allowed, any host that does not resolve to loopback addresses only.
+func checkTarget(ctx context.Context, raw string, allowRemote bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("target %q: want http(s)://host[:port]", raw)
+	}
+	if allowRemote {
+		return nil
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); ip != nil {
+		if !ip.IsLoopback() {
+			return fmt.Errorf("target %q is not a loopback address: pass --allow-remote to load-test another machine", raw)
+		}
+		return nil
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return fmt.Errorf("target %q: %w", raw, err)
+	}
+	for _, a := range addrs {
+		if !a.IP.IsLoopback() {
+			return fmt.Errorf("target %q resolves to %s, not loopback: pass --allow-remote to load-test another machine", raw, a.IP)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package flashsale
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteText prints the human summary: the operations table, the buyers'
+// outcomes and the verdict.
+func WriteText(w io.Writer, r *Result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Dropline flash sale  run %s  SKU %s  targets %s\n", r.RunID, r.SKU, strings.Join(r.Targets, ", "))
+	fmt.Fprintf(&b, "%d buyers, concurrency %d, %d unit(s) each; stock before: available %d of %d; drop %.2fs, drain %.2fs\n\n",
+		r.Buyers, r.Concurrency, r.Quantity, r.Initial.Available, r.Initial.Total, r.ElapsedSeconds, r.DrainSeconds)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "operation\trequests\treq/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\t")
+	for _, o := range r.Ops {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", o.Op, o.Requests, o.PerSecond, o.P50ms, o.P95ms, o.P99ms, o.MaxMs)
+	}
+	_ = tw.Flush()
+	b.WriteString("\noutcomes by code\n")
+	for _, o := range r.Ops {
+		var parts []string
+		for _, c := range sortedCodes(o.Codes) {
+			parts = append(parts, fmt.Sprintf("%s %d", c, o.Codes[c]))
+		}
+		fmt.Fprintf(&b, "  %-8s %s\n", o.Op, strings.Join(parts, ", "))
+	}
+	b.WriteString("\nbuyers\n")
+	for _, k := range sortedCodes(r.BuyerOutcomes) {
+		fmt.Fprintf(&b, "  %6d  %s\n", r.BuyerOutcomes[k], k)
+	}
+
+	v := r.Verdict
+	status := "PASS"
+	if !v.OK {
+		status = "FAIL"
+	}
+	fmt.Fprintf(&b, "\nVERDICT  %s\n", status)
+	fmt.Fprintf(&b, "  units sold      %d (this run)\n", v.SoldUnits)
+	fmt.Fprintf(&b, "  units held      %d\n", v.HeldUnits)
+	fmt.Fprintf(&b, "  oversold        %d\n", v.Oversold)
+	if r.Ledger != nil {
+		fmt.Fprintf(&b, "  commits         clients saw %d (%d units), Postgres has %d (%d units), unknown outcome %d\n",
+			v.CommitsSeen, v.UnitsSeen, v.CommitsInLedger, v.UnitsInLedger, v.CommitsUnknown)
+		fmt.Fprintf(&b, "  availability    API %d, ledger %d\n", r.Final.Available, r.Ledger.Total-r.Ledger.Sold-r.Ledger.Held)
+	} else {
+		fmt.Fprintf(&b, "  commits         clients saw %d (%d units); Postgres not checked\n", v.CommitsSeen, v.UnitsSeen)
+	}
+	for _, c := range v.Checks {
+		mark := "ok  "
+		switch {
+		case c.Skipped:
+			mark = "skip"
+		case !c.OK:
+			mark = "FAIL"
+		}
+		fmt.Fprintf(&b, "  [%s] %s: %s\n", mark, c.Name, c.Detail)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,181 @@
+// Command flashsale rehearses a drop against running Dropline servers over
+// GraphQL HTTP, the way real frontends would, and then checks that nothing
+// was oversold and every sale a buyer was told about is in Postgres.
+//
+// main only wires: flags and environment become a flashsale.Config, the
+// drop runs in package bench/flashsale, and the verdict decides the exit
+// status: 0 when every check passed, 1 when one failed, 2 when the drop
+// could not be run (usage, unreachable target or ledger).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/dropline/dropline/bench/flashsale"
+	"github.com/dropline/dropline/config"
+)
+
+const (
+	exitOK        = 0
+	exitViolation = 1
+	exitUsage     = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// urlList is a repeatable, comma-separated --url flag.
+type urlList struct {
+	urls []string
+	set  bool
+}
+
+func (u *urlList) String() string { return strings.Join(u.urls, ",") }
+func (u *urlList) Set(v string) error {
+	if !u.set {
+		u.urls, u.set = nil, true
+	}
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			u.urls = append(u.urls, p)
+		}
+	}
+	return nil
+}
+
+// run is main without the process: testable with its own arguments,
+// environment and output.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg := flashsale.DefaultConfig()
+	fs := flag.NewFlagSet("flashsale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	targets := urlList{urls: cfg.Targets}
+	fs.Var(&targets, "url", "Dropline base URL(s), repeatable or comma separated; buyers are spread round-robin")
+	fs.BoolVar(&cfg.AllowRemote, "allow-remote", false, "allow targets that are not loopback addresses")
+	dev := fs.Bool("dev", false, "sign tokens with the development secret (the server runs with DROPLINE_DEV=1 and no secret)")
+	secret := fs.String("jwt-secret", "", "HS256 secret to mint tokens with (prefer the DROPLINE_JWT_SECRET environment variable)")
+	fs.IntVar(&cfg.Buyers, "buyers", cfg.Buyers, "distinct buyers, one reserve each (max 200000)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "buyers in flight at once")
+	fs.StringVar(&cfg.SKU, "sku", "", "use this existing SKU instead of creating FLASH-<run>")
+	fs.IntVar(&cfg.Stock, "stock", cfg.Stock, "units of the created SKU")
+	fs.IntVar(&cfg.MaxPerUser, "max-per-user", cfg.MaxPerUser, "per-user limit of the created SKU (0: none)")
+	fs.IntVar(&cfg.Quantity, "quantity", cfg.Quantity, "units each buyer reserves")
+	fs.Float64Var(&cfg.CommitRatio, "commit", cfg.CommitRatio, "share of winning buyers who commit")
+	fs.Float64Var(&cfg.CancelRatio, "cancel", cfg.CancelRatio, "share of winning buyers who cancel (the rest abandon)")
+	fs.DurationVar(&cfg.Hold, "hold", cfg.Hold, "hold duration asked for (whole seconds)")
+	fs.DurationVar(&cfg.Think, "think", cfg.Think, "longest pause between reserve and commit/cancel")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "stop starting buyers after this long")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
+	fs.IntVar(&cfg.Retries, "retries", cfg.Retries, "resends of a request whose outcome is unknown (same idempotency key or token)")
+	dbDefault := getenv(config.EnvDatabaseURL)
+	if dbDefault == "" {
+		dbDefault = config.DefaultDatabaseURL
+	}
+	fs.StringVar(&cfg.DatabaseURL, "database-url", dbDefault, "Postgres ledger to check the verdict against (default $DATABASE_URL)")
+	noLedger := fs.Bool("no-ledger", false, "skip the ledger checks (the verdict then rests on the API alone)")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the write-behind to drain")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the buyers' choices")
+	report := fs.String("report", "", "write a self-contained HTML report to this file")
+	asJSON := fs.Bool("json", false, "print the result as JSON instead of the table")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "flashsale: rehearse a flash sale against running Dropline servers and check the verdict\n\n"+
+			"Usage: flashsale [flags]   (with a dev server: flashsale --dev)\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "flashsale: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	cfg.Targets = targets.urls
+	switch {
+	case *secret != "":
+		cfg.Secret = []byte(*secret)
+	case getenv(config.EnvJWTSecret) != "":
+		cfg.Secret = []byte(getenv(config.EnvJWTSecret))
+	case *dev:
+		cfg.Secret = []byte(config.DevJWTSecret)
+	}
+	if *noLedger {
+		cfg.DatabaseURL = ""
+	}
+	if !*quiet {
+		cfg.Progress = &flashsale.Bar{W: stderr, Terminal: isTerminal(stderr)}
+	}
+
+	d, err := flashsale.NewDriver(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "flashsale: %v\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return exitUsage
+	}
+	defer d.Close()
+	res, err := d.Run(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "flashsale: %v\n", err)
+		return exitUsage
+	}
+	if *report != "" {
+		if err := writeReport(*report, res); err != nil {
+			fmt.Fprintf(stderr, "flashsale: writing the report: %v\n", err)
+			return exitUsage
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return exitUsage
+		}
+	} else if err := flashsale.WriteText(stdout, res); err != nil {
+		return exitUsage
+	}
+	if *report != "" && !*asJSON {
+		fmt.Fprintf(stdout, "\nreport: %s\n", *report)
+	}
+	if !res.Verdict.OK {
+		return exitViolation
+	}
+	return exitOK
+}
+
+func writeReport(path string, res *flashsale.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := flashsale.WriteHTML(f, res); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// isTerminal reports whether w is a character device, so the bar can
+// redraw in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
