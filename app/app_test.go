@@ -86,11 +86,12 @@ func TestRunServesAndCloses(t *testing.T) {
 			require.NotNil(t, in.Registry)
 			require.NotNil(t, in.Issuer)
 			return app.Services{
-				GraphQL: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// Like resolvers.NewHandler, the stand-in verifies tokens with in.Issuer.
+				GraphQL: auth.Middleware(in.Issuer)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					p, _ := auth.PrincipalFrom(r.Context())
 					authErr := auth.AuthErrorFrom(r.Context())
 					_ = json.NewEncoder(w).Encode(map[string]any{"principal": p.ID, "authError": authErr != nil})
-				}),
+				})),
 				Checks: []server.Check{{Name: "scripts", Fn: func(context.Context) error { return nil }}},
 				Start: func(ctx context.Context) error {
 					mu.Lock()
