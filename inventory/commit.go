@@ -52,6 +52,13 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 			return Reservation{}, ErrExpired
 		case "ALREADY_CANCELLED":
 			return Reservation{}, ErrAlreadyCancelled
+		case "NEEDS_HYDRATION":
+			if attempt > 0 {
+				return Reservation{}, fmt.Errorf("committing %s: SKU still missing after rebuild", token)
+			}
+			if err := e.Rebuild(ctx, res.str(1)); err != nil {
+				return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
+			}
 		case "NOT_FOUND":
 			if attempt > 0 {
 				return Reservation{}, ErrNotFound

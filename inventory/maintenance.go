@@ -28,6 +28,10 @@ type Expired struct {
 // same idempotent script as Cancel, and reports what it released. A hold
 // already released, committed or not yet due is left alone.
 func (e *Engine) ExpireDue(ctx context.Context, partition, limit int) ([]Expired, error) {
+	return e.expireDue(ctx, partition, limit, true)
+}
+
+func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload bool) ([]Expired, error) {
 	r, err := e.run(ctx, lua.DueHolds, []string{e.keys.Expiry(partition)}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing due holds: %w", err)
@@ -52,13 +56,15 @@ func (e *Engine) ExpireDue(ctx context.Context, partition, limit int) ([]Expired
 		}
 		return nil
 	})
-	if err != nil && isNoScript(err) {
+	if err != nil && isNoScript(err) && reload {
+		// SCRIPT FLUSH under way: load once and go again.
 		if lerr := e.LoadScripts(ctx); lerr != nil {
 			return nil, lerr
 		}
-		return e.ExpireDue(ctx, partition, limit)
+		return e.expireDue(ctx, partition, limit, false)
 	}
 	var out []Expired
+	var lostSKUs []string
 	for i, c := range cmds {
 		vals, err := c.Slice()
 		if err != nil {
@@ -68,11 +74,22 @@ func (e *Engine) ExpireDue(ctx context.Context, partition, limit int) ([]Expired
 			return out, unavailable("expiring holds", err)
 		}
 		res := reply(vals)
+		if res.code() == "NEEDS_HYDRATION" {
+			lostSKUs = append(lostSKUs, res.str(1))
+			continue
+		}
 		if res.code() != "OK" || res.int(10) == 1 {
 			continue // not due, committed, gone, or released by someone else first
 		}
 		h := holdFromReply(res)
 		out = append(out, Expired{Token: tokens[i], SKU: h.SKU, Delay: h.EndedAt.Sub(h.ExpiresAt)})
+	}
+	// A due hold whose SKU Redis lost: rebuild the SKU, and the next pass
+	// releases the hold (if Postgres knew it) or drops the token.
+	for _, sku := range lostSKUs {
+		if err := e.Rebuild(ctx, sku); err != nil && !errors.Is(err, ErrNotFound) {
+			return out, err
+		}
 	}
 	return out, nil
 }

@@ -263,3 +263,34 @@ func TestReconcilerFinishesHalfDoneCommits(t *testing.T) {
 	require.Equal(t, inventory.StatusHeld, r.Status)
 	require.Equal(t, unsold.ExpiresAt, r.ExpiresAt)
 }
+
+// Keys lost one by one (as eviction would lose them) must not let a hold
+// from the SKU's earlier life move units it is not counted in.
+func TestHoldFromAnEarlierLifeMovesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	b.product(t, "ORPHAN-1", 3, 0)
+	alice := buyer(1)
+	orphan, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "ORPHAN-1", Quantity: 2, HoldFor: time.Second})
+	require.NoError(t, err)
+	// Only the stock hash is lost; the hold survives but Postgres never heard of it.
+	require.NoError(t, b.rdb.Del(b.ctx, b.engine.Keys().SKU("ORPHAN-1")).Err())
+	s := b.requireBalanced(t, "ORPHAN-1")
+	require.Equal(t, 3, s.Available, "rebuilt from Postgres, which has no hold")
+
+	_, err = b.engine.Cancel(b.ctx, alice, orphan.Token)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	_, err = b.engine.Commit(b.ctx, alice, orphan.Token)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	_, err = b.engine.Reservation(b.ctx, alice, orphan.Token)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	require.Eventually(t, func() bool { return time.Now().After(orphan.ExpiresAt) }, 3*time.Second, 10*time.Millisecond)
+	expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("ORPHAN-1"), 10)
+	require.NoError(t, err)
+	require.Empty(t, expired)
+	n, err := b.rdb.ZCard(b.ctx, b.engine.Keys().Expiry(inventory.PartitionOf("ORPHAN-1"))).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the lost hold's token left the expiry index")
+	s = b.requireBalanced(t, "ORPHAN-1")
+	require.Equal(t, 3, s.Available, "the orphan released nothing")
+}

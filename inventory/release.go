@@ -33,6 +33,13 @@ func (e *Engine) Cancel(ctx context.Context, p Principal, token string) (res Res
 			return Reservation{}, ErrForbidden
 		case "ALREADY_COMMITTED":
 			return Reservation{}, ErrAlreadyCommitted
+		case "NEEDS_HYDRATION":
+			if attempt > 0 {
+				return Reservation{}, fmt.Errorf("cancelling %s: SKU still missing after rebuild", token)
+			}
+			if err := e.Rebuild(ctx, res.str(1)); err != nil {
+				return Reservation{}, fmt.Errorf("cancelling %s: %w", token, err)
+			}
 		case "NOT_FOUND":
 			if attempt > 0 {
 				return Reservation{}, ErrNotFound

@@ -2,8 +2,11 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
 )
@@ -20,6 +23,21 @@ func (e *Engine) Reservation(ctx context.Context, p Principal, token string) (Re
 		h, err := e.rdb.HGetAll(ctx, e.keys.Hold(partition, token)).Result()
 		if err != nil {
 			return Reservation{}, unavailable("reading reservation", err)
+		}
+		if len(h) > 0 {
+			gen, err := e.rdb.HGet(ctx, e.keys.SKU(h["sku"]), "gen").Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return Reservation{}, unavailable("reading reservation", err)
+			}
+			if gen == "" && attempt == 0 {
+				if err := e.Rebuild(ctx, h["sku"]); err != nil {
+					return Reservation{}, err
+				}
+				continue
+			}
+			if gen != h["gen"] {
+				h = nil // left over from an earlier life of the SKU
+			}
 		}
 		if len(h) > 0 {
 			r := holdFromHash(token, h)

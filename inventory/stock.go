@@ -34,8 +34,15 @@ func stockFrom(sku string, vals []any) (Stock, bool) {
 		v, _ := strconv.ParseInt(s, 10, 64)
 		return v
 	}
-	return Stock{SKU: sku, Total: int(n(0)), Available: int(n(1)), Held: int(n(2)), Sold: int(n(3)),
-		Seq: n(4), UpdatedAt: msTime(n(5))}, true
+	s := Stock{SKU: sku, Total: int(n(0)), Available: int(n(1)), Held: int(n(2)), Sold: int(n(3)),
+		Seq: n(4), UpdatedAt: msTime(n(5))}
+	if s.Available < 0 {
+		// Only after Redis lost state mid-commit (see finish_commit.lua):
+		// more is held than is left, and Postgres will refuse the excess.
+		// Nothing is available; the counters settle when the excess hold ends.
+		s.Available = 0
+	}
+	return s, true
 }
 
 // Stock returns a SKU's live stock, rebuilding it from Postgres first when

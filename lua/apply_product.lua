@@ -13,8 +13,8 @@
 -- reserves change concurrently; computing and writing it must be one step.
 
 local base, sku = ARGV[1], ARGV[2]
-local s = redis.call('HMGET', KEYS[1], 'ver', 'held', 'sold')
-if not s[1] then
+local s = redis.call('HMGET', KEYS[1], 'ver', 'held', 'sold', 'gen')
+if not s[4] then
   return { 'NEEDS_HYDRATION' }
 end
 if tonumber(s[1]) >= tonumber(ARGV[3]) then

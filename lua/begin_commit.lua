@@ -10,7 +10,9 @@
 --   FORBIDDEN          another principal's hold; nothing changes
 --   EXPIRED            past its expiry: released here (exactly once) if the sweeper had not yet
 --   ALREADY_CANCELLED  cancelled before
--- or {'NOT_FOUND'} when Redis has no such hold (the caller asks Postgres).
+-- or {'NOT_FOUND'} when Redis has no such live hold (the caller asks Postgres),
+-- or {'NEEDS_HYDRATION', sku} when the hold's SKU is not loaded (the caller
+-- rebuilds it from Postgres and tries again).
 --
 -- Why one script: reading the status and changing it must be one step, or the
 -- sweeper could release the units between the two and they would be both
@@ -20,6 +22,13 @@
 local base, token, who = ARGV[1], ARGV[2], ARGV[3]
 local h = hash_get(KEYS[1])
 if not h then
+  return { 'NOT_FOUND' }
+end
+local gen = sku_gen(base, h['sku'])
+if not gen then
+  return { 'NEEDS_HYDRATION', h['sku'] }
+end
+if h['gen'] ~= gen then
   return { 'NOT_FOUND' }
 end
 if h['who'] ~= who then

@@ -12,8 +12,8 @@
 --              original expiry (the sweeper expires it at once if that has passed).
 --   REFUSED    Postgres refused the sale (it would exceed the total): release the units.
 --
--- Returns hold_reply('OK', ...), or {'NEEDS_HYDRATION'} when the SKU itself is
--- gone from Redis (rebuilding from Postgres then includes this sale).
+-- Returns hold_reply('OK', ...), or {'NEEDS_HYDRATION', sku} when the SKU itself
+-- is gone from Redis (rebuilding from Postgres then includes this sale).
 --
 -- Why one script: the status change and the counter moves must land together,
 -- or a crash between them would leave units counted twice or not at all.
@@ -21,20 +21,21 @@
 local base, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local retention = tonumber(ARGV[4])
 local sku, who, qty = ARGV[5], ARGV[6], tonumber(ARGV[7])
-local sku_key = base .. 'sku:' .. sku
 local now = now_ms()
 
+local gen = sku_gen(base, sku)
+if not gen then
+  return { 'NEEDS_HYDRATION', sku }
+end
 local h = hash_get(KEYS[1])
-if not h then
-  if redis.call('EXISTS', sku_key) == 0 then
-    return { 'NEEDS_HYDRATION' }
-  end
+if not h or h['gen'] ~= gen then
   if outcome ~= 'COMMITTED' then
     return { 'NOT_FOUND' }
   end
   -- The SKU was rebuilt from Postgres before this sale reached it, and the
   -- rebuild did not know the hold. Record the sale now.
-  h = { sku = sku, who = who, qty = tostring(qty), st = 'HELD_LOST', exp = '0', ctd = tostring(now) }
+  h = { sku = sku, who = who, qty = tostring(qty), st = 'HELD_LOST', exp = h and h['exp'] or '0',
+    ctd = h and h['ctd'] or tostring(now) }
 end
 
 local st = h['st']
@@ -45,19 +46,19 @@ if outcome == 'COMMITTED' then
   local d_avail, d_held = 0, -qty
   if st == 'CANCELLED' or st == 'EXPIRED' or st == 'HELD_LOST' then
     -- The units were already back in stock (or never counted as held): take
-    -- them again. Postgres has accepted the sale, so it is within the total.
+    -- them again. Postgres accepted the sale, so it is within the total, but
+    -- Redis may meanwhile have promised those units to newer holds: then
+    -- avail goes below zero, no reserve succeeds, and the excess hold is
+    -- refused by Postgres when it commits (or expires), which brings avail
+    -- back to zero. held + sold + avail == total holds throughout.
     d_avail, d_held = -qty, 0
-    local avail = tonumber(redis.call('HGET', sku_key, 'avail') or '0')
-    if avail < qty then
-      d_avail = -avail
-    end
     -- A released or unknown hold is not on the principal's count: count it.
     redis.call('INCRBY', base .. 'user:' .. sku .. ':' .. who, qty)
   end
   h['st'] = 'COMMITTED'
   h['cmt'] = ARGV[8]
   redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', tostring(qty), 'st', 'COMMITTED',
-    'cmt', ARGV[8], 'exp', h['exp'], 'ctd', h['ctd'])
+    'cmt', ARGV[8], 'exp', h['exp'], 'ctd', h['ctd'], 'gen', gen)
   redis.call('EXPIRE', KEYS[1], retention)
   redis.call('ZREM', base .. 'expiry', token)
   redis.call('ZREM', base .. 'committing', token)

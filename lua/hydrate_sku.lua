@@ -14,8 +14,9 @@
 -- Holds passed as EXPIRED are ones Postgres still had as HELD that are past due
 -- or no longer fit; the script records them as released and emits their event.
 --
--- Returns {'OK'} after writing, or {'EXISTS'} when the SKU is already present
--- (another caller rebuilt it first; nothing is written).
+-- Returns {'OK'} after writing, or {'EXISTS'} when the SKU is already loaded
+-- (another caller rebuilt it first; nothing is written). The rebuilt SKU and
+-- its restored holds get a new generation (see sku_gen in lib.lua).
 --
 -- Why one script: a reader must see either no SKU (and rebuild) or all of it,
 -- never counters without their holds. The caller holds the Postgres row lock
@@ -23,9 +24,12 @@
 -- and this write.
 
 local base, sku = ARGV[1], ARGV[2]
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if redis.call('HEXISTS', KEYS[1], 'gen') == 1 then
   return { 'EXISTS' }
 end
+-- A new life of the SKU: holds of any earlier one no longer count.
+redis.call('DEL', KEYS[1])
+local gen = now_us()
 local now = now_ms()
 local retention, idem_ttl = tonumber(ARGV[9]), tonumber(ARGV[10])
 
@@ -36,7 +40,7 @@ for _ = 1, tonumber(ARGV[13]) do
   redis.call('DEL', key)
   redis.call('HSET', key, 'sku', sku, 'who', ARGV[i + 1], 'qty', ARGV[i + 2], 'st', st,
     'exp', exp, 'ctd', ARGV[i + 5], 'cmt', ARGV[i + 6], 'end', ARGV[i + 7],
-    'idem', ARGV[i + 8], 'fp', ARGV[i + 9])
+    'idem', ARGV[i + 8], 'fp', ARGV[i + 9], 'gen', gen)
   if st == 'HELD' then
     redis.call('ZADD', base .. 'expiry', exp, token)
   else
@@ -64,6 +68,6 @@ for _ = 1, users do
 end
 
 redis.call('HSET', KEYS[1], 'total', ARGV[3], 'sold', ARGV[4], 'held', ARGV[11], 'avail', ARGV[12],
-  'max', ARGV[5], 'start', ARGV[6], 'end', ARGV[7], 'ver', ARGV[8], 'seq', now, 'upd', now)
+  'max', ARGV[5], 'start', ARGV[6], 'end', ARGV[7], 'ver', ARGV[8], 'seq', now, 'upd', now, 'gen', gen)
 announce(base, sku)
 return { 'OK' }

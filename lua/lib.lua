@@ -32,6 +32,21 @@ local function hash_get(key)
   return h
 end
 
+-- now_us is Redis' clock in microseconds, as a string (exact beyond 2^53).
+local function now_us()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
+-- sku_gen returns the generation of the SKU's current life in Redis, or nil
+-- when the SKU is not loaded. Every rebuild starts a new generation, and a
+-- hold counts only if it carries the generation of the SKU it belongs to: a
+-- hold left over from an earlier life (after keys were lost one by one, as
+-- eviction would) can never move units it was never counted in.
+local function sku_gen(base, sku)
+  return redis.call('HGET', base .. 'sku:' .. sku, 'gen')
+end
+
 -- announce publishes a SKU's stock to its sharded channel. Subscribers treat
 -- the message as a hint with a sequence number; correctness never depends on it.
 local function announce(base, sku)

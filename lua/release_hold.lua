@@ -11,14 +11,23 @@
 --   FORBIDDEN          a cancel by someone who neither holds it nor is an admin
 --   ALREADY_COMMITTED  the hold is sold (or being sold): nothing to release
 --   NOT_DUE            an expiry before the hold's expiresAt (left alone)
--- or {'NOT_FOUND'} when Redis has no such hold.
+-- or {'NOT_FOUND'} when Redis has no such live hold (an expiry also drops the
+-- token from the expiry index, so a lost hold cannot block the sweeper),
+-- or {'NEEDS_HYDRATION', sku} when the hold's SKU is not loaded.
 --
 -- Why one script: the status check and the restock must be one step, or a
 -- cancel racing the sweeper would restock the same units twice.
 
 local base, token, who, admin, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local h = hash_get(KEYS[1])
-if not h then
+local gen = h and sku_gen(base, h['sku'])
+if h and not gen then
+  return { 'NEEDS_HYDRATION', h['sku'] }
+end
+if not h or h['gen'] ~= gen then
+  if status == 'EXPIRED' then
+    redis.call('ZREM', base .. 'expiry', token)
+  end
   return { 'NOT_FOUND' }
 end
 if status == 'CANCELLED' and h['who'] ~= who and admin ~= '1' then

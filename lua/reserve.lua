@@ -10,6 +10,8 @@
 -- ARGV[8]  idempotency hash ("" when none)   ARGV[9] idempotency TTL seconds
 -- ARGV[10] max quantity per call             ARGV[11] max hold milliseconds
 --
+-- The new hold carries the SKU's generation (see sku_gen in lib.lua).
+--
 -- Returns hold_reply('OK', ...) on success or replay, or a rejection
 -- {code, a, b, replayed}: INVALID_INPUT {field, reason}, IDEMPOTENCY_KEY_REUSED,
 -- NEEDS_HYDRATION (the SKU is not in Redis: rebuild it from Postgres and retry),
@@ -54,10 +56,11 @@ if fp ~= '' then
     end
     if rec['code'] == 'OK' then
       local h = hash_get(base .. 'hold:' .. rec['tok'])
-      if h then
+      if h and h['gen'] == sku_gen(base, sku) then
         return hold_reply('OK', rec['tok'], h, 1)
       end
-      -- The hold outlived its retention; the request is treated as new.
+      -- The hold outlived its retention, or was lost with an earlier life of
+      -- the SKU: the request is treated as new.
     else
       return { rec['code'], rec['a'] or '', rec['b'] or '', 1 }
     end
@@ -75,9 +78,9 @@ end
 
 -- 3. The product must be loaded. It is not cached as a rejection: the caller
 -- rebuilds the SKU from Postgres and calls again.
-local s = redis.call('HMGET', KEYS[1], 'avail', 'max', 'start', 'end')
-if not s[1] then
-  return { 'NEEDS_HYDRATION', '', '', 0 }
+local s = redis.call('HMGET', KEYS[1], 'avail', 'max', 'start', 'end', 'gen')
+if not s[5] then
+  return { 'NEEDS_HYDRATION', sku, '', 0 }
 end
 local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
 local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
@@ -102,10 +105,10 @@ end
 -- 7. Every check passed: write.
 local h = {
   sku = sku, who = who, qty = tostring(qty), st = 'HELD', exp = tostring(now + tonumber(ARGV[5])),
-  ctd = tostring(now), idem = idem, fp = fp,
+  ctd = tostring(now), idem = idem, fp = fp, gen = s[5],
 }
 redis.call('HSET', KEYS[2], 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
-  'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp)
+  'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp, 'gen', s[5])
 redis.call('INCRBY', KEYS[3], qty)
 redis.call('ZADD', base .. 'expiry', h['exp'], token)
 bump_stock(base, sku, -qty, qty, 0, now)
