@@ -68,10 +68,10 @@ type series struct {
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
 
 const (
-	chartW, chartH                   = 960, 300
-	padL, padR, padT, padB           = 60, 170, 20, 40
-	plotW                    float64 = chartW - padL - padR
-	plotH                    float64 = chartH - padT - padB
+	chartW, chartH                 = 960, 300
+	padL, padR, padT, padB         = 60, 170, 20, 40
+	plotW                  float64 = chartW - padL - padR
+	plotH                  float64 = chartH - padT - padB
 )
 
 // lineChart draws series over xs with linear axes and a legend. xTick, when

@@ -1,0 +1,199 @@
+package flashsale_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/app"
+	"github.com/dropline/dropline/bench/flashsale"
+	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const testSecret = "flashsale-test-secret-0123456789abcdef"
+
+// startApp runs the real Dropline on port 0 against databaseURL and the key
+// prefix, as `dropline serve` would.
+func startApp(t *testing.T, databaseURL, prefix string) *app.App {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.DatabaseURL = databaseURL
+	if v := os.Getenv("REDIS_URL"); v != "" {
+		cfg.RedisURL = v
+	}
+	cfg.JWTSecret = testSecret
+	cfg.KeyPrefix = prefix
+	cfg.ShutdownTimeout = 10 * time.Second
+	require.NoError(t, cfg.Validate())
+	a := app.New(cfg, zerolog.Nop())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.Run(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		require.NoError(t, a.Close(ctx))
+	})
+	return a
+}
+
+// TestSmallDropAgainstTwoServers runs a real drop, over HTTP, against two
+// Dropline processes sharing one Redis and one Postgres: a few hundred
+// buyers chase 50 units with every kind of checkout, and the verdict must
+// find nothing oversold and every confirmed commit in Postgres.
+func TestSmallDropAgainstTwoServers(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.NewDatabase(t)
+	prefix := testenv.Redis(t).Prefix
+	a := startApp(t, dbURL, prefix)
+	b := startApp(t, dbURL, prefix)
+
+	cfg := flashsale.DefaultConfig()
+	cfg.Targets = []string{"http://" + a.Addr(), "http://" + b.Addr() + "/graphql"}
+	cfg.Secret = []byte(testSecret)
+	cfg.Buyers = 300
+	cfg.Concurrency = 24
+	cfg.Stock = 50
+	cfg.Quantity = 1
+	cfg.MaxPerUser = 1
+	cfg.CommitRatio, cfg.CancelRatio = 0.6, 0.2
+	cfg.Think = 5 * time.Millisecond
+	cfg.Duration = 60 * time.Second
+	cfg.DatabaseURL = dbURL
+	cfg.RunID = "ci"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := flashsale.NewDriver(ctx, cfg)
+	require.NoError(t, err)
+	defer d.Close()
+	res, err := d.Run(ctx)
+	require.NoError(t, err)
+
+	var text strings.Builder
+	require.NoError(t, flashsale.WriteText(&text, res))
+	t.Log("\n" + text.String())
+
+	v := res.Verdict
+	require.True(t, v.OK, "failed checks: %+v", v.Failed())
+	require.Zero(t, v.Oversold)
+	require.Equal(t, v.CommitsSeen, v.CommitsInLedger, "commits the clients saw == sales in Postgres")
+	require.Positive(t, v.CommitsSeen, "somebody bought something")
+	require.Equal(t, v.UnitsSeen, v.SoldUnits)
+	require.Zero(t, v.CommitsUnknown)
+	require.Equal(t, 50, res.Final.Total)
+	require.Equal(t, 50, res.Final.Available+res.Final.Held+res.Final.Sold)
+	require.Equal(t, cfg.Buyers, res.Ops[0].Requests, "one reserve per buyer, no retries needed on loopback")
+	require.Positive(t, res.Ops[0].Codes["OUT_OF_STOCK"], "the stock ran out")
+	require.Equal(t, 50, res.Ops[0].Codes[flashsale.CodeOK]-res.BuyerOutcomes[flashsale.BuyerCancelled],
+		"every unit was taken once, plus once more per cancelled hold")
+
+	var html strings.Builder
+	require.NoError(t, flashsale.WriteHTML(&html, res))
+	require.Contains(t, html.String(), "<svg")
+	require.NotContains(t, html.String(), "http://cdn", "the report is self-contained")
+	require.NotContains(t, html.String(), "<script")
+}
+
+// TestSecondDropOnExistingSKU reuses a SKU that already sold units: the
+// verdict counts only this run's sales and still finds them all.
+func TestSecondDropOnExistingSKU(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.NewDatabase(t)
+	a := startApp(t, dbURL, testenv.Redis(t).Prefix)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(sku string, buyers int, runID string) *flashsale.Result {
+		cfg := flashsale.DefaultConfig()
+		cfg.Targets = []string{"http://" + a.Addr()}
+		cfg.Secret = []byte(testSecret)
+		cfg.Buyers, cfg.Concurrency, cfg.Stock = buyers, 8, 20
+		cfg.CommitRatio, cfg.CancelRatio = 1, 0
+		cfg.Think = 0
+		cfg.SKU = sku
+		cfg.DatabaseURL = dbURL
+		cfg.RunID = runID
+		d, err := flashsale.NewDriver(ctx, cfg)
+		require.NoError(t, err)
+		defer d.Close()
+		res, err := d.Run(ctx)
+		require.NoError(t, err)
+		require.True(t, res.Verdict.OK, "%+v", res.Verdict.Failed())
+		return res
+	}
+	first := run("", 8, "one")
+	require.Equal(t, 8, first.Verdict.SoldUnits)
+	second := run(first.SKU, 30, "two")
+	require.Equal(t, 12, second.Verdict.SoldUnits, "the rest of the stock")
+	require.Equal(t, 12, second.Verdict.CommitsInLedger)
+	require.Equal(t, 20, second.Final.Sold)
+}
+
+func TestRefusesNonLoopbackTargets(t *testing.T) {
+	t.Parallel()
+	cfg := flashsale.DefaultConfig()
+	cfg.Secret = []byte(testSecret)
+	for _, u := range []string{"http://10.1.2.3:8080", "http://[2001:db8::1]:8080", "ftp://127.0.0.1/"} {
+		cfg.Targets = []string{u}
+		require.Error(t, cfg.Validate(context.Background()), u)
+	}
+	for _, u := range []string{"http://127.0.0.1:8080", "http://localhost:8080/graphql", "http://[::1]:1"} {
+		cfg.Targets = []string{u}
+		require.NoError(t, cfg.Validate(context.Background()), u)
+	}
+	cfg.Targets = []string{"http://10.1.2.3:8080"}
+	cfg.AllowRemote = true
+	require.NoError(t, cfg.Validate(context.Background()))
+}
+
+func TestBoundsAndSecretAreChecked(t *testing.T) {
+	t.Parallel()
+	cfg := flashsale.DefaultConfig()
+	err := cfg.Validate(context.Background())
+	require.ErrorContains(t, err, "DROPLINE_JWT_SECRET")
+	cfg.Secret = []byte(testSecret)
+	cfg.Buyers = flashsale.MaxBuyers + 1
+	cfg.CommitRatio, cfg.CancelRatio = 0.8, 0.5
+	cfg.Hold = 1500 * time.Millisecond
+	err = cfg.Validate(context.Background())
+	require.ErrorContains(t, err, "--buyers")
+	require.ErrorContains(t, err, "--commit")
+	require.ErrorContains(t, err, "--hold")
+}
+
+func TestDownTargetIsAnError(t *testing.T) {
+	t.Parallel()
+	// Nothing listens on port 1 of loopback.
+	cfg := flashsale.DefaultConfig()
+	cfg.Targets = []string{"http://127.0.0.1:1"}
+	cfg.Secret = []byte(testSecret)
+	cfg.Timeout = 2 * time.Second
+	d, err := flashsale.NewDriver(context.Background(), cfg)
+	require.NoError(t, err)
+	defer d.Close()
+	_, err = d.Run(context.Background())
+	require.ErrorContains(t, err, "TRANSPORT")
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, flashsale.Percentile(ds, 0.50))
+	require.Equal(t, 99*time.Millisecond, flashsale.Percentile(ds, 0.99))
+	require.Equal(t, 100*time.Millisecond, flashsale.Percentile(ds, 1))
+	require.Equal(t, time.Millisecond, flashsale.Percentile(ds, 0))
+	require.Zero(t, flashsale.Percentile(nil, 0.5))
+}
