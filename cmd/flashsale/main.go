@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if dbDefault == "" {
 		dbDefault = config.DefaultDatabaseURL
 	}
-	fs.StringVar(&cfg.DatabaseURL, "database-url", dbDefault, "Postgres ledger to check the verdict against (default $DATABASE_URL)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", dbDefault, "Postgres ledger the verdict reads ($DATABASE_URL when set)")
 	noLedger := fs.Bool("no-ledger", false, "skip the ledger checks (the verdict then rests on the API alone)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the write-behind to drain")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the buyers' choices")

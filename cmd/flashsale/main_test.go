@@ -25,7 +25,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	require.Equal(t, exitOK, run(context.Background(), []string{"--help"}, env, &out, &errb))
-	require.Contains(t, errb.String(), "--allow-remote")
+	require.Contains(t, errb.String(), "-allow-remote")
 }
 
 func TestSecretFromEnvironment(t *testing.T) {
