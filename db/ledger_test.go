@@ -1,0 +1,137 @@
+package db_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestConcurrentMigrateAppliesEachMigrationOnce(t *testing.T) {
+	t.Parallel()
+	// An empty database (not the migrated template): create it by hand.
+	admin := testenv.Postgres(t) // any pool on the server, to create a database
+	ctx := context.Background()
+	name := "dropline_migrate_" + time.Now().Format("150405.000000")
+	name = "m" + sanitize(name)
+	_, err := admin.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL(name))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	n, err := db.Pending(ctx, pool)
+	require.NoError(t, err)
+	migrations, err := db.Migrations()
+	require.NoError(t, err)
+	require.Equal(t, len(migrations), n)
+
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = db.Migrate(ctx, pool) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	n, err = db.Pending(ctx, pool)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	var applied int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&applied))
+	require.Equal(t, len(migrations), applied)
+}
+
+func sanitize(s string) string {
+	out := []byte{}
+	for _, c := range []byte(s) {
+		if c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c == '_' {
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}
+
+func TestLedgerRefusesWhatMustNeverHappen(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	l := db.NewLedger(pool)
+	ctx := context.Background()
+	_, err := l.CreateProduct(ctx, db.Product{SKU: "L-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 2})
+	require.NoError(t, err)
+	_, err = l.CreateProduct(ctx, db.Product{SKU: "L-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 2})
+	require.ErrorIs(t, err, db.ErrExists)
+	_, err = l.CreateProduct(ctx, db.Product{SKU: "bad sku", Name: "n", PriceAmount: 1, PriceCurrency: "EUR"})
+	require.ErrorIs(t, err, db.ErrInvalid)
+
+	r := func(tok string, qty int) db.Reservation {
+		return db.Reservation{Token: tok, SKU: "L-1", Principal: "p", Quantity: qty, ExpiresAt: time.Now(), CreatedAt: time.Now()}
+	}
+	first, err := l.RecordSale(ctx, r("t1", 2))
+	require.NoError(t, err)
+	again, err := l.RecordSale(ctx, r("t1", 2))
+	require.NoError(t, err)
+	require.Equal(t, first.CommittedAt, again.CommittedAt, "a repeated sale returns the first")
+	_, err = l.RecordSale(ctx, r("t2", 1))
+	require.ErrorIs(t, err, db.ErrWouldOversell)
+	p, err := l.Product(ctx, "L-1")
+	require.NoError(t, err)
+	require.Equal(t, 2, p.Sold)
+	var sales int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM sales`).Scan(&sales))
+	require.Equal(t, 1, sales, "the refused sale left nothing behind")
+
+	_, err = pool.Exec(ctx, `UPDATE stock_movements SET quantity = 99`)
+	require.ErrorContains(t, err, "append-only")
+	_, err = pool.Exec(ctx, `DELETE FROM stock_movements`)
+	require.ErrorContains(t, err, "append-only")
+}
+
+func TestApplyEventsIsIdempotentAndOnlyMovesForward(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	l := db.NewLedger(pool)
+	ctx := context.Background()
+	_, err := l.CreateProduct(ctx, db.Product{SKU: "E-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 10})
+	require.NoError(t, err)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	ev := func(kind, tok string) db.Event {
+		return db.Event{ID: kind + ":" + tok, Kind: kind, Token: tok, SKU: "E-1", Principal: "p", Quantity: 1,
+			ExpiresAt: at.Add(time.Minute), CreatedAt: at, At: at}
+	}
+	batch := []db.Event{ev("reserve", "a"), ev("reserve", "b"), ev("cancel", "a"), ev("reserve", "c"), ev("expire", "c")}
+	require.NoError(t, l.ApplyEvents(ctx, nil, batch))
+	require.NoError(t, l.ApplyEvents(ctx, nil, batch))
+	// A late reserve event never turns a finished reservation back to HELD.
+	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("reserve", "a")}))
+	status := func(tok string) string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM reservations WHERE token = $1`, tok).Scan(&s))
+		return s
+	}
+	require.Equal(t, "CANCELLED", status("a"))
+	require.Equal(t, "HELD", status("b"))
+	require.Equal(t, "EXPIRED", status("c"))
+	var movements int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM stock_movements WHERE kind <> 'create'`).Scan(&movements))
+	require.Equal(t, 5, movements)
+
+	// Fencing: a newer token wins, an older one is refused and writes nothing.
+	require.NoError(t, l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p00", Token: 7}, []db.Event{ev("cancel", "b")}))
+	err = l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p00", Token: 6}, []db.Event{ev("reserve", "z")})
+	require.ErrorIs(t, err, db.ErrFenced)
+	var z int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE token = 'z'`).Scan(&z))
+	require.Zero(t, z)
+}
