@@ -12,11 +12,12 @@ import (
 	"github.com/dropline/dropline/bench"
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
-	// The raw-script contender needs reserve.lua itself. STYLE.md keeps lua
-	// for inventory/ alone; a benchmark measuring the bare script is the one
-	// reader outside it, and it never runs in the product.
 	"github.com/dropline/dropline/lua"
 )
+
+// The raw-script contender needs reserve.lua itself. STYLE.md keeps package
+// lua for inventory/ alone; a benchmark measuring the bare script is the one
+// reader outside it, and it never runs in the product.
 
 // BenchmarkReserveOverhead: reserve through GraphQL over HTTP (auth, the
 // gqlgen pipeline, JSON, loopback TCP), through the engine in-process, and

@@ -2,7 +2,6 @@ package flashsale
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -122,8 +121,11 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	}
 	res.SKU = sku
 	info, ok, err := main.Product(ctx, sku)
-	if err != nil || !ok {
-		return nil, fmt.Errorf("reading %s before the drop: %v", sku, errors.Join(err, errIf(!ok, "no such product")))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s before the drop: %w", sku, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("reading %s before the drop: no such product", sku)
 	}
 	res.Initial = info.Stock
 
@@ -236,13 +238,6 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
-func errIf(cond bool, msg string) error {
-	if cond {
-		return errors.New(msg)
-	}
-	return nil
-}
-
 // prepareSKU creates the drop's SKU, or checks the one given exists.
 func (d *Driver) prepareSKU(ctx context.Context) (string, error) {
 	cfg := d.cfg
@@ -271,7 +266,7 @@ func (d *Driver) prepareSKU(ctx context.Context) (string, error) {
 // walk away.
 func (d *Driver) buy(ctx context.Context, st *buyerState, sku string, i int) {
 	cfg := d.cfg
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(i)))
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(i))) //nolint:gosec // repeatable choices, not secrets
 	principal := "fs-" + cfg.RunID + "-" + strconv.Itoa(i)
 	bearer, err := d.issuer.Mint(principal, false, cfg.Duration+cfg.Hold+time.Hour)
 	if err != nil {
@@ -353,7 +348,7 @@ func (d *Driver) attempt(ctx context.Context, st *buyerState, op string, call fu
 		if ue != nil && ue.RetryAfterSeconds != nil {
 			wait = min(time.Duration(*ue.RetryAfterSeconds)*time.Second, 2*time.Second)
 		}
-		sleep(ctx, wait/2+time.Duration(rand.Int64N(int64(wait/2)+1)))
+		sleep(ctx, wait/2+time.Duration(rand.Int64N(int64(wait/2)+1))) //nolint:gosec // jitter, not a secret
 	}
 }
 
