@@ -4,9 +4,12 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/rs/zerolog"
+
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
 )
 
 // deps are the resolvers' injected collaborators.
@@ -14,6 +17,10 @@ type deps struct {
 	engine  *inventory.Engine
 	limits  Limits
 	limiter *mutationLimiter
+	hub     *live.Hub // nil: subscriptions answer UNAVAILABLE
+	streams StreamLimits
+	sm      *streamMetrics
+	log     zerolog.Logger
 }
 
 // principal returns the verified caller of a query. A bad token is an

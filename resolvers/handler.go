@@ -12,6 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -19,6 +20,7 @@ import (
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/graph"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
 )
 
 // Config is what NewHandler needs. Engine, Redis and Verifier are required;
@@ -52,6 +54,15 @@ type Config struct {
 	Limits Limits
 	// Now is the clock of the rate limiter's retry hints; default time.Now.
 	Now func() time.Time
+	// Live fans stock changes out to subscriptions. Nil leaves the
+	// Subscription fields answering UNAVAILABLE (queries and mutations
+	// still work). The caller starts and stops it.
+	Live *live.Hub
+	// Streams bound websocket and SSE connections and their subscriptions.
+	Streams StreamLimits
+	// Registerer receives the subscription transport's metrics. Nil: not
+	// exported.
+	Registerer prometheus.Registerer
 }
 
 // Limits protect the service from expensive or abusive requests. Each zero
@@ -126,16 +137,23 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Streams = cfg.Streams.withDefaults()
 	prefix := cfg.Engine.Config().KeyPrefix
+	origins := newCORS(cfg.CORSOrigins)
+	sm := newStreamMetrics(cfg.Registerer)
 	d := &deps{
 		engine:  cfg.Engine,
 		limits:  cfg.Limits,
 		limiter: newMutationLimiter(cfg.Redis, prefix, cfg.Limits, cfg.Logger),
+		hub:     cfg.Live,
+		streams: cfg.Streams,
+		sm:      sm,
+		log:     cfg.Logger,
 	}
 	es := graph.NewExecutableSchema(graph.Config{Resolvers: &Resolver{deps: d}, Complexity: complexity(cfg.Limits)})
 
 	srv := handler.New(es)
-	addTransports(srv)
+	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm, cfg.Logger), cfg.Streams)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
@@ -151,11 +169,21 @@ func NewHandler(cfg Config) http.Handler {
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 		return next(withLoaders(ctx, cfg.Engine))
 	})
+	// A subscription is one operation with many responses: each response
+	// gets fresh loaders, or a payload's product.stock would be the value
+	// cached when the subscription began.
+	srv.AroundResponses(func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+		if oc := graphql.GetOperationContext(ctx); oc != nil && oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
+			ctx = withLoaders(ctx, cfg.Engine)
+		}
+		return next(ctx)
+	})
 
 	var h http.Handler = srv
+	h = newStreamTracker(cfg.Streams, sm).middleware(h)
 	h = auth.Middleware(cfg.Verifier)(h)
 	h = limitBody(cfg.Limits.BodyBytes, h)
-	h = newCORS(cfg.CORSOrigins).middleware(h)
+	h = origins.middleware(h)
 	h = withRequestID(cfg.RequestID, h)
 	return h
 }
@@ -163,9 +191,14 @@ func NewHandler(cfg Config) http.Handler {
 // addTransports is the one place transports are chosen. POST accepts only
 // application/json, so a cross-site HTML form (which cannot send that
 // without a preflight) never reaches a mutation; GET serves queries only
-// (gqlgen refuses mutations over GET with 406). The websocket transport for
-// subscriptions belongs here too when it lands.
-func addTransports(srv *handler.Server) {
+// (gqlgen refuses mutations over GET with 406). Subscriptions ride on
+// websockets (graphql-transport-ws and the legacy graphql-ws) or on GraphQL
+// over SSE (a POST with Accept: text/event-stream), which must come before
+// POST as both accept application/json. gqlgen picks the first transport
+// that supports a request.
+func addTransports(srv *handler.Server, ws transport.Websocket, l StreamLimits) {
+	srv.AddTransport(ws)
+	srv.AddTransport(transport.SSE{KeepAlivePingInterval: l.PingInterval})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 }

@@ -57,6 +57,8 @@ func httpCode(status int) string {
 		return "PAYLOAD_TOO_LARGE"
 	case http.StatusForbidden:
 		return "ORIGIN_NOT_ALLOWED"
+	case http.StatusTooManyRequests:
+		return CodeRateLimited
 	}
 	return "BAD_REQUEST"
 }

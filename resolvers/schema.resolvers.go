@@ -281,6 +281,16 @@ func (r *reservationResolver) Product(ctx context.Context, obj *model.Reservatio
 	return productModel(*p), nil
 }
 
+// StockChanged is the resolver for the stockChanged field.
+func (r *subscriptionResolver) StockChanged(ctx context.Context, skus []string) (<-chan *model.Stock, error) {
+	return r.deps.stockChanged(ctx, skus)
+}
+
+// ReservationChanged is the resolver for the reservationChanged field.
+func (r *subscriptionResolver) ReservationChanged(ctx context.Context, token string) (<-chan *model.Reservation, error) {
+	return r.deps.reservationChanged(ctx, token)
+}
+
 // Mutation returns graph.MutationResolver implementation.
 func (r *Resolver) Mutation() graph.MutationResolver { return &mutationResolver{r} }
 
@@ -293,9 +303,13 @@ func (r *Resolver) Query() graph.QueryResolver { return &queryResolver{r} }
 // Reservation returns graph.ReservationResolver implementation.
 func (r *Resolver) Reservation() graph.ReservationResolver { return &reservationResolver{r} }
 
+// Subscription returns graph.SubscriptionResolver implementation.
+func (r *Resolver) Subscription() graph.SubscriptionResolver { return &subscriptionResolver{r} }
+
 type (
-	mutationResolver    struct{ *Resolver }
-	productResolver     struct{ *Resolver }
-	queryResolver       struct{ *Resolver }
-	reservationResolver struct{ *Resolver }
+	mutationResolver     struct{ *Resolver }
+	productResolver      struct{ *Resolver }
+	queryResolver        struct{ *Resolver }
+	reservationResolver  struct{ *Resolver }
+	subscriptionResolver struct{ *Resolver }
 )

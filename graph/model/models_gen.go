@@ -164,6 +164,11 @@ type Stock struct {
 func (Stock) IsNode()            {}
 func (this Stock) GetID() string { return this.ID }
 
+// Live updates, over websockets (graphql-transport-ws, or the legacy graphql-ws)
+// or GraphQL over SSE. Payloads carry the node `id`, so client caches merge them.
+type Subscription struct {
+}
+
 // Absent fields stay as they are; null maxPerUser, saleStartsAt or saleEndsAt removes that limit or bound.
 type UpdateProductInput struct {
 	Sku          string                        `json:"sku"`

@@ -1,0 +1,317 @@
+package resolvers
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dropline/dropline/auth"
+)
+
+// StreamLimits bound live subscriptions, over websockets and SSE. Each zero
+// value takes the default named on the field.
+type StreamLimits struct {
+	// ConnsPerIP caps the open websocket and SSE connections of one client
+	// address (the TCP peer: behind a proxy every client shares the proxy's
+	// address, so raise it there). Over the cap the upgrade gets 429.
+	// Default 256.
+	ConnsPerIP int
+	// ConnsPerPrincipal caps the open connections of one signed-in
+	// principal. A websocket over the cap is closed with 4429 after
+	// connection_init; an SSE request gets 429. Default 32.
+	ConnsPerPrincipal int
+	// SubscriptionsPerConn caps the concurrent subscriptions of one
+	// websocket; one more is refused with TOO_MANY_SUBSCRIPTIONS. Default 32.
+	SubscriptionsPerConn int
+	// MessageBytes caps a message read from a websocket client; a larger
+	// one closes the connection with 1009. Default 64 KiB.
+	MessageBytes int64
+	// InitTimeout is how long a websocket may take to send connection_init.
+	// Default 3 s.
+	InitTimeout time.Duration
+	// PingInterval is how often the server pings a graphql-transport-ws
+	// client (one that leaves a ping unanswered for two intervals is
+	// closed) and sends keep-alives to a legacy graphql-ws client or an SSE
+	// stream. Default 15 s.
+	PingInterval time.Duration
+	// WriteTimeout bounds each websocket write. A client that reads too
+	// slowly to take a message within it is disconnected, so it never
+	// holds a goroutine or a subscription for ever. Default 10 s.
+	WriteTimeout time.Duration
+	// ReservationRecheck is how often reservationChanged re-reads its
+	// reservation besides every stock change of its SKU. Default 1 s.
+	ReservationRecheck time.Duration
+}
+
+func (l StreamLimits) withDefaults() StreamLimits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.ConnsPerIP, 256)
+	def(&l.ConnsPerPrincipal, 32)
+	def(&l.SubscriptionsPerConn, 32)
+	if l.MessageBytes <= 0 {
+		l.MessageBytes = 64 << 10
+	}
+	defDur(&l.InitTimeout, 3*time.Second)
+	defDur(&l.PingInterval, 15*time.Second)
+	defDur(&l.WriteTimeout, 10*time.Second)
+	defDur(&l.ReservationRecheck, time.Second)
+	return l
+}
+
+// Transports of a stream connection, as metric labels.
+const (
+	kindWebsocket = "websocket"
+	kindSSE       = "sse"
+)
+
+// streamConn is what the handler knows about one websocket or SSE
+// connection: the slots it holds in the tracker and its subscriptions. It
+// travels in the request context from the tracker's middleware to the
+// websocket adapter, the init func and the subscription resolvers.
+type streamConn struct {
+	kind    string
+	tracker *streamTracker
+
+	subs atomic.Int32
+
+	mu        sync.Mutex
+	principal string    // holds a principal slot when not empty
+	expiresAt time.Time // the token's expiry; zero when anonymous
+	cancelExp context.CancelFunc
+	ws        *wsConn // the accepted websocket, closed by end if gqlgen left it open
+	closed    bool
+}
+
+type streamConnKey struct{}
+
+func streamConnFrom(ctx context.Context) *streamConn {
+	c, _ := ctx.Value(streamConnKey{}).(*streamConn)
+	return c
+}
+
+// bindPrincipal takes a principal slot for the connection. It fails when
+// the principal is at its cap or the connection already ended.
+func (c *streamConn) bindPrincipal(p auth.Principal) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.principal != "" {
+		return !c.closed
+	}
+	if !c.tracker.acquire(c.tracker.byPrincipal, p.ID, c.tracker.limits.ConnsPerPrincipal) {
+		return false
+	}
+	c.principal = p.ID
+	c.expiresAt = p.ExpiresAt
+	return true
+}
+
+// expireAt ends ctx when the token expires, and remembers why, so the
+// websocket is closed with 4403 rather than a normal closure.
+func (c *streamConn) expireAt(ctx context.Context, at time.Time) context.Context {
+	if at.IsZero() {
+		return ctx
+	}
+	ctx, cancel := context.WithDeadlineCause(ctx, at, auth.ErrTokenExpired)
+	c.mu.Lock()
+	c.expiresAt = at
+	c.cancelExp = cancel
+	c.mu.Unlock()
+	return ctx
+}
+
+// tokenExpired reports whether the connection's token has expired.
+func (c *streamConn) tokenExpired() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.expiresAt.IsZero() && !time.Now().Before(c.expiresAt)
+}
+
+// end releases the principal slot and the expiry timer, and closes a
+// websocket gqlgen returned from without closing; idempotent.
+func (c *streamConn) end() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	if c.principal != "" {
+		c.tracker.release(c.tracker.byPrincipal, c.principal)
+	}
+	if c.cancelExp != nil {
+		c.cancelExp()
+	}
+	ws := c.ws
+	c.mu.Unlock()
+	if ws != nil {
+		_ = ws.Close() // a no-op once gqlgen's close handshake started
+	}
+}
+
+// admitSubscription counts a subscription against the connection's cap;
+// the returned func gives it back. Requests outside the tracker (tests
+// calling the schema directly) are not capped.
+func (c *streamConn) admitSubscription(max int) (release func(), ok bool) {
+	if c == nil {
+		return func() {}, true
+	}
+	if int(c.subs.Add(1)) > max {
+		c.subs.Add(-1)
+		return nil, false
+	}
+	var once sync.Once
+	return func() { once.Do(func() { c.subs.Add(-1) }) }, true
+}
+
+// streamTracker counts open stream connections per client address and per
+// principal, in this process. Counts are local: with N instances behind a
+// load balancer a client may hold up to N times the cap.
+type streamTracker struct {
+	limits StreamLimits
+	m      *streamMetrics
+
+	mu          sync.Mutex
+	byIP        map[string]int
+	byPrincipal map[string]int
+}
+
+func newStreamTracker(l StreamLimits, m *streamMetrics) *streamTracker {
+	return &streamTracker{limits: l, m: m, byIP: map[string]int{}, byPrincipal: map[string]int{}}
+}
+
+func (t *streamTracker) acquire(counts map[string]int, key string, max int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if counts[key] >= max {
+		return false
+	}
+	counts[key]++
+	return true
+}
+
+func (t *streamTracker) release(counts map[string]int, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if counts[key] <= 1 {
+		delete(counts, key)
+		return
+	}
+	counts[key]--
+}
+
+// streamKind tells a websocket upgrade or an SSE request (as gqlgen's
+// transports recognise them) from an ordinary request.
+func streamKind(r *http.Request) string {
+	switch {
+	case r.Header.Get("Upgrade") != "":
+		return kindWebsocket
+	case r.Method == http.MethodPost && strings.Contains(r.Header.Get("Accept"), "text/event-stream"):
+		return kindSSE
+	}
+	return ""
+}
+
+// middleware admits stream connections under the per-address cap (and,
+// for SSE whose principal is known from the header, the per-principal cap),
+// and releases their slots when the connection ends: gqlgen's transports
+// return only then. An SSE stream also ends when its token expires.
+func (t *streamTracker) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := streamKind(r)
+		if kind == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ip := clientIP(r)
+		if !t.acquire(t.byIP, ip, t.limits.ConnsPerIP) {
+			t.m.refused.WithLabelValues("ip_limit").Inc()
+			writeError(w, r, http.StatusTooManyRequests, "too many live connections from this address")
+			return
+		}
+		defer t.release(t.byIP, ip)
+
+		c := &streamConn{kind: kind, tracker: t}
+		defer c.end()
+		ctx := context.WithValue(r.Context(), streamConnKey{}, c)
+		if kind == kindSSE {
+			if p, ok := auth.PrincipalFrom(ctx); ok {
+				if !c.bindPrincipal(p) {
+					t.m.refused.WithLabelValues("principal_limit").Inc()
+					writeError(w, r, http.StatusTooManyRequests, "too many live connections for this principal")
+					return
+				}
+				ctx = c.expireAt(ctx, p.ExpiresAt)
+			}
+		}
+		g := t.m.connections.WithLabelValues(kind)
+		g.Inc()
+		defer g.Dec()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// clientIP is the TCP peer's address without the port.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// streamMetrics are the subscription transport's Prometheus series; the
+// hub counts deliveries, coalescing and its own latency (dropline_live_*).
+type streamMetrics struct {
+	connections *prometheus.GaugeVec
+	refused     *prometheus.CounterVec
+	active      *prometheus.GaugeVec
+	sent        *prometheus.CounterVec
+	ended       *prometheus.CounterVec
+}
+
+func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
+	m := &streamMetrics{
+		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dropline_graphql_stream_connections",
+			Help: "Open subscription connections by transport (websocket, sse).",
+		}, []string{"transport"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dropline_graphql_stream_refused_total",
+			Help: "Subscription connections or subscriptions refused, by reason (ip_limit, principal_limit, subscription_limit, bad_token).",
+		}, []string{"reason"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dropline_graphql_subscriptions_active",
+			Help: "Active GraphQL subscriptions by field.",
+		}, []string{"field"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dropline_graphql_subscription_messages_total",
+			Help: "Subscription payloads handed to the transport, by field.",
+		}, []string{"field"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dropline_graphql_subscriptions_ended_total",
+			Help: "Subscriptions ended, by field and reason (client, complete, dropped).",
+		}, []string{"field", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connections, m.refused, m.active, m.sent, m.ended)
+	}
+	return m
+}

@@ -1,0 +1,251 @@
+package resolvers
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/dropline/dropline/graph/model"
+	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
+)
+
+// Codes of subscription refusals.
+const (
+	// CodeTooManySubscriptions: the connection has SubscriptionsPerConn
+	// subscriptions open.
+	CodeTooManySubscriptions = "TOO_MANY_SUBSCRIPTIONS"
+	// CodeUnavailable: live updates are not running here (or stopped).
+	CodeUnavailable = "UNAVAILABLE"
+)
+
+// Subscription field names, as metric labels.
+const (
+	fieldStockChanged       = "stockChanged"
+	fieldReservationChanged = "reservationChanged"
+)
+
+var errLiveUnavailable = &apiError{code: CodeUnavailable, message: "live updates are not available on this server"}
+
+// subscription is the bookkeeping every subscription resolver shares: the
+// per-connection cap, the active gauge, and how the stream ended.
+type subscription struct {
+	d       *deps
+	field   string
+	release func()
+	conn    *streamConn
+}
+
+// admit counts a new subscription of field against its connection's cap.
+func (d *deps) admit(ctx context.Context, field string) (*subscription, error) {
+	if d.hub == nil {
+		return nil, errLiveUnavailable
+	}
+	c := streamConnFrom(ctx)
+	release, ok := c.admitSubscription(d.streams.SubscriptionsPerConn)
+	if !ok {
+		d.sm.refused.WithLabelValues("subscription_limit").Inc()
+		return nil, &apiError{code: CodeTooManySubscriptions, message: "too many subscriptions on this connection"}
+	}
+	d.sm.active.WithLabelValues(field).Inc()
+	return &subscription{d: d, field: field, release: release, conn: c}, nil
+}
+
+// done ends the bookkeeping; reason is a metric label.
+func (s *subscription) done(reason string) {
+	s.release()
+	s.d.sm.active.WithLabelValues(s.field).Dec()
+	s.d.sm.ended.WithLabelValues(s.field, reason).Inc()
+}
+
+// send hands v to the transport, or gives up when the client went away.
+func send[T any](ctx context.Context, s *subscription, out chan<- T, v T) bool {
+	select {
+	case out <- v:
+		s.d.sm.sent.WithLabelValues(s.field).Inc()
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// dropped tells a websocket client that its live feed ended without its
+// asking (it fell behind for too long, or the server is shutting down),
+// as an error message rather than a "complete" it would take for a normal
+// end. SSE has no such message: its stream just completes.
+func (s *subscription) dropped(ctx context.Context) {
+	if s.conn != nil && s.conn.kind == kindWebsocket {
+		transport.AddSubscriptionError(ctx, &gqlerror.Error{
+			Message:    "live updates stopped: the client fell behind or the server is shutting down; subscribe again",
+			Extensions: map[string]any{"code": CodeUnavailable},
+		})
+	}
+}
+
+// liveError maps the hub's refusals to API errors.
+func liveError(err error) error {
+	if errors.Is(err, live.ErrNotRunning) {
+		return errLiveUnavailable
+	}
+	return queryError(err)
+}
+
+// stockChanged forwards the hub's values for skus, converted to the API
+// model, at the transport's pace. The hub never waits for this goroutine:
+// it keeps only the newest value per SKU until it is taken.
+func (d *deps) stockChanged(ctx context.Context, skus []string) (<-chan *model.Stock, error) {
+	s, err := d.admit(ctx, fieldStockChanged)
+	if err != nil {
+		return nil, err
+	}
+	in, err := d.hub.Subscribe(ctx, skus)
+	if err != nil {
+		s.done("refused")
+		return nil, liveError(err)
+	}
+	out := make(chan *model.Stock)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case v, ok := <-in:
+				if !ok {
+					if ctx.Err() == nil {
+						s.dropped(ctx)
+						s.done("dropped")
+					} else {
+						s.done("client")
+					}
+					return
+				}
+				if !send(ctx, s, out, stockModel(v)) {
+					s.done("client")
+					return
+				}
+			case <-ctx.Done():
+				s.done("client")
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// reservationChanged watches one reservation. There is no channel per
+// reservation: every change of a hold (reserve, commit, cancel, expiry)
+// changes its SKU's stock, so the reservation is re-read whenever the
+// SKU's stock moves, and every ReservationRecheck in case a stock message
+// was coalesced away or lost. Only changes are sent; the stream completes
+// after a final status has been delivered.
+func (d *deps) reservationChanged(ctx context.Context, token string) (<-chan *model.Reservation, error) {
+	p, ok, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errUnauthenticated(ctx)
+	}
+	if d.hub == nil {
+		return nil, errLiveUnavailable
+	}
+	first, err := d.engine.Reservation(ctx, p, token)
+	if err != nil {
+		if code := inventory.CodeOf(err); code == inventory.CodeInvalidInput || code == inventory.CodeNotFound {
+			return nil, &apiError{code: string(inventory.CodeNotFound), message: sentinelMessages[inventory.CodeNotFound]}
+		}
+		return nil, queryError(err)
+	}
+	s, err := d.admit(ctx, fieldReservationChanged)
+	if err != nil {
+		return nil, err
+	}
+	// The stock subscription is only a wake-up call; it ends with ours.
+	subCtx, cancel := context.WithCancel(ctx)
+	var wake <-chan inventory.Stock
+	if !finalStatus(first.Status) {
+		if wake, err = d.hub.Subscribe(subCtx, []string{first.SKU}); err != nil {
+			cancel()
+			s.done("refused")
+			return nil, liveError(err)
+		}
+	}
+	out := make(chan *model.Reservation)
+	go func() {
+		defer cancel()
+		defer close(out)
+		last := first
+		if !send(ctx, s, out, reservationModel(last)) {
+			s.done("client")
+			return
+		}
+		if finalStatus(last.Status) {
+			s.done("complete")
+			return
+		}
+		tick := time.NewTicker(d.streams.ReservationRecheck)
+		defer tick.Stop()
+		for {
+			select {
+			case _, ok := <-wake:
+				if !ok {
+					if ctx.Err() == nil {
+						s.dropped(ctx)
+						s.done("dropped")
+					} else {
+						s.done("client")
+					}
+					return
+				}
+			case <-tick.C:
+			case <-ctx.Done():
+				s.done("client")
+				return
+			}
+			cur, err := d.rereadReservation(ctx, p, token)
+			if err != nil {
+				if ctx.Err() != nil {
+					s.done("client")
+					return
+				}
+				d.log.Warn().Err(err).Str("request_id", requestIDFrom(ctx)).Msg("re-reading a watched reservation (retried)")
+				continue
+			}
+			if sameReservation(last, cur) {
+				continue
+			}
+			last = cur
+			if !send(ctx, s, out, reservationModel(last)) {
+				s.done("client")
+				return
+			}
+			if finalStatus(last.Status) {
+				s.done("complete")
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// rereadTimeout bounds one re-read of a watched reservation.
+const rereadTimeout = 3 * time.Second
+
+func (d *deps) rereadReservation(ctx context.Context, p inventory.Principal, token string) (inventory.Reservation, error) {
+	ctx, cancel := context.WithTimeout(ctx, rereadTimeout)
+	defer cancel()
+	return d.engine.Reservation(ctx, p, token)
+}
+
+// sameReservation compares what the API shows of a reservation.
+func sameReservation(a, b inventory.Reservation) bool {
+	return reflect.DeepEqual(reservationModel(a), reservationModel(b))
+}
+
+// finalStatus reports whether a reservation can no longer change.
+func finalStatus(s inventory.Status) bool {
+	return s == inventory.StatusCommitted || s == inventory.StatusCancelled || s == inventory.StatusExpired
+}
