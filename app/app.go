@@ -81,6 +81,11 @@ type Services struct {
 	// Stop stops the worker group and waits for it (flush, acknowledge) at
 	// most until ctx ends. Nil means nothing to stop.
 	Stop func(ctx context.Context) error
+	// Drain ends long-lived streams (GraphQL subscriptions over SSE and
+	// websockets) when shutdown begins, before the HTTP server waits for
+	// in-flight requests: an SSE stream is one, and would otherwise hold
+	// the shutdown until its deadline. Nil means nothing to drain.
+	Drain func()
 }
 
 // Deps are the domain-layer functions the App calls. They are fields rather
@@ -289,6 +294,9 @@ func (a *App) Issuer() *auth.Issuer { return a.issuer }
 func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		var errs []error
+		if a.services.Drain != nil {
+			a.services.Drain()
+		}
 		if a.server != nil {
 			if err := a.server.Shutdown(ctx); err != nil {
 				errs = append(errs, err)

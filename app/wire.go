@@ -8,6 +8,7 @@ import (
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/resolvers"
 	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/worker"
@@ -39,6 +40,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 		return Services{}, err
 	}
 	group := worker.NewGroup(worker.GroupConfig{}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
+	hub := live.NewHub(live.HubConfig{}, engine, in.Redis, in.Log, in.Registry)
 	return Services{
 		GraphQL: resolvers.NewHandler(resolvers.Config{
 			Engine:      engine,
@@ -48,10 +50,22 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			Dev:         in.Config.Dev,
 			CORSOrigins: in.Config.AllowedOrigins(),
 			RequestID:   server.RequestIDFrom,
+			Live:        hub,
+			Registerer:  in.Registry,
 		}),
 		Checks: []server.Check{{Name: "scripts", Fn: engine.Ping}},
-		Start:  group.Start,
-		Stop:   func(context.Context) error { group.Stop(); return nil },
+		Start: func(ctx context.Context) error {
+			hub.Start(ctx)
+			return group.Start(ctx)
+		},
+		// The hub stops first: its subscribers' channels close, so every
+		// subscription ends before the workers and the stores go.
+		Stop: func(context.Context) error {
+			hub.Stop()
+			group.Stop()
+			return nil
+		},
+		Drain: hub.Stop,
 	}, nil
 }
 
