@@ -1,0 +1,325 @@
+package resolvers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/wsclient"
+	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
+	"github.com/dropline/dropline/resolvers"
+)
+
+// The tests in this file are not parallel: they count goroutines, stall
+// sockets or measure latency, and other tests would blur the figures.
+
+func TestSubscribeDisconnectCyclesLeaveNoGoroutines(t *testing.T) {
+	e := setupLive(t, live.HubConfig{Linger: 50 * time.Millisecond}, func(c *resolvers.Config) {
+		c.Streams.ConnsPerIP = 1000
+	})
+	e.createProduct(t, map[string]any{"sku": "CYC-1", "stock": 5})
+	vars := map[string]any{"s": []string{"CYC-1"}}
+	cycle := func(i int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := wsclient.Dial(ctx, e.wsURL, wsclient.Options{})
+		if err != nil {
+			return err
+		}
+		s, err := c.Subscribe(ctx, stockSub, vars)
+		if err != nil {
+			return err
+		}
+		if _, ok, err := s.Next(ctx); err != nil || !ok {
+			return fmt.Errorf("cycle %d: no first value (%v)", i, err)
+		}
+		switch i % 3 {
+		case 0:
+			return c.Close() // close handshake
+		case 1:
+			return c.CloseNow() // the client vanishes
+		default:
+			_ = s.Stop(ctx) // unsubscribe, then close
+			_, _, _ = s.Next(ctx)
+			return c.Close()
+		}
+	}
+	require.NoError(t, cycle(0)) // warm up pools and the hub's feed
+	settle := func() int {
+		runtime.GC()
+		return runtime.NumGoroutine()
+	}
+	time.Sleep(200 * time.Millisecond) //nolint:forbidigo // let the warm-up's goroutines end before the baseline
+	baseline := settle()
+
+	const cycles, workers = 1000, 8
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < cycles; i += workers {
+				if err := cycle(i); err != nil {
+					failed.Add(1)
+					t.Errorf("cycle %d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load())
+	var now int
+	require.Eventually(t, func() bool {
+		now = settle()
+		return now <= baseline+5
+	}, 20*time.Second, 100*time.Millisecond, "goroutines did not return to the baseline")
+	t.Logf("%d cycles: goroutines %d before, %d after", cycles, baseline, now)
+	require.Zero(t, testutil.ToFloat64(mustGauge(t, e.reg, "dropline_graphql_stream_connections", "websocket")))
+	require.Zero(t, testutil.ToFloat64(mustGauge(t, e.reg, "dropline_graphql_subscriptions_active", "stockChanged")))
+}
+
+// TestStalledReaderIsDropped: a client that stops reading while its stream
+// is busy is disconnected after WriteTimeout, and a healthy client of the
+// same SKUs keeps receiving and converges.
+func TestStalledReaderIsDropped(t *testing.T) {
+	e := setupLive(t, live.HubConfig{Interval: 10 * time.Millisecond}, func(c *resolvers.Config) {
+		c.Streams.WriteTimeout = 300 * time.Millisecond
+	})
+	skus := make([]string, 10)
+	for i := range skus {
+		skus[i] = fmt.Sprintf("STALL-%d", i)
+		e.createProduct(t, map[string]any{"sku": skus[i], "stock": 1000})
+	}
+	vars := map[string]any{"s": skus}
+
+	// The stalled client: a tiny receive buffer, fat payloads (800 aliases
+	// of id, about 25 KB a message), and no reads after the first.
+	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stalled, _, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{
+		Subprotocols: []string{wsclient.TransportWS},
+		HTTPClient:   &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}},
+	})
+	require.NoError(t, err)
+	defer stalled.CloseNow()
+	var fat strings.Builder
+	for i := range 800 {
+		fmt.Fprintf(&fat, "a%d: id ", i)
+	}
+	write := func(v any) {
+		b, _ := json.Marshal(v)
+		require.NoError(t, stalled.Write(ctx, websocket.MessageText, b))
+	}
+	write(map[string]any{"type": "connection_init"})
+	_, ack, err := stalled.Read(ctx)
+	require.NoError(t, err)
+	require.Contains(t, string(ack), "connection_ack")
+	write(map[string]any{"type": "subscribe", "id": "1", "payload": map[string]any{
+		"query": `subscription($s: [ID!]!) { stockChanged(skus: $s) { ` + fat.String() + ` } }`, "variables": vars}})
+
+	healthy := e.dial(t, wsclient.Options{Buffer: 4096})
+	hs := subscribe(t, healthy, `subscription($s: [ID!]!) { stockChanged(skus: $s) { sku available held sold total } }`, vars)
+	conns := mustGauge(t, e.reg, "dropline_graphql_stream_connections", "websocket")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(conns) == 2 }, 5*time.Second, 10*time.Millisecond)
+
+	// Load: reserve and cancel round the SKUs until the stalled client is gone.
+	stop := make(chan struct{})
+	var lw sync.WaitGroup
+	for g := range 4 {
+		lw.Go(func() {
+			p := inventory.Principal{ID: fmt.Sprintf("load-%d", g)}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := e.engine.Reserve(ctx, p, inventory.ReserveRequest{SKU: skus[(i+g)%len(skus)], Quantity: 1})
+				if err == nil {
+					_, _ = e.engine.Cancel(ctx, p, res.Token)
+				}
+			}
+		})
+	}
+	// Meanwhile the healthy client must keep hearing.
+	var maxGap time.Duration
+	last := time.Now()
+	dropped := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !dropped; {
+		m, ok := next(t, hs, 2*time.Second)
+		require.True(t, ok)
+		maxGap = max(maxGap, m.At.Sub(last))
+		last = m.At
+		dropped = testutil.ToFloat64(conns) == 1
+	}
+	close(stop)
+	lw.Wait()
+	require.True(t, dropped, "the stalled client was not dropped")
+	require.Less(t, maxGap, time.Second, "the healthy client stalled too")
+
+	// At rest the healthy client converges on every SKU.
+	want := map[string]inventory.Stock{}
+	for _, sku := range skus {
+		want[sku] = e.truth(t, sku)
+	}
+	seen := map[string]stock{}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(seen) < len(skus) {
+		m, ok := next(t, hs, time.Until(deadline)+time.Millisecond)
+		require.True(t, ok)
+		var out struct{ StockChanged stock }
+		require.NoError(t, json.Unmarshal(m.Data, &out))
+		s := out.StockChanged
+		if w := want[s.Sku]; s.Available == w.Available && s.Held == w.Held {
+			seen[s.Sku] = s
+		} else {
+			delete(seen, s.Sku)
+		}
+	}
+	t.Logf("stalled client dropped; healthy client's longest gap %s", maxGap.Round(time.Millisecond))
+}
+
+// TestHotSKUWebsocketSubscribers measures the whole path, Redis to
+// websocket client: N subscribers on one hot SKU during a sale of 3,000
+// reserves. It logs the delay from each change (the payload's updatedAt,
+// Redis's clock in ms) to its arrival at every subscriber, how long the
+// last one took to see the final value, and the memory one connection
+// costs, client and server together (both live in this process). Under
+// -race it runs 500 subscribers (the race detector allows 8,128
+// goroutines); without it 2,000:
+//
+//	go test -run TestHotSKUWebsocketSubscribers -v -count=1 ./resolvers/
+func TestHotSKUWebsocketSubscribers(t *testing.T) {
+	subscribers, reserves := 2000, 3000
+	if raceEnabled {
+		subscribers = 500
+	}
+	e := setupLive(t, live.HubConfig{}, func(c *resolvers.Config) {
+		c.Streams.ConnsPerIP = subscribers + 10
+	})
+	e.createProduct(t, map[string]any{"sku": "HOT-WS", "stock": reserves})
+	vars := map[string]any{"s": []string{"HOT-WS"}}
+	initial := e.truth(t, "HOT-WS")
+
+	type reader struct {
+		mu     sync.Mutex
+		delays []time.Duration
+		last   stock
+		lastAt time.Time
+	}
+	readers := make([]reader, subscribers)
+	clients := make([]*wsclient.Client, subscribers)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range subscribers {
+		sem <- struct{}{}
+		c, err := wsclient.Dial(ctx, e.wsURL, wsclient.Options{})
+		<-sem
+		require.NoError(t, err)
+		clients[i] = c
+		s, err := c.Subscribe(ctx, `subscription($s: [ID!]!) { stockChanged(skus: $s) { available held sold total updatedAt } }`, vars)
+		require.NoError(t, err)
+		m, ok, err := s.Next(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		readers[i].last = stockPayload(t, m)
+		wg.Go(func() {
+			r := &readers[i]
+			for m := range s.C {
+				var out struct{ StockChanged stock }
+				if json.Unmarshal(m.Data, &out) != nil {
+					continue
+				}
+				r.mu.Lock()
+				if out.StockChanged.Sold+out.StockChanged.Held != initial.Sold+initial.Held {
+					r.delays = append(r.delays, m.At.Sub(out.StockChanged.UpdatedAt))
+				}
+				r.last, r.lastAt = out.StockChanged, m.At
+				r.mu.Unlock()
+			}
+		})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perConn := (float64(after.HeapInuse) - float64(before.HeapInuse) + float64(after.StackInuse) - float64(before.StackInuse)) / float64(subscribers)
+	goroutinesPerConn := float64(runtime.NumGoroutine()) / float64(subscribers)
+
+	start := time.Now()
+	var rw sync.WaitGroup
+	for g := range 8 {
+		rw.Go(func() {
+			for i := g; i < reserves; i += 8 {
+				_, err := e.engine.Reserve(ctx, inventory.Principal{ID: fmt.Sprintf("hot-%d", i)}, inventory.ReserveRequest{SKU: "HOT-WS", Quantity: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	rw.Wait()
+	saleEnd := time.Now()
+	truth := e.truth(t, "HOT-WS")
+	require.Zero(t, truth.Available)
+	require.Eventually(t, func() bool {
+		for i := range readers {
+			r := &readers[i]
+			r.mu.Lock()
+			ok := r.last.Available == truth.Available && r.last.Held == truth.Held && r.last.Sold == truth.Sold
+			r.mu.Unlock()
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "not every subscriber reached the truth")
+	var converged time.Duration
+	var delays []time.Duration
+	for i := range readers {
+		r := &readers[i]
+		r.mu.Lock()
+		converged = max(converged, r.lastAt.Sub(saleEnd))
+		delays = append(delays, r.delays...)
+		r.mu.Unlock()
+	}
+	for _, c := range clients {
+		_ = c.CloseNow()
+	}
+	wg.Wait()
+	require.NotEmpty(t, delays)
+	slices.Sort(delays)
+	pct := func(p float64) time.Duration { return delays[int(p*float64(len(delays)-1))] }
+	t.Logf("%d websocket subscribers, %d reserves in %s; %d deliveries of changes (%.1f per subscriber); "+
+		"delay change->arrival p50 %s p99 %s max %s; last subscriber had the final value %s after the last reserve returned; "+
+		"%.1f KiB and %.1f goroutines per connection (client and server together)",
+		subscribers, reserves, saleEnd.Sub(start).Round(time.Millisecond), len(delays), float64(len(delays))/float64(subscribers),
+		pct(.5).Round(100*time.Microsecond), pct(.99).Round(100*time.Microsecond), delays[len(delays)-1].Round(100*time.Microsecond),
+		converged.Round(100*time.Microsecond), perConn/1024, goroutinesPerConn)
+	if !raceEnabled {
+		require.Less(t, converged, 250*time.Millisecond, "G8: every subscriber within 250 ms")
+	}
+}
