@@ -439,5 +439,3 @@ func (g gaugeSeries) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "", nil, nil), prometheus.GaugeValue, 0)
 }
-
-
