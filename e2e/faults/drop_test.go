@@ -55,8 +55,11 @@ func (c *dropConfig) defaults() {
 	if c.Total == 0 {
 		c.Total = 60
 	}
-	if c.Buyers == 0 {
+	switch {
+	case c.Buyers == 0:
 		c.Buyers = 150
+	case c.Buyers < 0: // the test drives its own clients
+		c.Buyers = 0
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 24
@@ -225,6 +228,11 @@ type outcome struct {
 // because reserve carries an idempotency key and commit/cancel are
 // idempotent on the token.
 func (d *drop) call(ctx context.Context, client *http.Client, token, field, query string, vars map[string]any) outcome {
+	return d.callOn(ctx, client, nil, token, field, query, vars)
+}
+
+// callOn is call sent to pin while it is alive (any live instance otherwise).
+func (d *drop) callOn(ctx context.Context, client *http.Client, pin *proc, token, field, query string, vars map[string]any) outcome {
 	backoff := 20 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -246,6 +254,9 @@ func (d *drop) call(ctx context.Context, client *http.Client, token, field, quer
 			continue
 		}
 		p := live[rand.IntN(len(live))]
+		if pin != nil && pin.alive() {
+			p = pin
+		}
 		d.Requests.Add(1)
 		rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 		r := post(rctx, client, p.URL, token, query, vars)

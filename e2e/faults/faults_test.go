@@ -3,7 +3,11 @@ package faults
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -176,4 +180,98 @@ func TestServerPausedPastLease(t *testing.T) {
 	d.verify(t, verifyOpts{})
 	fenced := strings.Count(a.log.String(), "fenced")
 	d.figures(t, "sigstop-past-lease", 1, fmt.Sprintf("pause=%s fenced_log_lines=%d", pause, fenced))
+}
+
+// Commit racing expiry and cancel, many times, across two instances: each
+// hold lasts one second; at its expiry (give or take 60 ms) its holder
+// commits through one instance and cancels through the other while the
+// sweepers of both release due holds. Exactly one of sale, cancel and
+// expiry wins each hold, and the ledger records exactly one ending.
+func TestCommitRacesExpiryAndCancel(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	a := s.start("a")
+	b := s.start("b")
+	rounds := scale(80, 400)
+	d := startDrop(s, dropConfig{SKU: "RACE-1", Total: rounds, Buyers: -1, HoldSeconds: 1})
+	d.wait(t)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+
+	var wins [3]atomic.Int64 // commit, cancel, expiry
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 20)
+	for i := 0; i < rounds; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			user := fmt.Sprintf("racer-%04d", i)
+			bearer, err := s.Issuer.Mint(user, false, time.Hour)
+			if err != nil {
+				panic(err)
+			}
+			res := d.call(ctx, client, bearer, "reserve", reserveMutation, map[string]any{"input": map[string]any{
+				"sku": "RACE-1", "quantity": 1, "idempotencyKey": "race-" + user, "holdSeconds": 1}})
+			if !res.OK || res.Code != "" {
+				t.Errorf("round %d: reserve refused: %+v", i, res)
+				return
+			}
+			d.mu.Lock()
+			d.holds[res.Token] = holdInfo{Buyer: user, Qty: 1}
+			d.mu.Unlock()
+			exp, err := time.Parse(time.RFC3339Nano, res.Exp)
+			if err != nil {
+				t.Errorf("round %d: expiresAt %q: %v", i, res.Exp, err)
+				return
+			}
+			time.Sleep(time.Until(exp.Add(time.Duration(rand.IntN(121)-60) * time.Millisecond))) // aim at the expiry: the race is the point
+			var c, x outcome
+			var race sync.WaitGroup
+			race.Add(2)
+			go func() {
+				defer race.Done()
+				c = d.callOn(ctx, client, a, bearer, "commit", commitMutation, map[string]any{"token": res.Token})
+			}()
+			go func() {
+				defer race.Done()
+				x = d.callOn(ctx, client, b, bearer, "cancel", cancelMutation, map[string]any{"token": res.Token})
+			}()
+			race.Wait()
+			d.settle(res.Token, c, "COMMITTED", d.committed)
+			d.settle(res.Token, x, "CANCELLED", d.cancelled)
+			cancelled := x.Code == "" && x.Status == "CANCELLED"
+			if x.Code == "" && x.Status == "EXPIRED" {
+				x.Code = "EXPIRED" // a cancel after expiresAt reports the expiry
+			}
+			switch {
+			case c.Code == "" && cancelled:
+				t.Errorf("round %d: commit and cancel both succeeded: %+v %+v", i, c, x)
+			case c.Code == "":
+				wins[0].Add(1)
+				if x.Code != "ALREADY_COMMITTED" {
+					t.Errorf("round %d: cancel after a sale answered %q", i, x.Code)
+				}
+			case cancelled:
+				wins[1].Add(1)
+				if c.Code != "ALREADY_CANCELLED" {
+					t.Errorf("round %d: commit after a cancel answered %q", i, c.Code)
+				}
+			default:
+				wins[2].Add(1)
+				if c.Code != "EXPIRED" || x.Code != "EXPIRED" {
+					t.Errorf("round %d: neither won but answers were %q / %q", i, c.Code, x.Code)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	d.verify(t, verifyOpts{})
+	require.Equal(t, rounds, s.scalar(`SELECT count(*)::int FROM stock_movements WHERE sku = 'RACE-1' AND kind IN ('commit', 'cancel', 'expire')`),
+		"every hold has exactly one ending in the ledger")
+	require.Equal(t, int(wins[2].Load()), s.scalar(`SELECT count(*)::int FROM stock_movements WHERE sku = 'RACE-1' AND kind = 'expire'`))
+	d.figures(t, "commit-vs-expiry-vs-cancel", rounds, fmt.Sprintf("commit_won=%d cancel_won=%d expiry_won=%d",
+		wins[0].Load(), wins[1].Load(), wins[2].Load()))
 }

@@ -139,7 +139,7 @@ func stockModel(total int) porcupine.Model {
 					if h.Status == "HELD" {
 						return true, m.with(m.Avail+h.Qty, in.Token, tokState{Status: "CANCELLED", Qty: h.Qty, ExpMs: h.ExpMs})
 					}
-				case out.Code == "EXPIRED":
+				case out.Code == "EXPIRED", out.Code == "" && in.Kind == opCancel && out.Status == "EXPIRED":
 					// Released by the sweeper or by this very call; the expire
 					// operation from the ledger does the release.
 					return h.Status == "EXPIRED" || pastDue, m
