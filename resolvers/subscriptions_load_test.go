@@ -46,7 +46,7 @@ func TestSubscribeDisconnectCyclesLeaveNoGoroutines(t *testing.T) {
 			return err
 		}
 		if _, ok, err := s.Next(ctx); err != nil || !ok {
-			return fmt.Errorf("cycle %d: no first value (%v)", i, err)
+			return fmt.Errorf("cycle %d: no first value (ok=%t): %w", i, ok, err)
 		}
 		switch i % 3 {
 		case 0:
@@ -114,11 +114,14 @@ func TestStalledReaderIsDropped(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	stalled, _, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{
+	stalled, resp, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{
 		Subprotocols: []string{wsclient.TransportWS},
 		HTTPClient:   &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}},
 	})
 	require.NoError(t, err)
+	if resp.Body != nil {
+		_ = resp.Body.Close()
+	}
 	defer stalled.CloseNow()
 	var fat strings.Builder
 	for i := range 800 {

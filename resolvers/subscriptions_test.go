@@ -160,7 +160,7 @@ func TestStockChangedOverSSE(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed below; a goroutine scans it
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -345,8 +345,11 @@ func TestWebsocketInitTimeout(t *testing.T) {
 	e := setupLive(t, live.HubConfig{}, func(c *resolvers.Config) { c.Streams.InitTimeout = 200 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{Subprotocols: []string{wsclient.TransportWS}})
+	conn, resp, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{Subprotocols: []string{wsclient.TransportWS}})
 	require.NoError(t, err)
+	if resp.Body != nil {
+		_ = resp.Body.Close()
+	}
 	defer conn.CloseNow()
 	_, _, err = conn.Read(ctx) // never send connection_init
 	require.Equal(t, websocket.StatusProtocolError, websocket.CloseStatus(err), "gqlgen closes a silent client with 1002: %v", err)

@@ -98,11 +98,14 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	if proto == "" {
 		proto = TransportWS
 	}
-	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{
 		Subprotocols: []string{proto},
 		HTTPHeader:   opts.Header,
 		HTTPClient:   opts.HTTPClient,
 	})
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close() // coder/websocket has read what it needs
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s: %w", url, err)
 	}
@@ -127,7 +130,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 		}
 		switch f.Type {
 		case "connection_ack":
-			go c.run()
+			go c.run() //nolint:gosec,contextcheck // the reader lives until Close, not until the dial's context ends
 			return c, nil
 		case "ka", "ping", "pong":
 			if f.Type == "ping" {
