@@ -52,6 +52,10 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			RequestID:   server.RequestIDFrom,
 			Live:        hub,
 			Registerer:  in.Registry,
+			Limits: resolvers.Limits{
+				MutationRate:  in.Config.MutationRate,
+				MutationBurst: in.Config.MutationBurst,
+			},
 		}),
 		Checks: []server.Check{{Name: "scripts", Fn: engine.Ping}},
 		Start: func(ctx context.Context) error {

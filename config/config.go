@@ -26,6 +26,8 @@ const (
 	EnvKeyPrefix         = "DROPLINE_KEY_PREFIX"
 	EnvHoldDefault       = "DROPLINE_HOLD_DEFAULT"
 	EnvHoldMax           = "DROPLINE_HOLD_MAX"
+	EnvMutationRate      = "DROPLINE_MUTATION_RATE"
+	EnvMutationBurst     = "DROPLINE_MUTATION_BURST"
 	EnvCORSOrigins       = "DROPLINE_CORS_ORIGINS"
 	EnvShutdownTimeout   = "DROPLINE_SHUTDOWN_TIMEOUT"
 	EnvLogLevel          = "DROPLINE_LOG_LEVEL"
@@ -40,6 +42,8 @@ const (
 	DefaultKeyPrefix       = "dl:"
 	DefaultHoldDefault     = 600 * time.Second
 	DefaultHoldMax         = 3600 * time.Second
+	DefaultMutationRate    = 10
+	DefaultMutationBurst   = 20
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLogLevel        = "info"
 
@@ -119,6 +123,16 @@ type Config struct {
 	// (DROPLINE_HOLD_MAX). Default: 3600s. Must be >= HoldDefault and <= 24h.
 	HoldMax time.Duration
 
+	// MutationRate is how many mutations per second one principal may send
+	// on average (DROPLINE_MUTATION_RATE), enforced in Redis (GCRA) so it
+	// holds across instances. Default: 10. A negative value turns the limit
+	// off (load tests); 0 is refused.
+	MutationRate int
+
+	// MutationBurst is how many mutations a principal may send at once
+	// before the rate applies (DROPLINE_MUTATION_BURST). Default: 20.
+	MutationBurst int
+
 	// CORSOrigins lists the browser origins allowed to call the API from
 	// another origin (DROPLINE_CORS_ORIGINS, comma separated, e.g.
 	// "https://shop.example.com,https://admin.example.com"; "*" allows any).
@@ -151,6 +165,8 @@ func Default() Config {
 		KeyPrefix:       DefaultKeyPrefix,
 		HoldDefault:     DefaultHoldDefault,
 		HoldMax:         DefaultHoldMax,
+		MutationRate:    DefaultMutationRate,
+		MutationBurst:   DefaultMutationBurst,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		LogLevel:        DefaultLogLevel,
 		LogFormat:       LogFormatJSON,
@@ -169,6 +185,18 @@ func Load(getenv func(string) string) (Config, error) {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
 			*dst = v
 		}
+	}
+	num := func(name string, dst *int) {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			problems = append(problems, Problem{Var: name, Msg: fmt.Sprintf("%q is not a whole number", v)})
+			return
+		}
+		*dst = n
 	}
 	dur := func(name string, dst *time.Duration) {
 		v := strings.TrimSpace(getenv(name))
@@ -199,6 +227,8 @@ func Load(getenv func(string) string) (Config, error) {
 	str(EnvKeyPrefix, &c.KeyPrefix)
 	dur(EnvHoldDefault, &c.HoldDefault)
 	dur(EnvHoldMax, &c.HoldMax)
+	num(EnvMutationRate, &c.MutationRate)
+	num(EnvMutationBurst, &c.MutationBurst)
 	c.CORSOrigins = splitList(getenv(EnvCORSOrigins))
 	dur(EnvShutdownTimeout, &c.ShutdownTimeout)
 	str(EnvLogLevel, &c.LogLevel)

@@ -230,3 +230,28 @@ func TestRedacted(t *testing.T) {
 	require.Equal(t, "host=db password=xxxxx", config.RedactURL("host=db password=pw"))
 	require.Equal(t, config.DefaultDatabaseURL, config.RedactURL(config.DefaultDatabaseURL))
 }
+
+func TestMutationRateLimitSettings(t *testing.T) {
+	env := map[string]string{"DROPLINE_DEV": "1"}
+	get := func(k string) string { return env[k] }
+	c, err := config.Load(get)
+	require.NoError(t, err)
+	require.Equal(t, config.DefaultMutationRate, c.MutationRate)
+	require.Equal(t, config.DefaultMutationBurst, c.MutationBurst)
+	require.NoError(t, c.Validate())
+
+	env[config.EnvMutationRate], env[config.EnvMutationBurst] = "-1", "0"
+	c, err = config.Load(get)
+	require.NoError(t, err)
+	require.Equal(t, -1, c.MutationRate)
+	require.NoError(t, c.Validate(), "a negative rate turns the limit off")
+
+	env[config.EnvMutationRate] = "0"
+	c, err = config.Load(get)
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Validate(), config.EnvMutationRate)
+
+	env[config.EnvMutationRate] = "lots"
+	_, err = config.Load(get)
+	require.ErrorContains(t, err, config.EnvMutationRate)
+}

@@ -106,6 +106,13 @@ func (c Config) Validate() error {
 		add(EnvHoldMax, "is %s, shorter than %s (%s): raise it or lower the default", c.HoldMax, EnvHoldDefault, c.HoldDefault)
 	}
 
+	if c.MutationRate == 0 {
+		add(EnvMutationRate, "is 0, which would refuse every mutation: set mutations per second per principal (default %d), or a negative number to turn the limit off", DefaultMutationRate)
+	}
+	if c.MutationRate > 0 && c.MutationBurst < 1 {
+		add(EnvMutationBurst, "is %d: set how many mutations a principal may send at once (default %d)", c.MutationBurst, DefaultMutationBurst)
+	}
+
 	for _, o := range c.CORSOrigins {
 		if err := checkOrigin(o); err != nil {
 			add(EnvCORSOrigins, "%q %v: list origins as scheme://host[:port] without a path, comma separated, or \"*\"", o, err)
