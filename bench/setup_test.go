@@ -25,8 +25,6 @@ import (
 	"github.com/dropline/dropline/config"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
-	"github.com/dropline/dropline/resolvers"
-	"github.com/dropline/dropline/worker"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -54,11 +52,10 @@ type fixture struct {
 	admin   inventory.Principal
 }
 
-// setup starts Dropline in-process. Its mutation rate limit is switched
-// off: the benchmark is one client hammering as few principals as it
-// likes, which the production limit (10/s per principal) would refuse.
-// app.DefaultDeps has no knob for it, so Build is the production wiring
-// with that one change.
+// setup starts Dropline in-process, wired as `dropline serve` wires it, with
+// its mutation rate limit switched off (DROPLINE_MUTATION_RATE=-1): the
+// benchmark is one client hammering as few principals as it likes, which the
+// production limit (10/s per principal) would refuse.
 func setup(b *testing.B) *fixture {
 	b.Helper()
 	f := &fixture{ctx: context.Background(), admin: inventory.Principal{ID: "bench-admin", Admin: true}}
@@ -73,27 +70,9 @@ func setup(b *testing.B) *fixture {
 	}
 	cfg.JWTSecret = benchSecret
 	cfg.KeyPrefix = prefix
+	cfg.MutationRate = -1
 	require.NoError(b, cfg.Validate())
 	a := app.New(cfg, zerolog.Nop())
-	a.Deps.Build = func(ctx context.Context, in app.Infra) (app.Services, error) {
-		eng, err := inventory.NewEngine(ctx, inventory.Config{
-			KeyPrefix: in.Config.KeyPrefix, DefaultHold: in.Config.HoldDefault, MaxHold: in.Config.HoldMax,
-			Registerer: in.Registry,
-		}, in.Redis, in.Postgres, zerolog.Nop())
-		if err != nil {
-			return app.Services{}, err
-		}
-		f.engine = eng
-		group := worker.NewGroup(worker.GroupConfig{}, eng, in.Redis, zerolog.Nop(), in.Registry)
-		return app.Services{
-			GraphQL: resolvers.NewHandler(resolvers.Config{
-				Engine: eng, Redis: in.Redis, Verifier: in.Issuer,
-				Limits: resolvers.Limits{MutationRate: -1},
-			}),
-			Start: group.Start,
-			Stop:  func(context.Context) error { group.Stop(); return nil },
-		}, nil
-	}
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(b, a.Run(ctx))
@@ -103,6 +82,10 @@ func setup(b *testing.B) *fixture {
 		_ = a.Close(ctx)
 	})
 	f.app, f.rdb = a, a.Redis()
+	// The engine-level benchmarks call the same Redis and Postgres directly.
+	eng, err := inventory.NewEngine(f.ctx, inventory.Config{KeyPrefix: prefix}, a.Redis(), a.Postgres(), zerolog.Nop())
+	require.NoError(b, err)
+	f.engine = eng
 	f.client = flashsale.NewClient("http://"+a.Addr()+"/graphql", Concurrency, 10*time.Second)
 	b.Cleanup(f.client.Close)
 
