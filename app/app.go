@@ -61,9 +61,6 @@ type Infra struct {
 	Registry *prometheus.Registry
 	// Issuer verifies bearer tokens (and mints them for seeding and tests).
 	Issuer *auth.Issuer
-	// Origins is the cross-origin policy /graphql enforces; the websocket
-	// transport should use Origins.Allowed as its origin check.
-	Origins server.OriginPolicy
 }
 
 // Services is what Deps.Build returns: the parts of Dropline that depend on
@@ -194,7 +191,6 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Checks:          a.checks(),
 		Registry:        a.registry,
 		Logger:          a.Log,
-		AllowedOrigins:  a.Config.AllowedOrigins(),
 		ShutdownTimeout: a.Config.ShutdownTimeout,
 	})
 	if err := a.server.Open(ctx); err != nil {
@@ -364,7 +360,6 @@ func (a *App) infra() Infra {
 		Postgres: a.pool,
 		Registry: a.registry,
 		Issuer:   a.issuer,
-		Origins:  server.NewOriginPolicy(a.Config.AllowedOrigins()),
 	}
 }
 

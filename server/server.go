@@ -27,7 +27,6 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
-	DefaultMaxBodyBytes      = 1 << 20
 	DefaultCheckTimeout      = time.Second
 	DefaultShutdownTimeout   = 15 * time.Second
 )
@@ -60,13 +59,6 @@ type Config struct {
 	// its request_id in the context (zerolog.Ctx). Default: a disabled logger.
 	Logger zerolog.Logger
 
-	// AllowedOrigins is the cross-origin allow list for /graphql (see
-	// OriginPolicy). Empty means same-origin only.
-	AllowedOrigins []string
-
-	// MaxBodyBytes bounds /graphql request bodies. Default: 1 MiB.
-	MaxBodyBytes int64
-
 	// ReadHeaderTimeout bounds how long a client may take to send headers
 	// (slowloris protection). Default: 10s.
 	ReadHeaderTimeout time.Duration
@@ -91,9 +83,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
@@ -148,8 +137,9 @@ func New(cfg Config) *Server {
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		// No ReadTimeout/WriteTimeout: they would cut websocket
-		// subscriptions. Slow bodies are bounded by MaxBodyBytes and
-		// slow headers by ReadHeaderTimeout.
+		// subscriptions. The GraphQL handler bounds bodies (and checks
+		// origins, since it also serves websockets); ReadHeaderTimeout
+		// bounds slow headers.
 		ErrorLog:    log.New(httpErrorLog{cfg.Logger}, "", 0),
 		BaseContext: func(net.Listener) context.Context { return s.baseCtx },
 	}

@@ -325,67 +325,6 @@ func TestMetrics(t *testing.T) {
 	require.NotPanics(t, func() { server.New(server.Config{Registry: b.reg}) })
 }
 
-func TestBodyLimit(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *server.Config) { c.MaxBodyBytes = 16 })
-	resp, _ := b.do(t, http.MethodPost, "/graphql", strings.NewReader(strings.Repeat("x", 17)), nil)
-	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
-
-	// Without a Content-Length the reader itself stops at the limit.
-	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/graphql", io.NopCloser(strings.NewReader(strings.Repeat("x", 100))))
-	require.NoError(t, err)
-	req.ContentLength = -1
-	r2, err := b.srv.Client().Do(req)
-	require.NoError(t, err)
-	require.NoError(t, r2.Body.Close())
-	require.Equal(t, http.StatusRequestEntityTooLarge, r2.StatusCode)
-
-	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("small"), nil)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-}
-
-func TestOriginPolicy(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *server.Config) { c.AllowedOrigins = []string{"https://shop.example"} })
-
-	// No Origin: not a browser, allowed, no CORS headers.
-	resp, _ := b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), nil)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
-
-	// Same origin: allowed without listing.
-	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), map[string]string{"Origin": b.srv.URL})
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-
-	// Listed origin: allowed with CORS headers, never with credentials.
-	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), map[string]string{"Origin": "https://shop.example"})
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "https://shop.example", resp.Header.Get("Access-Control-Allow-Origin"))
-	require.Empty(t, resp.Header.Get("Access-Control-Allow-Credentials"))
-
-	// Preflight.
-	resp, _ = b.do(t, http.MethodOptions, "/graphql", nil, map[string]string{
-		"Origin":                         "https://shop.example",
-		"Access-Control-Request-Method":  "POST",
-		"Access-Control-Request-Headers": "authorization, content-type",
-	})
-	require.Equal(t, http.StatusNoContent, resp.StatusCode)
-	require.Equal(t, "authorization, content-type", resp.Header.Get("Access-Control-Allow-Headers"))
-	require.Contains(t, resp.Header.Get("Access-Control-Allow-Methods"), "POST")
-
-	// Anything else: refused before GraphQL runs.
-	resp, body := b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), map[string]string{"Origin": "https://evil.example"})
-	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	require.Contains(t, body, "DROPLINE_CORS_ORIGINS")
-	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
-	require.NotContains(t, b.logs.String(), `"graphql handler ran","request_id":"`+resp.Header.Get(server.RequestIDHeader))
-
-	p := server.NewOriginPolicy([]string{"*"})
-	req := httptest.NewRequest(http.MethodGet, "/graphql", nil)
-	req.Header.Set("Origin", "https://anything.example")
-	require.True(t, p.Allowed(req))
-}
-
 func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{})
