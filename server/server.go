@@ -38,8 +38,8 @@ type Config struct {
 	// (see Server.Addr). Default: ":8080".
 	Addr string
 
-	// GraphQL serves /graphql (POST, GET and websocket upgrades). It is
-	// wrapped with the origin policy and the body size limit. Nil answers 503.
+	// GraphQL serves /graphql (POST, GET and websocket upgrades), mounted
+	// as it is: it enforces its own origins and body limit. Nil answers 503.
 	GraphQL http.Handler
 
 	// Playground serves "/" and is the catch-all for paths not listed
