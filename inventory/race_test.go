@@ -401,23 +401,25 @@ func TestCommitRacingExpiry(t *testing.T) {
 
 func TestCommitAfterExpiry(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "single", inventory.Config{})
-	b.product(t, "LATE-1", 2, 0)
-	alice := buyer(1)
-	h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LATE-1", Quantity: 2, HoldFor: time.Second})
-	require.NoError(t, err)
-	// Nothing sweeps in this test: the commit itself finds the hold past due.
-	require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(5 * time.Millisecond)) },
-		3*time.Second, 10*time.Millisecond)
-	_, err = b.engine.Commit(b.ctx, alice, h.Token)
-	require.ErrorIs(t, err, inventory.ErrExpired)
-	require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available, "commit after expiry releases the units once")
-	_, err = b.engine.Commit(b.ctx, alice, h.Token)
-	require.ErrorIs(t, err, inventory.ErrExpired)
-	expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("LATE-1"), 100)
-	require.NoError(t, err)
-	require.Empty(t, expired, "already released: the sweeper has nothing to do")
-	require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available)
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "LATE-1", 2, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LATE-1", Quantity: 2, HoldFor: time.Second})
+		require.NoError(t, err)
+		// Nothing sweeps in this test: the commit itself finds the hold past due.
+		require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(5 * time.Millisecond)) },
+			3*time.Second, 10*time.Millisecond)
+		_, err = b.engine.Commit(b.ctx, alice, h.Token)
+		require.ErrorIs(t, err, inventory.ErrExpired)
+		require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available, "commit after expiry releases the units once")
+		_, err = b.engine.Commit(b.ctx, alice, h.Token)
+		require.ErrorIs(t, err, inventory.ErrExpired)
+		expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("LATE-1"), 100)
+		require.NoError(t, err)
+		require.Empty(t, expired, "already released: the sweeper has nothing to do")
+		require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available)
+	})
 }
 
 var _ = redis.Nil
