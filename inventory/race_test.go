@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
@@ -422,4 +421,3 @@ func TestCommitAfterExpiry(t *testing.T) {
 	})
 }
 
-var _ = redis.Nil
