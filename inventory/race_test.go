@@ -420,4 +420,3 @@ func TestCommitAfterExpiry(t *testing.T) {
 		require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available)
 	})
 }
-
