@@ -81,7 +81,7 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 		})),
 		losses: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_redis_data_losses_total",
-			Help: "Partitions found to have lost their Redis data (their epoch key vanished or changed).",
+			Help: "Partitions whose Redis epoch key was missing or changed: a new Redis (first start), or one that lost its data (flush, restart without persistence, failover). Their SKUs are rebuilt from Postgres.",
 		})),
 	}
 	w.service = newService("rebuilder", cfg.Options, log, reg, w.run)
