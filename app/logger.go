@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"io"
 	"time"
 
@@ -32,4 +33,21 @@ func WarnIfDevSecret(cfg config.Config, log zerolog.Logger) {
 	}
 	log.Warn().Msg("!!! DEVELOPMENT MODE: tokens are signed with the public built-in secret, so anyone can forge them. " +
 		"Never expose this server; set DROPLINE_JWT_SECRET and unset DROPLINE_DEV in production !!!")
+}
+
+// NewRedisLogger routes go-redis' own messages (it logs failed dials and pool
+// trouble on its own) into the root logger at debug level, so a service
+// that cannot be reached is reported once, in Dropline's words, and the
+// detail is there when DROPLINE_LOG_LEVEL=debug. go-redis takes it through
+// its package-level redis.SetLogger, which only cmd/ calls.
+func NewRedisLogger(log zerolog.Logger) RedisLogger {
+	return RedisLogger{log: log.With().Str("component", "go-redis").Logger()}
+}
+
+// RedisLogger is go-redis' logger, writing to zerolog at debug level.
+type RedisLogger struct{ log zerolog.Logger }
+
+// Printf implements go-redis' internal.Logging.
+func (l RedisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Msgf(format, v...)
 }

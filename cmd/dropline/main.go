@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
 	"github.com/dropline/dropline/app"
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
@@ -171,7 +174,7 @@ func (e env) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := app.NewLogger(cfg, e.stderr)
+	log := e.logger(cfg)
 	app.WarnIfDevSecret(cfg, log)
 
 	a := app.New(cfg, log)
@@ -210,7 +213,7 @@ func (e env) migrate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := app.New(cfg, app.NewLogger(cfg, e.stderr))
+	a := app.New(cfg, e.logger(cfg))
 	return closeAfter(ctx, a, a.Migrate(ctx))
 }
 
@@ -227,8 +230,15 @@ func (e env) seed(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := app.New(cfg, app.NewLogger(cfg, e.stderr))
+	a := app.New(cfg, e.logger(cfg))
 	return closeAfter(ctx, a, a.SeedDemo(ctx))
+}
+
+// logger builds the root logger and hands go-redis' own messages to it.
+func (e env) logger(cfg config.Config) zerolog.Logger {
+	log := app.NewLogger(cfg, e.stderr)
+	redis.SetLogger(app.NewRedisLogger(log))
+	return log
 }
 
 // closeAfter closes a one-shot App and returns the command's error first.
