@@ -173,7 +173,11 @@ func NewHandler(cfg Config) http.Handler {
 	// gets fresh loaders, or a payload's product.stock would be the value
 	// cached when the subscription began.
 	srv.AroundResponses(func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
-		if oc := graphql.GetOperationContext(ctx); oc != nil && oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
+		// A body gqlgen cannot decode reaches here with no operation at all.
+		if !graphql.HasOperationContext(ctx) {
+			return next(ctx)
+		}
+		if oc := graphql.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
 			ctx = withLoaders(ctx, cfg.Engine)
 		}
 		return next(ctx)
