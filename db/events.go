@@ -52,11 +52,7 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		return nil
 	}
 	// Fold events per token, in order, into each reservation's latest state.
-	type state struct {
-		Reservation
-		seen bool
-	}
-	latest := map[string]*state{}
+	latest := map[string]*Reservation{}
 	var order []string
 	n := len(events)
 	ids, skus, kinds, tokens, principals := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -70,9 +66,9 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		qtys[i], ats[i] = int32(e.Quantity), e.At
 		s := latest[e.Token]
 		if s == nil {
-			s = &state{Reservation: Reservation{Token: e.Token, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity,
+			s = &Reservation{Token: e.Token, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity,
 				Status: StatusHeld, IdempotencyHash: e.IdempotencyHash, RequestHash: e.RequestHash,
-				ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt}}
+				ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt}
 			latest[e.Token] = s
 			order = append(order, e.Token)
 		}

@@ -116,9 +116,9 @@ func TestOperatorAndPlaygroundEndpoints(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, b.String(), resp.Header
 	}
-	code, body, _ := get("/healthz")
+	code, _, _ := get("/healthz")
 	require.Equal(t, 200, code)
-	code, body, _ = get("/readyz")
+	code, body, _ := get("/readyz")
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, `"ready"`)
 	code, body, _ = get("/metrics")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -143,6 +142,3 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 	}
 	return nil
 }
-
-// formatInt keeps script arguments as plain decimal strings.
-func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -276,7 +276,7 @@ func TestAdminMutations(t *testing.T) {
 	only(t, nf.Restock, "NOT_FOUND")
 
 	for name, doc := range map[string]string{"createProduct": createDoc, "updateProduct": updateDoc, "restock": restockDoc} {
-		in := map[string]any{"sku": "ADM", "quantity": 1, "name": "x", "stock": 1, "price": map[string]any{"amount": 1, "currency": "EUR"}}
+		var in map[string]any
 		switch name {
 		case "updateProduct":
 			in = map[string]any{"sku": "ADM", "name": "hijacked"}

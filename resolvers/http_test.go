@@ -230,11 +230,11 @@ func TestCORS(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	ok := preflight("https://shop.example")
+	ok := preflight("https://shop.example") //nolint:bodyclose // closed inside preflight
 	require.Equal(t, http.StatusNoContent, ok.StatusCode)
 	require.Contains(t, ok.Header.Get("Access-Control-Allow-Methods"), "POST")
 	require.Contains(t, ok.Header.Get("Access-Control-Allow-Headers"), "Authorization")
-	require.Equal(t, http.StatusForbidden, preflight("https://evil.example").StatusCode)
+	require.Equal(t, http.StatusForbidden, preflight("https://evil.example").StatusCode) //nolint:bodyclose // closed inside preflight
 
 	// Same-origin and non-browser requests need no listing.
 	host := strings.TrimPrefix(srv.URL, "http://")

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -453,11 +451,4 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() (bo
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// isTransport reports errors a client should retry on another instance.
-func isTransport(err error) bool {
-	var ne net.Error
-	return err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset"))
 }

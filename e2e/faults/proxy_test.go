@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -105,10 +104,7 @@ func (p *proxy) pipe(dst, src net.Conn, replies bool) {
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
-			}
-			return
+			return // EOF or a cut connection: either way this direction is done
 		}
 	}
 }

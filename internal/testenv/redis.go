@@ -131,7 +131,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("redis-server is not installed (run `make services`): %w", err)
 	}
-	s.cmd = exec.Command(path, s.args...)
+	s.cmd = exec.Command(path, s.args...) //nolint:gosec // a test helper running redis-server with arguments it built
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("starting redis-server: %w", err)
 	}
@@ -147,7 +147,7 @@ func (s *Server) Start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("redis-server on %s did not answer: %v", s.Addr, err)
+	return fmt.Errorf("redis-server on %s did not answer: %w", s.Addr, err)
 }
 
 // Stop kills the process (SIGKILL: it keeps nothing on disk anyway).
@@ -204,7 +204,7 @@ func StartCluster(dir string) (*Cluster, error) {
 	c := &Cluster{}
 	for i := 0; i < 3; i++ {
 		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", i))
-		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
+		if err := os.MkdirAll(nodeDir, 0o750); err != nil {
 			return nil, err
 		}
 		s, err := startServer(nodeDir, "--cluster-enabled", "yes",
@@ -218,9 +218,9 @@ func StartCluster(dir string) (*Cluster, error) {
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil { //nolint:gosec // our own arguments
 		c.Stop()
-		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
+		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
 	}
 	client := c.client()
 	defer client.Close()
