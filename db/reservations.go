@@ -161,14 +161,19 @@ type Snapshot struct {
 	Held []Reservation
 	// Committed are sales within the retention window, with their reservation data.
 	Committed []Reservation
+	// Finished are cancelled and expired reservations made with an
+	// idempotency key within the idempotency window, so the key still
+	// replays them after a rebuild.
+	Finished []Reservation
 	// Bought is the number of units each principal has bought of the SKU.
 	Bought map[string]int
 }
 
 // WithSnapshot reads a SKU's snapshot under a row lock on the product and runs
 // fn while holding it, so no sale of that SKU can commit between the read and
-// whatever fn writes. It returns ErrNotFound for an unknown SKU.
-func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention time.Duration, fn func(Snapshot) error) error {
+// whatever fn writes. retention bounds the sales it returns, idempotencyTTL the
+// finished reservations. It returns ErrNotFound for an unknown SKU.
+func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempotencyTTL time.Duration, fn func(Snapshot) error) error {
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		var s Snapshot
 		var err error
@@ -195,6 +200,16 @@ func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention time.Du
 			return interpret(err)
 		}
 		if s.Committed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) }); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+			WHERE sku = $1 AND status IN ('CANCELLED', 'EXPIRED') AND idempotency_hash IS NOT NULL
+			  AND created_at > now() - make_interval(secs => $2)
+			ORDER BY created_at, token`, sku, idempotencyTTL.Seconds())
+		if err != nil {
+			return interpret(err)
+		}
+		if s.Finished, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) }); err != nil {
 			return err
 		}
 		rows, err = tx.Query(ctx, `SELECT principal, sum(quantity)::int FROM sales WHERE sku = $1 GROUP BY principal`, sku)

@@ -20,8 +20,10 @@ import (
 // Committing the same token again returns the same reservation with Replayed
 // set and writes nothing. Other outcomes: ErrExpired, ErrAlreadyCancelled,
 // ErrNotFound, ErrForbidden, *OutOfStockError (Postgres refused the sale
-// after Redis lost state), ErrUnavailable (Postgres unreachable: retry; the
-// hold is back to HELD with its original expiry).
+// after Redis lost state), ErrUnavailable (retry: Postgres was unreachable and
+// the hold is back to HELD with its original expiry, or the outcome is not
+// known yet and the hold waits, out of reach of expiry, for a retry or the
+// commit reconciler).
 func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Reservation, err error) {
 	defer func() { e.metrics.outcome("commit", err) }()
 	partition, err := parseToken(token)
@@ -32,7 +34,7 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 		return Reservation{}, err
 	}
 	base := e.keys.Base(partition)
-	for attempt := 0; ; attempt++ {
+	for try := 0; ; try++ {
 		r, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(partition, token)},
 			base, token, p.ID, int64(e.cfg.Retention.Seconds()))
 		if err != nil {
@@ -45,22 +47,20 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 			if h.Status == StatusCommitted {
 				return h, nil
 			}
-			return e.writeSale(ctx, base, token, h)
+			return e.writeSale(ctx, base, token, h, attempt{id: res.str(11), moved: res.int(12) == 1})
 		case "FORBIDDEN":
 			return Reservation{}, ErrForbidden
-		case "EXPIRED":
-			return Reservation{}, ErrExpired
-		case "ALREADY_CANCELLED":
-			return Reservation{}, ErrAlreadyCancelled
+		case "EXPIRED", "ALREADY_CANCELLED":
+			return e.refusedUnlessSold(ctx, token, res.code())
 		case "NEEDS_HYDRATION":
-			if attempt > 0 {
+			if try > 0 {
 				return Reservation{}, fmt.Errorf("committing %s: SKU still missing after rebuild", token)
 			}
 			if err := e.Rebuild(ctx, res.str(1)); err != nil {
 				return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 			}
 		case "NOT_FOUND":
-			if attempt > 0 {
+			if try > 0 {
 				return Reservation{}, ErrNotFound
 			}
 			rebuilt, h, err := e.fromLedger(ctx, p, token)
@@ -74,8 +74,42 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 	}
 }
 
+// attempt identifies one commit attempt of a hold (begin_commit.lua's cst).
+// Only the attempt that moved the hold out of HELD may put it back, and only
+// while no other attempt has joined since.
+type attempt struct {
+	id    string
+	moved bool
+}
+
+// refusedUnlessSold answers a commit that Redis refuses as expired or
+// cancelled, unless Postgres has the sale: a Redis that came back with older
+// state (a stale replica, an old snapshot) must not deny a durable sale.
+func (e *Engine) refusedUnlessSold(ctx context.Context, token, code string) (Reservation, error) {
+	sale, err := e.ledger.Sale(ctx, token)
+	if err == nil {
+		e.log.Warn().Str("token", token).Str("sku", sale.SKU).Msg("Redis refused a commit Postgres has: Redis state is older than the ledger")
+		return Reservation{Token: token, SKU: sale.SKU, Principal: sale.Principal, Quantity: sale.Quantity,
+			Status: StatusCommitted, CommittedAt: utcPtr(&sale.CommittedAt), Replayed: true}, nil
+	}
+	if !errors.Is(err, db.ErrNotFound) {
+		return Reservation{}, unavailable("checking sale", err)
+	}
+	if code == "EXPIRED" {
+		return Reservation{}, ErrExpired
+	}
+	return Reservation{}, ErrAlreadyCancelled
+}
+
+// nothingSent reports a Postgres failure that certainly wrote nothing: the
+// connection could not even be made, or pgx knows the request never left.
+func nothingSent(err error) bool {
+	var connect *pgconn.ConnectError
+	return pgconn.SafeToRetry(err) || errors.As(err, &connect)
+}
+
 // writeSale is the durable middle of a commit and its ending in Redis.
-func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservation) (Reservation, error) {
+func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservation, a attempt) (Reservation, error) {
 	wctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
 	sale, err := e.ledger.RecordSale(wctx, db.Reservation{
 		Token: token, SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
@@ -84,16 +118,19 @@ func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservatio
 	cancel()
 	switch {
 	case err == nil:
-		return e.finishCommit(ctx, base, token, h, "COMMITTED", sale.CommittedAt)
+		return e.finishCommit(ctx, base, token, h, "COMMITTED", sale.CommittedAt, a.id)
 	case errors.Is(err, db.ErrWouldOversell):
 		e.log.Error().Str("token", token).Str("sku", h.SKU).Msg("Postgres refused a sale beyond the total; releasing the hold")
-		if _, ferr := e.finishCommit(ctx, base, token, h, "REFUSED", time.Time{}); ferr != nil {
-			return Reservation{}, ferr
+		if a.moved {
+			if _, ferr := e.finishCommit(ctx, base, token, h, "REFUSED", time.Time{}, a.id); ferr != nil {
+				return Reservation{}, ferr
+			}
 		}
 		return Reservation{}, &OutOfStockError{Available: 0}
-	case pgconn.SafeToRetry(err):
-		// Nothing reached Postgres: put the hold back as it was.
-		if _, ferr := e.finishCommit(ctx, base, token, h, "RESTORE", time.Time{}); ferr != nil {
+	case nothingSent(err) && a.moved:
+		// Nothing reached Postgres: put the hold back as it was, unless
+		// another attempt has joined and may be writing.
+		if _, ferr := e.finishCommit(ctx, base, token, h, "RESTORE", time.Time{}, a.id); ferr != nil {
 			e.log.Warn().Err(ferr).Str("token", token).Msg("could not restore hold after a failed commit; the reconciler will")
 		}
 		return Reservation{}, unavailable("committing "+token, err)
@@ -105,26 +142,30 @@ func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservatio
 	}
 }
 
-func (e *Engine) finishCommit(ctx context.Context, base, token string, h Reservation, outcome string, committedAt time.Time) (Reservation, error) {
+// finishCommit runs finish_commit.lua; attemptID is begin_commit's cst for
+// RESTORE and REFUSED. Replayed on the result means the script changed nothing.
+func (e *Engine) finishCommit(ctx context.Context, base, token string, h Reservation, outcome string, committedAt time.Time, attemptID string) (Reservation, error) {
 	partition, _ := parseToken(token)
 	r, err := e.run(ctx, lua.FinishCommit, []string{e.keys.Hold(partition, token)},
-		base, token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli())
+		base, token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli(), attemptID)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 	}
 	res := reply(r)
 	switch res.code() {
 	case "OK":
-		out := holdFromReply(res)
-		out.Replayed = false
-		return out, nil
+		return holdFromReply(res), nil
 	case "NEEDS_HYDRATION":
-		// Redis lost the SKU; Postgres has the sale, so a rebuild includes it.
+		// Redis lost the SKU; a rebuild from Postgres includes the sale if
+		// there is one, and no hold to restore if there is none.
 		if err := e.Rebuild(ctx, h.SKU); err != nil {
 			return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 		}
-		h.Status = StatusCommitted
-		h.CommittedAt = &committedAt
+		if outcome == "COMMITTED" {
+			h.Status = StatusCommitted
+			h.CommittedAt = &committedAt
+		}
+		h.Replayed = false
 		return h, nil
 	case "NOT_FOUND":
 		return h, nil

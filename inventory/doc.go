@@ -18,8 +18,8 @@
 // to partition crc32(sku) % 16, and every key of that SKU carries the tag, so a
 // script touching them runs on one Redis Cluster slot:
 //
-//	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd
-//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp
+//	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
+//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst
 //	dl:{p07}:user:<sku>:<principal> string units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (24 h)
 //	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
@@ -27,6 +27,11 @@
 //	dl:{p07}:outbox                 stream ledger events (the write-behind outbox)
 //	dl:{p07}:avail:<sku>            sharded pub/sub channel announcing stock
 //	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with
+//
+// gen is the generation of the SKU's life in Redis: every rebuild starts a new
+// one, and a hold counts only while it carries its SKU's generation, so a hold
+// left over from an earlier life can never move units. cst identifies the
+// commit attempt under way (see below).
 //
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
 // partition, so a commit finds its hold without a lookup. Keys builds every
@@ -47,11 +52,16 @@
 // sold. The sale is then written to Postgres, keyed by the token (a repeated
 // write finds the first row). finish_commit.lua then marks the hold COMMITTED
 // and moves its units from held to sold. Concurrent commits of one token all
-// reach the same sale row and all answer OK. If Postgres cannot be reached
-// before anything was sent, the hold goes back to HELD with its original
-// expiry; if the outcome is unknown (a timeout mid-write), the hold stays
-// COMMITTING and ReconcileCommits settles it by asking Postgres, after longer
-// than any write can take.
+// reach the same sale row and all answer OK.
+//
+// Each attempt stamps the hold with its own id (cst). If Postgres could not be
+// reached and nothing was sent, the attempt that moved the hold out of HELD
+// puts it back, with its original expiry, but only while its id is still on
+// the hold: an attempt that joined since may be writing the sale, and a
+// failed attempt must never undo its protection. If the outcome is unknown (a
+// timeout mid-write), or another attempt joined, the hold stays COMMITTING: a
+// cancel answers UNAVAILABLE (retry), and ReconcileCommits settles it by
+// asking Postgres once the latest attempt is older than any write can take.
 //
 // # Idempotency
 //
@@ -73,12 +83,21 @@
 // holds made in the last moments before Redis lost its data are lost with it,
 // and their units return to stock. Restored holds are admitted oldest first
 // while they fit in total - sold; any that do not fit are recorded as expired.
+// Finished reservations of the last 24 hours are restored with their
+// idempotency keys, so a key replays what it did; a rejection is not in
+// Postgres, so a rejected key is a new request after Redis lost it.
 //
 // # Failure modes
 //
 //   - Redis down: reserves, cancels and commits fail with ErrUnavailable.
 //   - Postgres down: reserves and cancels go on (Redis only; the outbox grows),
-//     commits fail with ErrUnavailable and keep their holds.
+//     commits fail with ErrUnavailable and keep their holds (HELD again, so
+//     they can be cancelled and expire on time).
+//   - Redis restored from an older snapshot or a lagging replica: a commit
+//     Redis calls expired or cancelled is checked against Postgres' sales and
+//     answered as committed when the sale is there. Counters of such a Redis
+//     are not compared with the ledger; run Redis without persistence (every
+//     restart rebuilds from Postgres) or with AOF fsync always.
 //   - Redis failover with asynchronous replication can lose the last holds
 //     written to the old primary; commits are safe because Postgres is first.
 //   - Redis must run with maxmemory-policy noeviction: an evicted hold or

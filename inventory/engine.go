@@ -80,6 +80,10 @@ func (c *Config) validate() error {
 	if c.MaxQuantity < 1 {
 		return fmt.Errorf("max quantity must be at least 1")
 	}
+	if c.Retention < c.IdempotencyTTL {
+		// An idempotency record replays its hold: the hold must live as long.
+		return fmt.Errorf("retention (%s) must be at least the idempotency TTL (%s)", c.Retention, c.IdempotencyTTL)
+	}
 	return nil
 }
 

@@ -17,12 +17,17 @@ const Partitions = 16
 // one Redis Cluster slot.
 type Keys struct {
 	prefix string
+	bases  *[Partitions]string // prefix + "{pNN}:", formatted once
 }
 
 // NewKeys returns the key builder for a prefix such as "dl:". The prefix must
 // not contain braces: the first {...} in a key is its hash tag.
 func NewKeys(prefix string) Keys {
-	return Keys{prefix: prefix}
+	k := Keys{prefix: prefix, bases: new([Partitions]string)}
+	for p := range k.bases {
+		k.bases[p] = fmt.Sprintf("%s{p%02d}:", prefix, p)
+	}
+	return k
 }
 
 // PartitionOf returns the partition of a SKU.
@@ -33,7 +38,7 @@ func PartitionOf(sku string) int {
 // Base is the common start of every key of partition p: prefix + "{pNN}:".
 // Scripts receive it to derive the keys of a hold they have just read.
 func (k Keys) Base(p int) string {
-	return fmt.Sprintf("%s{p%02d}:", k.prefix, p)
+	return k.bases[p]
 }
 
 // SKU is the stock hash of a SKU.

@@ -128,21 +128,26 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 			e.rdb.ZRem(ctx, e.keys.Committing(partition), tok)
 			continue
 		}
-		hold := holdFromHash(tok, h)
+		// The attempt id is read before Postgres is asked: if an attempt joins
+		// meanwhile, the RESTORE below no longer matches and changes nothing.
+		hold, attemptID := holdFromHash(tok, h), h["cst"]
 		sale, err := e.ledger.Sale(ctx, tok)
+		var res Reservation
 		switch {
 		case err == nil:
-			_, err = e.finishCommit(ctx, base, tok, hold, "COMMITTED", sale.CommittedAt)
+			res, err = e.finishCommit(ctx, base, tok, hold, "COMMITTED", sale.CommittedAt, attemptID)
 		case errors.Is(err, db.ErrNotFound):
-			_, err = e.finishCommit(ctx, base, tok, hold, "RESTORE", time.Time{})
+			res, err = e.finishCommit(ctx, base, tok, hold, "RESTORE", time.Time{}, attemptID)
 		default:
 			return settled, unavailable("checking sale", err)
 		}
 		if err != nil {
 			return settled, err
 		}
-		settled++
-		e.log.Info().Str("token", tok).Str("sku", hold.SKU).Msg("reconciled a half-done commit")
+		if !res.Replayed {
+			settled++
+			e.log.Info().Str("token", tok).Str("sku", hold.SKU).Str("status", string(res.Status)).Msg("reconciled a half-done commit")
+		}
 	}
 	return settled, nil
 }

@@ -20,8 +20,9 @@ import (
 // Redis before the lock is released, so no commit lands between the two.
 // Restored: the total and sold counts, holds Postgres has as HELD and not yet
 // due (oldest first, while they fit in total - sold; the rest are recorded as
-// expired), sales of the retention window (so a repeated commit replays), and
-// each principal's quota count. Holds that never reached Postgres are lost
+// expired), sales of the retention window (so a repeated commit replays),
+// cancelled and expired reservations of the idempotency window (so their key
+// replays them), and each principal's quota count. Holds that never reached Postgres are lost
 // with Redis, and their units return to stock.
 func (e *Engine) Rebuild(ctx context.Context, sku string) error {
 	_, err, _ := e.rebuild.Do(sku, func() (any, error) {
@@ -40,7 +41,7 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 		return nil
 	}
 	var result string
-	err := e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, func(s db.Snapshot) error {
+	err := e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, e.cfg.IdempotencyTTL, func(s db.Snapshot) error {
 		args, err := e.hydrateArgs(ctx, s)
 		if err != nil {
 			return err
@@ -67,6 +68,10 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	return nil
 }
 
+// statusDrop marks, for hydrate_sku.lua, a hold Postgres still has as HELD
+// that is past due or no longer fits the stock: it is recorded as expired.
+const statusDrop = "DROP"
+
 // hydrateArgs lays out the snapshot as hydrate_sku.lua's arguments.
 func (e *Engine) hydrateArgs(ctx context.Context, s db.Snapshot) ([]any, error) {
 	now, err := e.rdb.Time(ctx).Result()
@@ -88,7 +93,7 @@ func (e *Engine) hydrateArgs(ctx context.Context, s db.Snapshot) ([]any, error) 
 	for _, r := range s.Held {
 		status := db.StatusHeld
 		if !r.ExpiresAt.After(now) || r.Quantity > room-held {
-			status = db.StatusExpired
+			status = statusDrop // recorded as expired now, with its event
 		} else {
 			held += r.Quantity
 			quota[r.Principal] += r.Quantity
@@ -98,6 +103,9 @@ func (e *Engine) hydrateArgs(ctx context.Context, s db.Snapshot) ([]any, error) 
 	for _, r := range s.Committed {
 		holds = append(holds, hold{r, db.StatusCommitted})
 	}
+	for _, r := range s.Finished {
+		holds = append(holds, hold{r, r.Status})
+	}
 	args := []any{
 		e.keys.Base(PartitionOf(p.SKU)), p.SKU, p.Total, p.Sold, p.MaxPerUser,
 		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version,
@@ -105,8 +113,8 @@ func (e *Engine) hydrateArgs(ctx context.Context, s db.Snapshot) ([]any, error) 
 		held, room - held, len(holds),
 	}
 	for _, h := range holds {
-		var ended int64
-		if h.status == db.StatusExpired {
+		ended := timeMs(h.r.EndedAt)
+		if h.status == statusDrop {
 			ended = now.UnixMilli()
 		}
 		args = append(args, h.r.Token, h.r.Principal, h.r.Quantity, h.status, h.r.ExpiresAt.UnixMilli(),

@@ -247,7 +247,7 @@ func TestReconcilerFinishesHalfDoneCommits(t *testing.T) {
 		p := inventory.PartitionOf("HALF-1")
 		// A crash after begin_commit: both holds COMMITTING; only one sale reached Postgres.
 		for _, tok := range []string{sold.Token, unsold.Token} {
-			require.NoError(t, b.rdb.HSet(b.ctx, b.engine.Keys().Hold(p, tok), "st", "COMMITTING").Err())
+			require.NoError(t, b.rdb.HSet(b.ctx, b.engine.Keys().Hold(p, tok), "st", "COMMITTING", "cst", "1").Err())
 			require.NoError(t, b.rdb.ZRem(b.ctx, b.engine.Keys().Expiry(p), tok).Err())
 			require.NoError(t, b.rdb.ZAdd(b.ctx, b.engine.Keys().Committing(p), redis.Z{Score: 1, Member: tok}).Err())
 		}

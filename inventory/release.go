@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/dropline/dropline/lua"
@@ -33,6 +34,8 @@ func (e *Engine) Cancel(ctx context.Context, p Principal, token string) (res Res
 			return Reservation{}, ErrForbidden
 		case "ALREADY_COMMITTED":
 			return Reservation{}, ErrAlreadyCommitted
+		case "COMMIT_IN_PROGRESS":
+			return Reservation{}, unavailable("cancelling "+token, errCommitInProgress)
 		case "NEEDS_HYDRATION":
 			if attempt > 0 {
 				return Reservation{}, fmt.Errorf("cancelling %s: SKU still missing after rebuild", token)
@@ -61,6 +64,10 @@ func (e *Engine) Cancel(ctx context.Context, p Principal, token string) (res Res
 		}
 	}
 }
+
+// errCommitInProgress is why a cancel of a hold being committed is refused
+// as retryable: the commit's outcome decides, within seconds.
+var errCommitInProgress = errors.New("a commit of this reservation is in progress")
 
 // release runs release_hold.lua, shared by cancel and expiry.
 func (e *Engine) release(ctx context.Context, partition int, token string, p Principal, status string) (reply, error) {

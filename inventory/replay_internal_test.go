@@ -53,7 +53,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	h, err := e.Reservation(ctx, alice, token)
 	require.NoError(t, err)
 	for i := 0; i < 2; i++ {
-		_, err := e.finishCommit(ctx, base, token, h, "COMMITTED", time.Now())
+		_, err := e.finishCommit(ctx, base, token, h, "COMMITTED", time.Now(), "")
 		require.NoError(t, err)
 	}
 	s, err = e.Stock(ctx, "TWICE")

@@ -20,10 +20,9 @@ end
 if tonumber(s[1]) >= tonumber(ARGV[3]) then
   return { 'STALE' }
 end
+-- May be below zero after Redis lost state mid-commit (see finish_commit.lua);
+-- it must stay exact so that avail + held + sold == total.
 local avail = tonumber(ARGV[4]) - tonumber(s[2]) - tonumber(s[3])
-if avail < 0 then
-  avail = 0
-end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'ver', ARGV[3], 'total', ARGV[4], 'avail', avail,
   'max', ARGV[5], 'start', ARGV[6], 'end', ARGV[7])

@@ -6,7 +6,9 @@
 -- ARGV[1]  partition base   ARGV[2] token   ARGV[3] principal   ARGV[4] retention seconds
 --
 -- Returns hold_reply(code, ...) with code:
---   OK                 the hold is COMMITTING (go on and write the sale) or already COMMITTED
+--   OK                 the hold is COMMITTING (go on and write the sale) or already COMMITTED;
+--                      two more values follow: this attempt's id (cst, Redis time in us) and
+--                      1 when this call moved the hold from HELD, 0 when it joined an attempt
 --   FORBIDDEN          another principal's hold; nothing changes
 --   EXPIRED            past its expiry: released here (exactly once) if the sweeper had not yet
 --   ALREADY_CANCELLED  cancelled before
@@ -17,7 +19,10 @@
 -- Why one script: reading the status and changing it must be one step, or the
 -- sweeper could release the units between the two and they would be both
 -- released and sold. A COMMITTING hold is reported as OK again, so concurrent or
--- retried commits all go on to the idempotent Postgres write.
+-- retried commits all go on to the idempotent Postgres write. Each attempt
+-- stamps the hold with its own id (cst), and only the attempt whose id is
+-- still on the hold may put it back to HELD (finish_commit.lua RESTORE): an
+-- attempt that failed can never undo the protection of one still writing.
 
 local base, token, who = ARGV[1], ARGV[2], ARGV[3]
 local h = hash_get(KEYS[1])
@@ -35,8 +40,19 @@ if h['who'] ~= who then
   return hold_reply('FORBIDDEN', token, h, 0)
 end
 local st = h['st']
-if st == 'COMMITTED' or st == 'COMMITTING' then
-  return hold_reply('OK', token, h, st == 'COMMITTED' and 1 or 0)
+if st == 'COMMITTED' then
+  return hold_reply('OK', token, h, 1)
+end
+if st == 'COMMITTING' then
+  -- Join the attempt under way: a fresh id, and a fresh start for the
+  -- reconciler, which leaves a commit alone while any attempt may be writing.
+  local cst = now_us()
+  redis.call('HSET', KEYS[1], 'cst', cst)
+  redis.call('ZADD', base .. 'committing', now_ms(), token)
+  local r = hold_reply('OK', token, h, 0)
+  table.insert(r, cst)
+  table.insert(r, 0)
+  return r
 end
 if st == 'CANCELLED' then
   return hold_reply('ALREADY_CANCELLED', token, h, 1)
@@ -50,8 +66,12 @@ if now >= tonumber(h['exp']) then
   release(base, token, h, 'EXPIRED', now, tonumber(ARGV[4]))
   return hold_reply('EXPIRED', token, h, 0)
 end
-redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', now)
+local cst = now_us()
+redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', cst)
 redis.call('ZREM', base .. 'expiry', token)
 redis.call('ZADD', base .. 'committing', now, token)
 h['st'] = 'COMMITTING'
-return hold_reply('OK', token, h, 0)
+local r = hold_reply('OK', token, h, 0)
+table.insert(r, cst)
+table.insert(r, 1)
+return r

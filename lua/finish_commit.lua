@@ -5,15 +5,21 @@
 -- KEYS[1]  {p}hold:<token>
 -- ARGV[1]  partition base   ARGV[2] token   ARGV[3] outcome   ARGV[4] retention seconds
 -- ARGV[5]  sku   ARGV[6] principal   ARGV[7] quantity   ARGV[8] committed_ms (from Postgres)
+-- ARGV[9]  the attempt id (cst) begin_commit.lua gave; RESTORE and REFUSED need it
 --
 -- outcome is one of:
 --   COMMITTED  Postgres has the sale: make Redis agree, whatever state the hold is in.
---   RESTORE    Postgres could not be reached: COMMITTING goes back to HELD with its
---              original expiry (the sweeper expires it at once if that has passed).
---   REFUSED    Postgres refused the sale (it would exceed the total): release the units.
+--   RESTORE    the sale certainly did not reach Postgres: COMMITTING goes back to HELD
+--              with its original expiry (the sweeper expires it at once if that has
+--              passed), but only while the hold still carries this attempt's id.
+--   REFUSED    Postgres refused the sale (it would exceed the total): release the units,
+--              under the same condition.
+-- When another attempt has joined since (the id changed), RESTORE and REFUSED change
+-- nothing: that attempt, or the commit reconciler, settles the hold.
 --
--- Returns hold_reply('OK', ...), or {'NEEDS_HYDRATION', sku} when the SKU itself
--- is gone from Redis (rebuilding from Postgres then includes this sale).
+-- Returns hold_reply('OK', ...) (replayed = 1 when nothing changed), {'NOT_FOUND'}
+-- when a RESTORE or REFUSED finds no live hold, or {'NEEDS_HYDRATION', sku} when the
+-- SKU itself is gone from Redis (rebuilding from Postgres then includes this sale).
 --
 -- Why one script: the status change and the counter moves must land together,
 -- or a crash between them would leave units counted twice or not at all.
@@ -30,6 +36,7 @@ end
 local h = hash_get(KEYS[1])
 if not h or h['gen'] ~= gen then
   if outcome ~= 'COMMITTED' then
+    redis.call('ZREM', base .. 'committing', token)
     return { 'NOT_FOUND' }
   end
   -- The SKU was rebuilt from Postgres before this sale reached it, and the
@@ -70,6 +77,11 @@ end
 
 if st ~= 'COMMITTING' then
   -- Someone else finished or released it meanwhile; nothing to undo.
+  redis.call('ZREM', base .. 'committing', token)
+  return hold_reply('OK', token, h, 1)
+end
+if h['cst'] ~= ARGV[9] then
+  -- Another attempt joined: it may be writing the sale right now.
   return hold_reply('OK', token, h, 1)
 end
 if outcome == 'RESTORE' then

@@ -49,11 +49,13 @@ end
 
 -- announce publishes a SKU's stock to its sharded channel. Subscribers treat
 -- the message as a hint with a sequence number; correctness never depends on it.
+-- The JSON is built by hand: cjson prints numbers with 14 significant digits,
+-- and seq (it starts at the rebuild's time in microseconds) has 16.
 local function announce(base, sku)
   local s = redis.call('HMGET', base .. 'sku:' .. sku, 'total', 'avail', 'held', 'sold', 'seq', 'upd')
-  redis.call('SPUBLISH', base .. 'avail:' .. sku, cjson.encode({
-    sku = sku, total = tonumber(s[1]), available = tonumber(s[2]), held = tonumber(s[3]),
-    sold = tonumber(s[4]), seq = tonumber(s[5]), at = tonumber(s[6]) }))
+  redis.call('SPUBLISH', base .. 'avail:' .. sku, string.format(
+    '{"sku":%s,"total":%s,"available":%s,"held":%s,"sold":%s,"seq":%s,"at":%s}',
+    cjson.encode(sku), s[1], s[2], s[3], s[4], s[5], s[6]))
 end
 
 -- bump_stock moves units between the SKU's counters and records the change.

@@ -9,7 +9,8 @@
 -- Returns hold_reply(code, ...) with code:
 --   OK                 released now (replayed = 0) or released before (replayed = 1)
 --   FORBIDDEN          a cancel by someone who neither holds it nor is an admin
---   ALREADY_COMMITTED  the hold is sold (or being sold): nothing to release
+--   ALREADY_COMMITTED  the hold is sold: nothing to release
+--   COMMIT_IN_PROGRESS a commit is under way (or being settled): try again shortly
 --   NOT_DUE            an expiry before the hold's expiresAt (left alone)
 -- or {'NOT_FOUND'} when Redis has no such live hold (an expiry also drops the
 -- token from the expiry index, so a lost hold cannot block the sweeper),
@@ -37,8 +38,13 @@ local st = h['st']
 if st == 'CANCELLED' or st == 'EXPIRED' then
   return hold_reply('OK', token, h, 1)
 end
-if st == 'COMMITTED' or st == 'COMMITTING' then
+if st == 'COMMITTED' then
   return hold_reply('ALREADY_COMMITTED', token, h, 1)
+end
+if st == 'COMMITTING' then
+  -- A commit is writing the sale, or its outcome is being settled: neither
+  -- cancel nor expiry may touch it until then.
+  return hold_reply('COMMIT_IN_PROGRESS', token, h, 1)
 end
 local now = now_ms()
 if status == 'EXPIRED' and now < tonumber(h['exp']) then
