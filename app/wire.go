@@ -64,10 +64,21 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 		},
 		// The hub stops first: its subscribers' channels close, so every
 		// subscription ends before the workers and the stores go.
-		Stop: func(context.Context) error {
-			hub.Stop()
-			group.Stop()
-			return nil
+		Stop: func(ctx context.Context) error {
+			stopped := make(chan struct{})
+			go func() {
+				hub.Stop()
+				group.Stop()
+				close(stopped)
+			}()
+			select {
+			case <-stopped:
+				return nil
+			case <-ctx.Done():
+				// The flusher's unacknowledged batch stays pending in Redis
+				// and is applied again by whoever owns its partition next.
+				return fmt.Errorf("stopping the workers: %w", ctx.Err())
+			}
 		},
 		Drain: hub.Stop,
 	}, nil

@@ -94,9 +94,7 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 	return out, nil
 }
 
-func isNoScript(err error) bool {
-	return err != nil && len(err.Error()) >= 8 && err.Error()[:8] == "NOSCRIPT"
-}
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // ReconcileCommits finishes the commits of one partition that have been
 // COMMITTING for longer than olderThan (a server crashed between its Postgres

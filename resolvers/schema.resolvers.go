@@ -129,7 +129,7 @@ func (r *mutationResolver) Restock(ctx context.Context, input model.RestockInput
 func (r *productResolver) Stock(ctx context.Context, obj *model.Product) (*model.Stock, error) {
 	s, err := loadersFrom(ctx).stock.Load(ctx, obj.Sku)
 	if err != nil {
-		return nil, internal(err)
+		return nil, queryError(err)
 	}
 	if s == nil {
 		return nil, internal(errors.New("stock of " + obj.Sku + " is missing"))
