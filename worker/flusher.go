@@ -344,7 +344,7 @@ func (f *Flusher) createGroup(ctx context.Context, p int) error {
 	return nil
 }
 
-func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
+func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 
 // apply writes msgs to Postgres in one fenced transaction and acknowledges
 // them after the commit. It returns how many were applied and acknowledged.
