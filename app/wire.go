@@ -39,7 +39,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 	if err != nil {
 		return Services{}, err
 	}
-	group := worker.NewGroup(worker.GroupConfig{}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
+	group := worker.NewGroup(worker.GroupConfig{Options: worker.Options{LeaseTTL: in.Config.LeaseTTL}}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
 	hub := live.NewHub(live.HubConfig{}, engine, in.Redis, in.Log, in.Registry)
 	return Services{
 		GraphQL: resolvers.NewHandler(resolvers.Config{

@@ -27,6 +27,7 @@ const (
 	EnvHoldDefault       = "DROPLINE_HOLD_DEFAULT"
 	EnvHoldMax           = "DROPLINE_HOLD_MAX"
 	EnvMutationRate      = "DROPLINE_MUTATION_RATE"
+	EnvLeaseTTL          = "DROPLINE_LEASE_TTL"
 	EnvMutationBurst     = "DROPLINE_MUTATION_BURST"
 	EnvCORSOrigins       = "DROPLINE_CORS_ORIGINS"
 	EnvShutdownTimeout   = "DROPLINE_SHUTDOWN_TIMEOUT"
@@ -42,6 +43,7 @@ const (
 	DefaultKeyPrefix       = "dl:"
 	DefaultHoldDefault     = 600 * time.Second
 	DefaultHoldMax         = 3600 * time.Second
+	DefaultLeaseTTL        = 10 * time.Second
 	DefaultMutationRate    = 10
 	DefaultMutationBurst   = 20
 	DefaultShutdownTimeout = 15 * time.Second
@@ -123,6 +125,13 @@ type Config struct {
 	// (DROPLINE_HOLD_MAX). Default: 3600s. Must be >= HoldDefault and <= 24h.
 	HoldMax time.Duration
 
+	// LeaseTTL is how long a worker lease on a partition lasts without
+	// renewal (DROPLINE_LEASE_TTL). Default: 10s, at least 1s. When an
+	// instance dies, its partitions' expiry sweeping and write-behind move to
+	// the others after at most about this long; shorter means faster
+	// failover and more Redis traffic (renewals every third of it).
+	LeaseTTL time.Duration
+
 	// MutationRate is how many mutations per second one principal may send
 	// on average (DROPLINE_MUTATION_RATE), enforced in Redis (GCRA) so it
 	// holds across instances. Default: 10. A negative value turns the limit
@@ -165,6 +174,7 @@ func Default() Config {
 		KeyPrefix:       DefaultKeyPrefix,
 		HoldDefault:     DefaultHoldDefault,
 		HoldMax:         DefaultHoldMax,
+		LeaseTTL:        DefaultLeaseTTL,
 		MutationRate:    DefaultMutationRate,
 		MutationBurst:   DefaultMutationBurst,
 		ShutdownTimeout: DefaultShutdownTimeout,
@@ -227,6 +237,7 @@ func Load(getenv func(string) string) (Config, error) {
 	str(EnvKeyPrefix, &c.KeyPrefix)
 	dur(EnvHoldDefault, &c.HoldDefault)
 	dur(EnvHoldMax, &c.HoldMax)
+	dur(EnvLeaseTTL, &c.LeaseTTL)
 	num(EnvMutationRate, &c.MutationRate)
 	num(EnvMutationBurst, &c.MutationBurst)
 	c.CORSOrigins = splitList(getenv(EnvCORSOrigins))

@@ -255,3 +255,15 @@ func TestMutationRateLimitSettings(t *testing.T) {
 	_, err = config.Load(get)
 	require.ErrorContains(t, err, config.EnvMutationRate)
 }
+
+func TestLeaseTTL(t *testing.T) {
+	env := map[string]string{"DROPLINE_DEV": "1", config.EnvLeaseTTL: "3s"}
+	c, err := config.Load(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, c.LeaseTTL)
+	require.NoError(t, c.Validate())
+	env[config.EnvLeaseTTL] = "200ms"
+	c, err = config.Load(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Validate(), config.EnvLeaseTTL)
+}

@@ -106,6 +106,9 @@ func (c Config) Validate() error {
 		add(EnvHoldMax, "is %s, shorter than %s (%s): raise it or lower the default", c.HoldMax, EnvHoldDefault, c.HoldDefault)
 	}
 
+	if c.LeaseTTL < time.Second {
+		add(EnvLeaseTTL, "is %s: leases need at least 1s (default %s)", c.LeaseTTL, DefaultLeaseTTL)
+	}
 	if c.MutationRate == 0 {
 		add(EnvMutationRate, "is 0, which would refuse every mutation: set mutations per second per principal (default %d), or a negative number to turn the limit off", DefaultMutationRate)
 	}
