@@ -1,6 +1,7 @@
 package resolvers
 
 import (
+	"context"
 	"time"
 
 	"github.com/dropline/dropline/graph/model"
@@ -16,6 +17,25 @@ func (r *mutationResolver) reserveFailed(out *model.ReservePayload, err error) (
 	}
 	out.UserErrors = append(out.UserErrors, ue)
 	return out, nil
+}
+
+// holdMutation runs a mutation on an existing hold (commit, cancel) for the
+// calling principal and maps its outcome: the reservation, or the business
+// outcome as a user error; only a real failure is returned as an error.
+func (r *mutationResolver) holdMutation(ctx context.Context, call func(inventory.Principal) (inventory.Reservation, error)) (*model.Reservation, []*model.UserError, error) {
+	p, refused := r.deps.mutationCaller(ctx)
+	if refused != nil {
+		return nil, []*model.UserError{refused}, nil
+	}
+	res, err := call(p)
+	if err != nil {
+		ue, err := userError(err)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, []*model.UserError{ue}, nil
+	}
+	return reservationModel(res), []*model.UserError{}, nil
 }
 
 func productRefused(ue *model.UserError) *model.ProductPayload {

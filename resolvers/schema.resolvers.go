@@ -41,44 +41,24 @@ func (r *mutationResolver) Reserve(ctx context.Context, input model.ReserveInput
 
 // Commit is the resolver for the commit field.
 func (r *mutationResolver) Commit(ctx context.Context, input model.CommitInput) (*model.CommitPayload, error) {
-	out := &model.CommitPayload{UserErrors: []*model.UserError{}}
-	p, refused := r.deps.mutationCaller(ctx)
-	if refused != nil {
-		out.UserErrors = append(out.UserErrors, refused)
-		return out, nil
-	}
-	res, err := r.deps.engine.Commit(ctx, p, input.Token)
+	res, ues, err := r.holdMutation(ctx, func(p inventory.Principal) (inventory.Reservation, error) {
+		return r.deps.engine.Commit(ctx, p, input.Token)
+	})
 	if err != nil {
-		ue, err := userError(err)
-		if err != nil {
-			return nil, err
-		}
-		out.UserErrors = append(out.UserErrors, ue)
-		return out, nil
+		return nil, err
 	}
-	out.Reservation = reservationModel(res)
-	return out, nil
+	return &model.CommitPayload{Reservation: res, UserErrors: ues}, nil
 }
 
 // Cancel is the resolver for the cancel field.
 func (r *mutationResolver) Cancel(ctx context.Context, input model.CancelInput) (*model.CancelPayload, error) {
-	out := &model.CancelPayload{UserErrors: []*model.UserError{}}
-	p, refused := r.deps.mutationCaller(ctx)
-	if refused != nil {
-		out.UserErrors = append(out.UserErrors, refused)
-		return out, nil
-	}
-	res, err := r.deps.engine.Cancel(ctx, p, input.Token)
+	res, ues, err := r.holdMutation(ctx, func(p inventory.Principal) (inventory.Reservation, error) {
+		return r.deps.engine.Cancel(ctx, p, input.Token)
+	})
 	if err != nil {
-		ue, err := userError(err)
-		if err != nil {
-			return nil, err
-		}
-		out.UserErrors = append(out.UserErrors, ue)
-		return out, nil
+		return nil, err
 	}
-	out.Reservation = reservationModel(res)
-	return out, nil
+	return &model.CancelPayload{Reservation: res, UserErrors: ues}, nil
 }
 
 // CreateProduct is the resolver for the createProduct field.
