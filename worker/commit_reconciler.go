@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/inventory"
 )
@@ -82,25 +81,7 @@ func (w *CommitReconciler) Stop() {
 }
 
 func (w *CommitReconciler) run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return w.leases.run(ctx) })
-	g.Go(func() error {
-		t := time.NewTicker(w.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			for _, p := range w.leases.Owned() {
-				if err := w.reconcile(ctx, p); err != nil {
-					return err
-				}
-			}
-		}
-	})
-	return g.Wait()
+	return w.leases.everyTick(ctx, w.cfg.Interval, w.reconcile)
 }
 
 func (w *CommitReconciler) reconcile(ctx context.Context, p int) error {

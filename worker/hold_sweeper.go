@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/inventory"
 )
@@ -81,25 +80,7 @@ func (w *HoldSweeper) Stop() {
 }
 
 func (w *HoldSweeper) run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return w.leases.run(ctx) })
-	g.Go(func() error {
-		t := time.NewTicker(w.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			for _, p := range w.leases.Owned() {
-				if err := w.sweep(ctx, p); err != nil {
-					return err
-				}
-			}
-		}
-	})
-	return g.Wait()
+	return w.leases.everyTick(ctx, w.cfg.Interval, w.sweep)
 }
 
 // sweep releases partition p's due holds, batch after batch, until a batch

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
@@ -186,4 +187,29 @@ func (s *leaseSet) releaseAll(ctx context.Context) {
 	s.rdb.ZRem(sctx, s.keys.members(s.kind), s.opts.Owner)
 	cancel()
 	s.held.Set(0)
+}
+
+// everyTick keeps the set's leases and, every interval, calls step for each
+// partition it owns, until ctx ends or step fails. It is the loop of every
+// worker that shares its work by partition.
+func (s *leaseSet) everyTick(ctx context.Context, interval time.Duration, step func(ctx context.Context, p int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.run(ctx) })
+	g.Go(func() error {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			for _, p := range s.Owned() {
+				if err := step(ctx, p); err != nil {
+					return err
+				}
+			}
+		}
+	})
+	return g.Wait()
 }
