@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "flashsale: rehearse a flash sale against running Dropline servers and check the verdict\n\n"+
-			"Usage: flashsale [flags]   (with a dev server: flashsale --dev)\n\n")
+			"Usage: flashsale [flags]   (against `make run`: flashsale)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -112,7 +112,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.Secret = []byte(*secret)
 	case getenv(config.EnvJWTSecret) != "":
 		cfg.Secret = []byte(getenv(config.EnvJWTSecret))
-	case *dev:
+	default:
+		// What `make run` serves: a dev server accepts the public dev secret.
+		if !*dev {
+			fmt.Fprintf(stderr, "flashsale: %s is not set; signing with the development secret, accepted only by a server with DROPLINE_DEV=1\n", config.EnvJWTSecret)
+		}
 		cfg.Secret = []byte(config.DevJWTSecret)
 	}
 	if *noLedger {
