@@ -1,6 +1,6 @@
 -- reserve.lua: take units of one SKU for one principal, or say why not.
 --
--- KEYS[1]  {p}sku:<sku>          stock hash (total avail held sold max start end ver seq upd)
+-- KEYS[1]  {p}sku:<sku>          stock hash (total avail held sold max start end ver seq upd gen)
 -- KEYS[2]  {p}hold:<token>       the hold this call creates
 -- KEYS[3]  {p}user:<sku>:<who>   units this principal holds or bought of this SKU
 -- KEYS[4]  {p}idem:<hash>        idempotency record (a placeholder key when there is none)
