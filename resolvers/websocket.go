@@ -167,13 +167,25 @@ type wsConn struct {
 	closing       bool
 }
 
+// NextReader waits as long as it takes for a client's next message (a
+// subscriber may say nothing for hours), but once a message has begun, all
+// of it must arrive within the write timeout: a client trickling bytes is
+// cut off rather than holding its connection for ever.
 func (c *wsConn) NextReader() (int, io.Reader, error) {
-	typ, data, err := c.conn.Read(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	typ, r, err := c.conn.Reader(ctx)
 	if err != nil {
 		switch coderws.CloseStatus(err) {
 		case coderws.StatusNormalClosure, coderws.StatusNoStatusRcvd:
 			return int(typ), nil, transport.ErrWebsocketClosed
 		}
+		return int(typ), nil, err
+	}
+	timer := time.AfterFunc(c.writeTimeout, cancel) // cancelling closes the connection
+	data, err := io.ReadAll(r)
+	timer.Stop()
+	if err != nil {
 		return int(typ), nil, err
 	}
 	return int(typ), bytes.NewReader(data), nil
