@@ -185,7 +185,7 @@ func TestEveryEmbeddedFileIsServed(t *testing.T) {
 			return err
 		}
 		p := strings.TrimPrefix(name, "dist")
-		resp, _ := get(t, srv, http.MethodGet, p, nil)
+		resp, _ := get(t, srv, http.MethodGet, p, nil) //nolint:bodyclose // get closes it
 		require.Equal(t, http.StatusOK, resp.StatusCode, p)
 		require.NotEqual(t, "application/octet-stream", mediaType(t, resp), p)
 		requireSecurityHeaders(t, resp)
@@ -202,7 +202,7 @@ func TestNotFound(t *testing.T) {
 		"/nope", "/assets/", "/assets", "/dist/index.html", "/graphql",
 		"/assets/../index.html.bak", "/favicon.ico", "/index.htm",
 	} {
-		resp, _ := get(t, srv, http.MethodGet, p, nil)
+		resp, _ := get(t, srv, http.MethodGet, p, nil) //nolint:bodyclose // get closes it
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, p)
 		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), p)
 	}
@@ -212,7 +212,7 @@ func TestMethods(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
 
-	resp, body := get(t, srv, http.MethodHead, "/", nil)
+	resp, body := get(t, srv, http.MethodHead, "/", nil) //nolint:bodyclose // get closes it
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Empty(t, body)
 	require.Equal(t, "text/html", mediaType(t, resp))
