@@ -49,7 +49,7 @@ func TestIndex(t *testing.T) {
 	defer srv.Close()
 
 	for _, p := range []string{"/", "/index.html"} {
-		resp, body := get(t, srv, http.MethodGet, p, nil) //nolint:bodyclose // get closes it
+		resp, body := get(t, srv, http.MethodGet, p, nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, p)
 		require.Equal(t, "text/html", mediaType(t, resp), p)
 		require.Equal(t, "no-cache", resp.Header.Get("Cache-Control"), p)
@@ -75,7 +75,7 @@ func TestIndexAssets(t *testing.T) {
 	base, err := url.Parse(srv.URL + "/")
 	require.NoError(t, err)
 
-	_, index := get(t, srv, http.MethodGet, "/", nil) //nolint:bodyclose // get closes it
+	_, index := get(t, srv, http.MethodGet, "/", nil)
 
 	// Nothing in the page may point at another host, absolute or
 	// protocol-relative; the page is served from our binary only.
@@ -97,7 +97,7 @@ func TestIndexAssets(t *testing.T) {
 		require.NoError(t, err, ref)
 		require.Equal(t, base.Host, u.Host, "%s must be served by us", ref)
 
-		resp, body := get(t, srv, http.MethodGet, u.RequestURI(), nil) //nolint:bodyclose // get closes it
+		resp, body := get(t, srv, http.MethodGet, u.RequestURI(), nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, ref)
 		require.NotEmpty(t, body, ref)
 		require.Equal(t, "public, max-age=31536000, immutable", resp.Header.Get("Cache-Control"), ref)
@@ -165,7 +165,7 @@ func TestBundleIsSelfContained(t *testing.T) {
 			require.NotRegexp(t, absURL, ref, "%s: url(%s) points at another host", name, ref)
 			// Relative to the stylesheet's own URL.
 			target := path.Join(path.Dir(strings.TrimPrefix(name, "dist")), ref)
-			resp, _ := get(t, srv, http.MethodGet, target, nil) //nolint:bodyclose // get closes it
+			resp, _ := get(t, srv, http.MethodGet, target, nil)
 			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: url(%s)", name, ref)
 		}
 		return nil
@@ -185,7 +185,7 @@ func TestEveryEmbeddedFileIsServed(t *testing.T) {
 			return err
 		}
 		p := strings.TrimPrefix(name, "dist")
-		resp, _ := get(t, srv, http.MethodGet, p, nil) //nolint:bodyclose // get closes it
+		resp, _ := get(t, srv, http.MethodGet, p, nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, p)
 		require.NotEqual(t, "application/octet-stream", mediaType(t, resp), p)
 		requireSecurityHeaders(t, resp)
@@ -202,7 +202,7 @@ func TestNotFound(t *testing.T) {
 		"/nope", "/assets/", "/assets", "/dist/index.html", "/graphql",
 		"/assets/../index.html.bak", "/favicon.ico", "/index.htm",
 	} {
-		resp, _ := get(t, srv, http.MethodGet, p, nil) //nolint:bodyclose // get closes it
+		resp, _ := get(t, srv, http.MethodGet, p, nil)
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, p)
 		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), p)
 	}
@@ -212,7 +212,7 @@ func TestMethods(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
 
-	resp, body := get(t, srv, http.MethodHead, "/", nil) //nolint:bodyclose // get closes it
+	resp, body := get(t, srv, http.MethodHead, "/", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Empty(t, body)
 	require.Equal(t, "text/html", mediaType(t, resp))
