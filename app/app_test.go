@@ -22,8 +22,11 @@ import (
 	"github.com/dropline/dropline/app"
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/server"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // adminDatabaseURL points at the "postgres" database of the server
 // DATABASE_URL names: these tests only need a server that answers, not
@@ -55,7 +58,7 @@ func testConfig(t *testing.T) config.Config {
 	c.DatabaseURL = adminDatabaseURL(t)
 	c.RedisURL = redisURL()
 	c.JWTSecret = "app-test-secret-app-test-secret-xx"
-	c.KeyPrefix = "apptest:" + strings.ReplaceAll(t.Name(), "/", "_") + ":"
+	c.KeyPrefix = testenv.Redis(t).Prefix // this test's own keys, deleted when it ends
 	c.ShutdownTimeout = 5 * time.Second
 	require.NoError(t, c.Validate())
 	return c

@@ -17,7 +17,10 @@ import (
 
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/testenv"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // syncBuffer is written by the server's goroutines and read by the test.
 type syncBuffer struct {
@@ -153,12 +156,8 @@ func TestMigrateUnreachableDatabase(t *testing.T) {
 // and stops it as SIGTERM would.
 func TestServeAndSignal(t *testing.T) {
 	t.Parallel()
-	dbURL := os.Getenv("DATABASE_URL")
-	if dbURL == "" {
-		dbURL = config.DefaultDatabaseURL
-	}
-	// Only a server that answers is needed: use the admin database.
-	dbURL = strings.Replace(dbURL, "/dropline", "/postgres", 1)
+	// A migrated database of the test's own: the worker group runs for real.
+	dbURL := testenv.NewDatabase(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -168,7 +167,7 @@ func TestServeAndSignal(t *testing.T) {
 		"DROPLINE_ADDR":       "127.0.0.1:0",
 		"DATABASE_URL":        dbURL,
 		"REDIS_URL":           os.Getenv("REDIS_URL"),
-		"DROPLINE_KEY_PREFIX": "cmdtest:",
+		"DROPLINE_KEY_PREFIX": testenv.Redis(t).Prefix, // this test's own keys, deleted when it ends
 	}
 	done := make(chan int, 1)
 	go func() {
