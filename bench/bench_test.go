@@ -15,8 +15,8 @@ import (
 	"github.com/dropline/dropline/lua"
 )
 
-// The raw-script contender needs reserve.lua itself. STYLE.md keeps package
-// lua for inventory/ alone; a benchmark measuring the bare script is the one
+// The raw-script contender needs reserve.lua itself. Package lua is meant
+// for inventory/ alone (its doc says so); a benchmark measuring the bare script is the one
 // reader outside it, and it never runs in the product.
 
 // BenchmarkReserveOverhead: reserve through GraphQL over HTTP (auth, the

@@ -1,6 +1,7 @@
 // Package worker is the goroutine group that runs inside every Dropline
-// server process next to the HTTP server (DESIGN.md §4). It keeps the
-// guarantees that no request path can keep on its own:
+// server process next to the HTTP server (section 4 of the contract,
+// docs/design.md). It keeps the guarantees that no request path can keep on
+// its own:
 //
 //   - G5, expiry: the HoldSweeper releases due holds through the engine's
 //     idempotent release script, found through each partition's expiry index
@@ -72,7 +73,8 @@
 //     Postgres; the flusher recreates its consumer group on NOGROUP, reading
 //     the new stream from its start; leases are re-acquired with larger
 //     fencing tokens. Holds whose reserve event had not reached Postgres are
-//     lost with Redis and their units return to stock (DESIGN.md §6).
+//     lost with Redis and their units return to stock (an edge stated in
+//     docs/design.md).
 //   - A poison event (Postgres refuses it on a constraint): the batch is
 //     retried one event at a time; the others are applied, the poison stays
 //     pending, is retried every ClaimIdle, and is counted in

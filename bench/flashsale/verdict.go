@@ -83,8 +83,8 @@ func (v Verdict) Failed() []Check {
 	return out
 }
 
-// Judge decides whether the drop kept Dropline's promises (DESIGN.md G1, G2,
-// G6): nothing oversold at any sampled moment nor in the ledger, every sale
+// Judge decides whether the drop kept Dropline's promises (G1, G2 and G6 in
+// docs/design.md): nothing oversold at any sampled moment nor in the ledger, every sale
 // a client was told about is in Postgres and no sale exists that no client
 // was told about (unless its answer was lost), and the live counters agree
 // with the ledger once the write-behind has drained. It is pure, so a

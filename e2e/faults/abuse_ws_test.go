@@ -22,7 +22,7 @@ import (
 	"github.com/dropline/dropline/internal/wsclient"
 )
 
-// Websocket abuse against the real binary (issue 8: subscription floods and
+// Websocket abuse against the real binary (G9: subscription floods and
 // slowloris websockets). The binary runs with its default StreamLimits (no
 // environment variable changes them), so these tests meet the real caps: 32
 // subscriptions per connection, 32 connections per principal, 256 per client

@@ -1,11 +1,11 @@
-// Package faults holds Dropline's whole-system fault and abuse tests
-// (issue 8). Each test builds nothing of its own: TestMain builds the real
+// Package faults holds Dropline's whole-system fault and abuse tests.
+// Each test builds nothing of its own: TestMain builds the real
 // `dropline` binary once, and every scenario runs `dropline serve`
 // processes against a private redis-server and a fresh Postgres database,
 // drives a drop over GraphQL HTTP, injects one fault (FLUSHALL, a Redis
 // restart, SCRIPT FLUSH, a cut Postgres link, SIGKILL, lost Redis replies,
 // SIGSTOP past a lease, hostile requests) and then checks the guarantees
-// of DESIGN.md against Redis and the Postgres ledger.
+// of docs/design.md (G1–G9) against Redis and the Postgres ledger.
 //
 // The checks after every drop (see verify in drop_test.go):
 //

@@ -378,7 +378,8 @@ func (d *drop) figures(t *testing.T, scenario string, faults int, extra string) 
 		len(d.refused), d.Samples.Load(), faults, d.Internal.Load(), d.Unresolved.Load(), extra)
 }
 
-// verifyOpts relaxes what a fault is allowed to lose, as DESIGN.md §6 states.
+// verifyOpts relaxes what a fault is allowed to lose, as the honest edges of
+// docs/design.md state.
 type verifyOpts struct {
 	// RedisLost: Redis lost its data, so holds (and cancels) whose events had
 	// not reached Postgres may be gone; commits may not.

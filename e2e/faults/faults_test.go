@@ -25,7 +25,7 @@ func scale(short, longer int) int {
 
 // FLUSHALL in the middle of a drop: the engine and the rebuilder reload the
 // SKU from Postgres (G7); holds whose reserve had not reached Postgres are
-// lost (DESIGN.md §6), commits are not (G2), and nothing is oversold (G1).
+// lost (an edge docs/design.md states), commits are not (G2), and nothing is oversold (G1).
 func TestFlushAllMidDrop(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
