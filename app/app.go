@@ -185,13 +185,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 
 	a.server = server.New(server.Config{
-		Addr:            a.Config.Addr,
-		GraphQL:         a.services.GraphQL,
-		Playground:      playground.Handler(),
-		Checks:          a.checks(),
-		Registry:        a.registry,
-		Logger:          a.Log,
-		ShutdownTimeout: a.Config.ShutdownTimeout,
+		Addr:       a.Config.Addr,
+		GraphQL:    a.services.GraphQL,
+		Playground: playground.Handler(),
+		Checks:     a.checks(),
+		Registry:   a.registry,
+		Logger:     a.Log,
 	})
 	if err := a.server.Open(ctx); err != nil {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))
@@ -269,9 +268,6 @@ func (a *App) Err() error {
 	}
 	return a.server.Err()
 }
-
-// Registry exposes the metrics registry, for tests that assert on metrics.
-func (a *App) Registry() *prometheus.Registry { return a.registry }
 
 // Redis exposes the Redis client, for end-to-end tests that inspect state.
 func (a *App) Redis() redis.UniversalClient { return a.rdb }

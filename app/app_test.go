@@ -280,7 +280,7 @@ func TestReadyzFollowsRedisOutage(t *testing.T) {
 	t.Parallel()
 	opts, err := config.Config{RedisURL: redisURL()}.RedisOptions()
 	require.NoError(t, err)
-	require.False(t, opts.IsCluster(), "this test proxies a single Redis")
+	require.Nil(t, opts.Cluster, "this test proxies a single Redis")
 	p := startProxy(t, opts.Single.Addr)
 
 	cfg := testConfig(t)

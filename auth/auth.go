@@ -66,9 +66,6 @@ type Principal struct {
 	ExpiresAt time.Time
 }
 
-// Anonymous reports whether p is the zero principal (no token was sent).
-func (p Principal) Anonymous() bool { return p.ID == "" }
-
 // ValidatePrincipalID checks that id has 1–MaxPrincipalLen characters of
 // [A-Za-z0-9._@-]. Principal IDs become parts of Redis keys and log fields,
 // so anything that could split a key or forge a log line is refused.

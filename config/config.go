@@ -282,22 +282,6 @@ func (c Config) AllowedOrigins() []string {
 	return out
 }
 
-// Introspection reports whether GraphQL introspection is enabled: only in
-// dev mode, so production does not hand out its schema to scrapers.
-func (c Config) Introspection() bool { return c.Dev }
-
-// Redacted returns a copy safe to log: the JWT secret and URL passwords
-// are masked.
-func (c Config) Redacted() Config {
-	r := c
-	if r.JWTSecret != "" {
-		r.JWTSecret = "xxxxx"
-	}
-	r.RedisURL = RedactURL(r.RedisURL)
-	r.DatabaseURL = RedactURL(r.DatabaseURL)
-	return r
-}
-
 func parseDuration(v string) (time.Duration, error) {
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 		if n < 0 || n > int64((1<<63-1)/int64(time.Second)) {

@@ -21,9 +21,6 @@ type RedisOptions struct {
 	Cluster *redis.ClusterOptions
 }
 
-// IsCluster reports whether the options select Redis Cluster mode.
-func (o RedisOptions) IsCluster() bool { return o.Cluster != nil }
-
 // Addrs lists the configured node addresses, for messages and readiness.
 func (o RedisOptions) Addrs() []string {
 	if o.Cluster != nil {

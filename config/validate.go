@@ -36,15 +36,6 @@ func (ps Problems) Error() string {
 	return "invalid configuration: " + strings.Join(parts, "; ")
 }
 
-// Vars lists the offending variable names, for tests and tooling.
-func (ps Problems) Vars() []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.Var
-	}
-	return out
-}
-
 // maxHold caps DROPLINE_HOLD_MAX: idempotency records live 24 h, and a hold
 // must never outlive the record that deduplicates it.
 const maxHold = 24 * time.Hour

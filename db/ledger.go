@@ -35,11 +35,6 @@ func NewLedger(pool *pgxpool.Pool) *Ledger {
 	return &Ledger{pool: pool}
 }
 
-// Ping reports whether Postgres answers.
-func (l *Ledger) Ping(ctx context.Context) error {
-	return l.pool.Ping(ctx)
-}
-
 // Product is one row of the catalogue.
 type Product struct {
 	SKU           string

@@ -28,7 +28,6 @@ const (
 	DefaultIdleTimeout       = 120 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultCheckTimeout      = time.Second
-	DefaultShutdownTimeout   = 15 * time.Second
 )
 
 // Config is what New needs. Handlers and checks are injected so the server
@@ -71,10 +70,6 @@ type Config struct {
 
 	// CheckTimeout bounds each readiness check. Default: 1s.
 	CheckTimeout time.Duration
-
-	// ShutdownTimeout bounds the graceful shutdown done by ListenAndServe
-	// when its context ends. Default: 15s.
-	ShutdownTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -96,14 +91,11 @@ func (c Config) withDefaults() Config {
 	if c.CheckTimeout <= 0 {
 		c.CheckTimeout = DefaultCheckTimeout
 	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
 	return c
 }
 
-// Server is the HTTP server. Build it with New, start it with Open (or
-// ListenAndServe), stop it with Shutdown.
+// Server is the HTTP server. Build it with New, start it with Open, stop it
+// with Shutdown; the caller bounds the shutdown with the context it passes.
 type Server struct {
 	cfg     Config
 	log     zerolog.Logger
@@ -145,10 +137,6 @@ func New(cfg Config) *Server {
 	}
 	return s
 }
-
-// Handler returns the complete handler (routes plus middleware), for tests
-// that use httptest.NewServer directly.
-func (s *Server) Handler() http.Handler { return s.handler }
 
 // Open binds Config.Addr and serves in the background. It returns once the
 // listener is bound, so Addr is valid as soon as Open returns; a bind
@@ -221,28 +209,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	})
 	return s.shutErr
-}
-
-// ListenAndServe opens the server and blocks until ctx ends or serving
-// fails, then shuts down within Config.ShutdownTimeout. onListen, when not
-// nil, is called with the bound address (useful with port 0).
-func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr string)) error {
-	if err := s.Open(ctx); err != nil {
-		return err
-	}
-	if onListen != nil {
-		onListen(s.Addr())
-	}
-	select {
-	case <-ctx.Done():
-	case <-s.done:
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := s.Shutdown(sctx); err != nil {
-		return err
-	}
-	return s.Err()
 }
 
 // httpErrorLog sends net/http's internal messages (TLS handshake errors,

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -61,12 +60,14 @@ func (b *logBuffer) String() string {
 }
 
 type bundle struct {
-	srv  *httptest.Server
-	logs *logBuffer
-	reg  *prometheus.Registry
+	url    string
+	client *http.Client
+	logs   *logBuffer
+	reg    *prometheus.Registry
 }
 
-// setup serves a server.New handler over real HTTP with test handlers.
+// setup opens a real server.Server on a free loopback port with test
+// handlers, and shuts it down when the test ends.
 func setup(t *testing.T, mutate func(*server.Config)) bundle {
 	t.Helper()
 	logs := &logBuffer{}
@@ -95,9 +96,15 @@ func setup(t *testing.T, mutate func(*server.Config)) bundle {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv := httptest.NewServer(server.New(cfg).Handler())
-	t.Cleanup(srv.Close)
-	return bundle{srv: srv, logs: logs, reg: reg}
+	cfg.Addr = "127.0.0.1:0"
+	s := server.New(cfg)
+	require.NoError(t, s.Open(context.Background()))
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(func() {
+		client.CloseIdleConnections()
+		require.NoError(t, s.Shutdown(context.Background()))
+	})
+	return bundle{url: "http://" + s.Addr(), client: client, logs: logs, reg: reg}
 }
 
 func strconvQuote(s string) string {
@@ -114,12 +121,12 @@ type reply struct {
 
 func (b bundle) do(t *testing.T, method, path string, body io.Reader, headers map[string]string) (reply, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, b.srv.URL+path, body)
+	req, err := http.NewRequest(method, b.url+path, body)
 	require.NoError(t, err)
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := b.srv.Client().Do(req)
+	resp, err := b.client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -411,27 +418,14 @@ func TestShutdownDeadlineCutsStuckRequests(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
-func TestListenAndServe(t *testing.T) {
+func TestOpenPortInUse(t *testing.T) {
 	t.Parallel()
-	s := server.New(server.Config{Addr: "127.0.0.1:0"})
-	ctx, cancel := context.WithCancel(context.Background())
-	addrCh := make(chan string, 1)
-	errCh := make(chan error, 1)
-	go func() { errCh <- s.ListenAndServe(ctx, func(a string) { addrCh <- a }) }()
-	addr := <-addrCh
-	resp, err := http.Get("http://" + addr + "/healthz")
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	cancel()
-	require.NoError(t, <-errCh)
-
 	// A port in use fails at Open with the address in the message.
 	s3 := server.New(server.Config{Addr: "127.0.0.1:0"})
 	require.NoError(t, s3.Open(context.Background()))
 	t.Cleanup(func() { _ = s3.Shutdown(context.Background()) })
 	s2 := server.New(server.Config{Addr: s3.Addr()})
-	err = s2.Open(context.Background())
+	err := s2.Open(context.Background())
 	require.ErrorContains(t, err, "listening on "+s3.Addr())
 }
 
