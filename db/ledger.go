@@ -89,7 +89,7 @@ func interpret(err error) error {
 			return fmt.Errorf("%w: %s", ErrExists, pgErr.ConstraintName)
 		case pgErr.Code == "23514" && pgErr.ConstraintName == "products_not_oversold":
 			return ErrWouldOversell
-		case pgErr.Code == "23514" || pgErr.Code == "23502" || pgErr.Code == "22001":
+		case pgErr.Code == "23514" || pgErr.Code == "23502" || pgErr.Code == "22001" || pgErr.Code == "22003":
 			return fmt.Errorf("%w: %s", ErrInvalid, pgErr.ConstraintName)
 		case pgErr.Code == "23503":
 			return fmt.Errorf("%w: %s", ErrNotFound, pgErr.ConstraintName)
@@ -168,25 +168,67 @@ func (l *Ledger) UpdateProduct(ctx context.Context, sku string, u ProductUpdate)
 	return p, nil
 }
 
-// Restock adds units to a product's total and records the movement under
-// eventID, in one transaction. A restock retried with the same eventID adds
-// nothing the second time.
+// MaxTotal bounds a product's total (the initial stock plus every restock):
+// the column is a Postgres integer, and the counters in Redis stay far from
+// any overflow below it.
+const MaxTotal = 1_000_000_000
+
+// ErrTotalTooLarge means a restock would raise the total above MaxTotal.
+var ErrTotalTooLarge = errors.New("the total would exceed the maximum stock")
+
+// ErrEventReused means a restock event id was already recorded for this SKU
+// with another quantity: it is a different restock reusing the id.
+var ErrEventReused = errors.New("restock event id already used with another quantity")
+
+// RestockEventID is the stock movement id of a restock: the caller's event id
+// scoped to the SKU, so one purchase order may restock several SKUs under one
+// id. A SKU cannot contain ':', so the id is unambiguous.
+func RestockEventID(sku, eventID string) string {
+	return "restock:" + sku + ":" + eventID
+}
+
+// Restock adds units to a product's total and records the movement under the
+// caller's eventID, scoped to the SKU, in one transaction under the product's
+// row lock. A restock retried with the same eventID and quantity adds nothing
+// the second time and returns the product as it is; the same eventID with
+// another quantity is refused with ErrEventReused; a total above MaxTotal
+// with ErrTotalTooLarge. Restocks recorded before ids were scoped to their
+// SKU ("restock:<eventID>") are still found for that SKU.
 func (l *Ledger) Restock(ctx context.Context, sku string, quantity int, eventID string) (Product, error) {
 	var out Product
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO stock_movements (event_id, sku, kind, quantity, occurred_at)
-			VALUES ($1, $2, 'restock', $3, now()) ON CONFLICT (event_id) DO NOTHING`, eventID, sku, quantity)
+		var err error
+		out, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1 FOR UPDATE`, sku))
 		if err != nil {
+			return err
+		}
+		// The row lock serialises restocks of this SKU: the lookup below sees
+		// every movement a concurrent restock with the same id committed.
+		var recorded int
+		err = tx.QueryRow(ctx, `
+			SELECT quantity FROM stock_movements
+			WHERE event_id = ANY($1) AND sku = $2 AND kind = 'restock'
+			ORDER BY id LIMIT 1`,
+			[]string{RestockEventID(sku, eventID), "restock:" + eventID}, sku).Scan(&recorded)
+		switch {
+		case err == nil && recorded == quantity:
+			return nil // a retry: nothing to add
+		case err == nil:
+			return ErrEventReused
+		case !errors.Is(err, pgx.ErrNoRows):
 			return interpret(err)
 		}
-		if tag.RowsAffected() == 1 {
-			out, err = scanProduct(tx.QueryRow(ctx, `
-				UPDATE products SET total = total + $2, version = version + 1, updated_at = now()
-				WHERE sku = $1 RETURNING `+productColumns, sku, quantity))
-		} else {
-			out, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1`, sku))
+		if int64(out.Total)+int64(quantity) > MaxTotal {
+			return ErrTotalTooLarge
 		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO stock_movements (event_id, sku, kind, quantity, occurred_at)
+			VALUES ($1, $2, 'restock', $3, now())`, RestockEventID(sku, eventID), sku, quantity); err != nil {
+			return interpret(err)
+		}
+		out, err = scanProduct(tx.QueryRow(ctx, `
+			UPDATE products SET total = total + $2, version = version + 1, updated_at = now()
+			WHERE sku = $1 RETURNING `+productColumns, sku, quantity))
 		return err
 	})
 	if err != nil {

@@ -959,8 +959,13 @@ input RestockInput {
   sku: ID!
   "Units added."
   quantity: Int!
-  "Optional: the same event id restocks once."
-  eventId: String
+  """
+  Required: names this restock (e.g. the purchase order line), 1-128 bytes. The
+  same eventId for the same SKU and quantity restocks once, so a call that got
+  UNAVAILABLE is repeated as it was; the same eventId for another SKU is another
+  restock; for this SKU with another quantity it is refused (IDEMPOTENCY_KEY_REUSED).
+  """
+  eventId: String!
 }
 
 type ReservePayload {
@@ -4948,7 +4953,7 @@ func (ec *executionContext) unmarshalInputRestockInput(ctx context.Context, obj 
 			it.Quantity = data
 		case "eventId":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("eventId"))
-			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			data, err := ec.unmarshalNString2string(ctx, v)
 			if err != nil {
 				return it, err
 			}

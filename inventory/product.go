@@ -54,8 +54,12 @@ type ProductUpdate struct {
 
 var currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
 
-// maxStock bounds stock and restocks so counters never approach overflow.
-const maxStock = 1_000_000_000
+// maxStock bounds the stock, each restock and the total they add up to, so
+// counters never approach overflow (and the total fits its Postgres column).
+const maxStock = db.MaxTotal
+
+// MaxStock is the largest total a product may reach.
+const MaxStock = maxStock
 
 func productFrom(p db.Product) Product {
 	return Product{
@@ -165,9 +169,14 @@ func (e *Engine) UpdateProduct(ctx context.Context, p Principal, sku string, u P
 	return productFrom(row), e.applyProduct(ctx, row)
 }
 
-// Restock adds units to a product's total. Postgres first (idempotent on
-// eventID when the caller gives one), then Redis under the version guard.
-// Admins only.
+// Restock adds units to a product's total. Admins only. eventID is required:
+// it names the restock (a purchase order line, a delivery note), and it is
+// what makes a retry safe. The same eventID for the same SKU and quantity
+// restocks once, however often it is sent (after an UNAVAILABLE answer the
+// client repeats the call as it was); the same eventID for another SKU is
+// another restock; the same eventID for this SKU with another quantity is
+// refused with ErrIdempotencyKeyReused. A total above MaxStock is
+// *InvalidInputError. Postgres first, then Redis under the version guard.
 func (e *Engine) Restock(ctx context.Context, p Principal, sku string, quantity int, eventID string) (Product, error) {
 	if err := requireAdmin(p); err != nil {
 		return Product{}, err
@@ -178,14 +187,32 @@ func (e *Engine) Restock(ctx context.Context, p Principal, sku string, quantity 
 	if quantity < 1 || quantity > maxStock {
 		return Product{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", maxStock)}
 	}
-	if eventID == "" {
-		eventID = newToken(0)[4:]
+	if !validEventID(eventID) {
+		return Product{}, &InvalidInputError{Field: "eventId", Reason: "is required: 1-128 bytes of valid UTF-8 without control characters, naming this restock so that a retry adds once"}
 	}
-	row, err := e.ledger.Restock(ctx, sku, quantity, "restock:"+eventID)
-	if err != nil {
+	row, err := e.ledger.Restock(ctx, sku, quantity, eventID)
+	switch {
+	case errors.Is(err, db.ErrEventReused):
+		return Product{}, ErrIdempotencyKeyReused
+	case errors.Is(err, db.ErrTotalTooLarge):
+		return Product{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("the total would exceed %d", maxStock)}
+	case err != nil:
 		return Product{}, ledgerError("restocking", err)
 	}
 	return productFrom(row), e.applyProduct(ctx, row)
+}
+
+// validEventID accepts what a client may use to name a restock.
+func validEventID(id string) bool {
+	if id == "" || len(id) > 128 || !utf8.ValidString(id) {
+		return false
+	}
+	for _, r := range id {
+		if r < ' ' || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // Product returns a catalogue entry from Postgres.

@@ -250,7 +250,7 @@ func TestIdempotentReserve(t *testing.T) {
 		var oos *inventory.OutOfStockError
 		require.ErrorAs(t, err, &oos)
 		require.Equal(t, 10, oos.Available)
-		_, err = b.engine.Restock(b.ctx, admin, "IDEM-2", 5, "")
+		_, err = b.engine.Restock(b.ctx, admin, "IDEM-2", 5, "back-in-stock")
 		require.NoError(t, err)
 		_, err = b.engine.Reserve(b.ctx, alice, big)
 		require.ErrorAs(t, err, &oos)

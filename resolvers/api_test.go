@@ -266,13 +266,19 @@ func TestAdminMutations(t *testing.T) {
 	require.Empty(t, e.reserve(t, alice, map[string]any{"sku": "ADM", "quantity": 3}).UserErrors, "the sale is open now")
 
 	var rs struct{ Restock payload }
-	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "ADM", "quantity": 7}}, &rs)
+	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "ADM", "quantity": 7, "eventId": "po-1"}}, &rs)
 	require.Empty(t, rs.Restock.UserErrors)
 	require.Equal(t, 10, rs.Restock.Product.Stock.Total)
 	require.Equal(t, 7, rs.Restock.Product.Stock.Available)
+	// The same event id with another quantity, and a total beyond the maximum.
+	var reused, over struct{ Restock payload }
+	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "ADM", "quantity": 8, "eventId": "po-1"}}, &reused)
+	only(t, reused.Restock, "IDEMPOTENCY_KEY_REUSED")
+	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "ADM", "quantity": 1_000_000_000, "eventId": "po-big"}}, &over)
+	only(t, over.Restock, "INVALID_INPUT")
 
 	var nf struct{ Restock payload }
-	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "NOPE", "quantity": 1}}, &nf)
+	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "NOPE", "quantity": 1, "eventId": "po-1"}}, &nf)
 	only(t, nf.Restock, "NOT_FOUND")
 
 	for name, doc := range map[string]string{"createProduct": createDoc, "updateProduct": updateDoc, "restock": restockDoc} {
@@ -281,7 +287,7 @@ func TestAdminMutations(t *testing.T) {
 		case "updateProduct":
 			in = map[string]any{"sku": "ADM", "name": "hijacked"}
 		case "restock":
-			in = map[string]any{"sku": "ADM", "quantity": 1}
+			in = map[string]any{"sku": "ADM", "quantity": 1, "eventId": "po-2"}
 		default:
 			in = map[string]any{"sku": "NEW", "name": "x", "stock": 1, "price": map[string]any{"amount": 1, "currency": "EUR"}}
 		}

@@ -58,7 +58,7 @@ func FuzzGraphQLRequest(f *testing.F) {
 		{`query { reservation(token: "r99.x") { status } }`, `{}`},
 		{`{ __schema { types { name } } }`, ``},
 		{`query { product(sku: "FUZZ-GQL") { stock { ...F } } } fragment F on Stock { ...F }`, `{}`},
-		{`mutation { a: restock(input: {sku: "FUZZ-GQL", quantity: 1}) { userErrors { code } } }`, `{}`},
+		{`mutation { a: restock(input: {sku: "FUZZ-GQL", quantity: 1, eventId: "fuzz"}) { userErrors { code } } }`, `{}`},
 		{"query { product(sku: \"\xff\") { sku } }", `{}`},
 		{`subscription { stock(sku: "FUZZ-GQL") { available } }`, `{}`},
 		{strings.Repeat("{", 500), `{}`},

@@ -102,7 +102,7 @@ func (r *mutationResolver) Restock(ctx context.Context, input model.RestockInput
 	if refused != nil {
 		return productRefused(refused), nil
 	}
-	return productResult(r.deps.engine.Restock(ctx, p, input.Sku, input.Quantity, deref(input.EventID)))
+	return productResult(r.deps.engine.Restock(ctx, p, input.Sku, input.Quantity, input.EventID))
 }
 
 // Stock is the resolver for the stock field.

@@ -251,7 +251,7 @@ func TestAbuse(t *testing.T) {
 				t.Logf("%s: %d %v", name, r.Status, codes)
 			}
 			// An admin mutation with a forged admin token changes nothing either.
-			r = post(ctx, client, p.URL, tok, `mutation { restock(input: {sku: "ABUSE-1", quantity: 1000}) { userErrors { code } } }`, nil)
+			r = post(ctx, client, p.URL, tok, `mutation { restock(input: {sku: "ABUSE-1", quantity: 1000, eventId: "forged"}) { userErrors { code } } }`, nil)
 			cases.Add(1)
 			if r.Err == nil && r.Status == http.StatusOK && len(r.Errors) == 0 {
 				require.Contains(t, string(r.Data), "UNAUTHENTICATED", name)

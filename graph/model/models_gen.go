@@ -145,8 +145,11 @@ type RestockInput struct {
 	Sku string `json:"sku"`
 	// Units added.
 	Quantity int `json:"quantity"`
-	// Optional: the same event id restocks once.
-	EventID *string `json:"eventId,omitempty"`
+	// Required: names this restock (e.g. the purchase order line), 1-128 bytes. The
+	// same eventId for the same SKU and quantity restocks once, so a call that got
+	// UNAVAILABLE is repeated as it was; the same eventId for another SKU is another
+	// restock; for this SKU with another quantity it is refused (IDEMPOTENCY_KEY_REUSED).
+	EventID string `json:"eventId"`
 }
 
 // A SKU's live counters: available + held + sold == total.
