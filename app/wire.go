@@ -27,10 +27,11 @@ func DefaultDeps() Deps {
 
 func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 	return inventory.NewEngine(ctx, inventory.Config{
-		KeyPrefix:   in.Config.KeyPrefix,
-		DefaultHold: in.Config.HoldDefault,
-		MaxHold:     in.Config.HoldMax,
-		Registerer:  in.Registry,
+		KeyPrefix:    in.Config.KeyPrefix,
+		DefaultHold:  in.Config.HoldDefault,
+		MaxHold:      in.Config.HoldMax,
+		RejectionTTL: in.Config.RejectionTTL,
+		Registerer:   in.Registry,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }
 

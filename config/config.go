@@ -28,6 +28,7 @@ const (
 	EnvHoldMax           = "DROPLINE_HOLD_MAX"
 	EnvMutationRate      = "DROPLINE_MUTATION_RATE"
 	EnvLeaseTTL          = "DROPLINE_LEASE_TTL"
+	EnvRejectionTTL      = "DROPLINE_REJECTION_TTL"
 	EnvMutationBurst     = "DROPLINE_MUTATION_BURST"
 	EnvCORSOrigins       = "DROPLINE_CORS_ORIGINS"
 	EnvShutdownTimeout   = "DROPLINE_SHUTDOWN_TIMEOUT"
@@ -44,6 +45,7 @@ const (
 	DefaultHoldDefault     = 600 * time.Second
 	DefaultHoldMax         = 3600 * time.Second
 	DefaultLeaseTTL        = 10 * time.Second
+	DefaultRejectionTTL    = 5 * time.Minute
 	DefaultMutationRate    = 10
 	DefaultMutationBurst   = 20
 	DefaultShutdownTimeout = 15 * time.Second
@@ -132,6 +134,15 @@ type Config struct {
 	// failover and more Redis traffic (renewals every third of it).
 	LeaseTTL time.Duration
 
+	// RejectionTTL is how long a refused reserve (out of stock, over the
+	// quota, sale not open) replays for its idempotency key
+	// (DROPLINE_REJECTION_TTL). Default: 5m; between 1s and 24h. Redis keeps
+	// each such rejection (about 320 bytes with its key's claim) this long, so
+	// one principal can make Redis keep at most about
+	// (MutationRate x RejectionTTL + MutationBurst) x 320 bytes: 1 MB with the
+	// defaults. A hold replays for 24h whatever this says.
+	RejectionTTL time.Duration
+
 	// MutationRate is how many mutations per second one principal may send
 	// on average (DROPLINE_MUTATION_RATE), enforced in Redis (GCRA) so it
 	// holds across instances. Default: 10. A negative value turns the limit
@@ -175,6 +186,7 @@ func Default() Config {
 		HoldDefault:     DefaultHoldDefault,
 		HoldMax:         DefaultHoldMax,
 		LeaseTTL:        DefaultLeaseTTL,
+		RejectionTTL:    DefaultRejectionTTL,
 		MutationRate:    DefaultMutationRate,
 		MutationBurst:   DefaultMutationBurst,
 		ShutdownTimeout: DefaultShutdownTimeout,
@@ -238,6 +250,7 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvHoldDefault, &c.HoldDefault)
 	dur(EnvHoldMax, &c.HoldMax)
 	dur(EnvLeaseTTL, &c.LeaseTTL)
+	dur(EnvRejectionTTL, &c.RejectionTTL)
 	num(EnvMutationRate, &c.MutationRate)
 	num(EnvMutationBurst, &c.MutationBurst)
 	c.CORSOrigins = splitList(getenv(EnvCORSOrigins))

@@ -270,3 +270,19 @@ func varsOf(ps config.Problems) []string {
 	}
 	return out
 }
+
+func TestRejectionTTL(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Minute, c.RejectionTTL)
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvRejectionTTL: "90s"}))
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Second, c.RejectionTTL)
+	require.NoError(t, c.Validate())
+	for _, bad := range []string{"0", "500ms", "25h"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvRejectionTTL: bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvRejectionTTL, bad)
+	}
+}

@@ -100,6 +100,9 @@ func (c Config) Validate() error {
 	if c.LeaseTTL < time.Second {
 		add(EnvLeaseTTL, "is %s: leases need at least 1s (default %s)", c.LeaseTTL, DefaultLeaseTTL)
 	}
+	if c.RejectionTTL < time.Second || c.RejectionTTL > maxHold {
+		add(EnvRejectionTTL, "is %s: a refused reserve replays for between 1s and %s (default %s); the shorter, the less Redis keeps per refused request", c.RejectionTTL, maxHold, DefaultRejectionTTL)
+	}
 	if c.MutationRate == 0 {
 		add(EnvMutationRate, "is 0, which would refuse every mutation: set mutations per second per principal (default %d), or a negative number to turn the limit off", DefaultMutationRate)
 	}

@@ -21,12 +21,12 @@
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
 //	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst
 //	dl:{p07}:user:<sku>:<principal> string units held or bought (the per-user quota)
-//	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (24 h)
+//	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
 //	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
 //	dl:{p07}:committing             zset   COMMITTING tokens by start, for the reconciler
 //	dl:{p07}:outbox                 stream ledger events (the write-behind outbox)
 //	dl:{p07}:avail:<sku>            sharded pub/sub channel announcing stock
-//	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with
+//	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with (as long as its record)
 //
 // gen is the generation of the SKU's life in Redis: every rebuild starts a new
 // one, and a hold counts only while it carries its SKU's generation, so a hold
@@ -66,13 +66,20 @@
 // # Idempotency
 //
 // A reserve with an idempotency key records its first outcome (a hold or a
-// rejection) under a hash of (principal, key) for 24 hours; a repeat with the
-// same request replays it, one with a different request gets
-// ErrIdempotencyKeyReused. The record lives in the SKU's partition, so it is
-// checked inside reserve.lua; a one-line claim (SET NX GET) pins the key to its
-// first SKU so that reuse with another SKU is refused too. Every script is also
-// safe to run twice with the same arguments: a reserve retried by the Redis
-// client after a lost reply finds its own hold by token.
+// rejection) under a hash of (principal, key): a hold for IdempotencyTTL (24
+// hours), a rejection for RejectionTTL (5 minutes); a repeat with the same
+// request replays it, one with a different request gets
+// ErrIdempotencyKeyReused. Rejections are short-lived because a client can
+// provoke them at will, each with a fresh key: what one principal can make
+// Redis keep is bounded by its mutation rate times RejectionTTL (about 320
+// bytes per rejection, record and claim), not by a day of requests.
+//
+// The record lives in the SKU's partition, so it is checked inside
+// reserve.lua; a one-line claim (SET NX GET) pins the key to its first SKU so
+// that reuse with another SKU is refused too. The claim is set for
+// RejectionTTL and extended to IdempotencyTTL once the key gets a hold. Every
+// script is also safe to run twice with the same arguments: a reserve retried
+// by the Redis client after a lost reply finds its own hold by token.
 //
 // # Read-repair
 //

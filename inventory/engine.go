@@ -31,9 +31,17 @@ type Config struct {
 	MaxHold time.Duration
 	// MaxQuantity bounds the units one reserve may take; default 100.
 	MaxQuantity int
-	// IdempotencyTTL is how long a reserve's outcome is replayed for its
+	// IdempotencyTTL is how long a reserve's hold is replayed for its
 	// idempotency key; default 24 hours.
 	IdempotencyTTL time.Duration
+	// RejectionTTL is how long a rejected reserve (out of stock, over the
+	// quota, sale not open) is replayed for its idempotency key; default 5
+	// minutes, at most IdempotencyTTL. Redis keeps a rejection's record and
+	// its key's claim this long, so it bounds what one principal can make
+	// Redis keep by being refused: about 300 bytes per rejection, times the
+	// principal's mutation rate, times this TTL. After it, the key is a new
+	// request.
+	RejectionTTL time.Duration
 	// Retention is how long a finished hold stays readable in Redis (Postgres
 	// keeps it for ever); default 24 hours.
 	Retention time.Duration
@@ -62,6 +70,9 @@ func (c *Config) setDefaults() {
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = 24 * time.Hour
 	}
+	if c.RejectionTTL == 0 {
+		c.RejectionTTL = min(5*time.Minute, c.IdempotencyTTL)
+	}
 	if c.Retention == 0 {
 		c.Retention = 24 * time.Hour
 	}
@@ -79,6 +90,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxQuantity < 1 {
 		return fmt.Errorf("max quantity must be at least 1")
+	}
+	if c.RejectionTTL < time.Second || c.RejectionTTL > c.IdempotencyTTL {
+		return fmt.Errorf("rejection TTL (%s) must be between 1s and the idempotency TTL (%s)", c.RejectionTTL, c.IdempotencyTTL)
 	}
 	if c.Retention < c.IdempotencyTTL {
 		// An idempotency record replays its hold: the hold must live as long.

@@ -90,6 +90,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	args := []any{
 		e.keys.Base(partition), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem,
 		int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity, e.cfg.MaxHold.Milliseconds(),
+		int64(e.cfg.RejectionTTL.Seconds()),
 	}
 	for attempt := 0; ; attempt++ {
 		r, err := e.run(ctx, lua.Reserve, keys, args...)
@@ -99,6 +100,13 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		res := reply(r)
 		switch res.code() {
 		case "OK":
+			if idem != "" {
+				if err := e.keepIdempotencyClaim(ctx, idem, req.SKU); err != nil {
+					// The hold is made; a retry with the same key replays it
+					// and keeps the claim then.
+					return Reservation{}, err
+				}
+			}
 			return holdFromReply(res), nil
 		case "NEEDS_HYDRATION":
 			if attempt > 0 {
@@ -128,9 +136,12 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 // with. The key's records live in that SKU's partition, so reuse with another
 // SKU could not be seen there; this claim makes it visible. SET NX GET is one
 // atomic step: of two concurrent first uses with different SKUs, one loses.
+// A new claim lives RejectionTTL, like the record of a rejection: a key that
+// only ever got refused (or never reached the script) keeps nothing in Redis
+// for longer; keepIdempotencyClaim extends it once the key holds units.
 func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) error {
 	prev, err := e.rdb.SetArgs(ctx, e.keys.IdempotencyClaim(idem), sku, redis.SetArgs{
-		Mode: "NX", Get: true, TTL: e.cfg.IdempotencyTTL,
+		Mode: "NX", Get: true, TTL: e.cfg.RejectionTTL,
 	}).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -139,6 +150,17 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 		return fmt.Errorf("reserving %s: %w", sku, unavailable("claiming idempotency key", err))
 	case prev != sku:
 		return ErrIdempotencyKeyReused
+	}
+	return nil
+}
+
+// keepIdempotencyClaim makes the claim of a key that got a hold last as long
+// as the hold's idempotency record (IdempotencyTTL), so the key stays pinned to
+// its SKU for as long as it replays the hold.
+func (e *Engine) keepIdempotencyClaim(ctx context.Context, idem, sku string) error {
+	err := e.rdb.SetArgs(ctx, e.keys.IdempotencyClaim(idem), sku, redis.SetArgs{TTL: e.cfg.IdempotencyTTL}).Err()
+	if err != nil {
+		return fmt.Errorf("reserving %s: %w", sku, unavailable("keeping idempotency claim", err))
 	}
 	return nil
 }

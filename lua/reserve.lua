@@ -9,6 +9,7 @@
 -- ARGV[6]  token        ARGV[7] request fingerprint ("" when the call has no idempotency key)
 -- ARGV[8]  idempotency hash ("" when none)   ARGV[9] idempotency TTL seconds
 -- ARGV[10] max quantity per call             ARGV[11] max hold milliseconds
+-- ARGV[12] rejection TTL seconds (how long a rejection replays; minutes)
 --
 -- The new hold carries the SKU's generation (see sku_gen in lib.lua).
 --
@@ -68,10 +69,13 @@ if fp ~= '' then
 end
 
 -- reject records a business rejection for idempotent replay, then returns it.
+-- A rejection lives ARGV[12] seconds, not the idempotency TTL of a hold: every
+-- fresh key a client gets refused costs Redis a record, and a short life is
+-- what bounds the memory one principal can pin (its mutation rate times this).
 local function reject(code, a, b)
   if fp ~= '' then
     redis.call('HSET', KEYS[4], 'fp', fp, 'code', code, 'a', tostring(a), 'b', tostring(b))
-    redis.call('EXPIRE', KEYS[4], ARGV[9])
+    redis.call('EXPIRE', KEYS[4], ARGV[12])
   end
   return { code, tostring(a), tostring(b), 0 }
 end

@@ -60,6 +60,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_HOLD_MAX          (3600s)
   DROPLINE_CORS_ORIGINS      comma separated origins (same-origin only)
   DROPLINE_LEASE_TTL         worker lease per partition (10s)
+  DROPLINE_REJECTION_TTL     how long a refused reserve replays for its idempotency key (5m)
   DROPLINE_MUTATION_RATE     mutations per second per principal; negative = no limit (10)
   DROPLINE_MUTATION_BURST    (20)
   DROPLINE_SHUTDOWN_TIMEOUT  (15s)
