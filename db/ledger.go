@@ -237,6 +237,33 @@ func (l *Ledger) Restock(ctx context.Context, sku string, quantity int, eventID 
 	return out, nil
 }
 
+// MarkInRedis records that Redis has a product at version or newer, after
+// the engine applied it. It never lowers the mark.
+func (l *Ledger) MarkInRedis(ctx context.Context, sku string, version int64) error {
+	_, err := l.pool.Exec(ctx, `
+		UPDATE products SET redis_version = $2 WHERE sku = $1 AND redis_version < $2`, sku, version)
+	if err != nil {
+		return fmt.Errorf("marking %s as applied to Redis: %w", sku, interpret(err))
+	}
+	return nil
+}
+
+// BehindInRedis returns up to limit products, by SKU, whose latest version
+// is not known to have reached Redis: the Redis step of their last write
+// failed, or has not finished yet.
+func (l *Ledger) BehindInRedis(ctx context.Context, limit int) ([]Product, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+productColumns+` FROM products
+		WHERE redis_version < version ORDER BY sku LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing products behind in Redis: %w", interpret(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Product, error) { return scanProduct(r) })
+	if err != nil {
+		return nil, fmt.Errorf("listing products behind in Redis: %w", err)
+	}
+	return out, nil
+}
+
 // Product returns one product.
 func (l *Ledger) Product(ctx context.Context, sku string) (Product, error) {
 	p, err := scanProduct(l.pool.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1`, sku))

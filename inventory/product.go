@@ -129,8 +129,11 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 		return Product{}, ledgerError("creating product", err)
 	}
 	if err := e.Rebuild(ctx, in.SKU); err != nil {
-		// Postgres has the product; the next read rebuilds it in Redis.
+		// Postgres has the product; the next read, or the reconciler,
+		// rebuilds it in Redis.
 		e.log.Warn().Err(err).Str("sku", in.SKU).Msg("product created in Postgres, Redis not yet loaded")
+	} else {
+		e.markInRedis(ctx, row)
 	}
 	return productFrom(row), nil
 }
@@ -240,19 +243,80 @@ func (e *Engine) Products(ctx context.Context, afterSKU string, limit int) ([]Pr
 	return out, nil
 }
 
-// applyProduct brings Redis up to the Postgres version of a product.
+// applyProduct brings Redis up to the Postgres version of a product, then
+// records in Postgres that Redis has it. When Redis cannot be reached the
+// change stays durable in Postgres, marked as behind, and ReapplyProducts
+// brings it over later.
 func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
+	_, err := e.applyProductResult(ctx, row)
+	return err
+}
+
+// applyProductResult is applyProduct, also saying whether Redis changed
+// (false when Redis had this version or a newer one already).
+func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
 	partition := PartitionOf(row.SKU)
 	r, err := e.run(ctx, lua.ApplyProduct, []string{e.keys.SKU(row.SKU)},
 		e.keys.Base(partition), row.SKU, row.Version, row.Total, row.MaxPerUser,
 		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt))
 	if err != nil {
-		return fmt.Errorf("applying product %s: %w", row.SKU, err)
+		return false, fmt.Errorf("applying product %s: %w", row.SKU, err)
 	}
-	if reply(r).code() == "NEEDS_HYDRATION" {
-		return e.Rebuild(ctx, row.SKU)
+	changed := true
+	switch reply(r).code() {
+	case "NEEDS_HYDRATION":
+		// The rebuild loads the newest version, this one included.
+		if err := e.Rebuild(ctx, row.SKU); err != nil {
+			return false, err
+		}
+	case "STALE":
+		changed = false // a newer version is already there
 	}
-	return nil // OK, or STALE: a newer version is already there
+	e.markInRedis(ctx, row)
+	return changed, nil
+}
+
+// markInRedis records that Redis has row's version. A failure only costs a
+// repeated, version-guarded apply later, so it is logged, not returned.
+func (e *Engine) markInRedis(ctx context.Context, row db.Product) {
+	if err := e.ledger.MarkInRedis(ctx, row.SKU, row.Version); err != nil {
+		e.log.Warn().Err(err).Str("sku", row.SKU).Int64("version", row.Version).Msg("product applied to Redis, not yet marked in Postgres")
+	}
+}
+
+// ReapplyProducts brings Redis up to Postgres for the products of one
+// partition whose last write committed in Postgres but did not reach Redis
+// (Redis was unreachable, or the call timed out): without it Redis would keep
+// the old total, limit or sale window until the next write of the product.
+// Each apply is the same version-guarded script as a write's own, so a
+// repeated or late one changes nothing newer. It looks at no more than limit
+// lagging products of all partitions at once and returns how many of this
+// partition's it changed in Redis. The commit reconciler runs it every pass.
+func (e *Engine) ReapplyProducts(ctx context.Context, partition, limit int) (int, error) {
+	rows, err := e.ledger.BehindInRedis(ctx, limit)
+	if err != nil {
+		return 0, unavailable("listing products behind in Redis", err)
+	}
+	applied := 0
+	for _, row := range rows {
+		if PartitionOf(row.SKU) != partition {
+			continue
+		}
+		changed, err := e.applyProductResult(ctx, row)
+		if err != nil {
+			if ctx.Err() != nil {
+				return applied, ctx.Err()
+			}
+			// One product failing never holds the others back.
+			e.log.Warn().Err(err).Str("sku", row.SKU).Msg("could not re-apply a product change to Redis; retrying next pass")
+			continue
+		}
+		if changed {
+			applied++
+			e.log.Info().Str("sku", row.SKU).Int64("version", row.Version).Msg("re-applied a product change Redis had missed")
+		}
+	}
+	return applied, nil
 }
 
 // ledgerError maps ledger errors to business outcomes.

@@ -26,6 +26,9 @@ type CommitReconcilerConfig struct {
 	// BatchSize is the most commits settled per ReconcileCommits call;
 	// default 100. Full batches repeat within a pass.
 	BatchSize int
+	// ProductBatchSize is the most lagging products (of all partitions)
+	// looked at per pass by ReapplyProducts; default 1000.
+	ProductBatchSize int
 }
 
 func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
@@ -42,20 +45,28 @@ func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 100
 	}
+	if c.ProductBatchSize <= 0 {
+		c.ProductBatchSize = 1000
+	}
 }
 
 // CommitReconciler finishes commits a crash or an unknown Postgres outcome
 // left COMMITTING: the engine asks Postgres whether the sale exists and marks
-// the hold COMMITTED, or puts it back to HELD with its original expiry.
-// Partitions are owned through leases. It writes nothing to Postgres (it only
-// reads the sale), and each settlement is a guarded Redis script, so a
-// duplicate reconciler cannot corrupt anything; the lease only saves work.
+// the hold COMMITTED, or puts it back to HELD with its original expiry. In
+// the same pass it re-applies product changes (restocks, limits, sale
+// windows) that committed in Postgres but never reached Redis, so Redis
+// converges within one Interval of Redis answering again. Partitions are
+// owned through leases. It writes nothing to Postgres but the mark that a
+// product reached Redis, and each settlement or apply is a guarded Redis
+// script, so a duplicate reconciler cannot corrupt anything; the lease only
+// saves work.
 type CommitReconciler struct {
 	*service
-	cfg     CommitReconcilerConfig
-	engine  *inventory.Engine
-	leases  *leaseSet
-	settled prometheus.Counter
+	cfg       CommitReconcilerConfig
+	engine    *inventory.Engine
+	leases    *leaseSet
+	settled   prometheus.Counter
+	reapplied prometheus.Counter
 }
 
 // NewCommitReconciler builds a reconciler; Start runs it.
@@ -68,6 +79,10 @@ func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, r
 		settled: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_commits_reconciled_total",
 			Help: "Half-done commits the reconciler settled (committed or put back to HELD).",
+		})),
+		reapplied: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_products_reapplied_total",
+			Help: "Product changes committed in Postgres that the reconciler re-applied to Redis because their own Redis step had failed.",
 		})),
 	}
 	w.service = newService("commit_reconciler", cfg.Options, log, reg, w.run)
@@ -99,8 +114,18 @@ func (w *CommitReconciler) reconcile(ctx context.Context, p int) error {
 			return fmt.Errorf("reconciling partition %d: %w", p, err)
 		}
 		if n < w.cfg.BatchSize {
-			return nil
+			break
 		}
+	}
+	if ctx.Err() != nil || !w.leases.Held(p) {
+		return nil
+	}
+	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+	n, err := w.engine.ReapplyProducts(sctx, p, w.cfg.ProductBatchSize)
+	cancel()
+	w.reapplied.Add(float64(n))
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("re-applying products of partition %d: %w", p, err)
 	}
 	return nil
 }

@@ -10,7 +10,12 @@
 //     partition, appended inside the same Lua scripts that change stock) into
 //     Postgres, at least once, with an idempotent apply.
 //   - G2, commits: the CommitReconciler settles commits that a crash or an
-//     unknown Postgres outcome left COMMITTING, by asking Postgres.
+//     unknown Postgres outcome left COMMITTING, by asking Postgres. In the
+//     same pass it re-applies product changes (restocks, limits, sale
+//     windows) that committed in Postgres but whose Redis step failed
+//     (products.redis_version < version), version-guarded, so Redis never
+//     keeps an old total or window for longer than about one Interval after
+//     it answers again.
 //   - G7, read-repair: the Rebuilder notices that Redis lost its data and
 //     reloads every SKU from Postgres at once; the engine's lazy rebuild on
 //     access stays the safety net.
