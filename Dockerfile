@@ -17,6 +17,9 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/dropline /usr/local/bin/dropline
 USER nonroot:nonroot
 EXPOSE 8080
+# Every interface of the container. Dev mode (DROPLINE_DEV=1) refuses it unless
+# DROPLINE_DEV_ALLOW_REMOTE=1 says the published port is private (see
+# docker-compose.yml, which publishes it on the host's loopback only).
 ENV DROPLINE_ADDR=:8080
 ENTRYPOINT ["/usr/local/bin/dropline"]
 CMD ["serve"]

@@ -339,9 +339,9 @@ func (a *App) setup() error {
 		)
 	}
 	if a.issuer == nil {
-		iss, err := auth.NewIssuer(a.Config.JWTKey())
+		iss, err := NewIssuer(a.Config)
 		if err != nil {
-			return fmt.Errorf("%s: %w", config.EnvJWTSecret, err)
+			return err
 		}
 		a.issuer = iss
 	}
@@ -411,4 +411,17 @@ func displayAddr(addr string) string {
 		return net.JoinHostPort("localhost", port)
 	}
 	return addr
+}
+
+// NewIssuer builds the token issuer the configuration describes: its key,
+// and the issuer, audience and lifetime every token must respect. The server
+// verifies with it and `dropline token` mints with it, so the two agree.
+func NewIssuer(cfg config.Config) (*auth.Issuer, error) {
+	iss, err := auth.NewIssuerWith(auth.IssuerConfig{
+		Secret: cfg.JWTKey(), Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, MaxLifetime: cfg.JWTMaxLifetime,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.EnvJWTSecret, err)
+	}
+	return iss, nil
 }

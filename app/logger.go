@@ -33,6 +33,10 @@ func WarnIfDevSecret(cfg config.Config, log zerolog.Logger) {
 	}
 	log.Warn().Msg("!!! DEVELOPMENT MODE: tokens are signed with the public built-in secret, so anyone can forge them. " +
 		"Never expose this server; set DROPLINE_JWT_SECRET and unset DROPLINE_DEV in production !!!")
+	if !config.LoopbackAddr(cfg.Addr) {
+		log.Warn().Str("addr", cfg.Addr).Msg("!!! DEVELOPMENT MODE on a non-loopback address (" + config.EnvDevAllowRemote +
+			"=1): whoever reaches this port can mint an admin token !!!")
+	}
 }
 
 // NewRedisLogger routes go-redis' own messages (it logs failed dials and pool

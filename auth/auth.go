@@ -6,6 +6,10 @@
 // principal ID, whose "exp" is required, and whose optional claim
 // "role":"admin" grants admin rights. Only HS256 is accepted, so "alg":"none"
 // and algorithm-confusion tokens are rejected before any claim is read.
+// Optionally (IssuerConfig) "iss" and "aud" must name this deployment, and a
+// token may not be valid for longer than a maximum lifetime, so a token
+// minted for another system sharing the secret, or a long-lived one, is
+// refused.
 //
 // A request without a token is anonymous. A request with a bad token is not
 // silently downgraded to anonymous: Middleware records the failure
@@ -49,7 +53,8 @@ const MaxPrincipalLen = 128
 // any reservation, managing products and stock).
 const RoleAdmin = "admin"
 
-// issuerName is written to "iss" so a token says where it came from.
+// issuerName is written to "iss" so a token says where it came from, when no
+// issuer is configured.
 const issuerName = "dropline"
 
 // leeway absorbs clock skew between the machine that minted a token and the
@@ -90,42 +95,77 @@ type claims struct {
 	jwt.RegisteredClaims
 }
 
+// IssuerConfig is what an Issuer signs with and checks. Zero values take the
+// defaults named on each field.
+type IssuerConfig struct {
+	// Secret is the HS256 key, at least MinSecretLen bytes. It is copied.
+	Secret []byte
+	// Issuer, when set (DROPLINE_JWT_ISSUER), is written to "iss" and
+	// required in every token verified. Default: empty, which mints
+	// "iss":"dropline" and accepts any issuer.
+	Issuer string
+	// Audience, when set (DROPLINE_JWT_AUDIENCE), is written to "aud" and
+	// required among a verified token's audiences. Default: empty, which
+	// writes no audience and checks none.
+	Audience string
+	// MaxLifetime, when positive (DROPLINE_JWT_MAX_LIFETIME), refuses tokens
+	// valid for longer: exp - iat above it, or exp still further than it
+	// from now (beyond the clock-skew leeway). Mint refuses a longer ttl.
+	// Default: 0, no limit.
+	MaxLifetime time.Duration
+}
+
 // Issuer mints and verifies tokens with one HS256 secret. It is safe for
 // concurrent use.
 type Issuer struct {
-	secret []byte
+	cfg    IssuerConfig
 	now    func() time.Time
 	parser *jwt.Parser
 }
 
 // NewIssuer returns an Issuer for secret, which must be at least
 // MinSecretLen bytes (config.Validate enforces the same rule with a
-// friendlier message). The secret is copied.
+// friendlier message), with no issuer, audience or lifetime checks.
 func NewIssuer(secret []byte) (*Issuer, error) {
-	if len(secret) < MinSecretLen {
-		return nil, fmt.Errorf("%w: %d bytes, need at least %d", ErrSecretTooShort, len(secret), MinSecretLen)
-	}
-	return newIssuer(append([]byte(nil), secret...), time.Now), nil
+	return NewIssuerWith(IssuerConfig{Secret: secret})
 }
 
-func newIssuer(secret []byte, now func() time.Time) *Issuer {
-	return &Issuer{
-		secret: secret,
-		now:    now,
-		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-			jwt.WithExpirationRequired(),
-			jwt.WithLeeway(leeway),
-			jwt.WithTimeFunc(now),
-		),
+// NewIssuerWith returns an Issuer for cfg.
+func NewIssuerWith(cfg IssuerConfig) (*Issuer, error) {
+	if len(cfg.Secret) < MinSecretLen {
+		return nil, fmt.Errorf("%w: %d bytes, need at least %d", ErrSecretTooShort, len(cfg.Secret), MinSecretLen)
 	}
+	if cfg.MaxLifetime < 0 {
+		return nil, fmt.Errorf("max token lifetime must not be negative, got %s", cfg.MaxLifetime)
+	}
+	cfg.Secret = append([]byte(nil), cfg.Secret...)
+	return newIssuer(cfg, time.Now), nil
+}
+
+func newIssuer(cfg IssuerConfig, now func() time.Time) *Issuer {
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(leeway),
+		jwt.WithTimeFunc(now),
+	}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	return &Issuer{cfg: cfg, now: now, parser: jwt.NewParser(opts...)}
 }
 
 // WithClock returns a copy of the Issuer that reads time from now, so tests
 // can mint and verify tokens at chosen instants.
 func (i *Issuer) WithClock(now func() time.Time) *Issuer {
-	return newIssuer(i.secret, now)
+	return newIssuer(i.cfg, now)
 }
+
+// MaxLifetime is the longest a token may be valid for; 0 when unlimited.
+func (i *Issuer) MaxLifetime() time.Duration { return i.cfg.MaxLifetime }
 
 // Mint returns a signed token for principalID, valid for ttl. The
 // `dropline token` command and tests use it; production tokens may come
@@ -137,6 +177,9 @@ func (i *Issuer) Mint(principalID string, admin bool, ttl time.Duration) (string
 	if ttl <= 0 {
 		return "", fmt.Errorf("minting token: ttl must be positive, got %s", ttl)
 	}
+	if limit := i.cfg.MaxLifetime; limit > 0 && ttl > limit {
+		return "", fmt.Errorf("minting token: ttl %s exceeds the maximum token lifetime %s", ttl, limit)
+	}
 	now := i.now()
 	c := claims{
 		RegisteredClaims: jwt.RegisteredClaims{
@@ -146,10 +189,16 @@ func (i *Issuer) Mint(principalID string, admin bool, ttl time.Duration) (string
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 		},
 	}
+	if i.cfg.Issuer != "" {
+		c.Issuer = i.cfg.Issuer
+	}
+	if i.cfg.Audience != "" {
+		c.Audience = jwt.ClaimStrings{i.cfg.Audience}
+	}
 	if admin {
 		c.Role = RoleAdmin
 	}
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(i.secret)
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(i.cfg.Secret)
 	if err != nil {
 		return "", fmt.Errorf("minting token: %w", err)
 	}
@@ -162,7 +211,7 @@ func (i *Issuer) Mint(principalID string, admin bool, ttl time.Duration) (string
 func (i *Issuer) Verify(token string) (Principal, error) {
 	var c claims
 	_, err := i.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) {
-		return i.secret, nil
+		return i.cfg.Secret, nil
 	})
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
@@ -172,6 +221,12 @@ func (i *Issuer) Verify(token string) (Principal, error) {
 	}
 	if err := ValidatePrincipalID(c.Subject); err != nil {
 		return Principal{}, fmt.Errorf("verifying token: %w: bad subject: %s", ErrTokenInvalid, err.Error())
+	}
+	if limit := i.cfg.MaxLifetime; limit > 0 {
+		exp := c.ExpiresAt.Time
+		if exp.Sub(i.now()) > limit+leeway || (c.IssuedAt != nil && exp.Sub(c.IssuedAt.Time) > limit) {
+			return Principal{}, fmt.Errorf("verifying token: %w: valid for longer than the maximum token lifetime", ErrTokenInvalid)
+		}
 	}
 	p := Principal{ID: c.Subject, ExpiresAt: c.ExpiresAt.Time}
 	switch c.Role {
@@ -190,7 +245,7 @@ func reason(err error) string {
 	for _, s := range []error{
 		jwt.ErrTokenMalformed, jwt.ErrTokenSignatureInvalid, jwt.ErrTokenUnverifiable,
 		jwt.ErrTokenRequiredClaimMissing, jwt.ErrTokenNotValidYet, jwt.ErrTokenUsedBeforeIssued,
-		jwt.ErrTokenInvalidClaims,
+		jwt.ErrTokenInvalidIssuer, jwt.ErrTokenInvalidAudience, jwt.ErrTokenInvalidClaims,
 	} {
 		if errors.Is(err, s) {
 			return s.Error()

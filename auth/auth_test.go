@@ -204,3 +204,72 @@ func TestMiddleware(t *testing.T) {
 	require.False(t, s.ok)
 	require.ErrorIs(t, s.err, auth.ErrTokenExpired)
 }
+
+func TestIssuerAndAudienceChecks(t *testing.T) {
+	t.Parallel()
+	iss, err := auth.NewIssuerWith(auth.IssuerConfig{Secret: secret, Issuer: "https://login.shop.example", Audience: "dropline-eu"})
+	require.NoError(t, err)
+	exp := time.Now().Add(time.Hour).Unix()
+
+	// What Mint writes is accepted, and carries both claims.
+	tok, err := iss.Mint("alice", false, time.Hour)
+	require.NoError(t, err)
+	p, err := iss.Verify(tok)
+	require.NoError(t, err)
+	require.Equal(t, "alice", p.ID)
+	var c jwt.RegisteredClaims
+	_, _, err = jwt.NewParser().ParseUnverified(tok, &c)
+	require.NoError(t, err)
+	require.Equal(t, "https://login.shop.example", c.Issuer)
+	require.Equal(t, jwt.ClaimStrings{"dropline-eu"}, c.Audience)
+
+	good := jwt.MapClaims{"sub": "a", "exp": exp, "iss": "https://login.shop.example", "aud": []string{"other", "dropline-eu"}}
+	_, err = iss.Verify(sign(t, jwt.SigningMethodHS256, secret, good))
+	require.NoError(t, err, "one of several audiences is enough")
+	for name, claims := range map[string]jwt.MapClaims{
+		"no iss":    {"sub": "a", "exp": exp, "aud": "dropline-eu"},
+		"wrong iss": {"sub": "a", "exp": exp, "iss": "dropline", "aud": "dropline-eu"},
+		"no aud":    {"sub": "a", "exp": exp, "iss": "https://login.shop.example"},
+		"wrong aud": {"sub": "a", "exp": exp, "iss": "https://login.shop.example", "aud": "dropline-us"},
+	} {
+		_, err := iss.Verify(sign(t, jwt.SigningMethodHS256, secret, claims))
+		require.ErrorIs(t, err, auth.ErrTokenInvalid, name)
+	}
+
+	// Without configuration, neither claim is checked (the default).
+	_, err = newIssuer(t).Verify(sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": exp, "iss": "anyone"}))
+	require.NoError(t, err)
+}
+
+func TestMaxLifetime(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	iss, err := auth.NewIssuerWith(auth.IssuerConfig{Secret: secret, MaxLifetime: time.Hour})
+	require.NoError(t, err)
+	iss = iss.WithClock(func() time.Time { return now })
+	require.Equal(t, time.Hour, iss.MaxLifetime())
+
+	tok, err := iss.Mint("bob", false, time.Hour)
+	require.NoError(t, err)
+	_, err = iss.Verify(tok)
+	require.NoError(t, err, "exactly the maximum is fine")
+	_, err = iss.Mint("bob", false, time.Hour+time.Second)
+	require.ErrorContains(t, err, "maximum token lifetime")
+
+	at := func(d time.Duration) int64 { return now.Add(d).Unix() }
+	for name, claims := range map[string]jwt.MapClaims{
+		"exp - iat too long":           {"sub": "a", "iat": at(-time.Hour), "exp": at(time.Minute)},
+		"exp too far without iat":      {"sub": "a", "exp": at(2 * time.Hour)},
+		"exp too far, iat in future":   {"sub": "a", "iat": at(time.Hour), "exp": at(90 * time.Minute)},
+		"a year, as a leaked token is": {"sub": "a", "iat": at(0), "exp": at(365 * 24 * time.Hour)},
+	} {
+		_, err := iss.Verify(sign(t, jwt.SigningMethodHS256, secret, claims))
+		require.ErrorIs(t, err, auth.ErrTokenInvalid, name)
+		require.ErrorContains(t, err, "maximum token lifetime", name)
+	}
+	_, err = iss.Verify(sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "iat": at(-30 * time.Minute), "exp": at(30 * time.Minute)}))
+	require.NoError(t, err)
+
+	_, err = auth.NewIssuerWith(auth.IssuerConfig{Secret: secret, MaxLifetime: -time.Second})
+	require.Error(t, err)
+}

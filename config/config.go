@@ -22,7 +22,11 @@ const (
 	EnvDatabaseURL       = "DATABASE_URL"
 	EnvAddr              = "DROPLINE_ADDR"
 	EnvJWTSecret         = "DROPLINE_JWT_SECRET" //nolint:gosec // the variable name, not a credential
+	EnvJWTIssuer         = "DROPLINE_JWT_ISSUER"
+	EnvJWTAudience       = "DROPLINE_JWT_AUDIENCE"
+	EnvJWTMaxLifetime    = "DROPLINE_JWT_MAX_LIFETIME"
 	EnvDev               = "DROPLINE_DEV"
+	EnvDevAllowRemote    = "DROPLINE_DEV_ALLOW_REMOTE"
 	EnvKeyPrefix         = "DROPLINE_KEY_PREFIX"
 	EnvHoldDefault       = "DROPLINE_HOLD_DEFAULT"
 	EnvHoldMax           = "DROPLINE_HOLD_MAX"
@@ -41,6 +45,7 @@ const (
 	DefaultRedisURL        = "redis://127.0.0.1:6379/0"
 	DefaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable"
 	DefaultAddr            = ":8080"
+	DefaultDevAddr         = "127.0.0.1:8080"
 	DefaultKeyPrefix       = "dl:"
 	DefaultHoldDefault     = 600 * time.Second
 	DefaultHoldMax         = 3600 * time.Second
@@ -96,8 +101,11 @@ type Config struct {
 	DatabaseURL string
 
 	// Addr is the HTTP listen address (DROPLINE_ADDR).
-	// Default: ":8080". Port 0 picks a free port (used by end-to-end tests;
-	// the bound address is reported by App.Addr).
+	// Default: ":8080", or "127.0.0.1:8080" in dev mode. Port 0 picks a free
+	// port (used by end-to-end tests; the bound address is reported by
+	// App.Addr). In dev mode it must be a loopback address (127.0.0.0/8, ::1,
+	// localhost) unless DevAllowRemote is set: dev mode signs tokens with a
+	// public secret, so whoever reaches the port can mint an admin token.
 	Addr string
 
 	// JWTSecret is the HS256 key for bearer tokens (DROPLINE_JWT_SECRET),
@@ -106,11 +114,34 @@ type Config struct {
 	// DevJWTSecret is used and a warning is printed (see JWTKey).
 	JWTSecret string
 
+	// JWTIssuer, when set, is the "iss" every token must carry
+	// (DROPLINE_JWT_ISSUER); `dropline token` writes it. Default: empty, which
+	// accepts any issuer (and mints "dropline").
+	JWTIssuer string
+
+	// JWTAudience, when set, must be among every token's "aud"
+	// (DROPLINE_JWT_AUDIENCE); `dropline token` writes it. Default: empty,
+	// which checks no audience.
+	JWTAudience string
+
+	// JWTMaxLifetime, when positive, refuses tokens valid for longer: whose
+	// exp - iat, or exp - now, exceeds it (DROPLINE_JWT_MAX_LIFETIME, e.g.
+	// "24h"). `dropline token --ttl` must stay within it. Default: 0, no
+	// limit.
+	JWTMaxLifetime time.Duration
+
 	// Dev enables development mode (DROPLINE_DEV: 1/true/yes/on).
 	// Default: false. Dev mode allows the built-in DevJWTSecret, enables
 	// GraphQL introspection, allows DevOrigin for CORS and defaults the log
-	// format to "console".
+	// format to "console", and listens on loopback only (see Addr).
 	Dev bool
+
+	// DevAllowRemote lets dev mode listen on a non-loopback address
+	// (DROPLINE_DEV_ALLOW_REMOTE: 1/true/yes/on). Default: false. Only for a
+	// network nobody else can reach, such as inside a container whose port is
+	// published on the host's loopback: with the built-in secret, anyone who
+	// reaches the port can mint an admin token.
+	DevAllowRemote bool
 
 	// KeyPrefix starts every Redis key Dropline writes (DROPLINE_KEY_PREFIX),
 	// so several deployments or tests can share one Redis.
@@ -236,16 +267,26 @@ func Load(getenv func(string) string) (Config, error) {
 	str(EnvRedisURL, &c.RedisURL)
 	c.RedisClusterAddrs = splitList(getenv(EnvRedisClusterAddrs))
 	str(EnvDatabaseURL, &c.DatabaseURL)
-	str(EnvAddr, &c.Addr)
 	// The secret is taken verbatim: surrounding spaces are part of it.
 	c.JWTSecret = getenv(EnvJWTSecret)
-	if v := strings.TrimSpace(getenv(EnvDev)); v != "" {
-		b, err := parseBool(v)
-		if err != nil {
-			problems = append(problems, Problem{Var: EnvDev, Msg: fmt.Sprintf("%q is not a boolean: use 1/true/yes/on or 0/false/no/off", v)})
+	str(EnvJWTIssuer, &c.JWTIssuer)
+	str(EnvJWTAudience, &c.JWTAudience)
+	dur(EnvJWTMaxLifetime, &c.JWTMaxLifetime)
+	boolean := func(name string, dst *bool) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			b, err := parseBool(v)
+			if err != nil {
+				problems = append(problems, Problem{Var: name, Msg: fmt.Sprintf("%q is not a boolean: use 1/true/yes/on or 0/false/no/off", v)})
+			}
+			*dst = b
 		}
-		c.Dev = b
 	}
+	boolean(EnvDev, &c.Dev)
+	boolean(EnvDevAllowRemote, &c.DevAllowRemote)
+	if c.Dev {
+		c.Addr = DefaultDevAddr
+	}
+	str(EnvAddr, &c.Addr)
 	str(EnvKeyPrefix, &c.KeyPrefix)
 	dur(EnvHoldDefault, &c.HoldDefault)
 	dur(EnvHoldMax, &c.HoldMax)

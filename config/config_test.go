@@ -286,3 +286,73 @@ func TestRejectionTTL(t *testing.T) {
 		require.ErrorContains(t, c.Validate(), config.EnvRejectionTTL, bad)
 	}
 }
+
+func TestDevModeListensOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8080", c.Addr, "dev mode listens on loopback by default")
+	require.NoError(t, c.Validate())
+
+	for _, addr := range []string{"127.0.0.1:0", "127.0.0.2:8080", "[::1]:8080", "localhost:8080", "LOCALHOST:9000"} {
+		c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_ADDR": addr}))
+		require.NoError(t, err)
+		require.NoError(t, c.Validate(), addr)
+	}
+	for _, addr := range []string{":8080", "0.0.0.0:8080", "[::]:8080", "10.1.2.3:8080", "shop.example.com:8080"} {
+		c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_ADDR": addr}))
+		require.NoError(t, err)
+		err = c.Validate()
+		var ps config.Problems
+		require.ErrorAs(t, err, &ps, addr)
+		require.Equal(t, []string{config.EnvAddr}, ps.Vars(), addr)
+		require.ErrorContains(t, err, config.EnvDevAllowRemote)
+
+		// Allowed only when asked for by name.
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_ADDR": addr, "DROPLINE_DEV_ALLOW_REMOTE": "1"}))
+		require.NoError(t, err)
+		require.True(t, c.DevAllowRemote)
+		require.NoError(t, c.Validate(), addr)
+	}
+
+	// Outside dev mode every interface is the default, and a real secret is
+	// required: production refuses to start without one.
+	c, err = config.Load(env(nil))
+	require.NoError(t, err)
+	require.Equal(t, ":8080", c.Addr)
+	require.ErrorContains(t, c.Validate(), config.EnvJWTSecret)
+	c, err = config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": config.DevJWTSecret, "DROPLINE_DEV_ALLOW_REMOTE": "1"}))
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Validate(), "public development secret")
+	c, err = config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+
+	_, err = config.Load(env(map[string]string{"DROPLINE_DEV_ALLOW_REMOTE": "perhaps"}))
+	require.ErrorContains(t, err, config.EnvDevAllowRemote)
+}
+
+func TestJWTClaimSettings(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Empty(t, c.JWTIssuer)
+	require.Empty(t, c.JWTAudience)
+	require.Zero(t, c.JWTMaxLifetime, "no limit by default")
+
+	c, err = config.Load(env(map[string]string{
+		"DROPLINE_DEV": "1", "DROPLINE_JWT_ISSUER": " https://login.example ", "DROPLINE_JWT_AUDIENCE": "shop-eu",
+		"DROPLINE_JWT_MAX_LIFETIME": "12h",
+	}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, "https://login.example", c.JWTIssuer)
+	require.Equal(t, "shop-eu", c.JWTAudience)
+	require.Equal(t, 12*time.Hour, c.JWTMaxLifetime)
+
+	_, err = config.Load(env(map[string]string{"DROPLINE_JWT_MAX_LIFETIME": "forever"}))
+	require.ErrorContains(t, err, config.EnvJWTMaxLifetime)
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_JWT_MAX_LIFETIME": "-1h"}))
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Validate(), config.EnvJWTMaxLifetime)
+}

@@ -65,6 +65,11 @@ func (c Config) Validate() error {
 
 	if err := checkListenAddr(c.Addr); err != nil {
 		add(EnvAddr, "%q %v: use host:port or :port, e.g. %s (port 0 picks a free port)", c.Addr, err, DefaultAddr)
+	} else if c.Dev && !c.DevAllowRemote && !LoopbackAddr(c.Addr) {
+		add(EnvAddr, "%q is reachable from other hosts, and dev mode signs tokens with a public secret (anyone who reaches the port could mint an admin token): listen on loopback (%s, the dev-mode default), or set %s=1 if only you can reach this network", c.Addr, DefaultDevAddr, EnvDevAllowRemote)
+	}
+	if c.JWTMaxLifetime < 0 {
+		add(EnvJWTMaxLifetime, "is %s: set the longest a token may be valid for, such as 24h, or 0 for no limit", c.JWTMaxLifetime)
 	}
 
 	switch {
@@ -146,6 +151,21 @@ func checkListenAddr(addr string) error {
 		return fmt.Errorf("has an invalid port")
 	}
 	return nil
+}
+
+// LoopbackAddr reports whether a listen address can only be reached from this
+// host: its host is a loopback IP or "localhost". An empty host (":8080")
+// listens on every interface.
+func LoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func checkOrigin(o string) error {

@@ -52,9 +52,13 @@ Configuration comes from the environment (defaults in parentheses):
   REDIS_URL                  (redis://127.0.0.1:6379/0; redis-cluster://h1:p1,h2:p2 for a cluster)
   REDIS_CLUSTER_ADDRS        cluster seed nodes host:port,... (empty)
   DATABASE_URL               (postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable)
-  DROPLINE_ADDR              (:8080)
+  DROPLINE_ADDR              (:8080; 127.0.0.1:8080 in dev mode)
   DROPLINE_JWT_SECRET        HS256 secret, at least 32 bytes (required unless DROPLINE_DEV=1)
-  DROPLINE_DEV               1 = development mode: built-in secret, introspection (off)
+  DROPLINE_JWT_ISSUER        "iss" every token must carry; token writes it (any)
+  DROPLINE_JWT_AUDIENCE      "aud" every token must include; token writes it (none)
+  DROPLINE_JWT_MAX_LIFETIME  refuse tokens valid for longer, e.g. 24h (no limit)
+  DROPLINE_DEV               1 = development mode: built-in secret, introspection, loopback only (off)
+  DROPLINE_DEV_ALLOW_REMOTE  1 = dev mode may listen on a non-loopback address (off)
   DROPLINE_KEY_PREFIX        (dl:)
   DROPLINE_HOLD_DEFAULT      (600s)
   DROPLINE_HOLD_MAX          (3600s)
@@ -264,7 +268,7 @@ func (e env) token(args []string) error {
 	fs := e.flags("token", "token --user ID [--admin] [--ttl 24h]")
 	user := fs.String("user", "", "principal ID (1-128 characters of A-Z a-z 0-9 . _ @ -)")
 	admin := fs.Bool("admin", false, "grant the admin role")
-	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid")
+	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid (at most DROPLINE_JWT_MAX_LIFETIME, which is also the default when shorter)")
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
@@ -287,14 +291,23 @@ func (e env) token(args []string) error {
 	// (`make run`), which is what someone without a secret is running.
 	if cfg.JWTSecret == "" && !cfg.Dev {
 		cfg.Dev = true
+		cfg.DevAllowRemote = true // token listens nowhere: its address does not matter
 		fmt.Fprintf(e.stderr, "dropline token: %s is not set; signed with the development secret, accepted only by a server with %s=1\n", config.EnvJWTSecret, config.EnvDev)
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	iss, err := auth.NewIssuer(cfg.JWTKey())
+	iss, err := app.NewIssuer(cfg)
 	if err != nil {
-		return fmt.Errorf("%s: %w", config.EnvJWTSecret, err)
+		return err
+	}
+	ttlSet := false
+	fs.Visit(func(f *flag.Flag) { ttlSet = ttlSet || f.Name == "ttl" })
+	if limit := iss.MaxLifetime(); limit > 0 && !ttlSet {
+		*ttl = min(*ttl, limit)
+	}
+	if limit := iss.MaxLifetime(); limit > 0 && *ttl > limit {
+		return usageError{fmt.Errorf("--ttl %s: longer than %s (%s), which the server would refuse", *ttl, config.EnvJWTMaxLifetime, limit)}
 	}
 	tok, err := iss.Mint(*user, *admin, *ttl)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/app"
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
 	"github.com/dropline/dropline/internal/testenv"
@@ -206,4 +207,59 @@ func TestServeAndSignal(t *testing.T) {
 	}
 	require.Contains(t, errOut.String(), "dropline stopped")
 	require.Empty(t, out.String())
+}
+
+func TestServeRefusesDevModeOnEveryInterface(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{
+		"DROPLINE_DEV":       "1",
+		"DATABASE_URL":       "postgres://postgres@" + closedAddr(t) + "/dropline?sslmode=disable",
+		"DROPLINE_LOG_LEVEL": "disabled",
+	}
+	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0"} {
+		env := map[string]string{"DROPLINE_ADDR": addr}
+		for k, v := range base {
+			env[k] = v
+		}
+		code, out, errOut := runCmd(t, env, "serve")
+		require.Equal(t, 1, code, addr)
+		require.Empty(t, out)
+		require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		require.Contains(t, errOut, "DROPLINE_ADDR", addr)
+		require.Contains(t, errOut, "DROPLINE_DEV_ALLOW_REMOTE", addr)
+		require.NotContains(t, errOut, "PostgreSQL", "refused before anything is touched")
+	}
+	// Production without a real secret refuses to start too.
+	code, _, errOut := runCmd(t, map[string]string{"DROPLINE_ADDR": "127.0.0.1:0", "DATABASE_URL": base["DATABASE_URL"]}, "serve")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "DROPLINE_JWT_SECRET: is not set")
+}
+
+func TestTokenWritesIssuerAudienceAndKeepsToMaxLifetime(t *testing.T) {
+	t.Parallel()
+	envm := map[string]string{
+		"DROPLINE_JWT_SECRET": secret, "DROPLINE_JWT_ISSUER": "https://login.shop.example",
+		"DROPLINE_JWT_AUDIENCE": "dropline-eu", "DROPLINE_JWT_MAX_LIFETIME": "2h",
+	}
+	code, out, errOut := runCmd(t, envm, "token", "--user", "alice")
+	require.Equal(t, 0, code, errOut)
+	cfg, err := config.Load(func(k string) string { return envm[k] })
+	require.NoError(t, err)
+	server, err := app.NewIssuer(cfg)
+	require.NoError(t, err)
+	p, err := server.Verify(strings.TrimSpace(out))
+	require.NoError(t, err, "the server accepts what token mints")
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), p.ExpiresAt, 5*time.Second, "the default ttl shrinks to the maximum lifetime")
+
+	// A server with another audience refuses it.
+	cfg.JWTAudience = "dropline-us"
+	other, err := app.NewIssuer(cfg)
+	require.NoError(t, err)
+	_, err = other.Verify(strings.TrimSpace(out))
+	require.ErrorIs(t, err, auth.ErrTokenInvalid)
+
+	code, out, errOut = runCmd(t, envm, "token", "--user", "alice", "--ttl", "3h")
+	require.Equal(t, 2, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "DROPLINE_JWT_MAX_LIFETIME")
 }
