@@ -305,7 +305,7 @@ func TestDevModeListensOnLoopbackOnly(t *testing.T) {
 		err = c.Validate()
 		var ps config.Problems
 		require.ErrorAs(t, err, &ps, addr)
-		require.Equal(t, []string{config.EnvAddr}, ps.Vars(), addr)
+		require.Equal(t, []string{config.EnvAddr}, varsOf(ps), addr)
 		require.ErrorContains(t, err, config.EnvDevAllowRemote)
 
 		// Allowed only when asked for by name.
