@@ -168,10 +168,10 @@ type Config struct {
 	// RejectionTTL is how long a refused reserve (out of stock, over the
 	// quota, sale not open) replays for its idempotency key
 	// (DROPLINE_REJECTION_TTL). Default: 5m; between 1s and 24h. Redis keeps
-	// each such rejection (about 320 bytes with its key's claim) this long, so
-	// one principal can make Redis keep at most about
-	// (MutationRate x RejectionTTL + MutationBurst) x 320 bytes: 1 MB with the
-	// defaults. A hold replays for 24h whatever this says.
+	// each such rejection (about 530 bytes with its key's claim and Redis'
+	// per-key overhead) this long, so one principal can make Redis keep at
+	// most about (MutationRate x RejectionTTL + MutationBurst) x 530 bytes:
+	// 1.6 MB with the defaults. A hold replays for 24h whatever this says.
 	RejectionTTL time.Duration
 
 	// MutationRate is how many mutations per second one principal may send

@@ -71,7 +71,7 @@
 // request replays it, one with a different request gets
 // ErrIdempotencyKeyReused. Rejections are short-lived because a client can
 // provoke them at will, each with a fresh key: what one principal can make
-// Redis keep is bounded by its mutation rate times RejectionTTL (about 320
+// Redis keep is bounded by its mutation rate times RejectionTTL (about 530
 // bytes per rejection, record and claim), not by a day of requests.
 //
 // The record lives in the SKU's partition, so it is checked inside
@@ -107,6 +107,11 @@
 //     restart rebuilds from Postgres) or with AOF fsync always.
 //   - Redis failover with asynchronous replication can lose the last holds
 //     written to the old primary; commits are safe because Postgres is first.
+//   - A product change (restock, update) committed in Postgres whose Redis
+//     step failed: the call answers ErrUnavailable, products.redis_version
+//     stays below version, and ReapplyProducts (run by the commit
+//     reconciler) applies it later, version-guarded; until then Redis keeps
+//     the old total, limit or window.
 //   - Redis must run with maxmemory-policy noeviction: an evicted hold or
 //     counter would be state silently lost.
 package inventory

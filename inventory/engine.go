@@ -38,7 +38,7 @@ type Config struct {
 	// quota, sale not open) is replayed for its idempotency key; default 5
 	// minutes, at most IdempotencyTTL. Redis keeps a rejection's record and
 	// its key's claim this long, so it bounds what one principal can make
-	// Redis keep by being refused: about 300 bytes per rejection, times the
+	// Redis keep by being refused: about 530 bytes per rejection, times the
 	// principal's mutation rate, times this TTL. After it, the key is a new
 	// request.
 	RejectionTTL time.Duration

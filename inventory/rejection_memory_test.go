@@ -1,13 +1,18 @@
 package inventory_test
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -50,14 +55,34 @@ const (
 	defaultRejectionTTL  = 5 * time.Minute
 )
 
+// usedMemory is the server's used_memory: what Redis really spends, per-key
+// overhead (expiry entries, dictionary slots) included.
+func (b *bundle) usedMemory(t *testing.T) int64 {
+	t.Helper()
+	info, err := b.rdb.InfoMap(b.ctx, "memory").Result()
+	require.NoError(t, err)
+	n, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	require.NoError(t, err)
+	return n
+}
+
 func TestRejectedReservesKeepBoundedMemory(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "single", inventory.Config{})
+	// A private server: its used_memory is this test's alone.
+	srv := testenv.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	e, err := inventory.NewEngine(ctx, inventory.Config{}, client, pool, zerolog.Nop())
+	require.NoError(t, err)
+	b := &bundle{ctx: ctx, engine: e, rdb: client, pool: pool, prefix: "dl:"}
 	b.product(t, "MEM-1", 0, 0)
 	_, _, baseline := b.idemKeys(t)
+	usedBefore := b.usedMemory(t)
 
 	// One principal gets refused N times, each time with a fresh key.
-	const n = 300
+	const n = 1000
 	attacker := inventory.Principal{ID: "attacker-with-a-long-principal-id-0123456789"}
 	for i := range n {
 		_, err := b.engine.Reserve(b.ctx, attacker, inventory.ReserveRequest{
@@ -65,6 +90,7 @@ func TestRejectedReservesKeepBoundedMemory(t *testing.T) {
 		})
 		require.ErrorIs(t, err, inventory.ErrOutOfStock)
 	}
+	used := b.usedMemory(t) - usedBefore
 	records, claims, others := b.idemKeys(t)
 	require.Len(t, records, n, "one record per rejected key")
 	require.Len(t, claims, n, "one claim per rejected key")
@@ -75,18 +101,21 @@ func TestRejectedReservesKeepBoundedMemory(t *testing.T) {
 		require.LessOrEqual(t, k.ttl, defaultRejectionTTL, "%s lives %s: a rejection must not be kept for the idempotency TTL of a hold", k.name, k.ttl)
 		total += k.bytes
 	}
-	perRejection := total / n
+	perRejection, usedPerRejection := total/n, used/n
 	require.LessOrEqual(t, perRejection, int64(400), "a rejection's record and claim must stay compact")
+	require.LessOrEqual(t, usedPerRejection, int64(640), "with Redis' own overhead too")
 	window := int64(defaultMutationRate*defaultRejectionTTL.Seconds() + defaultMutationBurst)
-	bound := window * perRejection
-	t.Logf("%d rejections: %d keys, %d bytes (MEMORY USAGE), %d bytes per rejection; at %d mutations/s (burst %d) kept %s: at most %d rejections = %.2f MB per principal",
-		n, len(records)+len(claims), total, perRejection, defaultMutationRate, defaultMutationBurst, defaultRejectionTTL, window, float64(bound)/1e6)
+	bound := window * max(perRejection, usedPerRejection)
+	t.Logf("%d rejections: %d keys, %d bytes by MEMORY USAGE (%d per rejection), used_memory +%d bytes (%d per rejection); "+
+		"at %d mutations/s (burst %d) kept %s: at most %d rejections = %.2f MB per principal",
+		n, len(records)+len(claims), total, perRejection, used, usedPerRejection,
+		defaultMutationRate, defaultMutationBurst, defaultRejectionTTL, window, float64(bound)/1e6)
 	require.Less(t, bound, int64(2_000_000), "one principal must not be able to pin more than 2 MB by being refused")
 
 	// Within the window the same key replays the same rejection, even once
 	// stock is back.
 	again := inventory.ReserveRequest{SKU: "MEM-1", Quantity: 1, IdempotencyKey: fmt.Sprintf("fresh-key-%06d-%s", 7, strings.Repeat("k", 100))}
-	_, err := b.engine.Restock(b.ctx, admin, "MEM-1", 5, "back-in-stock")
+	_, err = b.engine.Restock(b.ctx, admin, "MEM-1", 5, "back-in-stock")
 	require.NoError(t, err)
 	_, err = b.engine.Reserve(b.ctx, attacker, again)
 	var oos *inventory.OutOfStockError
