@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/99designs/gqlgen/client"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/resolvers"
@@ -276,6 +277,12 @@ func TestAdminMutations(t *testing.T) {
 	only(t, reused.Restock, "IDEMPOTENCY_KEY_REUSED")
 	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "ADM", "quantity": 1_000_000_000, "eventId": "po-big"}}, &over)
 	only(t, over.Restock, "INVALID_INPUT")
+	// Without an eventId a retry could not be told from a second restock:
+	// the schema requires it, and the request is refused before it runs.
+	_, err := e.client.RawPost(restockDoc, client.AddHeader("Authorization", admin),
+		client.Var("i", map[string]any{"sku": "ADM", "quantity": 1}))
+	require.ErrorContains(t, err, `"path":["variable","i","eventId"]`)
+	require.ErrorContains(t, err, "GRAPHQL_VALIDATION_FAILED")
 
 	var nf struct{ Restock payload }
 	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "NOPE", "quantity": 1, "eventId": "po-1"}}, &nf)
