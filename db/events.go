@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,10 @@ import (
 // ErrFenced means a newer lease holder has written since this writer's lease
 // was granted: the writer was paused or partitioned and must stop.
 var ErrFenced = errors.New("fenced off by a newer lease holder")
+
+// ErrUnknownKind means an event's kind is not one this version applies: a
+// newer version wrote it (a rolling upgrade) or the entry is corrupt.
+var ErrUnknownKind = errors.New("unknown event kind")
 
 // Event is one change from the write-behind outbox. Every event carries the
 // whole reservation, so it can be applied even if an earlier one was lost.
@@ -42,11 +47,30 @@ var kindStatus = map[string]string{
 	"reserve": StatusHeld, "commit": StatusCommitted, "cancel": StatusCancelled, "expire": StatusExpired,
 }
 
+// Validate reports whether ApplyEvents can apply e: ErrUnknownKind for a
+// kind this version does not know, ErrInvalid for a missing id, token or SKU
+// or a quantity out of range. The write-behind checks every event with it
+// before a batch, so one bad event is set aside instead of failing the batch.
+func (e Event) Validate() error {
+	if _, ok := kindStatus[e.Kind]; !ok {
+		return fmt.Errorf("event %q: %w %q", e.ID, ErrUnknownKind, e.Kind)
+	}
+	if e.ID == "" || e.Token == "" || e.SKU == "" || e.Quantity <= 0 || e.Quantity > math.MaxInt32 {
+		return fmt.Errorf("event %q: %w: id, token, SKU and a quantity of 1 to 2^31-1 are required", e.ID, ErrInvalid)
+	}
+	return nil
+}
+
 // ApplyEvents writes a batch of outbox events in one transaction: one movement
 // per event (skipped when its ID is known) and each reservation's latest state.
 // A reservation only moves forward out of HELD, so late, repeated or reordered
 // batches change nothing that is already final. With a non-nil fence the
 // batch is refused with ErrFenced when a newer lease holder has written.
+//
+// ErrRefused means the batch cannot be applied as it is (an event fails
+// Validate, or Postgres refused the values): the same batch fails again, and
+// the caller should split it to find the event at fault. Any other error is
+// an outage or a timeout, and the batch may be retried whole.
 func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) error {
 	if len(events) == 0 {
 		return nil
@@ -58,10 +82,10 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	ids, skus, kinds, tokens, principals := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	qtys, ats := make([]int32, n), make([]time.Time, n)
 	for i, e := range events {
-		status, ok := kindStatus[e.Kind]
-		if !ok {
-			return fmt.Errorf("applying events: unknown kind %q in %s", e.Kind, e.ID)
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("applying events: %w: %w", ErrRefused, err)
 		}
+		status := kindStatus[e.Kind]
 		ids[i], skus[i], kinds[i], tokens[i], principals[i] = e.ID, e.SKU, e.Kind, e.Token, e.Principal
 		qtys[i], ats[i] = int32(e.Quantity), e.At
 		s := latest[e.Token]
@@ -132,8 +156,12 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 			rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd)
 		return interpret(err)
 	})
-	if err != nil {
-		return fmt.Errorf("applying %d events: %w", len(events), err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrFenced) || errors.Is(err, ErrRefused):
+	case errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrExists) || errors.Is(err, ErrWouldOversell):
+		err = fmt.Errorf("%w: %w", ErrRefused, err) // a constraint refused the values
 	}
-	return nil
+	return fmt.Errorf("applying %d events: %w", len(events), err)
 }

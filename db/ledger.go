@@ -22,6 +22,11 @@ var (
 	ErrWouldOversell = errors.New("sale would exceed the total stock")
 	// ErrInvalid means Postgres rejected the values (a CHECK constraint).
 	ErrInvalid = errors.New("invalid values")
+	// ErrRefused means Postgres answered and refused the statement on its
+	// values (a data exception, a constraint, a schema mismatch): sending
+	// the same values again fails the same way, unlike an outage. Errors that
+	// wrap it may wrap ErrInvalid or ErrNotFound as well.
+	ErrRefused = errors.New("refused by Postgres")
 )
 
 // Ledger is Dropline's durable record in PostgreSQL: the catalogue, the
@@ -93,9 +98,26 @@ func interpret(err error) error {
 			return fmt.Errorf("%w: %s", ErrInvalid, pgErr.ConstraintName)
 		case pgErr.Code == "23503":
 			return fmt.Errorf("%w: %s", ErrNotFound, pgErr.ConstraintName)
+		case refusedClass(pgErr.Code):
+			return fmt.Errorf("%w: %w", ErrRefused, err)
 		}
 	}
 	return err
+}
+
+// refusedClass reports whether an SQLSTATE says the statement itself is
+// wrong (class 22 data exception, 23 integrity, 42 syntax or undefined
+// object) rather than the server being unavailable or busy (08 connection,
+// 40 serialization, 53 resources, 55 lock, 57 shutdown or cancel, ...).
+func refusedClass(code string) bool {
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "22", "23", "42":
+		return true
+	}
+	return false
 }
 
 func nullInt(n int) *int {

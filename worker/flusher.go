@@ -43,6 +43,12 @@ type FlusherConfig struct {
 	TrimInterval time.Duration
 	// DrainTimeout bounds the final flush on Stop; default 5 seconds.
 	DrainTimeout time.Duration
+	// RefuseLimit is how many times Postgres may refuse one event on its own
+	// (after its batch was split down to it) before the event is moved to
+	// the partition's dead-letter stream, so it stops holding the stream's
+	// trim point back; default 5 (with ClaimIdle, about 75 seconds). A
+	// negative value keeps refused events pending for ever.
+	RefuseLimit int
 }
 
 func (c *FlusherConfig) setDefaults() {
@@ -68,6 +74,9 @@ func (c *FlusherConfig) setDefaults() {
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 5 * time.Second
 	}
+	if c.RefuseLimit == 0 {
+		c.RefuseLimit = 5
+	}
 }
 
 // Flusher is the write-behind worker: it carries every event the Lua scripts
@@ -89,20 +98,38 @@ func (c *FlusherConfig) setDefaults() {
 //   - a Redis flush removes the group; NOGROUP recreates it from the start
 //     of whatever the stream holds.
 //
+// An entry no batch could apply never stops the flow. Entries that do not
+// decode, or whose kind this version does not know (a newer version wrote
+// it during a rolling upgrade), are checked before the batch and moved to
+// the partition's dead-letter stream (<prefix>{pNN}:outbox:dead, the entry's
+// fields as they were plus dead_entry, dead_reason and dead_error) in the
+// same MULTI that acknowledges them. A batch Postgres refuses on its values
+// (db.ErrRefused) is split in halves until the refused events are alone;
+// the rest is applied, the refused ones stay pending, are retried every
+// ClaimIdle and after RefuseLimit refusals are dead-lettered too. Every dead
+// letter is logged and counted (dropline_writebehind_dead_lettered_total).
+// A partition whose flush fails otherwise (Postgres or Redis unreachable, a
+// timeout) is logged and retried after its own doubling backoff, while the
+// other partitions go on in the same pass.
+//
 // A process flushes only partitions whose "flusher" lease it holds, and each
 // batch carries the lease's fencing token, so a paused former owner's late
 // batch is refused by Postgres (db.ErrFenced) instead of racing its
-// successor. While Postgres is down, batches fail, the loop restarts with
-// backoff, and events wait in Redis; they drain when it returns.
+// successor. While Postgres is down, every partition's batches fail and back
+// off, and events wait in Redis; they drain when it returns.
 type Flusher struct {
 	*service
 	cfg    FlusherConfig
 	engine *inventory.Engine
 	rdb    redis.UniversalClient
 	keys   inventory.Keys
+	wkeys  keys
 	leases *leaseSet
 	m      flusherMetrics
 	hooks  flusherHooks
+	// refusals counts, per outbox entry, how often Postgres refused it
+	// alone; loop goroutine only.
+	refusals map[string]int
 }
 
 // flusherHooks let tests interrupt a batch; nil hooks do nothing.
@@ -113,14 +140,16 @@ type flusherHooks struct {
 }
 
 type flusherMetrics struct {
-	lag       prometheus.Gauge
-	backlog   prometheus.Gauge
-	batchSize prometheus.Histogram
-	batchDur  prometheus.Histogram
-	applied   prometheus.Counter
-	malformed prometheus.Counter
-	refused   prometheus.Counter
-	claimed   prometheus.Counter
+	lag          prometheus.Gauge
+	backlog      prometheus.Gauge
+	batchSize    prometheus.Histogram
+	batchDur     prometheus.Histogram
+	applied      prometheus.Counter
+	deadLettered *prometheus.CounterVec
+	deadLetters  prometheus.Gauge
+	refused      prometheus.Counter
+	claimed      prometheus.Counter
+	failures     prometheus.Counter
 }
 
 // NewFlusher builds a flusher; Start runs it.
@@ -128,8 +157,9 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 	cfg.setDefaults()
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	f := &Flusher{
-		cfg: cfg, engine: engine, rdb: rdb, keys: engine.Keys(),
-		leases: newLeaseSet("flusher", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
+		cfg: cfg, engine: engine, rdb: rdb, keys: engine.Keys(), wkeys: newKeys(engine.Keys()),
+		leases:   newLeaseSet("flusher", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
+		refusals: map[string]int{},
 		m: flusherMetrics{
 			lag: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "dropline_writebehind_lag_seconds",
@@ -153,13 +183,21 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 				Name: "dropline_writebehind_events_applied_total",
 				Help: "Outbox events applied to Postgres and acknowledged (repeats of an event count again).",
 			})),
-			malformed: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "dropline_writebehind_events_malformed_total",
-				Help: "Outbox entries that could not be decoded; they are logged and acknowledged.",
+			deadLettered: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "dropline_writebehind_dead_lettered_total",
+				Help: "Outbox entries moved to their partition's dead-letter stream instead of the ledger, by reason: malformed (undecodable), unknown_kind (written by a newer version), refused (Postgres refused the event alone RefuseLimit times).",
+			}, []string{"reason"})),
+			deadLetters: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "dropline_writebehind_dead_letters",
+				Help: "Entries in the dead-letter streams of the partitions this process flushes (they wait for an operator, see docs/operations.md).",
 			})),
 			refused: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "dropline_writebehind_events_refused_total",
-				Help: "Events Postgres refused on their own (constraint); they stay pending and are retried every ClaimIdle.",
+				Help: "Times Postgres refused one event on its own, after its batch was split; it stays pending and is retried every ClaimIdle.",
+			})),
+			failures: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "dropline_writebehind_partition_failures_total",
+				Help: "Partition flushes that failed (Postgres or Redis unreachable, a timeout); the partition is retried after a backoff, the others go on.",
 			})),
 			claimed: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "dropline_writebehind_events_claimed_total",
@@ -180,7 +218,9 @@ func (f *Flusher) Stop() {
 
 // partitionState is what one run of the loop knows of a partition.
 type partitionState struct {
-	ownPending bool // re-read this consumer's pending events first
+	ownPending bool      // re-read this consumer's pending events first
+	failures   int       // consecutive failed flushes
+	retryAt    time.Time // a failed partition is left alone until then
 }
 
 func (f *Flusher) run(ctx context.Context) error {
@@ -191,7 +231,9 @@ func (f *Flusher) run(ctx context.Context) error {
 }
 
 // loop flushes until stopped. gctx ends on a stop or a keeper failure; stop
-// ends only on a stop, which is when the final drain runs.
+// ends only on a stop, which is when the final drain runs. A partition's
+// failure never ends the loop (see pass); only Redis failing the
+// measurement, which every partition needs, does.
 func (f *Flusher) loop(gctx, stop context.Context) error {
 	var state [inventory.Partitions]partitionState
 	for p := range state {
@@ -213,20 +255,10 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 				return err
 			}
 		}
-		n, err := f.pass(gctx, &state)
-		if err != nil {
-			if gctx.Err() != nil {
-				continue
-			}
-			return err
-		}
+		n := f.pass(gctx, &state)
 		if time.Since(lastClaim) >= f.cfg.ClaimInterval {
 			lastClaim = time.Now()
-			c, err := f.claimAll(gctx)
-			if err != nil && gctx.Err() == nil {
-				return err
-			}
-			n += c
+			n += f.claimAll(gctx, &state)
 		}
 		if n == 0 {
 			t := time.NewTimer(f.cfg.PollInterval)
@@ -244,12 +276,12 @@ func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]parti
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), f.cfg.DrainTimeout)
 	defer cancel()
 	for ctx.Err() == nil {
-		n, err := f.pass(ctx, state)
-		if err != nil {
-			f.log.Warn().Err(err).Msg("final flush stopped early; the rest stays pending in Redis")
-			return nil
-		}
-		if n == 0 {
+		if f.pass(ctx, state) == 0 {
+			for p := range state {
+				if state[p].failures > 0 && f.leases.Held(p) {
+					f.log.Warn().Int("partition", p).Msg("final flush skipped a failing partition; its events stay pending in Redis")
+				}
+			}
 			return nil
 		}
 	}
@@ -257,20 +289,45 @@ func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]parti
 	return nil
 }
 
-// pass reads and applies one batch from every owned partition.
-func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partitionState) (int, error) {
+// pass reads and applies one batch from every owned partition and returns
+// how many entries it handled. A partition that fails is logged and left
+// alone for a backoff; the others go on in the same pass.
+func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partitionState) int {
 	total := 0
 	for p := range inventory.Partitions {
-		if !f.leases.Held(p) {
+		st := &state[p]
+		if !f.leases.Held(p) || time.Now().Before(st.retryAt) {
 			continue
 		}
-		n, err := f.flushPartition(ctx, p, &state[p])
-		if err != nil {
-			return total, err
-		}
+		n, err := f.flushPartition(ctx, p, st)
 		total += n
+		f.settle(ctx, p, st, err)
 	}
-	return total, nil
+	return total
+}
+
+// settle records the outcome of one partition's flush: a failure is logged
+// and counted, and the partition backs off (doubling, MinRestartBackoff to
+// MaxRestartBackoff) while the others go on.
+func (f *Flusher) settle(ctx context.Context, p int, st *partitionState, err error) {
+	if err == nil {
+		if st.failures > 0 {
+			f.log.Info().Int("partition", p).Int("failures", st.failures).Msg("partition flushes again")
+		}
+		st.failures, st.retryAt = 0, time.Time{}
+		return
+	}
+	// What this consumer read stays pending on it: read it again first.
+	st.ownPending = true
+	if ctx.Err() != nil {
+		return
+	}
+	delay := backoff(f.cfg.MinRestartBackoff, f.cfg.MaxRestartBackoff, st.failures)
+	st.failures++
+	st.retryAt = time.Now().Add(delay)
+	f.m.failures.Inc()
+	f.log.Error().Err(err).Int("partition", p).Int("failures", st.failures).Dur("backoff", delay).
+		Msg("flushing a partition failed; its events stay pending, the other partitions go on")
 }
 
 func (f *Flusher) flushPartition(ctx context.Context, p int, st *partitionState) (int, error) {
@@ -281,7 +338,7 @@ func (f *Flusher) flushPartition(ctx context.Context, p int, st *partitionState)
 		}
 		if len(msgs) > 0 {
 			applied, err := f.apply(ctx, p, msgs)
-			if applied < len(msgs) {
+			if err == nil && applied < len(msgs) {
 				// Some were refused or fenced: leave them to XAUTOCLAIM
 				// rather than re-reading them on every pass.
 				st.ownPending = false
@@ -346,89 +403,198 @@ func (f *Flusher) createGroup(ctx context.Context, p int) error {
 
 func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 
-// apply writes msgs to Postgres in one fenced transaction and acknowledges
-// them after the commit. It returns how many were applied and acknowledged.
-// The write and the acknowledgement run on a context detached from a stop,
-// so a batch that was read is finished, not abandoned, on shutdown.
+// entry is one decoded outbox entry of a batch.
+type entry struct {
+	msg redis.XMessage
+	ev  db.Event
+}
+
+// Reasons an entry is moved to the dead-letter stream.
+const (
+	deadMalformed   = "malformed"
+	deadUnknownKind = "unknown_kind"
+	deadRefused     = "refused"
+)
+
+// deadLetter is an entry set aside, and why.
+type deadLetter struct {
+	msg    redis.XMessage
+	reason string
+	err    error
+}
+
+// apply writes msgs to Postgres and acknowledges what it applied. Entries
+// that cannot be applied by any batch (undecodable, or of a kind this
+// version does not know) are dead-lettered first; the rest go in one fenced
+// transaction, split while Postgres refuses it (applySplit). It returns how
+// many were applied and acknowledged. The writes and acknowledgements run on
+// a context detached from a stop, so a batch that was read is finished, not
+// abandoned, on shutdown.
 func (f *Flusher) apply(ctx context.Context, p int, msgs []redis.XMessage) (int, error) {
 	began := time.Now()
 	fence, ok := f.leases.Fence(p)
 	if !ok {
 		return 0, nil // lost the lease since the read; the events stay pending
 	}
-	events := make([]db.Event, 0, len(msgs))
-	ids := make([]string, 0, len(msgs))
-	var bad []string
+	wctx := context.WithoutCancel(ctx)
+	batch := make([]entry, 0, len(msgs))
+	var dead []deadLetter
 	for _, m := range msgs {
 		ev, err := inventory.ParseEvent(m)
+		reason := deadMalformed
+		if err == nil {
+			err = ev.Validate()
+			if errors.Is(err, db.ErrUnknownKind) {
+				reason = deadUnknownKind
+			}
+		}
 		if err != nil {
-			f.log.Error().Err(err).Int("partition", p).Str("entry", m.ID).Msg("dropping a malformed outbox entry")
-			bad = append(bad, m.ID)
+			dead = append(dead, deadLetter{msg: m, reason: reason, err: err})
 			continue
 		}
-		events = append(events, ev)
-		ids = append(ids, m.ID)
+		batch = append(batch, entry{msg: m, ev: ev})
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.StepTimeout)
-	defer cancel()
-	if len(bad) > 0 {
-		f.m.malformed.Add(float64(len(bad)))
-		if err := f.ack(wctx, p, bad); err != nil {
-			return 0, err
-		}
-	}
-	if len(events) == 0 {
-		return 0, nil
-	}
-	err := f.engine.Ledger().ApplyEvents(wctx, &fence, events)
-	switch {
-	case errors.Is(err, db.ErrFenced):
-		f.leases.Lost(p)
-		return 0, nil
-	case errors.Is(err, db.ErrNotFound) || errors.Is(err, db.ErrInvalid):
-		// A constraint refused the batch: one event is poison. Apply them
-		// one by one so the rest get through.
-		return f.applyEach(wctx, p, fence, events, ids)
-	case err != nil:
-		return 0, fmt.Errorf("applying partition %d: %w", p, err)
-	}
-	if h := f.hooks.beforeAck; h != nil {
-		if err := h(p, events); err != nil {
-			return 0, err
-		}
-	}
-	if err := f.ack(wctx, p, ids); err != nil {
+	if err := f.deadLetter(wctx, p, dead); err != nil {
 		return 0, err
 	}
-	f.m.applied.Add(float64(len(events)))
-	f.m.batchSize.Observe(float64(len(events)))
-	f.m.batchDur.Observe(time.Since(began).Seconds())
-	return len(events), nil
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	done, refused, err := f.applySplit(wctx, p, fence, batch)
+	if errors.Is(err, db.ErrFenced) {
+		f.leases.Lost(p)
+		err = nil // the events stay pending for the new owner
+	}
+	if err == nil && len(done) > 0 {
+		if h := f.hooks.beforeAck; h != nil {
+			evs := make([]db.Event, len(done))
+			for i, e := range done {
+				evs[i] = e.ev
+			}
+			if err := h(p, evs); err != nil {
+				return 0, err
+			}
+		}
+	}
+	// What Postgres has is acknowledged even when the rest failed.
+	ids := make([]string, len(done))
+	for i, e := range done {
+		ids[i] = e.msg.ID
+		delete(f.refusals, e.msg.ID)
+	}
+	actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
+	ackErr := f.ack(actx, p, ids)
+	cancel()
+	if ackErr != nil {
+		return 0, errors.Join(err, ackErr)
+	}
+	if len(done) > 0 {
+		f.m.applied.Add(float64(len(done)))
+		f.m.batchSize.Observe(float64(len(done)))
+		f.m.batchDur.Observe(time.Since(began).Seconds())
+	}
+	if err != nil {
+		return len(done), err
+	}
+	return len(done), f.refuse(wctx, p, refused)
 }
 
-func (f *Flusher) applyEach(ctx context.Context, p int, fence db.Fence, events []db.Event, ids []string) (int, error) {
-	var done []string
-	for i, ev := range events {
-		err := f.engine.Ledger().ApplyEvents(ctx, &fence, []db.Event{ev})
-		switch {
-		case err == nil:
-			done = append(done, ids[i])
-		case errors.Is(err, db.ErrFenced):
-			f.leases.Lost(p)
-			return 0, nil
-		case errors.Is(err, db.ErrNotFound) || errors.Is(err, db.ErrInvalid):
-			f.m.refused.Inc()
-			f.log.Error().Err(err).Int("partition", p).Str("event", ev.ID).Str("entry", ids[i]).
-				Msg("Postgres refused an outbox event; it stays pending and is retried")
-		default:
-			return 0, fmt.Errorf("applying partition %d: %w", p, err)
+// applySplit applies batch in one fenced transaction. When Postgres refuses
+// it (db.ErrRefused: the same batch would fail again), it applies each half
+// on its own, down to single events, so only the events at fault are left
+// out: a batch of n with one bad event takes about 2·log2(n) transactions.
+// It returns what was applied, what Postgres refused alone, and the first
+// other error (an outage or a timeout, or db.ErrFenced), which stops it.
+func (f *Flusher) applySplit(ctx context.Context, p int, fence db.Fence, batch []entry) (done, refused []entry, err error) {
+	evs := make([]db.Event, len(batch))
+	for i, e := range batch {
+		evs[i] = e.ev
+	}
+	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+	err = f.engine.Ledger().ApplyEvents(sctx, &fence, evs)
+	cancel()
+	switch {
+	case err == nil:
+		return batch, nil, nil
+	case !errors.Is(err, db.ErrRefused) || errors.Is(err, db.ErrFenced):
+		return nil, nil, fmt.Errorf("applying partition %d: %w", p, err)
+	case len(batch) == 1:
+		f.m.refused.Inc()
+		f.log.Error().Err(err).Int("partition", p).Str("event", batch[0].ev.ID).Str("entry", batch[0].msg.ID).
+			Msg("Postgres refused an outbox event; it stays pending and is retried, the rest of its batch is applied")
+		return nil, batch, nil
+	}
+	mid := len(batch) / 2
+	done, refused, err = f.applySplit(ctx, p, fence, batch[:mid])
+	if err != nil {
+		return done, refused, err
+	}
+	d2, r2, err := f.applySplit(ctx, p, fence, batch[mid:])
+	return append(done, d2...), append(refused, r2...), err
+}
+
+// refuse counts the refusals of events Postgres refused alone and
+// dead-letters those refused RefuseLimit times; the others stay pending.
+func (f *Flusher) refuse(ctx context.Context, p int, refused []entry) error {
+	if len(f.refusals) > 10*f.cfg.BatchSize {
+		clear(f.refusals) // entries another process took over; start counting afresh
+	}
+	var dead []deadLetter
+	for _, e := range refused {
+		f.refusals[e.msg.ID]++
+		if f.cfg.RefuseLimit > 0 && f.refusals[e.msg.ID] >= f.cfg.RefuseLimit {
+			dead = append(dead, deadLetter{msg: e.msg, reason: deadRefused,
+				err: fmt.Errorf("Postgres refused event %s %d times", e.ev.ID, f.refusals[e.msg.ID])})
 		}
 	}
-	if err := f.ack(ctx, p, done); err != nil {
-		return 0, err
+	if err := f.deadLetter(ctx, p, dead); err != nil {
+		return err
 	}
-	f.m.applied.Add(float64(len(done)))
-	return len(done), nil
+	for _, d := range dead {
+		delete(f.refusals, d.msg.ID)
+	}
+	return nil
+}
+
+// deadLetter moves entries out of the way of the flow: each is appended to
+// partition p's dead-letter stream with its fields as they were plus
+// dead_entry (its outbox id), dead_reason and dead_error, and acknowledged,
+// in one MULTI (both keys share the partition's hash tag), so an entry is
+// never both dropped and not recorded. An operator can put an entry back in
+// the outbox once it can be applied (docs/operations.md); the apply is
+// idempotent on the event id.
+func (f *Flusher) deadLetter(ctx context.Context, p int, dead []deadLetter) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	ids := make([]string, len(dead))
+	for i, d := range dead {
+		ids[i] = d.msg.ID
+	}
+	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+	defer cancel()
+	_, err := f.rdb.TxPipelined(sctx, func(pipe redis.Pipeliner) error {
+		for _, d := range dead {
+			vals := make(map[string]any, len(d.msg.Values)+3)
+			for k, v := range d.msg.Values {
+				vals[k] = v
+			}
+			vals["dead_entry"], vals["dead_reason"], vals["dead_error"] = d.msg.ID, d.reason, d.err.Error()
+			pipe.XAdd(sctx, &redis.XAddArgs{Stream: f.wkeys.deadLetters(p), Values: vals})
+		}
+		pipe.XAck(sctx, f.keys.Outbox(p), f.cfg.Group, ids...)
+		return nil
+	})
+	if err != nil && !isNoGroup(err) { // NOGROUP: Redis lost the stream; nothing to acknowledge
+		return fmt.Errorf("dead-lettering on partition %d: %w", p, err)
+	}
+	for _, d := range dead {
+		f.m.deadLettered.WithLabelValues(d.reason).Inc()
+		f.log.Error().Err(d.err).Int("partition", p).Str("entry", d.msg.ID).Str("reason", d.reason).
+			Str("dead_letters", f.wkeys.deadLetters(p)).
+			Msg("outbox entry cannot be applied; moved to the dead-letter stream, the rest of the flow goes on")
+	}
+	return nil
 }
 
 func (f *Flusher) ack(ctx context.Context, p int, ids []string) error {
@@ -443,40 +609,52 @@ func (f *Flusher) ack(ctx context.Context, p int, ids []string) error {
 }
 
 // claimAll takes over events pending longer than ClaimIdle on any consumer
-// of the owned partitions, and applies them.
-func (f *Flusher) claimAll(ctx context.Context) (int, error) {
+// of the owned partitions, and applies them. A partition that fails backs
+// off like in pass; the others go on.
+func (f *Flusher) claimAll(ctx context.Context, state *[inventory.Partitions]partitionState) int {
 	total := 0
 	for p := range inventory.Partitions {
-		if !f.leases.Held(p) {
+		st := &state[p]
+		if !f.leases.Held(p) || time.Now().Before(st.retryAt) {
 			continue
 		}
-		start := "0-0"
-		for range 10 { // bounded per pass; the next pass goes on
-			sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
-			msgs, next, err := f.rdb.XAutoClaim(sctx, &redis.XAutoClaimArgs{
-				Stream: f.keys.Outbox(p), Group: f.cfg.Group, Consumer: f.cfg.Owner,
-				MinIdle: f.cfg.ClaimIdle, Start: start, Count: int64(f.cfg.BatchSize),
-			}).Result()
-			cancel()
-			if isNoGroup(err) || errors.Is(err, redis.Nil) {
-				break
-			}
-			if err != nil {
-				return total, fmt.Errorf("claiming pending events of partition %d: %w", p, err)
-			}
-			if len(msgs) > 0 {
-				f.m.claimed.Add(float64(len(msgs)))
-				f.log.Info().Int("partition", p).Int("events", len(msgs)).Msg("claimed pending events from an idle consumer")
-				if _, err := f.apply(ctx, p, msgs); err != nil {
-					return total, err
-				}
-				total += len(msgs)
-			}
-			if next == "0-0" || next == "" {
-				break
-			}
-			start = next
+		n, err := f.claimPartition(ctx, p)
+		total += n
+		if err != nil {
+			f.settle(ctx, p, st, err)
 		}
+	}
+	return total
+}
+
+func (f *Flusher) claimPartition(ctx context.Context, p int) (int, error) {
+	total := 0
+	start := "0-0"
+	for range 10 { // bounded per pass; the next pass goes on
+		sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+		msgs, next, err := f.rdb.XAutoClaim(sctx, &redis.XAutoClaimArgs{
+			Stream: f.keys.Outbox(p), Group: f.cfg.Group, Consumer: f.cfg.Owner,
+			MinIdle: f.cfg.ClaimIdle, Start: start, Count: int64(f.cfg.BatchSize),
+		}).Result()
+		cancel()
+		if isNoGroup(err) || errors.Is(err, redis.Nil) {
+			break
+		}
+		if err != nil {
+			return total, fmt.Errorf("claiming pending events of partition %d: %w", p, err)
+		}
+		if len(msgs) > 0 {
+			f.m.claimed.Add(float64(len(msgs)))
+			f.log.Info().Int("partition", p).Int("events", len(msgs)).Msg("claimed pending events from an idle consumer")
+			if _, err := f.apply(ctx, p, msgs); err != nil {
+				return total, err
+			}
+			total += len(msgs)
+		}
+		if next == "0-0" || next == "" {
+			break
+		}
+		start = next
 	}
 	return total, nil
 }
@@ -491,7 +669,7 @@ func (f *Flusher) trimAndMeasure(ctx context.Context) error {
 		return fmt.Errorf("reading Redis time: %w", err)
 	}
 	var lag time.Duration
-	var backlog int64
+	var backlog, dead int64
 	for p := range inventory.Partitions {
 		if !f.leases.Held(p) {
 			continue
@@ -501,6 +679,7 @@ func (f *Flusher) trimAndMeasure(ctx context.Context) error {
 			return err
 		}
 		backlog += s.unapplied
+		dead += s.deadLetters
 		if s.oldest != "" {
 			lag = max(lag, now.Sub(time.UnixMilli(idMillis(s.oldest))))
 		}
@@ -515,6 +694,7 @@ func (f *Flusher) trimAndMeasure(ctx context.Context) error {
 	}
 	f.m.lag.Set(max(lag, 0).Seconds())
 	f.m.backlog.Set(float64(backlog))
+	f.m.deadLetters.Set(float64(dead))
 	return nil
 }
 
@@ -523,16 +703,22 @@ type streamState struct {
 	unapplied int64  // pending plus not yet delivered
 	oldest    string // id of the oldest unapplied event, "" when none
 	trimBelow string // entries below this id are all acknowledged
+	// deadLetters is the length of the partition's dead-letter stream.
+	deadLetters int64
 }
 
 func (f *Flusher) streamState(ctx context.Context, p int) (streamState, error) {
 	stream := f.keys.Outbox(p)
 	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
 	defer cancel()
+	dead, err := f.rdb.XLen(sctx, f.wkeys.deadLetters(p)).Result()
+	if err != nil {
+		return streamState{}, fmt.Errorf("reading dead letters of partition %d: %w", p, err)
+	}
 	groups, err := f.rdb.XInfoGroups(sctx, stream).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			return streamState{}, nil
+			return streamState{deadLetters: dead}, nil
 		}
 		return streamState{}, fmt.Errorf("reading outbox group of partition %d: %w", p, err)
 	}
@@ -543,9 +729,9 @@ func (f *Flusher) streamState(ctx context.Context, p int) (streamState, error) {
 		}
 	}
 	if g == nil {
-		return streamState{}, nil
+		return streamState{deadLetters: dead}, nil
 	}
-	var s streamState
+	s := streamState{deadLetters: dead}
 	if g.Pending > 0 {
 		pend, err := f.rdb.XPending(sctx, stream, f.cfg.Group).Result()
 		if err != nil {
