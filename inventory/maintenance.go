@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -75,7 +76,9 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 		}
 		res := reply(vals)
 		if res.code() == "NEEDS_HYDRATION" {
-			lostSKUs = append(lostSKUs, res.str(1))
+			if sku := res.str(1); !slices.Contains(lostSKUs, sku) {
+				lostSKUs = append(lostSKUs, sku)
+			}
 			continue
 		}
 		if res.code() != "OK" || res.int(10) == 1 {
@@ -85,13 +88,15 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 		out = append(out, Expired{Token: tokens[i], SKU: h.SKU, Delay: h.EndedAt.Sub(h.ExpiresAt)})
 	}
 	// A due hold whose SKU Redis lost: rebuild the SKU, and the next pass
-	// releases the hold (if Postgres knew it) or drops the token.
+	// releases the hold (if Postgres knew it) or drops the token. One SKU
+	// that cannot be rebuilt does not keep the others from it.
+	var errs []error
 	for _, sku := range lostSKUs {
 		if err := e.Rebuild(ctx, sku); err != nil && !errors.Is(err, ErrNotFound) {
-			return out, err
+			errs = append(errs, err)
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }

@@ -195,10 +195,7 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 				Name: "dropline_writebehind_events_refused_total",
 				Help: "Times Postgres refused one event on its own, after its batch was split; it stays pending and is retried every ClaimIdle.",
 			})),
-			failures: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "dropline_writebehind_partition_failures_total",
-				Help: "Partition flushes that failed (Postgres or Redis unreachable, a timeout); the partition is retried after a backoff, the others go on.",
-			})),
+			failures: partitionFailuresVec(reg).WithLabelValues("flusher"),
 			claimed: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "dropline_writebehind_events_claimed_total",
 				Help: "Pending events claimed from an idle consumer with XAUTOCLAIM.",
@@ -218,9 +215,8 @@ func (f *Flusher) Stop() {
 
 // partitionState is what one run of the loop knows of a partition.
 type partitionState struct {
-	ownPending bool      // re-read this consumer's pending events first
-	failures   int       // consecutive failed flushes
-	retryAt    time.Time // a failed partition is left alone until then
+	ownPending bool // re-read this consumer's pending events first
+	partitionBackoff
 }
 
 func (f *Flusher) run(ctx context.Context) error {
@@ -296,7 +292,7 @@ func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partiti
 	total := 0
 	for p := range inventory.Partitions {
 		st := &state[p]
-		if !f.leases.Held(p) || time.Now().Before(st.retryAt) {
+		if !f.leases.Held(p) || !st.due() {
 			continue
 		}
 		n, err := f.flushPartition(ctx, p, st)
@@ -314,7 +310,7 @@ func (f *Flusher) settle(ctx context.Context, p int, st *partitionState, err err
 		if st.failures > 0 {
 			f.log.Info().Int("partition", p).Int("failures", st.failures).Msg("partition flushes again")
 		}
-		st.failures, st.retryAt = 0, time.Time{}
+		st.partitionBackoff = partitionBackoff{}
 		return
 	}
 	// What this consumer read stays pending on it: read it again first.
@@ -322,9 +318,7 @@ func (f *Flusher) settle(ctx context.Context, p int, st *partitionState, err err
 	if ctx.Err() != nil {
 		return
 	}
-	delay := backoff(f.cfg.MinRestartBackoff, f.cfg.MaxRestartBackoff, st.failures)
-	st.failures++
-	st.retryAt = time.Now().Add(delay)
+	delay := st.fail(f.cfg.Options)
 	f.m.failures.Inc()
 	f.log.Error().Err(err).Int("partition", p).Int("failures", st.failures).Dur("backoff", delay).
 		Msg("flushing a partition failed; its events stay pending, the other partitions go on")
@@ -615,7 +609,7 @@ func (f *Flusher) claimAll(ctx context.Context, state *[inventory.Partitions]par
 	total := 0
 	for p := range inventory.Partitions {
 		st := &state[p]
-		if !f.leases.Held(p) || time.Now().Before(st.retryAt) {
+		if !f.leases.Held(p) || !st.due() {
 			continue
 		}
 		n, err := f.claimPartition(ctx, p)

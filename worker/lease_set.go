@@ -30,11 +30,13 @@ type leaseSet struct {
 	cooldown [inventory.Partitions]time.Time // keeper goroutine only
 	changes  *prometheus.CounterVec
 	held     prometheus.Gauge
+	failures prometheus.Counter
 }
 
 func newLeaseSet(kind string, k keys, rdb redis.UniversalClient, opts Options, log zerolog.Logger, reg prometheus.Registerer) *leaseSet {
 	m := newLeaseMetrics(reg)
-	s := &leaseSet{kind: kind, keys: k, rdb: rdb, opts: opts, log: log, changes: m.changes, held: m.held.WithLabelValues(kind)}
+	s := &leaseSet{kind: kind, keys: k, rdb: rdb, opts: opts, log: log, changes: m.changes, held: m.held.WithLabelValues(kind),
+		failures: partitionFailuresVec(reg).WithLabelValues(kind)}
 	for p := range s.leases {
 		s.leases[p] = NewLease(rdb, LeaseConfig{Key: k.lease(p, kind), FenceKey: k.fence(p, kind), Owner: opts.Owner, TTL: opts.LeaseTTL})
 	}
@@ -190,14 +192,18 @@ func (s *leaseSet) releaseAll(ctx context.Context) {
 }
 
 // everyTick keeps the set's leases and, every interval, calls step for each
-// partition it owns, until ctx ends or step fails. It is the loop of every
-// worker that shares its work by partition.
+// partition it owns, until ctx ends or the keeper fails. It is the loop of
+// every worker that shares its work by partition. A step that fails is
+// logged and counted, and its partition is left alone for a doubling backoff
+// (MinRestartBackoff to MaxRestartBackoff); the other partitions go on at
+// every tick, and the loop keeps running.
 func (s *leaseSet) everyTick(ctx context.Context, interval time.Duration, step func(ctx context.Context, p int) error) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.run(ctx) })
 	g.Go(func() error {
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		var failing [inventory.Partitions]partitionBackoff
 		for {
 			select {
 			case <-ctx.Done():
@@ -205,11 +211,47 @@ func (s *leaseSet) everyTick(ctx context.Context, interval time.Duration, step f
 			case <-t.C:
 			}
 			for _, p := range s.Owned() {
-				if err := step(ctx, p); err != nil {
-					return err
+				if !failing[p].due() {
+					continue
 				}
+				err := step(ctx, p)
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.settle(p, &failing[p], err)
 			}
 		}
 	})
 	return g.Wait()
+}
+
+// settle logs a partition's failure and backs it off, or notes its recovery.
+func (s *leaseSet) settle(p int, b *partitionBackoff, err error) {
+	if err == nil {
+		if b.failures > 0 {
+			s.log.Info().Int("partition", p).Str("lease", s.kind).Int("failures", b.failures).Msg("partition works again")
+		}
+		*b = partitionBackoff{}
+		return
+	}
+	delay := b.fail(s.opts)
+	s.failures.Inc()
+	s.log.Error().Err(err).Int("partition", p).Str("lease", s.kind).Int("failures", b.failures).Dur("backoff", delay).
+		Msg("a partition's step failed; it is retried after a backoff, the other partitions go on")
+}
+
+// partitionBackoff spaces the retries of one failing partition.
+type partitionBackoff struct {
+	failures int
+	retryAt  time.Time
+}
+
+func (b *partitionBackoff) due() bool { return !time.Now().Before(b.retryAt) }
+
+// fail records a failure and returns the wait before the next try.
+func (b *partitionBackoff) fail(o Options) time.Duration {
+	d := backoff(o.MinRestartBackoff, o.MaxRestartBackoff, b.failures)
+	b.failures++
+	b.retryAt = time.Now().Add(d)
+	return d
 }

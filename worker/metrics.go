@@ -34,6 +34,15 @@ func restartsVec(reg prometheus.Registerer) *prometheus.CounterVec {
 	}, []string{"worker"}))
 }
 
+// partitionFailuresVec counts, per worker, steps on one partition (or, for
+// the rebuilder, one SKU) that failed and were skipped while the others went on.
+func partitionFailuresVec(reg prometheus.Registerer) *prometheus.CounterVec {
+	return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dropline_worker_partition_failures_total",
+		Help: "Steps of a worker on one partition (rebuilder: one SKU) that failed; it is logged and retried after a backoff, the other partitions go on.",
+	}, []string{"worker"}))
+}
+
 // leaseMetrics are the lease series shared by every worker kind.
 type leaseMetrics struct {
 	changes *prometheus.CounterVec

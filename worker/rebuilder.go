@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,10 +64,12 @@ type Rebuilder struct {
 	keys     keys
 	rebuilds prometheus.Counter
 	losses   prometheus.Counter
+	failures prometheus.Counter
 
-	mu   sync.Mutex // guards seen and owed across loop restarts
-	seen [inventory.Partitions]string
-	owed [inventory.Partitions]bool // a rebuild was due and has not completed
+	mu    sync.Mutex // guards seen, owed and retry across loop restarts
+	seen  [inventory.Partitions]string
+	owed  [inventory.Partitions]bool // a rebuild was due and has not completed
+	retry partitionBackoff           // after a rebuild that left SKUs out
 }
 
 // NewRebuilder builds a rebuilder; Start runs it.
@@ -83,6 +86,7 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 			Name: "dropline_redis_data_losses_total",
 			Help: "Partitions whose Redis epoch key was missing or changed: a new Redis (first start), or one that lost its data (flush, restart without persistence, failover). Their SKUs are rebuilt from Postgres.",
 		})),
+		failures: partitionFailuresVec(reg).WithLabelValues("rebuilder"),
 	}
 	w.service = newService("rebuilder", cfg.Options, log, reg, w.run)
 	return w
@@ -159,21 +163,32 @@ func (w *Rebuilder) check(ctx context.Context) error {
 			break
 		}
 	}
-	if lost == nil {
+	// A rebuild that left SKUs out is tried again after a backoff, or at once
+	// when another loss is seen.
+	if lost == nil || (len(lostNow) == 0 && !w.retry.due()) {
 		return nil
 	}
-	if err := w.rebuild(ctx, lost); err != nil {
+	failed, err := w.rebuild(ctx, lost)
+	if err != nil {
 		return err
 	}
 	for p := range w.owed {
-		w.owed[p] = false
+		w.owed[p] = failed[p]
+	}
+	if slices.Contains(failed[:], true) {
+		delay := w.retry.fail(w.cfg.Options)
+		w.log.Warn().Dur("retry_in", delay).Msg("rebuild left SKUs out; they are retried after a backoff (and rebuilt on their next request)")
+	} else {
+		w.retry = partitionBackoff{}
 	}
 	return nil
 }
 
 // rebuild reloads every product of the lost partitions, paging through the
-// catalogue by SKU.
-func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) error {
+// catalogue by SKU. A SKU that fails is logged and counted, and the others
+// go on; failed names the partitions with a SKU left out. Only a failure to
+// list the catalogue is an error.
+func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory.Partitions]bool, err error) {
 	after := ""
 	n := 0
 	for {
@@ -181,9 +196,9 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) error {
 		page, err := w.engine.Products(sctx, after, w.cfg.PageSize)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("listing products to rebuild: %w", err)
+			return failed, fmt.Errorf("listing products to rebuild: %w", err)
 		}
-		g, gctx := errgroup.WithContext(ctx)
+		var g errgroup.Group
 		g.SetLimit(w.cfg.Concurrency)
 		var mu sync.Mutex
 		for _, prod := range page {
@@ -192,27 +207,25 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) error {
 			}
 			sku := prod.SKU
 			g.Go(func() error {
-				sctx, cancel := stepContext(gctx, w.cfg.StepTimeout)
-				defer cancel()
-				present, err := w.rdb.Exists(sctx, w.engine.Keys().SKU(sku)).Result()
-				if err != nil {
-					return fmt.Errorf("checking %s: %w", sku, err)
-				}
-				if present == 1 {
-					return nil // the lazy path or another process was first
-				}
-				if err := w.engine.Rebuild(sctx, sku); err != nil && !errors.Is(err, inventory.ErrNotFound) {
-					return fmt.Errorf("rebuilding %s: %w", sku, err)
-				}
-				w.rebuilds.Inc()
+				rebuilt, err := w.rebuildSKU(ctx, sku)
 				mu.Lock()
-				n++
-				mu.Unlock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					if rebuilt {
+						n++
+					}
+				case ctx.Err() == nil:
+					failed[inventory.PartitionOf(sku)] = true
+					w.failures.Inc()
+					w.log.Error().Err(err).Str("sku", sku).Msg("rebuilding a SKU failed; the others go on")
+				}
 				return nil
 			})
 		}
-		if err := g.Wait(); err != nil {
-			return err
+		_ = g.Wait() // each SKU's failure is handled above
+		if ctx.Err() != nil {
+			return failed, ctx.Err()
 		}
 		if len(page) < w.cfg.PageSize {
 			break
@@ -220,5 +233,24 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) error {
 		after = page[len(page)-1].SKU
 	}
 	w.log.Info().Int("skus", n).Msg("rebuild from Postgres finished")
-	return nil
+	return failed, nil
+}
+
+// rebuildSKU reloads one SKU unless it is present already, and says
+// whether it did.
+func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string) (bool, error) {
+	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+	defer cancel()
+	present, err := w.rdb.Exists(sctx, w.engine.Keys().SKU(sku)).Result()
+	if err != nil {
+		return false, fmt.Errorf("checking %s: %w", sku, err)
+	}
+	if present == 1 {
+		return false, nil // the lazy path or another process was first
+	}
+	if err := w.engine.Rebuild(sctx, sku); err != nil && !errors.Is(err, inventory.ErrNotFound) {
+		return false, fmt.Errorf("rebuilding %s: %w", sku, err)
+	}
+	w.rebuilds.Inc()
+	return true, nil
 }
