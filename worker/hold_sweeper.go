@@ -3,11 +3,14 @@ package worker
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/inventory"
 )
@@ -16,14 +19,27 @@ import (
 // named on each field.
 type HoldSweeperConfig struct {
 	Options
-	// Interval is the time between sweeps; default 100 milliseconds. It is
-	// most of the delay between a hold's expiresAt and its units coming back
-	// (G5 asks for under one second).
+	// Interval is the time between sweeps of the partitions this process
+	// holds the lease of; default 100 milliseconds. It is most of the delay
+	// between a hold's expiresAt and its units coming back (the contract asks
+	// for under one second).
 	Interval time.Duration
 	// BatchSize is how many due holds one ExpireDue call releases (one
 	// pipelined round trip); default 500. A sweep repeats full batches until
 	// none is due.
 	BatchSize int
+	// LateAfter is how far past due the oldest hold of a partition this
+	// process does not hold may be before the process sweeps that partition
+	// anyway, without the lease (its owner died, or is stalled); default 250
+	// milliseconds. A negative value turns the late sweep off, and expiry in
+	// a dead process's partitions then waits for its lease to expire
+	// (LeaseTTL).
+	LateAfter time.Duration
+	// LateInterval is how often the partitions this process does not hold
+	// are checked for overdue holds; default 250 milliseconds. With
+	// LateAfter, it bounds the release delay while any process lives:
+	// about LateAfter + LateInterval (+ the sweep itself).
+	LateInterval time.Duration
 }
 
 func (c *HoldSweeperConfig) setDefaults() {
@@ -34,21 +50,40 @@ func (c *HoldSweeperConfig) setDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 500
 	}
+	if c.LateAfter == 0 {
+		c.LateAfter = 250 * time.Millisecond
+	}
+	if c.LateInterval <= 0 {
+		c.LateInterval = 250 * time.Millisecond
+	}
 }
 
 // HoldSweeper releases holds whose expiry has passed. It walks the
 // partitions' expiry indexes (never keyspace notifications, which Redis may
 // drop) and releases each due hold through the engine's idempotent release
 // script, so a hold raced by a cancel, a commit or a second sweeper is
-// released at most once. Partitions are owned through leases, so several
-// processes split the sweeping; a duplicate sweep only wastes a round trip.
+// released at most once.
+//
+// Partitions are owned through leases, so several processes split the
+// sweeping. The lease only saves work, and it must not make expiry wait for
+// a dead owner's lease to run out (LeaseTTL, 10 s by default): every
+// LateInterval each process reads the oldest entry of the expiry index of
+// every partition it does not hold (one ZRANGE ... LIMIT 0 1 per partition,
+// pipelined), and sweeps without the lease any partition whose oldest hold
+// is more than LateAfter past due. While the owner lives and keeps up, that
+// never happens; when it dies, its partitions' holds are still released
+// within LateAfter + LateInterval of their expiresAt by any live process. A
+// duplicate sweep only wastes a round trip: the release script checks that
+// a hold is due and HELD, and releases it once.
 type HoldSweeper struct {
 	*service
 	cfg     HoldSweeperConfig
 	engine  *inventory.Engine
+	rdb     redis.UniversalClient
 	leases  *leaseSet
 	delay   prometheus.Histogram
 	expired prometheus.Counter
+	late    prometheus.Counter
 }
 
 // NewHoldSweeper builds a sweeper; Start runs it.
@@ -56,7 +91,7 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 	cfg.setDefaults()
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &HoldSweeper{
-		cfg: cfg, engine: engine,
+		cfg: cfg, engine: engine, rdb: rdb,
 		leases: newLeaseSet("sweeper", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
 		delay: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_hold_release_delay_seconds",
@@ -66,6 +101,10 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 		expired: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_holds_expired_total",
 			Help: "Holds released by the expiry sweeper.",
+		})),
+		late: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_hold_late_sweeps_total",
+			Help: "Sweeps of a partition this process does not hold the lease of, because its oldest hold was more than LateAfter past due (its owner died or stalled).",
 		})),
 	}
 	w.service = newService("hold_sweeper", cfg.Options, log, reg, w.run)
@@ -80,13 +119,23 @@ func (w *HoldSweeper) Stop() {
 }
 
 func (w *HoldSweeper) run(ctx context.Context) error {
-	return w.leases.everyTick(ctx, w.cfg.Interval, w.sweep)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.leases.everyTick(gctx, w.cfg.Interval, w.sweep) })
+	if w.cfg.LateAfter > 0 {
+		g.Go(func() error { w.lateLoop(gctx); return nil })
+	}
+	return g.Wait()
 }
 
-// sweep releases partition p's due holds, batch after batch, until a batch
-// comes back short.
+// sweep releases partition p's due holds while this process holds its lease.
 func (w *HoldSweeper) sweep(ctx context.Context, p int) error {
-	for ctx.Err() == nil && w.leases.Held(p) {
+	return w.release(ctx, p, func() bool { return w.leases.Held(p) })
+}
+
+// release releases partition p's due holds, batch after batch, until a
+// batch comes back short or keep says stop.
+func (w *HoldSweeper) release(ctx context.Context, p int, keep func() bool) error {
+	for ctx.Err() == nil && keep() {
 		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
 		out, err := w.engine.ExpireDue(sctx, p, w.cfg.BatchSize)
 		cancel()
@@ -105,4 +154,88 @@ func (w *HoldSweeper) sweep(ctx context.Context, p int) error {
 		}
 	}
 	return nil
+}
+
+// lateLoop checks, every LateInterval, the partitions this process does not
+// hold, and sweeps those whose holds are overdue. Its failures are logged;
+// it runs until ctx ends.
+func (w *HoldSweeper) lateLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.LateInterval)
+	defer t.Stop()
+	var late [inventory.Partitions]bool // partitions being swept late now, for the log
+	var failing [inventory.Partitions]partitionBackoff
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		overdue, err := w.overdue(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn().Err(err).Msg("checking other partitions for overdue holds failed; trying again")
+			}
+			continue
+		}
+		for p := range inventory.Partitions {
+			by, ok := overdue[p]
+			if !ok || w.leases.Held(p) {
+				if late[p] {
+					late[p] = false
+					w.log.Info().Int("partition", p).Msg("partition's holds are released on time again")
+				}
+				continue
+			}
+			if !failing[p].due() {
+				continue
+			}
+			if !late[p] {
+				late[p] = true
+				w.log.Warn().Int("partition", p).Dur("overdue", by).
+					Msg("partition's due holds are overdue and its sweeper lease is elsewhere (owner dead or stalled); sweeping it without the lease")
+			}
+			w.late.Inc()
+			err := w.release(ctx, p, func() bool { return !w.leases.Held(p) })
+			if ctx.Err() != nil {
+				return
+			}
+			w.leases.settle(p, &failing[p], err)
+		}
+	}
+}
+
+// overdue returns, for each partition this process does not hold whose
+// oldest hold is more than LateAfter past due, how far past due it is. The
+// expiry index is read with ZRANGE ... 0 0 WITHSCORES, on Redis' clock.
+func (w *HoldSweeper) overdue(ctx context.Context) (map[int]time.Duration, error) {
+	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+	defer cancel()
+	now, err := w.rdb.Time(sctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading Redis time: %w", err)
+	}
+	keys := w.engine.Keys()
+	cmds := make(map[int]*redis.ZSliceCmd, inventory.Partitions)
+	_, err = w.rdb.Pipelined(sctx, func(pipe redis.Pipeliner) error {
+		for p := range inventory.Partitions {
+			if !w.leases.Held(p) {
+				cmds[p] = pipe.ZRangeWithScores(sctx, keys.Expiry(p), 0, 0)
+			}
+		}
+		return nil
+	})
+	if err != nil && len(cmds) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(cmds)), func(c *redis.ZSliceCmd) bool { return c.Err() == nil }) {
+		return nil, fmt.Errorf("reading the oldest holds: %w", err) // Redis itself failed
+	}
+	out := map[int]time.Duration{}
+	for p, c := range cmds {
+		z, err := c.Result()
+		if err != nil || len(z) == 0 {
+			continue // an unreadable index (one partition's failure) is its owner's to report
+		}
+		if by := now.Sub(time.UnixMilli(int64(z[0].Score))); by > w.cfg.LateAfter {
+			out[p] = by
+		}
+	}
+	return out, nil
 }
