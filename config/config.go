@@ -160,9 +160,11 @@ type Config struct {
 
 	// LeaseTTL is how long a worker lease on a partition lasts without
 	// renewal (DROPLINE_LEASE_TTL). Default: 10s, at least 1s. When an
-	// instance dies, its partitions' expiry sweeping and write-behind move to
-	// the others after at most about this long; shorter means faster
-	// failover and more Redis traffic (renewals every third of it).
+	// instance dies, its partitions' write-behind and commit reconciliation
+	// move to the others after at most about this long (expiry does not
+	// wait: any live instance sweeps a partition whose holds are overdue);
+	// shorter means faster failover and more Redis traffic (renewals every
+	// third of it).
 	LeaseTTL time.Duration
 
 	// RejectionTTL is how long a refused reserve (out of stock, over the

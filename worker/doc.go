@@ -5,7 +5,9 @@
 //
 //   - G5, expiry: the HoldSweeper releases due holds through the engine's
 //     idempotent release script, found through each partition's expiry index
-//     (never keyspace notifications alone), every 100 ms.
+//     (never keyspace notifications alone), every 100 ms; a partition whose
+//     owner died or stalled is swept by any live process once its oldest
+//     hold is 250 ms overdue, so expiry never waits for a lease to expire.
 //   - G6, complete ledger: the Flusher carries the outbox streams (one per
 //     partition, appended inside the same Lua scripts that change stock) into
 //     Postgres, at least once, with an idempotent apply.
@@ -25,10 +27,13 @@
 // Each worker has a Config, a NewX constructor, Start(ctx) and an idempotent
 // Stop() that waits (river's startstop). Its loop is a ticker and
 // ctx.Done(); every Redis or Postgres call runs under its own StepTimeout. A
-// loop that returns an error or panics is restarted after a doubling,
-// jittered backoff (MinRestartBackoff to MaxRestartBackoff) with an error
-// log line and dropline_worker_restarts_total; transient outages of Redis or
-// Postgres take that path, so the workers retry on their own. The Group
+// step that fails on one partition (or, for the rebuilder, one SKU) is
+// logged, counted in dropline_worker_partition_failures_total and retried
+// after its own doubling backoff (MinRestartBackoff to MaxRestartBackoff),
+// while the other partitions go on at every tick. A loop that returns an
+// error (Redis failing the lease keeper or a measurement) or panics is
+// restarted after the same kind of backoff, with an error log line and
+// dropline_worker_restarts_total. The Group
 // starts the flusher first and stops it last: Stop applies and acknowledges
 // the batch in flight, drains what is left for up to DrainTimeout, and only
 // then returns, so the caller may close the pools afterwards.
@@ -51,7 +56,10 @@
 // keeps about Partitions/n leases of each kind (n live members), handing the
 // surplus over; a partition nobody takes is taken back after a few checks.
 // A clean Stop releases the leases, so the others take over at once; a
-// crashed process's leases expire after LeaseTTL.
+// crashed process's leases expire after LeaseTTL. Expiry alone cannot wait
+// that long: every sweeper also checks the oldest hold of the partitions it
+// does not hold (one ZRANGE per partition, every 250 ms) and sweeps, without
+// the lease, those more than 250 ms overdue.
 //
 // Leases only save work: every step is idempotent. The release script
 // restocks at most once; db.ApplyEvents keys movements by event id and only
@@ -70,9 +78,10 @@
 //     partition. Nothing is doubled (event ids are unique).
 //   - Postgres down: reserves, cancels and expiries go on in Redis; their
 //     events wait in the streams (dropline_writebehind_backlog and
-//     dropline_writebehind_lag_seconds grow); the flusher and reconciler
-//     restart with backoff until Postgres answers, then the backlog drains.
-//     Commits answer UNAVAILABLE meanwhile (the engine's doing).
+//     dropline_writebehind_lag_seconds grow); the flusher's and the
+//     reconciler's partitions back off and retry until Postgres answers,
+//     then the backlog drains. Commits answer UNAVAILABLE meanwhile (the
+//     engine's doing).
 //   - Redis flushed or restarted empty: the epoch keys vanish; the rebuilder
 //     that recreates one (SET NX) rebuilds that partition's SKUs from
 //     Postgres; the flusher recreates its consumer group on NOGROUP, reading
@@ -80,11 +89,18 @@
 //     fencing tokens. Holds whose reserve event had not reached Postgres are
 //     lost with Redis and their units return to stock (an edge stated in
 //     docs/design.md).
-//   - A poison event (Postgres refuses it on a constraint): the batch is
-//     retried one event at a time; the others are applied, the poison stays
-//     pending, is retried every ClaimIdle, and is counted in
-//     dropline_writebehind_events_refused_total. It holds the stream's trim
-//     point back, never the rest of the flow.
+//   - An entry no batch can apply: one that does not decode, or of a kind
+//     this version does not know (a newer version wrote it during a rolling
+//     upgrade), is moved before the batch to the partition's dead-letter
+//     stream (<prefix>{pNN}:outbox:dead) and acknowledged in one MULTI. A
+//     batch Postgres refuses on its values (db.ErrRefused: a constraint or a
+//     data exception) is split in halves until the refused events are alone;
+//     the others are applied, each refused one stays pending, is retried
+//     every ClaimIdle, is counted in
+//     dropline_writebehind_events_refused_total, and after RefuseLimit
+//     refusals is dead-lettered too. Dead letters are logged and counted in
+//     dropline_writebehind_dead_lettered_total{reason}; they hold neither
+//     the flow nor the stream's trim point back.
 //   - Streams are trimmed (XTRIM MINID) only below the lowest pending entry,
 //     or below the last delivered one when nothing is pending, so nothing
 //     unapplied is ever trimmed.

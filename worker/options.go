@@ -20,7 +20,9 @@ type Options struct {
 	// LeaseTTL is how long a partition lease lasts without renewal; default
 	// 10 seconds. Leases are renewed every LeaseTTL/3, so a dead process's
 	// partitions are taken over between LeaseTTL and LeaseTTL plus one lease
-	// check after it stopped renewing.
+	// check after it stopped renewing. Expiry does not wait for that: the
+	// sweepers of the live processes sweep an overdue partition without its
+	// lease (HoldSweeperConfig.LateAfter).
 	LeaseTTL time.Duration
 	// LeaseCheck is how often free partitions are tried and due renewals
 	// made; default 500 milliseconds (and never more than LeaseTTL/3).
