@@ -538,7 +538,7 @@ func (f *Flusher) refuse(ctx context.Context, p int, refused []entry) error {
 		f.refusals[e.msg.ID]++
 		if f.cfg.RefuseLimit > 0 && f.refusals[e.msg.ID] >= f.cfg.RefuseLimit {
 			dead = append(dead, deadLetter{msg: e.msg, reason: deadRefused,
-				err: fmt.Errorf("Postgres refused event %s %d times", e.ev.ID, f.refusals[e.msg.ID])})
+				err: fmt.Errorf("refused by Postgres %d times: event %s", f.refusals[e.msg.ID], e.ev.ID)})
 		}
 	}
 	if err := f.deadLetter(ctx, p, dead); err != nil {
