@@ -315,8 +315,8 @@ func (f *Flusher) settle(ctx context.Context, p int, st *partitionState, err err
 	}
 	// What this consumer read stays pending on it: read it again first.
 	st.ownPending = true
-	if ctx.Err() != nil {
-		return
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return // a stop interrupted it: the final drain goes again at once
 	}
 	delay := st.fail(f.cfg.Options)
 	f.m.failures.Inc()
