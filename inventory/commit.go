@@ -19,7 +19,7 @@ import (
 //
 // Committing the same token again returns the same reservation with Replayed
 // set and writes nothing. Other outcomes: ErrExpired, ErrAlreadyCancelled,
-// ErrNotFound, ErrForbidden, *OutOfStockError (Postgres refused the sale
+// *NotFoundError, ErrForbidden, *OutOfStockError (Postgres refused the sale
 // after Redis lost state), ErrUnavailable (retry: Postgres was unreachable and
 // the hold is back to HELD with its original expiry, or the outcome is not
 // known yet and the hold waits, out of reach of expiry, for a retry or the
@@ -61,7 +61,7 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 			}
 		case "NOT_FOUND":
 			if try > 0 {
-				return Reservation{}, ErrNotFound
+				return Reservation{}, reservationNotFound(token)
 			}
 			rebuilt, h, err := e.fromLedger(ctx, p, token)
 			if err != nil || !rebuilt {
@@ -176,11 +176,11 @@ func (e *Engine) finishCommit(ctx context.Context, base, token string, h Reserva
 // fromLedger handles a token that Redis does not know. If Postgres has it as
 // HELD and the SKU is missing from Redis, the SKU is rebuilt (rebuilt = true)
 // and the caller tries again. Otherwise it returns the ledger's view for the
-// caller to answer from (ErrNotFound when Postgres has never seen it).
+// caller to answer from (a *NotFoundError when Postgres has never seen it).
 func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (rebuilt bool, r Reservation, err error) {
 	row, err := e.ledger.Reservation(ctx, token)
 	if errors.Is(err, db.ErrNotFound) {
-		return false, Reservation{}, ErrNotFound
+		return false, Reservation{}, reservationNotFound(token)
 	}
 	if err != nil {
 		return false, Reservation{}, unavailable("reading reservation", err)

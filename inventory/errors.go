@@ -3,6 +3,7 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -80,6 +81,38 @@ func (e *InvalidInputError) Error() string { return fmt.Sprintf("invalid %s: %s"
 
 // Is makes errors.Is(err, ErrInvalidInput) true.
 func (e *InvalidInputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// NotFoundError names what does not exist: the kind of thing, the key the
+// caller gave, and the input field that carried the key, so a client can
+// tell a mistyped SKU from a stale reservation token.
+type NotFoundError struct {
+	Kind  string // "product" or "reservation"
+	Key   string // the SKU or token as the caller gave it
+	Field string // the input field that named it ("sku", "token"); "" when none
+}
+
+// maxKeyInMessage bounds how much of a caller's key an error repeats back:
+// a lookup of an invalid SKU may carry any string.
+const maxKeyInMessage = 128
+
+func (e *NotFoundError) Error() string {
+	key := e.Key
+	if len(key) > maxKeyInMessage {
+		key = key[:maxKeyInMessage] + "..."
+	}
+	return fmt.Sprintf("%s %s not found", e.Kind, strconv.Quote(key))
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+func productNotFound(sku string) error {
+	return &NotFoundError{Kind: "product", Key: sku, Field: "sku"}
+}
+
+func reservationNotFound(token string) error {
+	return &NotFoundError{Kind: "reservation", Key: token, Field: "token"}
+}
 
 // unavailable wraps a store failure so that errors.Is(err, ErrUnavailable)
 // holds while the cause stays visible to the operator's log.

@@ -126,7 +126,7 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 		return Product{}, &InvalidInputError{Field: "sku", Reason: "a product with this SKU exists"}
 	}
 	if err != nil {
-		return Product{}, ledgerError("creating product", err)
+		return Product{}, ledgerError("creating product", in.SKU, err)
 	}
 	if err := e.Rebuild(ctx, in.SKU); err != nil {
 		// Postgres has the product; the next read, or the reconciler,
@@ -145,7 +145,7 @@ func (e *Engine) UpdateProduct(ctx context.Context, p Principal, sku string, u P
 		return Product{}, err
 	}
 	if !ValidSKU(sku) {
-		return Product{}, ErrNotFound
+		return Product{}, productNotFound(sku)
 	}
 	var checks []error
 	if u.Name != nil {
@@ -167,7 +167,7 @@ func (e *Engine) UpdateProduct(ctx context.Context, p Principal, sku string, u P
 	}
 	row, err := e.ledger.UpdateProduct(ctx, sku, upd)
 	if err != nil {
-		return Product{}, ledgerError("updating product", err)
+		return Product{}, ledgerError("updating product", sku, err)
 	}
 	return productFrom(row), e.applyProduct(ctx, row)
 }
@@ -185,7 +185,7 @@ func (e *Engine) Restock(ctx context.Context, p Principal, sku string, quantity 
 		return Product{}, err
 	}
 	if !ValidSKU(sku) {
-		return Product{}, ErrNotFound
+		return Product{}, productNotFound(sku)
 	}
 	if quantity < 1 || quantity > maxStock {
 		return Product{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", maxStock)}
@@ -200,7 +200,7 @@ func (e *Engine) Restock(ctx context.Context, p Principal, sku string, quantity 
 	case errors.Is(err, db.ErrTotalTooLarge):
 		return Product{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("the total would exceed %d", maxStock)}
 	case err != nil:
-		return Product{}, ledgerError("restocking", err)
+		return Product{}, ledgerError("restocking", sku, err)
 	}
 	return productFrom(row), e.applyProduct(ctx, row)
 }
@@ -221,11 +221,11 @@ func validEventID(id string) bool {
 // Product returns a catalogue entry from Postgres.
 func (e *Engine) Product(ctx context.Context, sku string) (Product, error) {
 	if !ValidSKU(sku) {
-		return Product{}, ErrNotFound
+		return Product{}, productNotFound(sku)
 	}
 	row, err := e.ledger.Product(ctx, sku)
 	if err != nil {
-		return Product{}, ledgerError("reading product", err)
+		return Product{}, ledgerError("reading product", sku, err)
 	}
 	return productFrom(row), nil
 }
@@ -234,7 +234,7 @@ func (e *Engine) Product(ctx context.Context, sku string) (Product, error) {
 func (e *Engine) Products(ctx context.Context, afterSKU string, limit int) ([]Product, error) {
 	rows, err := e.ledger.Products(ctx, afterSKU, limit)
 	if err != nil {
-		return nil, ledgerError("listing products", err)
+		return nil, ledgerError("listing products", "", err)
 	}
 	out := make([]Product, len(rows))
 	for i, r := range rows {
@@ -319,9 +319,12 @@ func (e *Engine) ReapplyProducts(ctx context.Context, partition, limit int) (int
 	return applied, nil
 }
 
-// ledgerError maps ledger errors to business outcomes.
-func ledgerError(op string, err error) error {
+// ledgerError maps ledger errors to business outcomes; sku names the product
+// a missing row is reported for ("" when the call had none).
+func ledgerError(op, sku string, err error) error {
 	switch {
+	case errors.Is(err, db.ErrNotFound) && sku != "":
+		return productNotFound(sku)
 	case errors.Is(err, db.ErrNotFound):
 		return ErrNotFound
 	case errors.Is(err, db.ErrInvalid):
@@ -349,7 +352,7 @@ func (e *Engine) ProductsBySKU(ctx context.Context, skus []string) ([]*Product, 
 	}
 	rows, err := e.ledger.ProductsBySKU(ctx, valid)
 	if err != nil {
-		return nil, ledgerError("reading products", err)
+		return nil, ledgerError("reading products", "", err)
 	}
 	bySKU := make(map[string]Product, len(rows))
 	for _, r := range rows {

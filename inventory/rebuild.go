@@ -55,7 +55,7 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	})
 	switch {
 	case errors.Is(err, db.ErrNotFound):
-		return ErrNotFound
+		return productNotFound(sku)
 	case errors.Is(err, ErrUnavailable):
 		return err
 	case err != nil:

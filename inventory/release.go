@@ -12,7 +12,7 @@ import (
 // may cancel anyone's hold. Cancelling twice restocks once: the second call
 // returns the reservation with Replayed set. A hold that reached its expiry
 // first is reported as EXPIRED. Refusals: ErrAlreadyCommitted, ErrForbidden,
-// ErrNotFound.
+// *NotFoundError.
 func (e *Engine) Cancel(ctx context.Context, p Principal, token string) (res Reservation, err error) {
 	defer func() { e.metrics.outcome("cancel", err) }()
 	partition, err := parseToken(token)
@@ -45,7 +45,7 @@ func (e *Engine) Cancel(ctx context.Context, p Principal, token string) (res Res
 			}
 		case "NOT_FOUND":
 			if attempt > 0 {
-				return Reservation{}, ErrNotFound
+				return Reservation{}, reservationNotFound(token)
 			}
 			rebuilt, r, err := e.fromLedger(ctx, p, token)
 			if err != nil {

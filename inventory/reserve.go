@@ -65,7 +65,7 @@ func (e *Engine) checkReserve(p Principal, req ReserveRequest) (time.Duration, e
 }
 
 // Reserve holds units of a SKU for a principal, or returns why not:
-// *InvalidInputError, ErrIdempotencyKeyReused, ErrNotFound, *SaleNotActiveError,
+// *InvalidInputError, ErrIdempotencyKeyReused, *NotFoundError, *SaleNotActiveError,
 // *QuotaExceededError, *OutOfStockError, or ErrUnavailable when Redis is down.
 // The decision and the deduction are one Lua script (reserve.lua); Postgres is
 // only touched when the SKU must first be rebuilt from it.

@@ -46,14 +46,14 @@ func stockFrom(sku string, vals []any) (Stock, bool) {
 }
 
 // Stock returns a SKU's live stock, rebuilding it from Postgres first when
-// Redis has lost it. ErrNotFound for an unknown SKU.
+// Redis has lost it. A *NotFoundError for an unknown SKU.
 func (e *Engine) Stock(ctx context.Context, sku string) (Stock, error) {
 	all, err := e.StockMany(ctx, []string{sku})
 	if err != nil {
 		return Stock{}, err
 	}
 	if all[0] == nil {
-		return Stock{}, ErrNotFound
+		return Stock{}, productNotFound(sku)
 	}
 	return *all[0], nil
 }

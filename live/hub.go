@@ -188,7 +188,7 @@ func (h *Hub) Subscribe(ctx context.Context, skus []string) (<-chan inventory.St
 	}
 	for i, v := range vals {
 		if v == nil {
-			return nil, fmt.Errorf("subscribing to stock of %s: %w", skus[i], inventory.ErrNotFound)
+			return nil, fmt.Errorf("subscribing to stock: %w", &inventory.NotFoundError{Kind: "product", Key: skus[i]})
 		}
 	}
 

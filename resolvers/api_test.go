@@ -190,8 +190,15 @@ func TestBusinessOutcomesAreUserErrors(t *testing.T) {
 		require.Contains(t, ue.Message, "starts at")
 	})
 	t.Run("NOT_FOUND", func(t *testing.T) {
-		only(t, e.reserve(t, alice, map[string]any{"sku": "GHOST", "quantity": 1}), "NOT_FOUND")
-		only(t, e.commit(t, alice, "r00.aaaaaaaaaaaaaaaaaaaaaaaaaa"), "NOT_FOUND")
+		// The refusal names what was not found and the field that named it.
+		ue := only(t, e.reserve(t, alice, map[string]any{"sku": "GHOST", "quantity": 1}), "NOT_FOUND")
+		require.Equal(t, `product "GHOST" not found`, ue.Message)
+		require.Equal(t, []string{"input", "sku"}, ue.Field)
+		ue = only(t, e.commit(t, alice, "r00.aaaaaaaaaaaaaaaaaaaaaaaaaa"), "NOT_FOUND")
+		require.Equal(t, `reservation "r00.aaaaaaaaaaaaaaaaaaaaaaaaaa" not found`, ue.Message)
+		require.Equal(t, []string{"input", "token"}, ue.Field)
+		ue = only(t, e.cancel(t, alice, "r00.aaaaaaaaaaaaaaaaaaaaaaaaaa"), "NOT_FOUND")
+		require.Equal(t, []string{"input", "token"}, ue.Field)
 	})
 	t.Run("INVALID_INPUT", func(t *testing.T) {
 		ue := only(t, e.reserve(t, alice, map[string]any{"sku": "TINY", "quantity": 0}), "INVALID_INPUT")
@@ -286,7 +293,9 @@ func TestAdminMutations(t *testing.T) {
 
 	var nf struct{ Restock payload }
 	e.mustDo(t, admin, restockDoc, map[string]any{"i": map[string]any{"sku": "NOPE", "quantity": 1, "eventId": "po-1"}}, &nf)
-	only(t, nf.Restock, "NOT_FOUND")
+	ue := only(t, nf.Restock, "NOT_FOUND")
+	require.Equal(t, `product "NOPE" not found`, ue.Message)
+	require.Equal(t, []string{"input", "sku"}, ue.Field)
 
 	for name, doc := range map[string]string{"createProduct": createDoc, "updateProduct": updateDoc, "restock": restockDoc} {
 		var in map[string]any

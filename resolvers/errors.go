@@ -101,6 +101,7 @@ func publicMessage(err error, code inventory.Code) string {
 		qe  *inventory.QuotaExceededError
 		sna *inventory.SaleNotActiveError
 		inv *inventory.InvalidInputError
+		nf  *inventory.NotFoundError
 	)
 	switch {
 	case errors.As(err, &oos):
@@ -111,6 +112,8 @@ func publicMessage(err error, code inventory.Code) string {
 		return sna.Error()
 	case errors.As(err, &inv):
 		return inv.Error()
+	case errors.As(err, &nf):
+		return nf.Error()
 	}
 	return sentinelMessages[code]
 }
@@ -124,10 +127,15 @@ func userError(err error) (*model.UserError, error) {
 		return nil, internal(err)
 	}
 	ue := &model.UserError{Code: model.ErrorCode(code), Message: publicMessage(err, code)}
-	var inv *inventory.InvalidInputError
+	var (
+		inv *inventory.InvalidInputError
+		nf  *inventory.NotFoundError
+	)
 	switch {
 	case errors.As(err, &inv):
 		ue.Field = inputPath(inv.Field)
+	case errors.As(err, &nf):
+		ue.Field = inputPath(nf.Field)
 	case code == inventory.CodeOutOfStock || code == inventory.CodeQuotaExceeded:
 		ue.Field = []string{"input", "quantity"}
 	case code == inventory.CodeIdempotencyKeyReused:

@@ -66,6 +66,22 @@ func httpCode(status int) string {
 // preflightMaxAge lets browsers cache a preflight answer for ten minutes.
 const preflightMaxAge = 600
 
+// corsAllowHeaders are the request headers a cross-origin browser client may
+// send. A preflight that asks for any header not listed fails in the browser,
+// so the list covers what the GraphQL clients Dropline serves really send:
+// the token and content type; Apollo Client's clientAwareness
+// (apollographql-client-name/-version), its CSRF-prevention header
+// (apollo-require-preflight) and operation name header; graphql-sse's stream
+// token; our request id; and W3C / Sentry trace propagation, which
+// instrumented frontends add to every fetch. Credentials stay disallowed.
+var corsAllowHeaders = strings.Join([]string{
+	"Authorization", "Content-Type", "Accept", requestIDHeader,
+	"apollographql-client-name", "apollographql-client-version",
+	"apollo-require-preflight", "x-apollo-operation-name",
+	"x-graphql-event-stream-token",
+	"traceparent", "tracestate", "baggage", "sentry-trace",
+}, ", ")
+
 // cors is the allow-list of browser origins. Tokens travel in the
 // Authorization header, never cookies, so credentials are never allowed.
 // The same list should drive the websocket origin check.
@@ -124,7 +140,7 @@ func (c cors) middleware(next http.Handler) http.Handler {
 		h.Set("Access-Control-Expose-Headers", requestIDHeader)
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, "+requestIDHeader)
+			h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
 			h.Set("Access-Control-Max-Age", strconv.Itoa(preflightMaxAge))
 			w.WriteHeader(http.StatusNoContent)
 			return

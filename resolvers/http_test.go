@@ -236,6 +236,32 @@ func TestCORS(t *testing.T) {
 	require.Contains(t, ok.Header.Get("Access-Control-Allow-Headers"), "Authorization")
 	require.Equal(t, http.StatusForbidden, preflight("https://evil.example").StatusCode) //nolint:bodyclose // closed inside preflight
 
+	// What real clients ask for: a browser refuses the request unless every
+	// header in Access-Control-Request-Headers is allowed (case-insensitive).
+	for client, headers := range map[string]string{
+		"Apollo Client with clientAwareness": "apollographql-client-name,apollographql-client-version,authorization,content-type",
+		"Apollo Client, CSRF-safe uploads":   "apollo-require-preflight,x-apollo-operation-name,content-type",
+		"graphql-sse in reservation mode":    "x-graphql-event-stream-token,accept,authorization",
+		"traced frontends":                   "traceparent,tracestate,baggage,sentry-trace,x-request-id",
+	} {
+		req, err := http.NewRequest(http.MethodOptions, srv.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set("Origin", "https://shop.example")
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", headers)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusNoContent, resp.StatusCode, client)
+		allowed := map[string]bool{}
+		for _, h := range strings.Split(resp.Header.Get("Access-Control-Allow-Headers"), ",") {
+			allowed[strings.ToLower(strings.TrimSpace(h))] = true
+		}
+		for _, h := range strings.Split(headers, ",") {
+			require.True(t, allowed[h], "%s: preflight does not allow %q (allowed: %s)", client, h, resp.Header.Get("Access-Control-Allow-Headers"))
+		}
+	}
+
 	// Same-origin and non-browser requests need no listing.
 	host := strings.TrimPrefix(srv.URL, "http://")
 	require.Equal(t, http.StatusOK, post(t, srv, "", q, map[string]string{"Origin": "http://" + host}).status)
