@@ -235,6 +235,17 @@ func (a *App) SeedDemo(ctx context.Context) error {
 	if err := a.connect(ctx, true, true); err != nil {
 		return err
 	}
+	// Without the schema every query fails with "relation does not exist",
+	// which the engine can only report as a store failure; say what to do.
+	if a.Deps.PendingMigrations != nil {
+		n, err := a.Deps.PendingMigrations(ctx, a.pool)
+		if err != nil {
+			return fmt.Errorf("checking migrations of %s: %w", config.RedactURL(a.Config.DatabaseURL), err)
+		}
+		if n > 0 {
+			return fmt.Errorf("the database %s lacks %d migration(s): run `dropline migrate` first", config.RedactURL(a.Config.DatabaseURL), n)
+		}
+	}
 	if err := a.Deps.SeedDemo(ctx, a.infra()); err != nil {
 		return fmt.Errorf("seeding the demo catalogue: %w", err)
 	}

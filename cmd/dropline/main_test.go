@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/app"
@@ -153,6 +155,86 @@ func TestMigrateUnreachableDatabase(t *testing.T) {
 	require.Contains(t, errOut, "dropline: ")
 }
 
+// serving is a `dropline serve` running in the test's process.
+type serving struct {
+	addr        string
+	done        chan int // the exit code, once serve returns
+	out, errOut *syncBuffer
+}
+
+// startServe runs the serve command until ctx ends and returns once it logs
+// that it is serving (envm must not turn JSON logs off).
+func startServe(ctx context.Context, t *testing.T, envm map[string]string) serving {
+	t.Helper()
+	s := serving{done: make(chan int, 1), out: &syncBuffer{}, errOut: &syncBuffer{}}
+	go func() {
+		s.done <- run(ctx, func() {}, []string{"serve"}, func(k string) string { return envm[k] }, s.out, s.errOut)
+	}()
+	exited := false
+	require.Eventually(t, func() bool {
+		sc := bufio.NewScanner(strings.NewReader(s.errOut.String()))
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line["message"] == "dropline is serving" {
+				s.addr, _ = line["addr"].(string)
+				return true
+			}
+		}
+		select {
+		case code := <-s.done:
+			s.done <- code
+			exited = true
+			return true
+		default:
+		}
+		return false
+	}, 15*time.Second, 20*time.Millisecond)
+	require.False(t, exited, "serve exited: %s", s.errOut.String())
+	return s
+}
+
+// TestSeedBeforeMigrate: seeding a database that has no schema yet says
+// what to do, instead of a retryable "temporarily unavailable", and leaves
+// the database as it was.
+func TestSeedBeforeMigrate(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.NewUnmigratedDatabase(t)
+	envm := map[string]string{
+		"DROPLINE_DEV":        "1",
+		"DATABASE_URL":        dbURL,
+		"REDIS_URL":           os.Getenv("REDIS_URL"),
+		"DROPLINE_KEY_PREFIX": testenv.Redis(t).Prefix,
+		"DROPLINE_LOG_LEVEL":  "disabled",
+	}
+	code, out, errOut := runCmd(t, envm, "seed", "--demo")
+	require.Equal(t, 1, code, errOut)
+	require.Empty(t, out)
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	require.Len(t, lines, 1, errOut)
+	require.Contains(t, lines[0], "run `dropline migrate` first")
+	require.NotContains(t, lines[0], "temporarily unavailable")
+
+	// Nothing was created, not even the migrations table; once migrated,
+	// the same command seeds.
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	var tables int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables))
+	require.Zero(t, tables)
+
+	code, _, errOut = runCmd(t, envm, "migrate")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = runCmd(t, envm, "seed", "--demo")
+	require.Equal(t, 0, code, errOut)
+	rows, err := pool.Query(context.Background(), `SELECT sku FROM products ORDER BY sku`)
+	require.NoError(t, err)
+	skus, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"CAP-LOGO", "DROP-SNEAKER-01", "TEE-BLACK-M"}, skus)
+}
+
 // TestServeAndSignal runs the real serve command against the real services
 // and stops it as SIGTERM would.
 func TestServeAndSignal(t *testing.T) {
@@ -162,7 +244,6 @@ func TestServeAndSignal(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
 	envm := map[string]string{
 		"DROPLINE_JWT_SECRET": secret,
 		"DROPLINE_ADDR":       "127.0.0.1:0",
@@ -170,28 +251,8 @@ func TestServeAndSignal(t *testing.T) {
 		"REDIS_URL":           os.Getenv("REDIS_URL"),
 		"DROPLINE_KEY_PREFIX": testenv.Redis(t).Prefix, // this test's own keys, deleted when it ends
 	}
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, func() {}, []string{"serve"}, func(k string) string { return envm[k] }, &out, &errOut)
-	}()
-
-	var addr string
-	require.Eventually(t, func() bool {
-		sc := bufio.NewScanner(strings.NewReader(errOut.String()))
-		for sc.Scan() {
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["message"] == "dropline is serving" {
-				addr, _ = line["addr"].(string)
-				return true
-			}
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited with %d: %s", code, errOut.String())
-		default:
-		}
-		return false
-	}, 15*time.Second, 20*time.Millisecond)
+	s := startServe(ctx, t, envm)
+	addr, done, out, errOut := s.addr, s.done, s.out, s.errOut
 
 	resp, err := http.Get("http://" + addr + "/healthz")
 	require.NoError(t, err)

@@ -130,17 +130,38 @@ func CreateDatabase() (url string, drop func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("creating database %s: %w", name, err)
 	}
-	drop = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, adminURL())
-		if err != nil {
-			return
-		}
-		defer admin.Close(ctx)
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return DatabaseURL(name), func() { dropDatabase(name) }, nil
+}
+
+// NewUnmigratedDatabase creates an empty database without Dropline's schema,
+// as an operator's is before `dropline migrate`, and returns its URL. It is
+// dropped when the test ends.
+func NewUnmigratedDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, adminURL())
+	if err != nil {
+		t.Fatalf("testenv: PostgreSQL is not reachable at %s (run `make services`): %v", adminURL(), err)
 	}
-	return DatabaseURL(name), drop, nil
+	defer admin.Close(ctx)
+	name := "dropline_test_" + randomSuffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testenv: creating database %s: %v", name, err)
+	}
+	t.Cleanup(func() { dropDatabase(name) })
+	return DatabaseURL(name)
+}
+
+func dropDatabase(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, adminURL())
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
 // Postgres returns a pool on a fresh, migrated database of this test's own.
