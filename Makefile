@@ -31,6 +31,16 @@ services: ## make sure Redis and PostgreSQL answer at REDIS_URL / DATABASE_URL (
 build: ## build bin/dropline
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dropline
 
+TOKEN_USER  ?= alice
+TOKEN_ADMIN ?=
+
+# Only the token goes to stdout, so `make -s token` can be captured. The
+# build is a no-op when bin/dropline is current (after `make run`).
+.PHONY: token
+token: ## print a dev-mode bearer token for `make run`: make token [TOKEN_USER=ops] [TOKEN_ADMIN=1]
+	@$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dropline
+	@DROPLINE_DEV=$${DROPLINE_DEV:-1} $(BIN) token --user '$(TOKEN_USER)' $(if $(TOKEN_ADMIN),--admin)
+
 .PHONY: run
 run: services build ## start services, migrate, seed the demo and serve in dev mode on http://localhost:8080
 	DROPLINE_DEV=$${DROPLINE_DEV:-1} $(BIN) migrate

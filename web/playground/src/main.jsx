@@ -20,7 +20,7 @@ subscriptionUrl.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
 // Placeholder shown in the headers editor of every new tab. It is only a hint:
 // while a header still contains it, the fetcher drops that header, so
 // anonymous queries keep working until a real token is pasted.
-const TOKEN_PLACEHOLDER = '<paste token from: dropline token --user alice>';
+const TOKEN_PLACEHOLDER = '<paste the token printed by: make token>';
 const defaultHeaders = JSON.stringify({ Authorization: `Bearer ${TOKEN_PLACEHOLDER}` }, null, 2);
 
 function withoutPlaceholders(headers) {
@@ -46,8 +46,10 @@ const defaultQuery = `# Welcome to the Dropline GraphQL playground.
 # Ctrl-Enter (Cmd-Enter on a Mac) to run it.
 # The book icon on the left opens the docs.
 #
-# To act as a user, create a token with
-#   dropline token --user alice
+# To act as a user, create a token in the
+# repository (next to \`make run\`) with
+#   make token
+# (or: bin/dropline token --user alice)
 # and paste it into the Authorization
 # header in the Headers tab below.
 

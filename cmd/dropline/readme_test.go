@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+)
+
+// readmeBlocks returns the fenced code blocks of the README in the given
+// language, verbatim.
+func readmeBlocks(t *testing.T, lang string) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	re := regexp.MustCompile("(?ms)^```" + lang + "\n(.*?)^```")
+	var out []string
+	for _, m := range re.FindAllStringSubmatch(string(readme), -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// TestReadmeQuickStart does what the README's quick start tells a newcomer:
+// what `make run` runs (migrate, seed --demo, serve in dev mode), a token
+// from what `make token` runs, then every GraphQL block of the README,
+// verbatim, against the real server. Each must succeed without errors or
+// userErrors; the hold the README's reserve makes must exist in Redis and,
+// through the write-behind, in Postgres.
+func TestReadmeQuickStart(t *testing.T) {
+	t.Parallel()
+	blocks := readmeBlocks(t, "graphql")
+	require.NotEmpty(t, blocks, "the README has a GraphQL example")
+
+	// The Makefile's targets run these commands; check they still do.
+	makefile, err := os.ReadFile("../../Makefile")
+	require.NoError(t, err)
+	for _, cmd := range []string{"$(BIN) migrate", "$(BIN) seed --demo", "$(BIN) serve", "$(BIN) token --user"} {
+		require.Contains(t, string(makefile), cmd)
+	}
+
+	dbURL := testenv.NewUnmigratedDatabase(t) // as on a newcomer's machine
+	rdb := testenv.Redis(t)
+	envm := map[string]string{
+		"DROPLINE_DEV":        "1",
+		"DROPLINE_ADDR":       "127.0.0.1:0",
+		"DATABASE_URL":        dbURL,
+		"REDIS_URL":           os.Getenv("REDIS_URL"),
+		"DROPLINE_KEY_PREFIX": rdb.Prefix,
+		"DROPLINE_LOG_FORMAT": "json",
+	}
+	for _, args := range [][]string{{"migrate"}, {"seed", "--demo"}} {
+		code, _, errOut := runCmd(t, envm, args...)
+		require.Equal(t, 0, code, "%v: %s", args, errOut)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := startServe(ctx, t, envm)
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.done:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	code, tok, errOut := runCmd(t, envm, "token", "--user", "alice")
+	require.Equal(t, 0, code, errOut)
+
+	type hold struct{ token, sku string }
+	var holds []hold
+	skuArg := regexp.MustCompile(`sku: "([^"]+)"`)
+	for _, doc := range blocks {
+		body, err := json.Marshal(map[string]any{"query": doc})
+		require.NoError(t, err)
+		req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/graphql", bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(tok))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var res struct {
+			Data   map[string]json.RawMessage `json:"data"`
+			Errors []json.RawMessage          `json:"errors"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&res)
+		require.NoError(t, resp.Body.Close())
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Empty(t, res.Errors, "README example:\n%s", doc)
+		for field, raw := range res.Data {
+			var payload struct {
+				Reservation *struct {
+					Token  string `json:"token"`
+					Status string `json:"status"`
+				} `json:"reservation"`
+				UserErrors []map[string]any `json:"userErrors"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &payload))
+			require.Empty(t, payload.UserErrors, "README example %s:\n%s", field, doc)
+			if field == "reserve" {
+				require.NotNil(t, payload.Reservation)
+				require.Equal(t, "HELD", payload.Reservation.Status)
+				m := skuArg.FindStringSubmatch(doc)
+				require.NotNil(t, m, "the reserve names its SKU")
+				holds = append(holds, hold{payload.Reservation.Token, m[1]})
+			}
+		}
+	}
+	require.NotEmpty(t, holds, "the README's example reserves")
+
+	// The hold is real: HELD in Redis now, and HELD in the ledger once the
+	// write-behind has carried it.
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	keys := inventory.NewKeys(rdb.Prefix)
+	for _, h := range holds {
+		status, err := rdb.Client.HGet(context.Background(), keys.Hold(inventory.PartitionOf(h.sku), h.token), "st").Result()
+		require.NoError(t, err)
+		require.Equal(t, "HELD", status)
+		require.Eventually(t, func() bool {
+			var st, sku string
+			err := pool.QueryRow(context.Background(), `SELECT status, sku FROM reservations WHERE token = $1`, h.token).Scan(&st, &sku)
+			return err == nil && st == "HELD" && sku == h.sku
+		}, 10*time.Second, 20*time.Millisecond, "the hold reaches the ledger")
+	}
+}
