@@ -153,74 +153,108 @@ func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 }
 
 // Snapshot is what Postgres knows of one SKU, read under the product's row
-// lock: enough to rebuild the SKU in Redis.
+// lock: enough to rebuild the SKU in Redis. Its rows are streamed in batches
+// rather than loaded whole, so a SKU with hundreds of thousands of
+// reservations costs a batch of memory, not all of them.
 type Snapshot struct {
 	Product Product
-	// Held are reservations the ledger has as HELD, oldest first; some may be
-	// past their expiry.
-	Held []Reservation
-	// Committed are sales within the retention window, with their reservation data.
-	Committed []Reservation
-	// Finished are cancelled and expired reservations made with an
-	// idempotency key within the idempotency window, so the key still
-	// replays them after a rebuild.
-	Finished []Reservation
-	// Bought is the number of units each principal has bought of the SKU.
-	Bought map[string]int
+
+	tx                        pgx.Tx
+	retention, idempotencyTTL time.Duration
 }
 
-// WithSnapshot reads a SKU's snapshot under a row lock on the product and runs
-// fn while holding it, so no sale of that SKU can commit between the read and
-// whatever fn writes. retention bounds the sales it returns, idempotencyTTL the
-// finished reservations. It returns ErrNotFound for an unknown SKU.
-func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempotencyTTL time.Duration, fn func(Snapshot) error) error {
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var s Snapshot
-		var err error
-		s.Product, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1 FOR UPDATE`, sku))
-		if err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
-			WHERE sku = $1 AND status = 'HELD' ORDER BY created_at, token`, sku)
-		if err != nil {
-			return interpret(err)
-		}
-		if s.Held, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) }); err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `
+// Bought is the number of units one principal has bought of a SKU.
+type Bought struct {
+	Principal string
+	Units     int
+}
+
+// Reservations streams the reservations a rebuild restores, in batches of at
+// most batch, as one consistent read: first those the ledger has as HELD,
+// oldest first (some may be past their expiry); then the sales of the
+// retention window, with their reservation data, as COMMITTED; then the
+// cancelled and expired reservations made with an idempotency key within the
+// idempotency window, so the key still replays them. fn must not keep the
+// slice, and must not use the ledger: the snapshot's connection is busy
+// streaming while it runs.
+func (s *Snapshot) Reservations(ctx context.Context, batch int, fn func([]Reservation) error) error {
+	// One statement, so one view of the table: a reservation the write-behind
+	// moves from HELD to CANCELLED meanwhile is read once, in one state.
+	rows, err := s.tx.Query(ctx, `
+		SELECT * FROM (
+			SELECT `+reservationColumns+` FROM reservations WHERE sku = $1 AND status = 'HELD'
+			UNION ALL
 			SELECT s.token, s.sku, s.principal, s.quantity, 'COMMITTED', coalesce(r.idempotency_hash, ''),
 				coalesce(r.request_hash, ''), coalesce(r.expires_at, s.committed_at), coalesce(r.created_at, s.committed_at),
 				s.committed_at, NULL::timestamptz
 			FROM sales s LEFT JOIN reservations r USING (token)
 			WHERE s.sku = $1 AND s.committed_at > now() - make_interval(secs => $2)
-			ORDER BY s.committed_at`, sku, retention.Seconds())
-		if err != nil {
-			return interpret(err)
-		}
-		if s.Committed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) }); err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+			UNION ALL
+			SELECT `+reservationColumns+` FROM reservations
 			WHERE sku = $1 AND status IN ('CANCELLED', 'EXPIRED') AND idempotency_hash IS NOT NULL
-			  AND created_at > now() - make_interval(secs => $2)
-			ORDER BY created_at, token`, sku, idempotencyTTL.Seconds())
+			  AND created_at > now() - make_interval(secs => $3)
+		) snapshot (token, sku, principal, quantity, status, idempotency_hash, request_hash, expires_at, created_at, committed_at, ended_at)
+		ORDER BY status <> 'HELD', created_at, token`,
+		s.Product.SKU, s.retention.Seconds(), s.idempotencyTTL.Seconds())
+	if err != nil {
+		return interpret(err)
+	}
+	return eachBatch(rows, batch, scanReservation, fn)
+}
+
+// Bought streams, in batches of at most batch, the units each principal has
+// bought of the SKU (every sale, not only the retention window's). Sales of
+// the SKU cannot change while the snapshot holds the product's lock. fn obeys
+// the rules of Reservations.
+func (s *Snapshot) Bought(ctx context.Context, batch int, fn func([]Bought) error) error {
+	rows, err := s.tx.Query(ctx, `SELECT principal, sum(quantity)::int FROM sales WHERE sku = $1 GROUP BY principal`, s.Product.SKU)
+	if err != nil {
+		return interpret(err)
+	}
+	return eachBatch(rows, batch, func(row pgx.Row) (Bought, error) {
+		var b Bought
+		return b, interpret(row.Scan(&b.Principal, &b.Units))
+	}, fn)
+}
+
+// eachBatch hands rows to fn in batches of at most batch, reusing one slice.
+func eachBatch[T any](rows pgx.Rows, batch int, scan func(pgx.Row) (T, error), fn func([]T) error) error {
+	defer rows.Close()
+	buf := make([]T, 0, max(batch, 1))
+	for rows.Next() {
+		v, err := scan(rows)
 		if err != nil {
-			return interpret(err)
-		}
-		if s.Finished, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) }); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT principal, sum(quantity)::int FROM sales WHERE sku = $1 GROUP BY principal`, sku)
-		if err != nil {
-			return interpret(err)
+		buf = append(buf, v)
+		if len(buf) == cap(buf) {
+			if err := fn(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
 		}
-		s.Bought = map[string]int{}
-		var who string
-		var n int
-		if _, err := pgx.ForEachRow(rows, []any{&who, &n}, func() error { s.Bought[who] = n; return nil }); err != nil {
-			return interpret(err)
+	}
+	if err := rows.Err(); err != nil {
+		return interpret(err)
+	}
+	if len(buf) > 0 {
+		return fn(buf)
+	}
+	return nil
+}
+
+// WithSnapshot locks a SKU's product row and runs fn with its snapshot while
+// holding the lock, so no sale of that SKU can commit between the read and
+// whatever fn writes. retention bounds the sales the snapshot streams,
+// idempotencyTTL the finished reservations. It returns ErrNotFound for an
+// unknown SKU.
+func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempotencyTTL time.Duration, fn func(*Snapshot) error) error {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		s := &Snapshot{tx: tx, retention: retention, idempotencyTTL: idempotencyTTL}
+		var err error
+		s.Product, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1 FOR UPDATE`, sku))
+		if err != nil {
+			return err
 		}
 		return fn(s)
 	})

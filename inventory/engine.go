@@ -47,6 +47,10 @@ type Config struct {
 	Retention time.Duration
 	// CommitTimeout bounds the Postgres write of a commit; default 5 seconds.
 	CommitTimeout time.Duration
+	// RebuildBatch is how many reservations one script of a rebuild writes
+	// (see Rebuild); default 2,000, which keeps each script to a few
+	// milliseconds of Redis' time.
+	RebuildBatch int
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -79,6 +83,9 @@ func (c *Config) setDefaults() {
 	if c.CommitTimeout == 0 {
 		c.CommitTimeout = 5 * time.Second
 	}
+	if c.RebuildBatch == 0 {
+		c.RebuildBatch = 2000
+	}
 }
 
 func (c *Config) validate() error {
@@ -93,6 +100,9 @@ func (c *Config) validate() error {
 	}
 	if c.RejectionTTL < time.Second || c.RejectionTTL > c.IdempotencyTTL {
 		return fmt.Errorf("rejection TTL (%s) must be between 1s and the idempotency TTL (%s)", c.RejectionTTL, c.IdempotencyTTL)
+	}
+	if c.RebuildBatch < 1 || c.RebuildBatch > 50_000 {
+		return fmt.Errorf("rebuild batch (%d) must be between 1 and 50000", c.RebuildBatch)
 	}
 	if c.Retention < c.IdempotencyTTL {
 		// An idempotency record replays its hold: the hold must live as long.

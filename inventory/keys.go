@@ -47,9 +47,19 @@ func (k Keys) SKU(sku string) string { return k.Base(PartitionOf(sku)) + "sku:" 
 // Hold is the hash of one hold; the token names its partition.
 func (k Keys) Hold(p int, token string) string { return k.Base(p) + "hold:" + token }
 
-// User counts the units a principal holds or bought of a SKU (the quota).
-func (k Keys) User(sku, principal string) string {
-	return k.Base(PartitionOf(sku)) + "user:" + sku + ":" + principal
+// Quota is the hash of a SKU's per-principal quota counts (field: principal,
+// value: units held or bought). One hash per SKU, so a rebuild replaces every
+// count of the SKU at once and no count outlives the life it was made in.
+func (k Keys) Quota(sku string) string { return k.Base(PartitionOf(sku)) + "quota:" + sku }
+
+// Rebuild is the hash of a SKU's rebuild under way (gen: its generation,
+// next: the chunks written), checked by every chunk and by the publish step.
+func (k Keys) Rebuild(sku string) string { return k.Base(PartitionOf(sku)) + "rebuild:" + sku }
+
+// RebuildQuota is the quota hash a rebuild stages; publishing renames it onto
+// Quota.
+func (k Keys) RebuildQuota(sku string) string {
+	return k.Base(PartitionOf(sku)) + "rebuild:" + sku + ":quota"
 }
 
 // Idempotency is the record of a reserve's first outcome, in the SKU's partition.

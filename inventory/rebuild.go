@@ -4,17 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/lua"
 )
 
+// rebuildTimeout bounds one rebuild, Postgres lock included. A SKU with
+// 200,000 reservations in its windows takes a few seconds (docs/reliability.md).
+const rebuildTimeout = 30 * time.Second
+
+// rebuildStagingTTL is how long a rebuild's staged keys outlive a rebuild
+// that died half-way; well above rebuildTimeout.
+const rebuildStagingTTL = 10 * rebuildTimeout
+
 // Rebuild loads a SKU into Redis from Postgres when Redis does not have it (a
-// new product, or state lost to a restart, flush or failover). It is a no-op
-// when the SKU is present. Concurrent calls in this process share one rebuild;
-// across processes the script's existence check lets only the first write.
+// new product, or state lost to a restart, flush, failover or eviction). It
+// is a no-op when the SKU is present. Concurrent calls in this process share
+// one rebuild; across processes the product's row lock serialises them, and
+// the second finds the SKU loaded.
 //
 // The snapshot is read under the product's Postgres row lock and written to
 // Redis before the lock is released, so no commit lands between the two.
@@ -22,16 +30,33 @@ import (
 // due (oldest first, while they fit in total - sold; the rest are recorded as
 // expired), sales of the retention window (so a repeated commit replays),
 // cancelled and expired reservations of the idempotency window (so their key
-// replays them), and each principal's quota count. Holds that never reached Postgres are lost
-// with Redis, and their units return to stock.
+// replays them), and each principal's quota count. Holds that never reached
+// Postgres are lost with Redis, and their units return to stock.
+//
+// The writing is cut into chunks of RebuildBatch reservations, one script
+// each, so no script blocks Redis for long however big the SKU is: a
+// generation is staged first (stage_rebuild.lua), each chunk is written under
+// it (hydrate_sku.lua), and the SKU goes live last (publish_sku.lua). Until
+// then readers find no SKU and wait for the rebuild; a rebuild whose stage was
+// replaced by a newer one can write nothing more.
 func (e *Engine) Rebuild(ctx context.Context, sku string) error {
 	_, err, _ := e.rebuild.Do(sku, func() (any, error) {
 		// Detach from the first caller's cancellation: others wait on this.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebuildTimeout)
 		defer cancel()
 		return nil, e.rebuildOnce(ctx, sku)
 	})
 	return err
+}
+
+// rebuildStats are the figures of one rebuild, logged when it published.
+type rebuildStats struct {
+	published    bool
+	reservations int
+	dropped      int
+	quotaEntries int
+	chunks       int
+	longestChunk time.Duration
 }
 
 func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
@@ -40,18 +65,10 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	} else if n == 1 {
 		return nil
 	}
-	var result string
-	err := e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, e.cfg.IdempotencyTTL, func(s db.Snapshot) error {
-		args, err := e.hydrateArgs(ctx, s)
-		if err != nil {
-			return err
-		}
-		r, err := e.run(ctx, lua.HydrateSKU, []string{e.keys.SKU(sku)}, args...)
-		if err != nil {
-			return err
-		}
-		result = reply(r).code()
-		return nil
+	start := time.Now()
+	var st rebuildStats
+	err := e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, e.cfg.IdempotencyTTL, func(s *db.Snapshot) error {
+		return e.hydrate(ctx, s, &st)
 	})
 	switch {
 	case errors.Is(err, db.ErrNotFound):
@@ -61,76 +78,141 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	case err != nil:
 		return unavailable("rebuilding "+sku, err)
 	}
-	if result == "OK" {
+	if st.published {
 		e.metrics.rebuilds.Inc()
-		e.log.Info().Str("sku", sku).Msg("rebuilt SKU in Redis from Postgres")
+		e.log.Info().Str("sku", sku).Int("reservations", st.reservations).Int("dropped", st.dropped).
+			Int("quota_entries", st.quotaEntries).Int("chunks", st.chunks).
+			Int64("longest_chunk_ms", st.longestChunk.Milliseconds()).
+			Int64("took_ms", time.Since(start).Milliseconds()).
+			Msg("rebuilt SKU in Redis from Postgres")
 	}
 	return nil
 }
+
+// errRebuildExists stops a rebuild that finds the SKU loaded by another;
+// errRebuildSuperseded one whose stage a newer rebuild has replaced.
+var (
+	errRebuildExists     = errors.New("SKU loaded meanwhile")
+	errRebuildSuperseded = errors.New("a newer rebuild has staged")
+)
 
 // statusDrop marks, for hydrate_sku.lua, a hold Postgres still has as HELD
 // that is past due or no longer fits the stock: it is recorded as expired.
 const statusDrop = "DROP"
 
-// hydrateArgs lays out the snapshot as hydrate_sku.lua's arguments.
-func (e *Engine) hydrateArgs(ctx context.Context, s db.Snapshot) ([]any, error) {
+// hydrate writes a snapshot into Redis: stage, chunks, publish. It returns
+// nil without writing when the SKU is loaded already.
+func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) error {
+	p := s.Product
+	keys := []string{e.keys.SKU(p.SKU), e.keys.Rebuild(p.SKU), e.keys.RebuildQuota(p.SKU)}
+	stagingTTL := int64(rebuildStagingTTL.Seconds())
+	r, err := e.run(ctx, lua.StageRebuild, keys, stagingTTL)
+	if err != nil {
+		return err
+	}
+	if reply(r).code() == "EXISTS" {
+		return nil
+	}
+	gen := reply(r).str(1)
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
-		return nil, unavailable("reading Redis time", err)
+		return unavailable("reading Redis time", err)
 	}
-	p := s.Product
-	room := p.Total - p.Sold
-	held := 0
-	quota := map[string]int{}
-	for who, n := range s.Bought {
-		quota[who] = n
-	}
-	type hold struct {
-		r      db.Reservation
-		status string
-	}
-	var holds []hold
-	for _, r := range s.Held {
-		status := db.StatusHeld
-		if !r.ExpiresAt.After(now) || r.Quantity > room-held {
-			status = statusDrop // recorded as expired now, with its event
-		} else {
-			held += r.Quantity
-			quota[r.Principal] += r.Quantity
+	c := chunker{e: e, keys: keys, st: st, head: []any{
+		e.keys.Base(PartitionOf(p.SKU)), p.SKU, gen, 0,
+		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), stagingTTL,
+	}, quota: map[string]int{}}
+	room, held := p.Total-p.Sold, 0
+	err = s.Reservations(ctx, e.cfg.RebuildBatch, func(rs []db.Reservation) error {
+		for _, r := range rs {
+			status := r.Status
+			ended := timeMs(r.EndedAt)
+			if status == db.StatusHeld {
+				if !r.ExpiresAt.After(now) || r.Quantity > room-held {
+					status, ended = statusDrop, now.UnixMilli() // recorded as expired now, with its event
+					st.dropped++
+				} else {
+					held += r.Quantity
+					c.quota[r.Principal] += r.Quantity
+				}
+			}
+			c.holds = append(c.holds, r.Token, r.Principal, r.Quantity, status, r.ExpiresAt.UnixMilli(),
+				r.CreatedAt.UnixMilli(), timeMs(r.CommittedAt), ended, r.IdempotencyHash, r.RequestHash)
+			st.reservations++
 		}
-		holds = append(holds, hold{r, status})
+		return c.flush(ctx)
+	})
+	if err == nil {
+		err = s.Bought(ctx, e.cfg.RebuildBatch, func(bs []db.Bought) error {
+			for _, b := range bs {
+				c.quota[b.Principal] += b.Units
+			}
+			return c.flush(ctx)
+		})
 	}
-	for _, r := range s.Committed {
-		holds = append(holds, hold{r, db.StatusCommitted})
+	if errors.Is(err, errRebuildExists) {
+		return nil
 	}
-	for _, r := range s.Finished {
-		holds = append(holds, hold{r, r.Status})
+	if err != nil {
+		return err
 	}
-	args := []any{
-		e.keys.Base(PartitionOf(p.SKU)), p.SKU, p.Total, p.Sold, p.MaxPerUser,
-		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version,
-		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()),
-		held, room - held, len(holds),
+	r, err = e.run(ctx, lua.PublishSKU, append(keys, e.keys.Quota(p.SKU)),
+		c.head[0], p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
+		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held)
+	if err != nil {
+		return err
 	}
-	for _, h := range holds {
-		ended := timeMs(h.r.EndedAt)
-		if h.status == statusDrop {
-			ended = now.UnixMilli()
-		}
-		args = append(args, h.r.Token, h.r.Principal, h.r.Quantity, h.status, h.r.ExpiresAt.UnixMilli(),
-			h.r.CreatedAt.UnixMilli(), timeMs(h.r.CommittedAt), ended, h.r.IdempotencyHash, h.r.RequestHash)
+	switch reply(r).code() {
+	case "OK":
+		st.published = true
+		return nil
+	case "EXISTS":
+		return nil
+	default:
+		return unavailable("rebuilding "+p.SKU, errRebuildSuperseded)
 	}
-	principals := make([]string, 0, len(quota))
-	for who := range quota {
-		principals = append(principals, who)
+}
+
+// chunker collects a rebuild's holds and quota counts and writes them as
+// hydrate_sku.lua chunks, in order.
+type chunker struct {
+	e     *Engine
+	keys  []string
+	head  []any // base, sku, gen, chunk number, retention, idempotency TTL, staging TTL
+	holds []any
+	quota map[string]int
+	st    *rebuildStats
+}
+
+func (c *chunker) flush(ctx context.Context) error {
+	if len(c.holds) == 0 && len(c.quota) == 0 {
+		return nil
 	}
-	sort.Strings(principals)
-	args = append(args, len(principals))
-	for _, who := range principals {
-		args = append(args, who, quota[who])
+	args := make([]any, 0, len(c.head)+2+len(c.holds)+2*len(c.quota))
+	args = append(args, c.head...)
+	args[3] = c.st.chunks
+	args = append(args, len(c.holds)/10)
+	args = append(args, c.holds...)
+	args = append(args, len(c.quota))
+	for who, n := range c.quota {
+		args = append(args, who, n)
 	}
-	if len(args) > 1_000_000 {
-		return nil, fmt.Errorf("rebuilding %s: snapshot too large for one script (%d arguments)", p.SKU, len(args))
+	start := time.Now()
+	r, err := c.e.run(ctx, lua.HydrateSKU, c.keys, args...)
+	if err != nil {
+		return fmt.Errorf("writing chunk %d: %w", c.st.chunks, err)
 	}
-	return args, nil
+	c.st.longestChunk = max(c.st.longestChunk, time.Since(start))
+	switch reply(r).code() {
+	case "OK", "DONE":
+	case "EXISTS":
+		return errRebuildExists
+	default:
+		return unavailable("rebuilding "+c.head[1].(string), errRebuildSuperseded)
+	}
+	c.st.chunks++
+	c.st.quotaEntries += len(c.quota)
+	c.holds = c.holds[:0]
+	clear(c.quota)
+	return nil
 }

@@ -27,7 +27,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 
 	p := PartitionOf("TWICE")
 	token := newToken(p)
-	keys := []string{e.keys.SKU("TWICE"), e.keys.Hold(p, token), e.keys.User("TWICE", "alice"), e.keys.Idempotency("TWICE", "")}
+	keys := []string{e.keys.SKU("TWICE"), e.keys.Hold(p, token), e.keys.Quota("TWICE"), e.keys.Idempotency("TWICE", "")}
 	args := []any{e.keys.Base(p), "TWICE", "alice", 2, int64(60_000), token, "", "", 86400, 100, int64(3_600_000)}
 	first, err := e.run(ctx, lua.Reserve, keys, args...)
 	require.NoError(t, err)

@@ -86,7 +86,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	partition := PartitionOf(req.SKU)
 	token := newToken(partition)
 	idemKey := e.keys.Idempotency(req.SKU, idem)
-	keys := []string{e.keys.SKU(req.SKU), e.keys.Hold(partition, token), e.keys.User(req.SKU, p.ID), idemKey}
+	keys := []string{e.keys.SKU(req.SKU), e.keys.Hold(partition, token), e.keys.Quota(req.SKU), idemKey}
 	args := []any{
 		e.keys.Base(partition), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem,
 		int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity, e.cfg.MaxHold.Milliseconds(),

@@ -60,7 +60,7 @@ if outcome == 'COMMITTED' then
     -- back to zero. held + sold + avail == total holds throughout.
     d_avail, d_held = -qty, 0
     -- A released or unknown hold is not on the principal's count: count it.
-    redis.call('INCRBY', base .. 'user:' .. sku .. ':' .. who, qty)
+    redis.call('HINCRBY', base .. 'quota:' .. sku, who, qty)
   end
   h['st'] = 'COMMITTED'
   h['cmt'] = ARGV[8]

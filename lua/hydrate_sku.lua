@@ -1,42 +1,56 @@
--- hydrate_sku.lua: rebuild one SKU in Redis from a Postgres snapshot, after
--- Redis lost it (restart, flush, failover) or never had it (a new product).
+-- hydrate_sku.lua: write one chunk of a SKU's rebuild from a Postgres
+-- snapshot, after Redis lost the SKU (restart, flush, failover, eviction) or
+-- never had it (a new product). stage_rebuild.lua comes first, publish_sku.lua
+-- last; a chunk holds a few thousand reservations, so no script runs long.
 --
--- KEYS[1]  {p}sku:<sku>
--- ARGV[1]  partition base   ARGV[2] sku   ARGV[3] total   ARGV[4] sold
--- ARGV[5]  max per user (0 = none)   ARGV[6] sale start ms (0 = none)   ARGV[7] sale end ms (0 = none)
--- ARGV[8]  product version   ARGV[9] retention seconds   ARGV[10] idempotency TTL seconds
--- ARGV[11] held   ARGV[12] available
--- ARGV[13] number of holds H, then H groups of 10 (status: see below):
+-- KEYS[1]  {p}sku:<sku>            must still be absent
+-- KEYS[2]  {p}rebuild:<sku>        the rebuild under way (gen, next)
+-- KEYS[3]  {p}rebuild:<sku>:quota  the staged quota hash
+-- ARGV[1]  partition base   ARGV[2] sku   ARGV[3] generation (from stage_rebuild.lua)
+-- ARGV[4]  this chunk's number, from 0   ARGV[5] retention seconds   ARGV[6] idempotency TTL seconds
+-- ARGV[7]  seconds the staged keys live
+-- ARGV[8]  number of holds H, then H groups of 10 (status: see below):
 --          token, principal, quantity, status, expires_ms, created_ms, committed_ms, ended_ms,
 --          idempotency hash, request fingerprint
--- then     number of principals U, then U pairs: principal, units held or bought
+-- then     number of quota entries U, then U pairs: principal, units to add
 --
 -- A hold's status is HELD, COMMITTED, CANCELLED or EXPIRED as Postgres has it
 -- (finished ones are restored so their idempotency key replays them), or DROP:
 -- one Postgres still had as HELD that is past due or no longer fits the stock,
 -- which the script records as EXPIRED, emitting its expire event.
 --
--- Returns {'OK'} after writing, or {'EXISTS'} when the SKU is already loaded
--- (another caller rebuilt it first; nothing is written). The rebuilt SKU and
--- its restored holds get a new generation (see sku_gen in lib.lua).
+-- Returns {'OK'} after writing; {'DONE'} when this chunk was written before
+-- (a retried call: nothing is written twice); {'EXISTS'} when the SKU is
+-- already loaded; {'STALE'} when a newer rebuild has staged since, or a chunk
+-- is missing (nothing is written).
 --
--- Why one script: a reader must see either no SKU (and rebuild) or all of it,
--- never counters without their holds. The caller holds the Postgres row lock
--- of the product while this runs, so no commit can slip between the snapshot
--- and this write.
+-- Why one script: the checks and the writes of a chunk must be one step, so
+-- that a rebuild that lost the race can never write into the newer one. The
+-- holds carry the new generation, and count only once publish_sku.lua gives
+-- the SKU that generation: until then every reader finds no SKU and waits for
+-- the rebuild. The caller holds the Postgres row lock of the product
+-- throughout, so no commit can slip between the snapshot and these writes.
 
-local base, sku = ARGV[1], ARGV[2]
 if redis.call('HEXISTS', KEYS[1], 'gen') == 1 then
   return { 'EXISTS' }
 end
--- A new life of the SKU: holds of any earlier one no longer count.
-redis.call('DEL', KEYS[1])
-local gen = now_us()
-local now = now_ms()
-local retention, idem_ttl = tonumber(ARGV[9]), tonumber(ARGV[10])
+local r = redis.call('HMGET', KEYS[2], 'gen', 'next')
+if r[1] ~= ARGV[3] then
+  return { 'STALE' }
+end
+local seq, next = tonumber(ARGV[4]), tonumber(r[2])
+if seq < next then
+  return { 'DONE' }
+end
+if seq > next then
+  return { 'STALE' }
+end
 
-local i = 14
-for _ = 1, tonumber(ARGV[13]) do
+local base, sku, gen = ARGV[1], ARGV[2], ARGV[3]
+local now = now_ms()
+local retention, idem_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+local i = 9
+for _ = 1, tonumber(ARGV[8]) do
   local token, st, exp = ARGV[i], ARGV[i + 3], ARGV[i + 4]
   local dropped = st == 'DROP'
   if dropped then
@@ -49,6 +63,9 @@ for _ = 1, tonumber(ARGV[13]) do
     'idem', ARGV[i + 8], 'fp', ARGV[i + 9], 'gen', gen)
   if st == 'HELD' then
     redis.call('ZADD', base .. 'expiry', exp, token)
+    -- Bounded even if this rebuild loses: the sweeper ends a hold at its
+    -- expiry, and releasing it sets the retention instead.
+    redis.call('PEXPIREAT', key, tonumber(exp) + retention * 1000)
   else
     redis.call('EXPIRE', key, retention)
   end
@@ -73,11 +90,11 @@ end
 local users = tonumber(ARGV[i])
 i = i + 1
 for _ = 1, users do
-  redis.call('SET', base .. 'user:' .. sku .. ':' .. ARGV[i], ARGV[i + 1])
+  redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
-
-redis.call('HSET', KEYS[1], 'total', ARGV[3], 'sold', ARGV[4], 'held', ARGV[11], 'avail', ARGV[12],
-  'max', ARGV[5], 'start', ARGV[6], 'end', ARGV[7], 'ver', ARGV[8], 'seq', gen, 'upd', now, 'gen', gen)
-announce(base, sku)
+if users > 0 then
+  redis.call('EXPIRE', KEYS[3], ARGV[7])
+end
+redis.call('HINCRBY', KEYS[2], 'next', 1)
 return { 'OK' }

@@ -86,9 +86,9 @@ local function release(base, token, h, status, now, retention)
   redis.call('EXPIRE', hold_key, retention)
   redis.call('ZREM', base .. 'expiry', token)
   redis.call('ZREM', base .. 'committing', token)
-  local user_key = base .. 'user:' .. h['sku'] .. ':' .. h['who']
-  if redis.call('DECRBY', user_key, qty) <= 0 then
-    redis.call('DEL', user_key)
+  local quota_key = base .. 'quota:' .. h['sku']
+  if redis.call('HINCRBY', quota_key, h['who'], -qty) <= 0 then
+    redis.call('HDEL', quota_key, h['who'])
   end
   bump_stock(base, h['sku'], qty, -qty, 0, now)
   h['st'] = status

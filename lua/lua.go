@@ -18,13 +18,15 @@ const (
 	BeginCommit  = "begin_commit"
 	FinishCommit = "finish_commit"
 	ReleaseHold  = "release_hold"
+	StageRebuild = "stage_rebuild"
 	HydrateSKU   = "hydrate_sku"
+	PublishSKU   = "publish_sku"
 	ApplyProduct = "apply_product"
 	DueHolds     = "due_holds"
 )
 
 // All lists every script name, for loading and for tests.
-var All = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, HydrateSKU, ApplyProduct, DueHolds}
+var All = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds}
 
 // Source returns the full text of a script: lib.lua followed by the script.
 func Source(name string) (string, error) {

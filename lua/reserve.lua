@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  {p}sku:<sku>          stock hash (total avail held sold max start end ver seq upd gen)
 -- KEYS[2]  {p}hold:<token>       the hold this call creates
--- KEYS[3]  {p}user:<sku>:<who>   units this principal holds or bought of this SKU
+-- KEYS[3]  {p}quota:<sku>        units each principal holds or bought of this SKU (field: principal)
 -- KEYS[4]  {p}idem:<hash>        idempotency record (a placeholder key when there is none)
 -- ARGV[1]  partition base, e.g. "dl:{p07}:"
 -- ARGV[2]  sku          ARGV[3] principal   ARGV[4] quantity   ARGV[5] hold milliseconds
@@ -96,7 +96,7 @@ if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
 end
 
 -- 5. Per-principal quota: units held plus units bought.
-local already = tonumber(redis.call('GET', KEYS[3]) or '0')
+local already = tonumber(redis.call('HGET', KEYS[3], who) or '0')
 if max > 0 and already + qty > max then
   return reject('QUOTA_EXCEEDED', max, already)
 end
@@ -113,7 +113,7 @@ local h = {
 }
 redis.call('HSET', KEYS[2], 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
   'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp, 'gen', s[5])
-redis.call('INCRBY', KEYS[3], qty)
+redis.call('HINCRBY', KEYS[3], who, qty)
 redis.call('ZADD', base .. 'expiry', h['exp'], token)
 bump_stock(base, sku, -qty, qty, 0, now)
 if fp ~= '' then
