@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/inventory"
@@ -231,4 +233,141 @@ func TestQuotaAfterOnlyTheSKUIsLost(t *testing.T) {
 			require.Equal(t, string(st), row.Status, "Postgres: %s", tok)
 		}
 	})
+}
+
+// Three engines (three processes, as far as Redis and Postgres can tell)
+// find the same SKU missing at once, while buyers read and reserve through
+// all of them. The rebuild is written in many small chunks; exactly one
+// rebuild publishes, nothing is counted twice, and no reader sees the SKU
+// before all of it is there: every restored hold reads HELD, every stock
+// read balances.
+func TestConcurrentChunkedRebuilds(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		cfg := inventory.Config{RebuildBatch: 16}
+		b := setup(t, backend, cfg)
+		const sku = "CHUNKS-1"
+		seed := ledgerSeed{Held: 150, Due: 20, Committed: 90, Finished: 40, Principals: 37, Spare: 30}
+		seedLedger(t, b.pool, sku, seed)
+		regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()}
+		engines := make([]*inventory.Engine, len(regs))
+		for i, reg := range regs {
+			c := cfg
+			c.KeyPrefix, c.Registerer = b.prefix, reg
+			e, err := inventory.NewEngine(b.ctx, c, b.rdb, b.pool, zerolog.Nop())
+			require.NoError(t, err)
+			engines[i] = e
+		}
+		var held []string
+		for tok, st := range ledgerStatuses(t, b.pool, sku) {
+			if st == "HELD" {
+				held = append(held, tok)
+			}
+		}
+		var rows []struct{ tok, who string }
+		r, err := b.pool.Query(b.ctx, `SELECT token, principal FROM reservations WHERE sku = $1 AND status = 'HELD' AND expires_at > now()`, sku)
+		require.NoError(t, err)
+		for r.Next() {
+			var row struct{ tok, who string }
+			require.NoError(t, r.Scan(&row.tok, &row.who))
+			rows = append(rows, row)
+		}
+		require.NoError(t, r.Err())
+		require.Len(t, rows, seed.Held)
+
+		const readers = 30
+		type result struct {
+			status inventory.Status
+			stock  inventory.Stock
+			hold   inventory.Reservation
+			err    error
+		}
+		results := make([]result, readers)
+		race(readers, func(i int) {
+			e := engines[i%len(engines)]
+			switch i % 3 {
+			case 0:
+				row := rows[i*5%len(rows)]
+				res, err := e.Reservation(b.ctx, inventory.Principal{ID: row.who}, row.tok)
+				results[i] = result{status: res.Status, err: err}
+			case 1:
+				s, err := e.Stock(b.ctx, sku)
+				results[i] = result{stock: s, err: err}
+			default:
+				h, err := e.Reserve(b.ctx, buyer(1000+i), inventory.ReserveRequest{SKU: sku, Quantity: 1})
+				results[i] = result{hold: h, err: err}
+			}
+		})
+		reserved := 0
+		for i, res := range results {
+			require.NoError(t, res.err, "reader %d", i)
+			switch i % 3 {
+			case 0:
+				require.Equal(t, inventory.StatusHeld, res.status, "reader %d", i)
+			case 1:
+				s := res.stock
+				require.Equal(t, s.Total, s.Available+s.Held+s.Sold, "reader %d: %+v", i, s)
+				require.Equal(t, seed.Committed, s.Sold)
+				require.GreaterOrEqual(t, s.Held, seed.Held, "reader %d saw counters without their holds", i)
+			default:
+				require.Equal(t, inventory.StatusHeld, res.hold.Status)
+				reserved++
+			}
+		}
+		published := 0.0
+		for _, reg := range regs {
+			published += counterValue(t, reg, "dropline_inventory_rebuilds_total")
+		}
+		require.Equal(t, 1.0, published, "exactly one rebuild published")
+
+		s := b.requireBalanced(t, sku)
+		require.Equal(t, seed.Held+reserved, s.Held)
+		require.Equal(t, seed.Spare-reserved, s.Available)
+		got := b.redisStatuses(t, sku, held)
+		expired := 0
+		for _, tok := range held {
+			if got[tok] == "EXPIRED" {
+				expired++
+			} else {
+				require.Equal(t, "HELD", got[tok], tok)
+			}
+		}
+		require.Equal(t, seed.Due, expired)
+		require.Equal(t, map[string]int{"expire": seed.Due, "reserve": reserved}, b.drainOutbox(t), "each dropped hold expired once")
+
+		// Quotas are exactly the ledger's live holds and sales, plus the new holds.
+		want := map[string]string{}
+		qr, err := b.pool.Query(b.ctx, `SELECT principal, sum(quantity)::text FROM (
+				SELECT principal, quantity FROM reservations WHERE sku = $1 AND status = 'HELD' AND expires_at > now()
+				UNION ALL SELECT principal, quantity FROM sales WHERE sku = $1) q GROUP BY principal`, sku)
+		require.NoError(t, err)
+		for qr.Next() {
+			var who, n string
+			require.NoError(t, qr.Scan(&who, &n))
+			want[who] = n
+		}
+		require.NoError(t, qr.Err())
+		quota, err := b.rdb.HGetAll(b.ctx, b.engine.Keys().Quota(sku)).Result()
+		require.NoError(t, err)
+		require.Equal(t, want, quota)
+		n, err := b.rdb.Exists(b.ctx, b.engine.Keys().Rebuild(sku), b.engine.Keys().RebuildQuota(sku)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "no staging left behind")
+	})
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
 }
