@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/lua"
@@ -197,6 +198,16 @@ func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (reb
 		return false, r, unavailable("checking SKU", err)
 	}
 	if n == 1 {
+		// The SKU is loaded. A rebuild may have published it since the caller
+		// missed the hold: its chunks are all written before the SKU goes
+		// live, so a hold of the SKU's generation now is one to read again.
+		gen, hold, err := e.holdGen(ctx, r.SKU, token)
+		if err != nil {
+			return false, r, err
+		}
+		if hold != "" && hold == gen {
+			return true, r, nil
+		}
 		// Redis has the SKU but not this hold: it was dropped when the SKU was
 		// rebuilt (past due, or it no longer fitted the stock).
 		r.Status = StatusExpired
@@ -206,6 +217,23 @@ func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (reb
 		return false, r, err
 	}
 	return true, r, nil
+}
+
+// holdGen reads the generation of a SKU and of a hold, in that order.
+func (e *Engine) holdGen(ctx context.Context, sku, token string) (skuGen, holdGen string, err error) {
+	partition, err := parseToken(token)
+	if err != nil {
+		return "", "", err
+	}
+	vals, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HGet(ctx, e.keys.SKU(sku), "gen")
+		p.HGet(ctx, e.keys.Hold(partition, token), "gen")
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", "", unavailable("checking hold", err)
+	}
+	return vals[0].(*redis.StringCmd).Val(), vals[1].(*redis.StringCmd).Val(), nil
 }
 
 func (e *Engine) commitAnswerFromLedger(r Reservation, err error) (Reservation, error) {

@@ -37,8 +37,8 @@ func seedLedger(t testing.TB, pool *pgxpool.Pool, sku string, s ledgerSeed) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prefix := fmt.Sprintf("r%02d.", inventory.PartitionOf(sku))
-	// 25 characters of the token alphabet from two md5s, then 'a' (16 bytes exactly).
-	tok := `$2 || substr(translate(md5($3 || i::text), '0189', 'wxyz') || translate(md5('x' || $3 || i::text), '0189', 'wxyz'), 1, 25) || 'a'`
+	// 26 characters of the token alphabet (16 bytes): the kind, 'seed', i, 'a'.
+	tok := `$2 || $3 || 'seed' || translate(lpad(i::text, 20, '0'), '0189', 'wxyz') || 'a'`
 	who := `'buyer-' || (i % $4)`
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
