@@ -60,6 +60,7 @@ type rebuildStats struct {
 	chunks       int
 	longestChunk time.Duration
 	inScripts    time.Duration // summed round trips of the chunks
+	firstRows    time.Duration // until Postgres sent the first rows, from the lock
 }
 
 func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
@@ -85,6 +86,7 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 		e.metrics.rebuilds.Inc()
 		e.log.Info().Str("sku", sku).Int("reservations", st.reservations).Int("dropped", st.dropped).
 			Int("quota_entries", st.quotaEntries).Int("chunks", st.chunks).
+			Int64("first_rows_ms", st.firstRows.Milliseconds()).
 			Int64("longest_chunk_ms", st.longestChunk.Milliseconds()).Int64("chunks_ms", st.inScripts.Milliseconds()).
 			Int64("took_ms", time.Since(start).Milliseconds()).
 			Msg("rebuilt SKU in Redis from Postgres")
@@ -126,7 +128,11 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), stagingTTL,
 	}, quota: map[string]int{}}
 	room, held := p.Total-p.Sold, 0
+	query := time.Now()
 	err = s.Reservations(ctx, e.cfg.RebuildBatch, func(rs []db.Reservation) error {
+		if st.firstRows == 0 {
+			st.firstRows = time.Since(query)
+		}
 		for _, r := range rs {
 			status := r.Status
 			ended := timeMs(r.EndedAt)
@@ -153,6 +159,10 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 			return c.flush(ctx)
 		})
 	}
+	// Whatever happened, no chunk may still be in flight once this returns.
+	if werr := c.wait(); err == nil {
+		err = werr
+	}
 	if errors.Is(err, errRebuildExists) {
 		return nil
 	}
@@ -177,46 +187,71 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 }
 
 // chunker collects a rebuild's holds and quota counts and writes them as
-// hydrate_sku.lua chunks, in order.
+// hydrate_sku.lua chunks, in order. One chunk is in flight while the next is
+// read from Postgres and laid out, so Redis and Postgres work at once; the
+// chunk numbers keep them in order and exactly once.
 type chunker struct {
-	e     *Engine
-	keys  []string
-	head  []any // base, sku, gen, chunk number, retention, idempotency TTL, staging TTL
-	holds []any
-	quota map[string]int
-	st    *rebuildStats
+	e       *Engine
+	keys    []string
+	head    []any // base, sku, gen, chunk number, retention, idempotency TTL, staging TTL
+	holds   []any
+	quota   map[string]int
+	st      *rebuildStats
+	pending chan error // the chunk in flight, nil when none
 }
 
+// flush sends what was collected as the next chunk, once the previous one
+// has been written.
 func (c *chunker) flush(ctx context.Context) error {
 	if len(c.holds) == 0 && len(c.quota) == 0 {
 		return nil
 	}
 	args := make([]any, 0, len(c.head)+2+len(c.holds)+2*len(c.quota))
 	args = append(args, c.head...)
-	args[3] = c.st.chunks
 	args = append(args, len(c.holds)/10)
 	args = append(args, c.holds...)
 	args = append(args, len(c.quota))
 	for who, n := range c.quota {
 		args = append(args, who, n)
 	}
+	c.st.quotaEntries += len(c.quota)
+	c.holds = c.holds[:0]
+	clear(c.quota)
+	if err := c.wait(); err != nil {
+		return err
+	}
+	seq := c.st.chunks
+	args[3] = seq
+	c.st.chunks++
+	c.pending = make(chan error, 1)
+	go func() { c.pending <- c.write(ctx, seq, args) }()
+	return nil
+}
+
+// wait returns the outcome of the chunk in flight, if any.
+func (c *chunker) wait() error {
+	if c.pending == nil {
+		return nil
+	}
+	err := <-c.pending
+	c.pending = nil
+	return err
+}
+
+func (c *chunker) write(ctx context.Context, seq int, args []any) error {
 	start := time.Now()
 	r, err := c.e.run(ctx, lua.HydrateSKU, c.keys, args...)
 	if err != nil {
-		return fmt.Errorf("writing chunk %d: %w", c.st.chunks, err)
+		return fmt.Errorf("writing chunk %d: %w", seq, err)
 	}
 	c.st.longestChunk = max(c.st.longestChunk, time.Since(start))
 	c.st.inScripts += time.Since(start)
 	switch reply(r).code() {
 	case "OK", "DONE":
+		return nil
 	case "EXISTS":
 		return errRebuildExists
 	default:
 		return unavailable("rebuilding "+c.head[1].(string), errRebuildSuperseded)
 	}
-	c.st.chunks++
-	c.st.quotaEntries += len(c.quota)
-	c.holds = c.holds[:0]
-	clear(c.quota)
-	return nil
 }
