@@ -114,7 +114,7 @@ func TestRebuildOfASKUWith200kReservations(t *testing.T) {
 	require.Equal(t, held, pgHeld)
 	require.Equal(t, stock{Total: total, Sold: pgSold, Held: pgHeld, Available: total - pgSold - pgHeld}, got)
 	require.Equal(t, 9, got.Available)
-	require.Less(t, readTook, 30*time.Second, "the rebuild is bounded")
+	require.Less(t, readTook, 45*time.Second, "the rebuild is bounded (it gives up at a minute)")
 
 	// Every live hold, and a sample of the rest, has its ledger status, in
 	// the SKU's generation; every live hold is in the expiry index at its expiry.
@@ -224,7 +224,7 @@ func TestRebuildOfASKUWith200kReservations(t *testing.T) {
 			longest = max(longest, e.Duration)
 		}
 	}
-	require.Less(t, longest, 500*time.Millisecond, "no script blocks Redis for long")
+	require.Less(t, longest, time.Second, "no script blocks Redis for long (Redis calls a script busy at 5 s)")
 	mem, err := s.RDB.Info(ctx, "memory").Result()
 	require.NoError(t, err)
 	t.Logf("FIGURES rebuild-200k: reservations=%d chunks=%d first_read=%s rebuild_took=%dms first_rows=%dms chunks_total=%dms longest_chunk_roundtrip=%dms "+
