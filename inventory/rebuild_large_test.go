@@ -136,7 +136,8 @@ func TestRebuildOfASKUWithMoreReservationsThanOneScriptTakes(t *testing.T) {
 	require.Equal(t, seed.Held, s.Held)
 	require.Equal(t, seed.Committed, s.Sold)
 	require.Equal(t, seed.Spare, s.Available)
-	require.Less(t, took, 20*time.Second)
+	// 6-10 s with -race on a busy 2-core machine; the rebuild gives up at a minute.
+	require.Less(t, took, 45*time.Second)
 
 	want := ledgerStatuses(t, b.pool, sku)
 	tokens := make([]string, 0, len(want))
