@@ -121,8 +121,8 @@
 // chunk is read while the previous one is written.
 //
 // 200,000 reservations (120,000 live holds) rebuild in 5.5 s through the
-// real binary (18 s with the race detector) on a loaded 2-core machine, in
-// 242 scripts of at most 52 ms each (a chunk costs Redis about 16 ms when
+// real binary (11-21 s with the race detector) on a loaded 2-core machine,
+// in 242 scripts of at most 52 ms each (a chunk costs Redis about 16 ms when
 // measured alone); Postgres sends the first rows after 0.7 s
 // (docs/reliability.md).
 //

@@ -13,7 +13,8 @@ import (
 // rebuildTimeout bounds one rebuild, Postgres lock included. A rebuild that
 // gives up leaves the SKU unavailable until the next one, so the bound is
 // generous: a SKU with 200,000 reservations in its windows takes a few
-// seconds, about 20 on a loaded 2-core machine (docs/reliability.md).
+// seconds, up to 21 with the race detector on a loaded 2-core machine
+// (docs/reliability.md).
 const rebuildTimeout = time.Minute
 
 // rebuildStagingTTL is how long a rebuild's staged keys outlive a rebuild
