@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,10 @@ type Event struct {
 	At              time.Time
 	IdempotencyHash string
 	RequestHash     string
+	// Gen is the generation of the SKU's life in Redis the hold lived in. The
+	// ledger does not store it; the write-behind worker compares it with the
+	// SKU's generation after applying the event.
+	Gen string
 }
 
 // Fence identifies a lease-guarded writer: Token must be at least the highest
@@ -64,8 +69,17 @@ func (e Event) Validate() error {
 // ApplyEvents writes a batch of outbox events in one transaction: one movement
 // per event (skipped when its ID is known) and each reservation's latest state.
 // A reservation only moves forward out of HELD, so late, repeated or reordered
-// batches change nothing that is already final. With a non-nil fence the
+// batches change nothing that is already final. A reservation is released at
+// most once in the ledger: a cancel or expiry of one the ledger has as sold,
+// or as released the other way, records no movement (two lives of a SKU in
+// Redis can each end the same hold after a rebuild). With a non-nil fence the
 // batch is refused with ErrFenced when a newer lease holder has written.
+//
+// The batch takes a key-share lock on its products, which waits for a
+// rebuild's snapshot (WithSnapshot holds the product row lock until Redis is
+// written): a batch lands either before a snapshot, which then sees it, or
+// after the rebuilt SKU is in Redis with its new generation, which is how the
+// write-behind worker knows to tell Redis what the batch changed.
 //
 // ErrRefused means the batch cannot be applied as it is (an event fails
 // Validate, or Postgres refused the values): the same batch fails again, and
@@ -78,17 +92,30 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	// Fold events per token, in order, into each reservation's latest state.
 	latest := map[string]*Reservation{}
 	var order []string
+	skuSet := map[string]bool{}
+	var skuList, released []string
 	n := len(events)
-	ids, skus, kinds, tokens, principals := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	qtys, ats := make([]int32, n), make([]time.Time, n)
-	for i, e := range events {
+	ids, skus, kinds, tokens, principals := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	qtys, ats := make([]int32, 0, n), make([]time.Time, 0, n)
+	for _, e := range events {
 		if err := e.Validate(); err != nil {
 			return fmt.Errorf("applying events: %w: %w", ErrRefused, err)
 		}
 		status := kindStatus[e.Kind]
-		ids[i], skus[i], kinds[i], tokens[i], principals[i] = e.ID, e.SKU, e.Kind, e.Token, e.Principal
-		qtys[i], ats[i] = int32(e.Quantity), e.At
+		if !skuSet[e.SKU] {
+			skuSet[e.SKU] = true
+			skuList = append(skuList, e.SKU)
+		}
+		if status == StatusCancelled || status == StatusExpired {
+			released = append(released, e.Token)
+		}
 		s := latest[e.Token]
+		// One ending per token in a batch: a second release (or a release
+		// after the sale) of the same hold is no movement.
+		if s == nil || s.Status == StatusHeld || status == StatusHeld {
+			ids, skus, kinds, tokens, principals = append(ids, e.ID), append(skus, e.SKU), append(kinds, e.Kind), append(tokens, e.Token), append(principals, e.Principal)
+			qtys, ats = append(qtys, int32(e.Quantity)), append(ats, e.At)
+		}
 		if s == nil {
 			s = &Reservation{Token: e.Token, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity,
 				Status: StatusHeld, IdempotencyHash: e.IdempotencyHash, RequestHash: e.RequestHash,
@@ -117,44 +144,67 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		rQty[i], rExp[i], rCtd[i], rCmt[i], rEnd[i] = int32(s.Quantity), s.ExpiresAt, s.CreatedAt, s.CommittedAt, s.EndedAt
 	}
 
+	sort.Strings(skuList) // one lock order for every writer
+	// One round trip: the statements are sent as one batch and run in order;
+	// a fenced batch is rolled back whole.
+	b := &pgx.Batch{}
+	if fence != nil {
+		b.Queue(`
+			INSERT INTO worker_fences (name, token) VALUES ($1, $2)
+			ON CONFLICT (name) DO UPDATE SET token = excluded.token, updated_at = now()
+			WHERE worker_fences.token <= excluded.token
+			RETURNING token`, fence.Name, fence.Token)
+	}
+	b.Queue(`SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR KEY SHARE`, skuList)
+	// Lock the reservations a release ends first, so that two writers of one
+	// token (the write-behind, a synchronous cancel, a sale) see each other's
+	// ending before the movement is decided.
+	b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, released)
+	b.Queue(`
+		INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])
+			AS u(event_id, sku, kind, token, principal, quantity, occurred_at)
+		WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
+			SELECT 1 FROM reservations r WHERE r.token = u.token
+			AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
+		ON CONFLICT (event_id) DO NOTHING`, ids, skus, kinds, tokens, principals, qtys, ats)
+	b.Queue(`
+		INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
+			expires_at, created_at, committed_at, ended_at)
+		SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+			$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[])
+			AS u(t, s, w, q, st, i, r, e, c, cm, en)
+		ON CONFLICT (token) DO UPDATE SET
+			status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
+			committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
+			ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
+			-- a commit writes its row before the reserve event arrives with these
+			idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
+			request_hash = coalesce(reservations.request_hash, excluded.request_hash),
+			updated_at = now()`,
+		rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd)
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		res := tx.SendBatch(ctx, b)
 		if fence != nil {
 			var token int64
-			err := tx.QueryRow(ctx, `
-				INSERT INTO worker_fences (name, token) VALUES ($1, $2)
-				ON CONFLICT (name) DO UPDATE SET token = excluded.token, updated_at = now()
-				WHERE worker_fences.token <= excluded.token
-				RETURNING token`, fence.Name, fence.Token).Scan(&token)
+			err := res.QueryRow().Scan(&token)
 			if errors.Is(err, pgx.ErrNoRows) {
+				_ = res.Close()
 				return ErrFenced
 			}
 			if err != nil {
+				_ = res.Close()
 				return interpret(err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])
-			ON CONFLICT (event_id) DO NOTHING`, ids, skus, kinds, tokens, principals, qtys, ats); err != nil {
-			return interpret(err)
+		for range 4 {
+			if _, err := res.Exec(); err != nil {
+				_ = res.Close()
+				return interpret(err)
+			}
 		}
-		_, err := tx.Exec(ctx, `
-			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
-				expires_at, created_at, committed_at, ended_at)
-			SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[])
-				AS u(t, s, w, q, st, i, r, e, c, cm, en)
-			ON CONFLICT (token) DO UPDATE SET
-				status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
-				committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
-				ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
-				-- a commit writes its row before the reserve event arrives with these
-				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
-				request_hash = coalesce(reservations.request_hash, excluded.request_hash),
-				updated_at = now()`,
-			rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd)
-		return interpret(err)
+		return interpret(res.Close())
 	})
 	switch {
 	case err == nil:

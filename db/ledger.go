@@ -27,7 +27,20 @@ var (
 	// the same values again fails the same way, unlike an outage. Errors that
 	// wrap it may wrap ErrInvalid or ErrNotFound as well.
 	ErrRefused = errors.New("refused by Postgres")
+	// ErrEnded means the reservation is CANCELLED or EXPIRED in the ledger:
+	// it can no longer be sold. EndedError says which.
+	ErrEnded = errors.New("the reservation has ended")
 )
+
+// EndedError is ErrEnded with the status the ledger has.
+type EndedError struct {
+	Status string // StatusCancelled or StatusExpired
+}
+
+func (e *EndedError) Error() string { return "the reservation is " + e.Status + " in the ledger" }
+
+// Is makes errors.Is(err, ErrEnded) true.
+func (e *EndedError) Is(target error) bool { return target == ErrEnded }
 
 // Ledger is Dropline's durable record in PostgreSQL: the catalogue, the
 // reservations, the sales and the stock movements.

@@ -135,3 +135,58 @@ func TestApplyEventsIsIdempotentAndOnlyMovesForward(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE token = 'z'`).Scan(&z))
 	require.Zero(t, z)
 }
+
+// A hold is released at most once in the ledger, and a finished reservation
+// is never sold: two lives of a SKU in Redis can each end the same hold after
+// a rebuild, and the ledger keeps the first ending.
+func TestLedgerReleasesOnceAndNeverSellsAFinishedReservation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	l := db.NewLedger(pool)
+	_, err := l.CreateProduct(ctx, db.Product{SKU: "ONCE-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 2})
+	require.NoError(t, err)
+	now := time.Now()
+	ev := func(kind, tok string) db.Event {
+		return db.Event{ID: kind + ":" + tok, Kind: kind, Token: tok, SKU: "ONCE-1", Principal: "alice", Quantity: 1,
+			ExpiresAt: now.Add(time.Minute), CreatedAt: now, At: now}
+	}
+	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("reserve", "t1"), ev("cancel", "t1"), ev("expire", "t1")}))
+	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("expire", "t1")}))
+	r, err := l.Reservation(ctx, "t1")
+	require.NoError(t, err)
+	require.Equal(t, db.StatusCancelled, r.Status)
+	_, err = l.RecordSale(ctx, db.Reservation{Token: "t1", SKU: "ONCE-1", Principal: "alice", Quantity: 1,
+		ExpiresAt: now.Add(time.Minute), CreatedAt: now})
+	require.ErrorIs(t, err, db.ErrEnded)
+	var ended *db.EndedError
+	require.ErrorAs(t, err, &ended)
+	require.Equal(t, db.StatusCancelled, ended.Status)
+	_, err = l.Sale(ctx, "t1")
+	require.ErrorIs(t, err, db.ErrNotFound)
+	p, err := l.Product(ctx, "ONCE-1")
+	require.NoError(t, err)
+	require.Zero(t, p.Sold)
+
+	// A sold hold whose release arrives late records no release.
+	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("reserve", "t2")}))
+	_, err = l.RecordSale(ctx, db.Reservation{Token: "t2", SKU: "ONCE-1", Principal: "alice", Quantity: 1,
+		ExpiresAt: now.Add(time.Minute), CreatedAt: now, IdempotencyHash: "h2", RequestHash: "f2"})
+	require.NoError(t, err)
+	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("cancel", "t2")}))
+	r, err = l.Reservation(ctx, "t2")
+	require.NoError(t, err)
+	require.Equal(t, db.StatusCommitted, r.Status)
+	require.Equal(t, "h2", r.IdempotencyHash, "the sale records the idempotency key")
+	byKind := map[string]int{}
+	rows, err := pool.Query(ctx, `SELECT kind, count(*)::int FROM stock_movements WHERE sku = 'ONCE-1' GROUP BY kind`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var kind string
+		var n int
+		require.NoError(t, rows.Scan(&kind, &n))
+		byKind[kind] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int{"create": 1, "reserve": 2, "cancel": 1, "commit": 1}, byKind)
+}

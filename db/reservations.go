@@ -104,7 +104,9 @@ func (l *Ledger) Sale(ctx context.Context, token string) (Sale, error) {
 // product's sold count, the reservation row and the movement, in one
 // transaction. It is idempotent on the token: a second call returns the first
 // sale and changes nothing. It returns ErrWouldOversell when sold would exceed
-// the total.
+// the total, and an *EndedError when the ledger has the reservation as
+// CANCELLED or EXPIRED: a finished reservation is never turned into a sale
+// (Redis can think it HELD after a rebuild that predates its ending).
 func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 	var sale Sale
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
@@ -131,14 +133,28 @@ func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 		if tag.RowsAffected() == 0 {
 			return ErrWouldOversell
 		}
-		if _, err := tx.Exec(ctx, `
+		// The reservation row becomes COMMITTED unless the ledger has it as
+		// finished (the guard is evaluated on the latest row, after waiting
+		// for a writer of it): then the whole sale is rolled back.
+		tag, err = tx.Exec(ctx, `
 			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
 				expires_at, created_at, committed_at)
 			VALUES ($1, $2, $3, $4, 'COMMITTED', nullif($5, ''), nullif($6, ''), $7, $8, $9)
-			ON CONFLICT (token) DO UPDATE SET status = 'COMMITTED', committed_at = $9, ended_at = NULL, updated_at = now()`,
+			ON CONFLICT (token) DO UPDATE SET status = 'COMMITTED', committed_at = $9, updated_at = now(),
+				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
+				request_hash = coalesce(reservations.request_hash, excluded.request_hash)
+			WHERE reservations.status IN ('HELD', 'COMMITTED')`,
 			r.Token, r.SKU, r.Principal, r.Quantity, r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt,
-			sale.CommittedAt); err != nil {
+			sale.CommittedAt)
+		if err != nil {
 			return interpret(err)
+		}
+		if tag.RowsAffected() == 0 {
+			var status string
+			if err := tx.QueryRow(ctx, `SELECT status FROM reservations WHERE token = $1`, r.Token).Scan(&status); err != nil {
+				return interpret(err)
+			}
+			return &EndedError{Status: status}
 		}
 		_, err = tx.Exec(ctx, `
 			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
@@ -262,4 +278,66 @@ func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempo
 		return fmt.Errorf("snapshot of %s: %w", sku, err)
 	}
 	return nil
+}
+
+// ReservationsByToken returns the ledger's rows of the given tokens that exist.
+func (l *Ledger) ReservationsByToken(ctx context.Context, tokens []string) (map[string]Reservation, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE token = ANY($1)`, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("reading reservations: %w", interpret(err))
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) })
+	if err != nil {
+		return nil, fmt.Errorf("reading reservations: %w", err)
+	}
+	out := make(map[string]Reservation, len(list))
+	for _, r := range list {
+		out[r.Token] = r
+	}
+	return out, nil
+}
+
+// OverdueHeld lists up to limit reservations the ledger has as HELD whose
+// expiry is before the given time and whose token starts with tokenPrefix
+// (a partition's tokens share one), by expiry and token, after the keyset
+// position (afterExp, afterToken) when afterToken is not "".
+func (l *Ledger) OverdueHeld(ctx context.Context, tokenPrefix string, before, afterExp time.Time, afterToken string, limit int) ([]Reservation, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+		WHERE status = 'HELD' AND expires_at < $1 AND starts_with(token, $2)
+		  AND ($3 = '' OR (expires_at, token) > ($4, $3))
+		ORDER BY expires_at, token LIMIT $5`, before, tokenPrefix, afterToken, afterExp, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing overdue holds: %w", interpret(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Reservation, error) { return scanReservation(r) })
+	if err != nil {
+		return nil, fmt.Errorf("listing overdue holds: %w", err)
+	}
+	return out, nil
+}
+
+// IdempotencyUse returns the oldest reservation made with an idempotency
+// hash since the given time, whatever its SKU, or ErrNotFound.
+func (l *Ledger) IdempotencyUse(ctx context.Context, idemHash string, since time.Time) (Reservation, error) {
+	r, err := scanReservation(l.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations
+		WHERE idempotency_hash = $1 AND created_at > $2 ORDER BY created_at LIMIT 1`, idemHash, since))
+	if err != nil {
+		return Reservation{}, fmt.Errorf("looking up idempotency key: %w", err)
+	}
+	return r, nil
+}
+
+// LatestIdempotencyUse returns when the newest reservation made with an
+// idempotency key since the given time was made, or ErrNotFound.
+func (l *Ledger) LatestIdempotencyUse(ctx context.Context, since time.Time) (time.Time, error) {
+	var at *time.Time
+	err := l.pool.QueryRow(ctx, `SELECT max(created_at) FROM reservations
+		WHERE idempotency_hash IS NOT NULL AND created_at > $1`, since).Scan(&at)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading latest idempotency key use: %w", interpret(err))
+	}
+	if at == nil {
+		return time.Time{}, ErrNotFound
+	}
+	return *at, nil
 }
