@@ -2,6 +2,8 @@ package inventory
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -35,9 +37,12 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 		return Reservation{}, err
 	}
 	base := e.keys.Base(partition)
+	// One id for this attempt, sent with every begin_commit call: a call the
+	// Redis client repeats after a lost reply is recognised as this attempt.
+	attemptID := newAttemptID()
 	for try := 0; ; try++ {
 		r, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(partition, token)},
-			base, token, p.ID, int64(e.cfg.Retention.Seconds()))
+			base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 		}
@@ -48,7 +53,8 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 			if h.Status == StatusCommitted {
 				return h, nil
 			}
-			return e.writeSale(ctx, base, token, h, attempt{id: res.str(11), moved: res.int(12) == 1})
+			return e.writeSale(ctx, base, token, h, attempt{id: res.str(11), moved: res.int(12) == 1,
+				idem: res.str(13), fp: res.str(14)})
 		case "FORBIDDEN":
 			return Reservation{}, ErrForbidden
 		case "EXPIRED", "ALREADY_CANCELLED":
@@ -81,6 +87,19 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 type attempt struct {
 	id    string
 	moved bool
+	// idem and fp are the hold's idempotency hash and request fingerprint:
+	// the sale row records them, so the key replays the sale even when the
+	// reserve event never reached the ledger.
+	idem, fp string
+}
+
+// newAttemptID returns a commit attempt's id: 64 random bits.
+func newAttemptID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b[:])
 }
 
 // refusedUnlessSold answers a commit that Redis refuses as expired or
@@ -114,12 +133,26 @@ func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservatio
 	wctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
 	sale, err := e.ledger.RecordSale(wctx, db.Reservation{
 		Token: token, SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
-		ExpiresAt: h.ExpiresAt, CreatedAt: h.CreatedAt,
+		ExpiresAt: h.ExpiresAt, CreatedAt: h.CreatedAt, IdempotencyHash: a.idem, RequestHash: a.fp,
 	})
 	cancel()
+	var ended *db.EndedError
 	switch {
 	case err == nil:
 		return e.finishCommit(ctx, base, token, h, "COMMITTED", sale.CommittedAt, a.id)
+	case errors.As(err, &ended):
+		// The ledger has the hold as finished: its cancel or expiry reached
+		// Postgres after Redis was rebuilt without it. Redis gives the units
+		// back, and the buyer hears what the ledger says.
+		e.log.Warn().Str("token", token).Str("sku", h.SKU).Str("ledger", ended.Status).
+			Msg("refused the sale of a hold the ledger has as finished; releasing it in Redis")
+		if _, ferr := e.finishCommit(ctx, base, token, h, ended.Status, time.Time{}, a.id); ferr != nil {
+			return Reservation{}, ferr
+		}
+		if ended.Status == db.StatusExpired {
+			return Reservation{}, ErrExpired
+		}
+		return Reservation{}, ErrAlreadyCancelled
 	case errors.Is(err, db.ErrWouldOversell):
 		e.log.Error().Str("token", token).Str("sku", h.SKU).Msg("Postgres refused a sale beyond the total; releasing the hold")
 		if a.moved {
@@ -198,18 +231,19 @@ func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (reb
 		return false, r, unavailable("checking SKU", err)
 	}
 	if n == 1 {
-		// The SKU is loaded. A rebuild may have published it since the caller
-		// missed the hold: its chunks are all written before the SKU goes
-		// live, so a hold of the SKU's generation now is one to read again.
-		gen, hold, err := e.holdGen(ctx, r.SKU, token)
+		// The SKU is loaded. Either a rebuild published it since the caller
+		// missed the hold (its chunks are all written before the SKU goes
+		// live, so the hold is there now), or the rebuild did not know the
+		// hold (its reserve reached the ledger afterwards). Tell Redis what
+		// the ledger says: a hold it has is left alone, one it lacks is
+		// adopted if it still fits, else recorded as expired.
+		code, err := e.reconcileHold(ctx, PartitionOf(r.SKU), row)
 		if err != nil {
 			return false, r, err
 		}
-		if hold != "" && hold == gen {
-			return true, r, nil
+		if code == "ADOPTED" || code == "AGREES" || code == "NEEDS_HYDRATION" {
+			return true, r, nil // Redis has it now (or must be rebuilt): try again
 		}
-		// Redis has the SKU but not this hold: it was dropped when the SKU was
-		// rebuilt (past due, or it no longer fitted the stock).
 		r.Status = StatusExpired
 		return false, r, nil
 	}

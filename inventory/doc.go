@@ -19,7 +19,7 @@
 // script touching them runs on one Redis Cluster slot:
 //
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
-//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst
+//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv
 //	dl:{p07}:quota:<sku>            hash   principal -> units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
 //	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
@@ -29,13 +29,15 @@
 //	dl:{p07}:rebuild:<sku>          hash   gen next: a rebuild under way (see Read-repair)
 //	dl:{p07}:rebuild:<sku>:quota    hash   the quota hash that rebuild stages
 //	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with (as long as its record)
+//	dl:{pNN}:idemclaims             string until when (ms) new-looking claims are checked in Postgres
 //
 // gen is the generation of the SKU's life in Redis: every rebuild starts a new
 // one, and a hold counts only while it carries its SKU's generation, so a hold
 // left over from an earlier life can never move units. The quota counts of a
 // SKU live in one hash that a rebuild replaces whole, so a count left by a
 // hold of an earlier life cannot refuse a buyer either. cst identifies the
-// commit attempt under way (see below).
+// commit attempt under way and cmv says whether it moved the hold out of HELD
+// (see below). Every outbox event carries the generation its hold lived in.
 //
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
 // partition, so a commit finds its hold without a lookup. Keys builds every
@@ -58,14 +60,25 @@
 // and moves its units from held to sold. Concurrent commits of one token all
 // reach the same sale row and all answer OK.
 //
-// Each attempt stamps the hold with its own id (cst). If Postgres could not be
+// Each attempt stamps the hold with its own id (cst), which the caller
+// chooses and sends with every try of its begin_commit call: a call the Redis
+// client repeats after a lost reply finds its own id and answers as the first
+// time, so it is the same attempt, not one that joined. If Postgres could not be
 // reached and nothing was sent, the attempt that moved the hold out of HELD
 // puts it back, with its original expiry, but only while its id is still on
 // the hold: an attempt that joined since may be writing the sale, and a
 // failed attempt must never undo its protection. If the outcome is unknown (a
 // timeout mid-write), or another attempt joined, the hold stays COMMITTING: a
 // cancel answers UNAVAILABLE (retry), and ReconcileCommits settles it by
-// asking Postgres once the latest attempt is older than any write can take.
+// asking Postgres once the latest attempt is older than any write can take
+// (releasing it instead when the ledger has it as cancelled or expired).
+//
+// The ledger never sells a reservation it has as CANCELLED or EXPIRED
+// (db.Ledger.RecordSale refuses with db.ErrEnded): such a commit is answered
+// ErrAlreadyCancelled or ErrExpired, and Redis releases the hold with the
+// ledger's status. The sale row records the hold's idempotency hash and
+// fingerprint, so the key replays the sale after Redis loss even when the
+// reserve event never reached Postgres.
 //
 // # Idempotency
 //
@@ -79,11 +92,25 @@
 // bytes per rejection, record and claim), not by a day of requests.
 //
 // The record lives in the SKU's partition, so it is checked inside
-// reserve.lua; a one-line claim (SET NX GET) pins the key to its first SKU so
-// that reuse with another SKU is refused too. The claim is set for
-// RejectionTTL and extended to IdempotencyTTL once the key gets a hold. Every
-// script is also safe to run twice with the same arguments: a reserve retried
-// by the Redis client after a lost reply finds its own hold by token.
+// reserve.lua; a one-line claim (claim_idempotency_key.lua) pins the key to
+// its first SKU so that reuse with another SKU is refused too. The claim is
+// set for RejectionTTL and extended to IdempotencyTTL once the key gets a
+// hold. Every script is also safe to run twice with the same arguments: a
+// reserve retried by the Redis client after a lost reply finds its own hold
+// by token.
+//
+// Redis can lose the claims with the rest of its data. Each partition of
+// claims has a marker (idemclaims) without a TTL, in the same hash tag, so it
+// is lost exactly when they are. When the claim script finds it missing, the
+// engine sets it to the ledger's newest use of any idempotency key within the
+// TTL, plus the TTL (0 on a ledger without one, as on a fresh deployment):
+// past that time no key the ledger knows can still be live. Until then, a
+// claim that looks new is checked against the ledger (one indexed lookup by
+// the key's hash) and pinned to the SKU the ledger has; afterwards the
+// reserve path never touches Postgres. Left open: a key whose only reserve
+// was lost with Redis (its event never reached Postgres) is unknown to both,
+// and reusing it with another SKU is accepted; if Postgres cannot answer the
+// check, the claim is taken as new.
 //
 // # Read-repair
 //
@@ -126,6 +153,36 @@
 // measured alone); Postgres sends the first rows after 0.7 s
 // (docs/reliability.md).
 //
+// A rebuild reads the ledger, and the write-behind may still hold events of
+// the SKU's earlier life that it read from the outbox before Redis lost its
+// data: a cancel, an expiry, a reserve. A batch waits for a rebuild's row
+// lock, so it lands either before the snapshot (which then has it) or after
+// the new generation is in Redis. After writing a batch, and before
+// acknowledging it, the write-behind calls ReconcileApplied: for every event
+// whose generation is no longer its SKU's, reconcile_hold.lua is told what
+// the ledger now says of the hold. A hold the ledger has as cancelled or
+// expired that the rebuild restored as HELD is released (so it can be neither
+// sold nor released a second time); a hold the ledger has as HELD that the
+// rebuild did not know is adopted as HELD in the new generation if it is not
+// due and the stock, the quota and its idempotency key allow, and otherwise
+// recorded as EXPIRED, in Redis and, through its event, in the ledger. A
+// commit, cancel or read that finds a hold missing from a loaded SKU while the
+// ledger has it as HELD does the same at once. As a last net, the commit
+// reconciler closes, as EXPIRED, holds the ledger has as HELD well past their
+// expiry that Redis does not have in their SKU's generation
+// (CloseOverdueHolds); it never touches a hold Redis has. The ledger itself
+// records at most one release per hold (db.Ledger.ApplyEvents).
+//
+// Cancel writes its ledger row right after the release in Redis, before it
+// answers (best effort, within 500 ms; the outbox event stays the
+// guarantee). This costs one Postgres transaction per cancel, which is
+// rare next to reserves, and narrows the window in which a rebuild can
+// restore a cancelled hold to the moments when Postgres is slow or down:
+// a buyer who acts on the cancel (or takes the freed unit) finds it in the
+// ledger. The repair above covers the rest: reserves, expiries, and cancels
+// whose write failed. Expiries are not written synchronously: the sweeper
+// releases thousands at once and the write-behind batches them.
+//
 // # Failure modes
 //
 //   - Redis down: reserves, cancels and commits fail with ErrUnavailable.
@@ -146,4 +203,15 @@
 //     the old total, limit or window.
 //   - Redis must run with maxmemory-policy noeviction: an evicted hold or
 //     counter would be state silently lost.
+//   - Redis lost its data while events were on their way to Postgres: holds
+//     whose reserve event had not been read yet are lost (their units return
+//     to stock, a commit answers NOT_FOUND); events the write-behind had read
+//     are written after the rebuild and Redis is told (see Read-repair). A
+//     commit of such a hold that arrives before its event has landed is
+//     answered NOT_FOUND, and the hold may still be adopted when the event
+//     lands: it is then live again and expires on time. A cancel whose ledger
+//     write failed and whose event is lost with Redis is undone by the
+//     rebuild: the hold is HELD again and expires. If a rebuilt hold is sold
+//     before its earlier life's cancel lands (both the synchronous write and
+//     the event late), the sale stands and the ledger records no release.
 package inventory

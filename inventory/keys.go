@@ -74,6 +74,14 @@ func (k Keys) IdempotencyClaim(idemHash string) string {
 	return k.Base(int(crc32.ChecksumIEEE([]byte(idemHash))%Partitions)) + "idemclaim:" + idemHash
 }
 
+// IdempotencyClaims marks, in the partition of the claim of idemHash, since
+// when Redis has kept that partition's claims (ms). It has no TTL, so it is
+// lost exactly when the claims are: its absence or youth tells a claim that
+// looks new that an earlier one may have been lost.
+func (k Keys) IdempotencyClaims(idemHash string) string {
+	return k.Base(int(crc32.ChecksumIEEE([]byte(idemHash))%Partitions)) + "idemclaims"
+}
+
 // Expiry is the partition's sorted set of HELD tokens by expiry (ms).
 func (k Keys) Expiry(p int) string { return k.Base(p) + "expiry" }
 

@@ -140,7 +140,17 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 		case err == nil:
 			res, err = e.finishCommit(ctx, base, tok, hold, "COMMITTED", sale.CommittedAt, attemptID)
 		case errors.Is(err, db.ErrNotFound):
-			res, err = e.finishCommit(ctx, base, tok, hold, "RESTORE", time.Time{}, attemptID)
+			// No sale. A hold the ledger has as finished is released as such
+			// (no commit can sell it); any other goes back to HELD.
+			outcome := "RESTORE"
+			row, rerr := e.ledger.Reservation(ctx, tok)
+			switch {
+			case rerr == nil && (row.Status == db.StatusCancelled || row.Status == db.StatusExpired):
+				outcome = row.Status
+			case rerr != nil && !errors.Is(rerr, db.ErrNotFound):
+				return settled, unavailable("checking reservation", rerr)
+			}
+			res, err = e.finishCommit(ctx, base, tok, hold, outcome, time.Time{}, attemptID)
 		default:
 			return settled, unavailable("checking sale", err)
 		}
@@ -162,7 +172,7 @@ func ParseEvent(m redis.XMessage) (db.Event, error) {
 	ev := db.Event{
 		ID: str("id"), Kind: str("type"), Token: str("tok"), SKU: str("sku"), Principal: str("who"),
 		Quantity: int(num("qty")), ExpiresAt: msTime(num("exp")), CreatedAt: msTime(num("ctd")),
-		At: msTime(num("at")), IdempotencyHash: str("idem"), RequestHash: str("fp"),
+		At: msTime(num("at")), IdempotencyHash: str("idem"), RequestHash: str("fp"), Gen: str("gen"),
 	}
 	if ev.ID == "" || ev.Token == "" || ev.SKU == "" || ev.Quantity <= 0 {
 		return db.Event{}, fmt.Errorf("outbox entry %s is malformed", m.ID)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -13,7 +15,47 @@ import (
 // returns the reservation with Replayed set. A hold that reached its expiry
 // first is reported as EXPIRED. Refusals: ErrAlreadyCommitted, ErrForbidden,
 // *NotFoundError.
+//
+// The release is Redis' (release_hold.lua, which appends the outbox event);
+// the ledger row is then written at once, best effort, before the reply, so
+// the cancel is in Postgres before the buyer (or anyone who takes the freed
+// units) can act on it. The outbox stays the guarantee: if the write fails,
+// the write-behind records the cancel as usual.
 func (e *Engine) Cancel(ctx context.Context, p Principal, token string) (res Reservation, err error) {
+	res, err = e.cancel(ctx, p, token)
+	if err == nil && !res.Replayed {
+		e.recordRelease(ctx, res)
+	}
+	return res, err
+}
+
+// syncReleaseTimeout bounds the best-effort ledger write of a cancel: a slow
+// Postgres delays the reply by at most this, never fails it.
+const syncReleaseTimeout = 500 * time.Millisecond
+
+// recordRelease writes a release Redis has just made to the ledger, best
+// effort (see Cancel).
+func (e *Engine) recordRelease(ctx context.Context, r Reservation) {
+	kind := "cancel"
+	if r.Status == StatusExpired {
+		kind = "expire"
+	}
+	at := time.Now()
+	if r.EndedAt != nil {
+		at = *r.EndedAt
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), syncReleaseTimeout)
+	defer cancel()
+	err := e.ledger.ApplyEvents(wctx, nil, []db.Event{{
+		ID: kind + ":" + r.Token, Kind: kind, Token: r.Token, SKU: r.SKU, Principal: r.Principal,
+		Quantity: r.Quantity, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, At: at,
+	}})
+	if err != nil {
+		e.log.Warn().Err(err).Str("token", r.Token).Msg("could not record a cancel in the ledger at once; the write-behind will")
+	}
+}
+
+func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Reservation, err error) {
 	defer func() { e.metrics.outcome("cancel", err) }()
 	partition, err := parseToken(token)
 	if err != nil {

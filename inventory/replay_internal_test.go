@@ -46,7 +46,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	alice := Principal{ID: "alice"}
 	base := e.keys.Base(p)
 	for i := 0; i < 2; i++ {
-		b, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, token)}, base, token, "alice", 86400)
+		b, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, token)}, base, token, "alice", 86400, "attempt-1")
 		require.NoError(t, err)
 		require.Equal(t, "OK", reply(b).code())
 	}
@@ -70,4 +70,35 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "one reserve and one commit event")
+}
+
+// A begin_commit whose reply was lost and which the Redis client sent again
+// is the same attempt, not a second one that joined: a later nothing-sent
+// Postgres failure must still put the hold back to HELD at once.
+func TestRetriedBeginCommitIsTheSameAttempt(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
+	require.NoError(t, err)
+	admin := Principal{ID: "admin", Admin: true}
+	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "RETRY", Name: "t", Price: Money{1, "EUR"}, Stock: 1})
+	require.NoError(t, err)
+	alice := Principal{ID: "alice"}
+	h, err := e.Reserve(ctx, alice, ReserveRequest{SKU: "RETRY", Quantity: 1})
+	require.NoError(t, err)
+	p := PartitionOf("RETRY")
+	base := e.keys.Base(p)
+	args := []any{base, h.Token, "alice", 86400, "attempt-1"}
+	first, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, h.Token)}, args...)
+	require.NoError(t, err)
+	retried, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, h.Token)}, args...)
+	require.NoError(t, err)
+	require.Equal(t, reply(first).str(11), reply(retried).str(11), "the same attempt id")
+	require.EqualValues(t, 1, reply(retried).int(12), "the retry is the attempt that moved the hold")
+	_, err = e.finishCommit(ctx, base, h.Token, h, "RESTORE", time.Time{}, reply(first).str(11))
+	require.NoError(t, err)
+	st, err := r.Client.HGet(ctx, e.keys.Hold(p, h.Token), "st").Result()
+	require.NoError(t, err)
+	require.Equal(t, "HELD", st, "restored at once")
 }

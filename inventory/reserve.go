@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -134,24 +136,87 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 
 // claimIdempotencyKey pins an idempotency key to the first SKU it is used
 // with. The key's records live in that SKU's partition, so reuse with another
-// SKU could not be seen there; this claim makes it visible. SET NX GET is one
-// atomic step: of two concurrent first uses with different SKUs, one loses.
-// A new claim lives RejectionTTL, like the record of a rejection: a key that
-// only ever got refused (or never reached the script) keeps nothing in Redis
-// for longer; keepIdempotencyClaim extends it once the key holds units.
+// SKU could not be seen there; this claim makes it visible. The claim is one
+// script (claim_idempotency_key.lua): of two concurrent first uses with
+// different SKUs, one loses. A new claim lives RejectionTTL, like the record
+// of a rejection: a key that only ever got refused (or never reached the
+// script) keeps nothing in Redis for longer; keepIdempotencyClaim extends it
+// once the key holds units.
+//
+// Redis can lose the claims (a flush, a restart, a failover). A per-partition
+// marker that lives as long as the claims says until when a claim that looks
+// new must be checked against the ledger: when it is missing, it is set to the
+// latest use of any key the ledger has within the idempotency TTL, plus the
+// TTL (nothing to check on a fresh ledger). Within that window a new-looking
+// claim costs one indexed lookup of the key's hash and is pinned to the SKU
+// the ledger has; outside it the reserve path never touches Postgres. If
+// Postgres cannot answer, the claim is taken as new (availability over a
+// double failure).
 func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) error {
-	prev, err := e.rdb.SetArgs(ctx, e.keys.IdempotencyClaim(idem), sku, redis.SetArgs{
-		Mode: "NX", Get: true, TTL: e.cfg.RejectionTTL,
-	}).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil // first use
-	case err != nil:
-		return fmt.Errorf("reserving %s: %w", sku, unavailable("claiming idempotency key", err))
-	case prev != sku:
-		return ErrIdempotencyKeyReused
+	keys := []string{e.keys.IdempotencyClaim(idem), e.keys.IdempotencyClaims(idem)}
+	ttl := int64(e.cfg.RejectionTTL.Seconds())
+	mark := ""
+	claim := func(sku string, ttl int64, checked string) (reply, error) {
+		r, err := e.run(ctx, lua.ClaimIdempotencyKey, keys, sku, ttl, checked, mark)
+		if err != nil {
+			return nil, fmt.Errorf("reserving %s: claiming idempotency key: %w", sku, err)
+		}
+		return reply(r), nil
 	}
-	return nil
+	res, err := claim(sku, ttl, "0")
+	if err != nil {
+		return err
+	}
+	if res.code() == "MARK" {
+		mark = strconv.FormatInt(e.claimCheckUntil(ctx), 10)
+		if res, err = claim(sku, ttl, "0"); err != nil {
+			return err
+		}
+	}
+	claimed := sku
+	if res.code() == "CHECK" {
+		first, err := e.ledger.IdempotencyUse(ctx, idem, time.Now().Add(-e.cfg.IdempotencyTTL))
+		switch {
+		case err == nil:
+			claimed = first.SKU
+			ttl = max(int64(time.Until(first.CreatedAt.Add(e.cfg.IdempotencyTTL)).Seconds()), 1)
+		case errors.Is(err, db.ErrNotFound):
+		default:
+			e.log.Warn().Err(err).Msg("could not check a new idempotency claim against the ledger; taking it as new")
+		}
+		if res, err = claim(claimed, ttl, "1"); err != nil {
+			return err
+		}
+	}
+	switch res.code() {
+	case "OK":
+		if claimed != sku {
+			return ErrIdempotencyKeyReused
+		}
+		return nil
+	case "REUSED":
+		if res.str(1) != sku {
+			return ErrIdempotencyKeyReused
+		}
+		return nil
+	}
+	return fmt.Errorf("reserving %s: unexpected claim reply %q", sku, res.code())
+}
+
+// claimCheckUntil is until when (Unix ms) claims must be checked against the
+// ledger after Redis lost a partition's claims: the latest use of an
+// idempotency key the ledger has, plus the TTL; 0 when it has none within the
+// TTL. When Postgres cannot answer, a whole TTL from now.
+func (e *Engine) claimCheckUntil(ctx context.Context) int64 {
+	latest, err := e.ledger.LatestIdempotencyUse(ctx, time.Now().Add(-e.cfg.IdempotencyTTL))
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return 0
+	case err != nil:
+		e.log.Warn().Err(err).Msg("could not read the ledger's latest idempotency key; checking new claims for a whole TTL")
+		return time.Now().Add(e.cfg.IdempotencyTTL).UnixMilli()
+	}
+	return latest.Add(e.cfg.IdempotencyTTL).UnixMilli()
 }
 
 // keepIdempotencyClaim makes the claim of a key that got a hold last as long

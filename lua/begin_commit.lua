@@ -4,11 +4,14 @@
 --
 -- KEYS[1]  {p}hold:<token>
 -- ARGV[1]  partition base   ARGV[2] token   ARGV[3] principal   ARGV[4] retention seconds
+-- ARGV[5]  this attempt's id, chosen by the caller (unique per attempt)
 --
 -- Returns hold_reply(code, ...) with code:
 --   OK                 the hold is COMMITTING (go on and write the sale) or already COMMITTED;
---                      two more values follow: this attempt's id (cst, Redis time in us) and
---                      1 when this call moved the hold from HELD, 0 when it joined an attempt
+--                      four more values follow: this attempt's id (cst), 1 when this attempt
+--                      moved the hold from HELD (0 when it joined one under way), and the
+--                      hold's idempotency hash and request fingerprint ("" when none), which
+--                      the sale row records so the key replays the sale after Redis loss
 --   FORBIDDEN          another principal's hold; nothing changes
 --   EXPIRED            past its expiry: released here (exactly once) if the sweeper had not yet
 --   ALREADY_CANCELLED  cancelled before
@@ -22,9 +25,16 @@
 -- retried commits all go on to the idempotent Postgres write. Each attempt
 -- stamps the hold with its own id (cst), and only the attempt whose id is
 -- still on the hold may put it back to HELD (finish_commit.lua RESTORE): an
--- attempt that failed can never undo the protection of one still writing.
+-- attempt that failed can never undo the protection of one still writing. The
+-- id comes from the caller, so a call the Redis client sends again after a
+-- lost reply finds its own id on the hold and answers as the first time (cmv
+-- remembers whether this attempt moved the hold): it is the same attempt, and
+-- its RESTORE still works.
 
-local base, token, who = ARGV[1], ARGV[2], ARGV[3]
+local base, token, who, attempt = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+if not attempt or attempt == '' then
+  return { 'INVALID_INPUT', 'attempt', 'an attempt id is required' }
+end
 local h = hash_get(KEYS[1])
 if not h then
   return { 'NOT_FOUND' }
@@ -43,16 +53,26 @@ local st = h['st']
 if st == 'COMMITTED' then
   return hold_reply('OK', token, h, 1)
 end
-if st == 'COMMITTING' then
-  -- Join the attempt under way: a fresh id, and a fresh start for the
-  -- reconciler, which leaves a commit alone while any attempt may be writing.
-  local cst = now_us()
-  redis.call('HSET', KEYS[1], 'cst', cst)
-  redis.call('ZADD', base .. 'committing', now_ms(), token)
+-- attempt_reply is OK with this attempt's id, whether it moved the hold, and
+-- the hold's idempotency data.
+local function attempt_reply(moved)
   local r = hold_reply('OK', token, h, 0)
-  table.insert(r, cst)
-  table.insert(r, 0)
+  table.insert(r, attempt)
+  table.insert(r, moved)
+  table.insert(r, h['idem'] or '')
+  table.insert(r, h['fp'] or '')
   return r
+end
+if st == 'COMMITTING' then
+  if h['cst'] == attempt then
+    -- This very call again (its reply was lost): the same attempt.
+    return attempt_reply(tonumber(h['cmv'] or '0'))
+  end
+  -- Join the attempt under way: this attempt's id, and a fresh start for the
+  -- reconciler, which leaves a commit alone while any attempt may be writing.
+  redis.call('HSET', KEYS[1], 'cst', attempt, 'cmv', '0')
+  redis.call('ZADD', base .. 'committing', now_ms(), token)
+  return attempt_reply(0)
 end
 if st == 'CANCELLED' then
   return hold_reply('ALREADY_CANCELLED', token, h, 1)
@@ -66,12 +86,8 @@ if now >= tonumber(h['exp']) then
   release(base, token, h, 'EXPIRED', now, tonumber(ARGV[4]))
   return hold_reply('EXPIRED', token, h, 0)
 end
-local cst = now_us()
-redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', cst)
+redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', attempt, 'cmv', '1')
 redis.call('ZREM', base .. 'expiry', token)
 redis.call('ZADD', base .. 'committing', now, token)
 h['st'] = 'COMMITTING'
-local r = hold_reply('OK', token, h, 0)
-table.insert(r, cst)
-table.insert(r, 1)
-return r
+return attempt_reply(1)

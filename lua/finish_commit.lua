@@ -14,6 +14,10 @@
 --              passed), but only while the hold still carries this attempt's id.
 --   REFUSED    Postgres refused the sale (it would exceed the total): release the units,
 --              under the same condition.
+--   CANCELLED, EXPIRED  the ledger has the reservation as finished (its cancel or expiry
+--              reached Postgres after Redis was rebuilt without it), so no attempt can
+--              sell it: a COMMITTING or HELD hold is released with that status, whatever
+--              attempt is on it.
 -- When another attempt has joined since (the id changed), RESTORE and REFUSED change
 -- nothing: that attempt, or the commit reconciler, settles the hold.
 --
@@ -42,7 +46,7 @@ if not h or h['gen'] ~= gen then
   -- The SKU was rebuilt from Postgres before this sale reached it, and the
   -- rebuild did not know the hold. Record the sale now.
   h = { sku = sku, who = who, qty = tostring(qty), st = 'HELD_LOST', exp = h and h['exp'] or '0',
-    ctd = h and h['ctd'] or tostring(now) }
+    ctd = h and h['ctd'] or tostring(now), gen = gen }
 end
 
 local st = h['st']
@@ -75,6 +79,14 @@ if outcome == 'COMMITTED' then
   return hold_reply('OK', token, h, 0)
 end
 
+if outcome == 'CANCELLED' or outcome == 'EXPIRED' then
+  if st == 'COMMITTING' or st == 'HELD' then
+    release(base, token, h, outcome, now, retention)
+    return hold_reply('OK', token, h, 0)
+  end
+  redis.call('ZREM', base .. 'committing', token)
+  return hold_reply('OK', token, h, 1)
+end
 if st ~= 'COMMITTING' then
   -- Someone else finished or released it meanwhile; nothing to undo.
   redis.call('ZREM', base .. 'committing', token)
@@ -86,7 +98,7 @@ if h['cst'] ~= ARGV[9] then
 end
 if outcome == 'RESTORE' then
   redis.call('HSET', KEYS[1], 'st', 'HELD')
-  redis.call('HDEL', KEYS[1], 'cst')
+  redis.call('HDEL', KEYS[1], 'cst', 'cmv')
   redis.call('ZREM', base .. 'committing', token)
   redis.call('ZADD', base .. 'expiry', h['exp'], token)
   h['st'] = 'HELD'

@@ -73,7 +73,7 @@ for _ = 1, tonumber(ARGV[8]) do
     -- Postgres still had this hold as HELD, but it is past its expiry or no
     -- longer fits the stock: record its release so the ledger closes it.
     emit(base, 'expire', token, { sku = sku, who = ARGV[i + 1], qty = ARGV[i + 2], exp = exp,
-      ctd = ARGV[i + 5], idem = ARGV[i + 8], fp = ARGV[i + 9] }, now)
+      ctd = ARGV[i + 5], idem = ARGV[i + 8], fp = ARGV[i + 9], gen = gen }, now)
   end
   if ARGV[i + 8] ~= '' then
     -- The key replays for what is left of its TTL, counted from the reserve.

@@ -69,12 +69,15 @@ local function bump_stock(base, sku, d_avail, d_held, d_sold, now)
 end
 
 -- emit appends one ledger event to the partition's outbox stream. The event id
--- is derived from what happened, so the ledger can apply it idempotently.
+-- is derived from what happened, so the ledger can apply it idempotently. gen
+-- is the generation of the SKU the hold lived in: the write-behind worker
+-- compares it with the SKU's generation after writing the event, to tell a
+-- SKU rebuilt from a ledger that did not have the event yet what it says now.
 local function emit(base, kind, token, h, now)
   redis.call('XADD', base .. 'outbox', '*',
     'id', kind .. ':' .. token, 'type', kind, 'tok', token, 'sku', h['sku'], 'who', h['who'],
     'qty', h['qty'], 'exp', h['exp'], 'ctd', h['ctd'], 'at', tostring(now),
-    'idem', h['idem'] or '', 'fp', h['fp'] or '')
+    'idem', h['idem'] or '', 'fp', h['fp'] or '', 'gen', h['gen'] or '')
 end
 
 -- release returns a HELD hold's units to the SKU. Callers have checked that the

@@ -23,10 +23,15 @@ const (
 	PublishSKU   = "publish_sku"
 	ApplyProduct = "apply_product"
 	DueHolds     = "due_holds"
+	// ReconcileHold tells Redis what the ledger says of one hold.
+	ReconcileHold = "reconcile_hold"
+	// ClaimIdempotencyKey pins an idempotency key to its first SKU.
+	ClaimIdempotencyKey = "claim_idempotency_key"
 )
 
 // All lists every script name, for loading and for tests.
-var All = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds}
+var All = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
+	ReconcileHold, ClaimIdempotencyKey}
 
 // Source returns the full text of a script: lib.lua followed by the script.
 func Source(name string) (string, error) {

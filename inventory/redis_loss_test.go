@@ -1,0 +1,275 @@
+package inventory_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+)
+
+// outboxEvents reads every outbox event of every partition without applying
+// it: a batch the write-behind worker has read and not yet written.
+func (b *bundle) outboxEvents(t *testing.T) []db.Event {
+	t.Helper()
+	var events []db.Event
+	for p := 0; p < inventory.Partitions; p++ {
+		msgs, err := b.rdb.XRange(b.ctx, b.engine.Keys().Outbox(p), "-", "+").Result()
+		require.NoError(t, err)
+		for _, m := range msgs {
+			ev, err := inventory.ParseEvent(m)
+			require.NoError(t, err)
+			events = append(events, ev)
+		}
+	}
+	return events
+}
+
+func (b *bundle) ledgerStatus(t *testing.T, token string) string {
+	t.Helper()
+	var st string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM reservations WHERE token = $1`, token).Scan(&st))
+	return st
+}
+
+func (b *bundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, query, args...).Scan(&n))
+	return n
+}
+
+// A hold cancelled in Redis whose cancel reached the ledger only after Redis
+// lost its data and the SKU was rebuilt (as HELD, from the older ledger row)
+// must not be sold: the ledger has it as finished, so the sale is refused as
+// cancelled and Redis gives the units back.
+func TestCommitOfAHoldTheLedgerHasAsCancelledIsRefused(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "ENDED-1", 1, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "ENDED-1", Quantity: 1})
+		require.NoError(t, err)
+		b.drainOutbox(t) // the ledger has the hold as HELD
+		// The cancel's instance cannot reach Postgres: only its outbox event records it.
+		_, err = b.deadEngine(t).Cancel(b.ctx, alice, h.Token)
+		require.NoError(t, err)
+		inFlight := b.outboxEvents(t) // read by the write-behind, not yet applied
+		b.wipe(t)
+		require.Equal(t, 1, b.requireBalanced(t, "ENDED-1").Held, "rebuilt from the older ledger row")
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight))
+		require.Equal(t, db.StatusCancelled, b.ledgerStatus(t, h.Token))
+
+		_, err = b.engine.Commit(b.ctx, alice, h.Token)
+		require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
+		require.Equal(t, db.StatusCancelled, b.ledgerStatus(t, h.Token), "the ledger row stays CANCELLED")
+		require.Zero(t, b.count(t, `SELECT count(*)::int FROM sales WHERE token = $1`, h.Token))
+		require.Equal(t, "CANCELLED", b.rawStatus(t, "ENDED-1", h.Token), "Redis agrees with the ledger")
+		s := b.requireBalanced(t, "ENDED-1")
+		require.Equal(t, 1, s.Available)
+		require.Zero(t, s.Held)
+		b.drainOutbox(t)
+		require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM stock_movements
+			WHERE token = $1 AND kind IN ('commit', 'cancel', 'expire')`, h.Token), "released once, never sold")
+	})
+}
+
+// A commit that beat its reserve event to the ledger, then Redis lost
+// everything: the sale row must carry the idempotency key, so a client that
+// retries the reserve gets its sold hold back, not a second one.
+func TestIdempotencyAfterRedisLossWhenTheCommitBeatTheReserveEvent(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "IDEMSALE-1", 5, 0)
+		alice := buyer(1)
+		req := inventory.ReserveRequest{SKU: "IDEMSALE-1", Quantity: 1, IdempotencyKey: "k1"}
+		first, err := b.engine.Reserve(b.ctx, alice, req)
+		require.NoError(t, err)
+		_, err = b.engine.Commit(b.ctx, alice, first.Token)
+		require.NoError(t, err)
+		b.wipe(t) // the reserve event never reached Postgres
+
+		again, err := b.engine.Reserve(b.ctx, alice, req)
+		require.NoError(t, err)
+		require.Equal(t, first.Token, again.Token, "the retry replays the sold hold")
+		require.Equal(t, inventory.StatusCommitted, again.Status)
+		require.True(t, again.Replayed)
+		s := b.requireBalanced(t, "IDEMSALE-1")
+		require.Equal(t, 1, s.Sold)
+		require.Zero(t, s.Held)
+	})
+}
+
+// After Redis lost the claims pinning idempotency keys to their first SKU,
+// reusing a key (whose reserve reached the ledger) with another SKU is still
+// refused, and the key still replays its first hold.
+func TestIdempotencyKeyClaimSurvivesRedisLoss(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "CLAIM-1", 5, 0)
+		b.product(t, "CLAIM-2", 5, 0)
+		alice := buyer(1)
+		req := inventory.ReserveRequest{SKU: "CLAIM-1", Quantity: 1, IdempotencyKey: "k1"}
+		first, err := b.engine.Reserve(b.ctx, alice, req)
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		b.wipe(t)
+
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "CLAIM-2", Quantity: 1, IdempotencyKey: "k1"})
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
+		require.Equal(t, 5, b.requireBalanced(t, "CLAIM-2").Available, "no hold made on the other SKU")
+		again, err := b.engine.Reserve(b.ctx, alice, req)
+		require.NoError(t, err)
+		require.Equal(t, first.Token, again.Token)
+		require.True(t, again.Replayed)
+		require.Equal(t, 1, b.requireBalanced(t, "CLAIM-1").Held)
+		// A new key after the loss is accepted as before.
+		other, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "CLAIM-2", Quantity: 1, IdempotencyKey: "k2"})
+		require.NoError(t, err)
+		require.False(t, other.Replayed)
+	})
+}
+
+// A batch the write-behind read before Redis lost its data and wrote after
+// the SKU was rebuilt (a cancel of A, the reserve of B who took the freed
+// unit): ReconcileApplied tells the rebuilt SKU what the ledger now says.
+// A is released in Redis (never sold, released once in the ledger), B is
+// adopted as HELD; a second call changes nothing.
+func TestReconcileAppliedTellsTheRebuiltSKU(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "LATE-1", 1, 0)
+		alice, bob := buyer(1), buyer(2)
+		a, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LATE-1", Quantity: 1})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		_, err = b.deadEngine(t).Cancel(b.ctx, alice, a.Token) // only the outbox records it
+		require.NoError(t, err)
+		bh, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: "LATE-1", Quantity: 1, IdempotencyKey: "kb"})
+		require.NoError(t, err)
+		inFlight := b.outboxEvents(t)
+		b.wipe(t)
+		require.Equal(t, 1, b.requireBalanced(t, "LATE-1").Held, "rebuilt with A as HELD, without B")
+
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight))
+		p := inventory.PartitionOf("LATE-1")
+		n, err := b.engine.ReconcileApplied(b.ctx, p, inFlight)
+		require.NoError(t, err)
+		require.Equal(t, 2, n, "A released, B adopted")
+		n, err = b.engine.ReconcileApplied(b.ctx, p, inFlight)
+		require.NoError(t, err)
+		require.Zero(t, n, "idempotent")
+		require.Equal(t, "CANCELLED", b.rawStatus(t, "LATE-1", a.Token))
+		require.Equal(t, "HELD", b.rawStatus(t, "LATE-1", bh.Token))
+		s := b.requireBalanced(t, "LATE-1")
+		require.Equal(t, 1, s.Held)
+		require.Zero(t, s.Available)
+
+		again, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: "LATE-1", Quantity: 1, IdempotencyKey: "kb"})
+		require.NoError(t, err)
+		require.Equal(t, bh.Token, again.Token, "B's key replays the adopted hold")
+		_, err = b.engine.Commit(b.ctx, alice, a.Token)
+		require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
+		_, err = b.engine.Commit(b.ctx, bob, bh.Token)
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM stock_movements
+			WHERE token = $1 AND kind IN ('commit', 'cancel', 'expire')`, a.Token), "A released once")
+		require.Equal(t, db.StatusCancelled, b.ledgerStatus(t, a.Token))
+		require.Equal(t, db.StatusCommitted, b.ledgerStatus(t, bh.Token))
+		require.Equal(t, 1, b.requireBalanced(t, "LATE-1").Sold)
+	})
+}
+
+// A late reserve that no longer fits the rebuilt SKU (its unit was taken
+// meanwhile) is closed as EXPIRED in Redis and, through its event, in the
+// ledger: never left HELD.
+func TestReconcileAppliedClosesALateReserveThatNoLongerFits(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "LATE-2", 1, 0)
+		alice, carol := buyer(1), buyer(3)
+		a, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LATE-2", Quantity: 1})
+		require.NoError(t, err)
+		inFlight := b.outboxEvents(t)
+		b.wipe(t)
+		_, err = b.engine.Reserve(b.ctx, carol, inventory.ReserveRequest{SKU: "LATE-2", Quantity: 1})
+		require.NoError(t, err, "the rebuilt SKU did not know A: carol takes the unit")
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight))
+		n, err := b.engine.ReconcileApplied(b.ctx, inventory.PartitionOf("LATE-2"), inFlight)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, "EXPIRED", b.rawStatus(t, "LATE-2", a.Token))
+		b.drainOutbox(t)
+		require.Equal(t, db.StatusExpired, b.ledgerStatus(t, a.Token))
+		s := b.requireBalanced(t, "LATE-2")
+		require.Equal(t, 1, s.Held, "carol's hold only")
+	})
+}
+
+// A hold the ledger has as HELD past its expiry that Redis does not have
+// (its reserve reached the ledger after the rebuild and nothing told Redis)
+// is closed as EXPIRED, exactly once; a hold Redis has is never touched.
+func TestCloseOverdueHolds(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "OVERDUE-1", 3, 0)
+		alice, bob := buyer(1), buyer(2)
+		a, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "OVERDUE-1", Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		inFlight := b.outboxEvents(t)
+		b.wipe(t)
+		require.Equal(t, 3, b.requireBalanced(t, "OVERDUE-1").Available)
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight)) // and nothing told Redis
+		live, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: "OVERDUE-1", Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		require.Equal(t, db.StatusHeld, b.ledgerStatus(t, a.Token))
+		require.Eventually(t, func() bool { return time.Now().After(live.ExpiresAt.Add(50 * time.Millisecond)) }, 5*time.Second, 10*time.Millisecond)
+
+		p := inventory.PartitionOf("OVERDUE-1")
+		n, err := b.engine.CloseOverdueHolds(b.ctx, p, 0, 100)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "only the hold Redis does not have")
+		require.Equal(t, "HELD", b.rawStatus(t, "OVERDUE-1", live.Token), "the sweeper's hold is untouched")
+		n, err = b.engine.CloseOverdueHolds(b.ctx, p, 0, 100)
+		require.NoError(t, err)
+		require.Zero(t, n, "exactly once")
+		b.drainOutbox(t)
+		require.Equal(t, db.StatusExpired, b.ledgerStatus(t, a.Token))
+		require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM stock_movements WHERE token = $1 AND kind = 'expire'`, a.Token))
+		s := b.requireBalanced(t, "OVERDUE-1")
+		require.Equal(t, 1, s.Held, "bob's hold waits for the sweeper")
+		require.Equal(t, 2, s.Available)
+	})
+}
+
+// A cancel is in the ledger when it answers (the outbox event stays the
+// guarantee): a rebuild right after it cannot bring the hold back.
+func TestCancelIsInTheLedgerWhenItAnswers(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "SYNC-1", 1, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "SYNC-1", Quantity: 1})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		_, err = b.engine.Cancel(b.ctx, alice, h.Token)
+		require.NoError(t, err)
+		require.Equal(t, db.StatusCancelled, b.ledgerStatus(t, h.Token), "written before the reply")
+		b.wipe(t) // the cancel event is lost with Redis
+		require.Equal(t, 1, b.requireBalanced(t, "SYNC-1").Available, "the rebuild does not bring the hold back")
+		_, err = b.engine.Commit(b.ctx, alice, h.Token)
+		require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
+		require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM stock_movements WHERE event_id = $1`, "cancel:"+h.Token))
+	})
+}

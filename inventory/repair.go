@@ -1,0 +1,158 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// Telling Redis what the ledger says, for the holds a rebuild could not know
+// as the ledger knows them now. A rebuild reads the ledger under the
+// product's row lock, but the write-behind may hold events of the SKU's
+// earlier life that it read from the outbox before Redis lost its data and
+// writes after the rebuild: a cancel, an expiry, a reserve. Each such event
+// carries the generation the hold lived in; after writing a batch, the worker
+// calls ReconcileApplied, which finds the events whose SKU has since been
+// rebuilt and runs reconcile_hold.lua for their tokens with the ledger's
+// current row.
+
+// ReconcileApplied makes Redis agree with the ledger for the holds of events
+// just applied to it whose SKU was rebuilt since they were written (their
+// generation is no longer the SKU's): a hold the ledger has as cancelled or
+// expired and the rebuild restored as HELD is released; a hold the ledger
+// has as HELD and the rebuild did not know is adopted if the stock and the
+// quota allow, or else recorded as expired (an expire event). It returns how
+// many holds it changed. In the normal case (no rebuild) it costs one
+// pipelined HGET per SKU of the batch.
+func (e *Engine) ReconcileApplied(ctx context.Context, partition int, events []db.Event) (int, error) {
+	gens := map[string]*redis.StringCmd{}
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, ev := range events {
+			if ev.Gen != "" && ev.Kind != "commit" && gens[ev.SKU] == nil {
+				gens[ev.SKU] = p.HGet(ctx, e.keys.SKU(ev.SKU), "gen")
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, unavailable("reading SKU generations", err)
+	}
+	seen := map[string]bool{}
+	var tokens []string
+	for _, ev := range events {
+		c := gens[ev.SKU]
+		if c == nil || seen[ev.Token] || ev.Kind == "commit" {
+			continue
+		}
+		// A missing SKU is rebuilt from the ledger, which has the batch.
+		if gen, err := c.Result(); err == nil && gen != ev.Gen {
+			seen[ev.Token] = true
+			tokens = append(tokens, ev.Token)
+		}
+	}
+	if len(tokens) == 0 {
+		return 0, nil
+	}
+	rows, err := e.ledger.ReservationsByToken(ctx, tokens)
+	if err != nil {
+		return 0, unavailable("reading reservations", err)
+	}
+	changed := 0
+	for _, tok := range tokens {
+		r, ok := rows[tok]
+		if !ok || r.Status == db.StatusCommitted {
+			continue // a sale is written to the ledger before Redis, and a rebuild reads it
+		}
+		code, err := e.reconcileHold(ctx, partition, r)
+		if err != nil {
+			return changed, err
+		}
+		if code != "AGREES" && code != "NEEDS_HYDRATION" {
+			changed++
+			e.log.Info().Str("token", tok).Str("sku", r.SKU).Str("ledger", r.Status).Str("outcome", code).
+				Msg("told a rebuilt SKU what the ledger says of a hold")
+		}
+	}
+	return changed, nil
+}
+
+// CloseOverdueHolds closes, as EXPIRED, holds of one partition that the
+// ledger has as HELD more than grace past their expiry and that Redis does
+// not have in their SKU's current generation: a reserve whose event reached
+// the ledger after its SKU was rebuilt without it, when nothing told Redis
+// (a crash between the write and ReconcileApplied). The expiry goes through
+// the outbox like any other, exactly once (a second pass finds the hold
+// recorded as EXPIRED). A hold Redis has, in any state, is left alone: the
+// sweeper and the commit path own it. It looks at up to
+// overduePages pages of limit rows (holds Redis has do not hide the others)
+// and returns how many it closed.
+func (e *Engine) CloseOverdueHolds(ctx context.Context, partition int, grace time.Duration, limit int) (int, error) {
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, unavailable("reading Redis time", err)
+	}
+	closed := 0
+	var afterExp time.Time
+	afterToken := ""
+	for range overduePages {
+		rows, err := e.ledger.OverdueHeld(ctx, fmt.Sprintf("r%02d.", partition), now.Add(-grace), afterExp, afterToken, limit)
+		if err != nil {
+			return closed, unavailable("listing overdue holds", err)
+		}
+		n, err := e.closeOverdue(ctx, partition, rows)
+		closed += n
+		if err != nil || len(rows) < limit {
+			return closed, err
+		}
+		afterExp, afterToken = rows[len(rows)-1].ExpiresAt, rows[len(rows)-1].Token
+	}
+	return closed, nil
+}
+
+// overduePages bounds one CloseOverdueHolds call; the next pass goes on.
+const overduePages = 10
+
+func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Reservation) (int, error) {
+	closed := 0
+	for _, r := range rows {
+		code, err := e.reconcileHold(ctx, partition, r)
+		if err != nil {
+			return closed, err
+		}
+		switch code {
+		case "CLOSED":
+			closed++
+			e.log.Warn().Str("token", r.Token).Str("sku", r.SKU).
+				Msg("closed a hold the ledger had as HELD past its expiry and Redis did not have")
+		case "NEEDS_HYDRATION":
+			// The rebuild records an overdue hold as expired itself.
+			if err := e.Rebuild(ctx, r.SKU); err != nil && !errors.Is(err, ErrNotFound) {
+				return closed, err
+			}
+		}
+	}
+	return closed, nil
+}
+
+// reconcileHold runs reconcile_hold.lua for one ledger row and returns its code.
+func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservation) (string, error) {
+	res, err := e.run(ctx, lua.ReconcileHold, []string{e.keys.Hold(partition, r.Token)},
+		e.keys.Base(partition), r.Token, r.Status, r.SKU, r.Principal, r.Quantity,
+		r.ExpiresAt.UnixMilli(), r.CreatedAt.UnixMilli(), r.IdempotencyHash, r.RequestHash,
+		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()))
+	if err != nil {
+		return "", fmt.Errorf("reconciling hold %s: %w", r.Token, err)
+	}
+	code := reply(res).code()
+	if !strings.Contains(" AGREES RELEASED ADOPTED CLOSED NEEDS_HYDRATION ", " "+code+" ") {
+		return "", fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)
+	}
+	return code, nil
+}
