@@ -29,6 +29,11 @@ type CommitReconcilerConfig struct {
 	// ProductBatchSize is the most lagging products (of all partitions)
 	// looked at per pass by ReapplyProducts; default 1000.
 	ProductBatchSize int
+	// OverdueGrace is how long past its expiry a hold the ledger has as HELD
+	// and Redis does not have waits before it is closed as EXPIRED (the
+	// sweeper and the write-behind settle every other hold well within it);
+	// default 30 seconds.
+	OverdueGrace time.Duration
 }
 
 func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
@@ -48,6 +53,9 @@ func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
 	if c.ProductBatchSize <= 0 {
 		c.ProductBatchSize = 1000
 	}
+	if c.OverdueGrace <= 0 {
+		c.OverdueGrace = 30 * time.Second
+	}
 }
 
 // CommitReconciler finishes commits a crash or an unknown Postgres outcome
@@ -60,6 +68,12 @@ func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
 // product reached Redis, and each settlement or apply is a guarded Redis
 // script, so a duplicate reconciler cannot corrupt anything; the lease only
 // saves work.
+//
+// Each pass also closes the partition's overdue holds: ones the ledger has as
+// HELD more than OverdueGrace past their expiry that Redis does not have in
+// their SKU's current generation (inventory.Engine.CloseOverdueHolds). They
+// are recorded as EXPIRED through the outbox, exactly once; a hold Redis has
+// is never touched.
 type CommitReconciler struct {
 	*service
 	cfg       CommitReconcilerConfig
@@ -67,6 +81,7 @@ type CommitReconciler struct {
 	leases    *leaseSet
 	settled   prometheus.Counter
 	reapplied prometheus.Counter
+	closed    prometheus.Counter
 }
 
 // NewCommitReconciler builds a reconciler; Start runs it.
@@ -83,6 +98,10 @@ func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, r
 		reapplied: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_products_reapplied_total",
 			Help: "Product changes committed in Postgres that the reconciler re-applied to Redis because their own Redis step had failed.",
+		})),
+		closed: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_overdue_holds_closed_total",
+			Help: "Holds the ledger had as HELD past their expiry that Redis did not have, closed as EXPIRED.",
 		})),
 	}
 	w.service = newService("commit_reconciler", cfg.Options, log, reg, w.run)
@@ -126,6 +145,16 @@ func (w *CommitReconciler) reconcile(ctx context.Context, p int) error {
 	w.reapplied.Add(float64(n))
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("re-applying products of partition %d: %w", p, err)
+	}
+	if ctx.Err() != nil || !w.leases.Held(p) {
+		return nil
+	}
+	sctx, cancel = stepContext(ctx, w.cfg.StepTimeout)
+	n, err = w.engine.CloseOverdueHolds(sctx, p, w.cfg.OverdueGrace, w.cfg.BatchSize)
+	cancel()
+	w.closed.Add(float64(n))
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("closing overdue holds of partition %d: %w", p, err)
 	}
 	return nil
 }

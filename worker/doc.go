@@ -88,7 +88,13 @@
 //     the new stream from its start; leases are re-acquired with larger
 //     fencing tokens. Holds whose reserve event had not reached Postgres are
 //     lost with Redis and their units return to stock (an edge stated in
-//     docs/design.md).
+//     docs/design.md). Events the flusher had read before the loss are
+//     written after the rebuild; before acknowledging them, the flusher has
+//     the engine tell each rebuilt SKU what the ledger now says of their
+//     holds (released, adopted or expired: inventory.Engine.ReconcileApplied).
+//     If it dies in between, the batch is applied and reconciled again; the
+//     commit reconciler's overdue pass (CloseOverdueHolds) is the last net for
+//     HELD rows Redis lacks.
 //   - An entry no batch can apply: one that does not decode, or of a kind
 //     this version does not know (a newer version wrote it during a rolling
 //     upgrade), is moved before the batch to the partition's dead-letter

@@ -134,6 +134,8 @@ type Flusher struct {
 
 // flusherHooks let tests interrupt a batch; nil hooks do nothing.
 type flusherHooks struct {
+	// beforeApply runs after a batch is read and before it is written.
+	beforeApply func(partition int, events []db.Event)
 	// beforeAck runs after a batch is committed to Postgres and before it is
 	// acknowledged; an error abandons the batch unacknowledged, as a crash would.
 	beforeAck func(partition int, events []db.Event) error
@@ -149,7 +151,9 @@ type flusherMetrics struct {
 	deadLetters  prometheus.Gauge
 	refused      prometheus.Counter
 	claimed      prometheus.Counter
-	failures     prometheus.Counter
+	// reconciled counts holds of rebuilt SKUs Redis was told about.
+	reconciled prometheus.Counter
+	failures   prometheus.Counter
 }
 
 // NewFlusher builds a flusher; Start runs it.
@@ -199,6 +203,10 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 			claimed: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "dropline_writebehind_events_claimed_total",
 				Help: "Pending events claimed from an idle consumer with XAUTOCLAIM.",
+			})),
+			reconciled: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "dropline_writebehind_holds_reconciled_total",
+				Help: "Holds of SKUs rebuilt while their events were in flight that Redis was told the ledger's state of (released, adopted or closed).",
 			})),
 		},
 	}
@@ -454,17 +462,30 @@ func (f *Flusher) apply(ctx context.Context, p int, msgs []redis.XMessage) (int,
 	if len(batch) == 0 {
 		return 0, nil
 	}
+	if h := f.hooks.beforeApply; h != nil {
+		evs := make([]db.Event, len(batch))
+		for i, e := range batch {
+			evs[i] = e.ev
+		}
+		h(p, evs)
+	}
 	done, refused, err := f.applySplit(wctx, p, fence, batch)
 	if errors.Is(err, db.ErrFenced) {
 		f.leases.Lost(p)
 		err = nil // the events stay pending for the new owner
 	}
-	if err == nil && len(done) > 0 {
-		if h := f.hooks.beforeAck; h != nil {
-			evs := make([]db.Event, len(done))
-			for i, e := range done {
-				evs[i] = e.ev
-			}
+	if len(done) > 0 {
+		evs := make([]db.Event, len(done))
+		for i, e := range done {
+			evs[i] = e.ev
+		}
+		// Redis hears what the ledger now says before anything is
+		// acknowledged: if it cannot, the batch is read, applied (a no-op)
+		// and reconciled again.
+		if rerr := f.reconcile(wctx, p, evs); rerr != nil {
+			return 0, errors.Join(err, rerr)
+		}
+		if h := f.hooks.beforeAck; err == nil && h != nil {
 			if err := h(p, evs); err != nil {
 				return 0, err
 			}
@@ -587,6 +608,20 @@ func (f *Flusher) deadLetter(ctx context.Context, p int, dead []deadLetter) erro
 		f.log.Error().Err(d.err).Int("partition", p).Str("entry", d.msg.ID).Str("reason", d.reason).
 			Str("dead_letters", f.wkeys.deadLetters(p)).
 			Msg("outbox entry cannot be applied; moved to the dead-letter stream, the rest of the flow goes on")
+	}
+	return nil
+}
+
+// reconcile tells Redis what an applied batch changed in the ledger for holds
+// whose SKU was rebuilt since their events were written (see
+// inventory.Engine.ReconcileApplied).
+func (f *Flusher) reconcile(ctx context.Context, p int, events []db.Event) error {
+	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+	defer cancel()
+	n, err := f.engine.ReconcileApplied(sctx, p, events)
+	f.m.reconciled.Add(float64(n))
+	if err != nil {
+		return fmt.Errorf("reconciling partition %d with the ledger: %w", p, err)
 	}
 	return nil
 }
