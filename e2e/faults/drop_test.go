@@ -501,6 +501,9 @@ func (d *drop) verify(t *testing.T, o verifyOpts) {
 		require.Equal(t, reserved, pgSold+released, "ledger: reserved units = sold + released")
 	}
 
+	// Row by row, the ledger and Redis tell the same story.
+	s.requireLedgerAgreesWithRedis(t, sku)
+
 	// Top-level errors are reported, not tolerated silently.
 	if d.Internal.Load() > 0 {
 		t.Logf("top-level errors during the drop: %d, e.g. %s", d.Internal.Load(), strings.Join(d.internals, " | "))
