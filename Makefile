@@ -82,6 +82,10 @@ tidy: ## go mod tidy
 playground: ## rebuild the embedded GraphQL playground (server/playground/dist) with npm
 	cd web/playground && npm ci && npm run build
 
+.PHONY: shop
+shop: ## rebuild the embedded demo shop (server/shop/dist) with npm
+	cd web/shop && npm ci && npm run build
+
 .PHONY: docker
 docker: ## build the dropline container image
 	docker build -t dropline:$(VERSION) .

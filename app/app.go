@@ -39,6 +39,7 @@ import (
 	"github.com/dropline/dropline/config"
 	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/playground"
+	"github.com/dropline/dropline/server/shop"
 )
 
 // connectTimeout bounds the first contact with Redis and PostgreSQL at
@@ -184,10 +185,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 	}
 
+	var devToken server.DevTokenFunc
+	if a.Config.Dev {
+		devToken = a.devToken
+	}
 	a.server = server.New(server.Config{
 		Addr:       a.Config.Addr,
 		GraphQL:    a.services.GraphQL,
 		Playground: playground.Handler(),
+		Shop:       shop.Handler(),
+		DevToken:   devToken,
 		Checks:     a.checks(),
 		Registry:   a.registry,
 		Logger:     a.Log,
@@ -199,9 +206,27 @@ func (a *App) Run(ctx context.Context) (err error) {
 	a.Log.Info().
 		Str("addr", a.server.Addr()).
 		Str("playground", "http://"+displayAddr(a.server.Addr())+"/").
+		Str("shop", "http://"+displayAddr(a.server.Addr())+shop.Prefix).
 		Bool("dev", a.Config.Dev).
 		Msg("dropline is serving")
 	return nil
+}
+
+// devTokenTTL is how long the shop's dev sign-in tokens last (or the
+// configured maximum token lifetime, when shorter).
+const devTokenTTL = 12 * time.Hour
+
+// devToken mints a buyer token for the shop's dev sign-in (POST /dev/token,
+// dev mode only). Never an admin one: the shop is a buyer's view.
+func (a *App) devToken(user string) (string, error) {
+	if err := auth.ValidatePrincipalID(user); err != nil {
+		return "", fmt.Errorf("user %q: %w", user, err)
+	}
+	ttl := devTokenTTL
+	if limit := a.issuer.MaxLifetime(); limit > 0 {
+		ttl = min(ttl, limit)
+	}
+	return a.issuer.Mint(user, false, ttl)
 }
 
 // Migrate connects to PostgreSQL and applies pending migrations. It is what

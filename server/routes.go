@@ -15,6 +15,8 @@ import (
 const (
 	routeGraphQL    = "graphql"
 	routePlayground = "playground"
+	routeShop       = "shop"
+	routeDevToken   = "dev_token"
 	routeHealthz    = "healthz"
 	routeReadyz     = "readyz"
 	routeMetrics    = "metrics"
@@ -33,6 +35,11 @@ func routeOf(path string) string {
 		return routeReadyz
 	case "/metrics":
 		return routeMetrics
+	case DevTokenPath:
+		return routeDevToken
+	}
+	if path == "/shop" || strings.HasPrefix(path, "/shop/") {
+		return routeShop
 	}
 	if strings.HasPrefix(path, "/assets/") {
 		return routePlayground
@@ -66,6 +73,15 @@ func (s *Server) routes() http.Handler {
 		// collector fails.
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
+	// The shop lives under /shop/; the mux redirects "/shop" there, so its
+	// relative asset URLs resolve under /shop/assets/.
+	if s.cfg.Shop != nil {
+		mux.Handle("/shop/", s.cfg.Shop)
+	}
+	// Only in dev mode: elsewhere the path falls to the catch-all's 404.
+	if s.cfg.DevToken != nil {
+		mux.Handle(DevTokenPath, devTokenHandler(s.cfg.DevToken))
+	}
 	// The playground is the catch-all: it serves "/" and its assets and
 	// answers 404 for anything else it does not know.
 	if s.cfg.Playground != nil {

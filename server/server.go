@@ -1,5 +1,6 @@
-// Package server is Dropline's HTTP surface: it mounts the GraphQL and
-// playground handlers it is given next to /healthz, /readyz and /metrics,
+// Package server is Dropline's HTTP surface: it mounts the GraphQL,
+// playground and shop handlers it is given next to /healthz, /readyz and
+// /metrics (and, in dev mode, /dev/token for the shop's sign-in),
 // wraps everything in request ids, access logs, metrics and panic recovery,
 // and owns the listener so the App can bind port 0 and shut down gracefully.
 //
@@ -45,6 +46,16 @@ type Config struct {
 	// above (its assets live under /assets/); it answers 404 itself for
 	// paths it does not know. Nil answers every such path with a JSON 404.
 	Playground http.Handler
+
+	// Shop serves the demo storefront under /shop/ (with the prefix
+	// still on the path; shop.Handler strips it). "/shop" redirects to
+	// "/shop/". Nil leaves /shop to the catch-all (404).
+	Shop http.Handler
+
+	// DevToken, when set, serves POST /dev/token {"user": NAME} with a buyer
+	// token for NAME, for the shop's dev sign-in. Set it in dev mode only;
+	// nil (the default) leaves the path to the catch-all, which answers 404.
+	DevToken DevTokenFunc
 
 	// Checks run on every /readyz request, concurrently, each under
 	// CheckTimeout. Empty means always ready.

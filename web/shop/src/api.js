@@ -1,0 +1,113 @@
+// The GraphQL side of the shop: one urql client per signed-in buyer, with
+// queries and mutations over HTTP (POST /graphql) and subscriptions over
+// graphql-transport-ws (the graphql-ws library) on the same path.
+import { Client, fetchExchange, subscriptionExchange } from '@urql/core';
+import { createClient as createWSClient } from 'graphql-ws';
+
+const httpURL = new URL('/graphql', window.location.href);
+const wsURL = new URL(httpURL);
+wsURL.protocol = httpURL.protocol === 'https:' ? 'wss:' : 'ws:';
+
+// createShopClient returns the urql client for token (null: anonymous, which
+// is enough for the catalogue and live stock) and a dispose function that
+// closes its websocket. onLive(bool) reports whether the websocket is up.
+export function createShopClient(token, onLive) {
+  // A replaced client's last "closed" must not hide that its successor is
+  // already connected.
+  let disposed = false;
+  const live = (up) => !disposed && onLive(up);
+  const ws = createWSClient({
+    url: wsURL.href,
+    // Browsers cannot set headers on a websocket: the token goes in the
+    // connection_init payload, where the server looks for it.
+    connectionParams: token ? { Authorization: `Bearer ${token}` } : undefined,
+    lazy: false,
+    keepAlive: 10_000,
+    retryAttempts: Infinity,
+    shouldRetry: () => true,
+    retryWait: async (retries) => {
+      await new Promise((r) => setTimeout(r, Math.min(1000 * 2 ** retries, 10_000)));
+    },
+    on: {
+      connected: () => live(true),
+      closed: () => live(false),
+    },
+  });
+  const client = new Client({
+    url: httpURL.href,
+    // POST for everything: queries stay out of URLs and logs.
+    preferGetMethod: false,
+    requestPolicy: 'network-only',
+    fetchOptions: () => ({
+      headers: token ? { Authorization: `Bearer ${token}` } : {},
+    }),
+    exchanges: [
+      fetchExchange,
+      subscriptionExchange({
+        forwardSubscription(request) {
+          const input = { ...request, query: request.query || '' };
+          return {
+            subscribe(sink) {
+              const unsubscribe = ws.subscribe(input, sink);
+              return { unsubscribe };
+            },
+          };
+        },
+      }),
+    ],
+  });
+  return {
+    client,
+    dispose: () => {
+      disposed = true;
+      ws.dispose();
+    },
+  };
+}
+
+export const CATALOGUE = `
+  query Catalogue {
+    products(first: 50) {
+      edges {
+        node {
+          id sku name maxPerUser saleStartsAt saleEndsAt
+          price { amount currency }
+          stock { id sku available held sold total }
+        }
+      }
+    }
+  }`;
+
+export const MY_HOLDS = `
+  query MyHolds {
+    myReservations(status: HELD, first: 50) {
+      edges { node { token sku quantity status expiresAt createdAt } }
+    }
+  }`;
+
+export const STOCK = `
+  subscription Stock($skus: [ID!]!) {
+    stockChanged(skus: $skus) { id sku available held sold total }
+  }`;
+
+export const WATCH = `
+  subscription Watch($token: ID!) {
+    reservationChanged(token: $token) { token sku status expiresAt committedAt }
+  }`;
+
+export const RESERVATION = `
+  query Reservation($token: ID!) {
+    reservation(token: $token) { token sku status expiresAt committedAt }
+  }`;
+
+const fields = 'reservation { token sku quantity status expiresAt createdAt committedAt } userErrors { code message retryAfterSeconds }';
+export const RESERVE = `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { ${fields} } }`;
+export const COMMIT = `mutation Commit($input: CommitInput!) { commit(input: $input) { ${fields} } }`;
+export const CANCEL = `mutation Cancel($input: CancelInput!) { cancel(input: $input) { ${fields} } }`;
+
+// newIdempotencyKey returns a random key for one press of "Buy". It does not
+// need crypto.randomUUID, which only exists on https and localhost.
+export function newIdempotencyKey() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return 'shop-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}

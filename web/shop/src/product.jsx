@@ -1,0 +1,356 @@
+// One product card: live stock, and the buyer's path through a drop:
+// Buy (reserve, with one idempotency key per press, reused on retry) ->
+// a hold with a countdown to expiresAt -> Pay (commit) or Cancel, or the
+// hold expires and its unit goes back on sale.
+import { useEffect, useRef, useState } from 'react';
+import { useClient, useSubscription } from 'urql';
+import { CANCEL, COMMIT, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
+
+const ACTIVE = new Set(['held', 'paying', 'cancelling']);
+
+// order phases: idle, reserving, retry (the last press failed in transit: the
+// same key is sent again), held, paying, cancelling, paid, cancelled,
+// expired, refused (a business outcome such as out of stock).
+const idle = { phase: 'idle' };
+
+export function ProductCard({ product, stock, signedIn, existingHold, index }) {
+  const client = useClient();
+  const [order, setOrder] = useState(idle);
+  const sku = product.sku;
+
+  // A hold made before a reload comes back with the page.
+  useEffect(() => {
+    if (existingHold && order.phase === 'idle') {
+      setOrder({ phase: 'held', reservation: existingHold, offset: clockOffset(existingHold) });
+    }
+  }, [existingHold]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  const update = (patch) => setOrder((o) => ({ ...o, ...patch }));
+
+  const buy = async () => {
+    // One key per press of Buy; a retry of a press that failed in transit
+    // sends the same key, so the server answers with the same hold instead
+    // of taking a second unit.
+    const key = order.phase === 'retry' ? order.key : newIdempotencyKey();
+    setOrder({ phase: 'reserving', key });
+    const sent = Date.now();
+    const res = await client
+      .mutation(RESERVE, { input: { sku, quantity: 1, idempotencyKey: key } })
+      .toPromise();
+    const payload = res.data?.reserve;
+    if (!payload) {
+      setOrder({ phase: 'retry', key, message: transportMessage(res.error) });
+      return;
+    }
+    const ue = payload.userErrors[0];
+    if (ue) {
+      if (ue.code === 'UNAVAILABLE' || ue.code === 'RATE_LIMITED') {
+        setOrder({ phase: 'retry', key, message: userErrorMessage(ue, product) });
+      } else {
+        setOrder({ phase: 'refused', code: ue.code, message: userErrorMessage(ue, product) });
+      }
+      return;
+    }
+    setOrder({ phase: 'held', key, reservation: payload.reservation, offset: clockOffset(payload.reservation, sent) });
+  };
+
+  const settle = async (doc, field, busy) => {
+    const token = order.reservation.token;
+    update({ phase: busy, message: null });
+    const res = await client.mutation(doc, { input: { token } }).toPromise();
+    const payload = res.data?.[field];
+    if (!payload) {
+      // The call may or may not have arrived; both are idempotent on the
+      // token, so pressing again is safe.
+      setOrder((o) => (ACTIVE.has(o.phase) ? { ...o, phase: 'held', message: transportMessage(res.error) } : o));
+      return;
+    }
+    const ue = payload.userErrors[0];
+    if (!ue) {
+      setOrder((o) => ({ ...o, phase: field === 'commit' ? 'paid' : 'cancelled', reservation: payload.reservation, message: null }));
+      return;
+    }
+    switch (ue.code) {
+      case 'ALREADY_COMMITTED':
+        setOrder((o) => ({ ...o, phase: 'paid', message: null }));
+        break;
+      case 'ALREADY_CANCELLED':
+        setOrder((o) => ({ ...o, phase: 'cancelled', message: null }));
+        break;
+      case 'EXPIRED':
+        setOrder((o) => ({ ...o, phase: 'expired', message: null }));
+        break;
+      default:
+        setOrder((o) => ({ ...o, phase: 'held', message: userErrorMessage(ue, product) }));
+    }
+  };
+
+  // The server says when a hold ends (expiry, or a commit or cancel made
+  // elsewhere); the countdown is only the buyer's view of it.
+  const onReservation = (r) => {
+    setOrder((o) => {
+      if (!o.reservation || o.reservation.token !== r.token || !ACTIVE.has(o.phase)) return o;
+      if (r.status === 'EXPIRED') return { ...o, phase: 'expired', message: null };
+      if (r.status === 'COMMITTED') return { ...o, phase: 'paid', message: null };
+      if (r.status === 'CANCELLED') return { ...o, phase: 'cancelled', message: null };
+      return o;
+    });
+  };
+
+  const active = ACTIVE.has(order.phase);
+  const sale = saleWindow(product);
+  const soldOut = stock.available === 0 && !active;
+  const status = statusOf(order, soldOut, sale, product);
+
+  return (
+    <article className={`card${soldOut ? ' sold-out' : ''}`} data-testid={`product-${sku}`}>
+      <div className={`tile tile-${index % 6}`} aria-hidden="true">
+        <span>{initials(product.name)}</span>
+        {soldOut && <span className="ribbon">Sold out</span>}
+      </div>
+      <div className="card-body">
+        <div className="title-row">
+          <h2>{product.name}</h2>
+          <span className="price">{formatMoney(product.price)}</span>
+        </div>
+        <p className="meta">
+          <span className="sku">{sku}</span>
+          {product.maxPerUser != null && <span>Limit {product.maxPerUser} per person</span>}
+          {sale.label && <span>{sale.label}</span>}
+        </p>
+        <StockBar stock={stock} sku={sku} />
+
+        {active ? (
+          <Hold
+            order={order}
+            sku={sku}
+            price={product.price}
+            onPay={() => settle(COMMIT, 'commit', 'paying')}
+            onCancel={() => settle(CANCEL, 'cancel', 'cancelling')}
+            onReservation={onReservation}
+          />
+        ) : (
+          <button
+            type="button"
+            className="btn primary wide"
+            data-testid={`buy-${sku}`}
+            disabled={!signedIn || soldOut || order.phase === 'reserving' || !sale.open}
+            onClick={buy}
+          >
+            {buyLabel(order, soldOut, signedIn, sale)}
+          </button>
+        )}
+
+        <p className={`status status-${status.tone}`} data-testid={`status-${sku}`} data-state={status.state} role="status">
+          {status.text}
+        </p>
+        {soldOut && <WaitlistSlot sku={sku} />}
+      </div>
+    </article>
+  );
+}
+
+// WaitlistSlot is where joining a waitlist for a sold-out SKU will go, once
+// the API has one. Until then it only says how units come back, and offers
+// no button.
+function WaitlistSlot({ sku }) {
+  return (
+    <div className="waitlist-slot" data-testid={`waitlist-${sku}`}>
+      Holds that expire or are cancelled come back here: keep this page open.
+    </div>
+  );
+}
+
+function StockBar({ stock, sku }) {
+  const pct = stock.total > 0 ? Math.round((stock.available / stock.total) * 100) : 0;
+  const low = stock.available > 0 && stock.available <= Math.max(3, stock.total / 10);
+  return (
+    <div className="stock">
+      <div className="stock-line">
+        <span>
+          <strong data-testid={`stock-available-${sku}`}>{stock.available}</strong> of {stock.total} left
+        </span>
+        <span className="stock-detail">
+          {stock.held > 0 && <span>{stock.held} in carts</span>}
+          {stock.sold > 0 && <span>{stock.sold} sold</span>}
+        </span>
+      </div>
+      <div className="bar" aria-hidden="true">
+        <div className={`bar-fill${low ? ' low' : ''}`} style={{ width: `${pct}%` }} />
+      </div>
+    </div>
+  );
+}
+
+function Hold({ order, sku, price, onPay, onCancel, onReservation }) {
+  const r = order.reservation;
+  const now = useNow(250);
+  const left = new Date(r.expiresAt).getTime() - (now + (order.offset ?? 0));
+  const client = useClient();
+
+  useSubscription({ query: WATCH, variables: { token: r.token } }, (_, d) => {
+    onReservation(d.reservationChanged);
+    return d;
+  });
+
+  // Should the live update be lost, ask once the hold is well past its end.
+  const asked = useRef(false);
+  useEffect(() => {
+    if (left < -3000 && !asked.current) {
+      asked.current = true;
+      client
+        .query(RESERVATION, { token: r.token })
+        .toPromise()
+        .then((res) => res.data?.reservation && onReservation(res.data.reservation));
+    }
+  }, [left < -3000]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  const busy = order.phase !== 'held';
+  return (
+    <div className="hold">
+      <div className="hold-head">
+        <span>Reserved for you</span>
+        <span className="countdown" data-testid={`hold-${sku}`} data-expires-at={r.expiresAt}>
+          {left > 0 ? formatLeft(left) : '0:00'}
+        </span>
+      </div>
+      <div className="hold-actions">
+        <button type="button" className="btn primary" data-testid={`pay-${sku}`} disabled={busy || left <= 0} onClick={onPay}>
+          {order.phase === 'paying' ? 'Paying…' : `Pay ${formatMoney(price)}`}
+        </button>
+        <button type="button" className="btn ghost" data-testid={`cancel-${sku}`} disabled={busy || left <= 0} onClick={onCancel}>
+          {order.phase === 'cancelling' ? 'Cancelling…' : 'Cancel'}
+        </button>
+      </div>
+    </div>
+  );
+}
+
+function statusOf(order, soldOut, sale, product) {
+  switch (order.phase) {
+    case 'reserving':
+      return { state: 'reserving', tone: 'muted', text: 'Reserving…' };
+    case 'retry':
+      return { state: 'retry', tone: 'warn', text: order.message };
+    case 'held':
+      return order.message
+        ? { state: 'held', tone: 'warn', text: order.message }
+        : { state: 'held', tone: 'muted', text: 'Held for you: pay before the timer runs out.' };
+    case 'paying':
+      return { state: 'paying', tone: 'muted', text: 'Paying…' };
+    case 'cancelling':
+      return { state: 'cancelling', tone: 'muted', text: 'Cancelling…' };
+    case 'paid':
+      return { state: 'paid', tone: 'ok', text: 'Paid. Your order is confirmed.' };
+    case 'cancelled':
+      return { state: 'cancelled', tone: 'muted', text: 'Cancelled: the unit is back on sale.' };
+    case 'expired':
+      return { state: 'expired', tone: 'warn', text: 'Your hold expired: the unit is back on sale.' };
+    case 'refused':
+      if (soldOut) return { state: 'soldout', tone: 'bad', text: 'Sold out' };
+      return { state: 'refused', tone: 'bad', text: order.message };
+    default:
+      if (soldOut) return { state: 'soldout', tone: 'bad', text: 'Sold out' };
+      if (!sale.open) return { state: 'closed', tone: 'muted', text: sale.label };
+      return { state: 'idle', tone: 'muted', text: product.maxPerUser ? `Limit ${product.maxPerUser} per person.` : 'In stock.' };
+  }
+}
+
+function buyLabel(order, soldOut, signedIn, sale) {
+  if (soldOut) return 'Sold out';
+  if (!sale.open) return sale.closedLabel;
+  if (!signedIn) return 'Sign in to buy';
+  if (order.phase === 'reserving') return 'Reserving…';
+  if (order.phase === 'retry') return 'Try again';
+  if (order.phase === 'paid') return 'Buy another';
+  return 'Buy now';
+}
+
+function userErrorMessage(ue, product) {
+  switch (ue.code) {
+    case 'OUT_OF_STOCK':
+      return 'Someone was faster: none left right now.';
+    case 'QUOTA_EXCEEDED':
+      return product.maxPerUser != null
+        ? `You already have your limit (${product.maxPerUser} per person).`
+        : 'You already have your limit.';
+    case 'SALE_NOT_ACTIVE':
+      return 'This sale is not open.';
+    case 'RATE_LIMITED':
+      return `Too many tries: wait ${ue.retryAfterSeconds ?? 1}s, then try again.`;
+    case 'UNAVAILABLE':
+      return 'The shop is busy: try again.';
+    case 'UNAUTHENTICATED':
+      return 'Your session ended: sign in again.';
+    default:
+      return ue.message;
+  }
+}
+
+function transportMessage(error) {
+  if (error?.graphQLErrors?.length) return error.graphQLErrors[0].message;
+  return 'Could not reach the shop: try again.';
+}
+
+// clockOffset estimates server time minus local time from a reservation's
+// createdAt, so the countdown is right even when this device's clock is off.
+function clockOffset(r, sent) {
+  const created = new Date(r.createdAt).getTime();
+  if (!sent || Number.isNaN(created)) return 0;
+  const mid = (sent + Date.now()) / 2;
+  const off = created - mid;
+  return Math.abs(off) < 1000 ? 0 : off;
+}
+
+function useNow(every) {
+  const [now, setNow] = useState(Date.now);
+  useEffect(() => {
+    const id = setInterval(() => setNow(Date.now()), every);
+    return () => clearInterval(id);
+  }, [every]);
+  return now;
+}
+
+function saleWindow(p) {
+  const now = Date.now();
+  const starts = p.saleStartsAt ? new Date(p.saleStartsAt).getTime() : null;
+  const ends = p.saleEndsAt ? new Date(p.saleEndsAt).getTime() : null;
+  if (starts && now < starts) return { open: false, label: `Opens ${formatWhen(starts)}`, closedLabel: 'Not open yet' };
+  if (ends && now >= ends) return { open: false, label: 'Sale ended', closedLabel: 'Sale ended' };
+  if (ends) return { open: true, label: `Ends ${formatWhen(ends)}` };
+  return { open: true, label: null };
+}
+
+function formatWhen(t) {
+  return new Date(t).toLocaleString('en-GB', { day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit' });
+}
+
+function formatLeft(ms) {
+  const s = Math.ceil(ms / 1000);
+  const m = Math.floor(s / 60);
+  return `${m}:${String(s % 60).padStart(2, '0')}`;
+}
+
+const money = new Map();
+export function formatMoney({ amount, currency }) {
+  let f = money.get(currency);
+  if (!f) {
+    try {
+      f = new Intl.NumberFormat('en-IE', { style: 'currency', currency });
+    } catch {
+      f = { format: (v) => `${v.toFixed(2)} ${currency}`, resolvedOptions: () => ({ maximumFractionDigits: 2 }) };
+    }
+    money.set(currency, f);
+  }
+  return f.format(amount / 10 ** f.resolvedOptions().maximumFractionDigits);
+}
+
+function initials(name) {
+  return name
+    .split(/\s+/)
+    .filter((w) => /^[A-Za-z0-9]/.test(w))
+    .slice(0, 2)
+    .map((w) => w[0].toUpperCase())
+    .join('');
+}
+
