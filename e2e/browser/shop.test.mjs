@@ -1,0 +1,239 @@
+// shop.test.mjs: two buyers in two browser contexts against the demo shop of
+// a running `dropline serve` (dev mode), with Playwright driving the system's
+// Chromium. e2e/shop_test.go builds and starts the server, creates the
+// products and runs this file with `node --test`; it then checks in Postgres
+// what the pages did.
+//
+// Environment:
+//   SHOP_URL        the shop, e.g. http://127.0.0.1:41234/shop/
+//   SHOP_SKU        a SKU with a few units (each hold lasts SHOP_HOLD_MS)
+//   SHOP_LAST_SKU   a SKU with exactly one unit
+//   SHOP_HOLD_MS    the server's default hold, in milliseconds
+//   SHOP_RESULT     file to write the measurements to (JSON)
+//   SHOP_ARTIFACTS  directory for screenshots taken when a step fails
+//   CHROMIUM        the browser (default /usr/bin/chromium)
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { chromium } from 'playwright-core';
+
+const env = (k, d) => {
+  const v = process.env[k] ?? d;
+  if (v === undefined) throw new Error(`${k} is not set`);
+  return v;
+};
+const url = env('SHOP_URL');
+const sku = env('SHOP_SKU');
+const lastSku = env('SHOP_LAST_SKU');
+const holdMs = Number(env('SHOP_HOLD_MS'));
+const artifacts = env('SHOP_ARTIFACTS');
+const result = {};
+
+let browser;
+const buyers = {};
+const problems = []; // console errors and CSP violations, from every page
+let resetExpected = false; // while a request is cut on purpose
+
+before(async () => {
+  // launch() gives the browser a fresh, temporary user-data-dir of its own;
+  // each newContext() is a separate profile on top (own storage, own
+  // websocket), as two people on two machines would be.
+  browser = await chromium.launch({
+    executablePath: env('CHROMIUM', '/usr/bin/chromium'),
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    timeout: 30_000,
+  });
+  for (const name of ['alice', 'bob']) {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    page.setDefaultTimeout(10_000);
+    page.on('console', (m) => {
+      if (m.type() !== 'error') return;
+      if (resetExpected && m.text().includes('ERR_CONNECTION_RESET')) return;
+      problems.push(`${name}: console: ${m.text()}`);
+    });
+    page.on('pageerror', (e) => problems.push(`${name}: page error: ${e.message}`));
+    buyers[name] = { context, page };
+  }
+});
+
+after(async () => {
+  await writeFile(env('SHOP_RESULT'), JSON.stringify(result, null, 2));
+  await browser?.close();
+});
+
+// step runs one part of the story; when it fails, both pages are
+// photographed and the failure names the files.
+async function step(name, fn) {
+  try {
+    await fn();
+  } catch (err) {
+    const shots = [];
+    for (const [who, { page }] of Object.entries(buyers)) {
+      const file = path.join(artifacts, `${name.replace(/\W+/g, '-')}-${who}.png`);
+      await page.screenshot({ path: file, fullPage: true }).then(() => shots.push(file), () => {});
+    }
+    err.message += `\n  screenshots: ${shots.join(', ') || '(none could be taken)'} (in ${artifacts})`;
+    throw err;
+  }
+}
+
+const available = async (page, s) => Number(await page.getByTestId(`stock-available-${s}`).textContent());
+const state = (page, s) => page.getByTestId(`status-${s}`).getAttribute('data-state');
+
+// waitAvailable resolves when the page shows n units of s, and returns when
+// it did (Date.now() in the page; both run on this machine's clock).
+async function waitAvailable(page, s, n, timeout = 10_000) {
+  const handle = await page.waitForFunction(
+    ([id, want]) => {
+      const el = document.querySelector(`[data-testid="${id}"]`);
+      return el && Number(el.textContent) === want ? Date.now() : false;
+    },
+    [`stock-available-${s}`, n],
+    { polling: 'raf', timeout },
+  );
+  return handle.jsonValue();
+}
+
+test('two buyers watch one drop', async (t) => {
+  const { alice, bob } = buyers;
+  let total;
+
+  await t.test('both sign in and see the live stock', () =>
+    step('sign-in', async () => {
+      for (const [name, { page }] of Object.entries(buyers)) {
+        await page.goto(url);
+        await page.getByTestId('signin-name').fill(name);
+        await page.getByTestId('signin-submit').click();
+        await page.getByTestId('signed-in-as').getByText(name).waitFor();
+        await page.getByTestId('live').getByText('Live').waitFor();
+      }
+      total = await available(alice.page, sku);
+      assert.ok(total >= 3, `${sku} has ${total} units`);
+      assert.equal(await available(bob.page, sku), total);
+    }));
+
+  await t.test("alice buys: bob's page shows the stock fall within 1 s", () =>
+    step('buy', async () => {
+      const clicked = Date.now();
+      await alice.page.getByTestId(`buy-${sku}`).click();
+      const seen = await waitAvailable(bob.page, sku, total - 1, 5_000);
+      result.fallMs = seen - clicked;
+      assert.ok(result.fallMs < 1000, `bob saw the stock fall after ${result.fallMs} ms`);
+      await alice.page.getByTestId(`hold-${sku}`).waitFor();
+      assert.equal(await state(alice.page, sku), 'held');
+      assert.match(await alice.page.getByTestId(`hold-${sku}`).textContent(), /^0:0\d$/);
+      assert.equal(await available(alice.page, sku), total - 1);
+    }));
+
+  await t.test('a hold left alone expires: both pages get the unit back', () =>
+    step('expiry', async () => {
+      const expiresAt = Date.parse(await alice.page.getByTestId(`hold-${sku}`).getAttribute('data-expires-at'));
+      const timeout = holdMs + 5_000;
+      const [backAlice, backBob] = await Promise.all([
+        waitAvailable(alice.page, sku, total, timeout),
+        waitAvailable(bob.page, sku, total, timeout),
+      ]);
+      await alice.page.locator(`[data-testid="status-${sku}"][data-state="expired"]`).waitFor();
+      assert.match(await alice.page.getByTestId(`status-${sku}`).textContent(), /expired/i);
+      assert.equal(await alice.page.getByTestId(`hold-${sku}`).count(), 0, 'the countdown is gone');
+      result.expiryBackMs = Math.max(backAlice, backBob) - expiresAt;
+      assert.ok(result.expiryBackMs < 2000, `the unit came back ${result.expiryBackMs} ms after expiresAt`);
+    }));
+
+  await t.test('bob buys and pays: a sale', () =>
+    step('pay', async () => {
+      await bob.page.getByTestId(`buy-${sku}`).click();
+      await bob.page.getByTestId(`pay-${sku}`).click();
+      await bob.page.locator(`[data-testid="status-${sku}"][data-state="paid"]`).waitFor();
+      await waitAvailable(alice.page, sku, total - 1);
+      result.paidBy = 'bob';
+    }));
+
+  await t.test('alice buys and cancels: the unit is back at once', () =>
+    step('cancel', async () => {
+      await alice.page.getByTestId(`buy-${sku}`).click();
+      await waitAvailable(bob.page, sku, total - 2);
+      await alice.page.getByTestId(`cancel-${sku}`).click();
+      await alice.page.locator(`[data-testid="status-${sku}"][data-state="cancelled"]`).waitFor();
+      await Promise.all([waitAvailable(alice.page, sku, total - 1), waitAvailable(bob.page, sku, total - 1)]);
+    }));
+
+  await t.test('a Buy lost in transit is retried with the same idempotency key', () =>
+    step('retry', async () => {
+      // The first reserve reaches the server (which holds a unit) but its
+      // answer is lost; the page offers "Try again", which must send the
+      // same key and get the same hold back, not a second unit.
+      const keys = [];
+      let dropped = false;
+      await alice.page.route('**/graphql', async (route) => {
+        const body = route.request().postDataJSON();
+        if (body?.query?.includes('reserve(')) {
+          keys.push(body.variables.input.idempotencyKey);
+          if (!dropped) {
+            dropped = true;
+            resetExpected = true;
+            await route.fetch();
+            return route.abort('connectionreset');
+          }
+        }
+        return route.continue();
+      });
+      await alice.page.getByTestId(`buy-${sku}`).click();
+      await alice.page.locator(`[data-testid="status-${sku}"][data-state="retry"]`).waitFor();
+      await waitAvailable(bob.page, sku, total - 2);
+      await alice.page.getByTestId(`buy-${sku}`).click();
+      await alice.page.getByTestId(`hold-${sku}`).waitFor();
+      await alice.page.unroute('**/graphql');
+      resetExpected = false;
+      assert.equal(keys.length, 2);
+      assert.equal(keys[0], keys[1], 'the retry sent the same idempotency key');
+      assert.equal(await available(bob.page, sku), total - 2, 'one unit held, not two');
+      result.retryKey = keys[0];
+      await alice.page.getByTestId(`cancel-${sku}`).click();
+      await waitAvailable(bob.page, sku, total - 1);
+      // Every press of Buy gets a new key.
+      const next = [];
+      await alice.page.route('**/graphql', async (route) => {
+        const body = route.request().postDataJSON();
+        if (body?.query?.includes('reserve(')) next.push(body.variables.input.idempotencyKey);
+        return route.continue();
+      });
+      await alice.page.getByTestId(`buy-${sku}`).click();
+      await alice.page.getByTestId(`hold-${sku}`).waitFor();
+      await alice.page.unroute('**/graphql');
+      assert.equal(next.length, 1);
+      assert.notEqual(next[0], keys[0], 'a new press, a new key');
+      await alice.page.getByTestId(`cancel-${sku}`).click();
+      await waitAvailable(bob.page, sku, total - 1);
+    }));
+
+  await t.test('the last unit: the other page shows Sold out', () =>
+    step('sold-out', async () => {
+      assert.equal(await available(bob.page, lastSku), 1);
+      await alice.page.getByTestId(`buy-${lastSku}`).click();
+      await waitAvailable(bob.page, lastSku, 0);
+      await bob.page.locator(`[data-testid="status-${lastSku}"][data-state="soldout"]`).waitFor();
+      assert.equal(await bob.page.getByTestId(`status-${lastSku}`).textContent(), 'Sold out');
+      assert.ok(await bob.page.getByTestId(`buy-${lastSku}`).isDisabled(), 'no Buy on a sold-out SKU');
+      await bob.page.getByTestId(`waitlist-${lastSku}`).waitFor();
+      await alice.page.getByTestId(`pay-${lastSku}`).click();
+      await alice.page.locator(`[data-testid="status-${lastSku}"][data-state="paid"]`).waitFor();
+      assert.equal(await state(bob.page, lastSku), 'soldout');
+    }));
+
+  await t.test('no page logged an error or a CSP violation', () => {
+    assert.deepEqual(problems, []);
+  });
+});

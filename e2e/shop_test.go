@@ -1,0 +1,369 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/app"
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/testenv"
+)
+
+// The demo shop in a real browser: Playwright (e2e/browser/shop.test.mjs)
+// drives Chromium as two buyers against the real `dropline serve` binary in
+// dev mode, and this test checks in Postgres what their clicks did.
+
+// shopHold is the server's default hold in this test: long enough to click
+// Pay, short enough to watch a hold expire.
+const shopHold = 4 * time.Second
+
+// chromiumPath is the browser Playwright drives: Debian's chromium package
+// (.ci/run installs it), since Playwright's own browser downloads are not
+// available everywhere.
+func chromiumPath() string {
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	return "/usr/bin/chromium"
+}
+
+func TestShopInABrowser(t *testing.T) {
+	t.Parallel()
+	node := requireNode(t)
+	_, err := os.Stat(chromiumPath())
+	require.NoError(t, err, "chromium is required for the browser test: apt-get install -y chromium (or set CHROMIUM)")
+	dir, err := filepath.Abs("browser")
+	require.NoError(t, err)
+	npmCI(t, dir, "playwright-core")
+
+	srv := startBinary(t, map[string]string{
+		"DROPLINE_DEV":          "1",
+		"DROPLINE_HOLD_DEFAULT": shopHold.String(),
+	})
+	s := &system{URL: srv.URL, Issuer: devIssuer(t), Pool: srv.Pool}
+	const sku, last = "SHOP-HOT", "SHOP-LAST"
+	s.createProduct(t, sku, 5, 0)
+	s.createProduct(t, last, 1, 0)
+
+	artifacts := t.TempDir()
+	resultFile := filepath.Join(artifacts, "result.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", filepath.Join(dir, "shop.test.mjs"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"SHOP_URL="+srv.URL+"/shop/",
+		"SHOP_SKU="+sku,
+		"SHOP_LAST_SKU="+last,
+		"SHOP_HOLD_MS="+strconv.FormatInt(shopHold.Milliseconds(), 10),
+		"SHOP_RESULT="+resultFile,
+		"SHOP_ARTIFACTS="+artifacts,
+		"CHROMIUM="+chromiumPath(),
+	)
+	began := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		// Keep the screenshots: t.TempDir would remove them.
+		kept, _ := os.MkdirTemp("", "dropline-shop-failure-")
+		_ = os.CopyFS(kept, os.DirFS(artifacts))
+		t.Fatalf("the browser test failed (%v); screenshots in %s\n%s\nserver log:\n%s", err, kept, out, srv.log.String())
+	}
+	var res struct {
+		FallMs       int64  `json:"fallMs"`
+		ExpiryBackMs int64  `json:"expiryBackMs"`
+		RetryKey     string `json:"retryKey"`
+	}
+	b, err := os.ReadFile(resultFile)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &res))
+
+	// What the clicks did, in the ledger. Sales are written before commit
+	// answers; reservations arrive through the write-behind, so wait.
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'bob' AND quantity = 1`, sku), "bob's Pay made a sale")
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'alice'`, last), "alice bought the last unit")
+	require.Equal(t, 2, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
+	want := map[string]int{"bob/COMMITTED": 1, "alice/EXPIRED": 1, "alice/CANCELLED": 3}
+	var got map[string]int
+	require.Eventually(t, func() bool {
+		got = ledgerStatuses(t, srv.Pool, sku)
+		return fmt.Sprint(got) == fmt.Sprint(want)
+	}, 10*time.Second, 50*time.Millisecond, "reservations of %s in Postgres: %v, want %v", sku, got, want)
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM reservations WHERE sku = $1 AND principal = 'alice' AND status = 'COMMITTED'`, last))
+	require.Equal(t, stock{Available: 4, Held: 0, Sold: 1, Total: 5}, s.stock(t, sku))
+	require.Equal(t, stock{Available: 0, Held: 0, Sold: 1, Total: 1}, s.stock(t, last))
+	require.NotEmpty(t, res.RetryKey)
+
+	t.Logf("browser test took %s; bob's page showed alice's Buy after %d ms; an expired hold was back on both pages %d ms after expiresAt",
+		time.Since(began).Round(time.Millisecond), res.FallMs, res.ExpiryBackMs)
+}
+
+// ledgerStatuses counts the reservations of sku in Postgres by principal and status.
+func ledgerStatuses(t *testing.T, pool *pgxpool.Pool, sku string) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT principal || '/' || status, count(*) FROM reservations WHERE sku = $1 GROUP BY 1`, sku)
+	require.NoError(t, err)
+	m := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		require.NoError(t, rows.Scan(&k, &n))
+		m[k] = n
+	}
+	require.NoError(t, rows.Err())
+	return m
+}
+
+// devIssuer mints tokens with the built-in development secret, which a
+// server in dev mode without DROPLINE_JWT_SECRET accepts.
+func devIssuer(t *testing.T) *auth.Issuer {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Dev = true
+	iss, err := app.NewIssuer(cfg)
+	require.NoError(t, err)
+	return iss
+}
+
+func requireNode(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "node (v20+) is required")
+	version, err := exec.Command(node, "-p", "process.versions.node.split('.')[0]").Output()
+	require.NoError(t, err)
+	major, _ := strconv.Atoi(strings.TrimSpace(string(version)))
+	require.GreaterOrEqual(t, major, 20, "node 20 or later is required")
+	return node
+}
+
+var npmCIOnce sync.Mutex
+
+// npmCI runs `npm ci` in dir when node_modules/marker is missing.
+func npmCI(t *testing.T, dir, marker string) {
+	t.Helper()
+	npmCIOnce.Lock()
+	defer npmCIOnce.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", marker)); err == nil {
+		return
+	}
+	npm, err := exec.LookPath("npm")
+	require.NoError(t, err, "npm is required to install %s", marker)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "npm ci in %s:\n%s", dir, out)
+}
+
+var (
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+)
+
+// dropline builds the real binary once per test run.
+func dropline(t *testing.T) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "dropline-e2e-")
+		if err != nil {
+			binaryErr = err
+			return
+		}
+		binaryPath = filepath.Join(dir, "dropline")
+		out, err := exec.Command("go", "build", "-o", binaryPath, "github.com/dropline/dropline/cmd/dropline").CombinedOutput()
+		if err != nil {
+			binaryErr = fmt.Errorf("building dropline: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, binaryErr)
+	return binaryPath
+}
+
+// binaryServer is one `dropline serve` process with its own database and
+// key prefix.
+type binaryServer struct {
+	URL  string
+	Pool *pgxpool.Pool
+	log  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startBinary runs `dropline serve` on a free loopback port with env added
+// to its environment, waits until /readyz answers 200, and stops it with
+// SIGTERM when the test ends.
+func startBinary(t *testing.T, env map[string]string) *binaryServer {
+	t.Helper()
+	bin := dropline(t)
+	dbURL := testenv.NewDatabase(t)
+	prefix := testenv.Redis(t).Prefix
+	redisURL := os.Getenv("REDIS_URL")
+	if redisURL == "" {
+		redisURL = testenv.DefaultRedisURL
+	}
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.TempDir(),
+		"REDIS_URL=" + redisURL,
+		"DATABASE_URL=" + dbURL,
+		"DROPLINE_ADDR=127.0.0.1:0",
+		"DROPLINE_KEY_PREFIX=" + prefix,
+		"DROPLINE_LOG_FORMAT=json",
+		"DROPLINE_SHUTDOWN_TIMEOUT=5s",
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	srv := &binaryServer{log: &syncBuffer{}}
+	addr := make(chan string, 1)
+	exited := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = srv.log.Write([]byte(line + "\n"))
+			var m struct {
+				Message string `json:"message"`
+				Addr    string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &m) == nil && m.Message == "dropline is serving" {
+				select {
+				case addr <- m.Addr:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("dropline did not stop on SIGTERM:\n%s", srv.log.String())
+		}
+	})
+	select {
+	case a := <-addr:
+		srv.URL = "http://" + a
+	case <-exited:
+		t.Fatalf("dropline exited at start:\n%s", srv.log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dropline did not report its address:\n%s", srv.log.String())
+	}
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "dropline never became ready:\n%s", srv.log.String())
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	srv.Pool = pool
+	return srv
+}
+
+// postDevToken asks url's /dev/token for a token for user.
+func postDevToken(t *testing.T, url, body string) (int, map[string]string) {
+	t.Helper()
+	resp, err := http.Post(url+"/dev/token", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]string
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// TestDevTokenOnlyInDevMode: the shop's dev sign-in mints buyer tokens the
+// server accepts, never admin ones, and does not exist outside dev mode.
+func TestDevTokenOnlyInDevMode(t *testing.T) {
+	t.Parallel()
+
+	prod := start(t) // DROPLINE_JWT_SECRET set, dev mode off
+	status, out := postDevToken(t, prod.URL, `{"user":"eve"}`)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Empty(t, out["token"])
+	resp, err := http.Get(prod.URL + "/shop/")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the shop itself is served in every mode")
+
+	srv := startBinary(t, map[string]string{"DROPLINE_DEV": "1"})
+	dev := &system{URL: srv.URL, Issuer: devIssuer(t), Pool: srv.Pool}
+	status, out = postDevToken(t, dev.URL, `{"user":"eve"}`)
+	require.Equal(t, http.StatusOK, status)
+	tok := out["token"]
+	require.NotEmpty(t, tok)
+
+	// The server takes it as eve's...
+	var mine struct {
+		MyReservations struct {
+			Edges []any `json:"edges"`
+		} `json:"myReservations"`
+	}
+	r := dev.gql(t, http.DefaultClient, tok, `{ myReservations { edges { cursor } } }`, nil, &mine)
+	require.Empty(t, r.Errors, "a buyer token the server accepts")
+	// ...and as a buyer's only.
+	var created struct {
+		CreateProduct struct {
+			UserErrors []userError `json:"userErrors"`
+		} `json:"createProduct"`
+	}
+	r = dev.gql(t, http.DefaultClient, tok,
+		`mutation { createProduct(input: {sku: "EVE-1", name: "x", price: {amount: 1, currency: "EUR"}, stock: 1}) { userErrors { code message } } }`, nil, &created)
+	require.Empty(t, r.Errors)
+	require.Len(t, created.CreateProduct.UserErrors, 1)
+	require.Equal(t, "FORBIDDEN", created.CreateProduct.UserErrors[0].Code)
+
+	status, out = postDevToken(t, dev.URL, `{"user":"eve","admin":true}`)
+	require.Equal(t, http.StatusBadRequest, status, "asking for admin is refused")
+	require.Empty(t, out["token"])
+	status, out = postDevToken(t, dev.URL, `{"user":"not a valid id!"}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, out["error"], "not a valid id!")
+}
