@@ -132,8 +132,9 @@ type Config struct {
 
 	// Dev enables development mode (DROPLINE_DEV: 1/true/yes/on).
 	// Default: false. Dev mode allows the built-in DevJWTSecret, enables
-	// GraphQL introspection, allows DevOrigin for CORS and defaults the log
-	// format to "console", and listens on loopback only (see Addr).
+	// GraphQL introspection, allows DevOrigin for CORS, defaults the log
+	// format to "console", serves POST /dev/token (buyer tokens for the demo
+	// shop's sign-in) and listens on loopback only (see Addr).
 	Dev bool
 
 	// DevAllowRemote lets dev mode listen on a non-loopback address
