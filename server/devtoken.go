@@ -32,7 +32,7 @@ type devTokenInfo struct {
 	Usage     string `json:"usage"`
 }
 
-const devTokenUsage = `POST {"user": NAME} for a buyer token`
+const devSignInUsage = `POST {"user": NAME} for a buyer token`
 
 // devTokenHandler serves POST /dev/token {"user": NAME} -> {"token": …}.
 //
@@ -48,11 +48,11 @@ func devTokenHandler(mint DevTokenFunc) http.Handler {
 		switch r.Method {
 		case http.MethodPost:
 		case http.MethodGet, http.MethodHead:
-			writeJSON(w, r, http.StatusOK, devTokenInfo{DevSignIn: true, Usage: devTokenUsage})
+			writeJSON(w, r, http.StatusOK, devTokenInfo{DevSignIn: true, Usage: devSignInUsage})
 			return
 		default:
 			w.Header().Set("Allow", "GET, HEAD, POST")
-			writeJSON(w, r, http.StatusMethodNotAllowed, errorBody{Error: devTokenUsage})
+			writeJSON(w, r, http.StatusMethodNotAllowed, errorBody{Error: devSignInUsage})
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" {

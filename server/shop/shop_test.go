@@ -24,7 +24,13 @@ func newServer(t *testing.T) *httptest.Server {
 	return srv
 }
 
-func get(t *testing.T, srv *httptest.Server, method, target string) (*http.Response, string) {
+// reply is what the tests look at of a response; its body is read and closed.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func get(t *testing.T, srv *httptest.Server, method, target string) (reply, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, srv.URL+target, nil)
 	require.NoError(t, err)
@@ -35,7 +41,7 @@ func get(t *testing.T, srv *httptest.Server, method, target string) (*http.Respo
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp, string(body)
+	return reply{StatusCode: resp.StatusCode, Header: resp.Header}, string(body)
 }
 
 var (
