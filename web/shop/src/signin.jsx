@@ -77,7 +77,11 @@ export function SignIn({ user, onToken }) {
           {error}
         </span>
       )}
-      {dev && <span className="signin-hint">dev mode: any name gets a buyer token</span>}
+      <span className="signin-hint">
+        {dev
+          ? 'dev mode: any name gets a buyer token'
+          : 'a buyer token from your own sign-in (or: dropline token --user NAME)'}
+      </span>
     </form>
   );
 }
