@@ -172,29 +172,15 @@ func npmCI(t *testing.T, dir, marker string) {
 	require.NoError(t, err, "npm ci in %s:\n%s", dir, out)
 }
 
-var (
-	binaryOnce sync.Once
-	binaryPath string
-	binaryErr  error
-)
-
-// dropline builds the real binary once per test run.
+// dropline builds the real binary into the test's temporary directory (the
+// build cache makes every build after the first a link), so nothing is
+// left behind.
 func dropline(t *testing.T) string {
 	t.Helper()
-	binaryOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "dropline-e2e-")
-		if err != nil {
-			binaryErr = err
-			return
-		}
-		binaryPath = filepath.Join(dir, "dropline")
-		out, err := exec.Command("go", "build", "-o", binaryPath, "github.com/dropline/dropline/cmd/dropline").CombinedOutput()
-		if err != nil {
-			binaryErr = fmt.Errorf("building dropline: %w\n%s", err, out)
-		}
-	})
-	require.NoError(t, binaryErr)
-	return binaryPath
+	bin := filepath.Join(t.TempDir(), "dropline")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/dropline/dropline/cmd/dropline").CombinedOutput()
+	require.NoError(t, err, "building dropline:\n%s", out)
+	return bin
 }
 
 // binaryServer is one `dropline serve` process with its own database and
