@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/lua"
@@ -251,23 +250,6 @@ func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (reb
 		return false, r, err
 	}
 	return true, r, nil
-}
-
-// holdGen reads the generation of a SKU and of a hold, in that order.
-func (e *Engine) holdGen(ctx context.Context, sku, token string) (skuGen, holdGen string, err error) {
-	partition, err := parseToken(token)
-	if err != nil {
-		return "", "", err
-	}
-	vals, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HGet(ctx, e.keys.SKU(sku), "gen")
-		p.HGet(ctx, e.keys.Hold(partition, token), "gen")
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", "", unavailable("checking hold", err)
-	}
-	return vals[0].(*redis.StringCmd).Val(), vals[1].(*redis.StringCmd).Val(), nil
 }
 
 func (e *Engine) commitAnswerFromLedger(r Reservation, err error) (Reservation, error) {
