@@ -11,8 +11,11 @@
 //
 // Order of protections for one request, outermost first: request id, CORS
 // allow-list (403 before anything runs), body size (413), auth.Middleware,
-// stream caps (websocket/SSE only), transport (websocket, SSE, POST
-// application/json, GET queries only), parser token limit,
+// stream caps (websocket/SSE only), transport (websocket, SSE, then
+// httpTransport: POST application/json, GET for queries only, 405 for a
+// mutation; a request that never executes answers without a data entry,
+// 200 for application/json and 400 for application/graphql-response+json,
+// as the GraphQL over HTTP specification asks), parser token limit,
 // validation, then before any resolver: complexity, depth and the cap on
 // root mutation fields, so an aliased mutation bomb is refused whole. Each
 // mutation then needs a verified principal and a unit of that principal's

@@ -192,10 +192,9 @@ func NewHandler(cfg Config) http.Handler {
 	return h
 }
 
-// addTransports is the one place transports are chosen. POST accepts only
-// application/json, so a cross-site HTML form (which cannot send that
-// without a preflight) never reaches a mutation; GET serves queries only
-// (gqlgen refuses mutations over GET with 406). Subscriptions ride on
+// addTransports is the one place transports are chosen. Queries and
+// mutations go over plain HTTP (httpTransport: POST with an
+// application/json body, GET for queries only). Subscriptions ride on
 // websockets (graphql-transport-ws and the legacy graphql-ws) or on GraphQL
 // over SSE (a POST with Accept: text/event-stream), which must come before
 // POST as both accept application/json. gqlgen picks the first transport
@@ -203,8 +202,8 @@ func NewHandler(cfg Config) http.Handler {
 func addTransports(srv *handler.Server, ws transport.Websocket, l StreamLimits) {
 	srv.AddTransport(ws)
 	srv.AddTransport(transport.SSE{KeepAlivePingInterval: l.PingInterval})
-	srv.AddTransport(transport.GET{})
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(httpTransport{method: http.MethodGet})
+	srv.AddTransport(httpTransport{method: http.MethodPost})
 }
 
 type requestIDKey struct{}

@@ -189,7 +189,9 @@ func TestTransports(t *testing.T) {
 	require.Equal(t, map[string]any{"sku": "GET"}, res.Data["product"])
 
 	res = get(`mutation { reserve(input: {sku: "GET", quantity: 1}) { userErrors { code } } }`)
-	require.Equal(t, http.StatusNotAcceptable, res.status)
+	require.Equal(t, http.StatusMethodNotAllowed, res.status, "the specification's answer to a mutation over GET")
+	require.Equal(t, http.MethodPost, res.header.Get("Allow"))
+	require.Equal(t, "BAD_REQUEST", res.Errors[0].code())
 	require.Equal(t, 0, stockOf(t, e, "GET").Held, "GET never mutates")
 
 	// A cross-site HTML form cannot post JSON: other content types never
@@ -200,6 +202,95 @@ func TestTransports(t *testing.T) {
 	req.Header.Set("Authorization", alice)
 	require.Equal(t, http.StatusBadRequest, send(t, req).status)
 	require.Equal(t, 0, stockOf(t, e, "GET").Held)
+}
+
+// TestRequestErrorsOverHTTP pins what the GraphQL over HTTP specification
+// asks of a request that never executes: 200 when the client accepts
+// application/json (only a request that is not well-formed gets 400), 400
+// when it accepts application/graphql-response+json, and no data entry
+// (not even null) with either.
+func TestRequestErrorsOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *resolvers.Config) { c.Limits.Complexity = 50 })
+	srv := httptest.NewServer(e.handler)
+	defer srv.Close()
+
+	do := func(method, accept, raw string) (int, string, map[string]json.RawMessage) {
+		var req *http.Request
+		var err error
+		if method == http.MethodGet {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(raw), &m))
+			v := url.Values{}
+			for k, x := range m {
+				if s, ok := x.(string); ok {
+					v.Set(k, s)
+				} else {
+					b, _ := json.Marshal(x)
+					v.Set(k, string(b))
+				}
+			}
+			req, err = http.NewRequest(method, srv.URL+"?"+v.Encode(), nil)
+		} else {
+			req, err = http.NewRequest(method, srv.URL, strings.NewReader(raw))
+			req.Header.Set("Content-Type", "application/json")
+		}
+		require.NoError(t, err)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]json.RawMessage
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return resp.StatusCode, resp.Header.Get("Content-Type"), out
+	}
+
+	notExecuted := map[string]string{
+		"parse":      `{"query": "{"}`,
+		"validation": `{"query": "{ nope }"}`,
+		"coercion":   `{"query": "query($s: ID!) { product(sku: $s) { sku } }", "variables": {"s": {"a": 1}}}`,
+		"complexity": `{"query": "{ products(first: 100) { edges { node { sku name } } } }"}`,
+		"apq miss":   `{"extensions": {"persistedQuery": {"version": 1, "sha256Hash": "` + strings.Repeat("0", 64) + `"}}}`,
+	}
+	for name, raw := range notExecuted {
+		for _, method := range []string{http.MethodPost, http.MethodGet} {
+			for accept, want := range map[string]int{
+				"":                                  http.StatusOK,
+				"application/json":                  http.StatusOK,
+				"*/*":                               http.StatusOK,
+				"application/graphql-response+json": http.StatusBadRequest,
+				"application/graphql-response+json, application/json;q=0.9": http.StatusBadRequest,
+			} {
+				status, ct, out := do(method, accept, raw)
+				require.Equal(t, want, status, "%s %s accepting %q", name, method, accept)
+				if want == http.StatusOK {
+					require.Equal(t, "application/json", ct)
+				} else {
+					require.Equal(t, "application/graphql-response+json", ct)
+				}
+				require.NotContains(t, out, "data", "%s %s accepting %q: it never executed", name, method, accept)
+				require.NotEmpty(t, out["errors"])
+			}
+		}
+	}
+
+	// Not well-formed: 400 whatever is accepted.
+	for _, raw := range []string{`{"qeury": "{ __typename }"}`, `{"query": 1}`, `[]`, `{`} {
+		for _, accept := range []string{"application/json", "application/graphql-response+json"} {
+			status, _, out := do(http.MethodPost, accept, raw)
+			require.Equal(t, http.StatusBadRequest, status, "%s accepting %s", raw, accept)
+			require.NotContains(t, out, "data")
+		}
+	}
+
+	// Executed: 200 and a data entry, with either media type.
+	for _, accept := range []string{"application/json", "application/graphql-response+json"} {
+		status, _, out := do(http.MethodPost, accept, `{"query": "{ product(sku: \"NONE\") { sku } }"}`)
+		require.Equal(t, http.StatusOK, status)
+		require.JSONEq(t, `{"product": null}`, string(out["data"]))
+	}
 }
 
 func TestCORS(t *testing.T) {

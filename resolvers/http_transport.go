@@ -1,0 +1,178 @@
+package resolvers
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// The media types of the GraphQL over HTTP specification.
+const (
+	mediaJSON            = "application/json"
+	mediaGraphQLResponse = "application/graphql-response+json"
+)
+
+// httpTransport serves queries and mutations over plain HTTP (GET and
+// POST) as the GraphQL over HTTP specification asks, down to its SHOULDs,
+// where gqlgen's own GET and POST transports differ:
+//
+//   - A request that never executes (a parse, validation or variable
+//     coercion failure, a refused persisted query or complexity) carries no
+//     "data" entry, with either media type.
+//   - Accepting application/json, such a failure answers 200, as every
+//     response to a well-formed request does; only a request that is not
+//     well-formed (a body that is not a JSON object with a string query,
+//     undecodable GET parameters, no query at all) gets 400.
+//   - Accepting application/graphql-response+json, it answers 400.
+//   - A mutation over GET answers 405 with Allow: POST and never runs.
+//
+// POST accepts only an application/json body, so a cross-site HTML form
+// (which cannot send that without a preflight) never reaches a mutation.
+type httpTransport struct {
+	method string
+}
+
+var _ graphql.Transport = httpTransport{}
+
+// Supports claims plain GET and POST requests (not websocket upgrades; SSE
+// is claimed first by its own transport).
+func (t httpTransport) Supports(r *http.Request) bool {
+	if r.Header.Get("Upgrade") != "" || r.Method != t.method {
+		return false
+	}
+	if t.method == http.MethodGet {
+		return true
+	}
+	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mediaType == mediaJSON
+}
+
+// Do decodes the request, runs it and writes the one response.
+func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	mediaType := responseMediaType(r.Header.Get("Accept"))
+	w.Header().Set("Content-Type", mediaType)
+	start := graphql.Now()
+	params, err := t.params(r)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		writeResponse(w, &graphql.Response{Errors: gqlerror.List{badRequest(err.Error())}})
+		return
+	}
+	params.Headers = r.Header
+	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+	if params.Query == "" && params.Extensions["persistedQuery"] == nil {
+		w.WriteHeader(http.StatusBadRequest)
+		writeResponse(w, &graphql.Response{Errors: gqlerror.List{badRequest("the request has no query")}})
+		return
+	}
+
+	ctx := r.Context()
+	opCtx, errs := exec.CreateOperationContext(ctx, params)
+	if errs != nil {
+		// Nothing executed: no data entry at all, not even null.
+		if mediaType == mediaGraphQLResponse {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+		writeResponse(w, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), errs))
+		return
+	}
+	if t.method == http.MethodGet && opCtx.Operation.Operation != ast.Query {
+		w.Header().Set("Allow", http.MethodPost)
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		writeResponse(w, &graphql.Response{Errors: gqlerror.List{badRequest("GET serves queries only: send " + string(opCtx.Operation.Operation) + "s with POST")}})
+		return
+	}
+	responses, ctx := exec.DispatchOperation(ctx, opCtx)
+	writeResponse(w, responses(ctx))
+}
+
+// params reads the request's query, operationName, variables and
+// extensions from the URL (GET) or the JSON body (POST).
+func (t httpTransport) params(r *http.Request) (*graphql.RawParams, error) {
+	p := &graphql.RawParams{}
+	if t.method == http.MethodPost {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, fmt.Errorf("could not read the request body: %v", err)
+		}
+		if err := decodeJSON(string(body), p); err != nil {
+			return nil, fmt.Errorf("the body is not a GraphQL request (a JSON object with a string query): %v", err)
+		}
+		return p, nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("the URL's parameters cannot be decoded: %v", err)
+	}
+	p.Query, p.OperationName = q.Get("query"), q.Get("operationName")
+	for name, dst := range map[string]any{"variables": &p.Variables, "extensions": &p.Extensions} {
+		if v := q.Get(name); v != "" {
+			if err := decodeJSON(v, dst); err != nil {
+				return nil, fmt.Errorf("the %s parameter is not a JSON object: %v", name, err)
+			}
+		}
+	}
+	return p, nil
+}
+
+// decodeJSON keeps numbers as json.Number, as gqlgen's transports do, so
+// large integers reach the resolvers intact.
+func decodeJSON(s string, v any) error {
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+// responseMediaType picks the response's media type from Accept: the first
+// of application/graphql-response+json and application/json it lists;
+// application/json when Accept is absent or a wildcard, as the
+// specification asks for clients that predate the newer type.
+func responseMediaType(accept string) string {
+	if strings.TrimSpace(accept) == "" {
+		return mediaJSON
+	}
+	for part := range strings.SplitSeq(accept, ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "*/*", "application/*", mediaJSON:
+			return mediaJSON
+		case mediaGraphQLResponse:
+			return mediaGraphQLResponse
+		}
+	}
+	return mediaGraphQLResponse
+}
+
+// writeResponse writes one GraphQL response; a response that never executed
+// has no data entry (graphql.Response always writes one, null when empty).
+func writeResponse(w io.Writer, resp *graphql.Response) {
+	var b []byte
+	var err error
+	if resp.Data == nil {
+		b, err = json.Marshal(struct {
+			Errors     gqlerror.List  `json:"errors,omitempty"`
+			Extensions map[string]any `json:"extensions,omitempty"`
+		}{resp.Errors, resp.Extensions})
+	} else {
+		b, err = json.Marshal(resp)
+	}
+	if err != nil {
+		b, _ = json.Marshal(map[string]any{"errors": []map[string]any{{"message": "internal error", "extensions": map[string]any{"code": CodeInternal}}}})
+	}
+	_, _ = w.Write(b)
+}
+
+func badRequest(msg string) *gqlerror.Error {
+	return &gqlerror.Error{Message: msg, Extensions: map[string]any{"code": "BAD_REQUEST"}}
+}
