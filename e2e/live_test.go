@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -181,12 +180,7 @@ func TestLiveReservationExpires(t *testing.T) {
 // missing.
 func TestLiveGraphQLWSReferenceClient(t *testing.T) {
 	t.Parallel()
-	node, err := exec.LookPath("node")
-	require.NoError(t, err, "node (v20+) is required for the graphql-ws reference client test")
-	version, err := exec.Command(node, "-p", "process.versions.node.split('.')[0]").Output()
-	require.NoError(t, err)
-	major, _ := strconv.Atoi(strings.TrimSpace(string(version)))
-	require.GreaterOrEqual(t, major, 20, "graphql-ws needs node 20 or later")
+	node := requireNode(t)
 	dir, err := filepath.Abs("node")
 	require.NoError(t, err)
 	installNodeDeps(t, dir)
@@ -264,24 +258,4 @@ func TestLiveGraphQLWSReferenceClient(t *testing.T) {
 	require.Equal(t, "LIVE-NODE", last.value.Sku)
 	require.Less(t, last.at.Sub(saleEnd), 250*time.Millisecond, "G8: converged within 250 ms of the last change")
 	t.Logf("graphql-ws client printed %d values; last %+v", len(lines), last.value.stock)
-}
-
-var npmOnce sync.Mutex
-
-// installNodeDeps runs `npm ci` when node_modules is missing.
-func installNodeDeps(t *testing.T, dir string) {
-	t.Helper()
-	npmOnce.Lock()
-	defer npmOnce.Unlock()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "graphql-ws")); err == nil {
-		return
-	}
-	npm, err := exec.LookPath("npm")
-	require.NoError(t, err, "npm is required to install the graphql-ws reference client")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "npm ci in %s:\n%s", dir, out)
 }
