@@ -101,22 +101,22 @@ func (t httpTransport) params(r *http.Request) (*graphql.RawParams, error) {
 	if t.method == http.MethodPost {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			return nil, fmt.Errorf("could not read the request body: %v", err)
+			return nil, fmt.Errorf("could not read the request body: %w", err)
 		}
 		if err := decodeJSON(string(body), p); err != nil {
-			return nil, fmt.Errorf("the body is not a GraphQL request (a JSON object with a string query): %v", err)
+			return nil, fmt.Errorf("the body is not a GraphQL request (a JSON object with a string query): %w", err)
 		}
 		return p, nil
 	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("the URL's parameters cannot be decoded: %v", err)
+		return nil, fmt.Errorf("the URL's parameters cannot be decoded: %w", err)
 	}
 	p.Query, p.OperationName = q.Get("query"), q.Get("operationName")
 	for name, dst := range map[string]any{"variables": &p.Variables, "extensions": &p.Extensions} {
 		if v := q.Get(name); v != "" {
 			if err := decodeJSON(v, dst); err != nil {
-				return nil, fmt.Errorf("the %s parameter is not a JSON object: %v", name, err)
+				return nil, fmt.Errorf("the %s parameter is not a JSON object: %w", name, err)
 			}
 		}
 	}
