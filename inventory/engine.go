@@ -143,7 +143,7 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool), keys: NewKeys(cfg.KeyPrefix),
 		scripts: map[string]*redis.Script{}, log: log, metrics: newMetrics(cfg.Registerer),
 	}
-	for _, name := range lua.All {
+	for _, name := range lua.Engine {
 		src, err := lua.Source(name)
 		if err != nil {
 			return nil, err

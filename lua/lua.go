@@ -1,6 +1,18 @@
 // Package lua holds Dropline's Redis scripts. Each script is one atomic step of
-// the inventory engine; lib.lua is prepended to every one of them, so shared
-// helpers need no second round trip. Only package inventory imports this.
+// the inventory engine or of the worker group's leases; lib.lua is prepended
+// to every one of them, so shared helpers need no second round trip.
+//
+// Every script opens with its contract: its KEYS in a fixed order, its ARGV,
+// its reply codes, and why it must be one script. The Go side builds the KEYS
+// in that order in one place (inventory/keys.go for the engine's scripts,
+// worker/keys.go for the leases').
+//
+// This package is a leaf: it imports nothing of Dropline's and knows nothing
+// of Redis clients. Package inventory imports it for the engine's scripts and
+// package worker for its lease scripts (Lease stays in worker, the only user
+// of leases; moving it into inventory would make the engine own the worker
+// group's scheduling). Dependencies keep pointing inward: worker -> inventory
+// -> lua, and worker -> lua, never the other way.
 package lua
 
 import (
@@ -29,9 +41,27 @@ const (
 	ClaimIdempotencyKey = "claim_idempotency_key"
 )
 
-// All lists every script name, for loading and for tests.
-var All = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
+// Names of the worker group's lease scripts.
+const (
+	// LeaseAcquire takes a lease and draws its fencing token.
+	LeaseAcquire = "lease_acquire"
+	// LeaseRenew extends a lease for its owner.
+	LeaseRenew = "lease_renew"
+	// LeaseRelease deletes a lease for its owner.
+	LeaseRelease = "lease_release"
+	// LeaseMembers records a live member of a worker kind and counts them.
+	LeaseMembers = "lease_members"
+)
+
+// Engine lists the inventory engine's scripts, which it loads at start-up.
+var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
 	ReconcileHold, ClaimIdempotencyKey}
+
+// Leases lists the worker group's lease scripts.
+var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}
+
+// All lists every script name, for tests.
+var All = append(append([]string{}, Engine...), Leases...)
 
 // Source returns the full text of a script: lib.lua followed by the script.
 func Source(name string) (string, error) {
@@ -48,4 +78,14 @@ func Source(name string) (string, error) {
 	b.WriteString("\n")
 	b.Write(body)
 	return b.String(), nil
+}
+
+// MustSource is Source for a script of this package, which is embedded: it
+// panics only when name is not one of the names above.
+func MustSource(name string) string {
+	src, err := Source(name)
+	if err != nil {
+		panic(err)
+	}
+	return src
 }

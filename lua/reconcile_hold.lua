@@ -10,7 +10,8 @@
 -- ARGV[9]  idempotency hash ("" when none)   ARGV[10] request fingerprint ("" when none)
 -- ARGV[11] retention seconds for a finished hold   ARGV[12] idempotency TTL seconds
 --
--- "Live" below means the hold hash carries the SKU's current generation.
+-- Returns {code}, with code as below. "Live" means the hold hash carries the
+-- SKU's current generation.
 --   ledger CANCELLED/EXPIRED, live HELD        released with the ledger's status -> RELEASED
 --   ledger CANCELLED/EXPIRED, anything else    nothing (a COMMITTING hold is settled by its
 --                                              commit, which the ledger refuses)  -> AGREES

@@ -51,7 +51,7 @@
 //
 // A lease is acquired only when free (SET NX PX) or provably stale (no
 // expiry at all), renewed every TTL/3 and released only by its owner (Lua
-// compare-and-set). Locally a holder stops acting two thirds of a TTL after
+// compare-and-set, lua/lease_*.lua). Locally a holder stops acting two thirds of a TTL after
 // its last successful renewal, before anybody else can acquire. Each process
 // keeps about Partitions/n leases of each kind (n live members), handing the
 // surplus over; a partition nobody takes is taken back after a few checks.

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
 )
 
 // LeaseConfig names a lease and sets its duration.
@@ -74,48 +75,12 @@ func NewLease(rdb redis.UniversalClient, cfg LeaseConfig) *Lease {
 	return &Lease{cfg: cfg, rdb: rdb, now: time.Now}
 }
 
-// acquireScript takes the lease when it is free, or when it is ours already
-// (a renew whose reply was lost), or when it has no expiry (stale by
-// construction). Each success draws a fresh fencing token.
-//
-// KEYS[1] lease   KEYS[2] fence counter   ARGV[1] owner   ARGV[2] ttl ms
-// Returns {1, fencing token} or {0, remaining ms of the current owner}.
-var acquireScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl >= 0 then
-    return {0, pttl}
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local f = redis.call('INCR', KEYS[2])
-if f < now then
-  f = now
-  redis.call('SET', KEYS[2], string.format('%d', f))
-end
-return {1, f}
-`)
-
-// renewScript extends the lease only for its owner. Returns 1 or 0.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`)
-
-// releaseScript deletes the lease only for its owner. Returns 1 or 0.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-return 0
-`)
+// The lease's scripts (lua/lease_*.lua; their headers give KEYS and ARGV).
+var (
+	acquireScript = redis.NewScript(lua.MustSource(lua.LeaseAcquire))
+	renewScript   = redis.NewScript(lua.MustSource(lua.LeaseRenew))
+	releaseScript = redis.NewScript(lua.MustSource(lua.LeaseRelease))
+)
 
 // Acquire tries to take the lease. It returns false, nil when another live
 // owner holds it.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/lua"
 )
 
 // leaseSet owns one worker kind's partition leases for this process. Its
@@ -84,17 +85,8 @@ func (s *leaseSet) run(ctx context.Context) error {
 }
 
 // membersScript records this process as live for one TTL, forgets lapsed
-// members and returns how many are live, on Redis' clock.
-//
-// KEYS[1] members   ARGV[1] owner   ARGV[2] ttl ms
-var membersScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 3 * tonumber(ARGV[2]))
-return redis.call('ZCARD', KEYS[1])
-`)
+// members and returns how many are live (lua/lease_members.lua).
+var membersScript = redis.NewScript(lua.MustSource(lua.LeaseMembers))
 
 func (s *leaseSet) check(ctx context.Context) error {
 	sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
