@@ -49,7 +49,7 @@ func BenchmarkReserveOverhead(b *testing.B) {
 		r.measure(b, "evalsha reserve.lua", func(i int64) error {
 			tok, who := tokenFor(p, run, i), fmt.Sprintf("buyer-%d", i%1000)
 			res, err := reserve.EvalSha(f.ctx, f.rdb,
-				[]string{keys.SKU("OVH-HOT"), keys.Hold(p, tok), keys.Quota("OVH-HOT"), keys.Idempotency("OVH-HOT", "")},
+				keys.ReserveKeys("OVH-HOT", tok, ""),
 				keys.Base(p), "OVH-HOT", who, 1, 600_000, tok, "", "", 86400, 100, 3_600_000).Slice()
 			if err != nil {
 				return err

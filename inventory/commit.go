@@ -36,12 +36,12 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 		return Reservation{}, err
 	}
 	base := e.keys.Base(partition)
+	keys := e.keys.tokenHoldKeys(partition, token)
 	// One id for this attempt, sent with every begin_commit call: a call the
 	// Redis client repeats after a lost reply is recognised as this attempt.
 	attemptID := newAttemptID()
 	for try := 0; ; try++ {
-		r, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(partition, token)},
-			base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID)
+		r, err := e.run(ctx, lua.BeginCommit, keys, base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 		}
@@ -52,7 +52,7 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 			if h.Status == StatusCommitted {
 				return h, nil
 			}
-			return e.writeSale(ctx, base, token, h, attempt{id: res.str(11), moved: res.int(12) == 1,
+			return e.writeSale(ctx, token, h, attempt{id: res.str(11), moved: res.int(12) == 1,
 				idem: res.str(13), fp: res.str(14)})
 		case "FORBIDDEN":
 			return Reservation{}, ErrForbidden
@@ -128,7 +128,7 @@ func nothingSent(err error) bool {
 }
 
 // writeSale is the durable middle of a commit and its ending in Redis.
-func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservation, a attempt) (Reservation, error) {
+func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a attempt) (Reservation, error) {
 	wctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
 	sale, err := e.ledger.RecordSale(wctx, db.Reservation{
 		Token: token, SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
@@ -138,14 +138,14 @@ func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservatio
 	var ended *db.EndedError
 	switch {
 	case err == nil:
-		return e.finishCommit(ctx, base, token, h, "COMMITTED", sale.CommittedAt, a.id)
+		return e.finishCommit(ctx, token, h, "COMMITTED", sale.CommittedAt, a.id)
 	case errors.As(err, &ended):
 		// The ledger has the hold as finished: its cancel or expiry reached
 		// Postgres after Redis was rebuilt without it. Redis gives the units
 		// back, and the buyer hears what the ledger says.
 		e.log.Warn().Str("token", token).Str("sku", h.SKU).Str("ledger", ended.Status).
 			Msg("refused the sale of a hold the ledger has as finished; releasing it in Redis")
-		if _, ferr := e.finishCommit(ctx, base, token, h, ended.Status, time.Time{}, a.id); ferr != nil {
+		if _, ferr := e.finishCommit(ctx, token, h, ended.Status, time.Time{}, a.id); ferr != nil {
 			return Reservation{}, ferr
 		}
 		if ended.Status == db.StatusExpired {
@@ -155,7 +155,7 @@ func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservatio
 	case errors.Is(err, db.ErrWouldOversell):
 		e.log.Error().Str("token", token).Str("sku", h.SKU).Msg("Postgres refused a sale beyond the total; releasing the hold")
 		if a.moved {
-			if _, ferr := e.finishCommit(ctx, base, token, h, "REFUSED", time.Time{}, a.id); ferr != nil {
+			if _, ferr := e.finishCommit(ctx, token, h, "REFUSED", time.Time{}, a.id); ferr != nil {
 				return Reservation{}, ferr
 			}
 		}
@@ -163,7 +163,7 @@ func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservatio
 	case nothingSent(err) && a.moved:
 		// Nothing reached Postgres: put the hold back as it was, unless
 		// another attempt has joined and may be writing.
-		if _, ferr := e.finishCommit(ctx, base, token, h, "RESTORE", time.Time{}, a.id); ferr != nil {
+		if _, ferr := e.finishCommit(ctx, token, h, "RESTORE", time.Time{}, a.id); ferr != nil {
 			e.log.Warn().Err(ferr).Str("token", token).Msg("could not restore hold after a failed commit; the reconciler will")
 		}
 		return Reservation{}, unavailable("committing "+token, err)
@@ -177,10 +177,10 @@ func (e *Engine) writeSale(ctx context.Context, base, token string, h Reservatio
 
 // finishCommit runs finish_commit.lua; attemptID is begin_commit's cst for
 // RESTORE and REFUSED. Replayed on the result means the script changed nothing.
-func (e *Engine) finishCommit(ctx context.Context, base, token string, h Reservation, outcome string, committedAt time.Time, attemptID string) (Reservation, error) {
+func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, outcome string, committedAt time.Time, attemptID string) (Reservation, error) {
 	partition, _ := parseToken(token)
-	r, err := e.run(ctx, lua.FinishCommit, []string{e.keys.Hold(partition, token)},
-		base, token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli(), attemptID)
+	r, err := e.run(ctx, lua.FinishCommit, e.keys.finishCommitKeys(partition, token, h.SKU),
+		token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli(), attemptID)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 	}

@@ -43,6 +43,20 @@
 // partition, so a commit finds its hold without a lookup. Keys builds every
 // name; nothing else formats a key.
 //
+// # The scripts' contract
+//
+// Each script opens with its KEYS in a fixed order, its ARGV, its replies and
+// why it is one script, and Keys has one builder per script that lists its
+// KEYS in that order (ReserveKeys, tokenHoldKeys, finishCommitKeys, ...).
+// Every key the caller can name is passed in KEYS, all of one partition and
+// so of one hash tag and one Cluster slot. A script derives a key from the
+// partition base only from data it has just read, through lib.lua's hold_key,
+// idem_key and sku_keys, and says so in its header. Four do: reserve.lua
+// (the hold an idempotency record names), begin_commit.lua and
+// release_hold.lua (the stock hash, quota hash and channel of the SKU of a
+// hold the caller knows by token only), and hydrate_sku.lua (the hash and
+// idempotency record of each hold of a chunk: thousands per call).
+//
 // # Why it cannot oversell
 //
 // Every change is one Lua script, and Redis runs a script to completion before

@@ -36,13 +36,18 @@ func PartitionOf(sku string) int {
 }
 
 // Base is the common start of every key of partition p: prefix + "{pNN}:".
-// Scripts receive it to derive the keys of a hold they have just read.
+// A script receives it only to derive keys from data it has just read (the
+// hold an idempotency record names, the SKU of a hold known by token, the
+// holds of a rebuild chunk); lib.lua's hold_key, idem_key and sku_keys build
+// them exactly as the methods here do.
 func (k Keys) Base(p int) string {
 	return k.bases[p]
 }
 
 // SKU is the stock hash of a SKU.
-func (k Keys) SKU(sku string) string { return k.Base(PartitionOf(sku)) + "sku:" + sku }
+func (k Keys) SKU(sku string) string { return k.skuIn(PartitionOf(sku), sku) }
+
+func (k Keys) skuIn(p int, sku string) string { return k.Base(p) + "sku:" + sku }
 
 // Hold is the hash of one hold; the token names its partition.
 func (k Keys) Hold(p int, token string) string { return k.Base(p) + "hold:" + token }
@@ -50,7 +55,9 @@ func (k Keys) Hold(p int, token string) string { return k.Base(p) + "hold:" + to
 // Quota is the hash of a SKU's per-principal quota counts (field: principal,
 // value: units held or bought). One hash per SKU, so a rebuild replaces every
 // count of the SKU at once and no count outlives the life it was made in.
-func (k Keys) Quota(sku string) string { return k.Base(PartitionOf(sku)) + "quota:" + sku }
+func (k Keys) Quota(sku string) string { return k.quotaIn(PartitionOf(sku), sku) }
+
+func (k Keys) quotaIn(p int, sku string) string { return k.Base(p) + "quota:" + sku }
 
 // Rebuild is the hash of a SKU's rebuild under way (gen: its generation,
 // next: the chunks written), checked by every chunk and by the publish step.
@@ -64,8 +71,10 @@ func (k Keys) RebuildQuota(sku string) string {
 
 // Idempotency is the record of a reserve's first outcome, in the SKU's partition.
 func (k Keys) Idempotency(sku, idemHash string) string {
-	return k.Base(PartitionOf(sku)) + "idem:" + idemHash
+	return k.idempotencyIn(PartitionOf(sku), idemHash)
 }
+
+func (k Keys) idempotencyIn(p int, idemHash string) string { return k.Base(p) + "idem:" + idemHash }
 
 // IdempotencyClaim pins an idempotency key to the SKU it was first used with,
 // so reusing it for another SKU (another partition) is detected. It lives in
@@ -93,7 +102,71 @@ func (k Keys) Committing(p int) string { return k.Base(p) + "committing" }
 func (k Keys) Outbox(p int) string { return k.Base(p) + "outbox" }
 
 // Channel is the sharded pub/sub channel announcing a SKU's stock.
-func (k Keys) Channel(sku string) string { return k.Base(PartitionOf(sku)) + "avail:" + sku }
+func (k Keys) Channel(sku string) string { return k.channelIn(PartitionOf(sku), sku) }
+
+func (k Keys) channelIn(p int, sku string) string { return k.Base(p) + "avail:" + sku }
+
+// The KEYS of each script, in the order its header in lua/ gives. A script
+// is passed every key its caller can name; all of them are in one partition,
+// so they share one hash tag and one Redis Cluster slot. The hold-scoped
+// builders take the partition from the hold's token and build the SKU's keys
+// in that partition, as the scripts did when they derived them: a token is
+// always made in its SKU's partition.
+
+// ReserveKeys is reserve.lua's KEYS for a new hold of sku under token, with
+// idempotency hash idemHash ("" when the call has none: the record key is
+// then a placeholder that is never written).
+func (k Keys) ReserveKeys(sku, token, idemHash string) []string {
+	p := PartitionOf(sku)
+	return []string{k.skuIn(p, sku), k.Hold(p, token), k.quotaIn(p, sku), k.idempotencyIn(p, idemHash),
+		k.Expiry(p), k.Outbox(p), k.channelIn(p, sku)}
+}
+
+// tokenHoldKeys is the KEYS of begin_commit.lua and release_hold.lua, whose
+// callers know a hold by its token only.
+func (k Keys) tokenHoldKeys(p int, token string) []string {
+	return []string{k.Hold(p, token), k.Expiry(p), k.Committing(p), k.Outbox(p)}
+}
+
+// finishCommitKeys is finish_commit.lua's KEYS.
+func (k Keys) finishCommitKeys(p int, token, sku string) []string {
+	return []string{k.Hold(p, token), k.skuIn(p, sku), k.quotaIn(p, sku), k.Expiry(p), k.Committing(p),
+		k.Outbox(p), k.channelIn(p, sku)}
+}
+
+// reconcileHoldKeys is reconcile_hold.lua's KEYS.
+func (k Keys) reconcileHoldKeys(p int, token, sku, idemHash string) []string {
+	return append(k.finishCommitKeys(p, token, sku), k.idempotencyIn(p, idemHash))
+}
+
+// applyProductKeys is apply_product.lua's KEYS.
+func (k Keys) applyProductKeys(sku string) []string {
+	return []string{k.SKU(sku), k.Channel(sku)}
+}
+
+// stageRebuildKeys is stage_rebuild.lua's KEYS.
+func (k Keys) stageRebuildKeys(sku string) []string {
+	return []string{k.SKU(sku), k.Rebuild(sku), k.RebuildQuota(sku)}
+}
+
+// hydrateKeys is hydrate_sku.lua's KEYS.
+func (k Keys) hydrateKeys(sku string) []string {
+	p := PartitionOf(sku)
+	return append(k.stageRebuildKeys(sku), k.Expiry(p), k.Outbox(p))
+}
+
+// publishKeys is publish_sku.lua's KEYS.
+func (k Keys) publishKeys(sku string) []string {
+	return append(k.stageRebuildKeys(sku), k.Quota(sku), k.Channel(sku))
+}
+
+// dueHoldsKeys is due_holds.lua's KEYS.
+func (k Keys) dueHoldsKeys(p int) []string { return []string{k.Expiry(p)} }
+
+// claimKeys is claim_idempotency_key.lua's KEYS.
+func (k Keys) claimKeys(idemHash string) []string {
+	return []string{k.IdempotencyClaim(idemHash), k.IdempotencyClaims(idemHash)}
+}
 
 // idempotencyHash scopes a client's idempotency key to its principal; the
 // hash keeps arbitrary client strings out of key names.

@@ -33,7 +33,7 @@ func (e *Engine) ExpireDue(ctx context.Context, partition, limit int) ([]Expired
 }
 
 func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload bool) ([]Expired, error) {
-	r, err := e.run(ctx, lua.DueHolds, []string{e.keys.Expiry(partition)}, limit)
+	r, err := e.run(ctx, lua.DueHolds, e.keys.dueHoldsKeys(partition), limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing due holds: %w", err)
 	}
@@ -52,7 +52,7 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 	retention := int64(e.cfg.Retention.Seconds())
 	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, tok := range tokens {
-			cmds[i] = script.EvalSha(ctx, p, []string{e.keys.Hold(partition, tok)},
+			cmds[i] = script.EvalSha(ctx, p, e.keys.tokenHoldKeys(partition, tok),
 				e.keys.Base(partition), tok, "", "0", "EXPIRED", retention)
 		}
 		return nil
@@ -121,7 +121,6 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 		return 0, unavailable("listing stuck commits", err)
 	}
 	settled := 0
-	base := e.keys.Base(partition)
 	for _, tok := range tokens {
 		h, err := e.rdb.HGetAll(ctx, e.keys.Hold(partition, tok)).Result()
 		if err != nil {
@@ -138,7 +137,7 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 		var res Reservation
 		switch {
 		case err == nil:
-			res, err = e.finishCommit(ctx, base, tok, hold, "COMMITTED", sale.CommittedAt, attemptID)
+			res, err = e.finishCommit(ctx, tok, hold, "COMMITTED", sale.CommittedAt, attemptID)
 		case errors.Is(err, db.ErrNotFound):
 			// No sale. A hold the ledger has as finished is released as such
 			// (no commit can sell it); any other goes back to HELD.
@@ -150,7 +149,7 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 			case rerr != nil && !errors.Is(rerr, db.ErrNotFound):
 				return settled, unavailable("checking reservation", rerr)
 			}
-			res, err = e.finishCommit(ctx, base, tok, hold, outcome, time.Time{}, attemptID)
+			res, err = e.finishCommit(ctx, tok, hold, outcome, time.Time{}, attemptID)
 		default:
 			return settled, unavailable("checking sale", err)
 		}

@@ -255,9 +255,7 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 // applyProductResult is applyProduct, also saying whether Redis changed
 // (false when Redis had this version or a newer one already).
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
-	partition := PartitionOf(row.SKU)
-	r, err := e.run(ctx, lua.ApplyProduct, []string{e.keys.SKU(row.SKU)},
-		e.keys.Base(partition), row.SKU, row.Version, row.Total, row.MaxPerUser,
+	r, err := e.run(ctx, lua.ApplyProduct, e.keys.applyProductKeys(row.SKU), row.SKU, row.Version, row.Total, row.MaxPerUser,
 		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt))
 	if err != nil {
 		return false, fmt.Errorf("applying product %s: %w", row.SKU, err)

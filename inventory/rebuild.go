@@ -110,9 +110,8 @@ const statusDrop = "DROP"
 // nil without writing when the SKU is loaded already.
 func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) error {
 	p := s.Product
-	keys := []string{e.keys.SKU(p.SKU), e.keys.Rebuild(p.SKU), e.keys.RebuildQuota(p.SKU)}
 	stagingTTL := int64(rebuildStagingTTL.Seconds())
-	r, err := e.run(ctx, lua.StageRebuild, keys, stagingTTL)
+	r, err := e.run(ctx, lua.StageRebuild, e.keys.stageRebuildKeys(p.SKU), stagingTTL)
 	if err != nil {
 		return err
 	}
@@ -124,7 +123,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	if err != nil {
 		return unavailable("reading Redis time", err)
 	}
-	c := chunker{e: e, keys: keys, st: st, head: []any{
+	c := chunker{e: e, keys: e.keys.hydrateKeys(p.SKU), st: st, head: []any{
 		e.keys.Base(PartitionOf(p.SKU)), p.SKU, gen, 0,
 		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), stagingTTL,
 	}, quota: map[string]int{}}
@@ -170,8 +169,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	if err != nil {
 		return err
 	}
-	r, err = e.run(ctx, lua.PublishSKU, append(keys, e.keys.Quota(p.SKU)),
-		c.head[0], p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
+	r, err = e.run(ctx, lua.PublishSKU, e.keys.publishKeys(p.SKU), p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
 		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held)
 	if err != nil {
 		return err

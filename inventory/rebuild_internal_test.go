@@ -27,7 +27,7 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 			require.NoError(t, err)
 			const sku = "STALE-1"
 			p := PartitionOf(sku)
-			keys := []string{e.keys.SKU(sku), e.keys.Rebuild(sku), e.keys.RebuildQuota(sku)}
+			keys := e.keys.stageRebuildKeys(sku)
 			stage := func() string {
 				res, err := e.run(ctx, lua.StageRebuild, keys, 300)
 				require.NoError(t, err)
@@ -35,14 +35,14 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 				return reply(res).str(1)
 			}
 			chunk := func(gen string, seq int, token, who string) string {
-				res, err := e.run(ctx, lua.HydrateSKU, keys, e.keys.Base(p), sku, gen, seq, 86400, 86400, 300,
+				res, err := e.run(ctx, lua.HydrateSKU, e.keys.hydrateKeys(sku), e.keys.Base(p), sku, gen, seq, 86400, 86400, 300,
 					1, token, who, 1, "HELD", int64(4_102_444_800_000), int64(1_700_000_000_000), 0, 0, "", "",
 					1, who, 1)
 				require.NoError(t, err)
 				return reply(res).code()
 			}
 			publish := func(gen string, chunks int) string {
-				res, err := e.run(ctx, lua.PublishSKU, append(keys, e.keys.Quota(sku)), e.keys.Base(p), sku, gen, chunks,
+				res, err := e.run(ctx, lua.PublishSKU, e.keys.publishKeys(sku), sku, gen, chunks,
 					10, 0, 0, 0, 0, 1, 1, 9)
 				require.NoError(t, err)
 				return reply(res).code()

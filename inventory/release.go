@@ -117,7 +117,7 @@ func (e *Engine) release(ctx context.Context, partition int, token string, p Pri
 	if p.Admin {
 		admin = "1"
 	}
-	r, err := e.run(ctx, lua.ReleaseHold, []string{e.keys.Hold(partition, token)},
+	r, err := e.run(ctx, lua.ReleaseHold, e.keys.tokenHoldKeys(partition, token),
 		e.keys.Base(partition), token, p.ID, admin, status, int64(e.cfg.Retention.Seconds()))
 	return reply(r), err
 }

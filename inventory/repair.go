@@ -143,8 +143,8 @@ func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Rese
 
 // reconcileHold runs reconcile_hold.lua for one ledger row and returns its code.
 func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservation) (string, error) {
-	res, err := e.run(ctx, lua.ReconcileHold, []string{e.keys.Hold(partition, r.Token)},
-		e.keys.Base(partition), r.Token, r.Status, r.SKU, r.Principal, r.Quantity,
+	res, err := e.run(ctx, lua.ReconcileHold, e.keys.reconcileHoldKeys(partition, r.Token, r.SKU, r.IdempotencyHash),
+		r.Token, r.Status, r.SKU, r.Principal, r.Quantity,
 		r.ExpiresAt.UnixMilli(), r.CreatedAt.UnixMilli(), r.IdempotencyHash, r.RequestHash,
 		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()))
 	if err != nil {

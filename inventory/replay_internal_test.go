@@ -27,7 +27,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 
 	p := PartitionOf("TWICE")
 	token := newToken(p)
-	keys := []string{e.keys.SKU("TWICE"), e.keys.Hold(p, token), e.keys.Quota("TWICE"), e.keys.Idempotency("TWICE", "")}
+	keys := e.keys.ReserveKeys("TWICE", token, "")
 	args := []any{e.keys.Base(p), "TWICE", "alice", 2, int64(60_000), token, "", "", 86400, 100, int64(3_600_000)}
 	first, err := e.run(ctx, lua.Reserve, keys, args...)
 	require.NoError(t, err)
@@ -46,14 +46,14 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	alice := Principal{ID: "alice"}
 	base := e.keys.Base(p)
 	for i := 0; i < 2; i++ {
-		b, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, token)}, base, token, "alice", 86400, "attempt-1")
+		b, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, token), base, token, "alice", 86400, "attempt-1")
 		require.NoError(t, err)
 		require.Equal(t, "OK", reply(b).code())
 	}
 	h, err := e.Reservation(ctx, alice, token)
 	require.NoError(t, err)
 	for i := 0; i < 2; i++ {
-		_, err := e.finishCommit(ctx, base, token, h, "COMMITTED", time.Now(), "")
+		_, err := e.finishCommit(ctx, token, h, "COMMITTED", time.Now(), "")
 		require.NoError(t, err)
 	}
 	s, err = e.Stock(ctx, "TWICE")
@@ -90,13 +90,13 @@ func TestRetriedBeginCommitIsTheSameAttempt(t *testing.T) {
 	p := PartitionOf("RETRY")
 	base := e.keys.Base(p)
 	args := []any{base, h.Token, "alice", 86400, "attempt-1"}
-	first, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, h.Token)}, args...)
+	first, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, h.Token), args...)
 	require.NoError(t, err)
-	retried, err := e.run(ctx, lua.BeginCommit, []string{e.keys.Hold(p, h.Token)}, args...)
+	retried, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, h.Token), args...)
 	require.NoError(t, err)
 	require.Equal(t, reply(first).str(11), reply(retried).str(11), "the same attempt id")
 	require.EqualValues(t, 1, reply(retried).int(12), "the retry is the attempt that moved the hold")
-	_, err = e.finishCommit(ctx, base, h.Token, h, "RESTORE", time.Time{}, reply(first).str(11))
+	_, err = e.finishCommit(ctx, h.Token, h, "RESTORE", time.Time{}, reply(first).str(11))
 	require.NoError(t, err)
 	st, err := r.Client.HGet(ctx, e.keys.Hold(p, h.Token), "st").Result()
 	require.NoError(t, err)

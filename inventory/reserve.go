@@ -87,8 +87,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	}
 	partition := PartitionOf(req.SKU)
 	token := newToken(partition)
-	idemKey := e.keys.Idempotency(req.SKU, idem)
-	keys := []string{e.keys.SKU(req.SKU), e.keys.Hold(partition, token), e.keys.Quota(req.SKU), idemKey}
+	keys := e.keys.ReserveKeys(req.SKU, token, idem)
 	args := []any{
 		e.keys.Base(partition), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem,
 		int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity, e.cfg.MaxHold.Milliseconds(),
@@ -153,7 +152,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 // Postgres cannot answer, the claim is taken as new (availability over a
 // double failure).
 func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) error {
-	keys := []string{e.keys.IdempotencyClaim(idem), e.keys.IdempotencyClaims(idem)}
+	keys := e.keys.claimKeys(idem)
 	ttl := int64(e.cfg.RejectionTTL.Seconds())
 	mark := ""
 	claim := func(sku string, ttl int64, checked string) (reply, error) {

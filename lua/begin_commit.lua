@@ -3,7 +3,13 @@
 -- while no sweeper can release its units.
 --
 -- KEYS[1]  {p}hold:<token>
--- ARGV[1]  partition base   ARGV[2] token   ARGV[3] principal   ARGV[4] retention seconds
+-- KEYS[2]  {p}expiry       HELD tokens by expiry (ms)
+-- KEYS[3]  {p}committing   COMMITTING tokens by start (ms)
+-- KEYS[4]  {p}outbox       the partition's event stream
+-- ARGV[1]  partition base, for the keys derived here: the caller knows the hold
+--          by token only, so its SKU's stock hash, quota hash and channel are
+--          built from the SKU read from KEYS[1] (sku_keys in lib.lua)
+-- ARGV[2]  token   ARGV[3] principal   ARGV[4] retention seconds
 -- ARGV[5]  this attempt's id, chosen by the caller (unique per attempt)
 --
 -- Returns hold_reply(code, ...) with code:
@@ -39,7 +45,9 @@ local h = hash_get(KEYS[1])
 if not h then
   return { 'NOT_FOUND' }
 end
-local gen = sku_gen(base, h['sku'])
+local k = sku_keys(base, h['sku'])
+k.hold, k.expiry, k.committing, k.outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local gen = sku_gen(k.sku)
 if not gen then
   return { 'NEEDS_HYDRATION', h['sku'] }
 end
@@ -71,7 +79,7 @@ if st == 'COMMITTING' then
   -- Join the attempt under way: this attempt's id, and a fresh start for the
   -- reconciler, which leaves a commit alone while any attempt may be writing.
   redis.call('HSET', KEYS[1], 'cst', attempt, 'cmv', '0')
-  redis.call('ZADD', base .. 'committing', now_ms(), token)
+  redis.call('ZADD', k.committing, now_ms(), token)
   return attempt_reply(0)
 end
 if st == 'CANCELLED' then
@@ -83,11 +91,11 @@ end
 
 local now = now_ms()
 if now >= tonumber(h['exp']) then
-  release(base, token, h, 'EXPIRED', now, tonumber(ARGV[4]))
+  release(k, token, h, 'EXPIRED', now, tonumber(ARGV[4]))
   return hold_reply('EXPIRED', token, h, 0)
 end
 redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', attempt, 'cmv', '1')
-redis.call('ZREM', base .. 'expiry', token)
-redis.call('ZADD', base .. 'committing', now, token)
+redis.call('ZREM', k.expiry, token)
+redis.call('ZADD', k.committing, now, token)
 h['st'] = 'COMMITTING'
 return attempt_reply(1)

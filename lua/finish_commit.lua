@@ -3,9 +3,15 @@
 -- or puts it back.
 --
 -- KEYS[1]  {p}hold:<token>
--- ARGV[1]  partition base   ARGV[2] token   ARGV[3] outcome   ARGV[4] retention seconds
--- ARGV[5]  sku   ARGV[6] principal   ARGV[7] quantity   ARGV[8] committed_ms (from Postgres)
--- ARGV[9]  the attempt id (cst) begin_commit.lua gave; RESTORE and REFUSED need it
+-- KEYS[2]  {p}sku:<sku>     the hold's SKU (the caller has it from begin_commit.lua or the hold)
+-- KEYS[3]  {p}quota:<sku>
+-- KEYS[4]  {p}expiry        HELD tokens by expiry (ms)
+-- KEYS[5]  {p}committing    COMMITTING tokens by start (ms)
+-- KEYS[6]  {p}outbox        the partition's event stream
+-- KEYS[7]  {p}avail:<sku>   the SKU's announce channel
+-- ARGV[1]  token   ARGV[2] outcome   ARGV[3] retention seconds
+-- ARGV[4]  sku   ARGV[5] principal   ARGV[6] quantity   ARGV[7] committed_ms (from Postgres)
+-- ARGV[8]  the attempt id (cst) begin_commit.lua gave; RESTORE and REFUSED need it
 --
 -- outcome is one of:
 --   COMMITTED  Postgres has the sale: make Redis agree, whatever state the hold is in.
@@ -28,19 +34,21 @@
 -- Why one script: the status change and the counter moves must land together,
 -- or a crash between them would leave units counted twice or not at all.
 
-local base, token, outcome = ARGV[1], ARGV[2], ARGV[3]
-local retention = tonumber(ARGV[4])
-local sku, who, qty = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local token, outcome = ARGV[1], ARGV[2]
+local retention = tonumber(ARGV[3])
+local sku, who, qty = ARGV[4], ARGV[5], tonumber(ARGV[6])
+local k = { hold = KEYS[1], sku = KEYS[2], quota = KEYS[3], expiry = KEYS[4], committing = KEYS[5],
+  outbox = KEYS[6], channel = KEYS[7] }
 local now = now_ms()
 
-local gen = sku_gen(base, sku)
+local gen = sku_gen(k.sku)
 if not gen then
   return { 'NEEDS_HYDRATION', sku }
 end
 local h = hash_get(KEYS[1])
 if not h or h['gen'] ~= gen then
   if outcome ~= 'COMMITTED' then
-    redis.call('ZREM', base .. 'committing', token)
+    redis.call('ZREM', k.committing, token)
     return { 'NOT_FOUND' }
   end
   -- The SKU was rebuilt from Postgres before this sale reached it, and the
@@ -64,46 +72,46 @@ if outcome == 'COMMITTED' then
     -- back to zero. held + sold + avail == total holds throughout.
     d_avail, d_held = -qty, 0
     -- A released or unknown hold is not on the principal's count: count it.
-    redis.call('HINCRBY', base .. 'quota:' .. sku, who, qty)
+    redis.call('HINCRBY', k.quota, who, qty)
   end
   h['st'] = 'COMMITTED'
-  h['cmt'] = ARGV[8]
+  h['cmt'] = ARGV[7]
   redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', tostring(qty), 'st', 'COMMITTED',
-    'cmt', ARGV[8], 'exp', h['exp'], 'ctd', h['ctd'], 'gen', gen)
+    'cmt', ARGV[7], 'exp', h['exp'], 'ctd', h['ctd'], 'gen', gen)
   redis.call('EXPIRE', KEYS[1], retention)
-  redis.call('ZREM', base .. 'expiry', token)
-  redis.call('ZREM', base .. 'committing', token)
-  bump_stock(base, sku, d_avail, d_held, qty, now)
-  emit(base, 'commit', token, h, now)
-  announce(base, sku)
+  redis.call('ZREM', k.expiry, token)
+  redis.call('ZREM', k.committing, token)
+  bump_stock(k.sku, d_avail, d_held, qty, now)
+  emit(k.outbox, 'commit', token, h, now)
+  announce(k.sku, k.channel, sku)
   return hold_reply('OK', token, h, 0)
 end
 
 if outcome == 'CANCELLED' or outcome == 'EXPIRED' then
   if st == 'COMMITTING' or st == 'HELD' then
-    release(base, token, h, outcome, now, retention)
+    release(k, token, h, outcome, now, retention)
     return hold_reply('OK', token, h, 0)
   end
-  redis.call('ZREM', base .. 'committing', token)
+  redis.call('ZREM', k.committing, token)
   return hold_reply('OK', token, h, 1)
 end
 if st ~= 'COMMITTING' then
   -- Someone else finished or released it meanwhile; nothing to undo.
-  redis.call('ZREM', base .. 'committing', token)
+  redis.call('ZREM', k.committing, token)
   return hold_reply('OK', token, h, 1)
 end
-if h['cst'] ~= ARGV[9] then
+if h['cst'] ~= ARGV[8] then
   -- Another attempt joined: it may be writing the sale right now.
   return hold_reply('OK', token, h, 1)
 end
 if outcome == 'RESTORE' then
   redis.call('HSET', KEYS[1], 'st', 'HELD')
   redis.call('HDEL', KEYS[1], 'cst', 'cmv')
-  redis.call('ZREM', base .. 'committing', token)
-  redis.call('ZADD', base .. 'expiry', h['exp'], token)
+  redis.call('ZREM', k.committing, token)
+  redis.call('ZADD', k.expiry, h['exp'], token)
   h['st'] = 'HELD'
   return hold_reply('OK', token, h, 0)
 end
 -- REFUSED
-release(base, token, h, 'CANCELLED', now, retention)
+release(k, token, h, 'CANCELLED', now, retention)
 return hold_reply('OK', token, h, 0)

@@ -6,7 +6,12 @@
 -- KEYS[1]  {p}sku:<sku>            must still be absent
 -- KEYS[2]  {p}rebuild:<sku>        the rebuild under way (gen, next)
 -- KEYS[3]  {p}rebuild:<sku>:quota  the staged quota hash
--- ARGV[1]  partition base   ARGV[2] sku   ARGV[3] generation (from stage_rebuild.lua)
+-- KEYS[4]  {p}expiry               HELD tokens by expiry (ms)
+-- KEYS[5]  {p}outbox               the partition's event stream
+-- ARGV[1]  partition base, for the per-item keys of the chunk: each hold's hash and
+--          idempotency record (up to RebuildBatch of each, named by the tokens and
+--          hashes in the chunk; passing them all in KEYS would double the call)
+-- ARGV[2]  sku   ARGV[3] generation (from stage_rebuild.lua)
 -- ARGV[4]  this chunk's number, from 0   ARGV[5] retention seconds   ARGV[6] idempotency TTL seconds
 -- ARGV[7]  seconds the staged keys live
 -- ARGV[8]  number of holds H, then H groups of 10 (status: see below):
@@ -56,13 +61,13 @@ for _ = 1, tonumber(ARGV[8]) do
   if dropped then
     st = 'EXPIRED'
   end
-  local key = base .. 'hold:' .. token
+  local key = hold_key(base, token)
   redis.call('DEL', key)
   redis.call('HSET', key, 'sku', sku, 'who', ARGV[i + 1], 'qty', ARGV[i + 2], 'st', st,
     'exp', exp, 'ctd', ARGV[i + 5], 'cmt', ARGV[i + 6], 'end', ARGV[i + 7],
     'idem', ARGV[i + 8], 'fp', ARGV[i + 9], 'gen', gen)
   if st == 'HELD' then
-    redis.call('ZADD', base .. 'expiry', exp, token)
+    redis.call('ZADD', KEYS[4], exp, token)
     -- Bounded even if this rebuild loses: the sweeper ends a hold at its
     -- expiry, and releasing it sets the retention instead.
     redis.call('PEXPIREAT', key, tonumber(exp) + retention * 1000)
@@ -72,16 +77,16 @@ for _ = 1, tonumber(ARGV[8]) do
   if dropped then
     -- Postgres still had this hold as HELD, but it is past its expiry or no
     -- longer fits the stock: record its release so the ledger closes it.
-    emit(base, 'expire', token, { sku = sku, who = ARGV[i + 1], qty = ARGV[i + 2], exp = exp,
+    emit(KEYS[5], 'expire', token, { sku = sku, who = ARGV[i + 1], qty = ARGV[i + 2], exp = exp,
       ctd = ARGV[i + 5], idem = ARGV[i + 8], fp = ARGV[i + 9], gen = gen }, now)
   end
   if ARGV[i + 8] ~= '' then
     -- The key replays for what is left of its TTL, counted from the reserve.
     local left = idem_ttl - math.floor((now - tonumber(ARGV[i + 5])) / 1000)
     if left > 0 then
-      local idem_key = base .. 'idem:' .. ARGV[i + 8]
-      redis.call('HSET', idem_key, 'fp', ARGV[i + 9], 'code', 'OK', 'tok', token)
-      redis.call('EXPIRE', idem_key, left)
+      local rec = idem_key(base, ARGV[i + 8])
+      redis.call('HSET', rec, 'fp', ARGV[i + 9], 'code', 'OK', 'tok', token)
+      redis.call('EXPIRE', rec, left)
     end
   end
   i = i + 10

@@ -1,9 +1,31 @@
 -- lib.lua: helpers shared by every Dropline script. The Go loader prepends this
 -- file to each script, so the scripts stay single atomic units on the server.
 --
--- Keys are built from a partition base such as "dl:{p07}:". Every key of one
--- partition carries the same hash tag, so a script that derives keys from its
--- base still runs on a single Redis Cluster slot.
+-- Keys. A script receives in KEYS every key its caller can name, in the
+-- order its header gives (inventory/keys.go builds them), and the helpers
+-- below take those keys as parameters. A script derives a key itself only
+-- from data it has just read: the hold an idempotency record points at, the
+-- SKU of a hold its caller knows by token only, the holds of a rebuild chunk.
+-- Each such script names that exception in its header and derives through
+-- the functions below, which mirror inventory/keys.go. They start from the
+-- partition base ("<prefix>{pNN}:", passed in ARGV), so a derived key carries
+-- the hash tag of the call's KEYS and stays in its Redis Cluster slot.
+
+-- hold_key is the hash of one hold.
+local function hold_key(base, token)
+  return base .. 'hold:' .. token
+end
+
+-- idem_key is the record of a reserve's first outcome for an idempotency hash.
+local function idem_key(base, hash)
+  return base .. 'idem:' .. hash
+end
+
+-- sku_keys returns the keys of one SKU: its stock hash, its quota hash and
+-- its announce channel.
+local function sku_keys(base, sku)
+  return { sku = base .. 'sku:' .. sku, quota = base .. 'quota:' .. sku, channel = base .. 'avail:' .. sku }
+end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -43,24 +65,24 @@ end
 -- hold counts only if it carries the generation of the SKU it belongs to: a
 -- hold left over from an earlier life (after keys were lost one by one, as
 -- eviction would) can never move units it was never counted in.
-local function sku_gen(base, sku)
-  return redis.call('HGET', base .. 'sku:' .. sku, 'gen')
+local function sku_gen(sku_key)
+  return redis.call('HGET', sku_key, 'gen')
 end
 
 -- announce publishes a SKU's stock to its sharded channel. Subscribers treat
 -- the message as a hint with a sequence number; correctness never depends on it.
 -- The JSON is built by hand: cjson prints numbers with 14 significant digits,
 -- and seq (it starts at the rebuild's time in microseconds) has 16.
-local function announce(base, sku)
-  local s = redis.call('HMGET', base .. 'sku:' .. sku, 'total', 'avail', 'held', 'sold', 'seq', 'upd')
-  redis.call('SPUBLISH', base .. 'avail:' .. sku, string.format(
+-- sku_key is the SKU's stock hash, channel its announce channel.
+local function announce(sku_key, channel, sku)
+  local s = redis.call('HMGET', sku_key, 'total', 'avail', 'held', 'sold', 'seq', 'upd')
+  redis.call('SPUBLISH', channel, string.format(
     '{"sku":%s,"total":%s,"available":%s,"held":%s,"sold":%s,"seq":%s,"at":%s}',
     cjson.encode(sku), s[1], s[2], s[3], s[4], s[5], s[6]))
 end
 
 -- bump_stock moves units between the SKU's counters and records the change.
-local function bump_stock(base, sku, d_avail, d_held, d_sold, now)
-  local key = base .. 'sku:' .. sku
+local function bump_stock(key, d_avail, d_held, d_sold, now)
   if d_avail ~= 0 then redis.call('HINCRBY', key, 'avail', d_avail) end
   if d_held ~= 0 then redis.call('HINCRBY', key, 'held', d_held) end
   if d_sold ~= 0 then redis.call('HINCRBY', key, 'sold', d_sold) end
@@ -73,31 +95,30 @@ end
 -- is the generation of the SKU the hold lived in: the write-behind worker
 -- compares it with the SKU's generation after writing the event, to tell a
 -- SKU rebuilt from a ledger that did not have the event yet what it says now.
-local function emit(base, kind, token, h, now)
-  redis.call('XADD', base .. 'outbox', '*',
+local function emit(outbox, kind, token, h, now)
+  redis.call('XADD', outbox, '*',
     'id', kind .. ':' .. token, 'type', kind, 'tok', token, 'sku', h['sku'], 'who', h['who'],
     'qty', h['qty'], 'exp', h['exp'], 'ctd', h['ctd'], 'at', tostring(now),
     'idem', h['idem'] or '', 'fp', h['fp'] or '', 'gen', h['gen'] or '')
 end
 
 -- release returns a HELD hold's units to the SKU. Callers have checked that the
--- hold is HELD; status is CANCELLED or EXPIRED.
-local function release(base, token, h, status, now, retention)
+-- hold is HELD; status is CANCELLED or EXPIRED. k names the keys it touches:
+-- hold, sku, quota, channel, expiry, committing, outbox.
+local function release(k, token, h, status, now, retention)
   local qty = tonumber(h['qty'])
-  local hold_key = base .. 'hold:' .. token
-  redis.call('HSET', hold_key, 'st', status, 'end', now)
-  redis.call('EXPIRE', hold_key, retention)
-  redis.call('ZREM', base .. 'expiry', token)
-  redis.call('ZREM', base .. 'committing', token)
-  local quota_key = base .. 'quota:' .. h['sku']
-  if redis.call('HINCRBY', quota_key, h['who'], -qty) <= 0 then
-    redis.call('HDEL', quota_key, h['who'])
+  redis.call('HSET', k.hold, 'st', status, 'end', now)
+  redis.call('EXPIRE', k.hold, retention)
+  redis.call('ZREM', k.expiry, token)
+  redis.call('ZREM', k.committing, token)
+  if redis.call('HINCRBY', k.quota, h['who'], -qty) <= 0 then
+    redis.call('HDEL', k.quota, h['who'])
   end
-  bump_stock(base, h['sku'], qty, -qty, 0, now)
+  bump_stock(k.sku, qty, -qty, 0, now)
   h['st'] = status
   h['end'] = tostring(now)
-  emit(base, status == 'CANCELLED' and 'cancel' or 'expire', token, h, now)
-  announce(base, h['sku'])
+  emit(k.outbox, status == 'CANCELLED' and 'cancel' or 'expire', token, h, now)
+  announce(k.sku, k.channel, h['sku'])
 end
 
 -- hold_reply is the common reply for a hold:

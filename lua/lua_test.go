@@ -2,6 +2,7 @@ package lua
 
 import (
 	"io/fs"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -55,6 +56,42 @@ func leadingComment(s string) string {
 	for _, line := range strings.Split(s, "\n") {
 		if !strings.HasPrefix(line, "--") {
 			break
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+// TestKeysComeFromTheCaller checks that no script builds a key name itself:
+// every key its caller can name comes in KEYS, and a key derived from data a
+// script has just read goes through lib.lua's hold_key, idem_key or
+// sku_keys, in a script whose header names that exception.
+func TestKeysComeFromTheCaller(t *testing.T) {
+	keyNames := regexp.MustCompile(`'(sku|hold|quota|idem|avail|rebuild|lease|members):|'(expiry|committing|outbox|epoch)'|\.\. *'[a-z]+:`)
+	derives := regexp.MustCompile(`\b(hold_key|idem_key|sku_keys)\(`)
+	for _, name := range All {
+		body, err := files.ReadFile(name + ".lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := withoutComments(string(body))
+		if m := keyNames.FindString(code); m != "" {
+			t.Errorf("%s builds a key name itself (%s): pass it in KEYS", name, m)
+		}
+		if derives.MatchString(code) {
+			header := leadingComment(string(body))
+			if !strings.Contains(header, "partition base, for the") {
+				t.Errorf("%s derives keys from the partition base, but its header does not say which and why", name)
+			}
+		}
+	}
+}
+
+func withoutComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
 		}
 		b.WriteString(line + "\n")
 	}

@@ -6,10 +6,11 @@
 -- KEYS[2]  {p}rebuild:<sku>        the rebuild under way (gen, next)
 -- KEYS[3]  {p}rebuild:<sku>:quota  the staged quota hash
 -- KEYS[4]  {p}quota:<sku>          the SKU's quota hash
--- ARGV[1]  partition base   ARGV[2] sku   ARGV[3] generation   ARGV[4] number of chunks written
--- ARGV[5]  total   ARGV[6] sold   ARGV[7] max per user (0 = none)
--- ARGV[8]  sale start ms (0 = none)   ARGV[9] sale end ms (0 = none)   ARGV[10] product version
--- ARGV[11] held   ARGV[12] available
+-- KEYS[5]  {p}avail:<sku>          the SKU's announce channel
+-- ARGV[1]  sku   ARGV[2] generation   ARGV[3] number of chunks written
+-- ARGV[4]  total   ARGV[5] sold   ARGV[6] max per user (0 = none)
+-- ARGV[7]  sale start ms (0 = none)   ARGV[8] sale end ms (0 = none)   ARGV[9] product version
+-- ARGV[10] held   ARGV[11] available
 --
 -- Returns {'OK'} after publishing, {'EXISTS'} when the SKU is already loaded,
 -- or {'STALE'} when a newer rebuild has staged since or a chunk is missing
@@ -26,11 +27,11 @@ if redis.call('HEXISTS', KEYS[1], 'gen') == 1 then
   return { 'EXISTS' }
 end
 local r = redis.call('HMGET', KEYS[2], 'gen', 'next')
-if r[1] ~= ARGV[3] or r[2] ~= ARGV[4] then
+if r[1] ~= ARGV[2] or r[2] ~= ARGV[3] then
   return { 'STALE' }
 end
 
-local base, sku, gen = ARGV[1], ARGV[2], ARGV[3]
+local sku, gen = ARGV[1], ARGV[2]
 if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('RENAME', KEYS[3], KEYS[4])
   redis.call('PERSIST', KEYS[4])
@@ -40,7 +41,7 @@ end
 redis.call('DEL', KEYS[2])
 -- Anything left under the stock hash's name is not a loaded SKU (it has no gen).
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'total', ARGV[5], 'sold', ARGV[6], 'held', ARGV[11], 'avail', ARGV[12],
-  'max', ARGV[7], 'start', ARGV[8], 'end', ARGV[9], 'ver', ARGV[10], 'seq', gen, 'upd', now_ms(), 'gen', gen)
-announce(base, sku)
+redis.call('HSET', KEYS[1], 'total', ARGV[4], 'sold', ARGV[5], 'held', ARGV[10], 'avail', ARGV[11],
+  'max', ARGV[6], 'start', ARGV[7], 'end', ARGV[8], 'ver', ARGV[9], 'seq', gen, 'upd', now_ms(), 'gen', gen)
+announce(KEYS[1], KEYS[5], sku)
 return { 'OK' }

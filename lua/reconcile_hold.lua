@@ -5,10 +5,17 @@
 -- hold as HELD past its expiry that Redis does not have.
 --
 -- KEYS[1]  {p}hold:<token>
--- ARGV[1]  partition base   ARGV[2] token   ARGV[3] the ledger's status (HELD, CANCELLED or EXPIRED)
--- ARGV[4]  sku   ARGV[5] principal   ARGV[6] quantity   ARGV[7] expires_ms   ARGV[8] created_ms
--- ARGV[9]  idempotency hash ("" when none)   ARGV[10] request fingerprint ("" when none)
--- ARGV[11] retention seconds for a finished hold   ARGV[12] idempotency TTL seconds
+-- KEYS[2]  {p}sku:<sku>
+-- KEYS[3]  {p}quota:<sku>
+-- KEYS[4]  {p}expiry        HELD tokens by expiry (ms)
+-- KEYS[5]  {p}committing    COMMITTING tokens by start (ms)
+-- KEYS[6]  {p}outbox        the partition's event stream
+-- KEYS[7]  {p}avail:<sku>   the SKU's announce channel
+-- KEYS[8]  {p}idem:<hash>   the hold's idempotency record (a placeholder key when there is none)
+-- ARGV[1]  token   ARGV[2] the ledger's status (HELD, CANCELLED or EXPIRED)
+-- ARGV[3]  sku   ARGV[4] principal   ARGV[5] quantity   ARGV[6] expires_ms   ARGV[7] created_ms
+-- ARGV[8]  idempotency hash ("" when none)   ARGV[9] request fingerprint ("" when none)
+-- ARGV[10] retention seconds for a finished hold   ARGV[11] idempotency TTL seconds
 --
 -- Returns {code}, with code as below. "Live" means the hold hash carries the
 -- SKU's current generation.
@@ -29,20 +36,22 @@
 -- hold is counted in. It checks everything before its first write, and is
 -- idempotent: a second run finds the hold live and answers AGREES.
 
-local base, token, status = ARGV[1], ARGV[2], ARGV[3]
-local sku, who, qty = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local gen = sku_gen(base, sku)
+local token, status = ARGV[1], ARGV[2]
+local sku, who, qty = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local k = { hold = KEYS[1], sku = KEYS[2], quota = KEYS[3], expiry = KEYS[4], committing = KEYS[5],
+  outbox = KEYS[6], channel = KEYS[7] }
+local gen = sku_gen(k.sku)
 if not gen then
   return { 'NEEDS_HYDRATION', sku }
 end
 local h = hash_get(KEYS[1])
 local live = h ~= nil and h['gen'] == gen
 local now = now_ms()
-local retention = tonumber(ARGV[11])
+local retention = tonumber(ARGV[10])
 
 if status == 'CANCELLED' or status == 'EXPIRED' then
   if live and h['st'] == 'HELD' then
-    release(base, token, h, status, now, retention)
+    release(k, token, h, status, now, retention)
     return { 'RELEASED' }
   end
   return { 'AGREES' }
@@ -51,46 +60,45 @@ if live then
   return { 'AGREES' }
 end
 
-local idem, fp = ARGV[9], ARGV[10]
-local idem_key = base .. 'idem:' .. idem
-local rec = idem ~= '' and hash_get(idem_key) or nil
-local exp = tonumber(ARGV[7])
+local idem, fp = ARGV[8], ARGV[9]
+local idem_rec = KEYS[8]
+local rec = idem ~= '' and hash_get(idem_rec) or nil
+local exp = tonumber(ARGV[6])
 local fits = now < exp and (rec == nil or (rec['code'] == 'OK' and rec['tok'] == token))
-local quota_key = base .. 'quota:' .. sku
 if fits then
-  local s = redis.call('HMGET', base .. 'sku:' .. sku, 'avail', 'max')
-  local already = tonumber(redis.call('HGET', quota_key, who) or '0')
+  local s = redis.call('HMGET', k.sku, 'avail', 'max')
+  local already = tonumber(redis.call('HGET', k.quota, who) or '0')
   local max = tonumber(s[2] or '0')
   fits = tonumber(s[1]) >= qty and (max == 0 or already + qty <= max)
 end
 
-h = { sku = sku, who = who, qty = ARGV[6], exp = ARGV[7], ctd = ARGV[8], idem = idem, fp = fp, gen = gen }
+h = { sku = sku, who = who, qty = ARGV[5], exp = ARGV[6], ctd = ARGV[7], idem = idem, fp = fp, gen = gen }
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', base .. 'expiry', token)
+redis.call('ZREM', k.expiry, token)
 if fits then
-  redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', ARGV[6], 'st', 'HELD', 'exp', ARGV[7],
-    'ctd', ARGV[8], 'idem', idem, 'fp', fp, 'gen', gen)
-  redis.call('HINCRBY', quota_key, who, qty)
-  redis.call('ZADD', base .. 'expiry', ARGV[7], token)
-  bump_stock(base, sku, -qty, qty, 0, now)
+  redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', ARGV[5], 'st', 'HELD', 'exp', ARGV[6],
+    'ctd', ARGV[7], 'idem', idem, 'fp', fp, 'gen', gen)
+  redis.call('HINCRBY', k.quota, who, qty)
+  redis.call('ZADD', k.expiry, ARGV[6], token)
+  bump_stock(k.sku, -qty, qty, 0, now)
 else
   h['st'] = 'EXPIRED'
   h['end'] = tostring(now)
-  redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', ARGV[6], 'st', 'EXPIRED', 'exp', ARGV[7],
-    'ctd', ARGV[8], 'end', h['end'], 'idem', idem, 'fp', fp, 'gen', gen)
+  redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', ARGV[5], 'st', 'EXPIRED', 'exp', ARGV[6],
+    'ctd', ARGV[7], 'end', h['end'], 'idem', idem, 'fp', fp, 'gen', gen)
   redis.call('EXPIRE', KEYS[1], retention)
-  emit(base, 'expire', token, h, now)
+  emit(k.outbox, 'expire', token, h, now)
 end
 if idem ~= '' and rec == nil then
   -- The key replays this hold for what is left of its TTL.
-  local left = tonumber(ARGV[12]) - math.floor((now - tonumber(ARGV[8])) / 1000)
+  local left = tonumber(ARGV[11]) - math.floor((now - tonumber(ARGV[7])) / 1000)
   if left > 0 then
-    redis.call('HSET', idem_key, 'fp', fp, 'code', 'OK', 'tok', token)
-    redis.call('EXPIRE', idem_key, left)
+    redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
+    redis.call('EXPIRE', idem_rec, left)
   end
 end
 if fits then
-  announce(base, sku)
+  announce(k.sku, k.channel, sku)
   return { 'ADOPTED' }
 end
 return { 'CLOSED' }

@@ -2,7 +2,13 @@
 -- and it is idempotent: releasing twice restocks once.
 --
 -- KEYS[1]  {p}hold:<token>
--- ARGV[1]  partition base   ARGV[2] token   ARGV[3] principal ("" for the sweeper)
+-- KEYS[2]  {p}expiry       HELD tokens by expiry (ms)
+-- KEYS[3]  {p}committing   COMMITTING tokens by start (ms)
+-- KEYS[4]  {p}outbox       the partition's event stream
+-- ARGV[1]  partition base, for the keys derived here: the caller (a cancel, the
+--          sweeper) knows the hold by token only, so its SKU's stock hash, quota
+--          hash and channel are built from the SKU read from KEYS[1] (sku_keys)
+-- ARGV[2]  token   ARGV[3] principal ("" for the sweeper)
 -- ARGV[4]  "1" when the caller is an admin   ARGV[5] CANCELLED or EXPIRED
 -- ARGV[6]  retention seconds for the finished hold
 --
@@ -21,13 +27,14 @@
 
 local base, token, who, admin, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local h = hash_get(KEYS[1])
-local gen = h and sku_gen(base, h['sku'])
+local k = h and sku_keys(base, h['sku'])
+local gen = h and sku_gen(k.sku)
 if h and not gen then
   return { 'NEEDS_HYDRATION', h['sku'] }
 end
 if not h or h['gen'] ~= gen then
   if status == 'EXPIRED' then
-    redis.call('ZREM', base .. 'expiry', token)
+    redis.call('ZREM', KEYS[2], token)
   end
   return { 'NOT_FOUND' }
 end
@@ -54,5 +61,6 @@ if now >= tonumber(h['exp']) then
   -- A cancel that arrives after expiresAt records what really happened.
   status = 'EXPIRED'
 end
-release(base, token, h, status, now, tonumber(ARGV[6]))
+k.hold, k.expiry, k.committing, k.outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+release(k, token, h, status, now, tonumber(ARGV[6]))
 return hold_reply('OK', token, h, 0)

@@ -4,7 +4,11 @@
 -- KEYS[2]  {p}hold:<token>       the hold this call creates
 -- KEYS[3]  {p}quota:<sku>        units each principal holds or bought of this SKU (field: principal)
 -- KEYS[4]  {p}idem:<hash>        idempotency record (a placeholder key when there is none)
--- ARGV[1]  partition base, e.g. "dl:{p07}:"
+-- KEYS[5]  {p}expiry             HELD tokens by expiry (ms)
+-- KEYS[6]  {p}outbox             the partition's event stream
+-- KEYS[7]  {p}avail:<sku>        the SKU's announce channel
+-- ARGV[1]  partition base, for the one key derived here (e.g. "dl:{p07}:"): the hold an
+--          idempotency record names (read from KEYS[4], so the caller cannot know it)
 -- ARGV[2]  sku          ARGV[3] principal   ARGV[4] quantity   ARGV[5] hold milliseconds
 -- ARGV[6]  token        ARGV[7] request fingerprint ("" when the call has no idempotency key)
 -- ARGV[8]  idempotency hash ("" when none)   ARGV[9] idempotency TTL seconds
@@ -25,6 +29,8 @@
 -- roll a script back. A retried call (same token) replays the hold it made.
 
 local base, sku, who = ARGV[1], ARGV[2], ARGV[3]
+local sku_key, hold, quota, idem_rec = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local expiry, outbox, channel = KEYS[5], KEYS[6], KEYS[7]
 local token, fp, idem = ARGV[6], ARGV[7], ARGV[8]
 
 -- 1. Validate.
@@ -40,7 +46,7 @@ end
 local qty = tonumber(ARGV[4])
 
 -- A retry of this very call (the reply was lost) finds its own hold.
-local mine = hash_get(KEYS[2])
+local mine = hash_get(hold)
 if mine then
   if mine['who'] ~= who or mine['sku'] ~= sku then
     return { 'INVALID_INPUT', 'token', 'token already used', 0 }
@@ -50,14 +56,14 @@ end
 
 -- 2. Idempotency: replay the first outcome, refuse a different request.
 if fp ~= '' then
-  local rec = hash_get(KEYS[4])
+  local rec = hash_get(idem_rec)
   if rec then
     if rec['fp'] ~= fp then
       return { 'IDEMPOTENCY_KEY_REUSED', '', '', 1 }
     end
     if rec['code'] == 'OK' then
-      local h = hash_get(base .. 'hold:' .. rec['tok'])
-      if h and h['gen'] == sku_gen(base, sku) then
+      local h = hash_get(hold_key(base, rec['tok']))
+      if h and h['gen'] == sku_gen(sku_key) then
         return hold_reply('OK', rec['tok'], h, 1)
       end
       -- The hold outlived its retention, or was lost with an earlier life of
@@ -74,15 +80,15 @@ end
 -- what bounds the memory one principal can pin (its mutation rate times this).
 local function reject(code, a, b)
   if fp ~= '' then
-    redis.call('HSET', KEYS[4], 'fp', fp, 'code', code, 'a', tostring(a), 'b', tostring(b))
-    redis.call('EXPIRE', KEYS[4], ARGV[12])
+    redis.call('HSET', idem_rec, 'fp', fp, 'code', code, 'a', tostring(a), 'b', tostring(b))
+    redis.call('EXPIRE', idem_rec, ARGV[12])
   end
   return { code, tostring(a), tostring(b), 0 }
 end
 
 -- 3. The product must be loaded. It is not cached as a rejection: the caller
 -- rebuilds the SKU from Postgres and calls again.
-local s = redis.call('HMGET', KEYS[1], 'avail', 'max', 'start', 'end', 'gen')
+local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen')
 if not s[5] then
   return { 'NEEDS_HYDRATION', sku, '', 0 }
 end
@@ -96,7 +102,7 @@ if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
 end
 
 -- 5. Per-principal quota: units held plus units bought.
-local already = tonumber(redis.call('HGET', KEYS[3], who) or '0')
+local already = tonumber(redis.call('HGET', quota, who) or '0')
 if max > 0 and already + qty > max then
   return reject('QUOTA_EXCEEDED', max, already)
 end
@@ -111,15 +117,15 @@ local h = {
   sku = sku, who = who, qty = tostring(qty), st = 'HELD', exp = tostring(now + tonumber(ARGV[5])),
   ctd = tostring(now), idem = idem, fp = fp, gen = s[5],
 }
-redis.call('HSET', KEYS[2], 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
+redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
   'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp, 'gen', s[5])
-redis.call('HINCRBY', KEYS[3], who, qty)
-redis.call('ZADD', base .. 'expiry', h['exp'], token)
-bump_stock(base, sku, -qty, qty, 0, now)
+redis.call('HINCRBY', quota, who, qty)
+redis.call('ZADD', expiry, h['exp'], token)
+bump_stock(sku_key, -qty, qty, 0, now)
 if fp ~= '' then
-  redis.call('HSET', KEYS[4], 'fp', fp, 'code', 'OK', 'tok', token)
-  redis.call('EXPIRE', KEYS[4], ARGV[9])
+  redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
+  redis.call('EXPIRE', idem_rec, ARGV[9])
 end
-emit(base, 'reserve', token, h, now)
-announce(base, sku)
+emit(outbox, 'reserve', token, h, now)
+announce(sku_key, channel, sku)
 return hold_reply('OK', token, h, 0)
