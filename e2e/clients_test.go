@@ -2,13 +2,10 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,32 +71,4 @@ func TestClientContracts(t *testing.T) {
 	t.Logf("node --test (%s):\n%s", time.Since(start).Round(time.Millisecond), out)
 	require.NoError(t, err, "the Node client tests failed: see their output above")
 	require.Contains(t, string(out), "audit: 61 ok, 0 notices, 0 warnings, 0 errors", "every audit of the GraphQL over HTTP specification passes")
-}
-
-var npmOnce sync.Mutex
-
-// installNodeDeps runs `npm ci` in dir unless node_modules already holds
-// exactly what package-lock.json locks (a stamp of the lockfile's hash,
-// written after a successful install).
-func installNodeDeps(t *testing.T, dir string) {
-	t.Helper()
-	npmOnce.Lock()
-	defer npmOnce.Unlock()
-	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
-	require.NoError(t, err)
-	sum := sha256.Sum256(lock)
-	want := hex.EncodeToString(sum[:])
-	stamp := filepath.Join(dir, "node_modules", ".dropline-lock-sha256")
-	if got, err := os.ReadFile(stamp); err == nil && string(got) == want {
-		return
-	}
-	npm, err := exec.LookPath("npm")
-	require.NoError(t, err, "npm is required to install the Node client tests' dependencies")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "npm ci in %s:\n%s", dir, out)
-	require.NoError(t, os.WriteFile(stamp, []byte(want), 0o644))
 }

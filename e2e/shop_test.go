@@ -51,7 +51,7 @@ func TestShopInABrowser(t *testing.T) {
 	require.NoError(t, err, "chromium is required for the browser test: apt-get install -y chromium (or set CHROMIUM)")
 	dir, err := filepath.Abs("browser")
 	require.NoError(t, err)
-	npmCI(t, dir, "playwright-core")
+	installNodeDeps(t, dir)
 
 	srv := startBinary(t, map[string]string{
 		"DROPLINE_DEV":          "1",
@@ -139,37 +139,6 @@ func devIssuer(t *testing.T) *auth.Issuer {
 	iss, err := app.NewIssuer(cfg)
 	require.NoError(t, err)
 	return iss
-}
-
-func requireNode(t *testing.T) string {
-	t.Helper()
-	node, err := exec.LookPath("node")
-	require.NoError(t, err, "node (v20+) is required")
-	version, err := exec.Command(node, "-p", "process.versions.node.split('.')[0]").Output()
-	require.NoError(t, err)
-	major, _ := strconv.Atoi(strings.TrimSpace(string(version)))
-	require.GreaterOrEqual(t, major, 20, "node 20 or later is required")
-	return node
-}
-
-var npmCIOnce sync.Mutex
-
-// npmCI runs `npm ci` in dir when node_modules/marker is missing.
-func npmCI(t *testing.T, dir, marker string) {
-	t.Helper()
-	npmCIOnce.Lock()
-	defer npmCIOnce.Unlock()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", marker)); err == nil {
-		return
-	}
-	npm, err := exec.LookPath("npm")
-	require.NoError(t, err, "npm is required to install %s", marker)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "npm ci in %s:\n%s", dir, out)
 }
 
 // dropline builds the real binary into the test's temporary directory (the
