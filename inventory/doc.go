@@ -24,7 +24,8 @@
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
 //	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
 //	dl:{p07}:committing             zset   COMMITTING tokens by start, for the reconciler
-//	dl:{p07}:outbox                 stream ledger events (the write-behind outbox)
+//	dl:{p07}:outbox                 stream ledger events (the write-behind outbox, read through Outbox)
+//	dl:{p07}:outbox:dead            stream outbox entries the write-behind could not apply, for an operator
 //	dl:{p07}:avail:<sku>            sharded pub/sub channel announcing stock
 //	dl:{p07}:rebuild:<sku>          hash   gen next: a rebuild under way (see Read-repair)
 //	dl:{p07}:rebuild:<sku>:quota    hash   the quota hash that rebuild stages

@@ -195,8 +195,15 @@ func (e *Engine) Ping(ctx context.Context) error {
 // Keys exposes the key layout to the worker group and to tests.
 func (e *Engine) Keys() Keys { return e.keys }
 
-// Ledger exposes the Postgres ledger to the worker group.
+// Ledger exposes the Postgres ledger to tests.
 func (e *Engine) Ledger() *db.Ledger { return e.ledger }
+
+// ApplyEvents writes a batch read from the outbox into the ledger, fenced by
+// the writer's lease (see db.Ledger.ApplyEvents): the write-behind's one
+// Postgres write.
+func (e *Engine) ApplyEvents(ctx context.Context, fence *db.Fence, events []db.Event) error {
+	return e.ledger.ApplyEvents(ctx, fence, events)
+}
 
 // Config returns the engine's settings with defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }

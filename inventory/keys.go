@@ -101,6 +101,13 @@ func (k Keys) Committing(p int) string { return k.Base(p) + "committing" }
 // Outbox is the partition's event stream, read by the write-behind worker.
 func (k Keys) Outbox(p int) string { return k.Base(p) + "outbox" }
 
+// DeadLetters is partition p's dead-letter stream: outbox entries the
+// write-behind could not apply (undecodable, of an unknown kind, or refused
+// by Postgres too often), kept with their fields for an operator. It shares
+// the outbox's hash tag, so an entry is moved there and acknowledged in one
+// MULTI.
+func (k Keys) DeadLetters(p int) string { return k.Outbox(p) + ":dead" }
+
 // Channel is the sharded pub/sub channel announcing a SKU's stock.
 func (k Keys) Channel(sku string) string { return k.channelIn(PartitionOf(sku), sku) }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // The engine's maintenance steps, run by the worker group: expiring due holds,
-// finishing commits a crash left half-done, and decoding the outbox.
+// finishing commits a crash left half-done (the outbox is in outbox.go).
 
 // Expired describes one hold released by expiry.
 type Expired struct {
@@ -162,19 +162,4 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 		}
 	}
 	return settled, nil
-}
-
-// ParseEvent decodes one outbox stream entry into a ledger event.
-func ParseEvent(m redis.XMessage) (db.Event, error) {
-	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
-	ev := db.Event{
-		ID: str("id"), Kind: str("type"), Token: str("tok"), SKU: str("sku"), Principal: str("who"),
-		Quantity: int(num("qty")), ExpiresAt: msTime(num("exp")), CreatedAt: msTime(num("ctd")),
-		At: msTime(num("at")), IdempotencyHash: str("idem"), RequestHash: str("fp"), Gen: str("gen"),
-	}
-	if ev.ID == "" || ev.Token == "" || ev.SKU == "" || ev.Quantity <= 0 {
-		return db.Event{}, fmt.Errorf("outbox entry %s is malformed", m.ID)
-	}
-	return ev, nil
 }

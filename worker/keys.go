@@ -29,10 +29,3 @@ func (k keys) members(kind string) string { return k.inv.Base(0) + "members:" + 
 // Its disappearance means the partition's Redis lost everything (flush,
 // restart without persistence, failover to an empty replica).
 func (k keys) epoch(p int) string { return k.inv.Base(p) + "epoch" }
-
-// deadLetters is partition p's dead-letter stream: outbox entries the
-// flusher could not apply (undecodable, of an unknown kind, or refused by
-// Postgres too often), kept with their fields for an operator:
-// <prefix>{pNN}:outbox:dead. It shares the outbox's hash tag, so an entry is
-// moved there and acknowledged in one MULTI.
-func (k keys) deadLetters(p int) string { return k.inv.Outbox(p) + ":dead" }

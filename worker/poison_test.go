@@ -68,7 +68,7 @@ func TestFlusherSetsPoisonEntriesAsideAndFlushesTheRest(t *testing.T) {
 	// The refused events are retried every ClaimIdle and dead-lettered on
 	// their third refusal; then the outbox is fully acknowledged.
 	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the outbox drains, poison set aside")
-	dead, err := b.rdb.XRange(b.ctx, newKeys(keys).deadLetters(0), "-", "+").Result()
+	dead, err := b.rdb.XRange(b.ctx, keys.DeadLetters(0), "-", "+").Result()
 	require.NoError(t, err)
 	got := map[string]string{}
 	for _, d := range dead {
@@ -83,7 +83,7 @@ func TestFlusherSetsPoisonEntriesAsideAndFlushesTheRest(t *testing.T) {
 		}
 	}
 	for p := 1; p < inventory.Partitions; p++ {
-		n, err := b.rdb.Exists(b.ctx, newKeys(keys).deadLetters(p)).Result()
+		n, err := b.rdb.Exists(b.ctx, keys.DeadLetters(p)).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "partition %d has no dead letters", p)
 	}

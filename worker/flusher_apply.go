@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+)
+
+// apply writes entries to Postgres and acknowledges what it applied. Entries
+// that cannot be applied by any batch (undecodable, or of a kind this
+// version does not know) are dead-lettered first; the rest go in one fenced
+// transaction, split while Postgres refuses it (applySplit). It returns how
+// many were applied and acknowledged. The writes and acknowledgements run on
+// a context detached from a stop, so a batch that was read is finished, not
+// abandoned, on shutdown.
+func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEntry) (int, error) {
+	began := time.Now()
+	fence, ok := f.leases.Fence(p)
+	if !ok {
+		return 0, nil // lost the lease since the read; the events stay pending
+	}
+	wctx := context.WithoutCancel(ctx)
+	batch := make([]inventory.OutboxEntry, 0, len(entries))
+	var dead []inventory.DeadLetter
+	for _, e := range entries {
+		if e.Err != nil {
+			reason := deadMalformed
+			if errors.Is(e.Err, db.ErrUnknownKind) {
+				reason = deadUnknownKind
+			}
+			dead = append(dead, inventory.DeadLetter{Entry: e, Reason: reason, Err: e.Err})
+			continue
+		}
+		batch = append(batch, e)
+	}
+	if err := f.deadLetter(wctx, p, dead); err != nil {
+		return 0, err
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	if h := f.hooks.beforeApply; h != nil {
+		h(p, events(batch))
+	}
+	done, refused, err := f.applySplit(wctx, p, fence, batch)
+	if errors.Is(err, db.ErrFenced) {
+		f.leases.Lost(p)
+		err = nil // the events stay pending for the new owner
+	}
+	if len(done) > 0 {
+		evs := events(done)
+		// Redis hears what the ledger now says before anything is
+		// acknowledged: if it cannot, the batch is read, applied (a no-op)
+		// and reconciled again.
+		if rerr := f.reconcile(wctx, p, evs); rerr != nil {
+			return 0, errors.Join(err, rerr)
+		}
+		if h := f.hooks.beforeAck; err == nil && h != nil {
+			if err := h(p, evs); err != nil {
+				return 0, err
+			}
+		}
+	}
+	// What Postgres has is acknowledged even when the rest failed.
+	ids := make([]string, len(done))
+	for i, e := range done {
+		ids[i] = e.ID
+		delete(f.refusals, e.ID)
+	}
+	actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
+	ackErr := f.outbox.Ack(actx, p, ids...)
+	cancel()
+	if ackErr != nil {
+		return 0, errors.Join(err, ackErr)
+	}
+	if len(done) > 0 {
+		f.m.applied.Add(float64(len(done)))
+		f.m.batchSize.Observe(float64(len(done)))
+		f.m.batchDur.Observe(time.Since(began).Seconds())
+	}
+	if err != nil {
+		return len(done), err
+	}
+	return len(done), f.refuse(wctx, p, refused)
+}
+
+// applySplit applies batch in one fenced transaction. When Postgres refuses
+// it (db.ErrRefused: the same batch would fail again), it applies each half
+// on its own, down to single events, so only the events at fault are left
+// out: a batch of n with one bad event takes about 2·log2(n) transactions.
+// It returns what was applied, what Postgres refused alone, and the first
+// other error (an outage or a timeout, or db.ErrFenced), which stops it.
+func (f *Flusher) applySplit(ctx context.Context, p int, fence db.Fence, batch []inventory.OutboxEntry) (done, refused []inventory.OutboxEntry, err error) {
+	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+	err = f.engine.ApplyEvents(sctx, &fence, events(batch))
+	cancel()
+	switch {
+	case err == nil:
+		return batch, nil, nil
+	case !errors.Is(err, db.ErrRefused) || errors.Is(err, db.ErrFenced):
+		return nil, nil, fmt.Errorf("applying partition %d: %w", p, err)
+	case len(batch) == 1:
+		f.m.refused.Inc()
+		f.log.Error().Err(err).Int("partition", p).Str("event", batch[0].Event.ID).Str("entry", batch[0].ID).
+			Msg("Postgres refused an outbox event; it stays pending and is retried, the rest of its batch is applied")
+		return nil, batch, nil
+	}
+	mid := len(batch) / 2
+	done, refused, err = f.applySplit(ctx, p, fence, batch[:mid])
+	if err != nil {
+		return done, refused, err
+	}
+	d2, r2, err := f.applySplit(ctx, p, fence, batch[mid:])
+	return append(done, d2...), append(refused, r2...), err
+}
+
+// reconcile tells Redis what an applied batch changed in the ledger for holds
+// whose SKU was rebuilt since their events were written (see
+// inventory.Engine.ReconcileApplied).
+func (f *Flusher) reconcile(ctx context.Context, p int, events []db.Event) error {
+	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+	defer cancel()
+	n, err := f.engine.ReconcileApplied(sctx, p, events)
+	f.m.reconciled.Add(float64(n))
+	if err != nil {
+		return fmt.Errorf("reconciling partition %d with the ledger: %w", p, err)
+	}
+	return nil
+}
+
+// events are the ledger events of decoded entries.
+func events(entries []inventory.OutboxEntry) []db.Event {
+	evs := make([]db.Event, len(entries))
+	for i, e := range entries {
+		evs[i] = e.Event
+	}
+	return evs
+}

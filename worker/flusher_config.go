@@ -1,0 +1,65 @@
+package worker
+
+import "time"
+
+// FlusherConfig tunes the write-behind flusher. Zero values take the defaults
+// named on each field.
+type FlusherConfig struct {
+	Options
+	// Group is the consumer group on every outbox stream; default "dropline".
+	// The consumer name is Options.Owner.
+	Group string
+	// BatchSize is the most events read and applied in one Postgres
+	// transaction; default 500.
+	BatchSize int
+	// PollInterval is the wait after a pass over the owned partitions that
+	// found nothing; default 50 milliseconds. Reads do not block, so one
+	// goroutine serves every partition and stops promptly.
+	PollInterval time.Duration
+	// ClaimIdle is how long an event must have been delivered and not
+	// acknowledged before it is claimed from its consumer (a dead process, or
+	// an event Postgres refused); default 15 seconds.
+	ClaimIdle time.Duration
+	// ClaimInterval is how often pending events are looked at for claiming;
+	// default 1 second.
+	ClaimInterval time.Duration
+	// TrimInterval is how often acknowledged events are trimmed from the
+	// streams and the lag and backlog gauges refreshed; default 1 second.
+	TrimInterval time.Duration
+	// DrainTimeout bounds the final flush on Stop; default 5 seconds.
+	DrainTimeout time.Duration
+	// RefuseLimit is how many times Postgres may refuse one event on its own
+	// (after its batch was split down to it) before the event is moved to
+	// the partition's dead-letter stream, so it stops holding the stream's
+	// trim point back; default 5 (with ClaimIdle, about 75 seconds). A
+	// negative value keeps refused events pending for ever.
+	RefuseLimit int
+}
+
+func (c *FlusherConfig) setDefaults() {
+	c.Options.setDefaults()
+	if c.Group == "" {
+		c.Group = "dropline"
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 50 * time.Millisecond
+	}
+	if c.ClaimIdle <= 0 {
+		c.ClaimIdle = 15 * time.Second
+	}
+	if c.ClaimInterval <= 0 {
+		c.ClaimInterval = time.Second
+	}
+	if c.TrimInterval <= 0 {
+		c.TrimInterval = time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 5 * time.Second
+	}
+	if c.RefuseLimit == 0 {
+		c.RefuseLimit = 5
+	}
+}

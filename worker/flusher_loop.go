@@ -1,0 +1,144 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dropline/dropline/inventory"
+)
+
+// partitionState is what one run of the loop knows of a partition.
+type partitionState struct {
+	ownPending bool // re-read this consumer's pending events first
+	partitionBackoff
+}
+
+// loop flushes until stopped. gctx ends on a stop or a keeper failure; stop
+// ends only on a stop, which is when the final drain runs. A partition's
+// failure never ends the loop (see pass); only Redis failing the
+// measurement, which every partition needs, does.
+func (f *Flusher) loop(gctx, stop context.Context) error {
+	var state [inventory.Partitions]partitionState
+	for p := range state {
+		state[p].ownPending = true
+	}
+	var lastClaim, lastTrim time.Time
+	for {
+		if gctx.Err() != nil {
+			if stop.Err() != nil {
+				return f.drain(stop, &state)
+			}
+			return nil
+		}
+		// Measure first: the lag and backlog matter most when Postgres is
+		// down and every pass fails.
+		if time.Since(lastTrim) >= f.cfg.TrimInterval {
+			lastTrim = time.Now()
+			if err := f.trimAndMeasure(gctx); err != nil && gctx.Err() == nil {
+				return err
+			}
+		}
+		n := f.pass(gctx, &state)
+		if time.Since(lastClaim) >= f.cfg.ClaimInterval {
+			lastClaim = time.Now()
+			n += f.claimAll(gctx, &state)
+		}
+		if n == 0 {
+			t := time.NewTimer(f.cfg.PollInterval)
+			select {
+			case <-gctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// drain flushes what is left after a stop, for up to DrainTimeout.
+func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]partitionState) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), f.cfg.DrainTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		if f.pass(ctx, state) == 0 {
+			for p := range state {
+				if state[p].failures > 0 && f.leases.Held(p) {
+					f.log.Warn().Int("partition", p).Msg("final flush skipped a failing partition; its events stay pending in Redis")
+				}
+			}
+			return nil
+		}
+	}
+	f.log.Warn().Msg("final flush ran out of time; the rest stays pending in Redis")
+	return nil
+}
+
+// pass reads and applies one batch from every owned partition and returns
+// how many entries it handled. A partition that fails is logged and left
+// alone for a backoff; the others go on in the same pass.
+func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partitionState) int {
+	total := 0
+	for p := range inventory.Partitions {
+		st := &state[p]
+		if !f.leases.Held(p) || !st.due() {
+			continue
+		}
+		n, err := f.flushPartition(ctx, p, st)
+		total += n
+		f.settle(ctx, p, st, err)
+	}
+	return total
+}
+
+// settle records the outcome of one partition's flush: a failure is logged
+// and counted, and the partition backs off (doubling, MinRestartBackoff to
+// MaxRestartBackoff) while the others go on.
+func (f *Flusher) settle(ctx context.Context, p int, st *partitionState, err error) {
+	if err == nil {
+		if st.failures > 0 {
+			f.log.Info().Int("partition", p).Int("failures", st.failures).Msg("partition flushes again")
+		}
+		st.partitionBackoff = partitionBackoff{}
+		return
+	}
+	// What this consumer read stays pending on it: read it again first.
+	st.ownPending = true
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return // a stop interrupted it: the final drain goes again at once
+	}
+	delay := st.fail(f.cfg.Options)
+	f.m.failures.Inc()
+	f.log.Error().Err(err).Int("partition", p).Int("failures", st.failures).Dur("backoff", delay).
+		Msg("flushing a partition failed; its events stay pending, the other partitions go on")
+}
+
+// flushPartition reads and applies one batch of partition p: this
+// consumer's pending entries first when it may have some, else new ones.
+func (f *Flusher) flushPartition(ctx context.Context, p int, st *partitionState) (int, error) {
+	if st.ownPending {
+		sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+		entries, err := f.outbox.ReadPending(sctx, p, f.cfg.BatchSize)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		if len(entries) > 0 {
+			applied, err := f.apply(ctx, p, entries)
+			if err == nil && applied < len(entries) {
+				// Some were refused or fenced: leave them to XAUTOCLAIM
+				// rather than re-reading them on every pass.
+				st.ownPending = false
+			}
+			return len(entries), err
+		}
+		st.ownPending = false
+	}
+	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+	entries, err := f.outbox.Read(sctx, p, f.cfg.BatchSize)
+	cancel()
+	if err != nil || len(entries) == 0 {
+		return 0, err
+	}
+	_, err = f.apply(ctx, p, entries)
+	return len(entries), err
+}
