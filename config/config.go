@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/worker"
 )
 
 // Environment variable names. They are exported so that error messages,
@@ -41,16 +44,17 @@ const (
 )
 
 // Defaults, exported so the README table and the tests can refer to them.
+// Those of settings a package owns are that package's defaults.
 const (
 	DefaultRedisURL        = "redis://127.0.0.1:6379/0"
 	DefaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable"
 	DefaultAddr            = ":8080"
 	DefaultDevAddr         = "127.0.0.1:8080"
-	DefaultKeyPrefix       = "dl:"
-	DefaultHoldDefault     = 600 * time.Second
-	DefaultHoldMax         = 3600 * time.Second
-	DefaultLeaseTTL        = 10 * time.Second
-	DefaultRejectionTTL    = 5 * time.Minute
+	DefaultKeyPrefix       = inventory.DefaultKeyPrefix
+	DefaultHoldDefault     = inventory.DefaultHoldDuration
+	DefaultHoldMax         = inventory.DefaultMaxHold
+	DefaultLeaseTTL        = worker.DefaultLeaseTTL
+	DefaultRejectionTTL    = inventory.DefaultRejectionTTL
 	DefaultMutationRate    = 10
 	DefaultMutationBurst   = 20
 	DefaultShutdownTimeout = 15 * time.Second

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/inventory"
 )
 
 // Problem is one invalid setting: the variable it came from and a message
@@ -38,7 +40,7 @@ func (ps Problems) Error() string {
 
 // maxHold caps DROPLINE_HOLD_MAX: idempotency records live 24 h, and a hold
 // must never outlive the record that deduplicates it.
-const maxHold = 24 * time.Hour
+const maxHold = inventory.DefaultIdempotencyTTL
 
 // Validate checks every setting and returns nil or a Problems value naming
 // each bad variable and how to fix it. It does not touch the network: an

@@ -17,7 +17,23 @@ import (
 	"github.com/dropline/dropline/lua"
 )
 
-// Config tunes the engine. Zero values take the defaults named on each field.
+// Defaults of Config, exported so the program's configuration refers to them
+// instead of repeating them.
+const (
+	DefaultKeyPrefix      = "dl:"
+	DefaultHoldDuration   = 10 * time.Minute
+	DefaultMinHold        = time.Second
+	DefaultMaxHold        = time.Hour
+	DefaultMaxQuantity    = 100
+	DefaultIdempotencyTTL = 24 * time.Hour
+	DefaultRejectionTTL   = 5 * time.Minute
+	DefaultRetention      = 24 * time.Hour
+	DefaultCommitTimeout  = 5 * time.Second
+	DefaultRebuildBatch   = 1000
+)
+
+// Config tunes the engine. Zero values take the defaults named on each field
+// (the DefaultX constants).
 type Config struct {
 	// KeyPrefix starts every Redis key; default "dl:". It must not contain
 	// braces. Tests use their own prefix to share one Redis.
@@ -58,34 +74,36 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.KeyPrefix == "" {
-		c.KeyPrefix = "dl:"
+		c.KeyPrefix = DefaultKeyPrefix
 	}
 	if c.DefaultHold == 0 {
-		c.DefaultHold = 10 * time.Minute
+		c.DefaultHold = DefaultHoldDuration
 	}
 	if c.MinHold == 0 {
-		c.MinHold = time.Second
+		c.MinHold = DefaultMinHold
 	}
 	if c.MaxHold == 0 {
-		c.MaxHold = time.Hour
+		c.MaxHold = DefaultMaxHold
 	}
 	if c.MaxQuantity == 0 {
-		c.MaxQuantity = 100
+		c.MaxQuantity = DefaultMaxQuantity
 	}
 	if c.IdempotencyTTL == 0 {
-		c.IdempotencyTTL = 24 * time.Hour
+		c.IdempotencyTTL = DefaultIdempotencyTTL
 	}
 	if c.RejectionTTL == 0 {
-		c.RejectionTTL = min(5*time.Minute, c.IdempotencyTTL)
+		// Zero is the default, never a clamp: a rejection may not outlive
+		// its key's idempotency record.
+		c.RejectionTTL = min(DefaultRejectionTTL, c.IdempotencyTTL)
 	}
 	if c.Retention == 0 {
-		c.Retention = 24 * time.Hour
+		c.Retention = DefaultRetention
 	}
 	if c.CommitTimeout == 0 {
-		c.CommitTimeout = 5 * time.Second
+		c.CommitTimeout = DefaultCommitTimeout
 	}
 	if c.RebuildBatch == 0 {
-		c.RebuildBatch = 1000
+		c.RebuildBatch = DefaultRebuildBatch
 	}
 }
 

@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// DefaultLeaseTTL is Options.LeaseTTL's default, exported so the program's
+// configuration refers to it instead of repeating it.
+const DefaultLeaseTTL = 10 * time.Second
+
 // Options are the settings every worker shares. GroupConfig passes its
 // own down to each worker whose field is zero. Zero values take the defaults
 // named on each field.
@@ -63,7 +67,7 @@ func (o *Options) setDefaults() {
 		o.Owner = defaultOwner()
 	}
 	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = 10 * time.Second
+		o.LeaseTTL = DefaultLeaseTTL
 	}
 	if o.LeaseCheck <= 0 {
 		o.LeaseCheck = 500 * time.Millisecond
