@@ -138,29 +138,68 @@ const (
 	CodeUnavailable          Code = "UNAVAILABLE"
 )
 
-var codes = []struct {
-	err  error
-	code Code
+// outcomes is the one table of business outcomes: each sentinel, its code,
+// and the message a client sees when the error is not one of the typed
+// errors above (whose own text carries the useful numbers). A wrapped
+// error's own text may carry operation names or store errors, so it is never
+// shown.
+var outcomes = []struct {
+	err     error
+	code    Code
+	message string
 }{
-	{ErrOutOfStock, CodeOutOfStock},
-	{ErrQuotaExceeded, CodeQuotaExceeded},
-	{ErrSaleNotActive, CodeSaleNotActive},
-	{ErrExpired, CodeExpired},
-	{ErrAlreadyCancelled, CodeAlreadyCancelled},
-	{ErrAlreadyCommitted, CodeAlreadyCommitted},
-	{ErrIdempotencyKeyReused, CodeIdempotencyKeyReused},
-	{ErrNotFound, CodeNotFound},
-	{ErrInvalidInput, CodeInvalidInput},
-	{ErrForbidden, CodeForbidden},
-	{ErrUnavailable, CodeUnavailable},
+	{ErrOutOfStock, CodeOutOfStock, ErrOutOfStock.Error()},
+	{ErrQuotaExceeded, CodeQuotaExceeded, ErrQuotaExceeded.Error()},
+	{ErrSaleNotActive, CodeSaleNotActive, ErrSaleNotActive.Error()},
+	{ErrExpired, CodeExpired, ErrExpired.Error()},
+	{ErrAlreadyCancelled, CodeAlreadyCancelled, ErrAlreadyCancelled.Error()},
+	{ErrAlreadyCommitted, CodeAlreadyCommitted, ErrAlreadyCommitted.Error()},
+	{ErrIdempotencyKeyReused, CodeIdempotencyKeyReused, ErrIdempotencyKeyReused.Error()},
+	{ErrNotFound, CodeNotFound, ErrNotFound.Error()},
+	{ErrInvalidInput, CodeInvalidInput, ErrInvalidInput.Error()},
+	// Whose reservation it is stays unsaid.
+	{ErrForbidden, CodeForbidden, "not allowed for this principal"},
+	{ErrUnavailable, CodeUnavailable, ErrUnavailable.Error()},
 }
 
-// CodeOf returns the business code of err, or "" when err is not a business
-// outcome (a bug or an unexpected failure, which the API reports as internal).
-func CodeOf(err error) Code {
-	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			return c.code
+// ErrorCode returns the business code of err, or "" when err is not a
+// business outcome (a bug or an unexpected failure, which the API reports as
+// internal).
+func ErrorCode(err error) Code {
+	for _, o := range outcomes {
+		if errors.Is(err, o.err) {
+			return o.code
+		}
+	}
+	return ""
+}
+
+// ErrorMessage returns the text a client may see for a business outcome:
+// the typed error's own message (it carries the useful numbers), else its
+// sentinel's public message; "" when err is not a business outcome.
+func ErrorMessage(err error) string {
+	var (
+		oos *OutOfStockError
+		qe  *QuotaExceededError
+		sna *SaleNotActiveError
+		inv *InvalidInputError
+		nf  *NotFoundError
+	)
+	switch {
+	case errors.As(err, &oos):
+		return oos.Error()
+	case errors.As(err, &qe):
+		return qe.Error()
+	case errors.As(err, &sna):
+		return sna.Error()
+	case errors.As(err, &inv):
+		return inv.Error()
+	case errors.As(err, &nf):
+		return nf.Error()
+	}
+	for _, o := range outcomes {
+		if errors.Is(err, o.err) {
+			return o.message
 		}
 	}
 	return ""

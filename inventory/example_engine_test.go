@@ -74,7 +74,7 @@ func ExampleEngine_Reserve() {
 
 	_, err = engine.Reserve(ctx, inventory.Principal{ID: "bob"}, inventory.ReserveRequest{SKU: "SNEAKER-42", Quantity: 1})
 	var oos *inventory.OutOfStockError
-	fmt.Println(errors.As(err, &oos), oos.Available, inventory.CodeOf(err))
+	fmt.Println(errors.As(err, &oos), oos.Available, inventory.ErrorCode(err))
 
 	sale, err := engine.Commit(ctx, alice, hold.Token)
 	fmt.Println(sale.Status, err)

@@ -58,7 +58,7 @@ func FuzzReserveInput(f *testing.F) {
 			if _, err := b.engine.Cancel(ctx, admin, res.Token); err != nil {
 				t.Fatalf("cancelling %s: %v", res.Token, err)
 			}
-		case inventory.CodeOf(err) == "" || errors.Is(err, inventory.ErrUnavailable):
+		case inventory.ErrorCode(err) == "" || errors.Is(err, inventory.ErrUnavailable):
 			t.Fatalf("untyped error for %+v: %v", req, err)
 		case !inventory.ValidSKU(sku) || qty < 1 || qty > 100:
 			if !errors.Is(err, inventory.ErrInvalidInput) {

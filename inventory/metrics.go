@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) outcome(op string, err error) {
 	code := "OK"
 	if err != nil {
-		code = string(CodeOf(err))
+		code = string(ErrorCode(err))
 		if code == "" {
 			code = "INTERNAL"
 		}

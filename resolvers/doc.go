@@ -3,8 +3,9 @@
 // handler that protects them (NewHandler).
 //
 // Business outcomes are values: every mutation returns a payload whose
-// userErrors carry the engine's code (inventory.CodeOf) and a field path
-// such as ["input","quantity"]; queries, which have no payload, report them
+// userErrors carry the engine's code and public message (inventory.ErrorCode
+// and inventory.ErrorMessage, one vocabulary) and a field path such as
+// ["input","quantity"]; queries, which have no payload, report them
 // as top-level errors with extensions.code. Anything the engine does not
 // classify is "internal error" with code INTERNAL and the request id; the
 // detail goes to the log only (presenter, recoverer).

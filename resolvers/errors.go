@@ -67,66 +67,36 @@ func unauthenticatedMessage(ctx context.Context) string {
 	return "this needs a bearer token: sign in first"
 }
 
+// outcome is how the API reports an engine error: its business code and
+// public message, both from the engine's one vocabulary; ok is false when
+// err is not a business outcome.
+func outcome(err error) (code inventory.Code, message string, ok bool) {
+	code = inventory.ErrorCode(err)
+	if code == "" {
+		return "", "", false
+	}
+	return code, inventory.ErrorMessage(err), true
+}
+
 // queryError turns an engine error into what a query field returns: a coded
 // top-level error for business outcomes (queries have no userErrors) and
 // an internal error otherwise.
 func queryError(err error) error {
-	if code := inventory.CodeOf(err); code != "" {
-		return &apiError{code: string(code), message: publicMessage(err, code)}
+	if code, message, ok := outcome(err); ok {
+		return &apiError{code: string(code), message: message}
 	}
 	return internal(err)
-}
-
-// sentinelMessages are the client-facing texts of sentinel outcomes; a
-// wrapped error's own text may carry operation names or store errors.
-var sentinelMessages = map[inventory.Code]string{
-	inventory.CodeExpired:              inventory.ErrExpired.Error(),
-	inventory.CodeAlreadyCancelled:     inventory.ErrAlreadyCancelled.Error(),
-	inventory.CodeAlreadyCommitted:     inventory.ErrAlreadyCommitted.Error(),
-	inventory.CodeIdempotencyKeyReused: inventory.ErrIdempotencyKeyReused.Error(),
-	inventory.CodeNotFound:             inventory.ErrNotFound.Error(),
-	inventory.CodeForbidden:            "not allowed for this principal",
-	inventory.CodeUnavailable:          inventory.ErrUnavailable.Error(),
-	inventory.CodeOutOfStock:           inventory.ErrOutOfStock.Error(),
-	inventory.CodeQuotaExceeded:        inventory.ErrQuotaExceeded.Error(),
-	inventory.CodeSaleNotActive:        inventory.ErrSaleNotActive.Error(),
-	inventory.CodeInvalidInput:         inventory.ErrInvalidInput.Error(),
-}
-
-// publicMessage is the text a client sees for a business outcome: the typed
-// error's own message (it carries the useful numbers) or the sentinel's.
-func publicMessage(err error, code inventory.Code) string {
-	var (
-		oos *inventory.OutOfStockError
-		qe  *inventory.QuotaExceededError
-		sna *inventory.SaleNotActiveError
-		inv *inventory.InvalidInputError
-		nf  *inventory.NotFoundError
-	)
-	switch {
-	case errors.As(err, &oos):
-		return oos.Error()
-	case errors.As(err, &qe):
-		return qe.Error()
-	case errors.As(err, &sna):
-		return sna.Error()
-	case errors.As(err, &inv):
-		return inv.Error()
-	case errors.As(err, &nf):
-		return nf.Error()
-	}
-	return sentinelMessages[code]
 }
 
 // userError maps an engine error to a payload's userError. It returns a
 // non-nil error only when err is not a business outcome: that is a real
 // failure and goes to the error presenter.
 func userError(err error) (*model.UserError, error) {
-	code := inventory.CodeOf(err)
-	if code == "" {
+	code, message, ok := outcome(err)
+	if !ok {
 		return nil, internal(err)
 	}
-	ue := &model.UserError{Code: model.ErrorCode(code), Message: publicMessage(err, code)}
+	ue := &model.UserError{Code: model.ErrorCode(code), Message: message}
 	var (
 		inv *inventory.InvalidInputError
 		nf  *inventory.NotFoundError
@@ -194,16 +164,16 @@ func presenter(log zerolog.Logger) graphql.ErrorPresenterFunc {
 		case errors.As(cause, &ae) && ae.code != CodeInternal:
 			out.Message = ae.message
 			out.Extensions = map[string]any{"code": ae.code}
-		case errors.As(cause, &ae) || inventory.CodeOf(cause) == "" && !isInputCoercion(ctx):
+		case errors.As(cause, &ae) || inventory.ErrorCode(cause) == "" && !isInputCoercion(ctx):
 			id := requestIDFrom(ctx)
 			if ae == nil || !ae.logged {
 				log.Error().Err(cause).Str("request_id", id).Str("path", gqlErr.Path.String()).Msg("graphql internal error")
 			}
 			out.Message = "internal error"
 			out.Extensions = map[string]any{"code": CodeInternal, "requestId": id}
-		case inventory.CodeOf(cause) != "":
-			code := inventory.CodeOf(cause)
-			out.Message = publicMessage(cause, code)
+		case inventory.ErrorCode(cause) != "":
+			code, message, _ := outcome(cause)
+			out.Message = message
 			out.Extensions = map[string]any{"code": string(code)}
 		default:
 			// A scalar or enum argument the client sent could not be read

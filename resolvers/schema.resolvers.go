@@ -201,7 +201,7 @@ func (r *queryResolver) Reservation(ctx context.Context, token string) (*model.R
 		return nil, errUnauthenticated(ctx)
 	}
 	res, err := r.deps.engine.Reservation(ctx, p, token)
-	switch code := inventory.CodeOf(err); {
+	switch code := inventory.ErrorCode(err); {
 	case err == nil:
 		return reservationModel(res), nil
 	case code == inventory.CodeNotFound || code == inventory.CodeInvalidInput:

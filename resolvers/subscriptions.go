@@ -154,8 +154,8 @@ func (d *deps) reservationChanged(ctx context.Context, token string) (<-chan *mo
 	}
 	first, err := d.engine.Reservation(ctx, p, token)
 	if err != nil {
-		if code := inventory.CodeOf(err); code == inventory.CodeInvalidInput || code == inventory.CodeNotFound {
-			return nil, &apiError{code: string(inventory.CodeNotFound), message: sentinelMessages[inventory.CodeNotFound]}
+		if code := inventory.ErrorCode(err); code == inventory.CodeInvalidInput || code == inventory.CodeNotFound {
+			return nil, &apiError{code: string(inventory.CodeNotFound), message: inventory.ErrorMessage(inventory.ErrNotFound)}
 		}
 		return nil, queryError(err)
 	}

@@ -64,7 +64,7 @@ func TestRedisFlushedMidSale(t *testing.T) {
 						t.Log("FLUSHALL after 30 sales")
 					}
 				} else {
-					commitErr[inventory.CodeOf(err)]++
+					commitErr[inventory.ErrorCode(err)]++
 				}
 				mu.Unlock()
 			}
