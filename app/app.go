@@ -37,6 +37,7 @@ import (
 
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/playground"
 	"github.com/dropline/dropline/server/shop"
@@ -369,10 +370,8 @@ func (a *App) Close(ctx context.Context) error {
 func (a *App) setup() error {
 	if a.registry == nil {
 		a.registry = prometheus.NewRegistry()
-		a.registry.MustRegister(
-			collectors.NewGoCollector(),
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		)
+		prom.Register(a.registry, collectors.NewGoCollector())
+		prom.Register(a.registry, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if a.issuer == nil {
 		iss, err := NewIssuer(a.Config)

@@ -2,6 +2,8 @@ package inventory
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dropline/dropline/internal/prom"
 )
 
 // metrics are the engine's Prometheus series. With a nil registerer they are
@@ -12,20 +14,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &metrics{
+		outcomes: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_inventory_operations_total",
 			Help: "Inventory operations by operation and outcome code (OK, OUT_OF_STOCK, ..., INTERNAL).",
-		}, []string{"op", "code"}),
-		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"op", "code"})),
+		rebuilds: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_inventory_rebuilds_total",
 			Help: "SKUs rebuilt in Redis from Postgres (new products and state Redis lost).",
-		}),
+		})),
 	}
-	if reg != nil {
-		reg.MustRegister(m.outcomes, m.rebuilds)
-	}
-	return m
 }
 
 func (m *metrics) outcome(op string, err error) {

@@ -2,6 +2,8 @@ package live
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dropline/dropline/internal/prom"
 )
 
 // metrics are the hub's Prometheus series. With a nil registerer they are
@@ -22,55 +24,51 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
+		subscriptions: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dropline_live_subscriptions",
 			Help: "Active stock subscriptions in this process.",
-		}),
-		skus: prometheus.NewGauge(prometheus.GaugeOpts{
+		})),
+		skus: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dropline_live_skus",
 			Help: "SKUs this process holds a Redis subscription for (including ones lingering after their last subscriber).",
-		}),
-		received: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		received: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_live_messages_received_total",
 			Help: "Stock announcements received from Redis pub/sub.",
-		}),
-		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		deliveries: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_live_deliveries_total",
 			Help: "Stock values handed to subscribers.",
-		}),
-		coalesced: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		coalesced: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_live_coalesced_total",
 			Help: "Stock values replaced by a newer one before delivery: per SKU (stage=sku) or in a subscriber's mailbox (stage=subscriber).",
-		}, []string{"stage"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"stage"})),
+		dropped: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_live_messages_dropped_total",
 			Help: "Announcements ignored: older than what was known (reason=stale) or unreadable (reason=invalid).",
-		}, []string{"reason"}),
-		slowDropped: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"reason"})),
+		slowDropped: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_live_slow_subscribers_dropped_total",
 			Help: "Subscribers dropped for leaving a value unread longer than the stall timeout.",
-		}),
-		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		resyncs: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_live_resyncs_total",
 			Help: "SKU re-reads from Redis by reason (subscribed, reconnect, periodic).",
-		}, []string{"reason"}),
-		resyncErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"reason"})),
+		resyncErrors: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_live_resync_errors_total",
 			Help: "Failed batches of SKU re-reads (retried).",
-		}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		reconnects: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_live_reconnects_total",
 			Help: "Pub/sub connections that came back after being lost.",
-		}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		})),
+		latency: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_live_delivery_latency_seconds",
 			Help:    "Time from a stock change (the announcement's timestamp) to its delivery to a subscriber.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .2, .25, .5, 1, 2.5, 5},
-		}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.subscriptions, m.skus, m.received, m.deliveries, m.coalesced, m.dropped,
-			m.slowDropped, m.resyncs, m.resyncErrors, m.reconnects, m.latency)
+		})),
 	}
 	return m
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dropline/dropline/internal/prom"
+
 	"github.com/dropline/dropline/auth"
 )
 
@@ -289,29 +291,26 @@ type streamMetrics struct {
 
 func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
 	m := &streamMetrics{
-		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		connections: prom.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dropline_graphql_stream_connections",
 			Help: "Open subscription connections by transport (websocket, sse).",
-		}, []string{"transport"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"transport"})),
+		refused: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_graphql_stream_refused_total",
 			Help: "Subscription connections or subscriptions refused, by reason (ip_limit, principal_limit, subscription_limit, bad_token).",
-		}, []string{"reason"}),
-		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		}, []string{"reason"})),
+		active: prom.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dropline_graphql_subscriptions_active",
 			Help: "Active GraphQL subscriptions by field.",
-		}, []string{"field"}),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"field"})),
+		sent: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_graphql_subscription_messages_total",
 			Help: "Subscription payloads handed to the transport, by field.",
-		}, []string{"field"}),
-		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"field"})),
+		ended: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_graphql_subscriptions_ended_total",
 			Help: "Subscriptions ended, by field and reason (client, complete, dropped).",
-		}, []string{"field", "reason"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.connections, m.refused, m.active, m.sent, m.ended)
+		}, []string{"field", "reason"})),
 	}
 	return m
 }

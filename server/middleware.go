@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/internal/prom"
 )
 
 // RequestIDHeader carries the request id in both directions: a sane
@@ -105,25 +106,10 @@ func newHTTPMetrics(reg *prometheus.Registry) httpMetrics {
 			Help: "HTTP requests (and websocket sessions) being served now.",
 		}),
 	}
-	m.requests = register(reg, m.requests)
-	m.duration = register(reg, m.duration)
-	m.inFlight = register(reg, m.inFlight)
+	m.requests = prom.Register(reg, m.requests)
+	m.duration = prom.Register(reg, m.duration)
+	m.inFlight = prom.Register(reg, m.inFlight)
 	return m
-}
-
-// register adds c to reg, or returns the collector already registered under
-// the same name, so two Servers can share one registry (tests do).
-func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(fmt.Sprintf("registering HTTP metrics: %v", err)) // a programming error: conflicting metric names
-	}
-	return c
 }
 
 // normalizedMethod keeps the method label bounded.

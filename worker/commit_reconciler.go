@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -91,15 +92,15 @@ func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, r
 	w := &CommitReconciler{
 		cfg: cfg, engine: engine,
 		leases: newLeaseSet("reconciler", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
-		settled: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		settled: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_commits_reconciled_total",
 			Help: "Half-done commits the reconciler settled (committed or put back to HELD).",
 		})),
-		reapplied: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		reapplied: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_products_reapplied_total",
 			Help: "Product changes committed in Postgres that the reconciler re-applied to Redis because their own Redis step had failed.",
 		})),
-		closed: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		closed: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_overdue_holds_closed_total",
 			Help: "Holds the ledger had as HELD past their expiry that Redis did not have, closed as EXPIRED.",
 		})),

@@ -1,6 +1,10 @@
 package worker
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dropline/dropline/internal/prom"
+)
 
 // flusherMetrics are the write-behind's series.
 type flusherMetrics struct {
@@ -21,46 +25,46 @@ type flusherMetrics struct {
 func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
 	return flusherMetrics{
 
-		lag: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		lag: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dropline_writebehind_lag_seconds",
 			Help: "Age of the oldest outbox event not yet applied to Postgres, over the partitions this process flushes.",
 		})),
-		backlog: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		backlog: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dropline_writebehind_backlog",
 			Help: "Outbox events not yet applied to Postgres (pending plus undelivered), over the partitions this process flushes.",
 		})),
-		batchSize: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		batchSize: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_writebehind_batch_size",
 			Help:    "Events per write-behind batch.",
 			Buckets: []float64{1, 5, 10, 25, 50, 100, 250, 500, 1000},
 		})),
-		batchDur: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		batchDur: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_writebehind_batch_duration_seconds",
 			Help:    "Time to apply and acknowledge one write-behind batch.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		})),
-		applied: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		applied: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_writebehind_events_applied_total",
 			Help: "Outbox events applied to Postgres and acknowledged (repeats of an event count again).",
 		})),
-		deadLettered: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		deadLettered: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_writebehind_dead_lettered_total",
 			Help: "Outbox entries moved to their partition's dead-letter stream instead of the ledger, by reason: malformed (undecodable), unknown_kind (written by a newer version), refused (Postgres refused the event alone RefuseLimit times).",
 		}, []string{"reason"})),
-		deadLetters: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		deadLetters: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dropline_writebehind_dead_letters",
 			Help: "Entries in the dead-letter streams of the partitions this process flushes (they wait for an operator, see docs/operations.md).",
 		})),
-		refused: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		refused: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_writebehind_events_refused_total",
 			Help: "Times Postgres refused one event on its own, after its batch was split; it stays pending and is retried every ClaimIdle.",
 		})),
 		failures: partitionFailuresVec(reg).WithLabelValues("flusher"),
-		claimed: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		claimed: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_writebehind_events_claimed_total",
 			Help: "Pending events claimed from an idle consumer with XAUTOCLAIM.",
 		})),
-		reconciled: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		reconciled: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_writebehind_holds_reconciled_total",
 			Help: "Holds of SKUs rebuilt while their events were in flight that Redis was told the ledger's state of (released, adopted or closed).",
 		})),

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -93,16 +94,16 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 	w := &HoldSweeper{
 		cfg: cfg, engine: engine, rdb: rdb,
 		leases: newLeaseSet("sweeper", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
-		delay: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		delay: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_hold_release_delay_seconds",
 			Help:    "Time from a hold's expiresAt to its units being available again, per hold released by the sweeper.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5, 10},
 		})),
-		expired: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		expired: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_holds_expired_total",
 			Help: "Holds released by the expiry sweeper.",
 		})),
-		late: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		late: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_hold_late_sweeps_total",
 			Help: "Sweeps of a partition this process does not hold the lease of, because its oldest hold was more than LateAfter past due (its owner died or stalled).",
 		})),

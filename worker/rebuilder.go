@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -78,11 +79,11 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &Rebuilder{
 		cfg: cfg, engine: engine, rdb: rdb, keys: newKeys(engine.Keys()),
-		rebuilds: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		rebuilds: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_rebuilds_total",
 			Help: "SKUs the rebuilder reloaded into Redis from Postgres after Redis lost its data.",
 		})),
-		losses: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		losses: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_redis_data_losses_total",
 			Help: "Partitions whose Redis epoch key was missing or changed: a new Redis (first start), or one that lost its data (flush, restart without persistence, failover). Their SKUs are rebuilt from Postgres.",
 		})),
