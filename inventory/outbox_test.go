@@ -1,0 +1,95 @@
+package inventory_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+)
+
+// TestOutboxReadDeadLetterAckTrim walks one partition's outbox through what
+// the write-behind does with it: entries are read decoded (bad ones carry
+// why), set aside with their fields, acknowledged, measured and trimmed, and
+// what one consumer left pending is claimed by another.
+func TestOutboxReadDeadLetterAckTrim(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "OUTBOX-1", 10, 0)
+		p := inventory.PartitionOf("OUTBOX-1")
+		keys := b.engine.Keys()
+		for i := range 3 {
+			_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "OUTBOX-1", Quantity: 1})
+			require.NoError(t, err)
+		}
+		stream := keys.Outbox(p)
+		require.NoError(t, b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{
+			"id": "refund:x", "type": "refund", "tok": "x", "sku": "OUTBOX-1", "qty": "1"}}).Err())
+		require.NoError(t, b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"junk": "1"}}).Err())
+
+		out := b.engine.Outbox("dropline", "a")
+		entries, err := out.Read(b.ctx, p, 100)
+		require.NoError(t, err)
+		require.Len(t, entries, 5)
+		var good []string
+		var dead []inventory.DeadLetter
+		for _, e := range entries {
+			if e.Err == nil {
+				require.Equal(t, "reserve", e.Event.Kind)
+				require.Equal(t, "OUTBOX-1", e.Event.SKU)
+				good = append(good, e.ID)
+				continue
+			}
+			reason := "malformed"
+			if errors.Is(e.Err, db.ErrUnknownKind) {
+				reason = "unknown_kind"
+			}
+			dead = append(dead, inventory.DeadLetter{Entry: e, Reason: reason, Err: e.Err})
+		}
+		require.Len(t, good, 3)
+		require.Len(t, dead, 2)
+
+		st, err := out.State(b.ctx, p)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, st.Backlog, "all five are pending")
+		require.False(t, st.Oldest.IsZero())
+		now, err := out.Clock(b.ctx)
+		require.NoError(t, err)
+		require.Less(t, st.Lag(now), time.Minute)
+
+		require.NoError(t, out.DeadLetter(b.ctx, p, dead))
+		letters, err := b.rdb.XRange(b.ctx, keys.DeadLetters(p), "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, letters, 2)
+		require.Equal(t, "refund", letters[0].Values["type"], "the fields stay as they were")
+		require.Equal(t, "unknown_kind", letters[0].Values["dead_reason"])
+		require.Equal(t, dead[0].Entry.ID, letters[0].Values["dead_entry"])
+		require.Equal(t, "malformed", letters[1].Values["dead_reason"])
+
+		// Another consumer claims what "a" left pending.
+		claimed, next, err := b.engine.Outbox("dropline", "b").Claim(b.ctx, p, 0, "0-0", 100)
+		require.NoError(t, err)
+		require.Len(t, claimed, 3, "the dead letters were acknowledged, the rest is still pending")
+		require.Contains(t, []string{"0-0", ""}, next)
+		require.NoError(t, out.Ack(b.ctx, p, good...))
+
+		st, err = out.State(b.ctx, p)
+		require.NoError(t, err)
+		require.EqualValues(t, 0, st.Backlog)
+		require.True(t, st.Oldest.IsZero())
+		require.EqualValues(t, 2, st.DeadLetters)
+		require.NotEmpty(t, st.TrimBelow)
+		require.NoError(t, out.Trim(b.ctx, p, st.TrimBelow))
+		n, err := b.rdb.XLen(b.ctx, stream).Result()
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, int64(1), "everything below the last delivered entry is trimmed")
+		pending, err := out.ReadPending(b.ctx, p, 100)
+		require.NoError(t, err)
+		require.Empty(t, pending)
+	})
+}
