@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -162,4 +163,52 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 		}
 	}
 	return settled, nil
+}
+
+// OldestHolds returns Redis' clock and, for each of partitions, when its
+// oldest HELD hold is due (ZRANGE ... 0 0 WITHSCORES on its expiry index, one
+// pipeline for all). A partition with no hold, or whose index could not be
+// read (one partition's failure, its owner's to report), is absent; it fails
+// only when Redis itself does.
+func (e *Engine) OldestHolds(ctx context.Context, partitions []int) (time.Time, map[int]time.Time, error) {
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("reading Redis time: %w", err)
+	}
+	cmds := make(map[int]*redis.ZSliceCmd, len(partitions))
+	_, err = e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, p := range partitions {
+			cmds[p] = pipe.ZRangeWithScores(ctx, e.keys.Expiry(p), 0, 0)
+		}
+		return nil
+	})
+	if err != nil && len(cmds) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(cmds)), func(c *redis.ZSliceCmd) bool { return c.Err() == nil }) {
+		return time.Time{}, nil, fmt.Errorf("reading the oldest holds: %w", err) // Redis itself failed
+	}
+	out := make(map[int]time.Time, len(cmds))
+	for p, c := range cmds {
+		z, err := c.Result()
+		if err != nil || len(z) == 0 {
+			continue
+		}
+		out[p] = time.UnixMilli(int64(z[0].Score))
+	}
+	return now, out, nil
+}
+
+// RebuildMissing rebuilds sku from the ledger unless Redis has it, and says
+// whether it tried: false when the lazy path or another process was first.
+// A SKU the ledger does not know counts as tried.
+func (e *Engine) RebuildMissing(ctx context.Context, sku string) (bool, error) {
+	present, err := e.rdb.Exists(ctx, e.keys.SKU(sku)).Result()
+	if err != nil {
+		return false, fmt.Errorf("checking %s: %w", sku, err)
+	}
+	if present == 1 {
+		return false, nil
+	}
+	if err := e.Rebuild(ctx, sku); err != nil && !errors.Is(err, ErrNotFound) {
+		return false, fmt.Errorf("rebuilding %s: %w", sku, err)
+	}
+	return true, nil
 }

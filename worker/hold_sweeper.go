@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,7 +78,6 @@ type HoldSweeper struct {
 	*service
 	cfg     HoldSweeperConfig
 	engine  *inventory.Engine
-	rdb     redis.UniversalClient
 	leases  *leaseSet
 	delay   prometheus.Histogram
 	expired prometheus.Counter
@@ -92,7 +89,7 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 	cfg.setDefaults()
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &HoldSweeper{
-		cfg: cfg, engine: engine, rdb: rdb,
+		cfg: cfg, engine: engine,
 		leases: newLeaseSet("sweeper", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
 		delay: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_hold_release_delay_seconds",
@@ -207,34 +204,23 @@ func (w *HoldSweeper) lateLoop(ctx context.Context) {
 
 // overdue returns, for each partition this process does not hold whose
 // oldest hold is more than LateAfter past due, how far past due it is. The
-// expiry index is read with ZRANGE ... 0 0 WITHSCORES, on Redis' clock.
+// expiry index is read through the engine (OldestHolds), on Redis' clock.
 func (w *HoldSweeper) overdue(ctx context.Context) (map[int]time.Duration, error) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
 	defer cancel()
-	now, err := w.rdb.Time(sctx).Result()
-	if err != nil {
-		return nil, fmt.Errorf("reading Redis time: %w", err)
-	}
-	keys := w.engine.Keys()
-	cmds := make(map[int]*redis.ZSliceCmd, inventory.Partitions)
-	_, err = w.rdb.Pipelined(sctx, func(pipe redis.Pipeliner) error {
-		for p := range inventory.Partitions {
-			if !w.leases.Held(p) {
-				cmds[p] = pipe.ZRangeWithScores(sctx, keys.Expiry(p), 0, 0)
-			}
+	var others []int
+	for p := range inventory.Partitions {
+		if !w.leases.Held(p) {
+			others = append(others, p)
 		}
-		return nil
-	})
-	if err != nil && len(cmds) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(cmds)), func(c *redis.ZSliceCmd) bool { return c.Err() == nil }) {
-		return nil, fmt.Errorf("reading the oldest holds: %w", err) // Redis itself failed
+	}
+	now, oldest, err := w.engine.OldestHolds(sctx, others)
+	if err != nil {
+		return nil, err
 	}
 	out := map[int]time.Duration{}
-	for p, c := range cmds {
-		z, err := c.Result()
-		if err != nil || len(z) == 0 {
-			continue // an unreadable index (one partition's failure) is its owner's to report
-		}
-		if by := now.Sub(time.UnixMilli(int64(z[0].Score))); by > w.cfg.LateAfter {
+	for p, due := range oldest {
+		if by := now.Sub(due); by > w.cfg.LateAfter {
 			out[p] = by
 		}
 	}

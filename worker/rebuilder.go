@@ -242,16 +242,12 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string) (bool, error) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
 	defer cancel()
-	present, err := w.rdb.Exists(sctx, w.engine.Keys().SKU(sku)).Result()
+	rebuilt, err := w.engine.RebuildMissing(sctx, sku)
 	if err != nil {
-		return false, fmt.Errorf("checking %s: %w", sku, err)
+		return false, err
 	}
-	if present == 1 {
-		return false, nil // the lazy path or another process was first
+	if rebuilt {
+		w.rebuilds.Inc()
 	}
-	if err := w.engine.Rebuild(sctx, sku); err != nil && !errors.Is(err, inventory.ErrNotFound) {
-		return false, fmt.Errorf("rebuilding %s: %w", sku, err)
-	}
-	w.rebuilds.Inc()
-	return true, nil
+	return rebuilt, nil
 }
