@@ -41,31 +41,29 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 	// Redis client repeats after a lost reply is recognised as this attempt.
 	attemptID := newAttemptID()
 	for try := 0; ; try++ {
-		r, err := e.run(ctx, lua.BeginCommit, keys, base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID)
+		res, err := e.run(ctx, lua.BeginCommit, keys, base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 		}
-		res := reply(r)
 		switch res.code() {
-		case "OK":
-			h := holdFromReply(res)
+		case codeOK:
+			h := res.hold().reservation()
 			if h.Status == StatusCommitted {
 				return h, nil
 			}
-			return e.writeSale(ctx, token, h, attempt{id: res.str(11), moved: res.int(12) == 1,
-				idem: res.str(13), fp: res.str(14)})
-		case "FORBIDDEN":
+			return e.writeSale(ctx, token, h, res.attempt())
+		case codeForbidden:
 			return Reservation{}, ErrForbidden
-		case "EXPIRED", "ALREADY_CANCELLED":
+		case codeExpired, codeAlreadyCancelled:
 			return e.refusedUnlessSold(ctx, token, res.code())
-		case "NEEDS_HYDRATION":
+		case codeNeedsHydration:
 			if try > 0 {
 				return Reservation{}, fmt.Errorf("committing %s: SKU still missing after rebuild", token)
 			}
-			if err := e.Rebuild(ctx, res.str(1)); err != nil {
+			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
 				return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 			}
-		case "NOT_FOUND":
+		case codeNotFound:
 			if try > 0 {
 				return Reservation{}, reservationNotFound(token)
 			}
@@ -104,7 +102,7 @@ func newAttemptID() string {
 // refusedUnlessSold answers a commit that Redis refuses as expired or
 // cancelled, unless Postgres has the sale: a Redis that came back with older
 // state (a stale replica, an old snapshot) must not deny a durable sale.
-func (e *Engine) refusedUnlessSold(ctx context.Context, token, code string) (Reservation, error) {
+func (e *Engine) refusedUnlessSold(ctx context.Context, token string, code replyCode) (Reservation, error) {
 	sale, err := e.ledger.Sale(ctx, token)
 	if err == nil {
 		e.log.Warn().Str("token", token).Str("sku", sale.SKU).Msg("Redis refused a commit Postgres has: Redis state is older than the ledger")
@@ -114,7 +112,7 @@ func (e *Engine) refusedUnlessSold(ctx context.Context, token, code string) (Res
 	if !errors.Is(err, db.ErrNotFound) {
 		return Reservation{}, unavailable("checking sale", err)
 	}
-	if code == "EXPIRED" {
+	if code == codeExpired {
 		return Reservation{}, ErrExpired
 	}
 	return Reservation{}, ErrAlreadyCancelled
@@ -138,7 +136,7 @@ func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a a
 	var ended *db.EndedError
 	switch {
 	case err == nil:
-		return e.finishCommit(ctx, token, h, "COMMITTED", sale.CommittedAt, a.id)
+		return e.finishCommit(ctx, token, h, outcomeCommitted, sale.CommittedAt, a.id)
 	case errors.As(err, &ended):
 		// The ledger has the hold as finished: its cancel or expiry reached
 		// Postgres after Redis was rebuilt without it. Redis gives the units
@@ -155,7 +153,7 @@ func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a a
 	case errors.Is(err, db.ErrWouldOversell):
 		e.log.Error().Str("token", token).Str("sku", h.SKU).Msg("Postgres refused a sale beyond the total; releasing the hold")
 		if a.moved {
-			if _, ferr := e.finishCommit(ctx, token, h, "REFUSED", time.Time{}, a.id); ferr != nil {
+			if _, ferr := e.finishCommit(ctx, token, h, outcomeRefused, time.Time{}, a.id); ferr != nil {
 				return Reservation{}, ferr
 			}
 		}
@@ -163,7 +161,7 @@ func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a a
 	case nothingSent(err) && a.moved:
 		// Nothing reached Postgres: put the hold back as it was, unless
 		// another attempt has joined and may be writing.
-		if _, ferr := e.finishCommit(ctx, token, h, "RESTORE", time.Time{}, a.id); ferr != nil {
+		if _, ferr := e.finishCommit(ctx, token, h, outcomeRestore, time.Time{}, a.id); ferr != nil {
 			e.log.Warn().Err(ferr).Str("token", token).Msg("could not restore hold after a failed commit; the reconciler will")
 		}
 		return Reservation{}, unavailable("committing "+token, err)
@@ -179,28 +177,27 @@ func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a a
 // RESTORE and REFUSED. Replayed on the result means the script changed nothing.
 func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, outcome string, committedAt time.Time, attemptID string) (Reservation, error) {
 	partition, _ := parseToken(token)
-	r, err := e.run(ctx, lua.FinishCommit, e.keys.finishCommitKeys(partition, token, h.SKU),
+	res, err := e.run(ctx, lua.FinishCommit, e.keys.finishCommitKeys(partition, token, h.SKU),
 		token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli(), attemptID)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 	}
-	res := reply(r)
 	switch res.code() {
-	case "OK":
-		return holdFromReply(res), nil
-	case "NEEDS_HYDRATION":
+	case codeOK:
+		return res.hold().reservation(), nil
+	case codeNeedsHydration:
 		// Redis lost the SKU; a rebuild from Postgres includes the sale if
 		// there is one, and no hold to restore if there is none.
 		if err := e.Rebuild(ctx, h.SKU); err != nil {
 			return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 		}
-		if outcome == "COMMITTED" {
+		if outcome == outcomeCommitted {
 			h.Status = StatusCommitted
 			h.CommittedAt = &committedAt
 		}
 		h.Replayed = false
 		return h, nil
-	case "NOT_FOUND":
+	case codeNotFound:
 		return h, nil
 	}
 	return Reservation{}, fmt.Errorf("finishing commit of %s: unexpected script reply %q", token, res.code())
@@ -240,7 +237,7 @@ func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (reb
 		if err != nil {
 			return false, r, err
 		}
-		if code == "ADOPTED" || code == "AGREES" || code == "NEEDS_HYDRATION" {
+		if code == codeAdopted || code == codeAgrees || code == codeNeedsHydration {
 			return true, r, nil // Redis has it now (or must be rebuilt): try again
 		}
 		r.Status = StatusExpired

@@ -58,6 +58,12 @@
 // hold the caller knows by token only), and hydrate_sku.lua (the hash and
 // idempotency record of each hold of a chunk: thousands per call).
 //
+// Replies are read in one place, replies.go: every code a script can answer
+// is a replyCode constant, and each reply shape has one decoder (a hold_reply,
+// begin_commit's attempt, reserve's rejections, ...). A hold, whether a
+// script returned it or its hash was read, becomes a Reservation through
+// storedHold.reservation; holdFromLedger is the same for a ledger row.
+//
 // # Why it cannot oversell
 //
 // Every change is one Lua script, and Redis runs a script to completion before

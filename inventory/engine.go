@@ -229,7 +229,7 @@ func (e *Engine) Config() Config { return e.cfg }
 // run executes a script by SHA (EVAL on NOSCRIPT) and returns its reply as a
 // list. A Redis error is never a business outcome: it is reported as
 // ErrUnavailable with its cause.
-func (e *Engine) run(ctx context.Context, name string, keys []string, args ...any) ([]any, error) {
+func (e *Engine) run(ctx context.Context, name string, keys []string, args ...any) (reply, error) {
 	res, err := e.scripts[name].Run(ctx, e.rdb, keys, args...).Slice()
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -240,50 +240,7 @@ func (e *Engine) run(ctx context.Context, name string, keys []string, args ...an
 	if len(res) == 0 {
 		return nil, fmt.Errorf("script %s returned nothing", name)
 	}
-	return res, nil
-}
-
-// reply is a parsed script reply: a code and positional values.
-type reply []any
-
-func (r reply) code() string { return r.str(0) }
-
-func (r reply) str(i int) string {
-	if i >= len(r) {
-		return ""
-	}
-	switch v := r[i].(type) {
-	case string:
-		return v
-	case int64:
-		return fmt.Sprint(v)
-	}
-	return ""
-}
-
-func (r reply) int(i int) int64 {
-	if i >= len(r) {
-		return 0
-	}
-	switch v := r[i].(type) {
-	case int64:
-		return v
-	case string:
-		var n int64
-		_, _ = fmt.Sscan(v, &n)
-		return n
-	}
-	return 0
-}
-
-func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
-
-func msTimePtr(ms int64) *time.Time {
-	if ms == 0 {
-		return nil
-	}
-	t := msTime(ms)
-	return &t
+	return reply(res), nil
 }
 
 func timeMs(t *time.Time) int64 {

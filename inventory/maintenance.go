@@ -38,14 +38,9 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 	if err != nil {
 		return nil, fmt.Errorf("listing due holds: %w", err)
 	}
-	if len(r) <= 1 {
+	tokens := r.dueTokens()
+	if len(tokens) == 0 {
 		return nil, nil
-	}
-	tokens := make([]string, 0, len(r)-1)
-	for _, t := range r[1:] {
-		if s, ok := t.(string); ok {
-			tokens = append(tokens, s)
-		}
 	}
 	// One round trip for the whole batch; each release is its own script.
 	cmds := make([]*redis.Cmd, len(tokens))
@@ -54,7 +49,7 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, tok := range tokens {
 			cmds[i] = script.EvalSha(ctx, p, e.keys.tokenHoldKeys(partition, tok),
-				e.keys.Base(partition), tok, "", "0", "EXPIRED", retention)
+				e.keys.Base(partition), tok, "", "0", string(StatusExpired), retention)
 		}
 		return nil
 	})
@@ -76,16 +71,16 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 			return out, unavailable("expiring holds", err)
 		}
 		res := reply(vals)
-		if res.code() == "NEEDS_HYDRATION" {
-			if sku := res.str(1); !slices.Contains(lostSKUs, sku) {
+		if res.code() == codeNeedsHydration {
+			if sku := res.missingSKU(); !slices.Contains(lostSKUs, sku) {
 				lostSKUs = append(lostSKUs, sku)
 			}
 			continue
 		}
-		if res.code() != "OK" || res.int(10) == 1 {
+		if res.code() != codeOK || res.hold().replayed {
 			continue // not due, committed, gone, or released by someone else first
 		}
-		h := holdFromReply(res)
+		h := res.hold().reservation()
 		out = append(out, Expired{Token: tokens[i], SKU: h.SKU, Delay: h.EndedAt.Sub(h.ExpiresAt)})
 	}
 	// A due hold whose SKU Redis lost: rebuild the SKU, and the next pass
@@ -133,16 +128,17 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 		}
 		// The attempt id is read before Postgres is asked: if an attempt joins
 		// meanwhile, the RESTORE below no longer matches and changes nothing.
-		hold, attemptID := holdFromHash(tok, h), h["cst"]
+		stored := holdFromHash(tok, h)
+		hold, attemptID := stored.reservation(), stored.attempt
 		sale, err := e.ledger.Sale(ctx, tok)
 		var res Reservation
 		switch {
 		case err == nil:
-			res, err = e.finishCommit(ctx, tok, hold, "COMMITTED", sale.CommittedAt, attemptID)
+			res, err = e.finishCommit(ctx, tok, hold, outcomeCommitted, sale.CommittedAt, attemptID)
 		case errors.Is(err, db.ErrNotFound):
 			// No sale. A hold the ledger has as finished is released as such
 			// (no commit can sell it); any other goes back to HELD.
-			outcome := "RESTORE"
+			outcome := outcomeRestore
 			row, rerr := e.ledger.Reservation(ctx, tok)
 			switch {
 			case rerr == nil && (row.Status == db.StatusCancelled || row.Status == db.StatusExpired):

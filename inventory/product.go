@@ -261,13 +261,13 @@ func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, 
 		return false, fmt.Errorf("applying product %s: %w", row.SKU, err)
 	}
 	changed := true
-	switch reply(r).code() {
-	case "NEEDS_HYDRATION":
+	switch r.code() {
+	case codeNeedsHydration:
 		// The rebuild loads the newest version, this one included.
 		if err := e.Rebuild(ctx, row.SKU); err != nil {
 			return false, err
 		}
-	case "STALE":
+	case codeStale:
 		changed = false // a newer version is already there
 	}
 	e.markInRedis(ctx, row)

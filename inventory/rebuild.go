@@ -115,10 +115,10 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	if err != nil {
 		return err
 	}
-	if reply(r).code() == "EXISTS" {
+	if r.code() == codeExists {
 		return nil
 	}
-	gen := reply(r).str(1)
+	gen := r.generation()
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
 		return unavailable("reading Redis time", err)
@@ -174,11 +174,11 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	if err != nil {
 		return err
 	}
-	switch reply(r).code() {
-	case "OK":
+	switch r.code() {
+	case codeOK:
 		st.published = true
 		return nil
-	case "EXISTS":
+	case codeExists:
 		return nil
 	default:
 		return unavailable("rebuilding "+p.SKU, errRebuildSuperseded)
@@ -245,10 +245,10 @@ func (c *chunker) write(ctx context.Context, seq int, args []any) error {
 	}
 	c.st.longestChunk = max(c.st.longestChunk, time.Since(start))
 	c.st.inScripts += time.Since(start)
-	switch reply(r).code() {
-	case "OK", "DONE":
+	switch r.code() {
+	case codeOK, codeDone:
 		return nil
-	case "EXISTS":
+	case codeExists:
 		return errRebuildExists
 	default:
 		return unavailable("rebuilding "+c.head[1].(string), errRebuildSuperseded)

@@ -31,21 +31,21 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 			stage := func() string {
 				res, err := e.run(ctx, lua.StageRebuild, keys, 300)
 				require.NoError(t, err)
-				require.Equal(t, "OK", reply(res).code())
-				return reply(res).str(1)
+				require.Equal(t, codeOK, res.code())
+				return res.generation()
 			}
 			chunk := func(gen string, seq int, token, who string) string {
 				res, err := e.run(ctx, lua.HydrateSKU, e.keys.hydrateKeys(sku), e.keys.Base(p), sku, gen, seq, 86400, 86400, 300,
 					1, token, who, 1, "HELD", int64(4_102_444_800_000), int64(1_700_000_000_000), 0, 0, "", "",
 					1, who, 1)
 				require.NoError(t, err)
-				return reply(res).code()
+				return string(res.code())
 			}
 			publish := func(gen string, chunks int) string {
 				res, err := e.run(ctx, lua.PublishSKU, e.keys.publishKeys(sku), sku, gen, chunks,
 					10, 0, 0, 0, 0, 1, 1, 9)
 				require.NoError(t, err)
-				return reply(res).code()
+				return string(res.code())
 			}
 			loserTok, winnerTok := newToken(p), newToken(p)
 
@@ -64,7 +64,7 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 			require.Equal(t, "EXISTS", publish(winner, 1))
 			res, err := e.run(ctx, lua.StageRebuild, keys, 300)
 			require.NoError(t, err)
-			require.Equal(t, "EXISTS", reply(res).code(), "nothing is staged over a live SKU")
+			require.Equal(t, codeExists, res.code(), "nothing is staged over a live SKU")
 
 			quota, err := r.Client.HGetAll(ctx, e.keys.Quota(sku)).Result()
 			require.NoError(t, err)

@@ -65,27 +65,27 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 		return Reservation{}, err
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := e.release(ctx, partition, token, p, "CANCELLED")
+		res, err := e.release(ctx, partition, token, p, string(StatusCancelled))
 		if err != nil {
 			return Reservation{}, fmt.Errorf("cancelling %s: %w", token, err)
 		}
 		switch res.code() {
-		case "OK":
-			return holdFromReply(res), nil
-		case "FORBIDDEN":
+		case codeOK:
+			return res.hold().reservation(), nil
+		case codeForbidden:
 			return Reservation{}, ErrForbidden
-		case "ALREADY_COMMITTED":
+		case codeAlreadyCommitted:
 			return Reservation{}, ErrAlreadyCommitted
-		case "COMMIT_IN_PROGRESS":
+		case codeCommitInProgress:
 			return Reservation{}, unavailable("cancelling "+token, errCommitInProgress)
-		case "NEEDS_HYDRATION":
+		case codeNeedsHydration:
 			if attempt > 0 {
 				return Reservation{}, fmt.Errorf("cancelling %s: SKU still missing after rebuild", token)
 			}
-			if err := e.Rebuild(ctx, res.str(1)); err != nil {
+			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
 				return Reservation{}, fmt.Errorf("cancelling %s: %w", token, err)
 			}
-		case "NOT_FOUND":
+		case codeNotFound:
 			if attempt > 0 {
 				return Reservation{}, reservationNotFound(token)
 			}
@@ -117,7 +117,6 @@ func (e *Engine) release(ctx context.Context, partition int, token string, p Pri
 	if p.Admin {
 		admin = "1"
 	}
-	r, err := e.run(ctx, lua.ReleaseHold, e.keys.tokenHoldKeys(partition, token),
+	return e.run(ctx, lua.ReleaseHold, e.keys.tokenHoldKeys(partition, token),
 		e.keys.Base(partition), token, p.ID, admin, status, int64(e.cfg.Retention.Seconds()))
-	return reply(r), err
 }

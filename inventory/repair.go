@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,9 +73,9 @@ func (e *Engine) ReconcileApplied(ctx context.Context, partition int, events []d
 		if err != nil {
 			return changed, err
 		}
-		if code != "AGREES" && code != "NEEDS_HYDRATION" {
+		if code != codeAgrees && code != codeNeedsHydration {
 			changed++
-			e.log.Info().Str("token", tok).Str("sku", r.SKU).Str("ledger", r.Status).Str("outcome", code).
+			e.log.Info().Str("token", tok).Str("sku", r.SKU).Str("ledger", r.Status).Str("outcome", string(code)).
 				Msg("told a rebuilt SKU what the ledger says of a hold")
 		}
 	}
@@ -127,11 +126,11 @@ func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Rese
 			return closed, err
 		}
 		switch code {
-		case "CLOSED":
+		case codeClosed:
 			closed++
 			e.log.Warn().Str("token", r.Token).Str("sku", r.SKU).
 				Msg("closed a hold the ledger had as HELD past its expiry and Redis did not have")
-		case "NEEDS_HYDRATION":
+		case codeNeedsHydration:
 			// The rebuild records an overdue hold as expired itself.
 			if err := e.Rebuild(ctx, r.SKU); err != nil && !errors.Is(err, ErrNotFound) {
 				return closed, err
@@ -142,7 +141,7 @@ func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Rese
 }
 
 // reconcileHold runs reconcile_hold.lua for one ledger row and returns its code.
-func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservation) (string, error) {
+func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservation) (replyCode, error) {
 	res, err := e.run(ctx, lua.ReconcileHold, e.keys.reconcileHoldKeys(partition, r.Token, r.SKU, r.IdempotencyHash),
 		r.Token, r.Status, r.SKU, r.Principal, r.Quantity,
 		r.ExpiresAt.UnixMilli(), r.CreatedAt.UnixMilli(), r.IdempotencyHash, r.RequestHash,
@@ -150,9 +149,10 @@ func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservat
 	if err != nil {
 		return "", fmt.Errorf("reconciling hold %s: %w", r.Token, err)
 	}
-	code := reply(res).code()
-	if !strings.Contains(" AGREES RELEASED ADOPTED CLOSED NEEDS_HYDRATION ", " "+code+" ") {
+	switch code := res.code(); code {
+	case codeAgrees, codeReleased, codeAdopted, codeClosed, codeNeedsHydration:
+		return code, nil
+	default:
 		return "", fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)
 	}
-	return code, nil
 }

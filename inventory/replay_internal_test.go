@@ -33,9 +33,9 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	require.NoError(t, err)
 	second, err := e.run(ctx, lua.Reserve, keys, args...)
 	require.NoError(t, err)
-	require.Equal(t, "OK", reply(second).code())
-	require.Equal(t, holdFromReply(first).ExpiresAt, holdFromReply(second).ExpiresAt)
-	require.True(t, holdFromReply(second).Replayed)
+	require.Equal(t, codeOK, second.code())
+	require.Equal(t, first.hold().reservation().ExpiresAt, second.hold().reservation().ExpiresAt)
+	require.True(t, second.hold().replayed)
 	s, err := e.Stock(ctx, "TWICE")
 	require.NoError(t, err)
 	require.Equal(t, 2, s.Held, "the retried reserve took nothing more")
@@ -48,7 +48,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		b, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, token), base, token, "alice", 86400, "attempt-1")
 		require.NoError(t, err)
-		require.Equal(t, "OK", reply(b).code())
+		require.Equal(t, codeOK, b.code())
 	}
 	h, err := e.Reservation(ctx, alice, token)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		res, err := e.release(ctx, p, token, alice, "CANCELLED")
 		require.NoError(t, err)
-		require.Equal(t, "ALREADY_COMMITTED", res.code())
+		require.Equal(t, codeAlreadyCommitted, res.code())
 	}
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
 	require.NoError(t, err)
@@ -94,9 +94,9 @@ func TestRetriedBeginCommitIsTheSameAttempt(t *testing.T) {
 	require.NoError(t, err)
 	retried, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, h.Token), args...)
 	require.NoError(t, err)
-	require.Equal(t, reply(first).str(11), reply(retried).str(11), "the same attempt id")
-	require.EqualValues(t, 1, reply(retried).int(12), "the retry is the attempt that moved the hold")
-	_, err = e.finishCommit(ctx, h.Token, h, "RESTORE", time.Time{}, reply(first).str(11))
+	require.Equal(t, first.attempt().id, retried.attempt().id, "the same attempt id")
+	require.True(t, retried.attempt().moved, "the retry is the attempt that moved the hold")
+	_, err = e.finishCommit(ctx, h.Token, h, outcomeRestore, time.Time{}, first.attempt().id)
 	require.NoError(t, err)
 	st, err := r.Client.HGet(ctx, e.keys.Hold(p, h.Token), "st").Result()
 	require.NoError(t, err)

@@ -45,17 +45,18 @@ func statusFrom(s string) Status {
 	return Status(s)
 }
 
-// holdFromReply parses hold_reply: {code, token, sku, who, qty, status,
-// expires_ms, created_ms, committed_ms, ended_ms, replayed}.
-func holdFromReply(r reply) Reservation {
-	return Reservation{
-		Token: r.str(1), SKU: r.str(2), Principal: r.str(3), Quantity: int(r.int(4)),
-		Status: statusFrom(r.str(5)), ExpiresAt: msTime(r.int(6)), CreatedAt: msTime(r.int(7)),
-		CommittedAt: msTimePtr(r.int(8)), EndedAt: msTimePtr(r.int(9)), Replayed: r.int(10) == 1,
-	}
+// storedHold is a hold as Redis keeps it, the fields of {p}hold:<token>:
+// read with HGETALL (holdFromHash) or returned by a script (reply.hold).
+// reservation is the one way from either to a Reservation.
+type storedHold struct {
+	token, sku, who, status string
+	qty                     int
+	exp, ctd, cmt, end      int64  // ms; cmt and end are 0 until they happen
+	attempt                 string // cst: the commit attempt under way, in a hash only
 }
 
-func holdFromHash(token string, h map[string]string) Reservation {
+// holdFromHash decodes a hold's hash.
+func holdFromHash(token string, h map[string]string) storedHold {
 	num := func(k string) int64 {
 		var n int64
 		for _, c := range h[k] {
@@ -66,13 +67,20 @@ func holdFromHash(token string, h map[string]string) Reservation {
 		}
 		return n
 	}
-	return Reservation{
-		Token: token, SKU: h["sku"], Principal: h["who"], Quantity: int(num("qty")), Status: statusFrom(h["st"]),
-		ExpiresAt: msTime(num("exp")), CreatedAt: msTime(num("ctd")),
-		CommittedAt: msTimePtr(num("cmt")), EndedAt: msTimePtr(num("end")),
+	return storedHold{
+		token: token, sku: h["sku"], who: h["who"], qty: int(num("qty")), status: h["st"],
+		exp: num("exp"), ctd: num("ctd"), cmt: num("cmt"), end: num("end"), attempt: h["cst"],
 	}
 }
 
+func (h storedHold) reservation() Reservation {
+	return Reservation{
+		Token: h.token, SKU: h.sku, Principal: h.who, Quantity: h.qty, Status: statusFrom(h.status),
+		ExpiresAt: msTime(h.exp), CreatedAt: msTime(h.ctd), CommittedAt: msTimePtr(h.cmt), EndedAt: msTimePtr(h.end),
+	}
+}
+
+// holdFromLedger is a hold as the Postgres ledger has it.
 func holdFromLedger(r db.Reservation) Reservation {
 	return Reservation{
 		Token: r.Token, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity, Status: Status(r.Status),

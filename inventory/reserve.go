@@ -94,13 +94,12 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		int64(e.cfg.RejectionTTL.Seconds()),
 	}
 	for attempt := 0; ; attempt++ {
-		r, err := e.run(ctx, lua.Reserve, keys, args...)
+		res, err := e.run(ctx, lua.Reserve, keys, args...)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 		}
-		res := reply(r)
 		switch res.code() {
-		case "OK":
+		case codeOK:
 			if idem != "" {
 				if err := e.keepIdempotencyClaim(ctx, idem, req.SKU); err != nil {
 					// The hold is made; a retry with the same key replays it
@@ -108,8 +107,8 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 					return Reservation{}, err
 				}
 			}
-			return holdFromReply(res), nil
-		case "NEEDS_HYDRATION":
+			return res.hold().reservation(), nil
+		case codeNeedsHydration:
 			if attempt > 0 {
 				return Reservation{}, fmt.Errorf("reserving %s: SKU still missing after rebuild", req.SKU)
 			}
@@ -117,17 +116,10 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 				return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 			}
 			continue
-		case "OUT_OF_STOCK":
-			return Reservation{}, &OutOfStockError{Available: int(res.int(1))}
-		case "QUOTA_EXCEEDED":
-			return Reservation{}, &QuotaExceededError{Limit: int(res.int(1)), Held: int(res.int(2))}
-		case "SALE_NOT_ACTIVE":
-			return Reservation{}, &SaleNotActiveError{StartsAt: msTimePtr(res.int(1)), EndsAt: msTimePtr(res.int(2))}
-		case "IDEMPOTENCY_KEY_REUSED":
-			return Reservation{}, ErrIdempotencyKeyReused
-		case "INVALID_INPUT":
-			return Reservation{}, &InvalidInputError{Field: res.str(1), Reason: res.str(2)}
 		default:
+			if err := res.rejection(); err != nil {
+				return Reservation{}, err
+			}
 			return Reservation{}, fmt.Errorf("reserving %s: unexpected script reply %q", req.SKU, res.code())
 		}
 	}
@@ -160,20 +152,20 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 		if err != nil {
 			return nil, fmt.Errorf("reserving %s: claiming idempotency key: %w", sku, err)
 		}
-		return reply(r), nil
+		return r, nil
 	}
 	res, err := claim(sku, ttl, "0")
 	if err != nil {
 		return err
 	}
-	if res.code() == "MARK" {
+	if res.code() == codeMark {
 		mark = strconv.FormatInt(e.claimCheckUntil(ctx), 10)
 		if res, err = claim(sku, ttl, "0"); err != nil {
 			return err
 		}
 	}
 	claimed := sku
-	if res.code() == "CHECK" {
+	if res.code() == codeCheck {
 		first, err := e.ledger.IdempotencyUse(ctx, idem, time.Now().Add(-e.cfg.IdempotencyTTL))
 		switch {
 		case err == nil:
@@ -188,13 +180,13 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 		}
 	}
 	switch res.code() {
-	case "OK":
+	case codeOK:
 		if claimed != sku {
 			return ErrIdempotencyKeyReused
 		}
 		return nil
-	case "REUSED":
-		if res.str(1) != sku {
+	case codeReused:
+		if res.claimedSKU() != sku {
 			return ErrIdempotencyKeyReused
 		}
 		return nil

@@ -40,7 +40,7 @@ func (e *Engine) Reservation(ctx context.Context, p Principal, token string) (Re
 			}
 		}
 		if len(h) > 0 {
-			r := holdFromHash(token, h)
+			r := holdFromHash(token, h).reservation()
 			if r.Principal != p.ID && !p.Admin {
 				return Reservation{}, ErrForbidden
 			}

@@ -1,0 +1,173 @@
+package inventory
+
+import (
+	"fmt"
+	"time"
+)
+
+// Script replies. Every script answers a list whose first element is a code
+// (replyCode); what follows depends on the script and the code, as each
+// script's header in lua/ says. The positions are read here and nowhere
+// else: one decoder per reply shape.
+
+// replyCode is what a script says happened: the first element of its reply.
+type replyCode string
+
+// Every code a script of lua/ can return.
+const (
+	codeOK             replyCode = "OK"
+	codeNotFound       replyCode = "NOT_FOUND"       // no live hold under the token
+	codeNeedsHydration replyCode = "NEEDS_HYDRATION" // the SKU is not loaded: {code, sku}
+
+	// begin_commit.lua and release_hold.lua, with a hold_reply.
+	codeForbidden        replyCode = "FORBIDDEN"
+	codeExpired          replyCode = "EXPIRED"
+	codeAlreadyCancelled replyCode = "ALREADY_CANCELLED"
+	codeAlreadyCommitted replyCode = "ALREADY_COMMITTED"
+	codeCommitInProgress replyCode = "COMMIT_IN_PROGRESS"
+	codeNotDue           replyCode = "NOT_DUE"
+
+	// reserve.lua's rejections, {code, a, b, replayed}; begin_commit.lua
+	// also answers INVALID_INPUT.
+	codeInvalidInput         replyCode = "INVALID_INPUT"
+	codeIdempotencyKeyReused replyCode = "IDEMPOTENCY_KEY_REUSED"
+	codeSaleNotActive        replyCode = "SALE_NOT_ACTIVE"
+	codeQuotaExceeded        replyCode = "QUOTA_EXCEEDED"
+	codeOutOfStock           replyCode = "OUT_OF_STOCK"
+
+	// stage_rebuild.lua, hydrate_sku.lua, publish_sku.lua, apply_product.lua.
+	codeExists replyCode = "EXISTS" // the SKU is loaded already
+	codeStale  replyCode = "STALE"  // a newer rebuild or product version is there
+	codeDone   replyCode = "DONE"   // this rebuild chunk was written before
+
+	// claim_idempotency_key.lua.
+	codeReused replyCode = "REUSED" // claimed for another SKU: {code, sku}
+	codeMark   replyCode = "MARK"   // the partition's marker is missing
+	codeCheck  replyCode = "CHECK"  // check the ledger before claiming
+
+	// reconcile_hold.lua.
+	codeAgrees   replyCode = "AGREES"
+	codeReleased replyCode = "RELEASED"
+	codeAdopted  replyCode = "ADOPTED"
+	codeClosed   replyCode = "CLOSED"
+)
+
+// The outcomes finish_commit.lua takes (ARGV[2]), besides the ledger's
+// CANCELLED and EXPIRED.
+const (
+	outcomeCommitted = "COMMITTED"
+	outcomeRestore   = "RESTORE"
+	outcomeRefused   = "REFUSED"
+)
+
+// reply is a script's raw reply.
+type reply []any
+
+func (r reply) code() replyCode { return replyCode(r.str(0)) }
+
+// missingSKU is the SKU of a NEEDS_HYDRATION reply: {NEEDS_HYDRATION, sku}.
+func (r reply) missingSKU() string { return r.str(1) }
+
+// holdReply is lib.lua's hold_reply: {code, token, sku, who, qty, status,
+// expires_ms, created_ms, committed_ms, ended_ms, replayed}.
+type holdReply struct {
+	hold     storedHold
+	replayed bool // the script changed nothing and returned an earlier outcome
+}
+
+// hold decodes a hold_reply.
+func (r reply) hold() holdReply {
+	return holdReply{hold: storedHold{
+		token: r.str(1), sku: r.str(2), who: r.str(3), qty: int(r.int(4)), status: r.str(5),
+		exp: r.int(6), ctd: r.int(7), cmt: r.int(8), end: r.int(9),
+	}, replayed: r.int(10) == 1}
+}
+
+// reservation is the hold of the reply as callers see it.
+func (h holdReply) reservation() Reservation {
+	res := h.hold.reservation()
+	res.Replayed = h.replayed
+	return res
+}
+
+// attempt decodes what begin_commit.lua's OK reply adds to hold_reply:
+// {..., attempt id, moved (1/0), idempotency hash, request fingerprint}.
+func (r reply) attempt() attempt {
+	return attempt{id: r.str(11), moved: r.int(12) == 1, idem: r.str(13), fp: r.str(14)}
+}
+
+// rejection decodes a refusal of reserve.lua, {code, a, b, replayed}, into
+// its error; nil when the code is not one of its rejections.
+func (r reply) rejection() error {
+	switch r.code() {
+	case codeOutOfStock:
+		return &OutOfStockError{Available: int(r.int(1))}
+	case codeQuotaExceeded:
+		return &QuotaExceededError{Limit: int(r.int(1)), Held: int(r.int(2))}
+	case codeSaleNotActive:
+		return &SaleNotActiveError{StartsAt: msTimePtr(r.int(1)), EndsAt: msTimePtr(r.int(2))}
+	case codeIdempotencyKeyReused:
+		return ErrIdempotencyKeyReused
+	case codeInvalidInput:
+		return &InvalidInputError{Field: r.str(1), Reason: r.str(2)}
+	}
+	return nil
+}
+
+// generation is the generation in stage_rebuild.lua's {OK, gen}.
+func (r reply) generation() string { return r.str(1) }
+
+// claimedSKU is the SKU in claim_idempotency_key.lua's {REUSED, sku}.
+func (r reply) claimedSKU() string { return r.str(1) }
+
+// dueTokens decodes due_holds.lua's {now_ms, token...}.
+func (r reply) dueTokens() []string {
+	if len(r) <= 1 {
+		return nil
+	}
+	tokens := make([]string, 0, len(r)-1)
+	for _, t := range r[1:] {
+		if s, ok := t.(string); ok {
+			tokens = append(tokens, s)
+		}
+	}
+	return tokens
+}
+
+func (r reply) str(i int) string {
+	if i >= len(r) {
+		return ""
+	}
+	switch v := r[i].(type) {
+	case string:
+		return v
+	case int64:
+		return fmt.Sprint(v)
+	}
+	return ""
+}
+
+func (r reply) int(i int) int64 {
+	if i >= len(r) {
+		return 0
+	}
+	switch v := r[i].(type) {
+	case int64:
+		return v
+	case string:
+		var n int64
+		_, _ = fmt.Sscan(v, &n)
+		return n
+	}
+	return 0
+}
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+func msTimePtr(ms int64) *time.Time {
+	if ms == 0 {
+		return nil
+	}
+	t := msTime(ms)
+	return &t
+}
