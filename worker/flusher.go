@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
@@ -94,9 +93,30 @@ func (f *Flusher) Stop() {
 	f.leases.releaseAll(context.Background())
 }
 
+// run runs the lease keeper and the loop. The loop stops on a stop or a
+// keeper failure. On a stop the keeper goes on renewing the leases held then
+// (taking no new ones) until the loop has finished the batch in flight and
+// the final drain, which work under those leases: without it they lapse
+// (Lease.Held is false two thirds of a TTL after the last renewal) while the
+// drain still has events to flush, and the drain ends with them unread.
 func (f *Flusher) run(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return f.leases.run(gctx) })
-	g.Go(func() error { return f.loop(gctx, ctx) })
-	return g.Wait()
+	lctx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	kctx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeeper()
+	keeperErr := make(chan error, 1)
+	go func() {
+		err := f.leases.run(lctx)
+		stopLoop()
+		if ctx.Err() != nil {
+			f.leases.keepHeld(kctx)
+		}
+		keeperErr <- err
+	}()
+	err := f.loop(lctx, ctx)
+	stopKeeper()
+	if kerr := <-keeperErr; err == nil {
+		err = kerr
+	}
+	return err
 }

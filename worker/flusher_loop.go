@@ -55,19 +55,41 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 	}
 }
 
-// drain flushes what is left after a stop, for up to DrainTimeout.
+// drain flushes what is left after a stop, for up to DrainTimeout, under
+// the leases run keeps renewing meanwhile. A partition backing off after a
+// failure is tried again when its backoff ends, if that is before the
+// deadline.
 func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]partitionState) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), f.cfg.DrainTimeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	for ctx.Err() == nil {
-		if f.pass(ctx, state) == 0 {
+		if f.pass(ctx, state) > 0 {
+			continue
+		}
+		retry, failing := time.Time{}, false
+		for p := range state {
+			if state[p].failures > 0 && f.leases.Held(p) && (!failing || state[p].retryAt.Before(retry)) {
+				retry, failing = state[p].retryAt, true
+			}
+		}
+		if !failing {
+			return nil
+		}
+		if !retry.Before(deadline) {
 			for p := range state {
 				if state[p].failures > 0 && f.leases.Held(p) {
-					f.log.Warn().Int("partition", p).Msg("final flush skipped a failing partition; its events stay pending in Redis")
+					f.log.Warn().Int("partition", p).Msg("final flush gave up on a failing partition; its events stay pending in Redis")
 				}
 			}
 			return nil
 		}
+		t := time.NewTimer(time.Until(retry))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	f.log.Warn().Msg("final flush ran out of time; the rest stays pending in Redis")
 	return nil

@@ -113,6 +113,70 @@ func TestFlusherStopDrains(t *testing.T) {
 	require.Equal(t, len(tokens), byKind["reserve"])
 }
 
+// The batch in flight at a stop is slow (Postgres under load) and outlasts
+// the leases' local validity, two thirds of a TTL after their last renewal.
+// The leases stay renewed until the final drain is done, and the drain
+// flushes the whole backlog before Stop returns.
+func TestFlusherStopDrainsPastTheLeaseWindow(t *testing.T) {
+	b := setup(t)
+	b.product(t, "DRAIN-2", 2000)
+	tokens := b.reserveMany(t, "DRAIN-2", 1500, time.Hour)
+	opts := fastConfig("slow").Options
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50}, b.engine, b.rdb, b.log, prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	inBatch := make(chan struct{})
+	var first atomic.Bool
+	f.hooks.beforeApply = func(int, []db.Event) {
+		if first.CompareAndSwap(false, true) {
+			close(inBatch)
+			<-ctx.Done()
+			time.Sleep(opts.LeaseTTL) // a slow batch, not a wait for a condition
+		}
+	}
+	require.NoError(t, f.Start(ctx))
+	<-inBatch
+	cancel()
+	f.Stop()
+	require.True(t, b.drained(t), "Stop returned with events still pending or unread")
+	_, _, byKind := b.movements(t)
+	require.Equal(t, len(tokens), byKind["reserve"])
+	b.requireLedgerMatchesRedis(t, "DRAIN-2", tokens)
+}
+
+var errTransient = errors.New("transient failure")
+
+// The batch in flight at a stop fails (a timeout) and its partition backs
+// off. The final drain tries it again when the backoff ends, well within
+// DrainTimeout, instead of leaving the partition's events pending.
+func TestFlusherStopRetriesABackedOffPartition(t *testing.T) {
+	b := setup(t)
+	b.product(t, "DRAIN-3", 2000)
+	tokens := b.reserveMany(t, "DRAIN-3", 500, time.Hour)
+	f := NewFlusher(FlusherConfig{Options: fastConfig("retrier").Options, BatchSize: 50},
+		b.engine, b.rdb, b.log, prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	inBatch := make(chan struct{})
+	var first atomic.Bool
+	f.hooks.beforeAck = func(int, []db.Event) error {
+		if first.CompareAndSwap(false, true) {
+			close(inBatch)
+			<-ctx.Done()
+			return errTransient
+		}
+		return nil
+	}
+	require.NoError(t, f.Start(ctx))
+	<-inBatch
+	cancel()
+	f.Stop()
+	require.True(t, b.drained(t), "Stop returned with events still pending or unread")
+	_, _, byKind := b.movements(t)
+	require.Equal(t, len(tokens), byKind["reserve"])
+	b.requireLedgerMatchesRedis(t, "DRAIN-3", tokens)
+}
+
 func principalOf(tokens []string, tok string) string {
 	for i, t := range tokens {
 		if t == tok {

@@ -183,6 +183,36 @@ func (s *leaseSet) releaseAll(ctx context.Context) {
 	s.held.Set(0)
 }
 
+// keepHeld renews the leases held now, every LeaseCheck, until ctx ends,
+// and takes no new ones: it keeps a stopping worker's last work (the
+// flusher's final drain) under its leases once the keeper loop has stopped.
+// A lease whose renewal fails is left to lapse, and then counts as not held.
+func (s *leaseSet) keepHeld(ctx context.Context) {
+	t := time.NewTicker(s.opts.LeaseCheck)
+	defer t.Stop()
+	for {
+		for p, l := range s.leases {
+			if !l.RenewDue() || !l.Held() {
+				continue
+			}
+			sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
+			ok, err := l.Renew(sctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Int("partition", p).Str("lease", s.kind).Msg("could not renew a lease while stopping; it lapses")
+			} else if err == nil && !ok {
+				s.changes.WithLabelValues(s.kind, "lost").Inc()
+				s.log.Warn().Int("partition", p).Str("lease", s.kind).Msg("lease lost while stopping: another owner holds it")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // everyTick keeps the set's leases and, every interval, calls step for each
 // partition it owns, until ctx ends or the keeper fails. It is the loop of
 // every worker that shares its work by partition. A step that fails is
