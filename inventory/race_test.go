@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
@@ -15,6 +16,8 @@ import (
 )
 
 // race runs fn in n goroutines released together and waits for all of them.
+// fn must not assert (require stops only its own goroutine): it records what
+// it saw for the test goroutine to check, or use raceCheck.
 func race(n int, fn func(i int)) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -28,6 +31,26 @@ func race(n int, fn func(i int)) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// raceCheck is race for an fn that returns what went wrong: it fails the
+// test, on the test goroutine, with every error the goroutines returned.
+func raceCheck(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 }
 
 // drainOutbox applies every outbox event of every partition to the ledger, as
@@ -56,7 +79,7 @@ func TestNoOversellUnderTenThousandBuyers(t *testing.T) {
 		b := setup(t, backend, inventory.Config{})
 		b.product(t, "HOT-1", 100, 0)
 		var won, outOfStock, other atomic.Int64
-		race(10_000, func(i int) {
+		raceCheck(t, 10_000, func(i int) error {
 			_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "HOT-1", Quantity: 1})
 			switch {
 			case err == nil:
@@ -65,8 +88,9 @@ func TestNoOversellUnderTenThousandBuyers(t *testing.T) {
 				outOfStock.Add(1)
 			default:
 				other.Add(1)
-				t.Errorf("unexpected error: %v", err)
+				return fmt.Errorf("reserve %d: %w", i, err)
 			}
+			return nil
 		})
 		require.EqualValues(t, 100, won.Load())
 		require.EqualValues(t, 9_900, outOfStock.Load())
@@ -98,7 +122,7 @@ func TestBoundaryStockN(t *testing.T) {
 			b.product(t, sku, n, 0)
 			var won, lost atomic.Int64
 			var lastAvailable atomic.Int64
-			race(n+1, func(i int) {
+			raceCheck(t, n+1, func(i int) error {
 				_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: sku, Quantity: 1})
 				var oos *inventory.OutOfStockError
 				switch {
@@ -108,8 +132,9 @@ func TestBoundaryStockN(t *testing.T) {
 					lost.Add(1)
 					lastAvailable.Store(int64(oos.Available))
 				default:
-					t.Errorf("unexpected error: %v", err)
+					return fmt.Errorf("reserve %d: %w", i, err)
 				}
+				return nil
 			})
 			require.EqualValues(t, n, won.Load(), "stock %d", n)
 			require.EqualValues(t, 1, lost.Load(), "stock %d", n)
@@ -120,15 +145,17 @@ func TestBoundaryStockN(t *testing.T) {
 		// Quantities above one near the boundary: 10 units, buyers of 3.
 		b.product(t, "EDGE-Q", 10, 0)
 		var units atomic.Int64
-		race(50, func(i int) {
+		raceCheck(t, 50, func(i int) error {
 			h, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "EDGE-Q", Quantity: 3})
 			if err == nil {
 				units.Add(int64(h.Quantity))
-				return
+				return nil
 			}
 			var oos *inventory.OutOfStockError
-			require.ErrorAs(t, err, &oos)
-			require.Less(t, oos.Available, 3)
+			if !errors.As(err, &oos) || oos.Available >= 3 {
+				return fmt.Errorf("reserve %d: want out of stock with fewer than 3 left, got %w", i, err)
+			}
+			return nil
 		})
 		require.EqualValues(t, 9, units.Load(), "three buyers of 3 fit in 10")
 		s := b.requireBalanced(t, "EDGE-Q")
@@ -147,19 +174,21 @@ func TestQuotaUnderConcurrency(t *testing.T) {
 		b.product(t, "LIMIT-2", 1000, 2)
 		alice := buyer(1)
 		var won, refused atomic.Int64
-		race(200, func(i int) {
+		raceCheck(t, 200, func(i int) error {
 			_, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LIMIT-2", Quantity: 1})
 			var q *inventory.QuotaExceededError
 			switch {
 			case err == nil:
 				won.Add(1)
 			case errors.As(err, &q):
-				require.Equal(t, 2, q.Limit)
-				require.Equal(t, 2, q.Held)
+				if q.Limit != 2 || q.Held != 2 {
+					return fmt.Errorf("reserve %d: want limit 2 and 2 held, got %w", i, err)
+				}
 				refused.Add(1)
 			default:
-				t.Errorf("unexpected error: %v", err)
+				return fmt.Errorf("reserve %d: %w", i, err)
 			}
+			return nil
 		})
 		require.EqualValues(t, 2, won.Load())
 		require.EqualValues(t, 198, refused.Load())
@@ -210,10 +239,10 @@ func TestIdempotentReserve(t *testing.T) {
 		req := inventory.ReserveRequest{SKU: "IDEM-1", Quantity: 2, IdempotencyKey: "checkout-42"}
 
 		results := make([]inventory.Reservation, 50)
-		race(50, func(i int) {
+		raceCheck(t, 50, func(i int) error {
 			h, err := b.engine.Reserve(b.ctx, alice, req)
-			require.NoError(t, err)
 			results[i] = h
+			return err
 		})
 		fresh := 0
 		for _, r := range results {
@@ -267,10 +296,12 @@ func TestConcurrentCommitsOfOneToken(t *testing.T) {
 		alice := buyer(1)
 		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "ONCE-1", Quantity: 2})
 		require.NoError(t, err)
-		race(20, func(i int) {
+		raceCheck(t, 20, func(i int) error {
 			c, err := b.engine.Commit(b.ctx, alice, h.Token)
-			require.NoError(t, err)
-			require.Equal(t, inventory.StatusCommitted, c.Status)
+			if err == nil && c.Status != inventory.StatusCommitted {
+				err = fmt.Errorf("commit %d: status %s, want %s", i, c.Status, inventory.StatusCommitted)
+			}
+			return err
 		})
 		var rows int
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM sales WHERE token = $1`, h.Token).Scan(&rows))
@@ -332,11 +363,11 @@ func TestCommitRacingExpiry(t *testing.T) {
 		b.product(t, "RACE-1", holds, 0)
 		tokens := make([]string, holds)
 		who := make([]inventory.Principal, holds)
-		race(holds, func(i int) {
+		raceCheck(t, holds, func(i int) error {
 			who[i] = buyer(i)
 			h, err := b.engine.Reserve(b.ctx, who[i], inventory.ReserveRequest{SKU: "RACE-1", Quantity: 1, HoldFor: time.Second})
-			require.NoError(t, err)
 			tokens[i] = h.Token
+			return err
 		})
 		first, err := b.engine.Reservation(b.ctx, admin, tokens[0])
 		require.NoError(t, err)
@@ -344,12 +375,13 @@ func TestCommitRacingExpiry(t *testing.T) {
 		// expiry sweep run against each other across the expiry instant.
 		time.Sleep(time.Until(first.ExpiresAt.Add(-5 * time.Millisecond)))
 		var committed, expired atomic.Int64
+		// The sweepers stop before the test ends, however it ends, and what
+		// they hit is asserted here, on the test goroutine.
 		done := make(chan struct{})
 		var sweeps sync.WaitGroup
-		for w := 0; w < 4; w++ {
-			sweeps.Add(1)
-			go func() {
-				defer sweeps.Done()
+		sweepErrs := make([]error, 4)
+		for w := range sweepErrs {
+			sweeps.Go(func() {
 				for {
 					select {
 					case <-done:
@@ -357,28 +389,50 @@ func TestCommitRacingExpiry(t *testing.T) {
 					default:
 					}
 					for p := 0; p < inventory.Partitions; p++ {
-						_, err := b.engine.ExpireDue(b.ctx, p, 100)
-						require.NoError(t, err)
+						if _, err := b.engine.ExpireDue(b.ctx, p, 100); err != nil {
+							sweepErrs[w] = fmt.Errorf("sweeper %d, partition %d: %w", w, p, err)
+							return
+						}
 					}
 				}
-			}()
+			})
 		}
-		race(holds, func(i int) {
-			_, err := b.engine.Commit(b.ctx, who[i], tokens[i])
-			switch {
-			case err == nil:
-				committed.Add(1)
-			case errors.Is(err, inventory.ErrExpired):
-				expired.Add(1)
-			default:
-				t.Errorf("commit %d: %v", i, err)
+		stopSweeps := sync.OnceFunc(func() {
+			close(done)
+			sweeps.Wait()
+		})
+		defer stopSweeps()
+		// A commit answered UNAVAILABLE (Postgres slower than CommitTimeout,
+		// as on a loaded machine) leaves its hold COMMITTING, out of reach of
+		// expiry; the buyer retries, as the answer says, and the retry asks
+		// Postgres and finishes the hold either way.
+		var retried atomic.Int64
+		raceCheck(t, holds, func(i int) error {
+			for attempt := 1; ; attempt++ {
+				_, err := b.engine.Commit(b.ctx, who[i], tokens[i])
+				switch {
+				case err == nil:
+					committed.Add(1)
+					return nil
+				case errors.Is(err, inventory.ErrExpired):
+					expired.Add(1)
+					return nil
+				case errors.Is(err, inventory.ErrUnavailable) && attempt < 5:
+					retried.Add(1)
+				default:
+					return fmt.Errorf("commit %d, attempt %d: %w", i, attempt, err)
+				}
 			}
 		})
 		// Let the sweepers finish whatever is still due.
-		require.Eventually(t, func() bool { return b.stock(t, "RACE-1").Held == 0 }, 10*time.Second, 10*time.Millisecond)
-		close(done)
-		sweeps.Wait()
-		t.Logf("%s: %d committed, %d expired", backend, committed.Load(), expired.Load())
+		assert.Eventually(t, func() bool {
+			s, err := b.engine.Stock(b.ctx, "RACE-1")
+			return err == nil && s.Held == 0
+		}, 10*time.Second, 10*time.Millisecond)
+		stopSweeps()
+		require.NoError(t, errors.Join(sweepErrs...))
+		require.Zero(t, b.stock(t, "RACE-1").Held, "the sweepers ended every hold")
+		t.Logf("%s: %d committed, %d expired, %d commits retried after UNAVAILABLE", backend, committed.Load(), expired.Load(), retried.Load())
 		require.EqualValues(t, holds, committed.Load()+expired.Load())
 
 		s := b.requireBalanced(t, "RACE-1")
