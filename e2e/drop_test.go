@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,64 +30,79 @@ func TestDropOverHTTP(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = s.token(t, buyerName(i), false)
 	}
-	var mu sync.Mutex
-	won := map[int]string{}
-	var outOfStock atomic.Int64
+	// The goroutines only record what they were told; the test checks it
+	// afterwards, on its own goroutine.
+	type reserveOutcome struct {
+		r   gqlResponse
+		err error
+		out struct {
+			Reserve struct {
+				Reservation *reservation `json:"reservation"`
+				UserErrors  []userError  `json:"userErrors"`
+			} `json:"reserve"`
+		}
+	}
+	reserves := make([]reserveOutcome, buyers)
 	var wg sync.WaitGroup
 	startGun := make(chan struct{})
-	for i := 0; i < buyers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for i := range reserves {
+		wg.Go(func() {
 			<-startGun
-			var out struct {
-				Reserve struct {
-					Reservation *reservation `json:"reservation"`
-					UserErrors  []userError  `json:"userErrors"`
-				} `json:"reserve"`
-			}
-			r := s.gql(t, client, tokens[i], reserveMutation, map[string]any{"input": map[string]any{
-				"sku": "E2E-HOT", "quantity": 1, "idempotencyKey": "cart-" + buyerName(i)}}, &out)
-			require.Empty(t, r.Errors)
-			if out.Reserve.Reservation != nil {
-				mu.Lock()
-				won[i] = out.Reserve.Reservation.Token
-				mu.Unlock()
-				return
-			}
-			require.Len(t, out.Reserve.UserErrors, 1)
-			require.Equal(t, "OUT_OF_STOCK", out.Reserve.UserErrors[0].Code)
-			outOfStock.Add(1)
-		}()
+			o := &reserves[i]
+			o.r, o.err = s.tryGQL(client, tokens[i], reserveMutation, map[string]any{"input": map[string]any{
+				"sku": "E2E-HOT", "quantity": 1, "idempotencyKey": "cart-" + buyerName(i)}}, &o.out)
+		})
 	}
 	close(startGun)
 	wg.Wait()
+	won := map[int]string{}
+	outOfStock := 0
+	for i, o := range reserves {
+		require.NoError(t, o.err, "buyer %d", i)
+		require.Empty(t, o.r.Errors, "buyer %d", i)
+		if o.out.Reserve.Reservation != nil {
+			won[i] = o.out.Reserve.Reservation.Token
+			continue
+		}
+		require.Len(t, o.out.Reserve.UserErrors, 1, "buyer %d", i)
+		require.Equal(t, "OUT_OF_STOCK", o.out.Reserve.UserErrors[0].Code, "buyer %d", i)
+		outOfStock++
+	}
 	require.Len(t, won, 20)
-	require.EqualValues(t, buyers-20, outOfStock.Load())
+	require.Equal(t, buyers-20, outOfStock)
 	require.Equal(t, stock{Available: 0, Held: 20, Sold: 0, Total: 20}, s.stock(t, "E2E-HOT"))
 
-	var committed atomic.Int64
+	type commitOutcome struct {
+		r   gqlResponse
+		err error
+		out struct {
+			Commit struct {
+				Reservation *reservation `json:"reservation"`
+				UserErrors  []userError  `json:"userErrors"`
+			} `json:"commit"`
+		}
+	}
+	var commits []*commitOutcome
 	for i, tok := range won {
 		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var out struct {
-					Commit struct {
-						Reservation *reservation `json:"reservation"`
-						UserErrors  []userError  `json:"userErrors"`
-					} `json:"commit"`
-				}
-				r := s.gql(t, client, tokens[i], commitMutation, map[string]any{"token": tok}, &out)
-				require.Empty(t, r.Errors)
-				require.Empty(t, out.Commit.UserErrors)
-				require.Equal(t, "COMMITTED", out.Commit.Reservation.Status)
-				committed.Add(1)
-			}()
+			o := &commitOutcome{}
+			commits = append(commits, o)
+			wg.Go(func() {
+				o.r, o.err = s.tryGQL(client, tokens[i], commitMutation, map[string]any{"token": tok}, &o.out)
+			})
 		}
 	}
 	wg.Wait()
-	require.EqualValues(t, 40, committed.Load())
+	committed := 0
+	for _, o := range commits {
+		require.NoError(t, o.err)
+		require.Empty(t, o.r.Errors)
+		require.Empty(t, o.out.Commit.UserErrors)
+		require.NotNil(t, o.out.Commit.Reservation)
+		require.Equal(t, "COMMITTED", o.out.Commit.Reservation.Status)
+		committed++
+	}
+	require.Equal(t, 40, committed)
 	require.Equal(t, stock{Available: 0, Held: 0, Sold: 20, Total: 20}, s.stock(t, "E2E-HOT"))
 
 	// Commits are in Postgres already; the reserves arrive by write-behind.

@@ -77,24 +77,44 @@ type gqlResponse struct {
 // gql posts one operation and decodes data into out (when non-nil).
 func (s *system) gql(t testing.TB, client *http.Client, token, query string, vars map[string]any, out any) gqlResponse {
 	t.Helper()
+	r, err := s.tryGQL(client, token, query, vars, out)
+	require.NoError(t, err)
+	return r
+}
+
+// tryGQL is gql for goroutines other than the test's: it returns what went
+// wrong instead of failing the test.
+func (s *system) tryGQL(client *http.Client, token, query string, vars map[string]any, out any) (gqlResponse, error) {
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	require.NoError(t, err)
+	if err != nil {
+		return gqlResponse{}, err
+	}
 	req, err := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
-	require.NoError(t, err)
+	if err != nil {
+		return gqlResponse{}, err
+	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var r gqlResponse
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
-	if out != nil && len(r.Data) > 0 {
-		require.NoError(t, json.Unmarshal(r.Data, out), "data: %s", r.Data)
+	if err != nil {
+		return gqlResponse{}, err
 	}
-	return r
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return gqlResponse{}, fmt.Errorf("HTTP status %d", resp.StatusCode)
+	}
+	var r gqlResponse
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return gqlResponse{}, err
+	}
+	if out != nil && len(r.Data) > 0 {
+		if err := json.Unmarshal(r.Data, out); err != nil {
+			return r, fmt.Errorf("data %s: %w", r.Data, err)
+		}
+	}
+	return r, nil
 }
 
 type userError struct {

@@ -2,6 +2,8 @@ package live_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -85,15 +87,20 @@ func hotSKU(t *testing.T, backend string, interval time.Duration) {
 
 	start := time.Now()
 	var rw sync.WaitGroup
-	for g := 0; g < 8; g++ {
+	reserveErrs := make([]error, 8)
+	for g := range reserveErrs {
 		rw.Go(func() {
 			for i := g; i < reserves; i += 8 {
 				_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "HOT", Quantity: 1})
-				require.NoError(t, err)
+				if err != nil {
+					reserveErrs[g] = fmt.Errorf("reserve %d: %w", i, err)
+					return
+				}
 			}
 		})
 	}
 	rw.Wait()
+	require.NoError(t, errors.Join(reserveErrs...))
 	saleEnd := time.Now()
 	truth := b.truth(t, "HOT")
 	require.Zero(t, truth.Available)

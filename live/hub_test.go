@@ -2,6 +2,7 @@ package live_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -268,7 +269,8 @@ func TestConvergesToTruth(t *testing.T) {
 			b.waitConverged(t, c, "DROP-2")
 
 			var wg sync.WaitGroup
-			for g := 0; g < 8; g++ {
+			errs := make([]error, 8)
+			for g := range errs {
 				wg.Go(func() {
 					for i := 0; i < 20; i++ {
 						who := buyer(g*100 + i)
@@ -286,11 +288,15 @@ func TestConvergesToTruth(t *testing.T) {
 						case 1:
 							_, err = b.engine.Commit(b.ctx, who, h.Token)
 						}
-						require.NoError(t, err)
+						if err != nil {
+							errs[g] = fmt.Errorf("buyer %d: %w", g*100+i, err)
+							return
+						}
 					}
 				})
 			}
 			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
 			s1 := b.waitConverged(t, c, "DROP-1")
 			b.waitConverged(t, c, "DROP-2")
 
@@ -331,15 +337,20 @@ func TestBurstIsCoalesced(t *testing.T) {
 			const reserves = 1000
 			start := time.Now()
 			var wg sync.WaitGroup
-			for g := 0; g < 16; g++ {
+			errs := make([]error, 16)
+			for g := range errs {
 				wg.Go(func() {
 					for i := g; i < reserves; i += 16 {
 						_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "HOT", Quantity: 1})
-						require.NoError(t, err)
+						if err != nil {
+							errs[g] = fmt.Errorf("reserve %d: %w", i, err)
+							return
+						}
 					}
 				})
 			}
 			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
 			burst := time.Since(start)
 			truth := b.waitConverged(t, c, "HOT")
 			require.Equal(t, 5000-reserves, truth.Available)
@@ -376,12 +387,17 @@ func TestSubscribeCyclesLeaveNothing(t *testing.T) {
 
 			const cycles, workers = 1000, 20
 			var wg sync.WaitGroup
-			for w := 0; w < workers; w++ {
+			errs := make([]error, workers)
+			for w := range workers {
 				wg.Go(func() {
 					for i := w; i < cycles; i += workers {
 						ctx, cancel := context.WithCancel(b.ctx)
 						ch, err := b.hub.Subscribe(ctx, []string{skus[i%len(skus)], skus[(i+1)%len(skus)]})
-						require.NoError(t, err)
+						if err != nil {
+							cancel()
+							errs[w] = fmt.Errorf("subscription %d: %w", i, err)
+							return
+						}
 						<-ch
 						if i%3 == 0 {
 							<-ch // both first values
@@ -393,6 +409,7 @@ func TestSubscribeCyclesLeaveNothing(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
 			require.Zero(t, b.metric(t, "dropline_live_subscriptions"))
 			waitFor(t, 5*time.Second, func() bool {
 				return b.metric(t, "dropline_live_skus") == 0 && shardSubscribers(t, b.rdb, channels...) == 0
