@@ -162,5 +162,10 @@ func (f *Flusher) flushPartition(ctx context.Context, p int, st *partitionState)
 		return 0, err
 	}
 	_, err = f.apply(ctx, p, entries)
+	if _, held := f.leases.Fence(p); !held {
+		// The lease lapsed since the read: what was read stays pending on
+		// this consumer; read it again first if the lease comes back.
+		st.ownPending = true
+	}
 	return len(entries), err
 }

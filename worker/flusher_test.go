@@ -122,7 +122,9 @@ func TestFlusherStopDrainsPastTheLeaseWindow(t *testing.T) {
 	b.product(t, "DRAIN-2", 2000)
 	tokens := b.reserveMany(t, "DRAIN-2", 1500, time.Hour)
 	opts := fastConfig("slow").Options
-	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50}, b.engine, b.rdb, b.log, prometheus.NewRegistry())
+	// A generous DrainTimeout: what is tested is the leases, not the bound.
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50, DrainTimeout: 30 * time.Second},
+		b.engine, b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	inBatch := make(chan struct{})

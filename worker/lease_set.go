@@ -192,7 +192,11 @@ func (s *leaseSet) keepHeld(ctx context.Context) {
 	defer t.Stop()
 	for {
 		for p, l := range s.leases {
-			if !l.RenewDue() || !l.Held() {
+			// RenewDue, not Held: a lease whose local validity ran out
+			// while this process was starved is still renewed when Redis
+			// still has it as this owner's (the script checks), so the drain
+			// does not lose it to a slow tick.
+			if !l.RenewDue() {
 				continue
 			}
 			sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
