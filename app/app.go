@@ -8,7 +8,7 @@
 //
 // The App depends on the domain packages only through Deps, so it is tested
 // on its own with stand-ins; DefaultDeps in wire.go is the production wiring
-// (db.Migrate, inventory.NewEngine, resolvers.NewHandler, worker.NewGroup and
+// (db.Migrate, inventory.NewEngine, graphql.NewHandler, worker.NewGroup and
 // the demo catalogue).
 //
 // # Lifecycle
@@ -69,7 +69,7 @@ type Infra struct {
 // the domain packages.
 type Services struct {
 	// GraphQL serves /graphql. It verifies bearer tokens itself
-	// (resolvers.NewHandler applies auth.Middleware with Infra.Issuer).
+	// (graphql.NewHandler applies auth.Middleware with Infra.Issuer).
 	GraphQL http.Handler
 	// Checks are added to /readyz next to redis, postgres and migrations
 	// (e.g. {"scripts", engine.Ping}).

@@ -89,7 +89,7 @@ func TestRunServesAndCloses(t *testing.T) {
 			require.NotNil(t, in.Registry)
 			require.NotNil(t, in.Issuer)
 			return app.Services{
-				// Like resolvers.NewHandler, the stand-in verifies tokens with in.Issuer.
+				// Like graphql.NewHandler, the stand-in verifies tokens with in.Issuer.
 				GraphQL: auth.Middleware(in.Issuer)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					p, _ := auth.PrincipalFrom(r.Context())
 					authErr := auth.AuthErrorFrom(r.Context())

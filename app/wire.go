@@ -9,13 +9,13 @@ import (
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
-	"github.com/dropline/dropline/resolvers"
 	"github.com/dropline/dropline/server"
+	"github.com/dropline/dropline/server/graphql"
 	"github.com/dropline/dropline/worker"
 )
 
 // DefaultDeps is the production wiring of the domain packages into the App:
-// the one place cmd/ and e2e/ get db/, inventory/, resolvers/ and worker/ from.
+// the one place cmd/ and e2e/ get db/, inventory/, server/graphql/ and worker/ from.
 func DefaultDeps() Deps {
 	return Deps{
 		Migrate:           db.Migrate,
@@ -43,7 +43,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 	group := worker.NewGroup(worker.GroupConfig{Options: worker.Options{LeaseTTL: in.Config.LeaseTTL}}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
 	hub := live.NewHub(live.HubConfig{}, engine, in.Redis, in.Log, in.Registry)
 	return Services{
-		GraphQL: resolvers.NewHandler(resolvers.Config{
+		GraphQL: graphql.NewHandler(graphql.Config{
 			Engine:      engine,
 			Redis:       in.Redis,
 			Verifier:    in.Issuer,
@@ -53,7 +53,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			RequestID:   server.RequestIDFrom,
 			Live:        hub,
 			Registerer:  in.Registry,
-			Limits: resolvers.Limits{
+			Limits: graphql.Limits{
 				MutationRate:  in.Config.MutationRate,
 				MutationBurst: in.Config.MutationBurst,
 			},

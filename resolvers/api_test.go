@@ -8,7 +8,7 @@ import (
 	"github.com/99designs/gqlgen/client"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server/graphql"
 )
 
 func TestCatalogueQueries(t *testing.T) {
@@ -379,7 +379,7 @@ func TestMyReservationsPagination(t *testing.T) {
 
 func TestRateLimitedMutations(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(c *resolvers.Config) {
+	e := setup(t, func(c *graphql.Config) {
 		c.Limits.MutationRate, c.Limits.MutationPeriod, c.Limits.MutationBurst = 1, time.Minute, 2
 	})
 	e.createProduct(t, map[string]any{"sku": "HOT", "stock": 100})

@@ -3,6 +3,7 @@ package resolvers
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -17,9 +18,9 @@ type deps struct {
 	engine  *inventory.Engine
 	limits  Limits
 	limiter *mutationLimiter
-	hub     *live.Hub // nil: subscriptions answer UNAVAILABLE
-	streams StreamLimits
-	sm      *streamMetrics
+	hub     *live.Hub     // nil: subscriptions answer UNAVAILABLE
+	recheck time.Duration // how often reservationChanged re-reads
+	sm      *subscriptionMetrics
 	log     zerolog.Logger
 }
 

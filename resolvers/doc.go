@@ -1,6 +1,8 @@
 // Package resolvers is Dropline's GraphQL adapter: thin resolvers that parse
-// input, call one inventory.Engine method and map the result, plus the HTTP
-// handler that protects them (NewHandler).
+// input, call one inventory.Engine method and map the result, their
+// dataloaders, and the mapping of outcomes to payloads, userErrors and
+// error codes. The HTTP handler that serves them, with its transports and
+// limits, is server/graphql.
 //
 // Business outcomes are values: every mutation returns a payload whose
 // userErrors carry the engine's code and public message (inventory.ErrorCode
@@ -8,45 +10,26 @@
 // ["input","quantity"]; queries, which have no payload, report them
 // as top-level errors with extensions.code. Anything the engine does not
 // classify is "internal error" with code INTERNAL and the request id; the
-// detail goes to the log only (presenter, recoverer).
+// detail goes to the log only (Resolver.ErrorPresenter, Resolver.Recover).
 //
-// Order of protections for one request, outermost first: request id, CORS
-// allow-list (403 before anything runs), body size (413), auth.Middleware,
-// stream caps (websocket/SSE only), transport (websocket, SSE, then
-// httpTransport: POST application/json, GET for queries only, 405 for a
-// mutation; a request that never executes answers without a data entry,
-// 200 for application/json and 400 for application/graphql-response+json,
-// as the GraphQL over HTTP specification asks), parser token limit,
-// validation, then before any resolver: complexity, depth and the cap on
-// root mutation fields, so an aliased mutation bomb is refused whole. Each
-// mutation then needs a verified principal and a unit of that principal's
-// GCRA budget in Redis.
+// Each mutation needs a verified principal and a unit of that principal's
+// GCRA budget in Redis; connections price their page in the schema's
+// complexity (Resolver.Schema) and refuse a `first` above MaxPageSize.
 //
 // # Subscriptions
 //
-// stockChanged and reservationChanged stream over websockets (gqlgen's
-// transport, graphql-transport-ws and the legacy graphql-ws) and GraphQL
-// over SSE. Values come from a live.Hub; a resolver only converts them, in
-// one goroutine per subscription that selects on ctx.Done, so the hub never
-// waits for a client. reservationChanged re-reads the reservation whenever
-// its SKU's stock moves (every hold change does) and every
-// ReservationRecheck, sends only changes and completes after a final
-// status.
-//
-// Websocket life: the upgrade passes CORS (403) and the per-address cap
-// (429); connection_init must come within InitTimeout (else 1002) and its
-// token ("Authorization" or "authToken", else the upgrade's header) must
-// verify (else 4403); a principal over its cap gets 4429; the token's
-// expiry closes the connection with 4403 (the graphql-ws client then
-// reconnects with fresh connectionParams). Messages above MessageBytes
-// close it with 1009, an unanswered ping after two PingIntervals ends it,
-// and a write that cannot complete within WriteTimeout (a client that
-// stopped reading) drops it. Subscriptions beyond SubscriptionsPerConn get
-// TOO_MANY_SUBSCRIPTIONS. When the hub drops a subscriber or stops, a
+// stockChanged and reservationChanged take their values from a live.Hub; a
+// resolver only converts them, in one goroutine per subscription that
+// selects on ctx.Done, so the hub never waits for a client.
+// reservationChanged re-reads the reservation whenever its SKU's stock
+// moves (every hold change does) and every ReservationRecheck, sends only
+// changes and completes after a final status. The transport describes the
+// connection as a Stream in the context: a subscription beyond its cap gets
+// TOO_MANY_SUBSCRIPTIONS, and when the hub drops a subscriber or stops, a
 // websocket subscription ends with an UNAVAILABLE error message (SSE just
-// completes). Caps are per process.
+// completes).
 //
-// Redis keys, under the engine's prefix P: P+"apq:<sha256>" for persisted
-// queries; "rate:"+P+"mutations:<principal>" for the rate limiter
-// (redis_rate adds its own "rate:" in front and expires its keys).
+// Redis keys, under the engine's prefix P: "rate:"+P+"mutations:<principal>"
+// for the rate limiter (redis_rate adds its own "rate:" in front and
+// expires its keys).
 package resolvers

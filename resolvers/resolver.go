@@ -1,8 +1,118 @@
 package resolvers
 
+import (
+	"context"
+	"time"
+
+	gqlgen "github.com/99designs/gqlgen/graphql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/graph"
+	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
+)
+
+// Config is what New needs. Engine and Redis are required; every limit has
+// a default for its zero value.
+type Config struct {
+	// Engine answers every query and mutation. Required.
+	Engine *inventory.Engine
+	// Redis stores the rate limiter's state, under the engine's key
+	// prefix. Required.
+	Redis redis.UniversalClient
+	// Logger receives internal errors and panics with their request id.
+	// Default: a disabled logger.
+	Logger zerolog.Logger
+	// Live fans stock changes out to subscriptions. Nil leaves the
+	// Subscription fields answering UNAVAILABLE (queries and mutations
+	// still work). The caller starts and stops it.
+	Live *live.Hub
+	// Limits bound pages and the mutation rate.
+	Limits Limits
+	// ReservationRecheck is how often reservationChanged re-reads its
+	// reservation besides every stock change of its SKU. Default 1 s.
+	ReservationRecheck time.Duration
+	// Registerer receives the subscription metrics. Nil: not exported.
+	Registerer prometheus.Registerer
+}
+
+// Limits are what the resolvers themselves bound. Each zero value takes the
+// default named on the field.
+type Limits struct {
+	// PageSize is the default `first` of connections; MaxPageSize the
+	// largest allowed (requests above get INVALID_INPUT). Defaults 20, 100.
+	PageSize    int
+	MaxPageSize int
+	// MutationRate and MutationBurst define the per-principal mutation
+	// limit (GCRA): MutationRate per MutationPeriod on average, bursts of
+	// up to MutationBurst. Defaults 10 per second, burst 20. A negative
+	// MutationRate disables the limit.
+	MutationRate   int
+	MutationPeriod time.Duration
+	MutationBurst  int
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&l.PageSize, 20)
+	def(&l.MaxPageSize, 100)
+	def(&l.MutationRate, 10)
+	def(&l.MutationBurst, 2*l.MutationRate)
+	if l.MutationPeriod == 0 {
+		l.MutationPeriod = time.Second
+	}
+	return l
+}
+
 // Resolver is the root of the generated resolver tree. It holds only
 // injected dependencies; per-request state (dataloaders) lives in the
 // request context.
 type Resolver struct {
 	deps *deps
 }
+
+// New builds the resolver tree. It panics when a required dependency is
+// missing, as that is a wiring bug found at start-up.
+func New(cfg Config) *Resolver {
+	if cfg.Engine == nil || cfg.Redis == nil {
+		panic("resolvers.New: Engine and Redis are required")
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.ReservationRecheck <= 0 {
+		cfg.ReservationRecheck = time.Second
+	}
+	prefix := cfg.Engine.Config().KeyPrefix
+	return &Resolver{deps: &deps{
+		engine:  cfg.Engine,
+		limits:  cfg.Limits,
+		limiter: newMutationLimiter(cfg.Redis, prefix, cfg.Limits, cfg.Logger),
+		hub:     cfg.Live,
+		recheck: cfg.ReservationRecheck,
+		sm:      newSubscriptionMetrics(cfg.Registerer),
+		log:     cfg.Logger,
+	}}
+}
+
+// Schema is the executable schema over these resolvers, with connections
+// priced by the page they ask for.
+func (r *Resolver) Schema() gqlgen.ExecutableSchema {
+	return graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: complexity(r.deps.limits)})
+}
+
+// WithLoaders gives an operation, or one response of a subscription, its
+// own dataloaders.
+func (r *Resolver) WithLoaders(ctx context.Context) context.Context {
+	return withLoaders(ctx, r.deps.engine)
+}
+
+// ErrorPresenter is the one place errors become what clients see.
+func (r *Resolver) ErrorPresenter() gqlgen.ErrorPresenterFunc { return presenter(r.deps.log) }
+
+// Recover turns a panic in a resolver into an internal error.
+func (r *Resolver) Recover() gqlgen.RecoverFunc { return recoverer(r.deps.log) }

@@ -20,7 +20,7 @@ import (
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
-	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server/graphql"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -40,7 +40,7 @@ type env struct {
 	pool    interface{ Close() }
 }
 
-func setup(t *testing.T, mods ...func(*resolvers.Config)) *env {
+func setup(t *testing.T, mods ...func(*graphql.Config)) *env {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	r := testenv.Redis(t)
@@ -53,15 +53,15 @@ func setup(t *testing.T, mods ...func(*resolvers.Config)) *env {
 	iss, err := auth.NewIssuer(secret)
 	require.NoError(t, err)
 	logs := &syncBuffer{}
-	cfg := resolvers.Config{
+	cfg := graphql.Config{
 		Engine: eng, Redis: r.Client, Verifier: iss, Logger: zerolog.New(logs),
 		CORSOrigins: []string{"https://shop.example"},
-		Limits:      resolvers.Limits{MutationBurst: 1000},
+		Limits:      graphql.Limits{MutationBurst: 1000},
 	}
 	for _, m := range mods {
 		m(&cfg)
 	}
-	h := resolvers.NewHandler(cfg)
+	h := graphql.NewHandler(cfg)
 	return &env{engine: eng, rdb: r.Client, prefix: r.Prefix, issuer: iss, handler: h,
 		client: client.New(h), logs: logs, hmget: counter, pool: pool}
 }

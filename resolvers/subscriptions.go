@@ -37,7 +37,7 @@ type subscription struct {
 	d       *deps
 	field   string
 	release func()
-	conn    *streamConn
+	stream  Stream // nil outside a stream transport
 }
 
 // admit counts a new subscription of field against its connection's cap.
@@ -45,14 +45,16 @@ func (d *deps) admit(ctx context.Context, field string) (*subscription, error) {
 	if d.hub == nil {
 		return nil, errLiveUnavailable
 	}
-	c := streamConnFrom(ctx)
-	release, ok := c.admitSubscription(d.streams.SubscriptionsPerConn)
-	if !ok {
-		d.sm.refused.WithLabelValues("subscription_limit").Inc()
-		return nil, &apiError{code: CodeTooManySubscriptions, message: "too many subscriptions on this connection"}
+	st := StreamFrom(ctx)
+	release := func() {}
+	if st != nil {
+		var ok bool
+		if release, ok = st.AdmitSubscription(); !ok {
+			return nil, &apiError{code: CodeTooManySubscriptions, message: "too many subscriptions on this connection"}
+		}
 	}
 	d.sm.active.WithLabelValues(field).Inc()
-	return &subscription{d: d, field: field, release: release, conn: c}, nil
+	return &subscription{d: d, field: field, release: release, stream: st}, nil
 }
 
 // done ends the bookkeeping; reason is a metric label.
@@ -78,7 +80,7 @@ func send[T any](ctx context.Context, s *subscription, out chan<- T, v T) bool {
 // as an error message rather than a "complete" it would take for a normal
 // end. SSE has no such message: its stream just completes.
 func (s *subscription) dropped(ctx context.Context) {
-	if s.conn != nil && s.conn.kind == kindWebsocket {
+	if s.stream != nil && s.stream.Websocket() {
 		transport.AddSubscriptionError(ctx, &gqlerror.Error{
 			Message:    "live updates stopped: the client fell behind or the server is shutting down; subscribe again",
 			Extensions: map[string]any{"code": CodeUnavailable},
@@ -186,7 +188,7 @@ func (d *deps) reservationChanged(ctx context.Context, token string) (<-chan *mo
 			s.done("complete")
 			return
 		}
-		tick := time.NewTicker(d.streams.ReservationRecheck)
+		tick := time.NewTicker(d.recheck)
 		defer tick.Stop()
 		for {
 			select {

@@ -67,7 +67,7 @@ func TestDesignNamesRealTests(t *testing.T) {
 			}
 		}
 	}
-	cited := regexp.MustCompile("`((?:Test|Fuzz)\\w*)(\\*?)`|\\b(?:inventory|auth|resolvers)\\.(Fuzz\\w+)")
+	cited := regexp.MustCompile("`((?:Test|Fuzz)\\w*)(\\*?)`|\\b(?:inventory|auth|resolvers|graphql)\\.(Fuzz\\w+)")
 	for _, m := range cited.FindAllStringSubmatch(design, -1) {
 		name, prefix := m[1]+m[3], m[2] == "*"
 		found := funcs[name]

@@ -36,7 +36,7 @@ import (
 // The tests do not call t.Parallel: they assert delivery latency, so they run
 // on their own, before the parallel drop scenarios load the machine.
 
-// The binary's stream limits (resolvers.StreamLimits defaults) and delivery
+// The binary's stream limits (graphql.StreamLimits defaults) and delivery
 // interval, as the tests expect to meet them.
 const (
 	wsSubsPerConn       = 32
@@ -54,7 +54,7 @@ const (
 )
 
 // Close codes: RFC 6455's, and Dropline's for a principal over its cap
-// (resolvers.CloseTooManyConnections).
+// (graphql.CloseTooManyConnections).
 const (
 	closeProtocolError = 1002
 	closeMessageTooBig = 1009

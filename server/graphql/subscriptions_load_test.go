@@ -1,4 +1,4 @@
-package resolvers_test
+package graphql_test
 
 import (
 	"context"
@@ -22,14 +22,14 @@ import (
 	"github.com/dropline/dropline/internal/wsclient"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
-	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server/graphql"
 )
 
 // The tests in this file are not parallel: they count goroutines, stall
 // sockets or measure latency, and other tests would blur the figures.
 
 func TestSubscribeDisconnectCyclesLeaveNoGoroutines(t *testing.T) {
-	e := setupLive(t, live.HubConfig{Linger: 50 * time.Millisecond}, func(c *resolvers.Config) {
+	e := setupLive(t, live.HubConfig{Linger: 50 * time.Millisecond}, func(c *graphql.Config) {
 		c.Streams.ConnsPerIP = 1000
 	})
 	e.createProduct(t, map[string]any{"sku": "CYC-1", "stock": 5})
@@ -97,7 +97,7 @@ func TestSubscribeDisconnectCyclesLeaveNoGoroutines(t *testing.T) {
 // is busy is disconnected after WriteTimeout, and a healthy client of the
 // same SKUs keeps receiving and converges.
 func TestStalledReaderIsDropped(t *testing.T) {
-	e := setupLive(t, live.HubConfig{Interval: 10 * time.Millisecond}, func(c *resolvers.Config) {
+	e := setupLive(t, live.HubConfig{Interval: 10 * time.Millisecond}, func(c *graphql.Config) {
 		c.Streams.WriteTimeout = 300 * time.Millisecond
 	})
 	skus := make([]string, 10)
@@ -219,13 +219,13 @@ func TestStalledReaderIsDropped(t *testing.T) {
 // -race it runs 500 subscribers (the race detector allows 8,128
 // goroutines); without it 2,000:
 //
-//	go test -run TestHotSKUWebsocketSubscribers -v -count=1 ./resolvers/
+//	go test -run TestHotSKUWebsocketSubscribers -v -count=1 ./server/graphql/
 func TestHotSKUWebsocketSubscribers(t *testing.T) {
 	subscribers, reserves := 2000, 3000
 	if raceEnabled {
 		subscribers = 500
 	}
-	e := setupLive(t, live.HubConfig{}, func(c *resolvers.Config) {
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
 		c.Streams.ConnsPerIP = subscribers + 10
 	})
 	e.createProduct(t, map[string]any{"sku": "HOT-WS", "stock": reserves})

@@ -1,11 +1,11 @@
-package resolvers
+package graphql
 
 import (
 	"context"
 	"errors"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql"
+	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
@@ -20,7 +20,7 @@ type apqCache struct {
 	log    zerolog.Logger
 }
 
-var _ graphql.Cache[string] = apqCache{}
+var _ gqlgen.Cache[string] = apqCache{}
 
 func newAPQCache(rdb redis.UniversalClient, prefix string, ttl time.Duration, log zerolog.Logger) apqCache {
 	return apqCache{rdb: rdb, prefix: prefix + "apq:", ttl: ttl, log: log}

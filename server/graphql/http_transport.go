@@ -1,4 +1,4 @@
-package resolvers
+package graphql
 
 import (
 	"encoding/json"
@@ -9,9 +9,11 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/99designs/gqlgen/graphql"
+	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/dropline/dropline/resolvers"
 )
 
 // The media types of the GraphQL over HTTP specification.
@@ -40,7 +42,7 @@ type httpTransport struct {
 	method string
 }
 
-var _ graphql.Transport = httpTransport{}
+var _ gqlgen.Transport = httpTransport{}
 
 // Supports claims plain GET and POST requests (not websocket upgrades; SSE
 // is claimed first by its own transport).
@@ -56,21 +58,21 @@ func (t httpTransport) Supports(r *http.Request) bool {
 }
 
 // Do decodes the request, runs it and writes the one response.
-func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor) {
 	mediaType := responseMediaType(r.Header.Get("Accept"))
 	w.Header().Set("Content-Type", mediaType)
-	start := graphql.Now()
+	start := gqlgen.Now()
 	params, err := t.params(r)
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
-		writeResponse(w, &graphql.Response{Errors: gqlerror.List{badRequest(err.Error())}})
+		writeResponse(w, &gqlgen.Response{Errors: gqlerror.List{badRequest(err.Error())}})
 		return
 	}
 	params.Headers = r.Header
-	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+	params.ReadTime = gqlgen.TraceTiming{Start: start, End: gqlgen.Now()}
 	if params.Query == "" && params.Extensions["persistedQuery"] == nil {
 		w.WriteHeader(http.StatusBadRequest)
-		writeResponse(w, &graphql.Response{Errors: gqlerror.List{badRequest("the request has no query")}})
+		writeResponse(w, &gqlgen.Response{Errors: gqlerror.List{badRequest("the request has no query")}})
 		return
 	}
 
@@ -81,13 +83,13 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 		if mediaType == mediaGraphQLResponse {
 			w.WriteHeader(http.StatusBadRequest)
 		}
-		writeResponse(w, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), errs))
+		writeResponse(w, exec.DispatchError(gqlgen.WithOperationContext(ctx, opCtx), errs))
 		return
 	}
 	if t.method == http.MethodGet && opCtx.Operation.Operation != ast.Query {
 		w.Header().Set("Allow", http.MethodPost)
 		w.WriteHeader(http.StatusMethodNotAllowed)
-		writeResponse(w, &graphql.Response{Errors: gqlerror.List{badRequest("GET serves queries only: send " + string(opCtx.Operation.Operation) + "s with POST")}})
+		writeResponse(w, &gqlgen.Response{Errors: gqlerror.List{badRequest("GET serves queries only: send " + string(opCtx.Operation.Operation) + "s with POST")}})
 		return
 	}
 	responses, ctx := exec.DispatchOperation(ctx, opCtx)
@@ -96,8 +98,8 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 
 // params reads the request's query, operationName, variables and
 // extensions from the URL (GET) or the JSON body (POST).
-func (t httpTransport) params(r *http.Request) (*graphql.RawParams, error) {
-	p := &graphql.RawParams{}
+func (t httpTransport) params(r *http.Request) (*gqlgen.RawParams, error) {
+	p := &gqlgen.RawParams{}
 	if t.method == http.MethodPost {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -155,8 +157,8 @@ func responseMediaType(accept string) string {
 }
 
 // writeResponse writes one GraphQL response; a response that never executed
-// has no data entry (graphql.Response always writes one, null when empty).
-func writeResponse(w io.Writer, resp *graphql.Response) {
+// has no data entry (gqlgen.Response always writes one, null when empty).
+func writeResponse(w io.Writer, resp *gqlgen.Response) {
 	var b []byte
 	var err error
 	if resp.Data == nil {
@@ -168,7 +170,7 @@ func writeResponse(w io.Writer, resp *graphql.Response) {
 		b, err = json.Marshal(resp)
 	}
 	if err != nil {
-		b, _ = json.Marshal(map[string]any{"errors": []map[string]any{{"message": "internal error", "extensions": map[string]any{"code": CodeInternal}}}})
+		b, _ = json.Marshal(map[string]any{"errors": []map[string]any{{"message": "internal error", "extensions": map[string]any{"code": resolvers.CodeInternal}}}})
 	}
 	_, _ = w.Write(b)
 }

@@ -1,4 +1,4 @@
-package resolvers
+package graphql
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/dropline/dropline/resolvers"
 )
 
 // limitBody reads at most n bytes of the body before GraphQL sees it, so an
@@ -58,7 +60,7 @@ func httpCode(status int) string {
 	case http.StatusForbidden:
 		return "ORIGIN_NOT_ALLOWED"
 	case http.StatusTooManyRequests:
-		return CodeRateLimited
+		return resolvers.CodeRateLimited
 	}
 	return "BAD_REQUEST"
 }

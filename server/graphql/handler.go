@@ -1,4 +1,4 @@
-package resolvers
+package graphql
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql"
+	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
@@ -18,9 +18,9 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/dropline/dropline/auth"
-	"github.com/dropline/dropline/graph"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
+	"github.com/dropline/dropline/resolvers"
 )
 
 // Config is what NewHandler needs. Engine, Redis and Verifier are required;
@@ -109,15 +109,8 @@ func (l Limits) withDefaults() Limits {
 	def(&l.RootMutationFields, 10)
 	def(&l.ParserTokens, 15000)
 	def(&l.QueryCache, 1000)
-	def(&l.PageSize, 20)
-	def(&l.MaxPageSize, 100)
-	def(&l.MutationRate, 10)
-	def(&l.MutationBurst, 2*l.MutationRate)
 	if l.BodyBytes == 0 {
 		l.BodyBytes = 1 << 20
-	}
-	if l.MutationPeriod == 0 {
-		l.MutationPeriod = time.Second
 	}
 	if l.APQTTL == 0 {
 		l.APQTTL = 24 * time.Hour
@@ -126,12 +119,12 @@ func (l Limits) withDefaults() Limits {
 }
 
 // NewHandler builds the /graphql handler: CORS, the body limit and auth
-// around gqlgen's server with its transports, caches and limits. It panics
-// when a required dependency is missing, as that is a wiring bug found at
-// start-up.
+// around gqlgen's server with its transports, caches and limits, over the
+// resolvers. It panics when a required dependency is missing, as that is a
+// wiring bug found at start-up.
 func NewHandler(cfg Config) http.Handler {
 	if cfg.Engine == nil || cfg.Redis == nil || cfg.Verifier == nil {
-		panic("resolvers.NewHandler: Engine, Redis and Verifier are required")
+		panic("graphql.NewHandler: Engine, Redis and Verifier are required")
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	if cfg.Now == nil {
@@ -141,24 +134,29 @@ func NewHandler(cfg Config) http.Handler {
 	prefix := cfg.Engine.Config().KeyPrefix
 	origins := newCORS(cfg.CORSOrigins)
 	sm := newStreamMetrics(cfg.Registerer)
-	d := &deps{
-		engine:  cfg.Engine,
-		limits:  cfg.Limits,
-		limiter: newMutationLimiter(cfg.Redis, prefix, cfg.Limits, cfg.Logger),
-		hub:     cfg.Live,
-		streams: cfg.Streams,
-		sm:      sm,
-		log:     cfg.Logger,
-	}
-	es := graph.NewExecutableSchema(graph.Config{Resolvers: &Resolver{deps: d}, Complexity: complexity(cfg.Limits)})
+	res := resolvers.New(resolvers.Config{
+		Engine: cfg.Engine,
+		Redis:  cfg.Redis,
+		Logger: cfg.Logger,
+		Live:   cfg.Live,
+		Limits: resolvers.Limits{
+			PageSize:       cfg.Limits.PageSize,
+			MaxPageSize:    cfg.Limits.MaxPageSize,
+			MutationRate:   cfg.Limits.MutationRate,
+			MutationPeriod: cfg.Limits.MutationPeriod,
+			MutationBurst:  cfg.Limits.MutationBurst,
+		},
+		ReservationRecheck: cfg.Streams.ReservationRecheck,
+		Registerer:         cfg.Registerer,
+	})
 
-	srv := handler.New(es)
+	srv := handler.New(res.Schema())
 	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm, cfg.Logger), cfg.Streams)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
-	srv.SetErrorPresenter(presenter(cfg.Logger))
-	srv.SetRecoverFunc(recoverer(cfg.Logger))
+	srv.SetErrorPresenter(res.ErrorPresenter())
+	srv.SetRecoverFunc(res.Recover())
 	if cfg.Dev {
 		srv.Use(extension.Introspection{})
 	}
@@ -166,19 +164,19 @@ func NewHandler(cfg Config) http.Handler {
 	srv.Use(extension.FixedComplexityLimit(cfg.Limits.Complexity))
 	srv.Use(depthLimit{max: cfg.Limits.Depth})
 	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})
-	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-		return next(withLoaders(ctx, cfg.Engine))
+	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {
+		return next(res.WithLoaders(ctx))
 	})
 	// A subscription is one operation with many responses: each response
 	// gets fresh loaders, or a payload's product.stock would be the value
 	// cached when the subscription began.
-	srv.AroundResponses(func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	srv.AroundResponses(func(ctx context.Context, next gqlgen.ResponseHandler) *gqlgen.Response {
 		// A body gqlgen cannot decode reaches here with no operation at all.
-		if !graphql.HasOperationContext(ctx) {
+		if !gqlgen.HasOperationContext(ctx) {
 			return next(ctx)
 		}
-		if oc := graphql.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
-			ctx = withLoaders(ctx, cfg.Engine)
+		if oc := gqlgen.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
+			ctx = res.WithLoaders(ctx)
 		}
 		return next(ctx)
 	})
@@ -208,7 +206,7 @@ func addTransports(srv *handler.Server, ws transport.Websocket, l StreamLimits) 
 
 type requestIDKey struct{}
 
-// requestIDFrom returns the id quoted in internal errors.
+// requestIDFrom returns the id quoted in errors this package writes.
 func requestIDFrom(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
@@ -232,6 +230,7 @@ func withRequestID(from func(context.Context) string, next http.Handler) http.Ha
 			id = hex.EncodeToString(b[:])
 			w.Header().Set(requestIDHeader, id)
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		ctx := context.WithValue(r.Context(), requestIDKey{}, id)
+		next.ServeHTTP(w, r.WithContext(resolvers.WithRequestID(ctx, id)))
 	})
 }

@@ -1,4 +1,4 @@
-package resolvers_test
+package graphql_test
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server/graphql"
 )
 
 // liveEnv is env served over a real HTTP server, with a running hub.
@@ -32,10 +33,10 @@ type liveEnv struct {
 	reg   *prometheus.Registry
 }
 
-func setupLive(t *testing.T, hc live.HubConfig, mods ...func(*resolvers.Config)) *liveEnv {
+func setupLive(t *testing.T, hc live.HubConfig, mods ...func(*graphql.Config)) *liveEnv {
 	t.Helper()
 	le := &liveEnv{reg: prometheus.NewRegistry()}
-	mods = append([]func(*resolvers.Config){func(c *resolvers.Config) {
+	mods = append([]func(*graphql.Config){func(c *graphql.Config) {
 		le.hub = live.NewHub(hc, c.Engine, c.Redis, zerolog.Nop(), nil)
 		le.hub.Start(context.Background())
 		t.Cleanup(le.hub.Stop)
@@ -209,7 +210,7 @@ func TestStockChangedOverSSE(t *testing.T) {
 
 func TestReservationChanged(t *testing.T) {
 	t.Parallel()
-	e := setupLive(t, live.HubConfig{}, func(c *resolvers.Config) {
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
 		c.Streams.ReservationRecheck = 200 * time.Millisecond
 	})
 	e.createProduct(t, map[string]any{"sku": "RC-1", "stock": 5})
@@ -310,7 +311,7 @@ func TestWebsocketAuth(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			err := dial(opts)
 			require.Error(t, err)
-			require.Equal(t, websocket.StatusCode(resolvers.CloseForbidden), websocket.CloseStatus(err), "%v", err)
+			require.Equal(t, websocket.StatusCode(graphql.CloseForbidden), websocket.CloseStatus(err), "%v", err)
 		})
 	}
 
@@ -330,7 +331,7 @@ func TestWebsocketAuth(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("connection outlived its token")
 		}
-		require.Equal(t, websocket.StatusCode(resolvers.CloseForbidden), websocket.CloseStatus(c.Err()), "%v", c.Err())
+		require.Equal(t, websocket.StatusCode(graphql.CloseForbidden), websocket.CloseStatus(c.Err()), "%v", c.Err())
 	})
 
 	t.Run("a foreign origin is refused before the upgrade", func(t *testing.T) {
@@ -342,7 +343,7 @@ func TestWebsocketAuth(t *testing.T) {
 
 func TestWebsocketInitTimeout(t *testing.T) {
 	t.Parallel()
-	e := setupLive(t, live.HubConfig{}, func(c *resolvers.Config) { c.Streams.InitTimeout = 200 * time.Millisecond })
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) { c.Streams.InitTimeout = 200 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, resp, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{Subprotocols: []string{wsclient.TransportWS}})
@@ -357,8 +358,8 @@ func TestWebsocketInitTimeout(t *testing.T) {
 
 func TestStreamLimits(t *testing.T) {
 	t.Parallel()
-	e := setupLive(t, live.HubConfig{}, func(c *resolvers.Config) {
-		c.Streams = resolvers.StreamLimits{ConnsPerIP: 3, ConnsPerPrincipal: 1, SubscriptionsPerConn: 2, MessageBytes: 2048}
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
+		c.Streams = graphql.StreamLimits{ConnsPerIP: 3, ConnsPerPrincipal: 1, SubscriptionsPerConn: 2, MessageBytes: 2048}
 	})
 	e.createProduct(t, map[string]any{"sku": "LIM-1", "stock": 5})
 	vars := map[string]any{"s": []string{"LIM-1"}}
@@ -389,7 +390,7 @@ func TestStreamLimits(t *testing.T) {
 
 	t.Run("connections per principal", func(t *testing.T) {
 		_, err := wsclient.Dial(ctx, e.wsURL, wsclient.Options{InitPayload: map[string]any{"Authorization": alice}})
-		require.Equal(t, websocket.StatusCode(resolvers.CloseTooManyConnections), websocket.CloseStatus(err), "%v", err)
+		require.Equal(t, websocket.StatusCode(graphql.CloseTooManyConnections), websocket.CloseStatus(err), "%v", err)
 	})
 
 	t.Run("message size", func(t *testing.T) {

@@ -1,4 +1,4 @@
-package resolvers_test
+package graphql_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
-	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server/graphql"
 )
 
 // FuzzGraphQLRequest posts arbitrary GraphQL documents and variables to the
@@ -40,8 +40,8 @@ func FuzzGraphQLRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	h := resolvers.NewHandler(resolvers.Config{Engine: eng, Redis: r.Client, Verifier: iss, Logger: zerolog.New(logs),
-		Limits: resolvers.Limits{MutationRate: -1}})
+	h := graphql.NewHandler(graphql.Config{Engine: eng, Redis: r.Client, Verifier: iss, Logger: zerolog.New(logs),
+		Limits: graphql.Limits{MutationRate: -1}})
 	bearer, err := iss.Mint("fuzzer", false, time.Hour)
 	if err != nil {
 		f.Fatal(err)

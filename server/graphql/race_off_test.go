@@ -1,6 +1,6 @@
 //go:build !race
 
-package resolvers_test
+package graphql_test
 
 // raceEnabled scales load tests down: the race detector allows at most
 // 8,128 live goroutines.

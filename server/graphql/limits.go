@@ -1,15 +1,12 @@
-package resolvers
+package graphql
 
 import (
 	"context"
 	"strings"
 
-	"github.com/99designs/gqlgen/graphql"
+	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
-
-	"github.com/dropline/dropline/graph"
-	"github.com/dropline/dropline/graph/model"
 )
 
 // Codes of operations refused before execution.
@@ -25,18 +22,18 @@ const (
 type depthLimit struct{ max int }
 
 var _ interface {
-	graphql.HandlerExtension
-	graphql.OperationContextMutator
+	gqlgen.HandlerExtension
+	gqlgen.OperationContextMutator
 } = depthLimit{}
 
 // ExtensionName names the extension in gqlgen's stats.
 func (depthLimit) ExtensionName() string { return "DepthLimit" }
 
 // Validate accepts any schema.
-func (depthLimit) Validate(graphql.ExecutableSchema) error { return nil }
+func (depthLimit) Validate(gqlgen.ExecutableSchema) error { return nil }
 
 // MutateOperationContext measures the operation and refuses it if too deep.
-func (d depthLimit) MutateOperationContext(_ context.Context, op *graphql.OperationContext) *gqlerror.Error {
+func (d depthLimit) MutateOperationContext(_ context.Context, op *gqlgen.OperationContext) *gqlerror.Error {
 	if depth := selectionDepth(op.Operation.SelectionSet, d.max+1); depth > d.max {
 		err := gqlerror.Errorf("query is nested too deeply: the limit is %d", d.max)
 		err.Extensions = map[string]any{"code": CodeQueryTooDeep, "limit": d.max}
@@ -83,18 +80,18 @@ func selectionDepth(set ast.SelectionSet, cutoff int) int {
 type mutationFieldLimit struct{ max int }
 
 var _ interface {
-	graphql.HandlerExtension
-	graphql.OperationContextMutator
+	gqlgen.HandlerExtension
+	gqlgen.OperationContextMutator
 } = mutationFieldLimit{}
 
 // ExtensionName names the extension in gqlgen's stats.
 func (mutationFieldLimit) ExtensionName() string { return "MutationFieldLimit" }
 
 // Validate accepts any schema.
-func (mutationFieldLimit) Validate(graphql.ExecutableSchema) error { return nil }
+func (mutationFieldLimit) Validate(gqlgen.ExecutableSchema) error { return nil }
 
 // MutateOperationContext counts the root fields of a mutation.
-func (m mutationFieldLimit) MutateOperationContext(_ context.Context, op *graphql.OperationContext) *gqlerror.Error {
+func (m mutationFieldLimit) MutateOperationContext(_ context.Context, op *gqlgen.OperationContext) *gqlerror.Error {
 	if op.Operation.Operation != ast.Mutation {
 		return nil
 	}
@@ -126,24 +123,4 @@ func countRootFields(set ast.SelectionSet, cutoff int) int {
 		}
 	}
 	return n
-}
-
-// complexity prices connections by the page they ask for, so `first: 100`
-// costs a hundred times its node.
-func complexity(l Limits) graph.ComplexityRoot {
-	var c graph.ComplexityRoot
-	page := func(first *int) int {
-		if first == nil || *first < 1 {
-			return l.PageSize
-		}
-		if *first > l.MaxPageSize {
-			return l.MaxPageSize
-		}
-		return *first
-	}
-	c.Query.Products = func(child int, first *int, _ *string) int { return 1 + page(first)*child }
-	c.Query.MyReservations = func(child int, _ *model.ReservationStatus, first *int, _ *string) int {
-		return 1 + page(first)*child
-	}
-	return c
 }

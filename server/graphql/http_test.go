@@ -1,4 +1,4 @@
-package resolvers_test
+package graphql_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server/graphql"
 )
 
 type httpResult struct {
@@ -81,9 +81,9 @@ func aliasBomb(n int) string {
 
 func TestAliasBombIsRefusedWhole(t *testing.T) {
 	t.Parallel()
-	for name, mod := range map[string]func(*resolvers.Config){
-		"default limits":       func(*resolvers.Config) {},
-		"parser allows it all": func(c *resolvers.Config) { c.Limits.ParserTokens = 1 << 20; c.Limits.Complexity = 1 << 20 },
+	for name, mod := range map[string]func(*graphql.Config){
+		"default limits":       func(*graphql.Config) {},
+		"parser allows it all": func(c *graphql.Config) { c.Limits.ParserTokens = 1 << 20; c.Limits.Complexity = 1 << 20 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -116,7 +116,7 @@ func TestAliasBombIsRefusedWhole(t *testing.T) {
 
 func TestDepthLimit(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(c *resolvers.Config) { c.Limits.Depth = 4 })
+	e := setup(t, func(c *graphql.Config) { c.Limits.Depth = 4 })
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
 	alice := e.token(t, "alice", false)
@@ -142,7 +142,7 @@ func TestDepthLimit(t *testing.T) {
 
 func TestComplexityLimit(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(c *resolvers.Config) { c.Limits.Complexity = 50 })
+	e := setup(t, func(c *graphql.Config) { c.Limits.Complexity = 50 })
 	res := e.do(t, "", `{ products(first: 100) { edges { node { sku name stock { available } } } } }`, nil, nil)
 	require.Len(t, res, 1)
 	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res[0].code())
@@ -151,7 +151,7 @@ func TestComplexityLimit(t *testing.T) {
 
 func TestOversizedBody(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(c *resolvers.Config) { c.Limits.BodyBytes = 4096 })
+	e := setup(t, func(c *graphql.Config) { c.Limits.BodyBytes = 4096 })
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
 	big := body(t, "{ products { edges { cursor } } }", map[string]any{"pad": strings.Repeat("x", 5000)})
@@ -211,7 +211,7 @@ func TestTransports(t *testing.T) {
 // (not even null) with either.
 func TestRequestErrorsOverHTTP(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(c *resolvers.Config) { c.Limits.Complexity = 50 })
+	e := setup(t, func(c *graphql.Config) { c.Limits.Complexity = 50 })
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
 
@@ -392,7 +392,7 @@ func TestAutomaticPersistedQueries(t *testing.T) {
 	require.Equal(t, int64(1), n, "persisted in Redis under the key prefix")
 
 	// Another instance sharing Redis knows the hash too.
-	other := resolvers.NewHandler(resolvers.Config{Engine: e.engine, Redis: e.rdb, Verifier: e.issuer})
+	other := graphql.NewHandler(graphql.Config{Engine: e.engine, Redis: e.rdb, Verifier: e.issuer})
 	srv2 := httptest.NewServer(other)
 	defer srv2.Close()
 	b, _ := json.Marshal(map[string]any{"extensions": ext})
@@ -415,7 +415,7 @@ func TestIntrospectionAndSuggestionsOnlyInDev(t *testing.T) {
 	require.NotEmpty(t, res.Errors)
 	require.NotContains(t, res.Errors[0].Message, "Did you mean")
 
-	dev := setup(t, func(c *resolvers.Config) { c.Dev = true })
+	dev := setup(t, func(c *graphql.Config) { c.Dev = true })
 	var out struct {
 		Schema struct{ QueryType struct{ Name string } } `json:"__schema"`
 	}

@@ -1,4 +1,4 @@
-package resolvers
+package graphql
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/dropline/dropline/internal/prom"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/resolvers"
 )
 
 // StreamLimits bound live subscriptions, over websockets and SSE. Each zero
@@ -47,7 +48,8 @@ type StreamLimits struct {
 	// holds a goroutine or a subscription for ever. Default 10 s.
 	WriteTimeout time.Duration
 	// ReservationRecheck is how often reservationChanged re-reads its
-	// reservation besides every stock change of its SKU. Default 1 s.
+	// reservation besides every stock change of its SKU. Default 1 s (see
+	// resolvers.Config).
 	ReservationRecheck time.Duration
 }
 
@@ -71,7 +73,6 @@ func (l StreamLimits) withDefaults() StreamLimits {
 	defDur(&l.InitTimeout, 3*time.Second)
 	defDur(&l.PingInterval, 15*time.Second)
 	defDur(&l.WriteTimeout, 10*time.Second)
-	defDur(&l.ReservationRecheck, time.Second)
 	return l
 }
 
@@ -84,7 +85,7 @@ const (
 // streamConn is what the handler knows about one websocket or SSE
 // connection: the slots it holds in the tracker and its subscriptions. It
 // travels in the request context from the tracker's middleware to the
-// websocket adapter, the init func and the subscription resolvers.
+// websocket adapter, the init func and the subscription resolvers (as a resolvers.Stream).
 type streamConn struct {
 	kind    string
 	tracker *streamTracker
@@ -168,20 +169,23 @@ func (c *streamConn) end() {
 	}
 }
 
-// admitSubscription counts a subscription against the connection's cap;
-// the returned func gives it back. Requests outside the tracker (tests
-// calling the schema directly) are not capped.
-func (c *streamConn) admitSubscription(max int) (release func(), ok bool) {
-	if c == nil {
-		return func() {}, true
-	}
-	if int(c.subs.Add(1)) > max {
+// AdmitSubscription counts a subscription against the connection's
+// SubscriptionsPerConn; the returned func gives it back.
+func (c *streamConn) AdmitSubscription() (release func(), ok bool) {
+	if int(c.subs.Add(1)) > c.tracker.limits.SubscriptionsPerConn {
 		c.subs.Add(-1)
+		c.tracker.m.refused.WithLabelValues("subscription_limit").Inc()
 		return nil, false
 	}
 	var once sync.Once
 	return func() { once.Do(func() { c.subs.Add(-1) }) }, true
 }
+
+// Websocket reports whether the connection is a websocket, which can tell
+// a client that its subscription was dropped.
+func (c *streamConn) Websocket() bool { return c.kind == kindWebsocket }
+
+var _ resolvers.Stream = (*streamConn)(nil)
 
 // streamTracker counts open stream connections per client address and per
 // principal, in this process. Counts are local: with N instances behind a
@@ -253,6 +257,7 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 		c := &streamConn{kind: kind, tracker: t}
 		defer c.end()
 		ctx := context.WithValue(r.Context(), streamConnKey{}, c)
+		ctx = resolvers.WithStream(ctx, c)
 		if kind == kindSSE {
 			if p, ok := auth.PrincipalFrom(ctx); ok {
 				if !c.bindPrincipal(p) {
@@ -280,13 +285,11 @@ func clientIP(r *http.Request) string {
 }
 
 // streamMetrics are the subscription transport's Prometheus series; the
-// hub counts deliveries, coalescing and its own latency (dropline_live_*).
+// resolvers count active subscriptions and their messages, the hub
+// deliveries, coalescing and its own latency (dropline_live_*).
 type streamMetrics struct {
 	connections *prometheus.GaugeVec
 	refused     *prometheus.CounterVec
-	active      *prometheus.GaugeVec
-	sent        *prometheus.CounterVec
-	ended       *prometheus.CounterVec
 }
 
 func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
@@ -299,18 +302,6 @@ func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
 			Name: "dropline_graphql_stream_refused_total",
 			Help: "Subscription connections or subscriptions refused, by reason (ip_limit, principal_limit, subscription_limit, bad_token).",
 		}, []string{"reason"})),
-		active: prom.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dropline_graphql_subscriptions_active",
-			Help: "Active GraphQL subscriptions by field.",
-		}, []string{"field"})),
-		sent: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dropline_graphql_subscription_messages_total",
-			Help: "Subscription payloads handed to the transport, by field.",
-		}, []string{"field"})),
-		ended: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dropline_graphql_subscriptions_ended_total",
-			Help: "Subscriptions ended, by field and reason (client, complete, dropped).",
-		}, []string{"field", "reason"})),
 	}
 	return m
 }

@@ -1,0 +1,34 @@
+// Package graphql builds Dropline's /graphql handler: gqlgen's server over
+// the resolvers, with its transports (GraphQL over HTTP, websockets, SSE),
+// caches, persisted queries, limits, CORS, the body limit and the caps on
+// live connections. The resolvers themselves only resolve (package
+// resolvers); this package decides how requests reach them.
+//
+// Order of protections for one request, outermost first: request id, CORS
+// allow-list (403 before anything runs), body size (413), auth.Middleware,
+// stream caps (websocket/SSE only), transport (websocket, SSE, then
+// httpTransport: POST application/json, GET for queries only, 405 for a
+// mutation; a request that never executes answers without a data entry,
+// 200 for application/json and 400 for application/graphql-response+json,
+// as the GraphQL over HTTP specification asks), parser token limit,
+// validation, then before any resolver: complexity, depth and the cap on
+// root mutation fields, so an aliased mutation bomb is refused whole.
+//
+// # Websockets and SSE
+//
+// Subscriptions stream over websockets (gqlgen's transport,
+// graphql-transport-ws and the legacy graphql-ws) and GraphQL over SSE.
+// Websocket life: the upgrade passes CORS (403) and the per-address cap
+// (429); connection_init must come within InitTimeout (else 1002) and its
+// token ("Authorization" or "authToken", else the upgrade's header) must
+// verify (else 4403); a principal over its cap gets 4429; the token's
+// expiry closes the connection with 4403 (the graphql-ws client then
+// reconnects with fresh connectionParams). Messages above MessageBytes
+// close it with 1009, an unanswered ping after two PingIntervals ends it,
+// and a write that cannot complete within WriteTimeout (a client that
+// stopped reading) drops it. Subscriptions beyond SubscriptionsPerConn get
+// TOO_MANY_SUBSCRIPTIONS. Caps are per process.
+//
+// Redis keys, under the engine's prefix P: P+"apq:<sha256>" for persisted
+// queries.
+package graphql
