@@ -47,10 +47,8 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			Engine:      engine,
 			Redis:       in.Redis,
 			Verifier:    in.Issuer,
-			Logger:      in.Log,
 			Dev:         in.Config.Dev,
 			CORSOrigins: in.Config.AllowedOrigins(),
-			RequestID:   server.RequestIDFrom,
 			Live:        hub,
 			Registerer:  in.Registry,
 			Limits: graphql.Limits{

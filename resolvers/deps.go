@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
@@ -21,7 +19,6 @@ type deps struct {
 	hub     *live.Hub     // nil: subscriptions answer UNAVAILABLE
 	recheck time.Duration // how often reservationChanged re-reads
 	sm      *subscriptionMetrics
-	log     zerolog.Logger
 }
 
 // principal returns the verified caller of a query. A bad token is an

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/graph/model"
+	"github.com/dropline/dropline/internal/requestid"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -143,7 +144,7 @@ func rateLimitedError(retryAfter time.Duration) *model.UserError {
 // by gqlgen itself (parse, validation, limits) pass through; classified
 // resolver errors show their code; anything else is logged with the request
 // id and shown as "internal error".
-func presenter(log zerolog.Logger) graphql.ErrorPresenterFunc {
+func presenter() graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
 		var gqlErr *gqlerror.Error
 		if !errors.As(err, &gqlErr) {
@@ -165,9 +166,9 @@ func presenter(log zerolog.Logger) graphql.ErrorPresenterFunc {
 			out.Message = ae.message
 			out.Extensions = map[string]any{"code": ae.code}
 		case errors.As(cause, &ae) || inventory.ErrorCode(cause) == "" && !isInputCoercion(ctx):
-			id := requestIDFrom(ctx)
+			id := requestid.From(ctx)
 			if ae == nil || !ae.logged {
-				log.Error().Err(cause).Str("request_id", id).Str("path", gqlErr.Path.String()).Msg("graphql internal error")
+				zerolog.Ctx(ctx).Error().Err(cause).Str("path", gqlErr.Path.String()).Msg("graphql internal error")
 			}
 			out.Message = "internal error"
 			out.Extensions = map[string]any{"code": CodeInternal, "requestId": id}
@@ -200,9 +201,9 @@ func isInputCoercion(ctx context.Context) bool {
 
 // recoverer turns a panic in a resolver into an internal error, logged
 // once with its stack.
-func recoverer(log zerolog.Logger) graphql.RecoverFunc {
+func recoverer() graphql.RecoverFunc {
 	return func(ctx context.Context, v any) error {
-		log.Error().Str("request_id", requestIDFrom(ctx)).Str("panic", fmt.Sprint(v)).
+		zerolog.Ctx(ctx).Error().Str("panic", fmt.Sprint(v)).
 			Bytes("stack", debug.Stack()).Msg("graphql resolver panic")
 		return &apiError{code: CodeInternal, cause: fmt.Errorf("panic: %v", v), logged: true}
 	}

@@ -13,14 +13,16 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/dropline/dropline/internal/requestid"
 	"github.com/dropline/dropline/inventory"
 )
 
 func TestPresenterHidesInternalErrors(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	present := presenter(zerolog.New(&logs))
-	ctx := context.WithValue(context.Background(), requestIDKey{}, "rid-42")
+	present := presenter()
+	ctx := requestid.With(context.Background(), "rid-42")
+	ctx = zerolog.New(&logs).With().Str("request_id", "rid-42").Logger().WithContext(ctx)
 	path := ast.Path{ast.PathName("product")}
 
 	got := present(ctx, gqlerror.WrapPath(path, internal(errors.New("pq: password authentication failed for dropline"))))
@@ -48,10 +50,10 @@ func TestPresenterHidesInternalErrors(t *testing.T) {
 func TestRecoverTurnsPanicsIntoInternalErrors(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	log := zerolog.New(&logs)
-	ctx := context.WithValue(context.Background(), requestIDKey{}, "rid-7")
-	err := recoverer(log)(ctx, "nil map write")
-	got := presenter(log)(ctx, gqlerror.WrapPath(ast.Path{ast.PathName("reserve")}, err))
+	ctx := requestid.With(context.Background(), "rid-7")
+	ctx = zerolog.New(&logs).WithContext(ctx)
+	err := recoverer()(ctx, "nil map write")
+	got := presenter()(ctx, gqlerror.WrapPath(ast.Path{ast.PathName("reserve")}, err))
 	require.Equal(t, "internal error", got.Message)
 	require.Equal(t, "rid-7", got.Extensions["requestId"])
 	require.Equal(t, 1, strings.Count(logs.String(), "\n"), "logged once, with its stack")

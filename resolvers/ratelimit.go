@@ -18,16 +18,14 @@ type mutationLimiter struct {
 	limit  redis_rate.Limit
 	prefix string
 	off    bool
-	log    zerolog.Logger
 }
 
-func newMutationLimiter(rdb redis.UniversalClient, prefix string, l Limits, log zerolog.Logger) *mutationLimiter {
+func newMutationLimiter(rdb redis.UniversalClient, prefix string, l Limits) *mutationLimiter {
 	return &mutationLimiter{
 		rl:     redis_rate.NewLimiter(rdb),
 		limit:  redis_rate.Limit{Rate: l.MutationRate, Period: l.MutationPeriod, Burst: l.MutationBurst},
 		prefix: prefix + "mutations:",
 		off:    l.MutationRate < 0,
-		log:    log,
 	}
 }
 
@@ -40,7 +38,7 @@ func (m *mutationLimiter) allow(ctx context.Context, principal string) (ok bool,
 	}
 	res, err := m.rl.Allow(ctx, m.prefix+principal, m.limit)
 	if err != nil {
-		m.log.Warn().Err(err).Str("request_id", requestIDFrom(ctx)).Msg("rate limiter unavailable; allowing the mutation")
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
 		return true, 0
 	}
 	return res.Allowed > 0, res.RetryAfter

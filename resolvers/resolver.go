@@ -7,7 +7,6 @@ import (
 	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/graph"
 	"github.com/dropline/dropline/inventory"
@@ -22,9 +21,6 @@ type Config struct {
 	// Redis stores the rate limiter's state, under the engine's key
 	// prefix. Required.
 	Redis redis.UniversalClient
-	// Logger receives internal errors and panics with their request id.
-	// Default: a disabled logger.
-	Logger zerolog.Logger
 	// Live fans stock changes out to subscriptions. Nil leaves the
 	// Subscription fields answering UNAVAILABLE (queries and mutations
 	// still work). The caller starts and stops it.
@@ -91,11 +87,10 @@ func New(cfg Config) *Resolver {
 	return &Resolver{deps: &deps{
 		engine:  cfg.Engine,
 		limits:  cfg.Limits,
-		limiter: newMutationLimiter(cfg.Redis, prefix, cfg.Limits, cfg.Logger),
+		limiter: newMutationLimiter(cfg.Redis, prefix, cfg.Limits),
 		hub:     cfg.Live,
 		recheck: cfg.ReservationRecheck,
 		sm:      newSubscriptionMetrics(cfg.Registerer),
-		log:     cfg.Logger,
 	}}
 }
 
@@ -111,8 +106,11 @@ func (r *Resolver) WithLoaders(ctx context.Context) context.Context {
 	return withLoaders(ctx, r.deps.engine)
 }
 
-// ErrorPresenter is the one place errors become what clients see.
-func (r *Resolver) ErrorPresenter() gqlgen.ErrorPresenterFunc { return presenter(r.deps.log) }
+// ErrorPresenter is the one place errors become what clients see. It logs
+// through the request's logger (zerolog.Ctx), which carries the request id.
+func (r *Resolver) ErrorPresenter() gqlgen.ErrorPresenterFunc { return presenter() }
 
-// Recover turns a panic in a resolver into an internal error.
-func (r *Resolver) Recover() gqlgen.RecoverFunc { return recoverer(r.deps.log) }
+// Recover turns a panic in a resolver into an internal error, logged
+// through the request's logger. It answers the operation with a GraphQL
+// error; a panic outside gqlgen is the HTTP server's recoverer's.
+func (r *Resolver) Recover() gqlgen.RecoverFunc { return recoverer() }

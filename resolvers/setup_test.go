@@ -20,6 +20,7 @@ import (
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/graphql"
 )
 
@@ -54,14 +55,14 @@ func setup(t *testing.T, mods ...func(*graphql.Config)) *env {
 	require.NoError(t, err)
 	logs := &syncBuffer{}
 	cfg := graphql.Config{
-		Engine: eng, Redis: r.Client, Verifier: iss, Logger: zerolog.New(logs),
+		Engine: eng, Redis: r.Client, Verifier: iss,
 		CORSOrigins: []string{"https://shop.example"},
 		Limits:      graphql.Limits{MutationBurst: 1000},
 	}
 	for _, m := range mods {
 		m(&cfg)
 	}
-	h := graphql.NewHandler(cfg)
+	h := server.RequestID(zerolog.New(logs), graphql.NewHandler(cfg))
 	return &env{engine: eng, rdb: r.Client, prefix: r.Prefix, issuer: iss, handler: h,
 		client: client.New(h), logs: logs, hmget: counter, pool: pool}
 }

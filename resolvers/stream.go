@@ -62,17 +62,3 @@ func newSubscriptionMetrics(reg prometheus.Registerer) *subscriptionMetrics {
 	}
 	return m
 }
-
-type requestIDKey struct{}
-
-// WithRequestID returns ctx carrying the request id quoted in internal
-// errors.
-func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
-}
-
-// requestIDFrom returns the id quoted in internal errors.
-func requestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/rs/zerolog"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/graph/model"
@@ -213,7 +214,7 @@ func (d *deps) reservationChanged(ctx context.Context, token string) (<-chan *mo
 					s.done("client")
 					return
 				}
-				d.log.Warn().Err(err).Str("request_id", requestIDFrom(ctx)).Msg("re-reading a watched reservation (retried)")
+				zerolog.Ctx(ctx).Warn().Err(err).Msg("re-reading a watched reservation (retried)")
 				continue
 			}
 			if sameReservation(last, cur) {

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/internal/prom"
+	"github.com/dropline/dropline/internal/requestid"
 )
 
 // RequestIDHeader carries the request id in both directions: a sane
@@ -26,22 +27,17 @@ const RequestIDHeader = "X-Request-Id"
 // maxRequestIDLen bounds accepted incoming ids; they are logged verbatim.
 const maxRequestIDLen = 128
 
-type ctxKey int
-
-const requestIDKey ctxKey = 1
-
 // RequestIDFrom returns the id of the request ctx belongs to, or "" outside
 // a request. The GraphQL error presenter puts it into error extensions so a
 // user report can be matched to log lines.
 func RequestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
+	return requestid.From(ctx)
 }
 
 // WithRequestID returns a context carrying id, for code (tests, workers)
 // that wants request-style log correlation outside the HTTP path.
 func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey, id)
+	return requestid.With(ctx, id)
 }
 
 // saneRequestID accepts only ids that cannot forge log lines or headers.
@@ -66,10 +62,12 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// requestID assigns the request id, echoes it in the response header and
+// RequestID assigns the request id, echoes it in the response header and
 // stores it, with a logger carrying it, in the context: handlers log with
-// zerolog.Ctx(r.Context()) and every line has request_id.
-func requestID(base zerolog.Logger, next http.Handler) http.Handler {
+// zerolog.Ctx(r.Context()) and every line has request_id. The Server
+// applies it to every route; it is exported so a handler tested without
+// the Server (the GraphQL handler's tests) gets the same request context.
+func RequestID(base zerolog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(RequestIDHeader)
 		if !saneRequestID(id) {

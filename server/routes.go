@@ -96,7 +96,7 @@ func (s *Server) routes() http.Handler {
 	var h http.Handler = mux
 	h = recoverer(h)
 	h = accessLog(m, h)
-	h = requestID(s.log, h)
+	h = RequestID(s.log, h)
 	return h
 }
 

@@ -17,13 +17,12 @@ type apqCache struct {
 	rdb    redis.UniversalClient
 	prefix string
 	ttl    time.Duration
-	log    zerolog.Logger
 }
 
 var _ gqlgen.Cache[string] = apqCache{}
 
-func newAPQCache(rdb redis.UniversalClient, prefix string, ttl time.Duration, log zerolog.Logger) apqCache {
-	return apqCache{rdb: rdb, prefix: prefix + "apq:", ttl: ttl, log: log}
+func newAPQCache(rdb redis.UniversalClient, prefix string, ttl time.Duration) apqCache {
+	return apqCache{rdb: rdb, prefix: prefix + "apq:", ttl: ttl}
 }
 
 // Get returns the query registered under a sha256 hash.
@@ -31,7 +30,7 @@ func (c apqCache) Get(ctx context.Context, hash string) (string, bool) {
 	q, err := c.rdb.Get(ctx, c.prefix+hash).Result()
 	if err != nil {
 		if !errors.Is(err, redis.Nil) {
-			c.log.Warn().Err(err).Msg("reading persisted query")
+			zerolog.Ctx(ctx).Warn().Err(err).Msg("reading persisted query")
 		}
 		return "", false
 	}
@@ -41,6 +40,6 @@ func (c apqCache) Get(ctx context.Context, hash string) (string, bool) {
 // Add registers a query; gqlgen has already checked that hash matches it.
 func (c apqCache) Add(ctx context.Context, hash, query string) {
 	if err := c.rdb.Set(ctx, c.prefix+hash, query, c.ttl).Err(); err != nil {
-		c.log.Warn().Err(err).Msg("storing persisted query")
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("storing persisted query")
 	}
 }

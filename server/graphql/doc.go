@@ -4,7 +4,9 @@
 // live connections. The resolvers themselves only resolve (package
 // resolvers); this package decides how requests reach them.
 //
-// Order of protections for one request, outermost first: request id, CORS
+// Order of protections for one request, outermost first (inside the
+// server's request id, access log and recoverer, which give every request
+// the id and the logger, zerolog.Ctx, that errors here quote): CORS
 // allow-list (403 before anything runs), body size (413), auth.Middleware,
 // stream caps (websocket/SSE only), transport (websocket, SSE, then
 // httpTransport: POST application/json, GET for queries only, 405 for a

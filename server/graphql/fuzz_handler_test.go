@@ -15,6 +15,7 @@ import (
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/graphql"
 )
 
@@ -40,8 +41,8 @@ func FuzzGraphQLRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	h := graphql.NewHandler(graphql.Config{Engine: eng, Redis: r.Client, Verifier: iss, Logger: zerolog.New(logs),
-		Limits: graphql.Limits{MutationRate: -1}})
+	h := server.RequestID(zerolog.New(logs), graphql.NewHandler(graphql.Config{Engine: eng, Redis: r.Client, Verifier: iss,
+		Limits: graphql.Limits{MutationRate: -1}}))
 	bearer, err := iss.Mint("fuzzer", false, time.Hour)
 	if err != nil {
 		f.Fatal(err)

@@ -2,8 +2,6 @@ package graphql
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/dropline/dropline/auth"
@@ -34,9 +31,6 @@ type Config struct {
 	// Verifier checks bearer tokens; NewHandler applies auth.Middleware with
 	// it, so the handler is safe to mount anywhere. Required.
 	Verifier auth.Verifier
-	// Logger receives internal errors and panics with their request id.
-	// Default: a disabled logger.
-	Logger zerolog.Logger
 	// Dev enables introspection and "did you mean" suggestions, which
 	// otherwise help an attacker map the schema. Default: false.
 	Dev bool
@@ -45,11 +39,6 @@ type Config struct {
 	// without an Origin header and same-origin requests are always served.
 	// Default: empty, meaning same-origin only.
 	CORSOrigins []string
-	// RequestID returns the id the HTTP layer gave the request (for
-	// example server.RequestIDFrom), quoted in internal errors. Nil, or an
-	// empty answer, uses the X-Request-Id response header if already set,
-	// otherwise a fresh id that is then set on the response.
-	RequestID func(context.Context) string
 	// Limits bound what one request may cost.
 	Limits Limits
 	// Now is the clock of the rate limiter's retry hints; default time.Now.
@@ -137,7 +126,6 @@ func NewHandler(cfg Config) http.Handler {
 	res := resolvers.New(resolvers.Config{
 		Engine: cfg.Engine,
 		Redis:  cfg.Redis,
-		Logger: cfg.Logger,
 		Live:   cfg.Live,
 		Limits: resolvers.Limits{
 			PageSize:       cfg.Limits.PageSize,
@@ -151,7 +139,7 @@ func NewHandler(cfg Config) http.Handler {
 	})
 
 	srv := handler.New(res.Schema())
-	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm, cfg.Logger), cfg.Streams)
+	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm), cfg.Streams)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
@@ -160,7 +148,7 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Dev {
 		srv.Use(extension.Introspection{})
 	}
-	srv.Use(extension.AutomaticPersistedQuery{Cache: newAPQCache(cfg.Redis, prefix, cfg.Limits.APQTTL, cfg.Logger)})
+	srv.Use(extension.AutomaticPersistedQuery{Cache: newAPQCache(cfg.Redis, prefix, cfg.Limits.APQTTL)})
 	srv.Use(extension.FixedComplexityLimit(cfg.Limits.Complexity))
 	srv.Use(depthLimit{max: cfg.Limits.Depth})
 	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})
@@ -186,7 +174,6 @@ func NewHandler(cfg Config) http.Handler {
 	h = auth.Middleware(cfg.Verifier)(h)
 	h = limitBody(cfg.Limits.BodyBytes, h)
 	h = origins.middleware(h)
-	h = withRequestID(cfg.RequestID, h)
 	return h
 }
 
@@ -202,35 +189,4 @@ func addTransports(srv *handler.Server, ws transport.Websocket, l StreamLimits) 
 	srv.AddTransport(transport.SSE{KeepAlivePingInterval: l.PingInterval})
 	srv.AddTransport(httpTransport{method: http.MethodGet})
 	srv.AddTransport(httpTransport{method: http.MethodPost})
-}
-
-type requestIDKey struct{}
-
-// requestIDFrom returns the id quoted in errors this package writes.
-func requestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
-
-// requestIDHeader matches the header the HTTP server echoes.
-const requestIDHeader = "X-Request-Id"
-
-func withRequestID(from func(context.Context) string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var id string
-		if from != nil {
-			id = from(r.Context())
-		}
-		if id == "" {
-			id = w.Header().Get(requestIDHeader)
-		}
-		if id == "" {
-			var b [12]byte
-			_, _ = rand.Read(b[:])
-			id = hex.EncodeToString(b[:])
-			w.Header().Set(requestIDHeader, id)
-		}
-		ctx := context.WithValue(r.Context(), requestIDKey{}, id)
-		next.ServeHTTP(w, r.WithContext(resolvers.WithRequestID(ctx, id)))
-	})
 }

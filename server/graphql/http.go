@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server"
 )
 
 // limitBody reads at most n bytes of the body before GraphQL sees it, so an
@@ -49,7 +50,7 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) 
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]any{{
 		"message":    msg,
-		"extensions": map[string]any{"code": httpCode(status), "requestId": requestIDFrom(r.Context())},
+		"extensions": map[string]any{"code": httpCode(status), "requestId": server.RequestIDFrom(r.Context())},
 	}}})
 }
 
@@ -77,7 +78,7 @@ const preflightMaxAge = 600
 // token; our request id; and W3C / Sentry trace propagation, which
 // instrumented frontends add to every fetch. Credentials stay disallowed.
 var corsAllowHeaders = strings.Join([]string{
-	"Authorization", "Content-Type", "Accept", requestIDHeader,
+	"Authorization", "Content-Type", "Accept", server.RequestIDHeader,
 	"apollographql-client-name", "apollographql-client-version",
 	"apollo-require-preflight", "x-apollo-operation-name",
 	"x-graphql-event-stream-token",
@@ -139,7 +140,7 @@ func (c cors) middleware(next http.Handler) http.Handler {
 			return
 		}
 		h.Set("Access-Control-Allow-Origin", origin)
-		h.Set("Access-Control-Expose-Headers", requestIDHeader)
+		h.Set("Access-Control-Expose-Headers", server.RequestIDHeader)
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 			h.Set("Access-Control-Allow-Headers", corsAllowHeaders)

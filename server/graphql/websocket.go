@@ -35,7 +35,7 @@ const (
 // graphql-ws library's protocol, used by Apollo Client, urql and Relay) and
 // the legacy graphql-ws subprotocol, both served by gqlgen. Dropline adds
 // the origin check, auth at connection_init, and bounded writes.
-func newWebsocket(l StreamLimits, origins cors, v auth.Verifier, m *streamMetrics, log zerolog.Logger) transport.Websocket {
+func newWebsocket(l StreamLimits, origins cors, v auth.Verifier, m *streamMetrics) transport.Websocket {
 	readLimit := l.MessageBytes
 	return transport.Websocket{
 		Implementation:        wsImplementation{origins: origins, writeTimeout: l.WriteTimeout},
@@ -45,7 +45,7 @@ func newWebsocket(l StreamLimits, origins cors, v auth.Verifier, m *streamMetric
 		PingPongInterval:      l.PingInterval, // graphql-transport-ws: ping, pong within 2 intervals
 		PayloadReadLimit:      &readLimit,
 		ErrorFunc: func(ctx context.Context, err error) {
-			log.Debug().Err(err).Str("request_id", requestIDFrom(ctx)).Msg("websocket error")
+			zerolog.Ctx(ctx).Debug().Err(err).Msg("websocket error")
 		},
 	}
 }
