@@ -16,13 +16,13 @@ import (
 func TestMutationAuth(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.createProduct(t, map[string]any{"sku": "AUTH", "stock": 5})
+	e.CreateProduct(t, map[string]any{"sku": "AUTH", "stock": 5})
 
 	other, err := auth.NewIssuer([]byte("another-secret-of-thirty-two-byte"))
 	require.NoError(t, err)
 	forged, err := other.Mint("alice", true, time.Hour)
 	require.NoError(t, err)
-	old, err := e.issuer.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) }).Mint("alice", false, time.Hour)
+	old, err := e.Issuer.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) }).Mint("alice", false, time.Hour)
 	require.NoError(t, err)
 	enc := base64.RawURLEncoding.EncodeToString
 	none := enc([]byte(`{"alg":"none","typ":"JWT"}`)) + "." +
@@ -37,20 +37,20 @@ func TestMutationAuth(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			ue := only(t, e.reserve(t, c.header, map[string]any{"sku": "AUTH", "quantity": 1}), "UNAUTHENTICATED")
+			ue := only(t, e.Reserve(t, c.header, map[string]any{"sku": "AUTH", "quantity": 1}), "UNAUTHENTICATED")
 			require.Contains(t, ue.Message, c.message)
 			var out struct{ CreateProduct payload }
-			e.mustDo(t, c.header, createDoc, map[string]any{"i": map[string]any{
+			e.MustDo(t, c.header, createDoc, map[string]any{"i": map[string]any{
 				"sku": "EVIL", "name": "x", "stock": 1, "price": map[string]any{"amount": 1, "currency": "EUR"}}}, &out)
 			only(t, out.CreateProduct, "UNAUTHENTICATED")
 			if c.header != "" {
 				// Identity-bound queries refuse a bad token rather than
 				// answering as anonymous.
-				errs := e.do(t, c.header, `{ myReservations { edges { cursor } } }`, nil, nil)
+				errs := e.Do(t, c.header, `{ myReservations { edges { cursor } } }`, nil, nil)
 				require.Len(t, errs, 1)
-				require.Equal(t, "UNAUTHENTICATED", errs[0].code())
+				require.Equal(t, "UNAUTHENTICATED", errs[0].Code())
 				// The public catalogue still answers.
-				e.mustDo(t, c.header, `{ product(sku: "AUTH") { sku } }`, nil, nil)
+				e.MustDo(t, c.header, `{ product(sku: "AUTH") { sku } }`, nil, nil)
 			}
 		})
 	}
@@ -58,7 +58,7 @@ func TestMutationAuth(t *testing.T) {
 		Product  product
 		Product2 *product
 	}
-	e.mustDo(t, "", `{ product(sku: "AUTH") { `+productFields+` } product2: product(sku: "EVIL") { sku } }`, nil, &q)
+	e.MustDo(t, "", `{ product(sku: "AUTH") { `+productFields+` } product2: product(sku: "EVIL") { sku } }`, nil, &q)
 	require.Equal(t, 0, q.Product.Stock.Held, "no refused caller reserved anything")
 	require.Nil(t, q.Product2, "no refused caller created anything")
 }

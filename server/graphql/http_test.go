@@ -64,7 +64,7 @@ func body(t *testing.T, query string, vars map[string]any) []byte {
 func stockOf(t *testing.T, e *env, sku string) stock {
 	t.Helper()
 	var q struct{ Product product }
-	e.mustDo(t, "", `query($s: ID!) { product(sku: $s) { `+productFields+` } }`, map[string]any{"s": sku}, &q)
+	e.MustDo(t, "", `query($s: ID!) { product(sku: $s) { `+productFields+` } }`, map[string]any{"s": sku}, &q)
 	return q.Product.Stock
 }
 
@@ -88,24 +88,24 @@ func TestAliasBombIsRefusedWhole(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, mod)
-			e.createProduct(t, map[string]any{"sku": "BOMB", "stock": 5000})
-			srv := httptest.NewServer(e.handler)
+			e.CreateProduct(t, map[string]any{"sku": "BOMB", "stock": 5000})
+			srv := httptest.NewServer(e.Handler)
 			defer srv.Close()
-			alice := e.token(t, "alice", false)
+			alice := e.Token(t, "alice", false)
 			res := post(t, srv, alice, body(t, aliasBomb(1000), map[string]any{"i": map[string]any{"sku": "BOMB", "quantity": 1}}), nil)
 			require.Nil(t, res.Data["a0"])
 			require.Len(t, res.Errors, 1)
-			t.Logf("refused with %q: %s", res.Errors[0].code(), res.Errors[0].Message)
-			require.NotEqual(t, "INTERNAL", res.Errors[0].code())
+			t.Logf("refused with %q: %s", res.Errors[0].Code(), res.Errors[0].Message)
+			require.NotEqual(t, "INTERNAL", res.Errors[0].Code())
 			if name == "parser allows it all" {
-				require.Equal(t, "TOO_MANY_MUTATIONS", res.Errors[0].code(), res.Errors[0].Message)
+				require.Equal(t, "TOO_MANY_MUTATIONS", res.Errors[0].Code(), res.Errors[0].Message)
 			}
 			require.Equal(t, 0, stockOf(t, e, "BOMB").Held, "nothing executed")
 
 			// Just over the cap is refused too; at the cap it runs.
 			res = post(t, srv, alice, body(t, aliasBomb(11), map[string]any{"i": map[string]any{"sku": "BOMB", "quantity": 1}}), nil)
 			require.Len(t, res.Errors, 1)
-			require.Equal(t, "TOO_MANY_MUTATIONS", res.Errors[0].code())
+			require.Equal(t, "TOO_MANY_MUTATIONS", res.Errors[0].Code())
 			require.Equal(t, 0, stockOf(t, e, "BOMB").Held)
 			res = post(t, srv, alice, body(t, aliasBomb(10), map[string]any{"i": map[string]any{"sku": "BOMB", "quantity": 1}}), nil)
 			require.Empty(t, res.Errors)
@@ -117,16 +117,16 @@ func TestAliasBombIsRefusedWhole(t *testing.T) {
 func TestDepthLimit(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(c *graphql.Config) { c.Limits.Depth = 4 })
-	srv := httptest.NewServer(e.handler)
+	srv := httptest.NewServer(e.Handler)
 	defer srv.Close()
-	alice := e.token(t, "alice", false)
+	alice := e.Token(t, "alice", false)
 
 	// Depth 6 through a fragment: fragments add no depth, but their fields do.
 	deep := `fragment R on Reservation { product { stock { available } } }
 		{ myReservations { edges { node { ...R } } } }`
 	res := post(t, srv, alice, body(t, deep, nil), nil)
 	require.Len(t, res.Errors, 1)
-	require.Equal(t, "QUERY_TOO_DEEP", res.Errors[0].code())
+	require.Equal(t, "QUERY_TOO_DEEP", res.Errors[0].Code())
 	require.Nil(t, res.Data)
 
 	res = post(t, srv, alice, body(t, `{ myReservations { edges { node { token } } } }`, nil), nil)
@@ -143,22 +143,22 @@ func TestDepthLimit(t *testing.T) {
 func TestComplexityLimit(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(c *graphql.Config) { c.Limits.Complexity = 50 })
-	res := e.do(t, "", `{ products(first: 100) { edges { node { sku name stock { available } } } } }`, nil, nil)
+	res := e.Do(t, "", `{ products(first: 100) { edges { node { sku name stock { available } } } } }`, nil, nil)
 	require.Len(t, res, 1)
-	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res[0].code())
-	require.Empty(t, e.do(t, "", `{ products(first: 5) { edges { node { sku } } } }`, nil, nil))
+	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res[0].Code())
+	require.Empty(t, e.Do(t, "", `{ products(first: 5) { edges { node { sku } } } }`, nil, nil))
 }
 
 func TestOversizedBody(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(c *graphql.Config) { c.Limits.BodyBytes = 4096 })
-	srv := httptest.NewServer(e.handler)
+	srv := httptest.NewServer(e.Handler)
 	defer srv.Close()
 	big := body(t, "{ products { edges { cursor } } }", map[string]any{"pad": strings.Repeat("x", 5000)})
 
 	res := post(t, srv, "", big, nil)
 	require.Equal(t, http.StatusRequestEntityTooLarge, res.status)
-	require.Equal(t, "PAYLOAD_TOO_LARGE", res.Errors[0].code())
+	require.Equal(t, "PAYLOAD_TOO_LARGE", res.Errors[0].Code())
 
 	// Without a Content-Length (chunked), the limit still holds.
 	req, err := http.NewRequest(http.MethodPost, srv.URL, io.MultiReader(bytes.NewReader(big)))
@@ -173,10 +173,10 @@ func TestOversizedBody(t *testing.T) {
 func TestTransports(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.createProduct(t, map[string]any{"sku": "GET", "stock": 3})
-	srv := httptest.NewServer(e.handler)
+	e.CreateProduct(t, map[string]any{"sku": "GET", "stock": 3})
+	srv := httptest.NewServer(e.Handler)
 	defer srv.Close()
-	alice := e.token(t, "alice", false)
+	alice := e.Token(t, "alice", false)
 
 	get := func(query string) httpResult {
 		req, err := http.NewRequest(http.MethodGet, srv.URL+"?query="+url.QueryEscape(query), nil)
@@ -191,7 +191,7 @@ func TestTransports(t *testing.T) {
 	res = get(`mutation { reserve(input: {sku: "GET", quantity: 1}) { userErrors { code } } }`)
 	require.Equal(t, http.StatusMethodNotAllowed, res.status, "the specification's answer to a mutation over GET")
 	require.Equal(t, http.MethodPost, res.header.Get("Allow"))
-	require.Equal(t, "BAD_REQUEST", res.Errors[0].code())
+	require.Equal(t, "BAD_REQUEST", res.Errors[0].Code())
 	require.Equal(t, 0, stockOf(t, e, "GET").Held, "GET never mutates")
 
 	// A cross-site HTML form cannot post JSON: other content types never
@@ -212,7 +212,7 @@ func TestTransports(t *testing.T) {
 func TestRequestErrorsOverHTTP(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(c *graphql.Config) { c.Limits.Complexity = 50 })
-	srv := httptest.NewServer(e.handler)
+	srv := httptest.NewServer(e.Handler)
 	defer srv.Close()
 
 	do := func(method, accept, raw string) (int, string, map[string]json.RawMessage) {
@@ -296,7 +296,7 @@ func TestRequestErrorsOverHTTP(t *testing.T) {
 func TestCORS(t *testing.T) {
 	t.Parallel()
 	e := setup(t) // allows https://shop.example
-	srv := httptest.NewServer(e.handler)
+	srv := httptest.NewServer(e.Handler)
 	defer srv.Close()
 	q := body(t, "{ products { edges { cursor } } }", nil)
 
@@ -308,7 +308,7 @@ func TestCORS(t *testing.T) {
 	res = post(t, srv, "", q, map[string]string{"Origin": "https://evil.example"})
 	require.Equal(t, http.StatusForbidden, res.status)
 	require.Empty(t, res.header.Get("Access-Control-Allow-Origin"))
-	require.Equal(t, "ORIGIN_NOT_ALLOWED", res.Errors[0].code())
+	require.Equal(t, "ORIGIN_NOT_ALLOWED", res.Errors[0].Code())
 
 	preflight := func(origin string) *http.Response {
 		req, err := http.NewRequest(http.MethodOptions, srv.URL, nil)
@@ -362,8 +362,8 @@ func TestCORS(t *testing.T) {
 func TestAutomaticPersistedQueries(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.createProduct(t, map[string]any{"sku": "APQ", "stock": 1})
-	srv := httptest.NewServer(e.handler)
+	e.CreateProduct(t, map[string]any{"sku": "APQ", "stock": 1})
+	srv := httptest.NewServer(e.Handler)
 	defer srv.Close()
 	query := `{ product(sku: "APQ") { sku } }`
 	sum := sha256.Sum256([]byte(query))
@@ -381,18 +381,18 @@ func TestAutomaticPersistedQueries(t *testing.T) {
 
 	res := send(false)
 	require.Len(t, res.Errors, 1)
-	require.Equal(t, "PERSISTED_QUERY_NOT_FOUND", res.Errors[0].code())
+	require.Equal(t, "PERSISTED_QUERY_NOT_FOUND", res.Errors[0].Code())
 
 	res = send(true)
 	require.Empty(t, res.Errors)
 	require.Equal(t, map[string]any{"sku": "APQ"}, res.Data["product"])
 
-	n, err := e.rdb.Exists(t.Context(), e.prefix+"apq:"+hash).Result()
+	n, err := e.Redis.Exists(t.Context(), e.Prefix+"apq:"+hash).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "persisted in Redis under the key prefix")
 
 	// Another instance sharing Redis knows the hash too.
-	other := graphql.NewHandler(graphql.Config{Engine: e.engine, Redis: e.rdb, Verifier: e.issuer})
+	other := graphql.NewHandler(graphql.Config{Engine: e.Engine, Redis: e.Redis, Verifier: e.Issuer})
 	srv2 := httptest.NewServer(other)
 	defer srv2.Close()
 	b, _ := json.Marshal(map[string]any{"extensions": ext})
@@ -404,12 +404,12 @@ func TestAutomaticPersistedQueries(t *testing.T) {
 func TestIntrospectionAndSuggestionsOnlyInDev(t *testing.T) {
 	t.Parallel()
 	prod := setup(t)
-	errs := prod.do(t, "", `{ __schema { queryType { name } } }`, nil, nil)
+	errs := prod.Do(t, "", `{ __schema { queryType { name } } }`, nil, nil)
 	require.NotEmpty(t, errs, "introspection is off outside dev mode")
-	t.Logf("introspection refused with %q: %s", errs[0].code(), errs[0].Message)
-	require.Equal(t, "INTROSPECTION_DISABLED", errs[0].code())
+	t.Logf("introspection refused with %q: %s", errs[0].Code(), errs[0].Message)
+	require.Equal(t, "INTROSPECTION_DISABLED", errs[0].Code())
 	typo := body(t, `{ prodcts { edges { cursor } } }`, nil)
-	prodSrv := httptest.NewServer(prod.handler)
+	prodSrv := httptest.NewServer(prod.Handler)
 	defer prodSrv.Close()
 	res := post(t, prodSrv, "", typo, nil)
 	require.NotEmpty(t, res.Errors)
@@ -419,9 +419,9 @@ func TestIntrospectionAndSuggestionsOnlyInDev(t *testing.T) {
 	var out struct {
 		Schema struct{ QueryType struct{ Name string } } `json:"__schema"`
 	}
-	dev.mustDo(t, "", `{ __schema { queryType { name } } }`, nil, &out)
+	dev.MustDo(t, "", `{ __schema { queryType { name } } }`, nil, &out)
 	require.Equal(t, "Query", out.Schema.QueryType.Name)
-	devSrv := httptest.NewServer(dev.handler)
+	devSrv := httptest.NewServer(dev.Handler)
 	defer devSrv.Close()
 	res = post(t, devSrv, "", typo, nil)
 	require.Contains(t, res.Errors[0].Message, "Did you mean")

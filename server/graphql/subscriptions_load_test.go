@@ -32,7 +32,7 @@ func TestSubscribeDisconnectCyclesLeaveNoGoroutines(t *testing.T) {
 	e := setupLive(t, live.HubConfig{Linger: 50 * time.Millisecond}, func(c *graphql.Config) {
 		c.Streams.ConnsPerIP = 1000
 	})
-	e.createProduct(t, map[string]any{"sku": "CYC-1", "stock": 5})
+	e.CreateProduct(t, map[string]any{"sku": "CYC-1", "stock": 5})
 	vars := map[string]any{"s": []string{"CYC-1"}}
 	cycle := func(i int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -103,7 +103,7 @@ func TestStalledReaderIsDropped(t *testing.T) {
 	skus := make([]string, 10)
 	for i := range skus {
 		skus[i] = fmt.Sprintf("STALL-%d", i)
-		e.createProduct(t, map[string]any{"sku": skus[i], "stock": 1000})
+		e.CreateProduct(t, map[string]any{"sku": skus[i], "stock": 1000})
 	}
 	vars := map[string]any{"s": skus}
 
@@ -155,9 +155,9 @@ func TestStalledReaderIsDropped(t *testing.T) {
 					return
 				default:
 				}
-				res, err := e.engine.Reserve(ctx, p, inventory.ReserveRequest{SKU: skus[(i+g)%len(skus)], Quantity: 1})
+				res, err := e.Engine.Reserve(ctx, p, inventory.ReserveRequest{SKU: skus[(i+g)%len(skus)], Quantity: 1})
 				if err == nil {
-					_, _ = e.engine.Cancel(ctx, p, res.Token)
+					_, _ = e.Engine.Cancel(ctx, p, res.Token)
 				}
 			}
 		})
@@ -192,7 +192,7 @@ func TestStalledReaderIsDropped(t *testing.T) {
 	// the coalescing interval.
 	converged := func() bool {
 		for _, sku := range skus {
-			w, got := e.truth(t, sku), latest[sku]
+			w, got := e.Truth(t, sku), latest[sku]
 			if got.Available != w.Available || got.Held != w.Held || got.Sold != w.Sold {
 				return false
 			}
@@ -228,9 +228,9 @@ func TestHotSKUWebsocketSubscribers(t *testing.T) {
 	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
 		c.Streams.ConnsPerIP = subscribers + 10
 	})
-	e.createProduct(t, map[string]any{"sku": "HOT-WS", "stock": reserves})
+	e.CreateProduct(t, map[string]any{"sku": "HOT-WS", "stock": reserves})
 	vars := map[string]any{"s": []string{"HOT-WS"}}
-	initial := e.truth(t, "HOT-WS")
+	initial := e.Truth(t, "HOT-WS")
 
 	type reader struct {
 		mu     sync.Mutex
@@ -286,7 +286,7 @@ func TestHotSKUWebsocketSubscribers(t *testing.T) {
 	for g := range 8 {
 		rw.Go(func() {
 			for i := g; i < reserves; i += 8 {
-				_, err := e.engine.Reserve(ctx, inventory.Principal{ID: fmt.Sprintf("hot-%d", i)}, inventory.ReserveRequest{SKU: "HOT-WS", Quantity: 1})
+				_, err := e.Engine.Reserve(ctx, inventory.Principal{ID: fmt.Sprintf("hot-%d", i)}, inventory.ReserveRequest{SKU: "HOT-WS", Quantity: 1})
 				if err != nil {
 					t.Error(err)
 					return
@@ -296,7 +296,7 @@ func TestHotSKUWebsocketSubscribers(t *testing.T) {
 	}
 	rw.Wait()
 	saleEnd := time.Now()
-	truth := e.truth(t, "HOT-WS")
+	truth := e.Truth(t, "HOT-WS")
 	require.Zero(t, truth.Available)
 	require.Eventually(t, func() bool {
 		for i := range readers {

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/internal/wsclient"
-	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/resolvers"
 	"github.com/dropline/dropline/server/graphql"
@@ -44,7 +43,7 @@ func setupLive(t *testing.T, hc live.HubConfig, mods ...func(*graphql.Config)) *
 		c.Registerer = le.reg
 	}}, mods...)
 	le.env = setup(t, mods...)
-	le.srv = httptest.NewServer(le.handler)
+	le.srv = httptest.NewServer(le.Handler)
 	t.Cleanup(le.srv.Close)
 	le.wsURL = "ws" + strings.TrimPrefix(le.srv.URL, "http")
 	return le
@@ -89,19 +88,11 @@ func stockPayload(t *testing.T, m wsclient.Message) stock {
 	return out.StockChanged
 }
 
-// truth reads the stock the engine reports.
-func (e *env) truth(t *testing.T, sku string) inventory.Stock {
-	t.Helper()
-	s, err := e.engine.Stock(context.Background(), sku)
-	require.NoError(t, err)
-	return s
-}
-
 // convergeWithin reads s until a value equals the truth of sku, and fails
 // when that takes longer than d after the call.
 func convergeWithin(t *testing.T, e *env, s *wsclient.Subscription, sku string, d time.Duration) stock {
 	t.Helper()
-	want := e.truth(t, sku)
+	want := e.Truth(t, sku)
 	deadline := time.Now().Add(d)
 	for {
 		m, ok := next(t, s, time.Until(deadline)+time.Millisecond)
@@ -121,7 +112,7 @@ func TestStockChangedOverWebsocket(t *testing.T) {
 			t.Parallel()
 			e := setupLive(t, live.HubConfig{})
 			sku := "WS-" + strings.ToUpper(strings.ReplaceAll(proto, "-", ""))
-			e.createProduct(t, map[string]any{"sku": sku, "stock": 10})
+			e.CreateProduct(t, map[string]any{"sku": sku, "stock": 10})
 
 			c := e.dial(t, wsclient.Options{Subprotocol: proto}) // anonymous is enough
 			s := subscribe(t, c, stockSub, map[string]any{"s": []string{sku}})
@@ -131,14 +122,14 @@ func TestStockChangedOverWebsocket(t *testing.T) {
 			require.Equal(t, b64("Stock:"+sku), first.ID, "payloads carry the node id")
 			require.Equal(t, 10, first.Available)
 
-			buyer := e.token(t, "buyer", false)
-			r := e.reserve(t, buyer, map[string]any{"sku": sku, "quantity": 3})
+			buyer := e.Token(t, "buyer", false)
+			r := e.Reserve(t, buyer, map[string]any{"sku": sku, "quantity": 3})
 			require.Empty(t, r.UserErrors)
 			got := convergeWithin(t, e.env, s, sku, 250*time.Millisecond)
 			require.Equal(t, 7, got.Available)
 			require.Equal(t, 3, got.Held)
 
-			require.Empty(t, e.cancel(t, buyer, r.Reservation.Token).UserErrors)
+			require.Empty(t, e.Cancel(t, buyer, r.Reservation.Token).UserErrors)
 			got = convergeWithin(t, e.env, s, sku, 250*time.Millisecond)
 			require.Equal(t, 10, got.Available)
 
@@ -152,7 +143,7 @@ func TestStockChangedOverWebsocket(t *testing.T) {
 func TestStockChangedOverSSE(t *testing.T) {
 	t.Parallel()
 	e := setupLive(t, live.HubConfig{})
-	e.createProduct(t, map[string]any{"sku": "SSE-1", "stock": 5})
+	e.CreateProduct(t, map[string]any{"sku": "SSE-1", "stock": 5})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -195,7 +186,7 @@ func TestStockChangedOverSSE(t *testing.T) {
 		return stock{}
 	}
 	require.Equal(t, 5, recv().Available)
-	require.Empty(t, e.reserve(t, e.token(t, "sse-buyer", false), map[string]any{"sku": "SSE-1", "quantity": 2}).UserErrors)
+	require.Empty(t, e.Reserve(t, e.Token(t, "sse-buyer", false), map[string]any{"sku": "SSE-1", "quantity": 2}).UserErrors)
 	deadline := time.Now().Add(250 * time.Millisecond)
 	for s := recv(); s.Available != 3; s = recv() {
 		require.True(t, time.Now().Before(deadline), "not converged within 250ms")
@@ -213,9 +204,9 @@ func TestReservationChanged(t *testing.T) {
 	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
 		c.Streams.ReservationRecheck = 200 * time.Millisecond
 	})
-	e.createProduct(t, map[string]any{"sku": "RC-1", "stock": 5})
-	owner := e.token(t, "owner", false)
-	r := e.reserve(t, owner, map[string]any{"sku": "RC-1", "quantity": 1})
+	e.CreateProduct(t, map[string]any{"sku": "RC-1", "stock": 5})
+	owner := e.Token(t, "owner", false)
+	r := e.Reserve(t, owner, map[string]any{"sku": "RC-1", "quantity": 1})
 	require.Empty(t, r.UserErrors)
 	token := r.Reservation.Token
 	const doc = `subscription($t: ID!) { reservationChanged(token: $t) { id token status product { stock { available } } } }`
@@ -242,7 +233,7 @@ func TestReservationChanged(t *testing.T) {
 		require.Equal(t, b64("Reservation:"+token), first.ReservationChanged.ID)
 		require.Equal(t, 4, first.ReservationChanged.Product.Stock.Available)
 
-		require.Empty(t, e.cancel(t, owner, token).UserErrors)
+		require.Empty(t, e.Cancel(t, owner, token).UserErrors)
 		m, ok = next(t, s, 3*time.Second)
 		require.True(t, ok)
 		last := decode(m)
@@ -256,7 +247,7 @@ func TestReservationChanged(t *testing.T) {
 		for name, tc := range map[string]struct {
 			authz, token, code string
 		}{
-			"another principal": {e.token(t, "someone-else", false), token, "FORBIDDEN"},
+			"another principal": {e.Token(t, "someone-else", false), token, "FORBIDDEN"},
 			"anonymous":         {"", token, "UNAUTHENTICATED"},
 			"unknown token":     {owner, "not-a-token", "NOT_FOUND"},
 		} {
@@ -278,8 +269,8 @@ func TestReservationChanged(t *testing.T) {
 	})
 
 	t.Run("an admin may watch", func(t *testing.T) {
-		r := e.reserve(t, owner, map[string]any{"sku": "RC-1", "quantity": 1})
-		c := e.dial(t, wsclient.Options{InitPayload: map[string]any{"authToken": strings.TrimPrefix(e.token(t, "ops", true), "Bearer ")}})
+		r := e.Reserve(t, owner, map[string]any{"sku": "RC-1", "quantity": 1})
+		c := e.dial(t, wsclient.Options{InitPayload: map[string]any{"authToken": strings.TrimPrefix(e.Token(t, "ops", true), "Bearer ")}})
 		s := subscribe(t, c, doc, map[string]any{"t": r.Reservation.Token})
 		m, ok := next(t, s, 5*time.Second)
 		require.True(t, ok)
@@ -290,7 +281,7 @@ func TestReservationChanged(t *testing.T) {
 func TestWebsocketAuth(t *testing.T) {
 	t.Parallel()
 	e := setupLive(t, live.HubConfig{})
-	e.createProduct(t, map[string]any{"sku": "AUTH-1", "stock": 5})
+	e.CreateProduct(t, map[string]any{"sku": "AUTH-1", "stock": 5})
 	dial := func(opts wsclient.Options) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -316,11 +307,11 @@ func TestWebsocketAuth(t *testing.T) {
 	}
 
 	t.Run("a good token in the upgrade header", func(t *testing.T) {
-		require.NoError(t, dial(wsclient.Options{Header: http.Header{"Authorization": {e.token(t, "hdr", false)}}}))
+		require.NoError(t, dial(wsclient.Options{Header: http.Header{"Authorization": {e.Token(t, "hdr", false)}}}))
 	})
 
 	t.Run("the token's expiry ends the connection with 4403", func(t *testing.T) {
-		tok, err := e.issuer.Mint("short-lived", false, 1500*time.Millisecond)
+		tok, err := e.Issuer.Mint("short-lived", false, 1500*time.Millisecond)
 		require.NoError(t, err)
 		c := e.dial(t, wsclient.Options{InitPayload: map[string]any{"Authorization": "Bearer " + tok}})
 		s := subscribe(t, c, stockSub, map[string]any{"s": []string{"AUTH-1"}})
@@ -361,12 +352,12 @@ func TestStreamLimits(t *testing.T) {
 	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
 		c.Streams = graphql.StreamLimits{ConnsPerIP: 3, ConnsPerPrincipal: 1, SubscriptionsPerConn: 2, MessageBytes: 2048}
 	})
-	e.createProduct(t, map[string]any{"sku": "LIM-1", "stock": 5})
+	e.CreateProduct(t, map[string]any{"sku": "LIM-1", "stock": 5})
 	vars := map[string]any{"s": []string{"LIM-1"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	alice := e.token(t, "alice", false)
+	alice := e.Token(t, "alice", false)
 	c1 := e.dial(t, wsclient.Options{InitPayload: map[string]any{"Authorization": alice}})
 
 	t.Run("subscriptions per connection", func(t *testing.T) {
