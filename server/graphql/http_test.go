@@ -2,6 +2,7 @@ package graphql_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -425,4 +426,25 @@ func TestIntrospectionAndSuggestionsOnlyInDev(t *testing.T) {
 	defer devSrv.Close()
 	res = post(t, devSrv, "", typo, nil)
 	require.Contains(t, res.Errors[0].Message, "Did you mean")
+}
+
+// TestRequestWhoseClientLeftIsDropped: a request whose client has gone (its
+// context ended before the operation ran, as when a paused server resumes
+// long after the caller gave up) gets nothing written and nothing logged as
+// a panic: the executor answers such a request with no response at all.
+func TestRequestWhoseClientLeftIsDropped(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.CreateProduct(t, map[string]any{"sku": "GONE", "stock": 3})
+	body := `{"query":"mutation { reserve(input: {sku: \"GONE\", quantity: 1}) { userErrors { code } } }"}`
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", e.Token(t, "alice", false))
+	rec := httptest.NewRecorder()
+	e.Handler.ServeHTTP(rec, req)
+	require.NotContains(t, e.Logs.String(), "panic", "a request whose client left is not a panic")
+	require.NotContains(t, rec.Body.String(), "INTERNAL")
+	require.Zero(t, stockOf(t, e, "GONE").Held, "nothing ran for a client that left")
 }

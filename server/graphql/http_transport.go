@@ -93,7 +93,14 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 		return
 	}
 	responses, ctx := exec.DispatchOperation(ctx, opCtx)
-	writeResponse(w, responses(ctx))
+	resp := responses(ctx)
+	if resp == nil {
+		// The executor answers nothing once the request's context has
+		// ended: the client is gone (it gave up, or this process was
+		// paused past its timeout), and there is no one to write to.
+		return
+	}
+	writeResponse(w, resp)
 }
 
 // params reads the request's query, operationName, variables and
