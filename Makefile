@@ -48,13 +48,11 @@ run: services build ## start services, migrate, seed the demo and serve in dev m
 	DROPLINE_DEV=$${DROPLINE_DEV:-1} $(BIN) serve
 
 .PHONY: test
-# The fault suite (e2e/faults) runs after the other packages, not beside them:
-# its websocket scenarios hold latency bounds (250 ms + the coalescing
-# interval) that two cores shared with another package's race-enabled tests
-# can miss.
+# Packages run one at a time (-p 1): the fault suite, the fan-out and the
+# sweeper hold latency bounds (250 ms, 1 s) that two cores shared with another
+# package's race-enabled tests can miss.
 test: services check-generate ## run the whole suite with -race against real services (what CI runs)
-	$(GO) test -race -count=1 -timeout 40m $$($(GO) list $(PKGS) | grep -v '/e2e/faults$$')
-	$(GO) test -race -count=1 -timeout 40m ./e2e/faults/
+	$(GO) test -p 1 -race -count=1 -timeout 40m $(PKGS)
 
 .PHONY: check-generate
 check-generate: ## fail if `go generate` changes anything (generated code must be committed)
