@@ -199,6 +199,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Checks:     a.checks(),
 		Registry:   a.registry,
 		Logger:     a.Log,
+		ClientAddr: a.Config.ClientAddr(),
 	})
 	if err := a.server.Open(ctx); err != nil {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))

@@ -51,6 +51,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			CORSOrigins: in.Config.AllowedOrigins(),
 			Live:        hub,
 			Registerer:  in.Registry,
+			Streams:     in.Config.StreamLimits(),
 			Limits: graphql.Limits{
 				MutationRate:  in.Config.MutationRate,
 				MutationBurst: in.Config.MutationBurst,

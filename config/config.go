@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/server/graphql"
 	"github.com/dropline/dropline/worker"
 )
 
@@ -41,6 +43,16 @@ const (
 	EnvShutdownTimeout   = "DROPLINE_SHUTDOWN_TIMEOUT"
 	EnvLogLevel          = "DROPLINE_LOG_LEVEL"
 	EnvLogFormat         = "DROPLINE_LOG_FORMAT"
+
+	EnvTrustedProxies     = "DROPLINE_TRUSTED_PROXIES"
+	EnvClientAddrHeader   = "DROPLINE_CLIENT_ADDR_HEADER"
+	EnvStreamConnsPerIP   = "DROPLINE_STREAM_CONNS_PER_IP"
+	EnvStreamConnsPerPrin = "DROPLINE_STREAM_CONNS_PER_PRINCIPAL"
+	EnvStreamSubsPerConn  = "DROPLINE_STREAM_SUBS_PER_CONN"
+	EnvStreamMessageBytes = "DROPLINE_STREAM_MESSAGE_BYTES"
+	EnvStreamInitTimeout  = "DROPLINE_STREAM_INIT_TIMEOUT"
+	EnvStreamPingInterval = "DROPLINE_STREAM_PING_INTERVAL"
+	EnvStreamWriteTimeout = "DROPLINE_STREAM_WRITE_TIMEOUT"
 )
 
 // Defaults, exported so the README table and the tests can refer to them.
@@ -59,6 +71,15 @@ const (
 	DefaultMutationBurst   = 20
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLogLevel        = "info"
+
+	DefaultClientAddrHeader   = string(clientaddr.XForwardedFor)
+	DefaultStreamConnsPerIP   = graphql.DefaultConnsPerIP
+	DefaultStreamConnsPerPrin = graphql.DefaultConnsPerPrincipal
+	DefaultStreamSubsPerConn  = graphql.DefaultSubscriptionsPerConn
+	DefaultStreamMessageBytes = graphql.DefaultMessageBytes
+	DefaultStreamInitTimeout  = graphql.DefaultInitTimeout
+	DefaultStreamPingInterval = graphql.DefaultPingInterval
+	DefaultStreamWriteTimeout = graphql.DefaultWriteTimeout
 
 	// DevOrigin is the origin the playground is served from by `make run`;
 	// dev mode allows it for CORS in addition to DROPLINE_CORS_ORIGINS.
@@ -211,6 +232,53 @@ type Config struct {
 	// "console" (coloured, for humans) (DROPLINE_LOG_FORMAT).
 	// Default: "json", or "console" in dev mode.
 	LogFormat string
+
+	// TrustedProxies lists the peers whose forwarding header is believed
+	// (DROPLINE_TRUSTED_PROXIES, comma separated CIDRs or addresses, e.g.
+	// "127.0.0.1,10.0.0.0/8,fd00::/8"). Default: empty, trusting no one: the
+	// client address is the TCP peer. Behind a load balancer, list its
+	// addresses, or every client shares the balancer's per-address caps.
+	// The client is the rightmost hop of the header that is not in the list.
+	TrustedProxies []string
+
+	// ClientAddrHeader is the forwarding header read from trusted proxies
+	// (DROPLINE_CLIENT_ADDR_HEADER): "x-forwarded-for" or "forwarded"
+	// (RFC 7239). Default: "x-forwarded-for". Only one is read: the other
+	// arrives untouched from the client and could name any address.
+	ClientAddrHeader string
+
+	// StreamConnsPerIP caps the open websocket and SSE connections of one
+	// client address, IPv6 counted per /64 (DROPLINE_STREAM_CONNS_PER_IP).
+	// Default: 256, per instance.
+	StreamConnsPerIP int
+
+	// StreamConnsPerPrincipal caps the open stream connections of one
+	// signed-in principal (DROPLINE_STREAM_CONNS_PER_PRINCIPAL). Default:
+	// 32, per instance.
+	StreamConnsPerPrincipal int
+
+	// StreamSubsPerConn caps the concurrent subscriptions of one websocket
+	// (DROPLINE_STREAM_SUBS_PER_CONN). Default: 32.
+	StreamSubsPerConn int
+
+	// StreamMessageBytes caps a message a websocket client sends
+	// (DROPLINE_STREAM_MESSAGE_BYTES). Default: 65536; between 1024 and
+	// 1048576.
+	StreamMessageBytes int
+
+	// StreamInitTimeout is how long a websocket may take to send
+	// connection_init (DROPLINE_STREAM_INIT_TIMEOUT). Default: 3s.
+	StreamInitTimeout time.Duration
+
+	// StreamPingInterval is how often websockets are pinged and SSE streams
+	// get a keep-alive (DROPLINE_STREAM_PING_INTERVAL). Default: 15s; keep it
+	// below the proxy's read timeout, or the proxy cuts quiet streams.
+	StreamPingInterval time.Duration
+
+	// StreamWriteTimeout bounds each websocket write; a client too slow to
+	// take a message within it is disconnected
+	// (DROPLINE_STREAM_WRITE_TIMEOUT). Default: 10s.
+	StreamWriteTimeout time.Duration
 }
 
 // Default returns the configuration of an empty environment. It is the
@@ -230,6 +298,15 @@ func Default() Config {
 		ShutdownTimeout: DefaultShutdownTimeout,
 		LogLevel:        DefaultLogLevel,
 		LogFormat:       LogFormatJSON,
+
+		ClientAddrHeader:        DefaultClientAddrHeader,
+		StreamConnsPerIP:        DefaultStreamConnsPerIP,
+		StreamConnsPerPrincipal: DefaultStreamConnsPerPrin,
+		StreamSubsPerConn:       DefaultStreamSubsPerConn,
+		StreamMessageBytes:      DefaultStreamMessageBytes,
+		StreamInitTimeout:       DefaultStreamInitTimeout,
+		StreamPingInterval:      DefaultStreamPingInterval,
+		StreamWriteTimeout:      DefaultStreamWriteTimeout,
 	}
 }
 
@@ -311,10 +388,47 @@ func Load(getenv func(string) string) (Config, error) {
 		c.LogFormat = LogFormatConsole
 	}
 
+	c.TrustedProxies = splitList(getenv(EnvTrustedProxies))
+	if v := strings.ToLower(strings.TrimSpace(getenv(EnvClientAddrHeader))); v != "" {
+		c.ClientAddrHeader = v
+	}
+	num(EnvStreamConnsPerIP, &c.StreamConnsPerIP)
+	num(EnvStreamConnsPerPrin, &c.StreamConnsPerPrincipal)
+	num(EnvStreamSubsPerConn, &c.StreamSubsPerConn)
+	num(EnvStreamMessageBytes, &c.StreamMessageBytes)
+	dur(EnvStreamInitTimeout, &c.StreamInitTimeout)
+	dur(EnvStreamPingInterval, &c.StreamPingInterval)
+	dur(EnvStreamWriteTimeout, &c.StreamWriteTimeout)
+
 	if len(problems) > 0 {
 		return c, problems
 	}
 	return c, nil
+}
+
+// ClientAddr returns the resolver of client addresses the HTTP server
+// uses. Call it on a validated Config: an invalid list is Validate's to
+// report, and here trusts no one.
+func (c Config) ClientAddr() clientaddr.Resolver {
+	trusted, err := clientaddr.ParsePrefixes(c.TrustedProxies)
+	header, herr := clientaddr.ParseHeader(c.ClientAddrHeader)
+	if err != nil || herr != nil {
+		return clientaddr.Resolver{}
+	}
+	return clientaddr.NewResolver(trusted, header)
+}
+
+// StreamLimits returns the bounds of websocket and SSE subscriptions.
+func (c Config) StreamLimits() graphql.StreamLimits {
+	return graphql.StreamLimits{
+		ConnsPerIP:           c.StreamConnsPerIP,
+		ConnsPerPrincipal:    c.StreamConnsPerPrincipal,
+		SubscriptionsPerConn: c.StreamSubsPerConn,
+		MessageBytes:         int64(c.StreamMessageBytes),
+		InitTimeout:          c.StreamInitTimeout,
+		PingInterval:         c.StreamPingInterval,
+		WriteTimeout:         c.StreamWriteTimeout,
+	}
 }
 
 // JWTKey returns the HS256 key to sign and verify tokens with: JWTSecret,

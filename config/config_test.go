@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/server/graphql"
 )
 
 func env(m map[string]string) func(string) string {
@@ -355,4 +358,70 @@ func TestJWTClaimSettings(t *testing.T) {
 	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_JWT_MAX_LIFETIME": "-1h"}))
 	require.NoError(t, err)
 	require.ErrorContains(t, c.Validate(), config.EnvJWTMaxLifetime)
+}
+
+func TestClientAddressAndStreamSettings(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{
+		"DROPLINE_JWT_SECRET":                 goodSecret,
+		"DROPLINE_TRUSTED_PROXIES":            "127.0.0.1, 10.0.0.0/8,fd00::/8",
+		"DROPLINE_CLIENT_ADDR_HEADER":         "Forwarded",
+		"DROPLINE_STREAM_CONNS_PER_IP":        "5000",
+		"DROPLINE_STREAM_CONNS_PER_PRINCIPAL": "4",
+		"DROPLINE_STREAM_SUBS_PER_CONN":       "8",
+		"DROPLINE_STREAM_MESSAGE_BYTES":       "4096",
+		"DROPLINE_STREAM_INIT_TIMEOUT":        "2s",
+		"DROPLINE_STREAM_PING_INTERVAL":       "20",
+		"DROPLINE_STREAM_WRITE_TIMEOUT":       "5s",
+	}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, []string{"127.0.0.1", "10.0.0.0/8", "fd00::/8"}, c.TrustedProxies)
+	require.Equal(t, graphql.StreamLimits{
+		ConnsPerIP: 5000, ConnsPerPrincipal: 4, SubscriptionsPerConn: 8, MessageBytes: 4096,
+		InitTimeout: 2 * time.Second, PingInterval: 20 * time.Second, WriteTimeout: 5 * time.Second,
+	}, c.StreamLimits())
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = "10.1.2.3:9"
+	req.Header.Set("Forwarded", "for=203.0.113.4")
+	req.Header.Set("X-Forwarded-For", "6.6.6.6")
+	require.Equal(t, "203.0.113.4", c.ClientAddr().Addr(req).String())
+
+	// The defaults: nobody trusted, the graphql package's own stream limits.
+	d := config.Default()
+	require.Empty(t, d.TrustedProxies)
+	require.Equal(t, "10.1.2.3", d.ClientAddr().Addr(req).String())
+	require.Equal(t, graphql.StreamLimits{
+		ConnsPerIP: graphql.DefaultConnsPerIP, ConnsPerPrincipal: graphql.DefaultConnsPerPrincipal,
+		SubscriptionsPerConn: graphql.DefaultSubscriptionsPerConn, MessageBytes: graphql.DefaultMessageBytes,
+		InitTimeout: graphql.DefaultInitTimeout, PingInterval: graphql.DefaultPingInterval, WriteTimeout: graphql.DefaultWriteTimeout,
+	}, d.StreamLimits())
+
+	bad := map[string]string{
+		"DROPLINE_TRUSTED_PROXIES":            "10.0.0.0/8,lb.example.com",
+		"DROPLINE_CLIENT_ADDR_HEADER":         "x-real-ip",
+		"DROPLINE_STREAM_CONNS_PER_IP":        "0",
+		"DROPLINE_STREAM_CONNS_PER_PRINCIPAL": "-1",
+		"DROPLINE_STREAM_SUBS_PER_CONN":       "0",
+		"DROPLINE_STREAM_MESSAGE_BYTES":       "100",
+		"DROPLINE_STREAM_INIT_TIMEOUT":        "1ms",
+		"DROPLINE_STREAM_PING_INTERVAL":       "0",
+		"DROPLINE_STREAM_WRITE_TIMEOUT":       "0s",
+	}
+	bad["DROPLINE_JWT_SECRET"] = goodSecret
+	c, err = config.Load(env(bad))
+	require.NoError(t, err)
+	var ps config.Problems
+	require.ErrorAs(t, c.Validate(), &ps)
+	delete(bad, "DROPLINE_JWT_SECRET")
+	want := make([]string, 0, len(bad))
+	for k := range bad {
+		want = append(want, k)
+	}
+	require.ElementsMatch(t, want, varsOf(ps))
+	require.Contains(t, ps.Error(), "lb.example.com")
+	require.Equal(t, "10.1.2.3", c.ClientAddr().Addr(req).String(), "an invalid list trusts nobody")
+
+	_, err = config.Load(env(map[string]string{"DROPLINE_STREAM_CONNS_PER_IP": "many"}))
+	require.ErrorContains(t, err, "DROPLINE_STREAM_CONNS_PER_IP")
 }

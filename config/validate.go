@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -133,6 +134,32 @@ func (c Config) Validate() error {
 	if c.LogFormat != LogFormatJSON && c.LogFormat != LogFormatConsole {
 		add(EnvLogFormat, "%q is not a format: use json or console", c.LogFormat)
 	}
+
+	if _, err := clientaddr.ParsePrefixes(c.TrustedProxies); err != nil {
+		add(EnvTrustedProxies, "%v: list the load balancers' addresses, comma separated (default: none, the TCP peer is the client)", err)
+	}
+	if _, err := clientaddr.ParseHeader(c.ClientAddrHeader); err != nil {
+		add(EnvClientAddrHeader, "%v: name the one header your proxy writes (default %s)", err, DefaultClientAddrHeader)
+	}
+	atLeast := func(v string, n, min int, what string) {
+		if n < min {
+			add(v, "is %d: %s must be at least %d", n, what, min)
+		}
+	}
+	atLeast(EnvStreamConnsPerIP, c.StreamConnsPerIP, 1, "the open stream connections allowed per client address")
+	atLeast(EnvStreamConnsPerPrin, c.StreamConnsPerPrincipal, 1, "the open stream connections allowed per principal")
+	atLeast(EnvStreamSubsPerConn, c.StreamSubsPerConn, 1, "the subscriptions allowed per websocket")
+	if c.StreamMessageBytes < 1<<10 || c.StreamMessageBytes > 1<<20 {
+		add(EnvStreamMessageBytes, "is %d: a websocket message cap must be between 1024 and 1048576 bytes (default %d)", c.StreamMessageBytes, DefaultStreamMessageBytes)
+	}
+	positive := func(v string, d, min, def time.Duration) {
+		if d < min {
+			add(v, "is %s: set at least %s (default %s)", d, min, def)
+		}
+	}
+	positive(EnvStreamInitTimeout, c.StreamInitTimeout, 100*time.Millisecond, DefaultStreamInitTimeout)
+	positive(EnvStreamPingInterval, c.StreamPingInterval, time.Second, DefaultStreamPingInterval)
+	positive(EnvStreamWriteTimeout, c.StreamWriteTimeout, 100*time.Millisecond, DefaultStreamWriteTimeout)
 
 	if len(ps) > 0 {
 		return ps

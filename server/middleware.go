@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/internal/requestid"
 )
@@ -166,6 +167,7 @@ func logRequest(m httpMetrics, r *http.Request, sw *statusWriter, elapsed time.D
 		Int64("bytes", sw.bytes).
 		Dur("duration", elapsed).
 		Str("remote", r.RemoteAddr).
+		Str("client", clientaddr.Of(r)).
 		Msg("request")
 }
 

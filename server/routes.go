@@ -48,7 +48,8 @@ func routeOf(path string) string {
 }
 
 // routes builds the mux and wraps it in the middleware chain, outermost
-// first: request id (so every later line has it), access log and metrics
+// first: request id (so every later line has it), the client address
+// (which the access log and the stream caps use), access log and metrics
 // (so they see the final status, including recovered panics), recovery.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -96,6 +97,7 @@ func (s *Server) routes() http.Handler {
 	var h http.Handler = mux
 	h = recoverer(h)
 	h = accessLog(m, h)
+	h = s.cfg.ClientAddr.Middleware(h)
 	h = RequestID(s.log, h)
 	return h
 }

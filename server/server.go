@@ -21,6 +21,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/internal/clientaddr"
 )
 
 // Defaults for the zero values of Config.
@@ -81,6 +83,12 @@ type Config struct {
 
 	// CheckTimeout bounds each readiness check. Default: 1s.
 	CheckTimeout time.Duration
+
+	// ClientAddr decides each request's client address (for the access log
+	// and the GraphQL stream caps), believing forwarding headers only from
+	// the proxies it trusts. Default: the zero Resolver, which trusts none:
+	// the client is the TCP peer.
+	ClientAddr clientaddr.Resolver
 }
 
 func (c Config) withDefaults() Config {

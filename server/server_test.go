@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/playground"
 )
@@ -441,4 +442,32 @@ func TestWithRealPlayground(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the catch-all does not shadow the fixed routes")
 	resp, _ = b.do(t, http.MethodPost, "/graphql", strings.NewReader("{}"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// TestAccessLogNamesTheClient logs the client address the server resolved:
+// the forwarded one from a trusted proxy, the TCP peer otherwise.
+func TestAccessLogNamesTheClient(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		trusted string
+		want    string
+	}{
+		{"127.0.0.1", "2001:db8::5"},
+		{"192.0.2.0/24", "127.0.0.1"},
+	} {
+		p, err := clientaddr.ParsePrefixes([]string{tc.trusted})
+		require.NoError(t, err)
+		b := setup(t, func(c *server.Config) { c.ClientAddr = clientaddr.NewResolver(p, clientaddr.XForwardedFor) })
+		resp, _ := b.do(t, http.MethodGet, "/healthz", nil, map[string]string{"X-Forwarded-For": "198.51.100.1, 2001:db8::5"})
+		id := resp.Header.Get(server.RequestIDHeader)
+		var line map[string]any
+		for _, l := range b.logs.lines(t) {
+			if l["request_id"] == id && l["message"] == "request" {
+				line = l
+			}
+		}
+		require.NotNil(t, line)
+		require.Equal(t, tc.want, line["client"], "trusting %s", tc.trusted)
+		require.Contains(t, line["remote"], "127.0.0.1:")
+	}
 }

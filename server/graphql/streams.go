@@ -2,8 +2,8 @@ package graphql
 
 import (
 	"context"
-	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,18 +11,33 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/internal/prom"
 
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/resolvers"
 )
 
+// Defaults of StreamLimits, exported so the configuration documents and
+// validates the same values.
+const (
+	DefaultConnsPerIP           = 256
+	DefaultConnsPerPrincipal    = 32
+	DefaultSubscriptionsPerConn = 32
+	DefaultMessageBytes         = 64 << 10
+	DefaultInitTimeout          = 3 * time.Second
+	DefaultPingInterval         = 15 * time.Second
+	DefaultWriteTimeout         = 10 * time.Second
+)
+
 // StreamLimits bound live subscriptions, over websockets and SSE. Each zero
 // value takes the default named on the field.
 type StreamLimits struct {
 	// ConnsPerIP caps the open websocket and SSE connections of one client
-	// address (the TCP peer: behind a proxy every client shares the proxy's
-	// address, so raise it there). Over the cap the upgrade gets 429.
+	// address: the address the server resolved (the TCP peer, or the
+	// forwarded client address when the peer is a trusted proxy; see
+	// internal/clientaddr). IPv6 clients count per /64, the block one
+	// subscriber line usually gets. Over the cap the upgrade gets 429.
 	// Default 256.
 	ConnsPerIP int
 	// ConnsPerPrincipal caps the open connections of one signed-in
@@ -64,15 +79,15 @@ func (l StreamLimits) withDefaults() StreamLimits {
 			*v = d
 		}
 	}
-	def(&l.ConnsPerIP, 256)
-	def(&l.ConnsPerPrincipal, 32)
-	def(&l.SubscriptionsPerConn, 32)
+	def(&l.ConnsPerIP, DefaultConnsPerIP)
+	def(&l.ConnsPerPrincipal, DefaultConnsPerPrincipal)
+	def(&l.SubscriptionsPerConn, DefaultSubscriptionsPerConn)
 	if l.MessageBytes <= 0 {
-		l.MessageBytes = 64 << 10
+		l.MessageBytes = DefaultMessageBytes
 	}
-	defDur(&l.InitTimeout, 3*time.Second)
-	defDur(&l.PingInterval, 15*time.Second)
-	defDur(&l.WriteTimeout, 10*time.Second)
+	defDur(&l.InitTimeout, DefaultInitTimeout)
+	defDur(&l.PingInterval, DefaultPingInterval)
+	defDur(&l.WriteTimeout, DefaultWriteTimeout)
 	return l
 }
 
@@ -246,7 +261,7 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ip := clientIP(r)
+		ip := capKey(clientaddr.Of(r))
 		if !t.acquire(t.byIP, ip, t.limits.ConnsPerIP) {
 			t.m.refused.WithLabelValues("ip_limit").Inc()
 			writeError(w, r, http.StatusTooManyRequests, "too many live connections from this address")
@@ -275,13 +290,16 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 	})
 }
 
-// clientIP is the TCP peer's address without the port.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// capKey is the per-address cap's key for a client address: IPv4
+// addresses count alone, IPv6 addresses by their /64, since one client
+// commonly has a whole /64 to pick addresses from.
+func capKey(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil || !a.Is6() {
+		return addr
 	}
-	return host
+	p, _ := a.Prefix(64)
+	return p.String()
 }
 
 // streamMetrics are the subscription transport's Prometheus series; the
