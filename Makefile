@@ -77,6 +77,16 @@ $(GOLANGCI_LINT):
 bench: services ## run the benchmarks (no tests) against real services
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 40m $(PKGS)
 
+# Black-box: the built binary as its own process on a free loopback port
+# (private redis-server, own database), driven by wrk, next to a bare
+# reserve-shaped script (redis-benchmark) and a PostgreSQL-only path
+# (pgbench). Needs wrk, redis-tools and postgresql-client (docs/benchmarks.md).
+# About 2 minutes with the defaults; BENCH_FLAGS="--step 3s --peak 10s" for a quick look.
+BENCH_FLAGS ?=
+.PHONY: bench-http
+bench-http: build ## black-box reserve benchmark of bin/dropline vs raw Redis and PostgreSQL; rewrites its section of docs/benchmarks.md
+	$(GO) run ./cmd/bench-http --bin $(BIN) --doc docs/benchmarks.md $(BENCH_FLAGS)
+
 .PHONY: tidy
 tidy: ## go mod tidy
 	$(GO) mod tidy

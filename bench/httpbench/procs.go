@@ -1,0 +1,174 @@
+package httpbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// freePort returns a loopback port nobody listens on right now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// process is a child this run started and must stop.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+}
+
+func (p *process) stop(grace time.Duration) {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	p.cmd = nil
+}
+
+// startRedis starts a private redis-server without persistence.
+func startRedis(ctx context.Context, dir string) (*process, string, error) {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, "", fmt.Errorf("redis-server is not installed (apt-get install redis-server): %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", //nolint:gosec // our own arguments
+		"--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no")
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("starting redis-server: %w", err)
+	}
+	p := &process{name: "redis-server", cmd: cmd}
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return p, addr, nil
+		}
+		if time.Now().After(deadline) {
+			p.stop(time.Second)
+			return nil, "", fmt.Errorf("redis-server on %s did not answer: %w", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// createDatabase creates an empty database next to the one adminURL names
+// and returns its URL and a function that drops it.
+func createDatabase(ctx context.Context, adminURL string) (string, func(), error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("parsing the database URL: %w", err)
+	}
+	if !loopbackHost(u.Hostname()) {
+		return "", nil, fmt.Errorf("database host %q is not a loopback address", u.Hostname())
+	}
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "dropline_bench_" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", nil, fmt.Errorf("creating database %s: %w", name, err)
+	}
+	drop := func() {
+		// The drop must happen even when ctx was cancelled (Ctrl-C).
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(dctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer c.Close(dctx)
+		_, _ = c.Exec(dctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+	u.Path = "/" + name
+	return u.String(), drop, nil
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// dropline runs the binary with env added to a minimal environment.
+func dropline(ctx context.Context, bin string, env []string, logFile *os.File, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...) //nolint:gosec // the binary the Makefile just built
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	return cmd
+}
+
+// startServer migrates the database and starts `dropline serve` on addr,
+// waiting until /readyz answers 200.
+func startServer(ctx context.Context, bin string, env []string, logFile *os.File, base string) (*process, error) {
+	if err := dropline(ctx, bin, env, logFile, "migrate").Run(); err != nil {
+		return nil, fmt.Errorf("dropline migrate: %w (log: %s)", err, logFile.Name())
+	}
+	// The server outlives ctx's cancellation: stop() ends it with SIGINT, so
+	// it shuts down gracefully rather than being killed by exec.
+	cmd := dropline(context.WithoutCancel(ctx), bin, env, logFile, "serve")
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("dropline serve: %w", err)
+	}
+	p := &process{name: "dropline", cmd: cmd}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, base+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+			err = errors.New(resp.Status)
+		}
+		if time.Now().After(deadline) {
+			p.stop(5 * time.Second)
+			return nil, fmt.Errorf("dropline serve did not become ready at %s: %w (log: %s)", base, err, logFile.Name())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,135 @@
+package httpbench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Check is one goal of the run with its measured value.
+type Check struct {
+	Name   string
+	Value  string
+	Goal   string
+	Passed bool
+}
+
+// Checks compares the run with the goals Dropline sets itself
+// (docs/design.md, section 5).
+func (r Result) Checks() []Check {
+	held := r.Reserve.PerSecond(r.Reserve.Held)
+	pgP99 := r.Postgres.P99MS
+	gqlP99 := ms(r.Reserve.P99US)
+	storm := r.Storm.PerSecond(r.Storm.OutOfStock)
+	return []Check{
+		{"GraphQL reserves ÷ raw EVALSHA", fmt.Sprintf("%.2f", div(held, r.Redis.PerSecond)), ">= 0.5", div(held, r.Redis.PerSecond) >= 0.5},
+		{"GraphQL reserves ÷ PostgreSQL only", fmt.Sprintf("%.1f", div(held, r.Postgres.PerSecond)), ">= 10", div(held, r.Postgres.PerSecond) >= 10},
+		{"reserve p99 ÷ PostgreSQL p99", fmt.Sprintf("%.3f", div(gqlP99, pgP99)), "<= 0.1", div(gqlP99, pgP99) <= 0.1},
+		{"p99 ÷ p50 at 80 % of the maximum", fmt.Sprintf("%.1f", div(float64(r.Steady.P99US), float64(r.Steady.P50US))), "<= 4",
+			r.Steady.P50US > 0 && r.Steady.P99US <= 4*r.Steady.P50US && r.Steady.PerSecond(r.Steady.Requests) >= 0.95*r.SteadyRate},
+		{"sold-out answers ÷ successful reserves", fmt.Sprintf("%.2f", div(storm, held)), ">= 1", div(storm, held) >= 1},
+		{"ledger apply capacity ÷ event rate (peak)", fmt.Sprintf("%.1f", div(r.Peak.Capacity, r.Peak.EventRate)), ">= 2", div(r.Peak.Capacity, r.Peak.EventRate) >= 2},
+		{"write-behind lag p99 (peak)", fmt.Sprintf("%.2f s", r.Peak.LagP99), "<= 1 s", r.Peak.Samples > 0 && r.Peak.LagP99 <= 1},
+		{"units the stock lost − holds wrk saw", fmt.Sprintf("%d", r.StockFell-r.Reserve.Held), fmt.Sprintf("0–%d (in flight)", r.Config.Connections),
+			r.StockFell >= r.Reserve.Held && r.StockFell-r.Reserve.Held <= int64(r.Config.Connections)},
+	}
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Markdown renders the run as the section docs/benchmarks.md carries.
+func (r Result) Markdown() string {
+	var b strings.Builder
+	c := r.Config
+	fmt.Fprintf(&b, "Last run: %s, load average at the start %s, steps of %s, peak of %s, %d connections.\n\n",
+		r.Started.Format("2006-01-02 15:04 UTC"), r.Load, c.Step, c.Peak, c.Connections)
+	b.WriteString("| contender | ops/s | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|\n")
+	row := func(name string, ops, p50, p99, maxMS float64) {
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.1f |\n", name, thousands(ops), p50, p99, maxMS)
+	}
+	row(fmt.Sprintf("`reserve` over GraphQL HTTP, successful holds (%s buyers)", thousands(float64(c.Buyers))),
+		r.Reserve.PerSecond(r.Reserve.Held), ms(r.Reserve.P50US), ms(r.Reserve.P99US), ms(r.Reserve.MaxUS))
+	row("reserve-shaped script by EVALSHA, `redis-benchmark`", r.Redis.PerSecond, r.Redis.P50MS, r.Redis.P99MS, r.Redis.MaxMS)
+	row("PostgreSQL only, `pgbench` (UPDATE + INSERT)", r.Postgres.PerSecond, r.Postgres.P50MS, r.Postgres.P99MS, r.Postgres.MaxMS)
+	row(fmt.Sprintf("sold-out storm, `OUT_OF_STOCK` answers (%s buyers)", thousands(float64(c.StormBuyers))),
+		r.Storm.PerSecond(r.Storm.OutOfStock), ms(r.Storm.P50US), ms(r.Storm.P99US), ms(r.Storm.MaxUS))
+	row(fmt.Sprintf("paced at %s/s (80 %% of the maximum)", thousands(r.SteadyRate)),
+		r.Steady.PerSecond(r.Steady.Held), ms(r.Steady.P50US), ms(r.Steady.P99US), ms(r.Steady.MaxUS))
+	row(fmt.Sprintf("sustained peak (%s)", c.Peak), r.Peak.EventRate, ms(r.Peak.Reserve.P50US), ms(r.Peak.Reserve.P99US), ms(r.Peak.Reserve.MaxUS))
+	fmt.Fprintf(&b, "\nWrite-behind over the peak: %s events/s produced, %s/s applied, apply capacity %s/s "+
+		"(events per second of flusher busy time); lag p50 %.2f s, p99 %.2f s, max %.2f s (%d samples); "+
+		"backlog at most %s; drained %.1f s after the peak.\n\n",
+		thousands(r.Peak.EventRate), thousands(r.Peak.AppliedRate), thousands(r.Peak.Capacity),
+		r.Peak.LagP50, r.Peak.LagP99, r.Peak.LagMax, r.Peak.Samples, thousands(r.Peak.BacklogMax), r.Peak.DrainSeconds)
+	fmt.Fprintf(&b, "Other answers: reserve run %d rate limited, %d other, %d failed; storm %d rate limited, %d other, %d failed; "+
+		"paced run %d without a hold, %d failed.\n\n",
+		r.Reserve.RateLimited, r.Reserve.Other+r.Reserve.OutOfStock, r.Reserve.Failed+r.Reserve.socketErrors(),
+		r.Storm.RateLimited, r.Storm.Other+r.Storm.Held, r.Storm.Failed+r.Storm.socketErrors(),
+		r.Steady.Requests-r.Steady.Held, r.Steady.Failed+r.Steady.socketErrors())
+	b.WriteString("| goal | measured | target | |\n|---|---|---|---|\n")
+	for _, ch := range r.Checks() {
+		mark := "met"
+		if !ch.Passed {
+			mark = "**not met**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ch.Name, ch.Value, ch.Goal, mark)
+	}
+	return b.String()
+}
+
+// Text is the summary printed at the end of a run.
+func (r Result) Text() string {
+	var b strings.Builder
+	b.WriteString(r.Markdown())
+	return b.String()
+}
+
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// Section markers in docs/benchmarks.md: what lies between them is rewritten
+// by every run.
+const (
+	BeginMarker = "<!-- bench-http:begin (written by make bench-http) -->"
+	EndMarker   = "<!-- bench-http:end -->"
+)
+
+// RewriteSection replaces what lies between the markers in the file at path.
+func RewriteSection(path, content string) error {
+	old, err := os.ReadFile(path) //nolint:gosec // a documentation file named by the caller
+	if err != nil {
+		return err
+	}
+	i := bytes.Index(old, []byte(BeginMarker))
+	j := bytes.Index(old, []byte(EndMarker))
+	if i < 0 || j < i {
+		return errors.New(path + " has no bench-http section markers")
+	}
+	var b bytes.Buffer
+	b.Write(old[:i+len(BeginMarker)])
+	b.WriteString("\n")
+	b.WriteString(content)
+	b.Write(old[j:])
+	return os.WriteFile(path, b.Bytes(), 0o644) //nolint:gosec // documentation is world-readable
+}

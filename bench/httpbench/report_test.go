@@ -1,0 +1,76 @@
+package httpbench
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestRewriteSectionReplacesOnlyTheMarkedPart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	doc := "# Title\n\nbefore\n\n" + BeginMarker + "\nold figures\n" + EndMarker + "\n\nafter\n"
+	require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
+
+	require.NoError(t, RewriteSection(path, "new figures\n"))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "# Title\n\nbefore\n\n"+BeginMarker+"\nnew figures\n"+EndMarker+"\n\nafter\n", string(got))
+
+	// A second run replaces the first run's figures, not adds to them.
+	require.NoError(t, RewriteSection(path, "newer\n"))
+	got, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "# Title\n\nbefore\n\n"+BeginMarker+"\nnewer\n"+EndMarker+"\n\nafter\n", string(got))
+}
+
+func TestRewriteSectionRefusesAFileWithoutMarkers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	require.NoError(t, os.WriteFile(path, []byte("# nothing to rewrite\n"), 0o600))
+	require.Error(t, RewriteSection(path, "x"))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "# nothing to rewrite\n", string(got))
+}
+
+func TestPercentileMS(t *testing.T) {
+	var lat []time.Duration
+	for i := 100; i >= 1; i-- {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	require.InDelta(t, 50, percentileMS(lat, 50), 0.001)
+	require.InDelta(t, 99, percentileMS(lat, 99), 0.001)
+	require.InDelta(t, 100, percentileMS(lat, 100), 0.001)
+	require.InDelta(t, 0, percentileMS(nil, 99), 0.001)
+}
+
+func TestChecksJudgeTheGoals(t *testing.T) {
+	r := Result{
+		Config:     Config{Connections: 50},
+		Reserve:    WrkResult{DurationUS: 1e6, Held: 15000, P50US: 2000, P99US: 5000},
+		Redis:      Baseline{PerSecond: 28000},
+		Postgres:   Baseline{PerSecond: 1000, P99MS: 80},
+		Storm:      WrkResult{DurationUS: 1e6, Requests: 20000, OutOfStock: 20000},
+		Steady:     WrkResult{DurationUS: 1e6, Requests: 12000, Held: 12000, P50US: 1000, P99US: 3900},
+		SteadyRate: 12000,
+		Peak:       PeakResult{EventRate: 15000, Capacity: 40000, LagP99: 0.3, Samples: 240},
+		StockFell:  15010,
+	}
+	for _, c := range r.Checks() {
+		require.True(t, c.Passed, "%s: %s (goal %s)", c.Name, c.Value, c.Goal)
+	}
+	r.Reserve.Held = 13000 // 13,000 ÷ 28,000 < 0.5
+	r.StockFell = 13010
+	failed := map[string]bool{}
+	for _, c := range r.Checks() {
+		if !c.Passed {
+			failed[c.Name] = true
+		}
+	}
+	require.Equal(t, map[string]bool{"GraphQL reserves ÷ raw EVALSHA": true}, failed)
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,435 @@
+package httpbench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dropline/dropline/auth"
+)
+
+// Config says what to run and for how long.
+type Config struct {
+	// Binary is the dropline binary to start (bin/dropline).
+	Binary string
+	// DatabaseURL names the PostgreSQL server (a loopback one); the run
+	// creates and drops its own database there.
+	DatabaseURL string
+	// Connections is wrk's and the baselines' concurrency (50).
+	Connections int
+	// Buyers rotate through the successful reserves (3,000).
+	Buyers int
+	// StormBuyers ask for the sold-out SKU (10,000).
+	StormBuyers int
+	// Step is the length of each measured step (10s).
+	Step time.Duration
+	// Peak is the sustained peak the write-behind is watched over (60s).
+	Peak time.Duration
+	// Env is added to the server's environment (e.g. DROPLINE_ADMIN_ADDR).
+	Env []string
+	// Progress receives one line per step; nil for none.
+	Progress io.Writer
+	// Hook, when set, runs while the server is up and before the steps,
+	// with its base URL (to start a profile, say).
+	Hook func(ctx context.Context, base string)
+}
+
+// Result is everything one run measured.
+type Result struct {
+	Started  time.Time
+	Load     string // the load average when the run began
+	Reserve  WrkResult
+	Redis    Baseline
+	Postgres Baseline
+	Storm    WrkResult
+	// Steady is wrk paced at 80 % of Reserve's successful rate.
+	Steady     WrkResult
+	SteadyRate float64
+	Peak       PeakResult
+	// StockFell is how many units the server's stock lost over the reserve
+	// step: wrk's held count plus the requests still in flight when it
+	// stopped (at most one per connection).
+	StockFell int64
+	Config    Config
+}
+
+// PeakResult is the sustained peak with the write-behind sampled.
+type PeakResult struct {
+	Reserve     WrkResult
+	EventRate   float64 // successful reserves per second (one outbox event each)
+	AppliedRate float64 // events applied to the ledger per second during the peak
+	// Capacity is events applied per second of flusher busy time (the sum
+	// of its batch durations): the rate it could sustain if it never waited.
+	Capacity   float64
+	LagP50     float64
+	LagP99     float64
+	LagMax     float64
+	BacklogMax float64
+	Samples    int
+	// DrainSeconds is how long after the peak the backlog took to reach 0.
+	DrainSeconds float64
+}
+
+func (c *Config) defaults() {
+	if c.Connections == 0 {
+		c.Connections = 50
+	}
+	if c.Buyers == 0 {
+		c.Buyers = 3000
+	}
+	if c.StormBuyers == 0 {
+		c.StormBuyers = 10000
+	}
+	if c.Step == 0 {
+		c.Step = 10 * time.Second
+	}
+	if c.Peak == 0 {
+		c.Peak = 60 * time.Second
+	}
+}
+
+func (c Config) logf(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, time.Now().UTC().Format("15:04:05 ")+format+"\n", args...)
+	}
+}
+
+// Run performs one whole benchmark (see the package doc).
+func Run(ctx context.Context, cfg Config) (res Result, err error) {
+	cfg.defaults()
+	res = Result{Started: time.Now().UTC(), Load: loadAverage(), Config: cfg}
+	dir, err := os.MkdirTemp("", "dropline-bench-http-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+
+	redisProc, redisAddr, err := startRedis(ctx, dir)
+	if err != nil {
+		return res, err
+	}
+	defer redisProc.stop(5 * time.Second)
+	dbURL, drop, err := createDatabase(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	secretHex := hex.EncodeToString(secret)
+	logFile, err := os.Create(filepath.Join(dir, "dropline.log"))
+	if err != nil {
+		return res, err
+	}
+	defer logFile.Close()
+	env := append([]string{
+		"REDIS_URL=redis://" + redisAddr + "/0",
+		"DATABASE_URL=" + dbURL,
+		"DROPLINE_ADDR=127.0.0.1:" + strconv.Itoa(port),
+		"DROPLINE_JWT_SECRET=" + secretHex,
+	}, cfg.Env...)
+	server, err := startServer(ctx, cfg.Binary, env, logFile, base)
+	if err != nil {
+		return res, err
+	}
+	defer server.stop(20 * time.Second)
+	cfg.logf("dropline serve on %s, redis-server on %s, database %s", base, redisAddr, dbURL)
+
+	iss, err := auth.NewIssuer([]byte(secretHex))
+	if err != nil {
+		return res, err
+	}
+	api := apiClient{base: base, client: &http.Client{Timeout: 10 * time.Second}}
+	if api.admin, err = iss.Mint("bench-admin", true, 4*time.Hour); err != nil {
+		return res, err
+	}
+	const hot, soldOut = "BENCH-HOT", "BENCH-SOLD-OUT"
+	if err := api.createProduct(ctx, hot, 1_000_000_000); err != nil {
+		return res, err
+	}
+	if err := api.createProduct(ctx, soldOut, 0); err != nil {
+		return res, err
+	}
+	_, buyersFile, err := mintBuyers(iss, dir, "buyer", cfg.Buyers)
+	if err != nil {
+		return res, err
+	}
+	_, stormFile, err := mintBuyers(iss, dir, "storm", cfg.StormBuyers)
+	if err != nil {
+		return res, err
+	}
+	if cfg.Hook != nil {
+		cfg.Hook(ctx, base)
+	}
+	w := wrkRun{dir: dir, base: base, tokensFile: buyersFile, sku: hot, connections: cfg.Connections, threads: 2}
+
+	// Warm up: connections, script cache, the Go runtime's heap.
+	w.duration = 3 * time.Second
+	if _, err := w.run(ctx); err != nil {
+		return res, err
+	}
+	if err := waitDrained(ctx, api.client, base, 30*time.Second); err != nil {
+		return res, err
+	}
+
+	cfg.logf("reserve over GraphQL, wrk -c %d, %s ...", cfg.Connections, cfg.Step)
+	before, err := api.available(ctx, hot)
+	if err != nil {
+		return res, err
+	}
+	w.duration = cfg.Step
+	if res.Reserve, err = w.run(ctx); err != nil {
+		return res, err
+	}
+	after, err := api.available(ctx, hot)
+	if err != nil {
+		return res, err
+	}
+	res.StockFell = before - after
+	cfg.logf("  %.0f holds/s (%d of %d requests), p50 %.2f ms p99 %.2f ms; stock fell by %d",
+		res.Reserve.PerSecond(res.Reserve.Held), res.Reserve.Held, res.Reserve.Requests,
+		ms(res.Reserve.P50US), ms(res.Reserve.P99US), before-after)
+	if err := waitDrained(ctx, api.client, base, time.Minute); err != nil {
+		return res, err
+	}
+
+	cfg.logf("reserve-shaped script by EVALSHA, redis-benchmark -c %d ...", cfg.Connections)
+	if res.Redis, err = redisBaseline(ctx, redisAddr, cfg.Connections, int(30000*cfg.Step.Seconds())); err != nil {
+		return res, err
+	}
+	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms", res.Redis.PerSecond, res.Redis.P50MS, res.Redis.P99MS)
+
+	cfg.logf("PostgreSQL only, pgbench -c %d, %s ...", cfg.Connections, cfg.Step)
+	if res.Postgres, err = postgresBaseline(ctx, dir, dbURL, cfg.Connections, cfg.Step); err != nil {
+		return res, err
+	}
+	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms", res.Postgres.PerSecond, res.Postgres.P50MS, res.Postgres.P99MS)
+
+	cfg.logf("sold-out storm, %d buyers, wrk -c %d, %s ...", cfg.StormBuyers, cfg.Connections, cfg.Step)
+	storm := w
+	storm.tokensFile, storm.sku = stormFile, soldOut
+	if res.Storm, err = storm.run(ctx); err != nil {
+		return res, err
+	}
+	cfg.logf("  %.0f answers/s (%d out of stock, %d rate limited, %d other), p50 %.2f ms p99 %.2f ms",
+		res.Storm.PerSecond(res.Storm.Requests), res.Storm.OutOfStock, res.Storm.RateLimited, res.Storm.Other+res.Storm.Failed,
+		ms(res.Storm.P50US), ms(res.Storm.P99US))
+
+	res.SteadyRate = 0.8 * res.Reserve.PerSecond(res.Reserve.Held)
+	cfg.logf("constant rate %.0f/s (80 %% of the maximum), %s ...", res.SteadyRate, cfg.Step)
+	steady := w
+	steady.rate = res.SteadyRate
+	if res.Steady, err = steady.run(ctx); err != nil {
+		return res, err
+	}
+	cfg.logf("  %.0f holds/s, p50 %.2f ms p90 %.2f ms p99 %.2f ms",
+		res.Steady.PerSecond(res.Steady.Held), ms(res.Steady.P50US), ms(res.Steady.P90US), ms(res.Steady.P99US))
+	if err := waitDrained(ctx, api.client, base, time.Minute); err != nil {
+		return res, err
+	}
+
+	cfg.logf("sustained peak, wrk -c %d, %s, sampling /metrics ...", cfg.Connections, cfg.Peak)
+	w.duration = cfg.Peak
+	if res.Peak, err = peak(ctx, w, api.client, base); err != nil {
+		return res, err
+	}
+	cfg.logf("  %.0f events/s, applied %.0f/s, apply capacity %.0f/s; lag p50 %.2f s p99 %.2f s max %.2f s; drained in %.1f s",
+		res.Peak.EventRate, res.Peak.AppliedRate, res.Peak.Capacity, res.Peak.LagP50, res.Peak.LagP99, res.Peak.LagMax, res.Peak.DrainSeconds)
+	return res, nil
+}
+
+// peak runs w while sampling the write-behind metrics every 250 ms, then
+// waits for the backlog to drain.
+func peak(ctx context.Context, w wrkRun, client *http.Client, base string) (PeakResult, error) {
+	var p PeakResult
+	first, err := scrape(ctx, client, base)
+	if err != nil {
+		return p, err
+	}
+	stop := make(chan struct{})
+	samples := make(chan []metricsSample, 1)
+	go func() {
+		var got []metricsSample
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				samples <- got
+				return
+			case <-t.C:
+				if s, err := scrape(ctx, client, base); err == nil {
+					got = append(got, s)
+				}
+			}
+		}
+	}()
+	p.Reserve, err = w.run(ctx)
+	close(stop)
+	got := <-samples
+	if err != nil {
+		return p, err
+	}
+	end, err := scrape(ctx, client, base)
+	if err != nil {
+		return p, err
+	}
+	p.Samples = len(got)
+	p.EventRate = p.Reserve.PerSecond(p.Reserve.Held)
+	if secs := end.at.Sub(first.at).Seconds(); secs > 0 {
+		p.AppliedRate = (end.applied - first.applied) / secs
+	}
+	if busy := end.batchSeconds - first.batchSeconds; busy > 0 {
+		p.Capacity = (end.applied - first.applied) / busy
+	}
+	lags := make([]time.Duration, 0, len(got))
+	for _, s := range got {
+		lags = append(lags, time.Duration(s.lag*float64(time.Second)))
+		p.BacklogMax = max(p.BacklogMax, s.backlog)
+	}
+	p.LagP50 = percentileMS(lags, 50) / 1000
+	p.LagP99 = percentileMS(lags, 99) / 1000
+	p.LagMax = percentileMS(lags, 100) / 1000
+	t0 := time.Now()
+	if err := waitDrained(ctx, client, base, 2*time.Minute); err != nil {
+		return p, err
+	}
+	p.DrainSeconds = time.Since(t0).Seconds()
+	return p, nil
+}
+
+// waitDrained waits until the write-behind backlog is empty.
+func waitDrained(ctx context.Context, client *http.Client, base string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		s, err := scrape(ctx, client, base)
+		if err == nil && s.backlog == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("the write-behind backlog did not drain within %s: %w", limit, err)
+			}
+			return fmt.Errorf("the write-behind backlog did not drain within %s (backlog %.0f)", limit, s.backlog)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func mintBuyers(iss *auth.Issuer, dir, name string, n int) ([]string, string, error) {
+	tokens := make([]string, n)
+	for i := range tokens {
+		t, err := iss.Mint(fmt.Sprintf("%s-%05d", name, i), false, 4*time.Hour)
+		if err != nil {
+			return nil, "", err
+		}
+		tokens[i] = t
+	}
+	path := filepath.Join(dir, name+".tokens")
+	return tokens, path, os.WriteFile(path, []byte(strings.Join(tokens, "\n")+"\n"), 0o600)
+}
+
+// apiClient is the benchmark's own GraphQL client, for setup and checks.
+type apiClient struct {
+	base   string
+	client *http.Client
+	admin  string
+}
+
+func (a apiClient) do(ctx context.Context, query string, vars map[string]any, out any) error {
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.base+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+a.admin)
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	var env struct {
+		Data   json.RawMessage `json:"data"`
+		Errors []struct {
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return fmt.Errorf("%s: %s", resp.Status, raw)
+	}
+	if len(env.Errors) > 0 {
+		return errors.New(env.Errors[0].Message)
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+func (a apiClient) createProduct(ctx context.Context, sku string, stock int) error {
+	var out struct {
+		CreateProduct struct {
+			UserErrors []struct{ Code, Message string } `json:"userErrors"`
+		} `json:"createProduct"`
+	}
+	err := a.do(ctx, `mutation($i: CreateProductInput!) { createProduct(input: $i) { userErrors { code message } } }`,
+		map[string]any{"i": map[string]any{"sku": sku, "name": sku, "price": map[string]any{"amount": 1000, "currency": "EUR"}, "stock": stock}}, &out)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", sku, err)
+	}
+	if ue := out.CreateProduct.UserErrors; len(ue) > 0 {
+		return fmt.Errorf("creating %s: %s %s", sku, ue[0].Code, ue[0].Message)
+	}
+	return nil
+}
+
+func (a apiClient) available(ctx context.Context, sku string) (int64, error) {
+	var out struct {
+		Product *struct {
+			Stock struct {
+				Available int64 `json:"available"`
+			} `json:"stock"`
+		} `json:"product"`
+	}
+	if err := a.do(ctx, `query($s: ID!) { product(sku: $s) { stock { available } } }`, map[string]any{"s": sku}, &out); err != nil {
+		return 0, err
+	}
+	if out.Product == nil {
+		return 0, fmt.Errorf("product %s not found", sku)
+	}
+	return out.Product.Stock.Available, nil
+}
+
+func ms(us int64) float64 { return float64(us) / 1000 }
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
