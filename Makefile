@@ -87,6 +87,10 @@ BENCH_FLAGS ?=
 bench-http: build ## black-box reserve benchmark of bin/dropline vs raw Redis and PostgreSQL; rewrites its section of docs/benchmarks.md
 	$(GO) run ./cmd/bench-http --bin $(BIN) --doc docs/benchmarks.md $(BENCH_FLAGS)
 
+.PHONY: watchers
+watchers: ## live availability: WATCHERS (10000) subscribers of the hot SKU against a fresh server: make watchers [WATCHERS=n] [FLASHSALE_ARGS="--watch-transport sse"]
+	@bash scripts/watchers.sh
+
 .PHONY: tidy
 tidy: ## go mod tidy
 	$(GO) mod tidy

@@ -80,6 +80,39 @@ type Config struct {
 	RunID string
 	// Progress receives a progress bar; nil shows none.
 	Progress ProgressSink
+	// Status receives one line per phase of the watchers; nil says nothing.
+	Status func(string)
+
+	// Watchers is how many live subscribers of stockChanged watch the
+	// drop, each on its own connection (0: none). Before the buyers come,
+	// Changes reserves of one unit are made at ChangeRate per second and
+	// their delivery to every watcher is timed; after the drop every
+	// watcher must converge to the final stock. At most MaxWatchers.
+	Watchers int
+	// WatchTransport is TransportWS (graphql-transport-ws, the default) or
+	// TransportSSE.
+	WatchTransport string
+	// WatchSKUs is how many SKUs the watchers watch, spread evenly: 1 (the
+	// default) is the drop's hot SKU; more creates WATCH-<run>-<i> SKUs of
+	// Stock units besides it (the many-SKUs mode: 1000 SKUs x 10 watchers).
+	WatchSKUs int
+	// Changes and ChangeRate are the measured changes; defaults 40 at 20
+	// per second. In the many-SKUs mode each change touches
+	// ceil(WatchSKUs/Changes) SKUs.
+	Changes    int
+	ChangeRate float64
+	// SourceAddrs is how many loopback source addresses (127.0.0.2 up)
+	// the watchers are spread over, so a per-address cap of the server
+	// does not decide the figure. 0: one per PerSourceAddr watchers.
+	SourceAddrs int
+	// ConvergeTimeout bounds the wait for every watcher to reach the last
+	// measured change, and the final stock after the drop. Default 5s.
+	ConvergeTimeout time.Duration
+	// WatchP99 is the delivery p99 the verdict requires (default 250 ms,
+	// G8's bound); WatchRSSKiB the server memory per idle watcher (default
+	// 32 KiB). Zero or negative: reported, not checked.
+	WatchP99    time.Duration
+	WatchRSSKiB float64
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -100,6 +133,14 @@ func DefaultConfig() Config {
 		Retries:      3,
 		DrainTimeout: 20 * time.Second,
 		Seed:         1,
+
+		WatchTransport:  TransportWS,
+		WatchSKUs:       1,
+		Changes:         40,
+		ChangeRate:      20,
+		ConvergeTimeout: 5 * time.Second,
+		WatchP99:        250 * time.Millisecond,
+		WatchRSSKiB:     32,
 	}
 }
 
@@ -155,6 +196,11 @@ func (c Config) Validate(ctx context.Context) error {
 	if c.DrainTimeout <= 0 || c.DrainTimeout > MaxDuration {
 		bad("--drain-timeout must be >0 and at most %s", MaxDuration)
 	}
+	if c.Watchers > 0 {
+		c.validateWatch(bad)
+	} else if c.Watchers < 0 {
+		bad("--watchers must be 0-%d", MaxWatchers)
+	}
 	return errors.Join(errs...)
 }
 
@@ -188,4 +234,31 @@ func checkTarget(ctx context.Context, raw string, allowRemote bool) error {
 		}
 	}
 	return nil
+}
+
+func (c Config) validateWatch(bad func(string, ...any)) {
+	if c.Watchers > MaxWatchers {
+		bad("--watchers must be 0-%d", MaxWatchers)
+	}
+	if c.WatchTransport != TransportWS && c.WatchTransport != TransportSSE {
+		bad("--watch-transport must be %q or %q", TransportWS, TransportSSE)
+	}
+	if c.WatchSKUs < 1 || c.WatchSKUs > MaxWatchSKU || c.WatchSKUs > c.Watchers {
+		bad("--watch-skus must be 1-%d and at most --watchers", MaxWatchSKU)
+	}
+	if c.Changes < 1 || c.Changes > MaxChanges {
+		bad("--changes must be 1-%d", MaxChanges)
+	}
+	if c.ChangeRate <= 0 || c.ChangeRate > 1000 {
+		bad("--change-rate must be >0 and at most 1000 per second")
+	}
+	if c.SKU == "" && c.Changes > c.Stock {
+		bad("--changes must not exceed --stock: each change takes one unit")
+	}
+	if c.SourceAddrs < 0 || c.SourceAddrs > MaxSourceAddrs {
+		bad("--source-addrs must be 0-%d", MaxSourceAddrs)
+	}
+	if c.ConvergeTimeout <= 0 || c.ConvergeTimeout > time.Minute {
+		bad("--converge-timeout must be >0 and at most 1m")
+	}
 }

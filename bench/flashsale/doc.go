@@ -32,6 +32,33 @@
 // deliberately inconsistent ledgers; the end-to-end test runs a small drop
 // against two real servers started in-process on port 0.
 //
+// # Live watchers
+//
+// With Watchers > 0 the drop is watched: before the buyers come, that many
+// stockChanged subscribers connect (graphql-transport-ws, or SSE), each on
+// its own TCP connection from a loopback source address of its own range
+// (127.0.0.2 up, PerSourceAddr per address), so a per-address cap of the
+// server does not decide the figure. Once all have their first value the
+// driver reads the servers' resident memory and goroutines from /metrics
+// (before and after: the cost per idle watcher), then makes Changes
+// reserves of one unit at ChangeRate per second, each by a principal of its
+// own, and nothing else. After the n-th change of a SKU its availability is
+// at most initial-n, so a delivery is timed from sending the change to the
+// watcher's first value at or below that: coalesced values count, as a
+// browser shows them. The holds are cancelled, the drop runs with the
+// watchers still connected, and after the drain every watcher must hold the
+// final stock of its SKU within ConvergeTimeout (G8: never stale at rest).
+// The many-SKUs mode (WatchSKUs > 1) creates more SKUs and spreads the
+// watchers and the changes over them. JudgeWatch adds the checks to the
+// verdict: all subscribed, all converged, no delivery missing, and the
+// delivery p99 and memory per watcher within WatchP99 and WatchRSSKiB.
+//
+// The watchers' client is our own minimal websocket and SSE reader (one
+// goroutine and a 1 KiB buffer each), so ten thousand of them leave the
+// CPU to the server being measured; it still shares the machine, and the
+// load average during the changes is part of the result. `make watchers`
+// (scripts/watchers.sh) starts a fresh server and runs it in one command.
+//
 // # Output
 //
 // WriteText prints the table (throughput and p50/p95/p99/max per

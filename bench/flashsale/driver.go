@@ -40,6 +40,8 @@ type Result struct {
 	Ledger         *LedgerState   `json:"ledger,omitempty"`
 	Verdict        Verdict        `json:"verdict"`
 	Stock          []StockSample  `json:"stockOverTime"`
+	// Watch is what the live watchers measured (--watchers); nil without.
+	Watch *WatchResult `json:"watch,omitempty"`
 	// Samples holds every request; it feeds the report, not the JSON.
 	Samples []Sample `json:"-"`
 }
@@ -128,6 +130,14 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("reading %s before the drop: no such product", sku)
 	}
 	res.Initial = info.Stock
+
+	var w *watch
+	if cfg.Watchers > 0 {
+		if w, err = d.startWatch(ctx, sku); err != nil {
+			return nil, err
+		}
+		defer w.close()
+	}
 
 	var baseline LedgerState
 	var baseSales map[string]int
@@ -235,6 +245,15 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		Observed: Observed{Committed: st.committed, Unknown: st.unknown, Samples: res.Stock},
 		API:      final, Ledger: ledger, Baseline: baseline, Settled: settled,
 	})
+	if w != nil {
+		wr, err := w.finish(ctx, final)
+		if err != nil {
+			return nil, err
+		}
+		res.Watch = &wr
+		res.Verdict.Checks = append(res.Verdict.Checks, JudgeWatch(wr, cfg.WatchP99, cfg.WatchRSSKiB)...)
+		res.Verdict.OK = len(res.Verdict.Failed()) == 0
+	}
 	return res, nil
 }
 

@@ -33,6 +33,7 @@ func WriteHTML(w io.Writer, r *Result) error {
 		"Stock":    template.HTML(stockChart(r.Stock)),                       //nolint:gosec // escaped above
 		"Latency":  template.HTML(latencyCharts(r.Samples)),                  //nolint:gosec // escaped above
 		"Outcomes": template.HTML(outcomeChart(r.Samples, r.ElapsedSeconds)), //nolint:gosec // escaped above
+		"Watch":    template.HTML(watchChart(r.Watch)),                       //nolint:gosec // escaped above
 		"When":     r.StartedAt.UTC().Format(time.RFC3339),
 	}
 	return reportTmpl.Execute(w, data)
@@ -54,6 +55,14 @@ svg text{font:11px system-ui,sans-serif;fill:#444}
 oversold <b>{{.R.Verdict.Oversold}}</b>, sold {{.R.Verdict.SoldUnits}}, held {{.R.Verdict.HeldUnits}}.</p>
 <h2>Stock over time</h2>{{.Stock}}
 <h2>Latency histogram</h2>{{.Latency}}
+{{with .R.Watch}}<h2>Live watchers</h2>
+<p>{{.Connected}} of {{.Watchers}} {{.Transport}} watchers of {{.SKUs}} SKU(s) from {{.SourceAddrs}} source addresses;
+{{.Changes}} changes at {{.ChangeRate}}/s. Change to watcher: p50 <b>{{.Latency.P50ms}} ms</b>, p90 {{.Latency.P90ms}} ms,
+p99 <b>{{.Latency.P99ms}} ms</b>, max {{.Latency.MaxMs}} ms ({{.Deliveries}} deliveries, {{.Missing}} missing);
+slowest watcher per change p99 {{.ToAll.P99ms}} ms. Converged after the drop: <b>{{.Converged}} of {{.Connected}}</b>.
+Server memory per idle watcher: <b>{{printf "%.1f" .RSSPerWatcherKiB}} KiB</b>, {{printf "%.1f" .GoroutinesPerConn}} goroutines.
+Load average during the changes: {{.LoadAvg}}.</p>
+{{end}}{{if .R.Watch}}{{.Watch}}{{end}}
 <h2>Outcomes over time</h2>{{.Outcomes}}
 <h2>Summary</h2><pre>{{.Summary}}</pre>
 </body></html>
@@ -181,19 +190,28 @@ func latencyBuckets() []time.Duration {
 // latencyCharts draws one histogram per operation, as lines over log-spaced
 // buckets so the three operations share one chart.
 func latencyCharts(samples []Sample) string {
+	by := map[string][]time.Duration{}
+	for _, s := range samples {
+		by[s.Op] = append(by[s.Op], s.Latency)
+	}
+	return histogram(by, Ops, "requests")
+}
+
+// histogram draws the latencies of each named series over log-spaced
+// buckets.
+func histogram(by map[string][]time.Duration, names []string, yLabel string) string {
 	bounds := latencyBuckets()
 	counts := map[string][]float64{}
 	last := 0
-	for _, s := range samples {
-		c := counts[s.Op]
-		if c == nil {
-			c = make([]float64, len(bounds))
-			counts[s.Op] = c
+	for name, lat := range by {
+		c := make([]float64, len(bounds))
+		counts[name] = c
+		for _, l := range lat {
+			i := sort.Search(len(bounds), func(i int) bool { return l <= bounds[i] })
+			i = min(i, len(bounds)-1)
+			c[i]++
+			last = max(last, i)
 		}
-		i := sort.Search(len(bounds), func(i int) bool { return s.Latency <= bounds[i] })
-		i = min(i, len(bounds)-1)
-		c[i]++
-		last = max(last, i)
 	}
 	n := min(len(bounds), last+2)
 	xs := make([]float64, n)
@@ -201,16 +219,25 @@ func latencyCharts(samples []Sample) string {
 		xs[i] = float64(i)
 	}
 	var ss []series
-	for k, op := range Ops {
-		if c := counts[op]; c != nil {
-			ss = append(ss, series{Name: op, Color: palette[k], Y: c[:n]})
+	for k, name := range names {
+		if c := counts[name]; c != nil {
+			ss = append(ss, series{Name: name, Color: palette[k%len(palette)], Y: c[:n]})
 		}
 	}
 	// The x axis is the bucket index; its ticks name the bound there.
 	at := func(x float64) string {
 		return fmtLatency(time.Duration(100_000 * math.Pow(10, x/6)))
 	}
-	return lineChart(xs, ss, "latency (log scale, 6 buckets per decade)", "requests", at)
+	return lineChart(xs, ss, "latency (log scale, 6 buckets per decade)", yLabel, at)
+}
+
+// watchChart is the histogram of change-to-watcher latencies.
+func watchChart(w *WatchResult) string {
+	if w == nil {
+		return ""
+	}
+	name := w.Transport + " watchers"
+	return histogram(map[string][]time.Duration{name: w.Latencies}, []string{name}, "deliveries")
 }
 
 func fmtLatency(d time.Duration) string {

@@ -34,6 +34,19 @@ func WriteText(w io.Writer, r *Result) error {
 		fmt.Fprintf(&b, "  %6d  %s\n", r.BuyerOutcomes[k], k)
 	}
 
+	if w := r.Watch; w != nil {
+		fmt.Fprintf(&b, "\nlive watchers (%s): %d of %d connected in %.1fs, %d SKU(s), %d source addresses\n",
+			w.Transport, w.Connected, w.Watchers, w.ConnectSeconds, w.SKUs, w.SourceAddrs)
+		fmt.Fprintf(&b, "  changes          %d at %.0f/s (%d refused); load average %s\n", w.Changes, w.ChangeRate, w.ChangesFailed, w.LoadAvg)
+		fmt.Fprintf(&b, "  change->watcher  p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  max %.1f ms  (%d deliveries, %d missing)\n",
+			w.Latency.P50ms, w.Latency.P90ms, w.Latency.P99ms, w.Latency.MaxMs, w.Deliveries, w.Missing)
+		fmt.Fprintf(&b, "  change->all      p50 %.1f ms  p99 %.1f ms  max %.1f ms  (slowest watcher of each change)\n",
+			w.ToAll.P50ms, w.ToAll.P99ms, w.ToAll.MaxMs)
+		fmt.Fprintf(&b, "  converged        %d of %d after the drop (%.2fs), %d dropped\n", w.Converged, w.Connected, w.ConvergedSeconds, w.Dropped)
+		fmt.Fprintf(&b, "  server memory    %.1f KiB RSS and %.1f goroutines per idle watcher (RSS %.1f -> %.1f MiB)\n",
+			w.RSSPerWatcherKiB, w.GoroutinesPerConn, float64(w.RSSBeforeBytes)/(1<<20), float64(w.RSSIdleBytes)/(1<<20))
+	}
+
 	v := r.Verdict
 	status := "PASS"
 	if !v.OK {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Observed is what the buyers saw during the drop: the only evidence a
@@ -201,4 +202,36 @@ func sample(items []string) string {
 		return " (" + strings.Join(items[:3], ", ") + ", ...)"
 	}
 	return " (" + strings.Join(items, ", ") + ")"
+}
+
+// JudgeWatch checks what the live watchers saw: every watcher connected and
+// converged to the final stock (G8: never stale at rest), every measured
+// change reached every watcher, and, when bounds are given, the delivery
+// p99 and the server memory per idle watcher.
+func JudgeWatch(w WatchResult, p99 time.Duration, rssKiB float64) []Check {
+	var out []Check
+	add := func(name string, ok bool, format string, args ...any) {
+		out = append(out, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	}
+	add("every watcher subscribed", w.Failed == 0 && w.Connected == w.Watchers,
+		"%d of %d %s watchers got their first value in %.1fs%s", w.Connected, w.Watchers, w.Transport, w.ConnectSeconds, sample(w.Errors))
+	add("every watcher converged to the final stock", w.Converged == w.Connected && w.Connected > 0,
+		"%d of %d converged (%.2fs after the final reading), %d dropped by the server", w.Converged, w.Connected, w.ConvergedSeconds, w.Dropped)
+	add("every change reached every watcher", w.Missing == 0 && w.ChangesFailed == 0 && w.Deliveries > 0,
+		"%d deliveries of %d changes (%d refused), %d missing", w.Deliveries, w.Changes, w.ChangesFailed, w.Missing)
+	if p99 > 0 {
+		add(fmt.Sprintf("change-to-watcher p99 within %s", p99), w.Deliveries > 0 && w.Latency.P99ms <= ms(p99),
+			"p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; slowest watcher per change p99 %.1f ms; load average %s",
+			w.Latency.P50ms, w.Latency.P90ms, w.Latency.P99ms, w.Latency.MaxMs, w.ToAll.P99ms, w.LoadAvg)
+	}
+	if rssKiB > 0 {
+		ok := w.RSSBeforeBytes > 0 && w.RSSPerWatcherKiB <= rssKiB
+		detail := fmt.Sprintf("%.1f KiB per idle watcher (server RSS %.1f MiB before, %.1f MiB with the watchers), %.1f goroutines each",
+			w.RSSPerWatcherKiB, float64(w.RSSBeforeBytes)/(1<<20), float64(w.RSSIdleBytes)/(1<<20), w.GoroutinesPerConn)
+		if w.RSSBeforeBytes == 0 {
+			detail = "the servers' /metrics did not report process_resident_memory_bytes"
+		}
+		add(fmt.Sprintf("server memory per idle watcher within %.0f KiB", rssKiB), ok, "%s", detail)
+	}
+	return out
 }

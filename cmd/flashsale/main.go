@@ -88,6 +88,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	noLedger := fs.Bool("no-ledger", false, "skip the ledger checks (the verdict then rests on the API alone)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the write-behind to drain")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the buyers' choices")
+	fs.IntVar(&cfg.Watchers, "watchers", 0, "live stockChanged subscribers watching the drop, one connection each (0: none; max 50000)")
+	fs.StringVar(&cfg.WatchTransport, "watch-transport", cfg.WatchTransport, "watchers' transport: ws (graphql-transport-ws) or sse")
+	fs.IntVar(&cfg.WatchSKUs, "watch-skus", cfg.WatchSKUs, "SKUs the watchers spread over: 1 is the drop's hot SKU, more creates SKUs besides it")
+	fs.IntVar(&cfg.Changes, "changes", cfg.Changes, "measured changes made before the drop, one unit reserved each")
+	fs.Float64Var(&cfg.ChangeRate, "change-rate", cfg.ChangeRate, "measured changes per second")
+	fs.IntVar(&cfg.SourceAddrs, "source-addrs", 0, "loopback source addresses (127.0.0.2 up) the watchers spread over (0: one per 200 watchers)")
+	fs.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", cfg.ConvergeTimeout, "how long every watcher may take to reach the last change and the final stock")
+	fs.DurationVar(&cfg.WatchP99, "watch-p99", cfg.WatchP99, "change-to-watcher p99 the verdict requires (0: not checked)")
+	fs.Float64Var(&cfg.WatchRSSKiB, "watch-rss-kib", cfg.WatchRSSKiB, "server RSS per idle watcher the verdict allows, in KiB (0: not checked)")
 	report := fs.String("report", "", "write a self-contained HTML report to this file")
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of the table")
 	quiet := fs.Bool("quiet", false, "no progress bar")
@@ -124,6 +133,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if !*quiet {
 		cfg.Progress = &flashsale.Bar{W: stderr, Terminal: isTerminal(stderr)}
+		cfg.Status = func(line string) { fmt.Fprintf(stderr, "flashsale: %s\n", line) }
+	}
+	if cfg.Watchers > 0 {
+		if err := raiseFileLimit(uint64(cfg.Watchers) + uint64(cfg.Concurrency) + 256); err != nil {
+			fmt.Fprintf(stderr, "flashsale: %v\n", err)
+			return exitUsage
+		}
 	}
 
 	d, err := flashsale.NewDriver(ctx, cfg)
@@ -182,4 +198,25 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard limit when
+// the watchers need more than the soft one allows (each watcher is a
+// connection). A hard limit below need is an error naming the fix.
+func raiseFileLimit(need uint64) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("reading the open-files limit: %w", err)
+	}
+	if lim.Cur >= need {
+		return nil
+	}
+	if lim.Max < need {
+		return fmt.Errorf("the watchers need %d open files but the hard limit is %d: raise it (ulimit -Hn, or LimitNOFILE) or use fewer --watchers", need, lim.Max)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("raising the open-files limit to %d: %w", lim.Max, err)
+	}
+	return nil
 }

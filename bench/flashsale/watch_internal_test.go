@@ -1,0 +1,48 @@
+package flashsale
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDeliveryLatencies: a delivery is timed from sending the change to the
+// watcher's first value at or below the change's target; a coalesced
+// value that skips a target delivers it too; a watcher that never gets
+// there is missing, and the change has no change-to-all figure.
+func TestDeliveryLatencies(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	changes := []change{
+		{SKU: 0, At: ms(0), Target: 9, OK: true},
+		{SKU: 0, At: ms(50), Target: 8, OK: true},
+		{SKU: 0, At: ms(100), Target: 7, OK: false}, // refused: not measured
+		{SKU: 1, At: ms(100), Target: 4, OK: true},
+	}
+	skuOf := []int{0, 0, 1}
+	recv := [][]receipt{
+		{{At: ms(10), Available: 9}, {At: ms(70), Available: 8}},
+		{{At: ms(120), Available: 8}}, // coalesced: 9 skipped, delivered by the 8
+		{{At: ms(5), Available: 5}},   // never reaches 4
+	}
+	lat, toAll, missing := deliveryLatencies(changes, skuOf, recv)
+	require.Equal(t, []time.Duration{ms(10), ms(120), ms(20), ms(70)}, lat)
+	require.Equal(t, []time.Duration{ms(120), ms(70)}, toAll)
+	require.Equal(t, 1, missing)
+
+	q := quantiles(lat)
+	require.Equal(t, 120.0, q.MaxMs)
+	require.Equal(t, 20.0, q.P50ms)
+}
+
+func TestParseStock(t *testing.T) {
+	t.Parallel()
+	s, err := parseStock([]byte(`{"id":"1","type":"next","payload":{"data":{"stockChanged":{"sku":"A","available":7,"held":2,"sold":1,"total":10}}}}`))
+	require.NoError(t, err)
+	require.Equal(t, Stock{Available: 7, Held: 2, Sold: 1, Total: 10}, s)
+	_, err = parseStock([]byte(`{"payload":{"errors":[{"message":"boom"}],"data":null}}`))
+	require.ErrorContains(t, err, "boom")
+	_, err = parseStock([]byte(`{"payload":{"data":{"stockChanged":{"sku":"A"}}}}`))
+	require.Error(t, err)
+}
