@@ -119,6 +119,7 @@ type App struct {
 	pool     *pgxpool.Pool
 	services Services
 	server   *server.Server
+	admin    *server.AdminServer
 
 	stopBackground context.CancelFunc
 	running        bool
@@ -203,6 +204,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 	})
 	if err := a.server.Open(ctx); err != nil {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))
+	}
+	if a.Config.AdminAddr != "" {
+		a.admin = server.NewAdmin(server.AdminConfig{Addr: a.Config.AdminAddr, Logger: a.Log})
+		if err := a.admin.Open(ctx); err != nil {
+			return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change %s", config.EnvAdminAddr, a.Config.AdminAddr, errors.Unwrap(err), config.EnvAdminAddr)
+		}
+		a.Log.Info().Str("admin_addr", a.admin.Addr()).Msg("admin listener (pprof under /debug/pprof/) is open")
 	}
 	a.running = true
 	a.Log.Info().
@@ -289,6 +297,15 @@ func (a *App) Addr() string {
 	return a.server.Addr()
 }
 
+// AdminAddr returns the admin listener's bound address, or "" when
+// DROPLINE_ADMIN_ADDR is not set.
+func (a *App) AdminAddr() string {
+	if a.admin == nil {
+		return ""
+	}
+	return a.admin.Addr()
+}
+
 // Done is closed when the HTTP server stops serving on its own (or after
 // Close); main waits on it next to the shutdown signal. Before Run it never
 // closes.
@@ -329,6 +346,11 @@ func (a *App) Close(ctx context.Context) error {
 		}
 		if a.server != nil {
 			if err := a.server.Shutdown(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if a.admin != nil {
+			if err := a.admin.Shutdown(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -380,3 +380,56 @@ func (p *proxy) stop() {
 		delete(p.conns, c)
 	}
 }
+
+func TestAdminListenerServesTheProfilerApartFromTheAPI(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.AdminAddr = "127.0.0.1:0"
+	require.NoError(t, cfg.Validate())
+	a := app.New(cfg, zerolog.Nop())
+	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 0, nil }}
+	require.NoError(t, a.Run(context.Background()))
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+
+	admin := a.AdminAddr()
+	require.NotEmpty(t, admin)
+	require.NotEqual(t, "127.0.0.1:0", admin, "the bound port is reported")
+	require.NotEqual(t, a.Addr(), admin)
+
+	code, body := get(t, "http://"+admin+"/debug/pprof/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "goroutine")
+	code, body = get(t, "http://"+admin+"/debug/pprof/goroutine?debug=1")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "goroutine profile:")
+	// A short CPU profile: what an operator takes under load.
+	code, body = get(t, "http://"+admin+"/debug/pprof/profile?seconds=1")
+	require.Equal(t, http.StatusOK, code)
+	require.NotEmpty(t, body)
+
+	// The public listener has no profiler, and the admin one nothing else.
+	code, body = get(t, "http://"+a.Addr()+"/debug/pprof/")
+	require.NotEqual(t, http.StatusOK, code)
+	require.NotContains(t, body, "goroutine")
+	code, _ = get(t, "http://"+admin+"/metrics")
+	require.Equal(t, http.StatusNotFound, code)
+
+	require.NoError(t, a.Close(context.Background()))
+	resp, err := http.Get("http://" + admin + "/debug/pprof/")
+	if err == nil {
+		resp.Body.Close()
+	}
+	require.Error(t, err, "Close closes the admin listener too")
+}
+
+func TestNoAdminListenerUnlessConfigured(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	a := app.New(cfg, zerolog.Nop())
+	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 0, nil }}
+	require.NoError(t, a.Run(context.Background()))
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	require.Empty(t, a.AdminAddr())
+	code, _ := get(t, "http://"+a.Addr()+"/debug/pprof/")
+	require.NotEqual(t, http.StatusOK, code)
+}

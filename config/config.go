@@ -53,6 +53,9 @@ const (
 	EnvStreamInitTimeout  = "DROPLINE_STREAM_INIT_TIMEOUT"
 	EnvStreamPingInterval = "DROPLINE_STREAM_PING_INTERVAL"
 	EnvStreamWriteTimeout = "DROPLINE_STREAM_WRITE_TIMEOUT"
+
+	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
+	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
 )
 
 // Defaults, exported so the README table and the tests can refer to them.
@@ -279,6 +282,19 @@ type Config struct {
 	// take a message within it is disconnected
 	// (DROPLINE_STREAM_WRITE_TIMEOUT). Default: 10s.
 	StreamWriteTimeout time.Duration
+
+	// AdminAddr, when set, opens a second listener for operators with the Go
+	// profiler (net/http/pprof under /debug/pprof/) (DROPLINE_ADMIN_ADDR,
+	// host:port). Default: empty, no admin listener. It must be a loopback
+	// address (127.0.0.0/8, ::1, localhost) unless AdminAllowRemote is set:
+	// a profile shows the program's internals and costs CPU while it runs,
+	// and the listener has no authentication.
+	AdminAddr string
+
+	// AdminAllowRemote lets AdminAddr be a non-loopback address
+	// (DROPLINE_ADMIN_ALLOW_REMOTE: 1/true/yes/on). Default: false. Only
+	// behind a firewall that lets nobody but operators reach the port.
+	AdminAllowRemote bool
 }
 
 // Default returns the configuration of an empty environment. It is the
@@ -399,6 +415,8 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvStreamInitTimeout, &c.StreamInitTimeout)
 	dur(EnvStreamPingInterval, &c.StreamPingInterval)
 	dur(EnvStreamWriteTimeout, &c.StreamWriteTimeout)
+	str(EnvAdminAddr, &c.AdminAddr)
+	boolean(EnvAdminAllowRemote, &c.AdminAllowRemote)
 
 	if len(problems) > 0 {
 		return c, problems

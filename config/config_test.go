@@ -425,3 +425,42 @@ func TestClientAddressAndStreamSettings(t *testing.T) {
 	_, err = config.Load(env(map[string]string{"DROPLINE_STREAM_CONNS_PER_IP": "many"}))
 	require.ErrorContains(t, err, "DROPLINE_STREAM_CONNS_PER_IP")
 }
+
+func TestAdminListenerIsOptInAndLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret}))
+	require.NoError(t, err)
+	require.Empty(t, c.AdminAddr, "no admin listener unless asked for")
+	require.NoError(t, c.Validate())
+
+	for _, addr := range []string{"127.0.0.1:6060", "127.0.0.1:0", "[::1]:6060", "localhost:6060"} {
+		c, err := config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "DROPLINE_ADMIN_ADDR": addr}))
+		require.NoError(t, err)
+		require.Equal(t, addr, c.AdminAddr)
+		require.NoError(t, c.Validate(), addr)
+	}
+	for _, addr := range []string{":6060", "0.0.0.0:6060", "[::]:6060", "10.1.2.3:6060", "ops.example.com:6060"} {
+		c, err := config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "DROPLINE_ADMIN_ADDR": addr}))
+		require.NoError(t, err)
+		err = c.Validate()
+		var ps config.Problems
+		require.ErrorAs(t, err, &ps, addr)
+		require.Equal(t, []string{config.EnvAdminAddr}, varsOf(ps), addr)
+		require.ErrorContains(t, err, config.EnvAdminAllowRemote)
+
+		c, err = config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "DROPLINE_ADMIN_ADDR": addr, "DROPLINE_ADMIN_ALLOW_REMOTE": "yes"}))
+		require.NoError(t, err)
+		require.True(t, c.AdminAllowRemote)
+		require.NoError(t, c.Validate(), addr)
+	}
+	for _, addr := range []string{"6060", "127.0.0.1:http-alt", "127.0.0.1:70000"} {
+		c, err := config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "DROPLINE_ADMIN_ADDR": addr, "DROPLINE_ADMIN_ALLOW_REMOTE": "1"}))
+		require.NoError(t, err)
+		err = c.Validate()
+		var ps config.Problems
+		require.ErrorAs(t, err, &ps, addr)
+		require.Equal(t, []string{config.EnvAdminAddr}, varsOf(ps), addr)
+	}
+	_, err = config.Load(env(map[string]string{"DROPLINE_ADMIN_ALLOW_REMOTE": "maybe"}))
+	require.ErrorContains(t, err, config.EnvAdminAllowRemote)
+}

@@ -71,6 +71,13 @@ func (c Config) Validate() error {
 	} else if c.Dev && !c.DevAllowRemote && !LoopbackAddr(c.Addr) {
 		add(EnvAddr, "%q is reachable from other hosts, and dev mode signs tokens with a public secret (anyone who reaches the port could mint an admin token): listen on loopback (%s, the dev-mode default), or set %s=1 if only you can reach this network", c.Addr, DefaultDevAddr, EnvDevAllowRemote)
 	}
+	if c.AdminAddr != "" {
+		if err := checkListenAddr(c.AdminAddr); err != nil {
+			add(EnvAdminAddr, "%q %v: use host:port on loopback, e.g. 127.0.0.1:6060, or leave it empty for no admin listener", c.AdminAddr, err)
+		} else if !c.AdminAllowRemote && !LoopbackAddr(c.AdminAddr) {
+			add(EnvAdminAddr, "%q is reachable from other hosts, and the profiler it serves has no authentication: listen on loopback (e.g. 127.0.0.1:6060), or set %s=1 if only operators can reach this network", c.AdminAddr, EnvAdminAllowRemote)
+		}
+	}
 	if c.JWTMaxLifetime < 0 {
 		add(EnvJWTMaxLifetime, "is %s: set the longest a token may be valid for, such as 24h, or 0 for no limit", c.JWTMaxLifetime)
 	}
