@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,11 +28,13 @@ func DefaultDeps() Deps {
 
 func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 	return inventory.NewEngine(ctx, inventory.Config{
-		KeyPrefix:    in.Config.KeyPrefix,
-		DefaultHold:  in.Config.HoldDefault,
-		MaxHold:      in.Config.HoldMax,
-		RejectionTTL: in.Config.RejectionTTL,
-		Registerer:   in.Registry,
+		KeyPrefix:   in.Config.KeyPrefix,
+		DefaultHold: in.Config.HoldDefault,
+		MaxHold:     in.Config.HoldMax,
+		// The engine's zero is its default; the configuration's zero is none.
+		MaxExtensions: cmp.Or(in.Config.HoldExtensions, -1),
+		RejectionTTL:  in.Config.RejectionTTL,
+		Registerer:    in.Registry,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }
 

@@ -35,6 +35,7 @@ const (
 	EnvKeyPrefix         = "DROPLINE_KEY_PREFIX"
 	EnvHoldDefault       = "DROPLINE_HOLD_DEFAULT"
 	EnvHoldMax           = "DROPLINE_HOLD_MAX"
+	EnvHoldExtensions    = "DROPLINE_HOLD_EXTENSIONS"
 	EnvMutationRate      = "DROPLINE_MUTATION_RATE"
 	EnvLeaseTTL          = "DROPLINE_LEASE_TTL"
 	EnvRejectionTTL      = "DROPLINE_REJECTION_TTL"
@@ -68,6 +69,7 @@ const (
 	DefaultKeyPrefix       = inventory.DefaultKeyPrefix
 	DefaultHoldDefault     = inventory.DefaultHoldDuration
 	DefaultHoldMax         = inventory.DefaultMaxHold
+	DefaultHoldExtensions  = inventory.DefaultMaxExtensions
 	DefaultLeaseTTL        = worker.DefaultLeaseTTL
 	DefaultRejectionTTL    = inventory.DefaultRejectionTTL
 	DefaultMutationRate    = 10
@@ -186,6 +188,12 @@ type Config struct {
 	// HoldMax bounds the hold duration a client may ask for
 	// (DROPLINE_HOLD_MAX). Default: 3600s. Must be >= HoldDefault and <= 24h.
 	HoldMax time.Duration
+
+	// HoldExtensions is how many times the holder may extend a reservation
+	// (extendReservation) (DROPLINE_HOLD_EXTENSIONS). Default: 2; between 0
+	// (no extensions) and 100. However often it is extended, a hold never
+	// lasts past HoldMax after it was made.
+	HoldExtensions int
 
 	// LeaseTTL is how long a worker lease on a partition lasts without
 	// renewal (DROPLINE_LEASE_TTL). Default: 10s, at least 1s. When an
@@ -307,6 +315,7 @@ func Default() Config {
 		KeyPrefix:       DefaultKeyPrefix,
 		HoldDefault:     DefaultHoldDefault,
 		HoldMax:         DefaultHoldMax,
+		HoldExtensions:  DefaultHoldExtensions,
 		LeaseTTL:        DefaultLeaseTTL,
 		RejectionTTL:    DefaultRejectionTTL,
 		MutationRate:    DefaultMutationRate,
@@ -390,6 +399,7 @@ func Load(getenv func(string) string) (Config, error) {
 	str(EnvKeyPrefix, &c.KeyPrefix)
 	dur(EnvHoldDefault, &c.HoldDefault)
 	dur(EnvHoldMax, &c.HoldMax)
+	num(EnvHoldExtensions, &c.HoldExtensions)
 	dur(EnvLeaseTTL, &c.LeaseTTL)
 	dur(EnvRejectionTTL, &c.RejectionTTL)
 	num(EnvMutationRate, &c.MutationRate)

@@ -31,6 +31,7 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, "dl:", c.KeyPrefix)
 	require.Equal(t, 600*time.Second, c.HoldDefault)
 	require.Equal(t, 3600*time.Second, c.HoldMax)
+	require.Equal(t, 2, c.HoldExtensions)
 	require.Equal(t, 15*time.Second, c.ShutdownTimeout)
 	require.Equal(t, "info", c.LogLevel)
 	require.Equal(t, "json", c.LogFormat)
@@ -58,6 +59,7 @@ func TestLoadAll(t *testing.T) {
 		"DROPLINE_KEY_PREFIX":       "t1:",
 		"DROPLINE_HOLD_DEFAULT":     "90",
 		"DROPLINE_HOLD_MAX":         "2h",
+		"DROPLINE_HOLD_EXTENSIONS":  "0",
 		"DROPLINE_CORS_ORIGINS":     " https://a.example , https://b.example:8443,,",
 		"DROPLINE_SHUTDOWN_TIMEOUT": "3s",
 		"DROPLINE_LOG_LEVEL":        "DEBUG",
@@ -67,6 +69,7 @@ func TestLoadAll(t *testing.T) {
 	require.NoError(t, c.Validate())
 	require.Equal(t, 90*time.Second, c.HoldDefault)
 	require.Equal(t, 2*time.Hour, c.HoldMax)
+	require.Zero(t, c.HoldExtensions, "0 turns extensions off")
 	require.Equal(t, []string{"https://a.example", "https://b.example:8443"}, c.CORSOrigins)
 	require.Equal(t, []string{"https://a.example", "https://b.example:8443", config.DevOrigin}, c.AllowedOrigins())
 	require.Equal(t, 3*time.Second, c.ShutdownTimeout)
@@ -87,12 +90,13 @@ func TestLoadAll(t *testing.T) {
 func TestLoadParseErrors(t *testing.T) {
 	t.Parallel()
 	_, err := config.Load(env(map[string]string{
-		"DROPLINE_DEV":          "maybe",
-		"DROPLINE_HOLD_DEFAULT": "ten minutes",
+		"DROPLINE_DEV":             "maybe",
+		"DROPLINE_HOLD_DEFAULT":    "ten minutes",
+		"DROPLINE_HOLD_EXTENSIONS": "two",
 	}))
 	var ps config.Problems
 	require.ErrorAs(t, err, &ps)
-	require.ElementsMatch(t, []string{"DROPLINE_DEV", "DROPLINE_HOLD_DEFAULT"}, varsOf(ps))
+	require.ElementsMatch(t, []string{"DROPLINE_DEV", "DROPLINE_HOLD_DEFAULT", "DROPLINE_HOLD_EXTENSIONS"}, varsOf(ps))
 	require.Contains(t, err.Error(), "Go duration")
 }
 
@@ -141,6 +145,8 @@ func TestValidateNamesTheVariable(t *testing.T) {
 		{"hold zero", func(c *config.Config) { c.HoldDefault = 0 }, "DROPLINE_HOLD_DEFAULT", "at least 1s"},
 		{"max below default", func(c *config.Config) { c.HoldMax = time.Minute }, "DROPLINE_HOLD_MAX", "shorter than"},
 		{"max too long", func(c *config.Config) { c.HoldMax = 48 * time.Hour }, "DROPLINE_HOLD_MAX", "capped"},
+		{"extensions negative", func(c *config.Config) { c.HoldExtensions = -1 }, "DROPLINE_HOLD_EXTENSIONS", "between 0"},
+		{"extensions too many", func(c *config.Config) { c.HoldExtensions = 101 }, "DROPLINE_HOLD_EXTENSIONS", "between 0"},
 		{"cors path", func(c *config.Config) { c.CORSOrigins = []string{"https://a.example/app"} }, "DROPLINE_CORS_ORIGINS", "scheme://host"},
 		{"cors scheme", func(c *config.Config) { c.CORSOrigins = []string{"a.example"} }, "DROPLINE_CORS_ORIGINS", "scheme://host"},
 		{"shutdown", func(c *config.Config) { c.ShutdownTimeout = 0 }, "DROPLINE_SHUTDOWN_TIMEOUT", "positive"},

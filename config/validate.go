@@ -43,6 +43,10 @@ func (ps Problems) Error() string {
 // must never outlive the record that deduplicates it.
 const maxHold = inventory.DefaultIdempotencyTTL
 
+// maxHoldExtensions caps DROPLINE_HOLD_EXTENSIONS: every extension is a
+// ledger row, and HoldMax bounds the hold whatever the count.
+const maxHoldExtensions = 100
+
 // Validate checks every setting and returns nil or a Problems value naming
 // each bad variable and how to fix it. It does not touch the network: an
 // unreachable service is found when the App connects.
@@ -110,6 +114,10 @@ func (c Config) Validate() error {
 		add(EnvHoldMax, "is %s: holds are capped at %s, the lifetime of idempotency records", c.HoldMax, maxHold)
 	case c.HoldMax < c.HoldDefault:
 		add(EnvHoldMax, "is %s, shorter than %s (%s): raise it or lower the default", c.HoldMax, EnvHoldDefault, c.HoldDefault)
+	}
+
+	if c.HoldExtensions < 0 || c.HoldExtensions > maxHoldExtensions {
+		add(EnvHoldExtensions, "is %d: allow between 0 (no extensions) and %d extensions of a hold (default %d)", c.HoldExtensions, maxHoldExtensions, DefaultHoldExtensions)
 	}
 
 	if c.LeaseTTL < time.Second {

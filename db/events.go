@@ -22,10 +22,10 @@ var ErrUnknownKind = errors.New("unknown event kind")
 // Event is one change from the write-behind outbox. Every event carries the
 // whole reservation, so it can be applied even if an earlier one was lost.
 type Event struct {
-	// ID is derived from what happened ("reserve:<token>", "expire:<token>"),
-	// which makes applying an event twice a no-op.
+	// ID is derived from what happened ("reserve:<token>", "expire:<token>",
+	// "extend:<token>:<n>"), which makes applying an event twice a no-op.
 	ID              string
-	Kind            string // reserve, commit, cancel or expire
+	Kind            string // reserve, extend, commit, cancel or expire
 	Token           string
 	SKU             string
 	Principal       string
@@ -39,6 +39,10 @@ type Event struct {
 	// ledger does not store it; the write-behind worker compares it with the
 	// SKU's generation after applying the event.
 	Gen string
+	// Extensions is how many times the hold had been extended when the event
+	// was written; ExpiresAt is its expiry then. The ledger keeps the expiry
+	// of the event with the most, whatever order events arrive in.
+	Extensions int
 }
 
 // Fence identifies a lease-guarded writer: Token must be at least the highest
@@ -49,7 +53,7 @@ type Fence struct {
 }
 
 var kindStatus = map[string]string{
-	"reserve": StatusHeld, "commit": StatusCommitted, "cancel": StatusCancelled, "expire": StatusExpired,
+	"reserve": StatusHeld, "extend": StatusHeld, "commit": StatusCommitted, "cancel": StatusCancelled, "expire": StatusExpired,
 }
 
 // Validate reports whether ApplyEvents can apply e: ErrUnknownKind for a
@@ -62,6 +66,9 @@ func (e Event) Validate() error {
 	}
 	if e.ID == "" || e.Token == "" || e.SKU == "" || e.Quantity <= 0 || e.Quantity > math.MaxInt32 {
 		return fmt.Errorf("event %q: %w: id, token, SKU and a quantity of 1 to 2^31-1 are required", e.ID, ErrInvalid)
+	}
+	if e.Extensions < 0 || e.Extensions > math.MaxInt32 {
+		return fmt.Errorf("event %q: %w: extensions must be between 0 and 2^31-1", e.ID, ErrInvalid)
 	}
 	return nil
 }
@@ -119,9 +126,12 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		if s == nil {
 			s = &Reservation{Token: e.Token, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity,
 				Status: StatusHeld, IdempotencyHash: e.IdempotencyHash, RequestHash: e.RequestHash,
-				ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt}
+				ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt, Extensions: e.Extensions}
 			latest[e.Token] = s
 			order = append(order, e.Token)
+		}
+		if e.Extensions > s.Extensions {
+			s.ExpiresAt, s.Extensions = e.ExpiresAt, e.Extensions
 		}
 		if s.Status == StatusHeld && status != StatusHeld {
 			s.Status = status
@@ -135,13 +145,14 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	}
 	m := len(order)
 	rTok, rSKU, rWho, rStatus, rIdem, rReq := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
-	rQty := make([]int32, m)
+	rQty, rExt := make([]int32, m), make([]int32, m)
 	rExp, rCtd := make([]time.Time, m), make([]time.Time, m)
 	rCmt, rEnd := make([]*time.Time, m), make([]*time.Time, m)
 	for i, tok := range order {
 		s := latest[tok]
 		rTok[i], rSKU[i], rWho[i], rStatus[i], rIdem[i], rReq[i] = s.Token, s.SKU, s.Principal, s.Status, s.IdempotencyHash, s.RequestHash
 		rQty[i], rExp[i], rCtd[i], rCmt[i], rEnd[i] = int32(s.Quantity), s.ExpiresAt, s.CreatedAt, s.CommittedAt, s.EndedAt
+		rExt[i] = int32(s.Extensions)
 	}
 
 	sort.Strings(skuList) // one lock order for every writer
@@ -170,12 +181,15 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		ON CONFLICT (event_id) DO NOTHING`, ids, skus, kinds, tokens, principals, qtys, ats)
 	b.Queue(`
 		INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
-			expires_at, created_at, committed_at, ended_at)
-		SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en
+			expires_at, created_at, committed_at, ended_at, extensions)
+		SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en, x
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-			$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[])
-			AS u(t, s, w, q, st, i, r, e, c, cm, en)
+			$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::int[])
+			AS u(t, s, w, q, st, i, r, e, c, cm, en, x)
 		ON CONFLICT (token) DO UPDATE SET
+			-- the expiry of the most extended state seen; a late event never brings an earlier one back
+			expires_at = CASE WHEN excluded.extensions > reservations.extensions THEN excluded.expires_at ELSE reservations.expires_at END,
+			extensions = greatest(reservations.extensions, excluded.extensions),
 			status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
 			committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
 			ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
@@ -183,7 +197,7 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 			idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
 			request_hash = coalesce(reservations.request_hash, excluded.request_hash),
 			updated_at = now()`,
-		rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd)
+		rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd, rExt)
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		res := tx.SendBatch(ctx, b)
 		if fence != nil {

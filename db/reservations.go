@@ -30,15 +30,18 @@ type Reservation struct {
 	CreatedAt       time.Time
 	CommittedAt     *time.Time
 	EndedAt         *time.Time
+	// Extensions is how many times the hold's expiry was extended; ExpiresAt
+	// is the latest one.
+	Extensions int
 }
 
 const reservationColumns = `token, sku, principal, quantity, status, coalesce(idempotency_hash, ''),
-	coalesce(request_hash, ''), expires_at, created_at, committed_at, ended_at`
+	coalesce(request_hash, ''), expires_at, created_at, committed_at, ended_at, extensions`
 
 func scanReservation(row pgx.Row) (Reservation, error) {
 	var r Reservation
 	err := row.Scan(&r.Token, &r.SKU, &r.Principal, &r.Quantity, &r.Status, &r.IdempotencyHash,
-		&r.RequestHash, &r.ExpiresAt, &r.CreatedAt, &r.CommittedAt, &r.EndedAt)
+		&r.RequestHash, &r.ExpiresAt, &r.CreatedAt, &r.CommittedAt, &r.EndedAt, &r.Extensions)
 	return r, interpret(err)
 }
 
@@ -202,14 +205,14 @@ func (s *Snapshot) Reservations(ctx context.Context, batch int, fn func([]Reserv
 			UNION ALL
 			SELECT s.token, s.sku, s.principal, s.quantity, 'COMMITTED', coalesce(r.idempotency_hash, ''),
 				coalesce(r.request_hash, ''), coalesce(r.expires_at, s.committed_at), coalesce(r.created_at, s.committed_at),
-				s.committed_at, NULL::timestamptz
+				s.committed_at, NULL::timestamptz, coalesce(r.extensions, 0)
 			FROM sales s LEFT JOIN reservations r USING (token)
 			WHERE s.sku = $1 AND s.committed_at > now() - make_interval(secs => $2)
 			UNION ALL
 			SELECT `+reservationColumns+` FROM reservations
 			WHERE sku = $1 AND status IN ('CANCELLED', 'EXPIRED') AND idempotency_hash IS NOT NULL
 			  AND created_at > now() - make_interval(secs => $3)
-		) snapshot (token, sku, principal, quantity, status, idempotency_hash, request_hash, expires_at, created_at, committed_at, ended_at)
+		) snapshot (token, sku, principal, quantity, status, idempotency_hash, request_hash, expires_at, created_at, committed_at, ended_at, extensions)
 		ORDER BY status <> 'HELD', created_at, token`,
 		s.Product.SKU, s.retention.Seconds(), s.idempotencyTTL.Seconds())
 	if err != nil {

@@ -56,12 +56,13 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		Cancel        func(childComplexity int, input model.CancelInput) int
-		Commit        func(childComplexity int, input model.CommitInput) int
-		CreateProduct func(childComplexity int, input model.CreateProductInput) int
-		Reserve       func(childComplexity int, input model.ReserveInput) int
-		Restock       func(childComplexity int, input model.RestockInput) int
-		UpdateProduct func(childComplexity int, input model.UpdateProductInput) int
+		Cancel            func(childComplexity int, input model.CancelInput) int
+		Commit            func(childComplexity int, input model.CommitInput) int
+		CreateProduct     func(childComplexity int, input model.CreateProductInput) int
+		ExtendReservation func(childComplexity int, input model.ExtendReservationInput) int
+		Reserve           func(childComplexity int, input model.ReserveInput) int
+		Restock           func(childComplexity int, input model.RestockInput) int
+		UpdateProduct     func(childComplexity int, input model.UpdateProductInput) int
 	}
 
 	PageInfo struct {
@@ -109,6 +110,7 @@ type ComplexityRoot struct {
 		CommittedAt func(childComplexity int) int
 		CreatedAt   func(childComplexity int) int
 		ExpiresAt   func(childComplexity int) int
+		Extensions  func(childComplexity int) int
 		ID          func(childComplexity int) int
 		Product     func(childComplexity int) int
 		Quantity    func(childComplexity int) int
@@ -125,6 +127,11 @@ type ComplexityRoot struct {
 	ReservationEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	ReservationPayload struct {
+		Reservation func(childComplexity int) int
+		UserErrors  func(childComplexity int) int
 	}
 
 	ReservePayload struct {
@@ -163,6 +170,7 @@ type MutationResolver interface {
 	Reserve(ctx context.Context, input model.ReserveInput) (*model.ReservePayload, error)
 	Commit(ctx context.Context, input model.CommitInput) (*model.CommitPayload, error)
 	Cancel(ctx context.Context, input model.CancelInput) (*model.CancelPayload, error)
+	ExtendReservation(ctx context.Context, input model.ExtendReservationInput) (*model.ReservationPayload, error)
 	CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error)
 	UpdateProduct(ctx context.Context, input model.UpdateProductInput) (*model.ProductPayload, error)
 	Restock(ctx context.Context, input model.RestockInput) (*model.ProductPayload, error)
@@ -275,6 +283,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateProduct(childComplexity, args["input"].(model.CreateProductInput)), true
+	case "Mutation.extendReservation":
+		if e.ComplexityRoot.Mutation.ExtendReservation == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_extendReservation_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ExtendReservation(childComplexity, args["input"].(model.ExtendReservationInput)), true
 	case "Mutation.reserve":
 		if e.ComplexityRoot.Mutation.Reserve == nil {
 			break
@@ -496,6 +515,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Reservation.ExpiresAt(childComplexity), true
+	case "Reservation.extensions":
+		if e.ComplexityRoot.Reservation.Extensions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.Extensions(childComplexity), true
 	case "Reservation.id":
 		if e.ComplexityRoot.Reservation.ID == nil {
 			break
@@ -558,6 +583,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ReservationEdge.Node(childComplexity), true
+
+	case "ReservationPayload.reservation":
+		if e.ComplexityRoot.ReservationPayload.Reservation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationPayload.Reservation(childComplexity), true
+	case "ReservationPayload.userErrors":
+		if e.ComplexityRoot.ReservationPayload.UserErrors == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationPayload.UserErrors(childComplexity), true
 
 	case "ReservePayload.reservation":
 		if e.ComplexityRoot.ReservePayload.Reservation == nil {
@@ -675,6 +713,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CancelInput", ec.unmarshalInputCancelInput),
 			graphql.NewInputUnmarshaler("CommitInput", ec.unmarshalInputCommitInput),
 			graphql.NewInputUnmarshaler("CreateProductInput", ec.unmarshalInputCreateProductInput),
+			graphql.NewInputUnmarshaler("ExtendReservationInput", ec.unmarshalInputExtendReservationInput),
 			graphql.NewInputUnmarshaler("MoneyInput", ec.unmarshalInputMoneyInput),
 			graphql.NewInputUnmarshaler("ReserveInput", ec.unmarshalInputReserveInput),
 			graphql.NewInputUnmarshaler("RestockInput", ec.unmarshalInputRestockInput),
@@ -869,9 +908,12 @@ type Reservation implements Node {
   product: Product!
   quantity: Int!
   status: ReservationStatus!
+  "When the hold ends unless it is committed first; later after each extension."
   expiresAt: Time!
   createdAt: Time!
   committedAt: Time
+  "How many times the holder extended the hold (` + "`" + `extendReservation` + "`" + `)."
+  extensions: Int!
 }
 
 "Amount in minor units (cents) of an ISO 4217 currency."
@@ -905,6 +947,15 @@ type Mutation {
   commit(input: CommitInput!): CommitPayload!
   "Release the caller's hold (an admin may release anyone's)."
   cancel(input: CancelInput!): CancelPayload!
+  """
+  Give the caller's HELD hold more time, e.g. when payment starts: its new
+  expiresAt is now + holdSeconds. Holder only. A hold may be extended
+  DROPLINE_HOLD_EXTENSIONS times (2 by default) and never past DROPLINE_HOLD_MAX
+  (3600 s by default) after it was made: beyond that EXTENSION_LIMIT, and
+  nothing changes. A hold past its expiresAt is EXPIRED, even if its units have
+  not been released yet. An extension and the expiry never both happen.
+  """
+  extendReservation(input: ExtendReservationInput!): ReservationPayload!
   "Admin only."
   createProduct(input: CreateProductInput!): ProductPayload!
   "Admin only: name, price, maxPerUser, sale window."
@@ -928,6 +979,12 @@ input CommitInput {
 
 input CancelInput {
   token: ID!
+}
+
+input ExtendReservationInput {
+  token: ID!
+  "The hold's new length from now, in seconds: 1 to DROPLINE_HOLD_MAX (3600 by default)."
+  holdSeconds: Int!
 }
 
 input MoneyInput {
@@ -983,6 +1040,12 @@ type CancelPayload {
   userErrors: [UserError!]!
 }
 
+"The reservation as a mutation left it, or why nothing was changed."
+type ReservationPayload {
+  reservation: Reservation
+  userErrors: [UserError!]!
+}
+
 type ProductPayload {
   product: Product
   userErrors: [UserError!]!
@@ -1009,6 +1072,8 @@ enum ErrorCode {
   NOT_FOUND
   INVALID_INPUT
   FORBIDDEN
+  "The hold has had every extension it may have, or would last past the longest hold."
+  EXTENSION_LIMIT
   UNAUTHENTICATED
   RATE_LIMITED
   UNAVAILABLE
@@ -1137,6 +1202,8 @@ func (ec *executionContext) childFields_Reservation(ctx context.Context, field g
 		return ec.fieldContext_Reservation_createdAt(ctx, field)
 	case "committedAt":
 		return ec.fieldContext_Reservation_committedAt(ctx, field)
+	case "extensions":
+		return ec.fieldContext_Reservation_extensions(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Reservation", field.Name)
 }
@@ -1159,6 +1226,16 @@ func (ec *executionContext) childFields_ReservationEdge(ctx context.Context, fie
 		return ec.fieldContext_ReservationEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ReservationEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_ReservationPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "reservation":
+		return ec.fieldContext_ReservationPayload_reservation(ctx, field)
+	case "userErrors":
+		return ec.fieldContext_ReservationPayload_userErrors(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReservationPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_ReservePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1355,6 +1432,20 @@ func (ec *executionContext) field_Mutation_createProduct_args(ctx context.Contex
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateProductInput, error) {
 			return ec.unmarshalNCreateProductInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCreateProductInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_extendReservation_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.ExtendReservationInput, error) {
+			return ec.unmarshalNExtendReservationInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐExtendReservationInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1915,6 +2006,50 @@ func (ec *executionContext) fieldContext_Mutation_cancel(ctx context.Context, fi
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_cancel_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_extendReservation(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_extendReservation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ExtendReservation(ctx, fc.Args["input"].(model.ExtendReservationInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ReservationPayload) graphql.Marshaler {
+			return ec.marshalNReservationPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservationPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_extendReservation(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ReservationPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_extendReservation_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3042,6 +3177,29 @@ func (ec *executionContext) fieldContext_Reservation_committedAt(_ context.Conte
 	return graphql.NewScalarFieldContext("Reservation", field, false, false, "Time")
 }
 
+func (ec *executionContext) _Reservation_extensions(ctx context.Context, field graphql.CollectedField, obj *model.Reservation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reservation_extensions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Extensions, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reservation_extensions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reservation", field, false, false, "Int")
+}
+
 func (ec *executionContext) _ReservationConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.ReservationConnection) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3156,6 +3314,70 @@ func (ec *executionContext) fieldContext_ReservationEdge_node(_ context.Context,
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Reservation(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ReservationPayload_reservation(ctx context.Context, field graphql.CollectedField, obj *model.ReservationPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReservationPayload_reservation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reservation, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Reservation) graphql.Marshaler {
+			return ec.marshalOReservation2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservation(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ReservationPayload_reservation(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ReservationPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Reservation(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ReservationPayload_userErrors(ctx context.Context, field graphql.CollectedField, obj *model.ReservationPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReservationPayload_userErrors(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserErrors, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.UserError) graphql.Marshaler {
+			return ec.marshalNUserError2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐUserErrorᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReservationPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ReservationPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UserError(ctx, field)
 		},
 	}
 	return fc, nil
@@ -4807,6 +5029,55 @@ func UnmarshalCreateProductInput(ctx context.Context, raw any) (model.CreateProd
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputExtendReservationInput(ctx context.Context, obj any) (model.ExtendReservationInput, error) {
+	var it model.ExtendReservationInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"token", "holdSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "token":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("token"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Token = data
+		case "holdSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("holdSeconds"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.HoldSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalExtendReservationInput unmarshals raw into the ExtendReservationInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalExtendReservationInput(ctx context.Context, raw any) (model.ExtendReservationInput, error) {
+	var out model.ExtendReservationInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ExtendReservationInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputMoneyInput(ctx context.Context, obj any) (model.MoneyInput, error) {
 	var it model.MoneyInput
 	if obj == nil {
@@ -5248,6 +5519,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "extendReservation":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_extendReservation(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createProduct":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createProduct(ctx, field)
@@ -5654,6 +5932,11 @@ func (ec *executionContext) _Reservation(ctx context.Context, sel ast.SelectionS
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "extensions":
+			out.Values[i] = ec._Reservation_extensions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -5727,6 +6010,44 @@ func (ec *executionContext) _ReservationEdge(ctx context.Context, sel ast.Select
 			}
 		case "node":
 			out.Values[i] = ec._ReservationEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var reservationPayloadImplementors = []string{"ReservationPayload"}
+
+func (ec *executionContext) _ReservationPayload(ctx context.Context, sel ast.SelectionSet, obj *model.ReservationPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, reservationPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ReservationPayload")
+		case "reservation":
+			out.Values[i] = ec._ReservationPayload_reservation(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "userErrors":
+			out.Values[i] = ec._ReservationPayload_userErrors(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -6335,6 +6656,11 @@ func (ec *executionContext) marshalNErrorCode2githubᚗcomᚋdroplineᚋdropline
 	return v
 }
 
+func (ec *executionContext) unmarshalNExtendReservationInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐExtendReservationInput(ctx context.Context, v any) (model.ExtendReservationInput, error) {
+	res, err := ec.unmarshalInputExtendReservationInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNID2string(ctx context.Context, v any) (string, error) {
 	res, err := graphql.UnmarshalID(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -6499,6 +6825,14 @@ func (ec *executionContext) marshalNReservationEdge2ᚖgithubᚗcomᚋdropline�
 		return graphql.Null
 	}
 	return ec._ReservationEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNReservationPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservationPayload(ctx context.Context, sel ast.SelectionSet, v *model.ReservationPayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ReservationPayload!")
+		return graphql.Null
+	}
+	return ec._ReservationPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNReservationStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservationStatus(ctx context.Context, v any) (model.ReservationStatus, error) {

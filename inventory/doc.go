@@ -7,7 +7,8 @@
 //
 //	reserve --> HELD --commit--> COMMITTED        (in Postgres before the reply)
 //	             |  \--cancel--> CANCELLED        (units back to available)
-//	             \----expiry---> EXPIRED          (units back to available, once)
+//	             |\----expiry---> EXPIRED          (units back to available, once)
+//	             \--extend--> HELD                (a later expiry, within bounds)
 //
 // Inside Redis a commit passes through COMMITTING, a state the expiry sweeper
 // cannot touch; clients see it as HELD.
@@ -19,7 +20,7 @@
 // script touching them runs on one Redis Cluster slot:
 //
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
-//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv
+//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid
 //	dl:{p07}:quota:<sku>            hash   principal -> units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
 //	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
@@ -38,7 +39,9 @@
 // SKU live in one hash that a rebuild replaces whole, so a count left by a
 // hold of an earlier life cannot refuse a buyer either. cst identifies the
 // commit attempt under way and cmv says whether it moved the hold out of HELD
-// (see below). Every outbox event carries the generation its hold lived in.
+// (see below). ext counts the hold's extensions and xid is the id of the
+// last extension call (see Extending a hold). Every outbox event carries the
+// generation its hold lived in, and the extensions its hold had.
 //
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
 // partition, so a commit finds its hold without a lookup. Keys builds every
@@ -52,10 +55,11 @@
 // Every key the caller can name is passed in KEYS, all of one partition and
 // so of one hash tag and one Cluster slot. A script derives a key from the
 // partition base only from data it has just read, through lib.lua's hold_key,
-// idem_key and sku_keys, and says so in its header. Four do: reserve.lua
-// (the hold an idempotency record names), begin_commit.lua and
-// release_hold.lua (the stock hash, quota hash and channel of the SKU of a
-// hold the caller knows by token only), and hydrate_sku.lua (the hash and
+// idem_key and sku_keys, and says so in its header. Five do: reserve.lua
+// (the hold an idempotency record names), begin_commit.lua,
+// release_hold.lua and extend_hold.lua (the stock hash, quota hash and
+// channel of the SKU of a hold the caller knows by token only), and
+// hydrate_sku.lua (the hash and
 // idempotency record of each hold of a chunk: thousands per call).
 //
 // Replies are read in one place, replies.go: every code a script can answer
@@ -100,6 +104,21 @@
 // ledger's status. The sale row records the hold's idempotency hash and
 // fingerprint, so the key replays the sale after Redis loss even when the
 // reserve event never reached Postgres.
+//
+// # Extending a hold
+//
+// extend_hold.lua gives a HELD hold a new expiry (now + the time asked for),
+// at most MaxExtensions times and never past MaxHold after its creation. It
+// refuses a hold whose expiry has passed, and release_hold.lua expires only a
+// hold whose expiry has passed, both reading Redis' clock inside the script:
+// of an extension and an expiry racing, exactly one happens. It re-scores the
+// hold in the expiry index and appends an 'extend' event whose id names the
+// extension's number, so the ledger records each once; the ledger keeps the
+// expiry of the event with the most extensions, and a rebuild restores the
+// hold with it and with its count. Extend also writes the event to the ledger
+// before answering, best effort (as a cancel does), so an extension survives
+// Redis losing its data unless that write failed too. Each call carries its
+// own id (xid), so a script the Redis client sends twice extends once.
 //
 // # Idempotency
 //

@@ -30,6 +30,7 @@ const (
 	DefaultRetention      = 24 * time.Hour
 	DefaultCommitTimeout  = 5 * time.Second
 	DefaultRebuildBatch   = 1000
+	DefaultMaxExtensions  = 2
 )
 
 // Config tunes the engine. Zero values take the defaults named on each field
@@ -47,6 +48,10 @@ type Config struct {
 	MaxHold time.Duration
 	// MaxQuantity bounds the units one reserve may take; default 100.
 	MaxQuantity int
+	// MaxExtensions is how many times a hold may be extended (Extend);
+	// default 2, a negative value allows none. However often it is
+	// extended, a hold never lasts past MaxHold after its creation.
+	MaxExtensions int
 	// IdempotencyTTL is how long a reserve's hold is replayed for its
 	// idempotency key; default 24 hours.
 	IdempotencyTTL time.Duration
@@ -87,6 +92,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxQuantity == 0 {
 		c.MaxQuantity = DefaultMaxQuantity
+	}
+	if c.MaxExtensions == 0 {
+		c.MaxExtensions = DefaultMaxExtensions
 	}
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = DefaultIdempotencyTTL

@@ -20,6 +20,7 @@ var (
 	ErrAlreadyCancelled     = errors.New("the reservation was cancelled")
 	ErrAlreadyCommitted     = errors.New("the reservation is already committed")
 	ErrForbidden            = errors.New("the reservation belongs to someone else")
+	ErrExtensionLimit       = errors.New("the reservation cannot be extended further")
 	// ErrUnavailable means a store could not be reached; the call may be retried.
 	ErrUnavailable = errors.New("temporarily unavailable, retry")
 )
@@ -70,6 +71,25 @@ func (e *SaleNotActiveError) Error() string {
 
 // Is makes errors.Is(err, ErrSaleNotActive) true.
 func (e *SaleNotActiveError) Is(target error) bool { return target == ErrSaleNotActive }
+
+// ExtensionLimitError says why a hold cannot be extended: it has had every
+// extension it may have (Used == Limit), or the expiry asked for would pass
+// Latest, the longest hold after its creation.
+type ExtensionLimitError struct {
+	Limit  int
+	Used   int
+	Latest time.Time
+}
+
+func (e *ExtensionLimitError) Error() string {
+	if e.Used >= e.Limit {
+		return fmt.Sprintf("the reservation was extended %d times, the most allowed", e.Used)
+	}
+	return "the reservation cannot be held past " + e.Latest.UTC().Format(time.RFC3339)
+}
+
+// Is makes errors.Is(err, ErrExtensionLimit) true.
+func (e *ExtensionLimitError) Is(target error) bool { return target == ErrExtensionLimit }
 
 // InvalidInputError names the offending input field and why it was refused.
 type InvalidInputError struct {
@@ -135,6 +155,7 @@ const (
 	CodeNotFound             Code = "NOT_FOUND"
 	CodeInvalidInput         Code = "INVALID_INPUT"
 	CodeForbidden            Code = "FORBIDDEN"
+	CodeExtensionLimit       Code = "EXTENSION_LIMIT"
 	CodeUnavailable          Code = "UNAVAILABLE"
 )
 
@@ -159,6 +180,7 @@ var outcomes = []struct {
 	{ErrInvalidInput, CodeInvalidInput, ErrInvalidInput.Error()},
 	// Whose reservation it is stays unsaid.
 	{ErrForbidden, CodeForbidden, "not allowed for this principal"},
+	{ErrExtensionLimit, CodeExtensionLimit, ErrExtensionLimit.Error()},
 	{ErrUnavailable, CodeUnavailable, ErrUnavailable.Error()},
 }
 
@@ -184,6 +206,7 @@ func ErrorMessage(err error) string {
 		sna *SaleNotActiveError
 		inv *InvalidInputError
 		nf  *NotFoundError
+		el  *ExtensionLimitError
 	)
 	switch {
 	case errors.As(err, &oos):
@@ -196,6 +219,8 @@ func ErrorMessage(err error) string {
 		return inv.Error()
 	case errors.As(err, &nf):
 		return nf.Error()
+	case errors.As(err, &el):
+		return el.Error()
 	}
 	for _, o := range outcomes {
 		if errors.Is(err, o.err) {

@@ -38,6 +38,9 @@ func TestErrorVocabulary(t *testing.T) {
 		{inventory.ErrInvalidInput, "INVALID_INPUT", "invalid input"},
 		{&inventory.InvalidInputError{Field: "quantity", Reason: "must be at least 1"}, "INVALID_INPUT", "invalid quantity: must be at least 1"},
 		{inventory.ErrForbidden, "FORBIDDEN", "not allowed for this principal"},
+		{inventory.ErrExtensionLimit, "EXTENSION_LIMIT", "the reservation cannot be extended further"},
+		{&inventory.ExtensionLimitError{Limit: 2, Used: 2}, "EXTENSION_LIMIT", "the reservation was extended 2 times, the most allowed"},
+		{&inventory.ExtensionLimitError{Limit: 2, Used: 1, Latest: start}, "EXTENSION_LIMIT", "the reservation cannot be held past 2026-12-01T09:00:00Z"},
 		{inventory.ErrUnavailable, "UNAVAILABLE", "temporarily unavailable, retry"},
 	}
 	for _, c := range cases {

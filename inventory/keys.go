@@ -135,6 +135,12 @@ func (k Keys) tokenHoldKeys(p int, token string) []string {
 	return []string{k.Hold(p, token), k.Expiry(p), k.Committing(p), k.Outbox(p)}
 }
 
+// extendHoldKeys is extend_hold.lua's KEYS; its caller knows the hold by
+// token only.
+func (k Keys) extendHoldKeys(p int, token string) []string {
+	return []string{k.Hold(p, token), k.Expiry(p), k.Outbox(p)}
+}
+
 // finishCommitKeys is finish_commit.lua's KEYS.
 func (k Keys) finishCommitKeys(p int, token, sku string) []string {
 	return []string{k.Hold(p, token), k.skuIn(p, sku), k.quotaIn(p, sku), k.Expiry(p), k.Committing(p),

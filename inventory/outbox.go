@@ -75,6 +75,7 @@ func ParseEvent(m redis.XMessage) (db.Event, error) {
 		ID: str("id"), Kind: str("type"), Token: str("tok"), SKU: str("sku"), Principal: str("who"),
 		Quantity: int(num("qty")), ExpiresAt: msTime(num("exp")), CreatedAt: msTime(num("ctd")),
 		At: msTime(num("at")), IdempotencyHash: str("idem"), RequestHash: str("fp"), Gen: str("gen"),
+		Extensions: int(num("ext")),
 	}
 	if ev.ID == "" || ev.Token == "" || ev.SKU == "" || ev.Quantity <= 0 {
 		return db.Event{}, fmt.Errorf("outbox entry %s is malformed", m.ID)

@@ -146,7 +146,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 				}
 			}
 			c.holds = append(c.holds, r.Token, r.Principal, r.Quantity, status, r.ExpiresAt.UnixMilli(),
-				r.CreatedAt.UnixMilli(), timeMs(r.CommittedAt), ended, r.IdempotencyHash, r.RequestHash)
+				r.CreatedAt.UnixMilli(), timeMs(r.CommittedAt), ended, r.IdempotencyHash, r.RequestHash, r.Extensions)
 			st.reservations++
 		}
 		return c.flush(ctx)
@@ -185,6 +185,10 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	}
 }
 
+// chunkHoldFields is how many values describe one hold in a hydrate_sku.lua
+// chunk (its header lists them).
+const chunkHoldFields = 11
+
 // chunker collects a rebuild's holds and quota counts and writes them as
 // hydrate_sku.lua chunks, in order. One chunk is in flight while the next is
 // read from Postgres and laid out, so Redis and Postgres work at once; the
@@ -207,7 +211,7 @@ func (c *chunker) flush(ctx context.Context) error {
 	}
 	args := make([]any, 0, len(c.head)+2+len(c.holds)+2*len(c.quota))
 	args = append(args, c.head...)
-	args = append(args, len(c.holds)/10)
+	args = append(args, len(c.holds)/chunkHoldFields)
 	args = append(args, c.holds...)
 	args = append(args, len(c.quota))
 	for who, n := range c.quota {

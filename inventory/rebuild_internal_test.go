@@ -36,7 +36,7 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 			}
 			chunk := func(gen string, seq int, token, who string) string {
 				res, err := e.run(ctx, lua.HydrateSKU, e.keys.hydrateKeys(sku), e.keys.Base(p), sku, gen, seq, 86400, 86400, 300,
-					1, token, who, 1, "HELD", int64(4_102_444_800_000), int64(1_700_000_000_000), 0, 0, "", "",
+					1, token, who, 1, "HELD", int64(4_102_444_800_000), int64(1_700_000_000_000), 0, 0, "", "", 0,
 					1, who, 1)
 				require.NoError(t, err)
 				return string(res.code())

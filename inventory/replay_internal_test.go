@@ -70,6 +70,24 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "one reserve and one commit event")
+
+	// An extension sent twice (same call id) extends once.
+	held, err := e.Reserve(ctx, alice, ReserveRequest{SKU: "TWICE", Quantity: 1})
+	require.NoError(t, err)
+	hp, err := parseToken(held.Token)
+	require.NoError(t, err)
+	extArgs := []any{e.keys.Base(hp), held.Token, "alice", int64(120_000), 2, int64(3_600_000), "call-1", 86400}
+	x1, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(hp, held.Token), extArgs...)
+	require.NoError(t, err)
+	x2, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(hp, held.Token), extArgs...)
+	require.NoError(t, err)
+	require.Equal(t, codeOK, x2.code())
+	require.True(t, x2.hold().replayed)
+	require.Equal(t, x1.hold().reservation().ExpiresAt, x2.hold().reservation().ExpiresAt)
+	require.Equal(t, 1, x2.hold().reservation().Extensions, "the retried extension counted once")
+	n, err = r.Client.XLen(ctx, e.keys.Outbox(hp)).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 4, n, "two reserves, a commit and one extension")
 }
 
 // A begin_commit whose reply was lost and which the Redis client sent again

@@ -26,6 +26,8 @@ const (
 	codeAlreadyCommitted replyCode = "ALREADY_COMMITTED"
 	codeCommitInProgress replyCode = "COMMIT_IN_PROGRESS"
 	codeNotDue           replyCode = "NOT_DUE"
+	// extend_hold.lua, with a hold_reply.
+	codeExtensionLimit replyCode = "EXTENSION_LIMIT"
 
 	// reserve.lua's rejections, {code, a, b, replayed}; begin_commit.lua
 	// also answers INVALID_INPUT.
@@ -69,7 +71,7 @@ func (r reply) code() replyCode { return replyCode(r.str(0)) }
 func (r reply) missingSKU() string { return r.str(1) }
 
 // holdReply is lib.lua's hold_reply: {code, token, sku, who, qty, status,
-// expires_ms, created_ms, committed_ms, ended_ms, replayed}.
+// expires_ms, created_ms, committed_ms, ended_ms, replayed, extensions}.
 type holdReply struct {
 	hold     storedHold
 	replayed bool // the script changed nothing and returned an earlier outcome
@@ -79,7 +81,7 @@ type holdReply struct {
 func (r reply) hold() holdReply {
 	return holdReply{hold: storedHold{
 		token: r.str(1), sku: r.str(2), who: r.str(3), qty: int(r.int(4)), status: r.str(5),
-		exp: r.int(6), ctd: r.int(7), cmt: r.int(8), end: r.int(9),
+		exp: r.int(6), ctd: r.int(7), cmt: r.int(8), end: r.int(9), ext: int(r.int(11)),
 	}, replayed: r.int(10) == 1}
 }
 
@@ -93,7 +95,7 @@ func (h holdReply) reservation() Reservation {
 // attempt decodes what begin_commit.lua's OK reply adds to hold_reply:
 // {..., attempt id, moved (1/0), idempotency hash, request fingerprint}.
 func (r reply) attempt() attempt {
-	return attempt{id: r.str(11), moved: r.int(12) == 1, idem: r.str(13), fp: r.str(14)}
+	return attempt{id: r.str(12), moved: r.int(13) == 1, idem: r.str(14), fp: r.str(15)}
 }
 
 // rejection decodes a refusal of reserve.lua, {code, a, b, replayed}, into

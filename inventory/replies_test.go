@@ -35,13 +35,13 @@ func TestRepliesAreDecodedInOnePlace(t *testing.T) {
 func TestHoldReplyAndHashDecodeAlike(t *testing.T) {
 	const tok = "r03.abc"
 	r := reply{"OK", tok, "SKU-1", "alice", int64(2), "COMMITTING", int64(1_700_000_060_000),
-		int64(1_700_000_000_000), int64(0), int64(0), int64(1)}
+		int64(1_700_000_000_000), int64(0), int64(0), int64(1), int64(2)}
 	h := map[string]string{"sku": "SKU-1", "who": "alice", "qty": "2", "st": "COMMITTING",
-		"exp": "1700000060000", "ctd": "1700000000000", "cst": "a1"}
+		"exp": "1700000060000", "ctd": "1700000000000", "cst": "a1", "ext": "2"}
 	fromReply := r.hold()
 	require.True(t, fromReply.replayed)
 	want := Reservation{Token: tok, SKU: "SKU-1", Principal: "alice", Quantity: 2, Status: StatusHeld,
-		ExpiresAt: time.UnixMilli(1_700_000_060_000).UTC(), CreatedAt: time.UnixMilli(1_700_000_000_000).UTC()}
+		ExpiresAt: time.UnixMilli(1_700_000_060_000).UTC(), CreatedAt: time.UnixMilli(1_700_000_000_000).UTC(), Extensions: 2}
 	require.Equal(t, want, fromReply.hold.reservation())
 	require.Equal(t, want, holdFromHash(tok, h).reservation())
 	want.Replayed = true

@@ -33,6 +33,9 @@ type Reservation struct {
 	CommittedAt *time.Time
 	// EndedAt is when a CANCELLED or EXPIRED reservation released its units.
 	EndedAt *time.Time
+	// Extensions is how many times the hold was extended (Extend); ExpiresAt
+	// is the latest expiry.
+	Extensions int
 	// Replayed is true when the call changed nothing and returned an earlier
 	// outcome (an idempotent replay or a repeated commit).
 	Replayed bool
@@ -50,7 +53,7 @@ func statusFrom(s string) Status {
 // reservation is the one way from either to a Reservation.
 type storedHold struct {
 	token, sku, who, status string
-	qty                     int
+	qty, ext                int
 	exp, ctd, cmt, end      int64  // ms; cmt and end are 0 until they happen
 	attempt                 string // cst: the commit attempt under way, in a hash only
 }
@@ -68,7 +71,7 @@ func holdFromHash(token string, h map[string]string) storedHold {
 		return n
 	}
 	return storedHold{
-		token: token, sku: h["sku"], who: h["who"], qty: int(num("qty")), status: h["st"],
+		token: token, sku: h["sku"], who: h["who"], qty: int(num("qty")), ext: int(num("ext")), status: h["st"],
 		exp: num("exp"), ctd: num("ctd"), cmt: num("cmt"), end: num("end"), attempt: h["cst"],
 	}
 }
@@ -77,6 +80,7 @@ func (h storedHold) reservation() Reservation {
 	return Reservation{
 		Token: h.token, SKU: h.sku, Principal: h.who, Quantity: h.qty, Status: statusFrom(h.status),
 		ExpiresAt: msTime(h.exp), CreatedAt: msTime(h.ctd), CommittedAt: msTimePtr(h.cmt), EndedAt: msTimePtr(h.end),
+		Extensions: h.ext,
 	}
 }
 
@@ -85,6 +89,7 @@ func holdFromLedger(r db.Reservation) Reservation {
 	return Reservation{
 		Token: r.Token, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity, Status: Status(r.Status),
 		ExpiresAt: r.ExpiresAt.UTC(), CreatedAt: r.CreatedAt.UTC(), CommittedAt: utcPtr(r.CommittedAt), EndedAt: utcPtr(r.EndedAt),
+		Extensions: r.Extensions,
 	}
 }
 

@@ -14,9 +14,9 @@
 -- ARGV[2]  sku   ARGV[3] generation (from stage_rebuild.lua)
 -- ARGV[4]  this chunk's number, from 0   ARGV[5] retention seconds   ARGV[6] idempotency TTL seconds
 -- ARGV[7]  seconds the staged keys live
--- ARGV[8]  number of holds H, then H groups of 10 (status: see below):
+-- ARGV[8]  number of holds H, then H groups of 11 (status: see below):
 --          token, principal, quantity, status, expires_ms, created_ms, committed_ms, ended_ms,
---          idempotency hash, request fingerprint
+--          idempotency hash, request fingerprint, extensions (how many times it was extended)
 -- then     number of quota entries U, then U pairs: principal, units to add
 --
 -- A hold's status is HELD, COMMITTED, CANCELLED or EXPIRED as Postgres has it
@@ -65,7 +65,7 @@ for _ = 1, tonumber(ARGV[8]) do
   redis.call('DEL', key)
   redis.call('HSET', key, 'sku', sku, 'who', ARGV[i + 1], 'qty', ARGV[i + 2], 'st', st,
     'exp', exp, 'ctd', ARGV[i + 5], 'cmt', ARGV[i + 6], 'end', ARGV[i + 7],
-    'idem', ARGV[i + 8], 'fp', ARGV[i + 9], 'gen', gen)
+    'idem', ARGV[i + 8], 'fp', ARGV[i + 9], 'gen', gen, 'ext', ARGV[i + 10])
   if st == 'HELD' then
     redis.call('ZADD', KEYS[4], exp, token)
     -- Bounded even if this rebuild loses: the sweeper ends a hold at its
@@ -78,7 +78,7 @@ for _ = 1, tonumber(ARGV[8]) do
     -- Postgres still had this hold as HELD, but it is past its expiry or no
     -- longer fits the stock: record its release so the ledger closes it.
     emit(KEYS[5], 'expire', token, { sku = sku, who = ARGV[i + 1], qty = ARGV[i + 2], exp = exp,
-      ctd = ARGV[i + 5], idem = ARGV[i + 8], fp = ARGV[i + 9], gen = gen }, now)
+      ctd = ARGV[i + 5], idem = ARGV[i + 8], fp = ARGV[i + 9], gen = gen, ext = ARGV[i + 10] }, now)
   end
   if ARGV[i + 8] ~= '' then
     -- The key replays for what is left of its TTL, counted from the reserve.
@@ -89,7 +89,7 @@ for _ = 1, tonumber(ARGV[8]) do
       redis.call('EXPIRE', rec, left)
     end
   end
-  i = i + 10
+  i = i + 11
 end
 
 local users = tonumber(ARGV[i])

@@ -95,11 +95,14 @@ end
 -- is the generation of the SKU the hold lived in: the write-behind worker
 -- compares it with the SKU's generation after writing the event, to tell a
 -- SKU rebuilt from a ledger that did not have the event yet what it says now.
-local function emit(outbox, kind, token, h, now)
+-- ext is how many times the hold was extended, so the ledger keeps the
+-- latest expiry whatever order events arrive in. id is the event's id when
+-- kind alone does not make it unique (each extension of a hold is its own).
+local function emit(outbox, kind, token, h, now, id)
   redis.call('XADD', outbox, '*',
-    'id', kind .. ':' .. token, 'type', kind, 'tok', token, 'sku', h['sku'], 'who', h['who'],
+    'id', id or (kind .. ':' .. token), 'type', kind, 'tok', token, 'sku', h['sku'], 'who', h['who'],
     'qty', h['qty'], 'exp', h['exp'], 'ctd', h['ctd'], 'at', tostring(now),
-    'idem', h['idem'] or '', 'fp', h['fp'] or '', 'gen', h['gen'] or '')
+    'idem', h['idem'] or '', 'fp', h['fp'] or '', 'gen', h['gen'] or '', 'ext', h['ext'] or '0')
 end
 
 -- release returns a HELD hold's units to the SKU. Callers have checked that the
@@ -122,9 +125,11 @@ local function release(k, token, h, status, now, retention)
 end
 
 -- hold_reply is the common reply for a hold:
--- {code, token, sku, who, qty, status, expires_ms, created_ms, committed_ms, ended_ms, replayed}.
+-- {code, token, sku, who, qty, status, expires_ms, created_ms, committed_ms, ended_ms, replayed,
+--  extensions}.
 local function hold_reply(code, token, h, replayed)
   return { code, token, h['sku'], h['who'], tonumber(h['qty']), h['st'], tonumber(h['exp']),
-    tonumber(h['ctd']), tonumber(h['cmt'] or '0'), tonumber(h['end'] or '0'), replayed }
+    tonumber(h['ctd']), tonumber(h['cmt'] or '0'), tonumber(h['end'] or '0'), replayed,
+    tonumber(h['ext'] or '0') }
 end
 

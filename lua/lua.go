@@ -30,6 +30,8 @@ const (
 	BeginCommit  = "begin_commit"
 	FinishCommit = "finish_commit"
 	ReleaseHold  = "release_hold"
+	// ExtendHold gives a HELD hold a later expiry, within bounds.
+	ExtendHold   = "extend_hold"
 	StageRebuild = "stage_rebuild"
 	HydrateSKU   = "hydrate_sku"
 	PublishSKU   = "publish_sku"
@@ -54,7 +56,7 @@ const (
 )
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
-var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
+var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
 	ReconcileHold, ClaimIdempotencyKey}
 
 // Leases lists the worker group's lease scripts.

@@ -16,6 +16,7 @@
 -- ARGV[3]  sku   ARGV[4] principal   ARGV[5] quantity   ARGV[6] expires_ms   ARGV[7] created_ms
 -- ARGV[8]  idempotency hash ("" when none)   ARGV[9] request fingerprint ("" when none)
 -- ARGV[10] retention seconds for a finished hold   ARGV[11] idempotency TTL seconds
+-- ARGV[12] how many times the hold was extended (its expiry is ARGV[6] already)
 --
 -- Returns {code}, with code as below. "Live" means the hold hash carries the
 -- SKU's current generation.
@@ -72,12 +73,13 @@ if fits then
   fits = tonumber(s[1]) >= qty and (max == 0 or already + qty <= max)
 end
 
-h = { sku = sku, who = who, qty = ARGV[5], exp = ARGV[6], ctd = ARGV[7], idem = idem, fp = fp, gen = gen }
+local ext = ARGV[12] or '0'
+h = { sku = sku, who = who, qty = ARGV[5], exp = ARGV[6], ctd = ARGV[7], idem = idem, fp = fp, gen = gen, ext = ext }
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', k.expiry, token)
 if fits then
   redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', ARGV[5], 'st', 'HELD', 'exp', ARGV[6],
-    'ctd', ARGV[7], 'idem', idem, 'fp', fp, 'gen', gen)
+    'ctd', ARGV[7], 'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext)
   redis.call('HINCRBY', k.quota, who, qty)
   redis.call('ZADD', k.expiry, ARGV[6], token)
   bump_stock(k.sku, -qty, qty, 0, now)
@@ -85,7 +87,7 @@ else
   h['st'] = 'EXPIRED'
   h['end'] = tostring(now)
   redis.call('HSET', KEYS[1], 'sku', sku, 'who', who, 'qty', ARGV[5], 'st', 'EXPIRED', 'exp', ARGV[6],
-    'ctd', ARGV[7], 'end', h['end'], 'idem', idem, 'fp', fp, 'gen', gen)
+    'ctd', ARGV[7], 'end', h['end'], 'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext)
   redis.call('EXPIRE', KEYS[1], retention)
   emit(k.outbox, 'expire', token, h, now)
 end

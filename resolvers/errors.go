@@ -111,6 +111,8 @@ func userError(err error) (*model.UserError, error) {
 		ue.Field = []string{"input", "quantity"}
 	case code == inventory.CodeIdempotencyKeyReused:
 		ue.Field = []string{"input", "idempotencyKey"}
+	case code == inventory.CodeExtensionLimit:
+		ue.Field = []string{"input", "holdSeconds"}
 	}
 	return ue, nil
 }

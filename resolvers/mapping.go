@@ -32,7 +32,7 @@ func reservationModel(r inventory.Reservation) *model.Reservation {
 	return &model.Reservation{
 		ID: globalID(typeReservation, r.Token), Token: r.Token, Sku: r.SKU, Quantity: r.Quantity,
 		Status: model.ReservationStatus(r.Status), ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt,
-		CommittedAt: r.CommittedAt,
+		CommittedAt: r.CommittedAt, Extensions: r.Extensions,
 	}
 }
 

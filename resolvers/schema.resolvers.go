@@ -61,6 +61,17 @@ func (r *mutationResolver) Cancel(ctx context.Context, input model.CancelInput) 
 	return &model.CancelPayload{Reservation: res, UserErrors: ues}, nil
 }
 
+// ExtendReservation is the resolver for the extendReservation field.
+func (r *mutationResolver) ExtendReservation(ctx context.Context, input model.ExtendReservationInput) (*model.ReservationPayload, error) {
+	res, ues, err := r.holdMutation(ctx, func(p inventory.Principal) (inventory.Reservation, error) {
+		return r.deps.engine.Extend(ctx, p, input.Token, time.Duration(input.HoldSeconds)*time.Second)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &model.ReservationPayload{Reservation: res, UserErrors: ues}, nil
+}
+
 // CreateProduct is the resolver for the createProduct field.
 func (r *mutationResolver) CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error) {
 	p, refused := r.deps.mutationCaller(ctx)

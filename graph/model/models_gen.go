@@ -46,6 +46,12 @@ type CreateProductInput struct {
 	SaleEndsAt   *time.Time  `json:"saleEndsAt,omitempty"`
 }
 
+type ExtendReservationInput struct {
+	Token string `json:"token"`
+	// The hold's new length from now, in seconds: 1 to DROPLINE_HOLD_MAX (3600 by default).
+	HoldSeconds int `json:"holdSeconds"`
+}
+
 // Amount in minor units (cents) of an ISO 4217 currency.
 type Money struct {
 	Amount   int    `json:"amount"`
@@ -103,15 +109,18 @@ type Query struct {
 }
 
 type Reservation struct {
-	ID          string            `json:"id"`
-	Token       string            `json:"token"`
-	Sku         string            `json:"sku"`
-	Product     *Product          `json:"product"`
-	Quantity    int               `json:"quantity"`
-	Status      ReservationStatus `json:"status"`
-	ExpiresAt   time.Time         `json:"expiresAt"`
-	CreatedAt   time.Time         `json:"createdAt"`
-	CommittedAt *time.Time        `json:"committedAt,omitempty"`
+	ID       string            `json:"id"`
+	Token    string            `json:"token"`
+	Sku      string            `json:"sku"`
+	Product  *Product          `json:"product"`
+	Quantity int               `json:"quantity"`
+	Status   ReservationStatus `json:"status"`
+	// When the hold ends unless it is committed first; later after each extension.
+	ExpiresAt   time.Time  `json:"expiresAt"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	CommittedAt *time.Time `json:"committedAt,omitempty"`
+	// How many times the holder extended the hold (`extendReservation`).
+	Extensions int `json:"extensions"`
 }
 
 func (Reservation) IsNode()            {}
@@ -125,6 +134,12 @@ type ReservationConnection struct {
 type ReservationEdge struct {
 	Cursor string       `json:"cursor"`
 	Node   *Reservation `json:"node"`
+}
+
+// The reservation as a mutation left it, or why nothing was changed.
+type ReservationPayload struct {
+	Reservation *Reservation `json:"reservation,omitempty"`
+	UserErrors  []*UserError `json:"userErrors"`
 }
 
 type ReserveInput struct {
@@ -205,9 +220,11 @@ const (
 	ErrorCodeNotFound             ErrorCode = "NOT_FOUND"
 	ErrorCodeInvalidInput         ErrorCode = "INVALID_INPUT"
 	ErrorCodeForbidden            ErrorCode = "FORBIDDEN"
-	ErrorCodeUnauthenticated      ErrorCode = "UNAUTHENTICATED"
-	ErrorCodeRateLimited          ErrorCode = "RATE_LIMITED"
-	ErrorCodeUnavailable          ErrorCode = "UNAVAILABLE"
+	// The hold has had every extension it may have, or would last past the longest hold.
+	ErrorCodeExtensionLimit  ErrorCode = "EXTENSION_LIMIT"
+	ErrorCodeUnauthenticated ErrorCode = "UNAUTHENTICATED"
+	ErrorCodeRateLimited     ErrorCode = "RATE_LIMITED"
+	ErrorCodeUnavailable     ErrorCode = "UNAVAILABLE"
 )
 
 var AllErrorCode = []ErrorCode{
@@ -221,6 +238,7 @@ var AllErrorCode = []ErrorCode{
 	ErrorCodeNotFound,
 	ErrorCodeInvalidInput,
 	ErrorCodeForbidden,
+	ErrorCodeExtensionLimit,
 	ErrorCodeUnauthenticated,
 	ErrorCodeRateLimited,
 	ErrorCodeUnavailable,
@@ -228,7 +246,7 @@ var AllErrorCode = []ErrorCode{
 
 func (e ErrorCode) IsValid() bool {
 	switch e {
-	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable:
+	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable:
 		return true
 	}
 	return false

@@ -215,6 +215,7 @@ type Reservation struct {
 	ExpiresAt   time.Time  `json:"expiresAt"`
 	CreatedAt   time.Time  `json:"createdAt"`
 	CommittedAt *time.Time `json:"committedAt"`
+	Extensions  int        `json:"extensions"`
 	Product     Product    `json:"product"`
 }
 
@@ -229,12 +230,13 @@ type Payload struct {
 const (
 	StockFields       = `id sku available held sold total updatedAt`
 	ProductFields     = `id sku name price { amount currency } maxPerUser saleStartsAt saleEndsAt stock { ` + StockFields + ` }`
-	ReservationFields = `id token sku quantity status expiresAt createdAt committedAt product { ` + ProductFields + ` }`
+	ReservationFields = `id token sku quantity status expiresAt createdAt committedAt extensions product { ` + ProductFields + ` }`
 	UserErrorFields   = `userErrors { code field message retryAfterSeconds }`
 
 	ReserveDoc = `mutation($i: ReserveInput!) { reserve(input: $i) { reservation { ` + ReservationFields + ` } ` + UserErrorFields + ` } }`
 	CommitDoc  = `mutation($i: CommitInput!) { commit(input: $i) { reservation { ` + ReservationFields + ` } ` + UserErrorFields + ` } }`
 	CancelDoc  = `mutation($i: CancelInput!) { cancel(input: $i) { reservation { ` + ReservationFields + ` } ` + UserErrorFields + ` } }`
+	ExtendDoc  = `mutation($i: ExtendReservationInput!) { extendReservation(input: $i) { reservation { ` + ReservationFields + ` } ` + UserErrorFields + ` } }`
 	CreateDoc  = `mutation($i: CreateProductInput!) { createProduct(input: $i) { product { ` + ProductFields + ` } ` + UserErrorFields + ` } }`
 	UpdateDoc  = `mutation($i: UpdateProductInput!) { updateProduct(input: $i) { product { ` + ProductFields + ` } ` + UserErrorFields + ` } }`
 	RestockDoc = `mutation($i: RestockInput!) { restock(input: $i) { product { ` + ProductFields + ` } ` + UserErrorFields + ` } }`
@@ -262,6 +264,14 @@ func (e *Env) Cancel(t *testing.T, authz, token string) Payload {
 	var out struct{ Cancel Payload }
 	e.MustDo(t, authz, CancelDoc, map[string]any{"i": map[string]any{"token": token}}, &out)
 	return out.Cancel
+}
+
+// Extend runs extendReservation as authz and returns its payload.
+func (e *Env) Extend(t *testing.T, authz, token string, holdSeconds int) Payload {
+	t.Helper()
+	var out struct{ ExtendReservation Payload }
+	e.MustDo(t, authz, ExtendDoc, map[string]any{"i": map[string]any{"token": token, "holdSeconds": holdSeconds}}, &out)
+	return out.ExtendReservation
 }
 
 // CreateProduct makes a product as an admin and fails the test otherwise.

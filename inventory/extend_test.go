@@ -1,0 +1,308 @@
+package inventory_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/inventory"
+)
+
+// holdField reads one field of a hold's hash in Redis.
+func (b *bundle) holdField(t *testing.T, token, field string) string {
+	t.Helper()
+	p, err := strconv.Atoi(token[1:3])
+	require.NoError(t, err)
+	v, err := b.rdb.HGet(b.ctx, b.engine.Keys().Hold(p, token), field).Result()
+	require.NoError(t, err)
+	return v
+}
+
+// expiryScore is a token's score in its partition's expiry index (ms), or -1
+// when it is not there.
+func (b *bundle) expiryScore(t *testing.T, token string) int64 {
+	t.Helper()
+	p, err := strconv.Atoi(token[1:3])
+	require.NoError(t, err)
+	s, err := b.rdb.ZScore(b.ctx, b.engine.Keys().Expiry(p), token).Result()
+	if err != nil {
+		return -1
+	}
+	return int64(s)
+}
+
+func TestExtendHold(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{MaxHold: time.Minute, DefaultHold: 10 * time.Second})
+		b.product(t, "EXT-1", 10, 0)
+		alice, bob := buyer(1), buyer(2)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-1", Quantity: 2})
+		require.NoError(t, err)
+		require.Zero(t, h.Extensions)
+
+		_, err = b.engine.Extend(b.ctx, bob, h.Token, 20*time.Second)
+		require.ErrorIs(t, err, inventory.ErrForbidden)
+		for _, d := range []time.Duration{0, 500 * time.Millisecond, time.Minute + time.Second} {
+			_, err = b.engine.Extend(b.ctx, alice, h.Token, d)
+			var invalid *inventory.InvalidInputError
+			require.ErrorAs(t, err, &invalid, "%s", d)
+			require.Equal(t, "holdSeconds", invalid.Field)
+		}
+		require.Equal(t, h.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token), "refusals change nothing")
+
+		before := time.Now()
+		x1, err := b.engine.Extend(b.ctx, alice, h.Token, 20*time.Second)
+		require.NoError(t, err)
+		require.False(t, x1.Replayed)
+		require.Equal(t, 1, x1.Extensions)
+		require.Equal(t, inventory.StatusHeld, x1.Status)
+		require.WithinDuration(t, before.Add(20*time.Second), x1.ExpiresAt, time.Second)
+		require.Equal(t, x1.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token), "the sweeper sees the new expiry")
+		require.Equal(t, strconv.FormatInt(x1.ExpiresAt.UnixMilli(), 10), b.holdField(t, h.Token, "exp"))
+
+		// Past the longest hold after its creation: refused, nothing changes.
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, time.Minute)
+		var limit *inventory.ExtensionLimitError
+		require.ErrorAs(t, err, &limit)
+		require.Equal(t, inventory.ExtensionLimitError{Limit: 2, Used: 1, Latest: h.CreatedAt.Add(time.Minute)}, *limit)
+		require.Equal(t, inventory.CodeExtensionLimit, inventory.ErrorCode(err))
+
+		x2, err := b.engine.Extend(b.ctx, alice, h.Token, 30*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, 2, x2.Extensions)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, 5*time.Second)
+		require.ErrorAs(t, err, &limit)
+		require.Equal(t, 2, limit.Used, "two extensions by default")
+		got, err := b.engine.Reservation(b.ctx, alice, h.Token)
+		require.NoError(t, err)
+		require.Equal(t, x2.ExpiresAt, got.ExpiresAt)
+		require.Equal(t, 2, got.Extensions)
+		require.Equal(t, 8, b.requireBalanced(t, "EXT-1").Available, "an extension moves no stock")
+
+		// The ledger has both extensions, each once, and the latest expiry.
+		kinds := b.drainOutbox(t)
+		require.Equal(t, 2, kinds["extend"])
+		b.drainOutbox(t)
+		require.Equal(t, 2, b.count(t, `SELECT count(*) FROM stock_movements WHERE token = $1 AND kind = 'extend'`, h.Token))
+		var exp time.Time
+		var ext int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT expires_at, extensions FROM reservations WHERE token = $1`, h.Token).Scan(&exp, &ext))
+		require.Equal(t, x2.ExpiresAt, exp.UTC())
+		require.Equal(t, 2, ext)
+
+		// Finished holds are not extended.
+		c, err := b.engine.Commit(b.ctx, alice, h.Token)
+		require.NoError(t, err)
+		require.Equal(t, 2, c.Extensions)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, 5*time.Second)
+		require.ErrorIs(t, err, inventory.ErrAlreadyCommitted)
+		h2, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-1", Quantity: 1})
+		require.NoError(t, err)
+		_, err = b.engine.Cancel(b.ctx, alice, h2.Token)
+		require.NoError(t, err)
+		_, err = b.engine.Extend(b.ctx, alice, h2.Token, 5*time.Second)
+		require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
+	})
+}
+
+// A hold past its expiry that the sweeper has not released yet is EXPIRED to
+// an extension, and nothing changes: the sweeper releases it as due.
+func TestExtendAfterExpiryChangesNothing(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "EXT-LATE", 1, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-LATE", Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(5 * time.Millisecond)) },
+			3*time.Second, 10*time.Millisecond)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, time.Minute)
+		require.ErrorIs(t, err, inventory.ErrExpired)
+		require.Equal(t, "HELD", b.holdField(t, h.Token, "st"), "nothing sweeps here, and the extension released nothing")
+		require.Equal(t, h.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token))
+		require.Equal(t, 1, b.requireBalanced(t, "EXT-LATE").Held)
+		expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("EXT-LATE"), 100)
+		require.NoError(t, err)
+		require.Len(t, expired, 1)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, time.Minute)
+		require.ErrorIs(t, err, inventory.ErrExpired)
+		require.Zero(t, b.drainOutbox(t)["extend"])
+	})
+}
+
+// Extensions racing the expiry sweeper across the expiry instant: every hold
+// is either extended or expired, never both, in Redis and in the ledger.
+func TestExtensionRacingExpiry(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const holds = 2000
+		b.product(t, "EXT-RACE", holds, 0)
+		tokens := make([]string, holds)
+		who := make([]inventory.Principal, holds)
+		expires := make([]time.Time, holds)
+		raceCheck(t, holds, func(i int) error {
+			who[i] = buyer(i)
+			h, err := b.engine.Reserve(b.ctx, who[i], inventory.ReserveRequest{SKU: "EXT-RACE", Quantity: 1, HoldFor: 2 * time.Second})
+			tokens[i], expires[i] = h.Token, h.ExpiresAt
+			return err
+		})
+		last := slices.MaxFunc(expires, time.Time.Compare)
+		done := make(chan struct{})
+		var sweeps sync.WaitGroup
+		sweepErrs := make([]error, 4)
+		var swept atomic.Int64
+		for w := range sweepErrs {
+			sweeps.Go(func() {
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					for p := 0; p < inventory.Partitions; p++ {
+						out, err := b.engine.ExpireDue(b.ctx, p, 100)
+						if err != nil {
+							sweepErrs[w] = fmt.Errorf("sweeper %d, partition %d: %w", w, p, err)
+							return
+						}
+						swept.Add(int64(len(out)))
+					}
+				}
+			})
+		}
+		stopSweeps := sync.OnceFunc(func() {
+			close(done)
+			sweeps.Wait()
+		})
+		defer stopSweeps()
+		extended := make([]bool, holds)
+		newExp := make([]time.Time, holds)
+		raceCheck(t, holds, func(i int) error {
+			// Each extension is sent from 40 ms before to 10 ms after its
+			// hold's expiry (wake-ups come late under load), while the
+			// sweepers run: both sides of the instant are tried.
+			time.Sleep(time.Until(expires[i].Add(time.Duration(i%51-40) * time.Millisecond)))
+			x, err := b.engine.Extend(b.ctx, who[i], tokens[i], 30*time.Second)
+			switch {
+			case err == nil:
+				extended[i], newExp[i] = true, x.ExpiresAt
+				return nil
+			case errors.Is(err, inventory.ErrExpired):
+				return nil
+			default:
+				return fmt.Errorf("extend %d: %w", i, err)
+			}
+		})
+		nExtended := 0
+		for _, x := range extended {
+			if x {
+				nExtended++
+			}
+		}
+		// Let the sweepers release every hold that was not extended.
+		time.Sleep(time.Until(last))
+		assert.Eventually(t, func() bool {
+			s, err := b.engine.Stock(b.ctx, "EXT-RACE")
+			return err == nil && s.Held == nExtended
+		}, 10*time.Second, 10*time.Millisecond)
+		stopSweeps()
+		require.NoError(t, errors.Join(sweepErrs...))
+		t.Logf("%s: %d extended, %d expired (%d released by the sweepers)", backend, nExtended, holds-nExtended, swept.Load())
+		require.NotZero(t, nExtended, "some extensions won")
+		require.NotEqual(t, holds, nExtended, "some expiries won")
+		s := b.requireBalanced(t, "EXT-RACE")
+		require.Equal(t, nExtended, s.Held)
+		require.Equal(t, holds-nExtended, s.Available)
+		require.EqualValues(t, holds-nExtended, swept.Load(), "each expired hold released once")
+
+		kinds := b.drainOutbox(t)
+		require.Equal(t, nExtended, kinds["extend"])
+		require.Equal(t, holds-nExtended, kinds["expire"])
+		type row struct {
+			status string
+			exp    time.Time
+			ext    int
+		}
+		rows := map[string]row{}
+		q, err := b.pool.Query(b.ctx, `SELECT token, status, expires_at, extensions FROM reservations WHERE sku = 'EXT-RACE'`)
+		require.NoError(t, err)
+		for q.Next() {
+			var tok string
+			var r row
+			require.NoError(t, q.Scan(&tok, &r.status, &r.exp, &r.ext))
+			rows[tok] = r
+		}
+		require.NoError(t, q.Err())
+		movements := map[string]map[string]int{}
+		q, err = b.pool.Query(b.ctx, `SELECT token, kind FROM stock_movements WHERE sku = 'EXT-RACE' AND token IS NOT NULL`)
+		require.NoError(t, err)
+		for q.Next() {
+			var tok, kind string
+			require.NoError(t, q.Scan(&tok, &kind))
+			if movements[tok] == nil {
+				movements[tok] = map[string]int{}
+			}
+			movements[tok][kind]++
+		}
+		require.NoError(t, q.Err())
+		require.Len(t, rows, holds)
+		for i, tok := range tokens {
+			r, m := rows[tok], movements[tok]
+			st := b.holdField(t, tok, "st")
+			if extended[i] {
+				require.Equal(t, "HELD", st, "hold %d was extended", i)
+				require.Equal(t, "1", b.holdField(t, tok, "ext"))
+				require.Equal(t, newExp[i].UnixMilli(), b.expiryScore(t, tok))
+				require.Equal(t, row{"HELD", newExp[i], 1}, row{r.status, r.exp.UTC(), r.ext}, "ledger row of hold %d", i)
+				require.Equal(t, map[string]int{"reserve": 1, "extend": 1}, m, "movements of hold %d", i)
+			} else {
+				require.Equal(t, "EXPIRED", st, "hold %d expired", i)
+				require.Equal(t, -int64(1), b.expiryScore(t, tok))
+				require.Equal(t, "EXPIRED", r.status, "ledger row of hold %d", i)
+				require.Zero(t, r.ext)
+				require.Equal(t, map[string]int{"reserve": 1, "expire": 1}, m, "movements of hold %d", i)
+			}
+		}
+	})
+}
+
+// An extension the ledger has survives Redis losing its data: the rebuilt
+// hold keeps its new expiry and the extensions it has used.
+func TestExtensionSurvivesRedisLoss(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "EXT-LOSS", 3, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-LOSS", Quantity: 1, HoldFor: 30 * time.Second})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		x, err := b.engine.Extend(b.ctx, alice, h.Token, 20*time.Minute)
+		require.NoError(t, err)
+		// The write-behind has not run: only the extension's own write is in the ledger.
+		b.wipe(t)
+
+		got, err := b.engine.Reservation(b.ctx, alice, h.Token)
+		require.NoError(t, err)
+		require.Equal(t, x.ExpiresAt, got.ExpiresAt, "rebuilt with the extended expiry")
+		require.Equal(t, 1, got.Extensions)
+		require.Equal(t, x.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token))
+		x2, err := b.engine.Extend(b.ctx, alice, h.Token, 30*time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, 2, x2.Extensions)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, 30*time.Minute)
+		require.ErrorIs(t, err, inventory.ErrExtensionLimit, "the used extensions survive the loss")
+		require.Equal(t, 1, b.requireBalanced(t, "EXT-LOSS").Held)
+	})
+}
