@@ -13,9 +13,11 @@
 //
 // # Lifecycle
 //
-// Run connects (failing with one clear line when a service is unreachable),
-// builds, starts workers, then opens the listener and returns. Close stops
-// accepting, drains in-flight requests, stops the workers (which flush and
+// The App is a startstop.Service, like each part it starts. Start connects
+// (failing with one clear line when a service is unreachable), builds,
+// starts the live hub and the workers, then the HTTP server, and returns
+// once it listens. Stop ends the live subscriptions, stops accepting and
+// drains in-flight requests, stops the workers (which flush and
 // acknowledge), then closes the Redis client and the Postgres pool, all
 // within the caller's deadline.
 package app
@@ -38,6 +40,7 @@ import (
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
 	"github.com/dropline/dropline/internal/prom"
+	"github.com/dropline/dropline/internal/startstop"
 	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/playground"
 	"github.com/dropline/dropline/server/shop"
@@ -74,17 +77,15 @@ type Services struct {
 	// Checks are added to /readyz next to redis, postgres and migrations
 	// (e.g. {"scripts", engine.Ping}).
 	Checks []server.Check
-	// Start launches the background worker group. Its context lives until
-	// Close; nil means no workers.
-	Start func(ctx context.Context) error
-	// Stop stops the worker group and waits for it (flush, acknowledge) at
-	// most until ctx ends. Nil means nothing to stop.
-	Stop func(ctx context.Context) error
-	// Drain ends long-lived streams (GraphQL subscriptions over SSE and
-	// websockets) when shutdown begins, before the HTTP server waits for
-	// in-flight requests: an SSE stream is one, and would otherwise hold
-	// the shutdown until its deadline. Nil means nothing to drain.
-	Drain func()
+	// Live feeds the GraphQL subscriptions (the live hub). It starts before
+	// the HTTP server and stops first, when shutdown begins: its streams
+	// (over SSE and websockets) end, and the server's drain of in-flight
+	// requests does not wait on them until its deadline. Nil means none.
+	Live startstop.Service
+	// Workers is the background worker group. It starts before the HTTP
+	// server and stops after it has drained, so the events of the last
+	// requests are flushed and acknowledged. Nil means no workers.
+	Workers startstop.Service
 }
 
 // Deps are the domain-layer functions the App calls. They are fields rather
@@ -103,8 +104,8 @@ type Deps struct {
 	SeedDemo func(ctx context.Context, in Infra) error
 }
 
-// App is one running Dropline process. Build it with New; fields may be
-// adjusted before Run (tests swap Deps).
+// App is one running Dropline process, a startstop.Service. Build it with
+// New; fields may be adjusted before Start (tests swap Deps).
 type App struct {
 	// Config is the validated configuration.
 	Config config.Config
@@ -121,24 +122,23 @@ type App struct {
 	server   *server.Server
 	admin    *server.AdminServer
 
-	stopBackground context.CancelFunc
-	running        bool
-	closeOnce      sync.Once
-	closeErr       error
+	running   bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New returns an App for cfg, which the caller has validated. Nothing is
-// connected until Run (or Migrate / SeedDemo).
+// connected until Start (or Migrate / SeedDemo).
 func New(cfg config.Config, log zerolog.Logger) *App {
 	return &App{Config: cfg, Log: log, Deps: DefaultDeps()}
 }
 
-// Run connects to Redis and PostgreSQL, builds the services, starts the
-// worker group and the HTTP server, and returns once the server listens
-// (Addr is then valid). ctx bounds start-up only; the App runs until Close.
-// On failure everything opened so far is closed again and the error is one
-// line fit for an operator.
-func (a *App) Run(ctx context.Context) (err error) {
+// Start connects to Redis and PostgreSQL, builds the services, starts the
+// live hub, the worker group and the HTTP server, and returns once the
+// server listens (Addr is then valid). ctx bounds start-up only; the App
+// runs until Stop. On failure everything opened so far is closed again and
+// the error is one line fit for an operator. An App starts once.
+func (a *App) Start(ctx context.Context) (err error) {
 	if a.running {
 		return errors.New("app already running")
 	}
@@ -146,7 +146,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if err != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 			defer cancel()
-			_ = a.Close(cctx)
+			_ = a.Stop(cctx)
 		}
 	}()
 
@@ -178,11 +178,15 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 
 	// Background work gets a context that keeps ctx's values but not its
-	// cancellation: it must run until Close, not until start-up ends.
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.stopBackground = cancel
-	if a.services.Start != nil {
-		if err := a.services.Start(bg); err != nil {
+	// cancellation: it must run until Stop, not until start-up ends.
+	bg := context.WithoutCancel(ctx)
+	if a.services.Live != nil {
+		if err := a.services.Live.Start(bg); err != nil {
+			return fmt.Errorf("starting live subscriptions: %w", err)
+		}
+	}
+	if a.services.Workers != nil {
+		if err := a.services.Workers.Start(bg); err != nil {
 			return fmt.Errorf("starting workers: %w", err)
 		}
 	}
@@ -202,12 +206,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 		Logger:     a.Log,
 		ClientAddr: a.Config.ClientAddr(),
 	})
-	if err := a.server.Open(ctx); err != nil {
+	if err := a.server.Start(ctx); err != nil {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))
 	}
 	if a.Config.AdminAddr != "" {
 		a.admin = server.NewAdmin(server.AdminConfig{Addr: a.Config.AdminAddr, Logger: a.Log})
-		if err := a.admin.Open(ctx); err != nil {
+		if err := a.admin.Start(ctx); err != nil {
 			return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change %s", config.EnvAdminAddr, a.Config.AdminAddr, errors.Unwrap(err), config.EnvAdminAddr)
 		}
 		a.Log.Info().Str("admin_addr", a.admin.Addr()).Msg("admin listener (pprof under /debug/pprof/) is open")
@@ -289,7 +293,7 @@ func (a *App) SeedDemo(ctx context.Context) error {
 }
 
 // Addr returns the address the HTTP server is bound to (with the real port
-// when DROPLINE_ADDR asked for port 0), or the configured one before Run.
+// when DROPLINE_ADDR asked for port 0), or the configured one before Start.
 func (a *App) Addr() string {
 	if a.server == nil {
 		return a.Config.Addr
@@ -307,7 +311,7 @@ func (a *App) AdminAddr() string {
 }
 
 // Done is closed when the HTTP server stops serving on its own (or after
-// Close); main waits on it next to the shutdown signal. Before Run it never
+// Stop); main waits on it next to the shutdown signal. Before Start it never
 // closes.
 func (a *App) Done() <-chan struct{} {
 	if a.server == nil {
@@ -334,33 +338,32 @@ func (a *App) Postgres() *pgxpool.Pool { return a.pool }
 // running server accepts.
 func (a *App) Issuer() *auth.Issuer { return a.issuer }
 
-// Close shuts down in dependency order: stop accepting and drain requests,
-// stop the workers, then close Redis and Postgres. Every step gets a share
-// of ctx's deadline; errors are joined. It is idempotent and safe after a
-// failed Run.
-func (a *App) Close(ctx context.Context) error {
+// Stop shuts down in dependency order: end the live subscriptions, stop
+// accepting and drain requests, stop the workers, then close Redis and
+// Postgres, all within ctx's deadline; errors are joined. It is idempotent
+// and safe after a failed Start.
+func (a *App) Stop(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		var errs []error
-		if a.services.Drain != nil {
-			a.services.Drain()
+		if a.services.Live != nil {
+			if err := a.services.Live.Stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("stopping live subscriptions: %w", err))
+			}
 		}
 		if a.server != nil {
-			if err := a.server.Shutdown(ctx); err != nil {
+			if err := a.server.Stop(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		if a.admin != nil {
-			if err := a.admin.Shutdown(ctx); err != nil {
+			if err := a.admin.Stop(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		if a.stopBackground != nil {
-			if a.services.Stop != nil {
-				if err := a.services.Stop(ctx); err != nil {
-					errs = append(errs, fmt.Errorf("stopping workers: %w", err))
-				}
+		if a.services.Workers != nil {
+			if err := a.services.Workers.Stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("stopping workers: %w", err))
 			}
-			a.stopBackground()
 		}
 		if a.rdb != nil {
 			if err := a.rdb.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {

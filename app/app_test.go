@@ -22,6 +22,7 @@ import (
 	"github.com/dropline/dropline/app"
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/startstop"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/server"
 )
@@ -74,7 +75,27 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestRunServesAndCloses(t *testing.T) {
+// recorder is a stand-in service that notes it was started and stopped.
+type recorder struct {
+	mu               *sync.Mutex
+	started, stopped *bool
+}
+
+func (r *recorder) Start(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.started = true
+	return nil
+}
+
+func (r *recorder) Stop(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.stopped = true
+	return nil
+}
+
+func TestStartServesAndStops(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
 
@@ -95,23 +116,12 @@ func TestRunServesAndCloses(t *testing.T) {
 					authErr := auth.AuthErrorFrom(r.Context())
 					_ = json.NewEncoder(w).Encode(map[string]any{"principal": p.ID, "authError": authErr != nil})
 				})),
-				Checks: []server.Check{{Name: "scripts", Fn: func(context.Context) error { return nil }}},
-				Start: func(ctx context.Context) error {
-					mu.Lock()
-					defer mu.Unlock()
-					started = true
-					return nil
-				},
-				Stop: func(ctx context.Context) error {
-					mu.Lock()
-					defer mu.Unlock()
-					stopped = true
-					return nil
-				},
+				Checks:  []server.Check{{Name: "scripts", Fn: func(context.Context) error { return nil }}},
+				Workers: &recorder{mu: &mu, started: &started, stopped: &stopped},
 			}, nil
 		},
 	}
-	require.NoError(t, a.Run(context.Background()))
+	require.NoError(t, a.Start(context.Background()))
 	base := "http://" + a.Addr()
 	require.NotEqual(t, "127.0.0.1:0", a.Addr())
 
@@ -150,8 +160,8 @@ func TestRunServesAndCloses(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, a.Close(ctx))
-	require.NoError(t, a.Close(ctx), "Close is idempotent")
+	require.NoError(t, a.Stop(ctx))
+	require.NoError(t, a.Stop(ctx), "Stop is idempotent")
 	mu.Lock()
 	require.True(t, started)
 	require.True(t, stopped)
@@ -164,12 +174,86 @@ func TestRunServesAndCloses(t *testing.T) {
 	require.Error(t, err, "the listener is closed")
 }
 
-func TestRunWithoutWiring(t *testing.T) {
+// stream is a stand-in live hub: the GraphQL stand-in below streams until it
+// stops, as a subscription over SSE does.
+type stream struct {
+	startstop.Base
+	order *[]string
+	mu    *sync.Mutex
+}
+
+func (s *stream) Start(ctx context.Context) error {
+	s.Go(ctx, func(ctx context.Context) error {
+		<-ctx.Done()
+		s.mu.Lock()
+		*s.order = append(*s.order, "live stopped")
+		s.mu.Unlock()
+		return nil
+	})
+	return nil
+}
+
+// orderedWorkers notes when it is stopped.
+type orderedWorkers struct {
+	order *[]string
+	mu    *sync.Mutex
+}
+
+func (w orderedWorkers) Start(context.Context) error { return nil }
+func (w orderedWorkers) Stop(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	*w.order = append(*w.order, "workers stopped")
+	return nil
+}
+
+// Stop ends the live streams before the HTTP server drains, so an open
+// stream does not hold the shutdown until its deadline, and stops the
+// workers only after the last request has finished.
+func TestStopEndsStreamsBeforeTheDrainAndWorkersAfter(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	live := &stream{order: &order, mu: &mu}
+	streaming := make(chan struct{})
+	a := app.New(testConfig(t), zerolog.Nop())
+	a.Deps = app.Deps{Build: func(context.Context, app.Infra) (app.Services, error) {
+		return app.Services{
+			GraphQL: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				close(streaming)
+				<-live.Done() // the stream lasts as long as the hub
+				mu.Lock()
+				order = append(order, "stream ended")
+				mu.Unlock()
+			}),
+			Live:    live,
+			Workers: orderedWorkers{order: &order, mu: &mu},
+		}, nil
+	}}
+	require.NoError(t, a.Start(context.Background()))
+	resp, err := http.Post("http://"+a.Addr()+"/graphql", "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	<-streaming
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	began := time.Now()
+	require.NoError(t, a.Stop(ctx))
+	require.Less(t, time.Since(began), 5*time.Second, "the open stream held the shutdown")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"live stopped", "stream ended", "workers stopped"}, order)
+}
+
+func TestStartWithoutWiring(t *testing.T) {
 	t.Parallel()
 	a := app.New(testConfig(t), zerolog.Nop())
 	a.Deps = app.Deps{}
-	require.NoError(t, a.Run(context.Background()))
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 	resp, err := http.Post("http://"+a.Addr()+"/graphql", "application/json", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
@@ -183,8 +267,8 @@ func TestReadyzReportsPendingMigrations(t *testing.T) {
 	t.Parallel()
 	a := app.New(testConfig(t), zerolog.Nop())
 	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 2, nil }}
-	require.NoError(t, a.Run(context.Background()))
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 	code, body := get(t, "http://"+a.Addr()+"/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.JSONEq(t, `{"status":"unavailable","failed":{"migrations":"2 migration(s) pending: run `+"`dropline migrate`"+`"}}`, body)
@@ -210,14 +294,14 @@ func TestMigrateAndSeedCallDeps(t *testing.T) {
 	require.NoError(t, a.SeedDemo(context.Background()))
 	require.True(t, migrated)
 	require.True(t, seeded)
-	require.NoError(t, a.Close(context.Background()))
+	require.NoError(t, a.Stop(context.Background()))
 
 	b := app.New(testConfig(t), zerolog.Nop())
 	b.Deps.Migrate = func(context.Context, *pgxpool.Pool) error { return errors.New("relation exploded") }
 	err := b.Migrate(context.Background())
 	require.ErrorContains(t, err, "migrating postgres://")
 	require.ErrorContains(t, err, "relation exploded")
-	require.NoError(t, b.Close(context.Background()))
+	require.NoError(t, b.Stop(context.Background()))
 }
 
 func TestUnreachableServicesFailWithOneLine(t *testing.T) {
@@ -233,7 +317,7 @@ func TestUnreachableServicesFailWithOneLine(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.DatabaseURL = "postgres://postgres:hunter2@" + closedPort() + "/dropline?sslmode=disable"
 	a := app.New(cfg, zerolog.Nop())
-	err := a.Run(context.Background())
+	err := a.Start(context.Background())
 	require.Error(t, err)
 	msg := err.Error()
 	require.True(t, strings.HasPrefix(msg, "cannot reach PostgreSQL at postgres://postgres:xxxxx@127.0.0.1:"), msg)
@@ -245,7 +329,7 @@ func TestUnreachableServicesFailWithOneLine(t *testing.T) {
 	cfg = testConfig(t)
 	cfg.RedisURL = "redis://" + closedPort() + "/0"
 	a = app.New(cfg, zerolog.Nop())
-	err = a.Run(context.Background())
+	err = a.Start(context.Background())
 	require.Error(t, err)
 	msg = err.Error()
 	require.True(t, strings.HasPrefix(msg, "cannot reach Redis at redis://127.0.0.1:"), msg)
@@ -257,7 +341,7 @@ func TestUnreachableServicesFailWithOneLine(t *testing.T) {
 	require.NoError(t, err)
 	u.Path = "/dropline_app_test_no_such_db"
 	cfg.DatabaseURL = u.String()
-	err = app.New(cfg, zerolog.Nop()).Run(context.Background())
+	err = app.New(cfg, zerolog.Nop()).Start(context.Background())
 	require.ErrorContains(t, err, `database "dropline_app_test_no_such_db" does not exist`)
 }
 
@@ -268,7 +352,7 @@ func TestPortInUse(t *testing.T) {
 	t.Cleanup(func() { _ = ln.Close() })
 	cfg := testConfig(t)
 	cfg.Addr = ln.Addr().String()
-	err = app.New(cfg, zerolog.Nop()).Run(context.Background())
+	err = app.New(cfg, zerolog.Nop()).Start(context.Background())
 	require.ErrorContains(t, err, "cannot listen on DROPLINE_ADDR ("+cfg.Addr+")")
 	require.ErrorContains(t, err, "address already in use")
 }
@@ -287,8 +371,8 @@ func TestReadyzFollowsRedisOutage(t *testing.T) {
 	cfg.RedisURL = "redis://" + p.addr + "/" + strconv.Itoa(opts.Single.DB)
 	a := app.New(cfg, zerolog.Nop())
 	a.Deps = app.Deps{}
-	require.NoError(t, a.Run(context.Background()))
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 	ready := "http://" + a.Addr() + "/readyz"
 
 	code, _ := get(t, ready)
@@ -388,8 +472,8 @@ func TestAdminListenerServesTheProfilerApartFromTheAPI(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 	a := app.New(cfg, zerolog.Nop())
 	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 0, nil }}
-	require.NoError(t, a.Run(context.Background()))
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 
 	admin := a.AdminAddr()
 	require.NotEmpty(t, admin)
@@ -414,7 +498,7 @@ func TestAdminListenerServesTheProfilerApartFromTheAPI(t *testing.T) {
 	code, _ = get(t, "http://"+admin+"/metrics")
 	require.Equal(t, http.StatusNotFound, code)
 
-	require.NoError(t, a.Close(context.Background()))
+	require.NoError(t, a.Stop(context.Background()))
 	resp, err := http.Get("http://" + admin + "/debug/pprof/")
 	if err == nil {
 		resp.Body.Close()
@@ -427,8 +511,8 @@ func TestNoAdminListenerUnlessConfigured(t *testing.T) {
 	cfg := testConfig(t)
 	a := app.New(cfg, zerolog.Nop())
 	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 0, nil }}
-	require.NoError(t, a.Run(context.Background()))
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 	require.Empty(t, a.AdminAddr())
 	code, _ := get(t, "http://"+a.Addr()+"/debug/pprof/")
 	require.NotEqual(t, http.StatusOK, code)

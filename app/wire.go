@@ -60,30 +60,9 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 				MutationBurst: in.Config.MutationBurst,
 			},
 		}),
-		Checks: []server.Check{{Name: "scripts", Fn: engine.Ping}},
-		Start: func(ctx context.Context) error {
-			hub.Start(ctx)
-			return group.Start(ctx)
-		},
-		// The hub stops first: its subscribers' channels close, so every
-		// subscription ends before the workers and the stores go.
-		Stop: func(ctx context.Context) error {
-			stopped := make(chan struct{})
-			go func() {
-				hub.Stop()
-				group.Stop()
-				close(stopped)
-			}()
-			select {
-			case <-stopped:
-				return nil
-			case <-ctx.Done():
-				// The flusher's unacknowledged batch stays pending in Redis
-				// and is applied again by whoever owns its partition next.
-				return fmt.Errorf("stopping the workers: %w", ctx.Err())
-			}
-		},
-		Drain: hub.Stop,
+		Checks:  []server.Check{{Name: "scripts", Fn: engine.Ping}},
+		Live:    hub,
+		Workers: group,
 	}, nil
 }
 

@@ -75,11 +75,11 @@ func setup(b *testing.B) *fixture {
 	a := app.New(cfg, zerolog.Nop())
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()
-	require.NoError(b, a.Run(ctx))
+	require.NoError(b, a.Start(ctx))
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = a.Close(ctx)
+		_ = a.Stop(ctx)
 	})
 	f.app, f.rdb = a, a.Redis()
 	// The engine-level benchmarks call the same Redis and Postgres directly.

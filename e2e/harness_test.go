@@ -46,11 +46,11 @@ func start(t *testing.T) *system {
 
 	a := app.New(cfg, zerolog.Nop())
 	ctx := context.Background()
-	require.NoError(t, a.Run(ctx))
+	require.NoError(t, a.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		require.NoError(t, a.Close(ctx))
+		require.NoError(t, a.Stop(ctx))
 	})
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	require.NoError(t, err)

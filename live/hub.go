@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/dropline/dropline/internal/startstop"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -73,14 +74,18 @@ func (c *HubConfig) setDefaults() {
 const (
 	hubNew = iota
 	hubRunning
-	hubStopped
 )
 
 // Hub fans stock changes out to local subscribers. One hub per process holds
 // one Redis subscription per SKU channel however many clients watch that SKU,
 // coalesces bursts per SKU, and never lets a slow client hold up anyone else.
 // See the package documentation for the design and its limits.
+//
+// Stop (from startstop.Base) ends every subscription (their channels close),
+// drops the Redis subscriptions and waits for the hub's goroutines, at most
+// until its context ends. It is safe to call more than once and before Start.
 type Hub struct {
+	startstop.Base
 	cfg    HubConfig
 	engine *inventory.Engine
 	rdb    redis.UniversalClient
@@ -91,11 +96,9 @@ type Hub struct {
 	mu     sync.Mutex
 	state  int
 	done   <-chan struct{} // closed when the hub stops; nil until Start
-	cancel context.CancelFunc
 	feeds  map[string]*feed
 	resets [inventory.Partitions]bool // shards whose connection must be rebuilt
 	wg     sync.WaitGroup
-	stop   sync.Once
 
 	controlKick chan struct{}
 
@@ -129,36 +132,29 @@ func NewHub(cfg HubConfig, engine *inventory.Engine, rdb redis.UniversalClient, 
 func (h *Hub) Config() HubConfig { return h.cfg }
 
 // Start runs the hub's goroutines until ctx is done or Stop is called.
-// Starting twice, or after Stop, does nothing.
-func (h *Hub) Start(ctx context.Context) {
+// Starting twice, or after the hub stopped, does nothing.
+func (h *Hub) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state != hubNew {
-		return
+		return nil
+	}
+	ctx, finish, ok := h.StartInit(ctx)
+	if !ok {
+		return nil
 	}
 	h.state = hubRunning
-	ctx, h.cancel = context.WithCancel(ctx)
 	h.done = ctx.Done()
 	h.wg.Add(3)
 	go h.runControl(ctx)
 	go h.runFlusher(ctx)
 	go h.runResync(ctx)
-}
-
-// Stop ends every subscription (their channels close), drops the Redis
-// subscriptions and waits for the hub's goroutines. It is safe to call more
-// than once and before Start.
-func (h *Hub) Stop() {
-	h.stop.Do(func() {
-		h.mu.Lock()
-		h.state = hubStopped
-		cancel := h.cancel
-		h.mu.Unlock()
-		if cancel != nil {
-			cancel()
-		}
-		h.wg.Wait()
-	})
+	go func() {
+		<-ctx.Done()
+		h.wg.Wait() // the loops and every subscriber
+		finish(nil)
+	}()
+	return nil
 }
 
 // Subscribe watches the stock of skus. The channel first carries the current

@@ -52,8 +52,8 @@ func setup(t testing.TB, rdb redis.UniversalClient, prefix string, cfg live.HubC
 		leaks: goleak.IgnoreCurrent()}
 	b.hub = live.NewHub(cfg, e, rdb, zerolog.Nop(), b.reg)
 	b.cfg = b.hub.Config()
-	b.hub.Start(ctx)
-	t.Cleanup(b.hub.Stop)
+	require.NoError(t, b.hub.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, b.hub.Stop(context.Background())) })
 	return b
 }
 
@@ -243,8 +243,8 @@ func TestSubscribeValidates(t *testing.T) {
 	for range ch {
 	}
 
-	b.hub.Stop()
-	b.hub.Stop()
+	require.NoError(t, b.hub.Stop(b.ctx))
+	require.NoError(t, b.hub.Stop(b.ctx), "stopping twice does nothing")
 	_, err = b.hub.Subscribe(b.ctx, []string{"A"})
 	require.ErrorIs(t, err, live.ErrNotRunning)
 	goleak.VerifyNone(t, b.leaks)
@@ -419,7 +419,7 @@ func TestSubscribeCyclesLeaveNothing(t *testing.T) {
 			waitFor(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= baseline },
 				"goroutines: %d, baseline %d", runtime.NumGoroutine(), baseline)
 
-			b.hub.Stop()
+			require.NoError(t, b.hub.Stop(b.ctx))
 			goleak.VerifyNone(t, b.leaks)
 		})
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/internal/startstop"
 )
 
 // AdminConfig is what NewAdmin needs.
@@ -28,15 +30,17 @@ type AdminConfig struct {
 // so that the profiler is never reachable through the public port, whatever
 // a proxy in front forwards, and so that it can stay on loopback while the
 // API listens everywhere. It serves its own mux, not http.DefaultServeMux.
+//
+// It is a startstop.Service: Start binds and serves, Stop (from
+// startstop.Base) waits for running requests until its context ends (a
+// profile in progress is then cut).
 type AdminServer struct {
+	startstop.Base
 	cfg  AdminConfig
 	http *http.Server
 
-	mu   sync.Mutex
-	ln   net.Listener
-	done chan struct{}
-	once sync.Once
-	err  error
+	mu sync.Mutex
+	ln net.Listener
 }
 
 // NewAdmin builds the admin server. It does not listen yet.
@@ -56,17 +60,16 @@ func NewAdmin(cfg AdminConfig) *AdminServer {
 			// as its ?seconds= asks.
 			ErrorLog: log.New(httpErrorLog{cfg.Logger}, "", 0),
 		},
-		done: make(chan struct{}),
 	}
 }
 
-// Open binds Config.Addr and serves in the background; it returns once the
-// listener is bound.
-func (a *AdminServer) Open(ctx context.Context) error {
+// Start binds Config.Addr and serves in the background until Stop; it
+// returns once the listener is bound. A second Start is refused.
+func (a *AdminServer) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ln != nil {
-		return errors.New("admin server already open")
+		return errors.New("admin server already started")
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", a.cfg.Addr)
@@ -74,14 +77,13 @@ func (a *AdminServer) Open(ctx context.Context) error {
 		return fmt.Errorf("listening on %s: %w", a.cfg.Addr, err)
 	}
 	a.ln = ln
-	go func() {
-		_ = a.http.Serve(ln)
-		close(a.done)
-	}()
+	a.Go(context.WithoutCancel(ctx), func(ctx context.Context) error {
+		return serveHTTP(ctx, a.http, ln, "admin server", func() {})
+	})
 	return nil
 }
 
-// Addr returns the bound address once Open succeeded, or the configured one.
+// Addr returns the bound address once Start succeeded, or the configured one.
 func (a *AdminServer) Addr() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -89,22 +91,4 @@ func (a *AdminServer) Addr() string {
 		return a.ln.Addr().String()
 	}
 	return a.cfg.Addr
-}
-
-// Shutdown stops the listener, waiting for running requests until ctx ends
-// (a profile in progress is then cut). Idempotent; safe if never opened.
-func (a *AdminServer) Shutdown(ctx context.Context) error {
-	a.once.Do(func() {
-		a.mu.Lock()
-		opened := a.ln != nil
-		a.mu.Unlock()
-		if err := a.http.Shutdown(ctx); err != nil {
-			_ = a.http.Close()
-			a.err = fmt.Errorf("shutting down the admin server: %w", err)
-		}
-		if opened {
-			<-a.done
-		}
-	})
-	return a.err
 }

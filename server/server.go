@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/internal/clientaddr"
+	"github.com/dropline/dropline/internal/startstop"
 )
 
 // Defaults for the zero values of Config.
@@ -113,33 +114,32 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Server is the HTTP server. Build it with New, start it with Open, stop it
-// with Shutdown; the caller bounds the shutdown with the context it passes.
+// Server is the HTTP server, a startstop.Service. Build it with New, start
+// it with Start, stop it with Stop (from startstop.Base); the caller bounds
+// the shutdown with the context it passes to Stop. Done and Err (also from
+// startstop.Base) tell when and why it stopped serving on its own.
 type Server struct {
+	startstop.Base
 	cfg     Config
 	log     zerolog.Logger
 	handler http.Handler
 	http    *http.Server
 
 	// baseCtx is the parent of every request context. It is cancelled after
-	// Shutdown has drained ordinary requests, which ends hijacked
-	// connections (GraphQL subscriptions over websockets) that
-	// http.Server.Shutdown does not wait for.
+	// Stop has drained ordinary requests, which ends hijacked connections
+	// (GraphQL subscriptions over websockets) that http.Server.Shutdown does
+	// not wait for.
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
 
-	mu       sync.Mutex
-	ln       net.Listener
-	done     chan struct{}
-	serveErr error
-	shutOnce sync.Once
-	shutErr  error
+	mu sync.Mutex
+	ln net.Listener
 }
 
 // New builds the Server and its handler. It does not listen yet.
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger}
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.handler = s.routes()
 	s.http = &http.Server{
@@ -157,14 +157,15 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// Open binds Config.Addr and serves in the background. It returns once the
-// listener is bound, so Addr is valid as soon as Open returns; a bind
-// failure (port in use) is returned here. ctx bounds the bind only.
-func (s *Server) Open(ctx context.Context) error {
+// Start binds Config.Addr and serves in the background. It returns once the
+// listener is bound, so Addr is valid as soon as Start returns; a bind
+// failure (port in use) is returned here. ctx bounds the bind only: the
+// server serves until Stop. A server starts once; a second Start is refused.
+func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ln != nil {
-		return errors.New("server already open")
+		return errors.New("server already started")
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
@@ -172,19 +173,45 @@ func (s *Server) Open(ctx context.Context) error {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
 	}
 	s.ln = ln
-	go func() {
-		err := s.http.Serve(ln)
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.mu.Lock()
-			s.serveErr = fmt.Errorf("serving HTTP on %s: %w", ln.Addr(), err)
-			s.mu.Unlock()
-		}
-		close(s.done)
-	}()
+	s.Go(context.WithoutCancel(ctx), s.serve)
 	return nil
 }
 
-// Addr returns the bound address ("127.0.0.1:41234") once Open succeeded,
+// serve serves until Stop, then stops accepting connections, waits for
+// in-flight requests until the context of Stop ends, closes whatever is left
+// and cancels the context of hijacked (websocket) connections. When serving
+// fails on its own, every connection is closed and the failure returned
+// (Err).
+func (s *Server) serve(ctx context.Context) error {
+	return serveHTTP(ctx, s.http, s.ln, "HTTP server", s.cancelBase)
+}
+
+// serveHTTP is the run of a listener's service: it serves ln with srv until
+// ctx ends, then shuts srv down within startstop.StopContext (closing what is
+// left when that ends first) and calls drained. A failure of Serve closes
+// every connection and is returned.
+func serveHTTP(ctx context.Context, srv *http.Server, ln net.Listener, name string, drained func()) error {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		_ = srv.Close()
+		drained()
+		return fmt.Errorf("serving the %s on %s: %w", name, ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	err := srv.Shutdown(startstop.StopContext(ctx))
+	drained()
+	if err != nil {
+		// The deadline passed with requests still running: cut them.
+		_ = srv.Close()
+		err = fmt.Errorf("shutting down the %s: %w", name, err)
+	}
+	<-served //nolint:errcheck // ErrServerClosed, after Shutdown or Close
+	return err
+}
+
+// Addr returns the bound address ("127.0.0.1:41234") once Start succeeded,
 // or the configured one before.
 func (s *Server) Addr() string {
 	s.mu.Lock()
@@ -193,41 +220,6 @@ func (s *Server) Addr() string {
 		return s.ln.Addr().String()
 	}
 	return s.cfg.Addr
-}
-
-// Done is closed when the server stops serving, after Shutdown or because
-// serving failed; Err tells which.
-func (s *Server) Done() <-chan struct{} { return s.done }
-
-// Err returns why serving stopped unexpectedly, or nil.
-func (s *Server) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.serveErr
-}
-
-// Shutdown stops accepting connections, waits for in-flight requests until
-// ctx ends, then closes whatever is left and cancels the context of
-// hijacked (websocket) connections. It is idempotent and safe to call on a
-// server that was never opened.
-func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutOnce.Do(func() {
-		s.mu.Lock()
-		opened := s.ln != nil
-		s.mu.Unlock()
-
-		err := s.http.Shutdown(ctx)
-		s.cancelBase()
-		if err != nil {
-			// The deadline passed with requests still running: cut them.
-			_ = s.http.Close()
-			s.shutErr = fmt.Errorf("shutting down HTTP server: %w", err)
-		}
-		if opened {
-			<-s.done
-		}
-	})
-	return s.shutErr
 }
 
 // httpErrorLog sends net/http's internal messages (TLS handshake errors,

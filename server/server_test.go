@@ -99,11 +99,11 @@ func setup(t *testing.T, mutate func(*server.Config)) bundle {
 	}
 	cfg.Addr = "127.0.0.1:0"
 	s := server.New(cfg)
-	require.NoError(t, s.Open(context.Background()))
+	require.NoError(t, s.Start(context.Background()))
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() {
 		client.CloseIdleConnections()
-		require.NoError(t, s.Shutdown(context.Background()))
+		require.NoError(t, s.Stop(context.Background()))
 	})
 	return bundle{url: "http://" + s.Addr(), client: client, logs: logs, reg: reg}
 }
@@ -333,7 +333,7 @@ func TestMetrics(t *testing.T) {
 	require.NotPanics(t, func() { server.New(server.Config{Registry: b.reg}) })
 }
 
-func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
+func TestStartPortZeroAndGracefulStop(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{})
 	finish := make(chan struct{})
@@ -345,10 +345,10 @@ func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
 			_, _ = w.Write([]byte("done"))
 		}),
 	})
-	require.NoError(t, s.Open(context.Background()))
+	require.NoError(t, s.Start(context.Background()))
 	addr := s.Addr()
 	require.NotEqual(t, "127.0.0.1:0", addr)
-	require.Error(t, s.Open(context.Background()), "opening twice is refused")
+	require.Error(t, s.Start(context.Background()), "starting twice is refused")
 
 	type result struct {
 		body string
@@ -368,9 +368,9 @@ func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
 	<-started
 
 	shutdownDone := make(chan error, 1)
-	go func() { shutdownDone <- s.Shutdown(context.Background()) }()
+	go func() { shutdownDone <- s.Stop(context.Background()) }()
 
-	// Shutdown waits for the in-flight request...
+	// Stop waits for the in-flight request...
 	select {
 	case <-shutdownDone:
 		t.Fatal("shutdown returned before the in-flight request finished")
@@ -392,10 +392,10 @@ func TestOpenPortZeroAndGracefulShutdown(t *testing.T) {
 	require.NoError(t, <-shutdownDone)
 	<-s.Done()
 	require.NoError(t, s.Err())
-	require.NoError(t, s.Shutdown(context.Background()), "shutdown is idempotent")
+	require.NoError(t, s.Stop(context.Background()), "stopping twice does nothing")
 }
 
-func TestShutdownDeadlineCutsStuckRequests(t *testing.T) {
+func TestStopDeadlineCutsStuckRequests(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{})
 	s := server.New(server.Config{
@@ -405,7 +405,7 @@ func TestShutdownDeadlineCutsStuckRequests(t *testing.T) {
 			<-r.Context().Done() // a handler that only stops when told
 		}),
 	})
-	require.NoError(t, s.Open(context.Background()))
+	require.NoError(t, s.Start(context.Background()))
 	go func() {
 		resp, err := http.Post("http://"+s.Addr()+"/graphql", "application/json", strings.NewReader("{}"))
 		if err == nil {
@@ -415,18 +415,18 @@ func TestShutdownDeadlineCutsStuckRequests(t *testing.T) {
 	<-started
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err := s.Shutdown(ctx)
+	err := s.Stop(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
-func TestOpenPortInUse(t *testing.T) {
+func TestStartPortInUse(t *testing.T) {
 	t.Parallel()
-	// A port in use fails at Open with the address in the message.
+	// A port in use fails at Start with the address in the message.
 	s3 := server.New(server.Config{Addr: "127.0.0.1:0"})
-	require.NoError(t, s3.Open(context.Background()))
-	t.Cleanup(func() { _ = s3.Shutdown(context.Background()) })
+	require.NoError(t, s3.Start(context.Background()))
+	t.Cleanup(func() { _ = s3.Stop(context.Background()) })
 	s2 := server.New(server.Config{Addr: s3.Addr()})
-	err := s2.Open(context.Background())
+	err := s2.Start(context.Background())
 	require.ErrorContains(t, err, "listening on "+s3.Addr())
 }
 

@@ -105,14 +105,8 @@ func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, r
 			Help: "Holds the ledger had as HELD past their expiry that Redis did not have, closed as EXPIRED.",
 		})),
 	}
-	w.service = newService("commit_reconciler", cfg.Options, log, reg, w.run)
+	w.service = newService("commit_reconciler", cfg.Options, log, reg, w.leases, w.run)
 	return w
-}
-
-// Stop stops the reconciler, waits for it, and releases its leases.
-func (w *CommitReconciler) Stop() {
-	w.service.Stop()
-	w.leases.releaseAll(context.Background())
 }
 
 func (w *CommitReconciler) run(ctx context.Context) error {

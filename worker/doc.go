@@ -24,9 +24,9 @@
 //
 // # Lifecycle
 //
-// Each worker has a Config, a NewX constructor, Start(ctx) and an idempotent
-// Stop() that waits (river's startstop). Its loop is a ticker and
-// ctx.Done(); every Redis or Postgres call runs under its own StepTimeout. A
+// Each worker has a Config, a NewX constructor, and is a startstop.Service:
+// Start(ctx), and an idempotent Stop(ctx) that waits at most until ctx ends.
+// Its loop is a ticker and ctx.Done(); every Redis or Postgres call runs under its own StepTimeout. A
 // step that fails on one partition (or, for the rebuilder, one SKU) is
 // logged, counted in dropline_worker_partition_failures_total and retried
 // after its own doubling backoff (MinRestartBackoff to MaxRestartBackoff),
@@ -55,8 +55,10 @@
 // its last successful renewal, before anybody else can acquire. Each process
 // keeps about Partitions/n leases of each kind (n live members), handing the
 // surplus over; a partition nobody takes is taken back after a few checks.
-// A clean Stop releases the leases, so the others take over at once; a
-// crashed process's leases expire after LeaseTTL. Expiry alone cannot wait
+// A clean Stop releases the leases (the supervisor of the loop that took
+// them does, once the loop has returned), so the others take over at once; a
+// crashed process's leases, or those of a worker whose context ended without
+// a Stop, expire after LeaseTTL. Expiry alone cannot wait
 // that long: every sweeper also checks the oldest hold of the partitions it
 // does not hold (one ZRANGE per partition, every 250 ms) and sweeps, without
 // the lease, those more than 250 ms overdue.

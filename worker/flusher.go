@@ -82,15 +82,8 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 		refusals: map[string]int{},
 		m:        newFlusherMetrics(reg),
 	}
-	f.service = newService("flusher", cfg.Options, log, reg, f.run)
+	f.service = newService("flusher", cfg.Options, log, reg, f.leases, f.run)
 	return f
-}
-
-// Stop stops reading, applies and acknowledges what was read, flushes what
-// is left for up to DrainTimeout, and releases the leases.
-func (f *Flusher) Stop() {
-	f.service.Stop()
-	f.leases.releaseAll(context.Background())
 }
 
 // run runs the lease keeper and the loop. The loop stops on a stop or a

@@ -57,11 +57,13 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 		}
 		return nil
 	}
-	require.NoError(t, doomed.Start(b.ctx))
+	dctx, crash := context.WithCancelCause(b.ctx)
+	require.NoError(t, doomed.Start(dctx))
 	<-killed
 	// The process is gone: its loop stops, its leases are not released and
 	// its second batch is in Postgres but pending in Redis.
-	doomed.service.Stop()
+	crash(errCrashed)
+	stop(t, doomed)
 	pending, err := b.rdb.XPending(b.ctx, b.engine.Keys().Outbox(p), "dropline").Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(100), pending.Consumers["doomed"], "the killed batch is pending on the dead consumer")
@@ -75,7 +77,7 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 		ClaimIdle: time.Second, ClaimInterval: 100 * time.Millisecond},
 		b.engine, b.rdb, b.log.With().Str("flusher", "heir").Logger(), prometheus.NewRegistry())
 	require.NoError(t, heir.Start(b.ctx))
-	t.Cleanup(heir.Stop)
+	t.Cleanup(func() { stop(t, heir) })
 	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the heir drains the outbox")
 
 	total, distinct, byKind := b.movements(t)
@@ -92,7 +94,7 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, generated, inLedger, "every generated event, and nothing else")
 	b.requireLedgerMatchesRedis(t, "KILL-1", tokens)
-	doomed.Stop() // idempotent; releases nothing it no longer holds
+	stop(t, doomed) // idempotent; releases nothing it no longer holds
 }
 
 // A flusher stopped gracefully applies and acknowledges what it has read,
@@ -107,7 +109,7 @@ func TestFlusherStopDrains(t *testing.T) {
 	require.NoError(t, f.Start(ctx))
 	eventually(t, 5*time.Second, func() bool { return len(f.leases.Owned()) == inventory.Partitions }, "the flusher owns every partition")
 	tokens := b.reserveMany(t, "DRAIN-1", 1500, time.Hour)
-	f.Stop()
+	stop(t, f)
 	require.True(t, b.drained(t), "Stop returned with events still pending or unread")
 	_, _, byKind := b.movements(t)
 	require.Equal(t, len(tokens), byKind["reserve"])
@@ -139,7 +141,7 @@ func TestFlusherStopDrainsPastTheLeaseWindow(t *testing.T) {
 	require.NoError(t, f.Start(ctx))
 	<-inBatch
 	cancel()
-	f.Stop()
+	stop(t, f)
 	require.True(t, b.drained(t), "Stop returned with events still pending or unread")
 	_, _, byKind := b.movements(t)
 	require.Equal(t, len(tokens), byKind["reserve"])
@@ -172,7 +174,7 @@ func TestFlusherStopRetriesABackedOffPartition(t *testing.T) {
 	require.NoError(t, f.Start(ctx))
 	<-inBatch
 	cancel()
-	f.Stop()
+	stop(t, f)
 	require.True(t, b.drained(t), "Stop returned with events still pending or unread")
 	_, _, byKind := b.movements(t)
 	require.Equal(t, len(tokens), byKind["reserve"])

@@ -3,12 +3,12 @@ package worker
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/dropline/dropline/internal/startstop"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -34,9 +34,6 @@ type Group struct {
 	Flusher    *Flusher
 	Reconciler *CommitReconciler
 	Rebuilder  *Rebuilder
-
-	mu      sync.Mutex
-	started bool
 }
 
 // NewGroup builds the group. One Owner is chosen for the process (unless
@@ -57,52 +54,32 @@ func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClie
 	}
 }
 
-type startStopper interface {
-	Start(context.Context) error
-	Stop()
-}
-
 // workers in start order: the flusher first, so no event waits; the
 // rebuilder before the workers that act on holds.
-func (g *Group) workers() []startStopper {
-	return []startStopper{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper}
+func (g *Group) workers() []startstop.Service {
+	return []startstop.Service{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper}
 }
 
-// Start starts every worker. The workers stop when ctx is cancelled, but only
-// Stop waits for them and runs the flusher's final drain; call Stop on
-// shutdown. Starting a started group does nothing.
+// Start starts every worker; when one fails to start, the ones started are
+// stopped again. The workers run until Stop. If ctx ends first, they stop as
+// a crashed process would: without releasing their leases (the flusher still
+// drains). Starting a started group does nothing.
 func (g *Group) Start(ctx context.Context) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.started {
-		return nil
+	if err := startstop.StartAll(ctx, g.workers()...); err != nil {
+		return fmt.Errorf("starting the worker group: %w", err)
 	}
-	ws := g.workers()
-	for i, w := range ws {
-		if err := w.Start(ctx); err != nil {
-			for j := i - 1; j >= 0; j-- {
-				ws[j].Stop()
-			}
-			return fmt.Errorf("starting the worker group: %w", err)
-		}
-	}
-	g.started = true
 	return nil
 }
 
-// Stop stops the workers in reverse order and waits for each: the flusher
-// last, after applying and acknowledging what it has read and draining what
-// is left (up to its DrainTimeout). Leases are released so other processes
-// take over at once. Stop is idempotent.
-func (g *Group) Stop() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.started {
-		return
+// Stop stops the workers in reverse order and waits for each, at most until
+// ctx ends: the flusher last, after applying and acknowledging what it has
+// read and draining what is left (up to its DrainTimeout). Leases are
+// released so other processes take over at once. Stop is idempotent.
+func (g *Group) Stop(ctx context.Context) error {
+	if err := startstop.StopAll(ctx, g.workers()...); err != nil {
+		// The flusher's unacknowledged batch stays pending in Redis and is
+		// applied again by whoever owns its partition next.
+		return fmt.Errorf("stopping the worker group: %w", err)
 	}
-	ws := g.workers()
-	for i := len(ws) - 1; i >= 0; i-- {
-		ws[i].Stop()
-	}
-	g.started = false
+	return nil
 }

@@ -88,7 +88,7 @@ func TestTwoGroupsShareTheWorkWithoutDoingItTwice(t *testing.T) {
 	require.Equal(t, float64(len(tokens)), expiredA+expiredB, "a hold released twice, or not at all")
 
 	// Group a shuts down: b takes everything over at once (a released its leases).
-	ga.Stop()
+	stop(t, ga)
 	eventually(t, 5*time.Second, func() bool { return len(gb.Sweeper.leases.Owned()) == inventory.Partitions },
 		"b owns every partition after a stops")
 	round()

@@ -105,15 +105,8 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 			Help: "Sweeps of a partition this process does not hold the lease of, because its oldest hold was more than LateAfter past due (its owner died or stalled).",
 		})),
 	}
-	w.service = newService("hold_sweeper", cfg.Options, log, reg, w.run)
+	w.service = newService("hold_sweeper", cfg.Options, log, reg, w.leases, w.run)
 	return w
-}
-
-// Stop stops the sweeper, waits for it, and releases its partition leases so
-// another process takes over at once.
-func (w *HoldSweeper) Stop() {
-	w.service.Stop()
-	w.leases.releaseAll(context.Background())
 }
 
 func (w *HoldSweeper) run(ctx context.Context) error {

@@ -10,15 +10,6 @@ import (
 	"github.com/dropline/dropline/inventory"
 )
 
-// kill stops a group's loops the way a SIGKILL would: nothing is released,
-// its leases stay in Redis until they expire, its pending events stay
-// pending.
-func (g *Group) kill() {
-	for _, w := range []*service{g.Sweeper.service, g.Flusher.service, g.Reconciler.service, g.Rebuilder.service} {
-		w.Stop()
-	}
-}
-
 // Two processes split the partitions; the one holding half of the sweeper
 // leases dies just before the holds in its partitions fall due. Its leases
 // last 10 s, yet every hold in every partition is released within a second
@@ -49,7 +40,7 @@ func TestHoldsExpireOnTimeAfterTheirSweeperDied(t *testing.T) {
 		tokens[s] = b.reserveMany(t, s, perSKU, 2*time.Second)
 	}
 	require.Less(t, time.Since(began), 1500*time.Millisecond, "the holds were made well before the first falls due")
-	ga.kill()
+	ga.kill(t)
 	killedAt := time.Now()
 
 	keys := b.engine.Keys()

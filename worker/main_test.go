@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dropline/dropline/internal/startstop"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
@@ -74,14 +75,42 @@ func fastConfig(owner string) GroupConfig {
 	}
 }
 
+// errCrashed ends the context of a process a test kills.
+var errCrashed = errors.New("the process crashed")
+
+// testGroup is a started group that the test can also kill.
+type testGroup struct {
+	*Group
+	crash context.CancelCauseFunc
+}
+
+// kill stops the group's loops the way a SIGKILL would: its context ends
+// without a stop, so nothing is released; its leases stay in Redis until
+// they expire, its pending events stay pending.
+func (g *testGroup) kill(t *testing.T) {
+	t.Helper()
+	g.crash(errCrashed)
+	stop(t, g.Group)
+}
+
 // startGroup starts a group and stops it when the test ends.
-func (b *bundle) startGroup(t *testing.T, cfg GroupConfig) (*Group, *prometheus.Registry) {
+func (b *bundle) startGroup(t *testing.T, cfg GroupConfig) (*testGroup, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	g := NewGroup(cfg, b.engine, b.rdb, b.log.With().Str("group", cfg.Owner).Logger(), reg)
-	require.NoError(t, g.Start(b.ctx))
-	t.Cleanup(g.Stop)
-	return g, reg
+	ctx, crash := context.WithCancelCause(b.ctx)
+	t.Cleanup(func() { crash(nil) })
+	require.NoError(t, g.Start(ctx))
+	t.Cleanup(func() { stop(t, g) })
+	return &testGroup{Group: g, crash: crash}, reg
+}
+
+// stop stops a service and waits for it (for a minute at most).
+func stop(t *testing.T, s startstop.Service) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.Stop(ctx))
 }
 
 func (b *bundle) product(t *testing.T, sku string, stock int) {

@@ -107,7 +107,7 @@ func TestOneFailingSKUDoesNotStopTheRebuild(t *testing.T) {
 	require.NoError(t, err)
 	first, _ := b.startGroup(t, fastConfig("first"))
 	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the hold reaches Postgres")
-	first.Stop()
+	stop(t, first)
 
 	var idem string
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT idempotency_hash FROM reservations WHERE sku = $1`, bad).Scan(&idem))

@@ -62,7 +62,7 @@ func TestProductChangesMissedByRedisConverge(t *testing.T) {
 	w := NewCommitReconciler(CommitReconcilerConfig{Options: opts, Interval: interval}, b.engine, rdb, b.log, reg)
 	began := time.Now()
 	require.NoError(t, w.Start(b.ctx))
-	t.Cleanup(w.Stop)
+	t.Cleanup(func() { stop(t, w) })
 	// Bound: the lease is taken at the first check, then one pass.
 	bound := opts.LeaseCheck + 2*interval + time.Second
 	wait, cancelWait := context.WithTimeout(b.ctx, bound)

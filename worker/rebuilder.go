@@ -89,7 +89,7 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 		})),
 		failures: partitionFailuresVec(reg).WithLabelValues("rebuilder"),
 	}
-	w.service = newService("rebuilder", cfg.Options, log, reg, w.run)
+	w.service = newService("rebuilder", cfg.Options, log, reg, nil, w.run)
 	return w
 }
 

@@ -93,7 +93,7 @@ func TestFlusherTellsARebuiltSKUWhatTheLedgerSays(t *testing.T) {
 		}
 	}
 	require.NoError(t, f.Start(b.ctx))
-	t.Cleanup(f.Stop)
+	t.Cleanup(func() { stop(t, f) })
 	eventually(t, 10*time.Second, func() bool { return metric(t, reg, "dropline_writebehind_holds_reconciled_total") == 2 },
 		"the flusher reconciled both holds")
 	require.Equal(t, "CANCELLED", b.holdStatus(t, sku, a.Token))

@@ -6,77 +6,69 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/internal/startstop"
 )
 
-// service is the start/stop machinery every worker embeds (river's
-// startstop): Start launches one supervised goroutine, Stop cancels it and
-// waits, and both are idempotent. The supervisor restarts the worker's loop
-// when it returns an error or panics, after a doubling, jittered backoff, and
-// says so in the log and in dropline_worker_restarts_total.
+// service is the start/stop machinery every worker embeds: startstop.Base
+// gives it Stop (cancel with the cause startstop.ErrStop, then wait), and
+// Start launches one supervised goroutine. Both are idempotent. The
+// supervisor restarts the worker's loop when it returns an error or panics,
+// after a doubling, jittered backoff, and says so in the log and in
+// dropline_worker_restarts_total.
 type service struct {
+	startstop.Base
 	name     string
 	opts     Options
 	log      zerolog.Logger
 	run      func(ctx context.Context) error
+	leases   *leaseSet // the loop's partition leases; nil when it has none
 	restarts prometheus.Counter
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
-func newService(name string, opts Options, log zerolog.Logger, reg prometheus.Registerer, run func(context.Context) error) *service {
+func newService(name string, opts Options, log zerolog.Logger, reg prometheus.Registerer, leases *leaseSet, run func(context.Context) error) *service {
 	return &service{
-		name: name, opts: opts, log: log.With().Str("worker", name).Logger(), run: run,
+		name: name, opts: opts, log: log.With().Str("worker", name).Logger(), run: run, leases: leases,
 		restarts: restartsVec(reg).WithLabelValues(name),
 	}
 }
 
 // Start launches the loop. Calling Start on a running worker does nothing.
-// The loop stops when ctx is cancelled or Stop is called.
+// The loop stops when Stop is called or ctx ends; only Stop counts as a
+// clean stop (the loop then releases its leases), an ended ctx is treated
+// like a crash.
 func (s *service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		return nil
-	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("starting %s: %w", s.name, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	s.cancel, s.done = cancel, done
-	go s.supervise(ctx, done)
+	s.Go(ctx, s.supervise)
 	return nil
 }
 
-// Stop cancels the loop and waits for it to return. It is safe to call more
-// than once and on a worker that never started.
-func (s *service) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return
+// supervise runs the loop until the service's context ends, restarting it
+// after a failure. The partition leases the loop took are released here when
+// it ends on a stop (after the flusher's final drain, which the loop runs),
+// so other processes take the partitions over at once instead of after a
+// TTL; when the context ended otherwise, as a crash would end it, they are
+// left to lapse.
+func (s *service) supervise(ctx context.Context) error {
+	if s.leases != nil {
+		defer func() {
+			if startstop.Stopped(ctx) {
+				s.leases.releaseAll(context.WithoutCancel(ctx))
+			}
+		}()
 	}
-	cancel()
-	<-done
-}
-
-func (s *service) supervise(ctx context.Context, done chan struct{}) {
-	defer close(done)
 	failures := 0
 	for {
 		began := time.Now()
 		err := s.safeRun(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if err == nil {
 			err = errors.New("loop returned before it was stopped")
@@ -93,7 +85,7 @@ func (s *service) supervise(ctx context.Context, done chan struct{}) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 	}

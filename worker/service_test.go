@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/inventory"
 )
 
 // A loop that panics, then fails, is restarted each time with a backoff, and
@@ -20,7 +22,7 @@ func TestServiceRestartsAFailedLoop(t *testing.T) {
 	var runs atomic.Int32
 	steady := make(chan struct{})
 	s := newService("flaky", Options{MinRestartBackoff: 10 * time.Millisecond, MaxRestartBackoff: 20 * time.Millisecond},
-		zerolog.New(zerolog.NewTestWriter(t)), reg, func(ctx context.Context) error {
+		zerolog.New(zerolog.NewTestWriter(t)), reg, nil, func(ctx context.Context) error {
 			switch runs.Add(1) {
 			case 1:
 				panic("boom")
@@ -41,8 +43,8 @@ func TestServiceRestartsAFailedLoop(t *testing.T) {
 		t.Fatal("the loop was not restarted")
 	}
 	require.Equal(t, 3.0, metric(t, reg, "dropline_worker_restarts_total"))
-	s.Stop()
-	s.Stop()
+	stop(t, s)
+	stop(t, s)
 	require.Equal(t, int32(4), runs.Load())
 }
 
@@ -50,4 +52,44 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 	require.InDelta(t, float64(100*time.Millisecond), float64(backoff(100*time.Millisecond, time.Second, 0)), float64(21*time.Millisecond))
 	require.InDelta(t, float64(400*time.Millisecond), float64(backoff(100*time.Millisecond, time.Second, 2)), float64(81*time.Millisecond))
 	require.LessOrEqual(t, backoff(100*time.Millisecond, time.Second, 50), time.Second)
+}
+
+// A stopped worker's loop releases the partition leases it took, so another
+// process takes over at once; a worker whose context ends without a stop
+// (a crash) leaves them to lapse.
+func TestLeasesAreReleasedOnAStopAndKeptOnACrash(t *testing.T) {
+	b := setup(t)
+	k := newKeys(b.engine.Keys())
+	leaseKeys := func() int {
+		n := 0
+		for p := range inventory.Partitions {
+			owner, err := b.rdb.Get(b.ctx, k.lease(p, "reconciler")).Result()
+			if err == nil && owner != "" {
+				n++
+			}
+		}
+		return n
+	}
+	start := func(ctx context.Context, owner string) *CommitReconciler {
+		w := NewCommitReconciler(CommitReconcilerConfig{Options: fastConfig(owner).Options}, b.engine, b.rdb, b.log, prometheus.NewRegistry())
+		require.NoError(t, w.Start(ctx))
+		eventually(t, 5*time.Second, func() bool { return len(w.leases.Owned()) == inventory.Partitions }, "%s owns every partition", owner)
+		return w
+	}
+
+	crashCtx, crash := context.WithCancelCause(b.ctx)
+	crashed := start(crashCtx, "crashed")
+	crash(errCrashed)
+	stop(t, crashed)
+	require.Equal(t, inventory.Partitions, leaseKeys(), "a crashed loop releases nothing")
+	for p := range inventory.Partitions {
+		require.NoError(t, b.rdb.Del(b.ctx, k.lease(p, "reconciler")).Err())
+	}
+
+	stopped := start(b.ctx, "stopped")
+	stop(t, stopped)
+	require.Zero(t, leaseKeys(), "a stopped loop released every lease it took")
+	members, err := b.rdb.ZRange(b.ctx, k.members("reconciler"), 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{"crashed"}, members, "the stopped one left the members, the crashed one lapses")
 }

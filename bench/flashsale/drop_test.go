@@ -37,11 +37,11 @@ func startApp(t *testing.T, databaseURL, prefix string) *app.App {
 	a := app.New(cfg, zerolog.Nop())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, a.Run(ctx))
+	require.NoError(t, a.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		require.NoError(t, a.Close(ctx))
+		require.NoError(t, a.Stop(ctx))
 	})
 	return a
 }

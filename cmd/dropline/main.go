@@ -188,7 +188,7 @@ func (e env) serve(ctx context.Context, args []string) error {
 	app.WarnIfDevSecret(cfg, log)
 
 	a := app.New(cfg, log)
-	if err := a.Run(ctx); err != nil {
+	if err := a.Start(ctx); err != nil {
 		return err
 	}
 
@@ -205,7 +205,7 @@ func (e env) serve(ctx context.Context, args []string) error {
 	// Shutdown gets its own deadline: ctx is already cancelled by the signal.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	closeErr := a.Close(sctx)
+	closeErr := a.Stop(sctx)
 	if failed != nil {
 		return failed
 	}
@@ -255,7 +255,7 @@ func (e env) logger(cfg config.Config) zerolog.Logger {
 func closeAfter(ctx context.Context, a *app.App, err error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.Config.ShutdownTimeout)
 	defer cancel()
-	closeErr := a.Close(ctx)
+	closeErr := a.Stop(ctx)
 	if err != nil {
 		return err
 	}

@@ -37,8 +37,8 @@ func setupLive(t *testing.T, hc live.HubConfig, mods ...func(*graphql.Config)) *
 	le := &liveEnv{reg: prometheus.NewRegistry()}
 	mods = append([]func(*graphql.Config){func(c *graphql.Config) {
 		le.hub = live.NewHub(hc, c.Engine, c.Redis, zerolog.Nop(), nil)
-		le.hub.Start(context.Background())
-		t.Cleanup(le.hub.Stop)
+		require.NoError(t, le.hub.Start(context.Background()))
+		t.Cleanup(func() { require.NoError(t, le.hub.Stop(context.Background())) })
 		c.Live = le.hub
 		c.Registerer = le.reg
 	}}, mods...)
