@@ -34,6 +34,8 @@ func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 		// The engine's zero is its default; the configuration's zero is none.
 		MaxExtensions: cmp.Or(in.Config.HoldExtensions, -1),
 		RejectionTTL:  in.Config.RejectionTTL,
+		WaitReplicas:  in.Config.RedisWaitReplicas,
+		WaitTimeout:   in.Config.RedisWaitTimeout,
 		Registerer:    in.Registry,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }

@@ -45,6 +45,8 @@ const (
 	EnvLogLevel          = "DROPLINE_LOG_LEVEL"
 	EnvLogFormat         = "DROPLINE_LOG_FORMAT"
 
+	EnvRedisWaitReplicas  = "DROPLINE_REDIS_WAIT_REPLICAS"
+	EnvRedisWaitTimeout   = "DROPLINE_REDIS_WAIT_TIMEOUT"
 	EnvTrustedProxies     = "DROPLINE_TRUSTED_PROXIES"
 	EnvClientAddrHeader   = "DROPLINE_CLIENT_ADDR_HEADER"
 	EnvStreamConnsPerIP   = "DROPLINE_STREAM_CONNS_PER_IP"
@@ -77,6 +79,7 @@ const (
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLogLevel        = "info"
 
+	DefaultRedisWaitTimeout   = inventory.DefaultWaitTimeout
 	DefaultClientAddrHeader   = string(clientaddr.XForwardedFor)
 	DefaultStreamConnsPerIP   = graphql.DefaultConnsPerIP
 	DefaultStreamConnsPerPrin = graphql.DefaultConnsPerPrincipal
@@ -244,6 +247,19 @@ type Config struct {
 	// Default: "json", or "console" in dev mode.
 	LogFormat string
 
+	// RedisWaitReplicas, when positive, makes each reserve and each
+	// commit's last Redis step wait until that many replicas have the write
+	// before answering (DROPLINE_REDIS_WAIT_REPLICAS), which narrows what a
+	// failover can lose. Default: 0, no wait. Needs a single primary
+	// (redis:// or redis-sentinel://), not a cluster.
+	RedisWaitReplicas int
+
+	// RedisWaitTimeout bounds each such wait (DROPLINE_REDIS_WAIT_TIMEOUT).
+	// Default: 50ms; between 1ms and 1s. When it runs out, the answer is
+	// given anyway and dropline_redis_wait_short_total counts it: slow
+	// replicas never turn a made hold into an error.
+	RedisWaitTimeout time.Duration
+
 	// TrustedProxies lists the peers whose forwarding header is believed
 	// (DROPLINE_TRUSTED_PROXIES, comma separated CIDRs or addresses, e.g.
 	// "127.0.0.1,10.0.0.0/8,fd00::/8"). Default: empty, trusting no one: the
@@ -324,6 +340,7 @@ func Default() Config {
 		LogLevel:        DefaultLogLevel,
 		LogFormat:       LogFormatJSON,
 
+		RedisWaitTimeout:        DefaultRedisWaitTimeout,
 		ClientAddrHeader:        DefaultClientAddrHeader,
 		StreamConnsPerIP:        DefaultStreamConnsPerIP,
 		StreamConnsPerPrincipal: DefaultStreamConnsPerPrin,
@@ -414,6 +431,8 @@ func Load(getenv func(string) string) (Config, error) {
 		c.LogFormat = LogFormatConsole
 	}
 
+	num(EnvRedisWaitReplicas, &c.RedisWaitReplicas)
+	dur(EnvRedisWaitTimeout, &c.RedisWaitTimeout)
 	c.TrustedProxies = splitList(getenv(EnvTrustedProxies))
 	if v := strings.ToLower(strings.TrimSpace(getenv(EnvClientAddrHeader))); v != "" {
 		c.ClientAddrHeader = v

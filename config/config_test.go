@@ -470,3 +470,79 @@ func TestAdminListenerIsOptInAndLoopbackOnly(t *testing.T) {
 	_, err = config.Load(env(map[string]string{"DROPLINE_ADMIN_ALLOW_REMOTE": "maybe"}))
 	require.ErrorContains(t, err, config.EnvAdminAllowRemote)
 }
+
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	c := config.Default()
+	c.RedisURL = "redis-sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/2?master=shop&sentinel_password=sent1nel&dial_timeout=3s"
+	opts, err := c.RedisOptions()
+	require.NoError(t, err)
+	require.Nil(t, opts.Single)
+	require.Nil(t, opts.Cluster)
+	require.NotNil(t, opts.Sentinel)
+	require.Equal(t, "shop", opts.Sentinel.MasterName)
+	require.Equal(t, []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}, opts.Addrs())
+	require.Equal(t, "app", opts.Sentinel.Username)
+	require.Equal(t, "s3cret", opts.Sentinel.Password)
+	require.Equal(t, "sent1nel", opts.Sentinel.SentinelPassword)
+	require.Equal(t, 2, opts.Sentinel.DB)
+	require.Equal(t, 3*time.Second, opts.Sentinel.DialTimeout)
+	require.Nil(t, opts.Sentinel.TLSConfig)
+	require.NotContains(t, config.RedactURL(c.RedisURL), "s3cret")
+	require.NotContains(t, config.RedactURL(c.RedisURL), "sent1nel")
+
+	c.RedisURL = "rediss-sentinel://h:26379?master_name=m"
+	opts, err = c.RedisOptions()
+	require.NoError(t, err)
+	require.NotNil(t, opts.Sentinel.TLSConfig)
+	require.Equal(t, "m", opts.Sentinel.MasterName)
+
+	for _, bad := range []string{
+		"redis-sentinel://h:26379/0",                  // no master name
+		"redis-sentinel:///0?master=m",                // no sentinels
+		"redis-sentinel://h/0?master=m",               // no port
+		"redis-sentinel://h:1/0?master=m&bogus=1",     // unknown option
+		"redis-sentinel://u:topsecret@h:1/x?master=m", // bad database
+	} {
+		c.RedisURL = bad
+		_, err := c.RedisOptions()
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "topsecret")
+		require.ErrorContains(t, c.Validate(), "REDIS_URL", bad)
+	}
+	c.RedisURL = "redis-sentinel://h:1/0?master=m"
+	c.RedisClusterAddrs = []string{"a:1"}
+	_, err = c.RedisOptions()
+	require.Error(t, err)
+}
+
+func TestRedisWaitReplicas(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{
+		"DROPLINE_JWT_SECRET":          goodSecret,
+		"REDIS_URL":                    "redis-sentinel://h:26379/0?master=m",
+		"DROPLINE_REDIS_WAIT_REPLICAS": "1",
+		"DROPLINE_REDIS_WAIT_TIMEOUT":  "20ms",
+	}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, 1, c.RedisWaitReplicas)
+	require.Equal(t, 20*time.Millisecond, c.RedisWaitTimeout)
+	require.Equal(t, 0, config.Default().RedisWaitReplicas)
+	require.Equal(t, 50*time.Millisecond, config.Default().RedisWaitTimeout)
+
+	for vars, bad := range map[string]map[string]string{
+		"DROPLINE_REDIS_WAIT_REPLICAS":  {"DROPLINE_REDIS_WAIT_REPLICAS": "-1"},
+		"DROPLINE_REDIS_WAIT_TIMEOUT":   {"DROPLINE_REDIS_WAIT_TIMEOUT": "5s"},
+		"DROPLINE_REDIS_WAIT_REPLICAS ": {"DROPLINE_REDIS_WAIT_REPLICAS": "1", "REDIS_URL": "redis-cluster://a:1,b:2"},
+	} {
+		bad["DROPLINE_JWT_SECRET"] = goodSecret
+		c, err := config.Load(env(bad))
+		require.NoError(t, err)
+		var ps config.Problems
+		require.ErrorAs(t, c.Validate(), &ps)
+		require.Equal(t, []string{strings.TrimSpace(vars)}, varsOf(ps))
+	}
+	_, err = config.Load(env(map[string]string{"DROPLINE_REDIS_WAIT_TIMEOUT": "soon"}))
+	require.ErrorContains(t, err, "DROPLINE_REDIS_WAIT_TIMEOUT")
+}

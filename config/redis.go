@@ -10,7 +10,7 @@ import (
 )
 
 // RedisOptions is the parsed form of REDIS_URL / REDIS_CLUSTER_ADDRS:
-// exactly one of Single and Cluster is set. Keeping go-redis's own option
+// exactly one of Single, Cluster and Sentinel is set. Keeping go-redis's own option
 // types (rather than flattening into UniversalOptions) keeps every URL
 // option go-redis understands.
 type RedisOptions struct {
@@ -19,12 +19,19 @@ type RedisOptions struct {
 	// Cluster is set for Redis Cluster (redis-cluster://, rediss-cluster://
 	// or REDIS_CLUSTER_ADDRS).
 	Cluster *redis.ClusterOptions
+	// Sentinel is set for a primary with replicas under Redis Sentinel
+	// (redis-sentinel:// or rediss-sentinel://): the client asks the
+	// sentinels for the primary and follows it through failovers.
+	Sentinel *redis.FailoverOptions
 }
 
 // Addrs lists the configured node addresses, for messages and readiness.
 func (o RedisOptions) Addrs() []string {
 	if o.Cluster != nil {
 		return append([]string(nil), o.Cluster.Addrs...)
+	}
+	if o.Sentinel != nil {
+		return append([]string(nil), o.Sentinel.SentinelAddrs...)
 	}
 	if o.Single != nil {
 		return []string{o.Single.Addr}
@@ -38,6 +45,9 @@ func (o RedisOptions) Addrs() []string {
 func (o RedisOptions) NewClient() redis.UniversalClient {
 	if o.Cluster != nil {
 		return redis.NewClusterClient(o.Cluster)
+	}
+	if o.Sentinel != nil {
+		return redis.NewFailoverClient(o.Sentinel)
 	}
 	return redis.NewClient(o.Single)
 }
@@ -83,9 +93,98 @@ func (c Config) RedisOptions() (RedisOptions, error) {
 			hosts = c.RedisClusterAddrs
 		}
 		return clusterOptions(base, user, hosts, query)
+	case "redis-sentinel", "rediss-sentinel":
+		if len(c.RedisClusterAddrs) > 0 {
+			return RedisOptions{}, fmt.Errorf("a sentinel URL cannot be combined with %s", EnvRedisClusterAddrs)
+		}
+		return sentinelOptions(strings.TrimSuffix(scheme, "-sentinel"), raw)
 	default:
-		return RedisOptions{}, fmt.Errorf("scheme %q is not one of redis, rediss, unix, redis-cluster, rediss-cluster", scheme)
+		return RedisOptions{}, fmt.Errorf("scheme %q is not one of redis, rediss, unix, redis-cluster, rediss-cluster, redis-sentinel, rediss-sentinel", scheme)
 	}
+}
+
+// sentinelOptions reads
+// "redis-sentinel://[user[:pass]@]s1:p1,s2:p2[/db]?master=NAME[&options]".
+// The user and password are the Redis servers' (as in redis://);
+// sentinel_username and sentinel_password, when the sentinels require
+// their own, and every other option go-redis' ParseFailoverURL knows
+// (dial_timeout, pool_size, ...) are query options. The URL is rebuilt in
+// go-redis' own form (first sentinel as the host, the others as addr=) so
+// its parser validates the options.
+func sentinelOptions(scheme, raw string) (RedisOptions, error) {
+	_, rest, _ := strings.Cut(raw, "://")
+	rest, query, _ := strings.Cut(rest, "?")
+	var user *url.Userinfo
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		name, pass, hasPass := strings.Cut(rest[:at], ":")
+		var err error
+		if name, err = url.PathUnescape(name); err != nil {
+			return RedisOptions{}, fmt.Errorf("cannot parse the user name of %s", RedactURL(raw))
+		}
+		if hasPass {
+			if pass, err = url.PathUnescape(pass); err != nil {
+				return RedisOptions{}, fmt.Errorf("cannot parse the password of %s", RedactURL(raw))
+			}
+		}
+		user = url.UserPassword(name, pass)
+		if !hasPass {
+			user = url.User(name)
+		}
+		rest = rest[at+1:]
+	}
+	hostList, path, _ := strings.Cut(rest, "/")
+	hosts := splitList(hostList)
+	if len(hosts) == 0 {
+		return RedisOptions{}, fmt.Errorf("%s lists no sentinels", RedactURL(raw))
+	}
+	for _, h := range hosts {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return RedisOptions{}, fmt.Errorf("sentinel %q is not host:port", h)
+		}
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return RedisOptions{}, fmt.Errorf("cannot parse the options of %s", RedactURL(raw))
+	}
+	if m := q.Get("master"); m != "" {
+		q.Del("master")
+		q.Set("master_name", m)
+	}
+	if q.Get("master_name") == "" {
+		return RedisOptions{}, fmt.Errorf("%s names no primary: add ?master=NAME, the name the sentinels monitor", RedactURL(raw))
+	}
+	sentinelUser := url.UserPassword(q.Get("sentinel_username"), q.Get("sentinel_password"))
+	if q.Get("sentinel_password") == "" {
+		sentinelUser = nil
+		if n := q.Get("sentinel_username"); n != "" {
+			sentinelUser = url.User(n)
+		}
+	}
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	if user != nil {
+		if n := user.Username(); n != "" {
+			q.Set("username", n)
+		}
+		if p, ok := user.Password(); ok {
+			q.Set("password", p)
+		}
+	}
+	for _, h := range hosts[1:] {
+		q.Add("addr", h)
+	}
+	u := url.URL{Scheme: scheme, User: sentinelUser, Host: hosts[0], Path: "/" + path, RawQuery: q.Encode()}
+	opts, err := redis.ParseFailoverURL(u.String())
+	if err != nil {
+		msg := redactErr(err, u.String())
+		if user != nil {
+			if p, ok := user.Password(); ok && p != "" {
+				msg = strings.ReplaceAll(msg, p, "xxxxx")
+			}
+		}
+		return RedisOptions{}, fmt.Errorf("cannot parse sentinel options (%s)", msg)
+	}
+	return RedisOptions{Sentinel: opts}, nil
 }
 
 // splitClusterURL takes "redis-cluster://[user[:pass]@]h1:p1,h2:p2[/][?q]"

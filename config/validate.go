@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -61,7 +62,17 @@ func (c Config) Validate() error {
 		if len(c.RedisClusterAddrs) > 0 {
 			v = EnvRedisURL + "/" + EnvRedisClusterAddrs
 		}
-		add(v, "%v: use redis://host:port/db or redis-cluster://host1:port1,host2:port2 (default %s)", err, DefaultRedisURL)
+		add(v, "%v: use redis://host:port/db, redis-cluster://host1:port1,host2:port2 or redis-sentinel://sentinel1:26379,sentinel2:26379/db?master=NAME (default %s)", err, DefaultRedisURL)
+	}
+
+	switch ro, err := c.RedisOptions(); {
+	case c.RedisWaitReplicas < 0:
+		add(EnvRedisWaitReplicas, "is %d: set how many replicas must have each reserve before it is answered, or 0 not to wait", c.RedisWaitReplicas)
+	case c.RedisWaitReplicas > 0 && err == nil && ro.Cluster != nil:
+		add(EnvRedisWaitReplicas, "is %d, but Redis is a cluster: waiting for replicas needs a single primary (redis:// or redis-sentinel://)", c.RedisWaitReplicas)
+	}
+	if c.RedisWaitTimeout < time.Millisecond || c.RedisWaitTimeout > time.Second {
+		add(EnvRedisWaitTimeout, "is %s: set between 1ms and 1s (default %s); it is added to a reserve's latency whenever replicas lag", c.RedisWaitTimeout, DefaultRedisWaitTimeout)
 	}
 
 	if c.DatabaseURL == "" {
@@ -233,6 +244,21 @@ func checkOrigin(o string) error {
 // messages. Strings that are not URLs (key=value DSNs) have their
 // password=... value masked instead.
 func RedactURL(s string) string {
+	return redactQueryPasswords(redactUserinfo(s))
+}
+
+// queryPassword matches password options in a URL's query
+// (password=, sentinel_password=).
+var queryPassword = regexp.MustCompile(`([?&](?:sentinel_)?password=)[^&]*`)
+
+func redactQueryPasswords(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	return queryPassword.ReplaceAllString(s, "${1}xxxxx")
+}
+
+func redactUserinfo(s string) string {
 	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")

@@ -31,6 +31,7 @@ const (
 	DefaultCommitTimeout  = 5 * time.Second
 	DefaultRebuildBatch   = 1000
 	DefaultMaxExtensions  = 2
+	DefaultWaitTimeout    = 50 * time.Millisecond
 )
 
 // Config tunes the engine. Zero values take the defaults named on each field
@@ -73,6 +74,21 @@ type Config struct {
 	// on a busy 2-core machine. Redis runs nothing else meanwhile, so this
 	// bounds the stall a rebuild causes to every other request.
 	RebuildBatch int
+	// WaitReplicas, when positive, makes every reserve and every commit's
+	// last Redis step wait (Redis WAIT, on the connection that ran the
+	// script) until that many replicas have its write before answering, so
+	// that a failover soon after loses fewer acknowledged holds. Default 0:
+	// no wait. Only for a single primary (with Sentinel); a cluster client
+	// is refused. WAIT narrows the window, it does not close it: a replica
+	// that acknowledged may still not be the one promoted.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT; default 50 ms when WaitReplicas is set.
+	// On timeout the answer is given anyway, with the write on the primary
+	// and on fewer replicas: the caller is never refused for slow
+	// replication (the script cannot be rolled back, and refusing would
+	// only hide a hold that exists). Each short wait is counted in
+	// dropline_redis_wait_short_total.
+	WaitTimeout time.Duration
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -113,6 +129,9 @@ func (c *Config) setDefaults() {
 	if c.RebuildBatch == 0 {
 		c.RebuildBatch = DefaultRebuildBatch
 	}
+	if c.WaitReplicas > 0 && c.WaitTimeout == 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
 }
 
 func (c *Config) validate() error {
@@ -130,6 +149,9 @@ func (c *Config) validate() error {
 	}
 	if c.RebuildBatch < 1 || c.RebuildBatch > 50_000 {
 		return fmt.Errorf("rebuild batch (%d) must be between 1 and 50000", c.RebuildBatch)
+	}
+	if c.WaitReplicas < 0 || (c.WaitReplicas > 0 && c.WaitTimeout <= 0) {
+		return fmt.Errorf("waiting for %d replicas needs a positive timeout (%s)", c.WaitReplicas, c.WaitTimeout)
 	}
 	if c.Retention < c.IdempotencyTTL {
 		// An idempotency record replays its hold: the hold must live as long.
@@ -168,6 +190,9 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 	e := &Engine{
 		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool), keys: NewKeys(cfg.KeyPrefix),
 		scripts: map[string]*redis.Script{}, log: log, metrics: newMetrics(cfg.Registerer),
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); cluster && cfg.WaitReplicas > 0 {
+		return nil, fmt.Errorf("inventory config: waiting for replicas needs a single primary (redis:// or redis-sentinel://), not a cluster")
 	}
 	for _, name := range lua.Engine {
 		src, err := lua.Source(name)
@@ -249,6 +274,55 @@ func (e *Engine) run(ctx context.Context, name string, keys []string, args ...an
 		return nil, fmt.Errorf("script %s returned nothing", name)
 	}
 	return reply(res), nil
+}
+
+// runReplicated is run for the steps whose loss in a failover a buyer would
+// notice (a reserve, a commit's last step): with WaitReplicas set, it sends
+// the script and WAIT in one pipeline, so they run on one connection and
+// WAIT covers the script's write. A WAIT that times out is counted, not an
+// error (see Config.WaitTimeout).
+func (e *Engine) runReplicated(ctx context.Context, name string, keys []string, args ...any) (reply, error) {
+	if e.cfg.WaitReplicas <= 0 {
+		return e.run(ctx, name, keys, args...)
+	}
+	s := e.scripts[name]
+	exec := func(eval func(redis.Pipeliner) *redis.Cmd) ([]any, int64, error) {
+		var res *redis.Cmd
+		var acked *redis.Cmd
+		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			res = eval(p)
+			acked = p.Do(ctx, "WAIT", e.cfg.WaitReplicas, e.cfg.WaitTimeout.Milliseconds())
+			return nil
+		})
+		if res == nil {
+			return nil, 0, err
+		}
+		out, rerr := res.Slice()
+		if rerr != nil {
+			return nil, 0, rerr
+		}
+		n, werr := acked.Int64()
+		if werr != nil {
+			return out, 0, werr
+		}
+		return out, n, nil
+	}
+	start := time.Now()
+	out, n, err := exec(func(p redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, p, keys, args...) })
+	if err != nil && isNoScript(err) {
+		out, n, err = exec(func(p redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, p, keys, args...) })
+	}
+	if err != nil && out == nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		return nil, unavailable("running "+name, err)
+	}
+	e.metrics.waited(time.Since(start), err == nil && n >= int64(e.cfg.WaitReplicas))
+	if len(out) == 0 {
+		return nil, fmt.Errorf("script %s returned nothing", name)
+	}
+	return reply(out), nil
 }
 
 func timeMs(t *time.Time) int64 {

@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dropline/dropline/internal/prom"
@@ -11,6 +13,8 @@ import (
 type metrics struct {
 	outcomes *prometheus.CounterVec
 	rebuilds prometheus.Counter
+	wait     prometheus.Histogram
+	short    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -23,6 +27,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "dropline_inventory_rebuilds_total",
 			Help: "SKUs rebuilt in Redis from Postgres (new products and state Redis lost).",
 		})),
+		wait: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dropline_redis_wait_seconds",
+			Help:    "Time of a reserve's or commit's script plus its WAIT for replicas (only with DROPLINE_REDIS_WAIT_REPLICAS).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		})),
+		short: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_redis_wait_short_total",
+			Help: "WAITs that timed out before enough replicas had the write; the answer was given anyway.",
+		})),
+	}
+}
+
+func (m *metrics) waited(d time.Duration, enough bool) {
+	m.wait.Observe(d.Seconds())
+	if !enough {
+		m.short.Inc()
 	}
 }
 

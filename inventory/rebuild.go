@@ -52,6 +52,23 @@ func (e *Engine) Rebuild(ctx context.Context, sku string) error {
 	return err
 }
 
+// RebuildStale reloads a SKU from Postgres although Redis has it: after a
+// replica was promoted (or the primary restarted from its files), Redis may
+// be missing the last writes before the switch (async replication), so its
+// state of the SKU can be older than the ledger's (a sale Postgres has,
+// whose hold Redis still has as HELD). The stock hash is dropped and the
+// SKU rebuilt as after a loss: under the product's row lock, from the
+// ledger. Holds Redis kept whose reserve event had not reached Postgres yet
+// are adopted back when the write-behind applies them, if stock and quota
+// still allow (see ReconcileApplied); scripts meanwhile wait for the rebuild
+// as they do after a flush.
+func (e *Engine) RebuildStale(ctx context.Context, sku string) error {
+	if err := e.rdb.Del(ctx, e.keys.SKU(sku)).Err(); err != nil {
+		return unavailable("dropping stale "+sku, err)
+	}
+	return e.Rebuild(ctx, sku)
+}
+
 // rebuildStats are the figures of one rebuild, logged when it published.
 type rebuildStats struct {
 	published    bool

@@ -94,7 +94,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		int64(e.cfg.RejectionTTL.Seconds()),
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := e.run(ctx, lua.Reserve, keys, args...)
+		res, err := e.runReplicated(ctx, lua.Reserve, keys, args...)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 		}

@@ -48,6 +48,7 @@
 //	<prefix>{pNN}:lease:<kind>:fence    fencing counter (one INCR per acquisition)
 //	<prefix>{p00}:members:<kind>        live processes, for the fair share
 //	<prefix>{pNN}:epoch                 random value while Redis keeps its data
+//	<prefix>{p00}:primary               replication id of the primary last seen (single primary or Sentinel)
 //
 // A lease is acquired only when free (SET NX PX) or provably stale (no
 // expiry at all), renewed every TTL/3 and released only by its owner (Lua
@@ -97,6 +98,16 @@
 //     If it dies in between, the batch is applied and reconciled again; the
 //     commit reconciler's overdue pass (CloseOverdueHolds) is the last net for
 //     HELD rows Redis lacks.
+//   - Redis failover to a replica that missed the last writes (or a primary
+//     restarted from its files): the data is there, the epochs too, but the
+//     primary's replication id is new. The rebuilder records that id in
+//     <prefix>{p00}:primary and swaps it with SET ... GET when it changes, so
+//     exactly one instance sees the change; that one reloads every SKU from
+//     Postgres although Redis has it (inventory.Engine.RebuildStale), and
+//     counts dropline_redis_failovers_total. A sale the new primary never saw
+//     is then sold in Redis; holds it had that the ledger did not are adopted
+//     back as their events are applied (ReconcileApplied). Redis Cluster has
+//     an id per shard and is not followed.
 //   - An entry no batch can apply: one that does not decode, or of a kind
 //     this version does not know (a newer version wrote it during a rolling
 //     upgrade), is moved before the batch to the partition's dead-letter

@@ -29,3 +29,10 @@ func (k keys) members(kind string) string { return k.inv.Base(0) + "members:" + 
 // Its disappearance means the partition's Redis lost everything (flush,
 // restart without persistence, failover to an empty replica).
 func (k keys) epoch(p int) string { return k.inv.Base(p) + "epoch" }
+
+// primary records the replication id of the Redis primary the partitions
+// were last served by (in partition 0; only a single primary has one). A
+// new id under the same data means a replica was promoted, or the primary
+// restarted from its persistence files: writes of the last moments before
+// may be missing while everything else is there.
+func (k keys) primary() string { return k.inv.Base(0) + "primary" }

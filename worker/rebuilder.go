@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,10 +68,13 @@ type Rebuilder struct {
 	losses   prometheus.Counter
 	failures prometheus.Counter
 
-	mu    sync.Mutex // guards seen, owed and retry across loop restarts
+	mu    sync.Mutex // guards seen, owed, stale and retry across loop restarts
 	seen  [inventory.Partitions]string
 	owed  [inventory.Partitions]bool // a rebuild was due and has not completed
+	stale bool                       // a promotion was seen: rebuild SKUs even when present
 	retry partitionBackoff           // after a rebuild that left SKUs out
+
+	failovers prometheus.Counter
 }
 
 // NewRebuilder builds a rebuilder; Start runs it.
@@ -88,6 +92,10 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 			Help: "Partitions whose Redis epoch key was missing or changed: a new Redis (first start), or one that lost its data (flush, restart without persistence, failover). Their SKUs are rebuilt from Postgres.",
 		})),
 		failures: partitionFailuresVec(reg).WithLabelValues("rebuilder"),
+		failovers: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_redis_failovers_total",
+			Help: "Changes of the Redis primary's replication id seen by this instance (a promoted replica, or a primary restarted from its files); every SKU is then rebuilt from Postgres.",
+		})),
 	}
 	w.service = newService("rebuilder", cfg.Options, log, reg, nil, w.run)
 	return w
@@ -157,6 +165,21 @@ func (w *Rebuilder) check(ctx context.Context) error {
 		w.log.Warn().Ints("partitions", lostNow).
 			Msg("Redis is new or lost its data (epoch missing or changed); rebuilding these partitions' SKUs from Postgres")
 	}
+	promoted, err := w.checkPrimary(sctx)
+	if err != nil {
+		return err
+	}
+	if promoted {
+		w.failovers.Inc()
+		w.log.Warn().Msg("the Redis primary changed (a replica was promoted, or it restarted from its files): it may lack the last writes before the switch, so every SKU is rebuilt from Postgres")
+		w.stale = true
+		for p := range w.owed {
+			if !w.owed[p] {
+				w.owed[p] = true
+				lostNow = append(lostNow, p)
+			}
+		}
+	}
 	var lost []bool
 	for _, owed := range w.owed {
 		if owed {
@@ -176,6 +199,7 @@ func (w *Rebuilder) check(ctx context.Context) error {
 	for p := range w.owed {
 		w.owed[p] = failed[p]
 	}
+	w.stale = w.stale && slices.Contains(failed[:], true)
 	if slices.Contains(failed[:], true) {
 		delay := w.retry.fail(w.cfg.Options)
 		w.log.Warn().Dur("retry_in", delay).Msg("rebuild left SKUs out; they are retried after a backoff (and rebuilt on their next request)")
@@ -207,8 +231,9 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 				continue
 			}
 			sku := prod.SKU
+			stale := w.stale
 			g.Go(func() error {
-				rebuilt, err := w.rebuildSKU(ctx, sku)
+				rebuilt, err := w.rebuildSKU(ctx, sku, stale)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -237,11 +262,18 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 	return failed, nil
 }
 
-// rebuildSKU reloads one SKU unless it is present already, and says
-// whether it did.
-func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string) (bool, error) {
+// rebuildSKU reloads one SKU unless it is present already (or, after a
+// promotion, although it is), and says whether it did.
+func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string, stale bool) (bool, error) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
 	defer cancel()
+	if stale {
+		if err := w.engine.RebuildStale(sctx, sku); err != nil {
+			return false, err
+		}
+		w.rebuilds.Inc()
+		return true, nil
+	}
 	rebuilt, err := w.engine.RebuildMissing(sctx, sku)
 	if err != nil {
 		return false, err
@@ -250,4 +282,48 @@ func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string) (bool, error) {
 		w.rebuilds.Inc()
 	}
 	return rebuilt, nil
+}
+
+// checkPrimary compares the replication id of the Redis primary with the one
+// recorded in Redis, and reports whether this process is the one that saw it
+// change: the record is swapped with SET ... GET, so of several instances
+// exactly one finds the old id there. A first sight records the id. Redis
+// Cluster has an id per shard and is not followed here (an empty shard is
+// still found by its epochs).
+func (w *Rebuilder) checkPrimary(ctx context.Context) (bool, error) {
+	if _, cluster := w.rdb.(*redis.ClusterClient); cluster {
+		return false, nil
+	}
+	info, err := w.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return false, fmt.Errorf("reading the primary's replication id: %w", err)
+	}
+	id, role := infoField(info, "master_replid"), infoField(info, "role")
+	if id == "" || role != "master" {
+		return false, nil // not a primary (yet): the client follows the switch
+	}
+	prev, err := w.rdb.Get(ctx, w.keys.primary()).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, w.rdb.SetNX(ctx, w.keys.primary(), id, 0).Err()
+	case err != nil:
+		return false, fmt.Errorf("reading the recorded primary: %w", err)
+	case prev == id:
+		return false, nil
+	}
+	old, err := w.rdb.SetArgs(ctx, w.keys.primary(), id, redis.SetArgs{Get: true}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("recording the new primary: %w", err)
+	}
+	return old != id, nil
+}
+
+// infoField reads "name:value" from an INFO reply.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
