@@ -15,6 +15,7 @@ import (
 
 	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/resolvers"
 	"github.com/dropline/dropline/server/graphql"
 	"github.com/dropline/dropline/worker"
 )
@@ -74,8 +75,8 @@ const (
 	DefaultHoldExtensions  = inventory.DefaultMaxExtensions
 	DefaultLeaseTTL        = worker.DefaultLeaseTTL
 	DefaultRejectionTTL    = inventory.DefaultRejectionTTL
-	DefaultMutationRate    = 10
-	DefaultMutationBurst   = 20
+	DefaultMutationRate    = resolvers.DefaultMutationRate
+	DefaultMutationBurst   = resolvers.DefaultMutationBurst
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLogLevel        = "info"
 

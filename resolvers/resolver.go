@@ -34,6 +34,15 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// The mutation limit's defaults; config's DROPLINE_MUTATION_RATE and
+// DROPLINE_MUTATION_BURST default to them.
+const (
+	DefaultMutationRate = 10
+	// burstPerRate is the burst a rate gets when no burst is given.
+	burstPerRate         = 2
+	DefaultMutationBurst = burstPerRate * DefaultMutationRate
+)
+
 // Limits are what the resolvers themselves bound. Each zero value takes the
 // default named on the field.
 type Limits struct {
@@ -43,8 +52,9 @@ type Limits struct {
 	MaxPageSize int
 	// MutationRate and MutationBurst define the per-principal mutation
 	// limit (GCRA): MutationRate per MutationPeriod on average, bursts of
-	// up to MutationBurst. Defaults 10 per second, burst 20. A negative
-	// MutationRate disables the limit.
+	// up to MutationBurst. Defaults DefaultMutationRate per second, and a
+	// burst of twice the rate (DefaultMutationBurst with the default rate).
+	// A negative MutationRate disables the limit.
 	MutationRate   int
 	MutationPeriod time.Duration
 	MutationBurst  int
@@ -58,8 +68,8 @@ func (l Limits) withDefaults() Limits {
 	}
 	def(&l.PageSize, 20)
 	def(&l.MaxPageSize, 100)
-	def(&l.MutationRate, 10)
-	def(&l.MutationBurst, 2*l.MutationRate)
+	def(&l.MutationRate, DefaultMutationRate)
+	def(&l.MutationBurst, burstPerRate*l.MutationRate)
 	if l.MutationPeriod == 0 {
 		l.MutationPeriod = time.Second
 	}

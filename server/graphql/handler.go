@@ -78,8 +78,9 @@ type Limits struct {
 	MaxPageSize int
 	// MutationRate and MutationBurst define the per-principal mutation
 	// limit (GCRA): MutationRate per MutationPeriod on average, bursts of
-	// up to MutationBurst. Defaults 10 per second, burst 20. A negative
-	// MutationRate disables the limit.
+	// up to MutationBurst. Defaults resolvers.DefaultMutationRate per
+	// second, and a burst of twice the rate. A negative MutationRate
+	// disables the limit.
 	MutationRate   int
 	MutationPeriod time.Duration
 	MutationBurst  int
