@@ -23,7 +23,34 @@ type Stream interface {
 	Websocket() bool
 }
 
+// StockObserver watches a stockChanged subscription that is executed once
+// for many identical ones (the transport's shared subscriptions): it learns
+// which SKU each value belongs to, in the order the values reach
+// execution, and when the live feed ended without anyone asking. Such a
+// subscription is not counted in the active gauge: its members are
+// (SubscriptionStarted).
+type StockObserver interface {
+	// StockObserved is called with a value's SKU just before the value is
+	// handed to execution; every call is followed by exactly one response.
+	StockObserved(sku string)
+	// StockDropped is called when the feed ended while the subscription's
+	// context was still live (a stall, or the hub stopping).
+	StockDropped()
+}
+
 type streamKey struct{}
+
+type observerKey struct{}
+
+// WithStockObserver returns ctx whose stockChanged subscription reports to o.
+func WithStockObserver(ctx context.Context, o StockObserver) context.Context {
+	return context.WithValue(ctx, observerKey{}, o)
+}
+
+func stockObserverFrom(ctx context.Context) StockObserver {
+	o, _ := ctx.Value(observerKey{}).(StockObserver)
+	return o
+}
 
 // WithStream returns ctx carrying the stream a subscription arrives on.
 func WithStream(ctx context.Context, s Stream) context.Context {

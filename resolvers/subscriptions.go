@@ -39,6 +39,7 @@ type subscription struct {
 	field   string
 	release func()
 	stream  Stream // nil outside a stream transport
+	shared  bool   // executed for many members, who are counted instead
 }
 
 // admit counts a new subscription of field against its connection's cap.
@@ -54,22 +55,43 @@ func (d *deps) admit(ctx context.Context, field string) (*subscription, error) {
 			return nil, &apiError{code: CodeTooManySubscriptions, message: "too many subscriptions on this connection"}
 		}
 	}
-	d.sm.active.WithLabelValues(field).Inc()
-	return &subscription{d: d, field: field, release: release, stream: st}, nil
+	shared := stockObserverFrom(ctx) != nil
+	if !shared {
+		d.sm.active.WithLabelValues(field).Inc()
+	}
+	return &subscription{d: d, field: field, release: release, stream: st, shared: shared}, nil
 }
 
 // done ends the bookkeeping; reason is a metric label.
 func (s *subscription) done(reason string) {
 	s.release()
+	if s.shared {
+		return
+	}
 	s.d.sm.active.WithLabelValues(s.field).Dec()
 	s.d.sm.ended.WithLabelValues(s.field, reason).Inc()
+}
+
+// SubscriptionStarted counts one member of a shared subscription of field
+// (see StockObserver): sent counts a payload written to it, done ends it
+// with a reason label (client, complete, dropped).
+func (r *Resolver) SubscriptionStarted(field string) (sent func(), done func(reason string)) {
+	sm := r.deps.sm
+	sm.active.WithLabelValues(field).Inc()
+	counter := sm.sent.WithLabelValues(field)
+	return counter.Inc, func(reason string) {
+		sm.active.WithLabelValues(field).Dec()
+		sm.ended.WithLabelValues(field, reason).Inc()
+	}
 }
 
 // send hands v to the transport, or gives up when the client went away.
 func send[T any](ctx context.Context, s *subscription, out chan<- T, v T) bool {
 	select {
 	case out <- v:
-		s.d.sm.sent.WithLabelValues(s.field).Inc()
+		if !s.shared {
+			s.d.sm.sent.WithLabelValues(s.field).Inc()
+		}
 		return true
 	case <-ctx.Done():
 		return false
@@ -81,11 +103,20 @@ func send[T any](ctx context.Context, s *subscription, out chan<- T, v T) bool {
 // as an error message rather than a "complete" it would take for a normal
 // end. SSE has no such message: its stream just completes.
 func (s *subscription) dropped(ctx context.Context) {
+	if o := stockObserverFrom(ctx); o != nil && s.field == fieldStockChanged {
+		o.StockDropped()
+	}
 	if s.stream != nil && s.stream.Websocket() {
-		transport.AddSubscriptionError(ctx, &gqlerror.Error{
-			Message:    "live updates stopped: the client fell behind or the server is shutting down; subscribe again",
-			Extensions: map[string]any{"code": CodeUnavailable},
-		})
+		transport.AddSubscriptionError(ctx, LiveDroppedError())
+	}
+}
+
+// LiveDroppedError is what a websocket subscription ends with when its live
+// feed stopped without the client asking (SSE has no such message).
+func LiveDroppedError() *gqlerror.Error {
+	return &gqlerror.Error{
+		Message:    "live updates stopped: the client fell behind or the server is shutting down; subscribe again",
+		Extensions: map[string]any{"code": CodeUnavailable},
 	}
 }
 
@@ -111,6 +142,7 @@ func (d *deps) stockChanged(ctx context.Context, skus []string) (<-chan *model.S
 		return nil, liveError(err)
 	}
 	out := make(chan *model.Stock)
+	obs := stockObserverFrom(ctx)
 	go func() {
 		defer close(out)
 		for {
@@ -124,6 +156,9 @@ func (d *deps) stockChanged(ctx context.Context, skus []string) (<-chan *model.S
 						s.done("client")
 					}
 					return
+				}
+				if obs != nil {
+					obs.StockObserved(v.SKU)
 				}
 				if !send(ctx, s, out, stockModel(v)) {
 					s.done("client")

@@ -112,7 +112,11 @@ func (l Limits) withDefaults() Limits {
 // around gqlgen's server with its transports, caches and limits, over the
 // resolvers. It panics when a required dependency is missing, as that is a
 // wiring bug found at start-up.
-func NewHandler(cfg Config) http.Handler {
+func NewHandler(cfg Config) http.Handler { return newHandler(cfg, true) }
+
+// newHandler is NewHandler; share false executes every subscription on its
+// own (the tests compare the two).
+func newHandler(cfg Config, share bool) http.Handler {
 	if cfg.Engine == nil || cfg.Redis == nil || cfg.Verifier == nil {
 		panic("graphql.NewHandler: Engine, Redis and Verifier are required")
 	}
@@ -140,7 +144,11 @@ func NewHandler(cfg Config) http.Handler {
 	})
 
 	srv := handler.New(res.Schema())
-	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm), cfg.Streams)
+	var groups *subscriptionGroups
+	if share && cfg.Live != nil {
+		groups = newSubscriptionGroups(res, cfg.Registerer)
+	}
+	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm), cfg.Streams, groups)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
@@ -184,10 +192,15 @@ func NewHandler(cfg Config) http.Handler {
 // websockets (graphql-transport-ws and the legacy graphql-ws) or on GraphQL
 // over SSE (a POST with Accept: text/event-stream), which must come before
 // POST as both accept application/json. gqlgen picks the first transport
-// that supports a request.
-func addTransports(srv *handler.Server, ws transport.Websocket, l StreamLimits) {
-	srv.AddTransport(ws)
-	srv.AddTransport(transport.SSE{KeepAlivePingInterval: l.PingInterval})
+// that supports a request. With groups, identical shareable subscriptions
+// on either stream transport are executed once for all (shared.go).
+func addTransports(srv *handler.Server, ws transport.Websocket, l StreamLimits, groups *subscriptionGroups) {
+	var wsT, sseT gqlgen.Transport = ws, transport.SSE{KeepAlivePingInterval: l.PingInterval}
+	if groups != nil {
+		wsT, sseT = sharingTransport{inner: wsT, groups: groups}, sharingTransport{inner: sseT, groups: groups}
+	}
+	srv.AddTransport(wsT)
+	srv.AddTransport(sseT)
 	srv.AddTransport(httpTransport{method: http.MethodGet})
 	srv.AddTransport(httpTransport{method: http.MethodPost})
 }
