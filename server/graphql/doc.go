@@ -31,6 +31,27 @@
 // stopped reading) drops it. Subscriptions beyond SubscriptionsPerConn get
 // TOO_MANY_SUBSCRIPTIONS. Caps are per process.
 //
+// # Shared subscriptions
+//
+// A drop's browsers all send the same stockChanged document with the same
+// variables. Such subscriptions (same document, operation name and
+// coerced variables; stockChanged is public, so what a caller may see does
+// not depend on the caller) form a group: gqlgen's executor runs the
+// document once per update for the whole group, on one hub subscription,
+// and every member, on either websocket protocol or SSE, is handed the
+// same response, so the bytes are gqlgen's own (TestSharedSubscriptionsAnswerLikeGqlgen
+// compares them). A member holds no goroutine, channel or buffer beyond
+// what its transport has: the group keeps the newest response per SKU and
+// a broadcast channel closed on every update, and a member takes the newest
+// value when its client is ready, so a slow reader costs one bounded slot
+// per SKU and is disconnected by the write timeout as before. The
+// per-connection cap still counts every member. Every other operation
+// (reservationChanged, which depends on the caller, and queries or
+// mutations over a websocket) is executed on its own. Metrics:
+// dropline_graphql_shared_subscriptions (groups),
+// dropline_graphql_shared_subscription_members and
+// dropline_graphql_shared_executions_total.
+//
 // Redis keys, under the engine's prefix P: P+"apq:<sha256>" for persisted
 // queries.
 package graphql
