@@ -43,6 +43,10 @@ type Event struct {
 	// was written; ExpiresAt is its expiry then. The ledger keeps the expiry
 	// of the event with the most, whatever order events arrive in.
 	Extensions int
+	// Seq and HoldMillis are a waitlist event's entry (its place in the SKU's
+	// queue) and the hold it asked for; zero for every other kind.
+	Seq        int64
+	HoldMillis int64
 }
 
 // Fence identifies a lease-guarded writer: Token must be at least the highest
@@ -61,6 +65,9 @@ var kindStatus = map[string]string{
 // or a quantity out of range. The write-behind checks every event with it
 // before a batch, so one bad event is set aside instead of failing the batch.
 func (e Event) Validate() error {
+	if IsWaitlistKind(e.Kind) {
+		return e.validateWaitlist()
+	}
 	if _, ok := kindStatus[e.Kind]; !ok {
 		return fmt.Errorf("event %q: %w %q", e.ID, ErrUnknownKind, e.Kind)
 	}
@@ -95,6 +102,13 @@ func (e Event) Validate() error {
 func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) error {
 	if len(events) == 0 {
 		return nil
+	}
+	all := events
+	events, waits := splitWaitlist(events)
+	for _, e := range waits {
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("applying events: %w: %w", ErrRefused, err)
+		}
 	}
 	// Fold events per token, in order, into each reservation's latest state.
 	latest := map[string]*Reservation{}
@@ -218,7 +232,10 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 				return interpret(err)
 			}
 		}
-		return interpret(res.Close())
+		if err := interpret(res.Close()); err != nil {
+			return err
+		}
+		return applyWaitlist(ctx, tx, waits)
 	})
 	switch {
 	case err == nil:
@@ -227,5 +244,18 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	case errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrExists) || errors.Is(err, ErrWouldOversell):
 		err = fmt.Errorf("%w: %w", ErrRefused, err) // a constraint refused the values
 	}
-	return fmt.Errorf("applying %d events: %w", len(events), err)
+	return fmt.Errorf("applying %d events: %w", len(all), err)
+}
+
+// splitWaitlist separates the waitlist's events from the reservations' ones,
+// each in its order.
+func splitWaitlist(events []Event) (rest, waits []Event) {
+	for _, e := range events {
+		if IsWaitlistKind(e.Kind) {
+			waits = append(waits, e)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	return rest, waits
 }

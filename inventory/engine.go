@@ -32,6 +32,10 @@ const (
 	DefaultRebuildBatch   = 1000
 	DefaultMaxExtensions  = 2
 	DefaultWaitTimeout    = 50 * time.Millisecond
+	DefaultWaitlistMax    = 10_000
+	// MaxWaitlistMax is the largest WaitlistMax allowed: a release that
+	// finds no waiter able to take its units walks the whole queue.
+	MaxWaitlistMax = 100_000
 )
 
 // Config tunes the engine. Zero values take the defaults named on each field
@@ -89,6 +93,10 @@ type Config struct {
 	// only hide a hold that exists). Each short wait is counted in
 	// dropline_redis_wait_short_total.
 	WaitTimeout time.Duration
+	// WaitlistMax bounds how many principals may wait on one SKU at once
+	// (WAITING entries); default 10,000. A release walks at most this many
+	// waiters when none can take what it freed.
+	WaitlistMax int
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -132,6 +140,9 @@ func (c *Config) setDefaults() {
 	if c.WaitReplicas > 0 && c.WaitTimeout == 0 {
 		c.WaitTimeout = DefaultWaitTimeout
 	}
+	if c.WaitlistMax == 0 {
+		c.WaitlistMax = DefaultWaitlistMax
+	}
 }
 
 func (c *Config) validate() error {
@@ -152,6 +163,9 @@ func (c *Config) validate() error {
 	}
 	if c.WaitReplicas < 0 || (c.WaitReplicas > 0 && c.WaitTimeout <= 0) {
 		return fmt.Errorf("waiting for %d replicas needs a positive timeout (%s)", c.WaitReplicas, c.WaitTimeout)
+	}
+	if c.WaitlistMax < 1 || c.WaitlistMax > MaxWaitlistMax {
+		return fmt.Errorf("waitlist max (%d) must be between 1 and %d", c.WaitlistMax, MaxWaitlistMax)
 	}
 	if c.Retention < c.IdempotencyTTL {
 		// An idempotency record replays its hold: the hold must live as long.

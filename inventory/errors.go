@@ -21,6 +21,8 @@ var (
 	ErrAlreadyCommitted     = errors.New("the reservation is already committed")
 	ErrForbidden            = errors.New("the reservation belongs to someone else")
 	ErrExtensionLimit       = errors.New("the reservation cannot be extended further")
+	// ErrWaitlistFull means a SKU's waitlist has as many waiters as it may.
+	ErrWaitlistFull = errors.New("the waitlist is full")
 	// ErrUnavailable means a store could not be reached; the call may be retried.
 	ErrUnavailable = errors.New("temporarily unavailable, retry")
 )
@@ -157,6 +159,7 @@ const (
 	CodeForbidden            Code = "FORBIDDEN"
 	CodeExtensionLimit       Code = "EXTENSION_LIMIT"
 	CodeUnavailable          Code = "UNAVAILABLE"
+	CodeWaitlistFull         Code = "WAITLIST_FULL"
 )
 
 // outcomes is the one table of business outcomes: each sentinel, its code,
@@ -182,6 +185,7 @@ var outcomes = []struct {
 	{ErrForbidden, CodeForbidden, "not allowed for this principal"},
 	{ErrExtensionLimit, CodeExtensionLimit, ErrExtensionLimit.Error()},
 	{ErrUnavailable, CodeUnavailable, ErrUnavailable.Error()},
+	{ErrWaitlistFull, CodeWaitlistFull, ErrWaitlistFull.Error()},
 }
 
 // ErrorCode returns the business code of err, or "" when err is not a
@@ -207,6 +211,7 @@ func ErrorMessage(err error) string {
 		inv *InvalidInputError
 		nf  *NotFoundError
 		el  *ExtensionLimitError
+		wf  *WaitlistFullError
 	)
 	switch {
 	case errors.As(err, &oos):
@@ -221,6 +226,8 @@ func ErrorMessage(err error) string {
 		return nf.Error()
 	case errors.As(err, &el):
 		return el.Error()
+	case errors.As(err, &wf):
+		return wf.Error()
 	}
 	for _, o := range outcomes {
 		if errors.Is(err, o.err) {

@@ -49,7 +49,7 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, tok := range tokens {
 			cmds[i] = script.EvalSha(ctx, p, e.keys.tokenHoldKeys(partition, tok),
-				e.keys.Base(partition), tok, "", "0", string(StatusExpired), retention)
+				e.keys.Base(partition), tok, "", "0", string(StatusExpired), retention, newNonce())
 		}
 		return nil
 	})

@@ -76,6 +76,14 @@ func ParseEvent(m redis.XMessage) (db.Event, error) {
 		Quantity: int(num("qty")), ExpiresAt: msTime(num("exp")), CreatedAt: msTime(num("ctd")),
 		At: msTime(num("at")), IdempotencyHash: str("idem"), RequestHash: str("fp"), Gen: str("gen"),
 		Extensions: int(num("ext")),
+		Seq:        num("wseq"), HoldMillis: num("hold"),
+	}
+	if db.IsWaitlistKind(ev.Kind) {
+		// A waitlist entry is named by its SKU and seq; only an offer has a token.
+		if ev.ID == "" || ev.SKU == "" || ev.Seq <= 0 || ev.Quantity <= 0 {
+			return db.Event{}, fmt.Errorf("outbox entry %s is malformed", m.ID)
+		}
+		return ev, nil
 	}
 	if ev.ID == "" || ev.Token == "" || ev.SKU == "" || ev.Quantity <= 0 {
 		return db.Event{}, fmt.Errorf("outbox entry %s is malformed", m.ID)

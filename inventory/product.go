@@ -256,7 +256,7 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 // (false when Redis had this version or a newer one already).
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
 	r, err := e.run(ctx, lua.ApplyProduct, e.keys.applyProductKeys(row.SKU), row.SKU, row.Version, row.Total, row.MaxPerUser,
-		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt))
+		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt), e.keys.Base(PartitionOf(row.SKU)), newNonce())
 	if err != nil {
 		return false, fmt.Errorf("applying product %s: %w", row.SKU, err)
 	}

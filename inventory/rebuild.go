@@ -186,8 +186,11 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	if err != nil {
 		return err
 	}
+	if err := e.stageWaitlist(ctx, s, gen, stagingTTL); err != nil {
+		return err
+	}
 	r, err = e.run(ctx, lua.PublishSKU, e.keys.publishKeys(p.SKU), p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
-		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held)
+		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(PartitionOf(p.SKU)), newNonce())
 	if err != nil {
 		return err
 	}
@@ -274,4 +277,44 @@ func (c *chunker) write(ctx context.Context, seq int, args []any) error {
 	default:
 		return unavailable("rebuilding "+c.head[1].(string), errRebuildSuperseded)
 	}
+}
+
+// stageWaitlist writes the SKU's waitlist as the ledger has it (the entries
+// not LEFT, in queue order) under the rebuild's generation, in chunks of
+// RebuildBatch; publish_sku.lua makes it live with the rest.
+func (e *Engine) stageWaitlist(ctx context.Context, s *db.Snapshot, gen string, stagingTTL int64) error {
+	sku := s.Product.SKU
+	maxSeq, err := s.MaxWaitlistSeq(ctx)
+	if err != nil {
+		return err
+	}
+	keys := e.keys.stageWaitlistKeys(sku)
+	first := "1"
+	write := func(entries []db.WaitlistEntry) error {
+		args := []any{gen, stagingTTL, maxSeq, first}
+		first = "0"
+		for _, w := range entries {
+			st := "W"
+			if w.Status == db.WaitOffered {
+				st = "O"
+			}
+			args = append(args, w.Principal, w.Seq, w.Quantity, w.HoldMillis, st, w.Token, w.JoinedAt.UnixMilli())
+		}
+		r, err := e.run(ctx, lua.StageWaitlist, keys, args...)
+		if err != nil {
+			return fmt.Errorf("staging the waitlist of %s: %w", sku, err)
+		}
+		switch r.code() {
+		case codeOK:
+			return nil
+		case codeExists:
+			return errRebuildExists
+		default:
+			return unavailable("rebuilding "+sku, errRebuildSuperseded)
+		}
+	}
+	if err := write(nil); err != nil { // clears, and sets the seq floor even for an empty waitlist
+		return err
+	}
+	return s.Waitlist(ctx, e.cfg.RebuildBatch, write)
 }

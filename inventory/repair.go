@@ -47,7 +47,7 @@ func (e *Engine) ReconcileApplied(ctx context.Context, partition int, events []d
 	var tokens []string
 	for _, ev := range events {
 		c := gens[ev.SKU]
-		if c == nil || seen[ev.Token] || ev.Kind == "commit" {
+		if c == nil || seen[ev.Token] || ev.Kind == "commit" || ev.Gen == "" {
 			continue
 		}
 		// A missing SKU is rebuilt from the ledger, which has the batch.

@@ -3,6 +3,7 @@ package inventory
 import (
 	"crypto/rand"
 	"encoding/base32"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 )
@@ -37,4 +38,16 @@ func parseToken(token string) (int, error) {
 		return 0, &InvalidInputError{Field: "token", Reason: "not a reservation token"}
 	}
 	return p, nil
+}
+
+// newNonce returns 128 random bits in hex for a script that may hand units
+// to waiters: the tokens of the holds it makes are derived from it (see
+// offer_token in lua/lib.lua), so they are as unguessable as newToken's, and
+// a script the client repeats with the same arguments makes the same ones.
+func newNonce() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b[:])
 }

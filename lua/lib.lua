@@ -133,3 +133,156 @@ local function hold_reply(code, token, h, replayed)
     tonumber(h['ext'] or '0') }
 end
 
+
+-- The waitlist. A SKU's waiters are a sorted set of WAITING principals by
+-- their entry's seq (the queue) and a hash of every entry by principal (the
+-- entries; the field '#seq' is the last seq handed out, and a principal never
+-- starts with '#'). An entry is "seq|qty|hold_ms|status|token|joined_ms" with
+-- status W (WAITING) or O (OFFERED: token names the HELD reservation it was
+-- handed); a left entry is deleted.
+
+-- wait_keys returns the waitlist keys of a SKU, for scripts that know the SKU
+-- only from a hold they read.
+local function wait_keys(base, sku)
+  return { queue = base .. 'wait:' .. sku, entries = base .. 'waiters:' .. sku }
+end
+
+-- wait_entry decodes an entry, or returns nil.
+local function wait_entry(raw)
+  if not raw then
+    return nil
+  end
+  local seq, qty, hold, st, tok, joined = string.match(raw, '^(%d+)|(%d+)|(%d+)|(%a)|([^|]*)|(%d+)$')
+  if not seq then
+    return nil
+  end
+  return { seq = seq, qty = tonumber(qty), hold = tonumber(hold), st = st, tok = tok, joined = joined }
+end
+
+local function wait_encode(e)
+  return e.seq .. '|' .. e.qty .. '|' .. e.hold .. '|' .. e.st .. '|' .. e.tok .. '|' .. e.joined
+end
+
+-- emit_wait appends a waitlist event (wjoin, wleave, woffer) to the outbox.
+-- Its id names the entry (SKU and seq), so the ledger applies it once.
+local function emit_wait(outbox, kind, sku, who, e, now)
+  redis.call('XADD', outbox, '*',
+    'id', kind .. ':' .. sku .. ':' .. e.seq, 'type', kind, 'tok', e.tok, 'sku', sku, 'who', who,
+    'qty', tostring(e.qty), 'exp', '0', 'ctd', e.joined, 'at', tostring(now), 'idem', '', 'fp', '', 'gen', '',
+    'wseq', e.seq, 'hold', tostring(e.hold))
+end
+
+-- wait_reply is the common reply for an entry:
+-- {code, sku, who, seq, qty, hold_ms, status, token, position, joined_ms, replayed};
+-- status W, O or L (left), position 0 unless WAITING.
+local function wait_reply(code, queue, sku, who, e, replayed)
+  if not e then
+    return { code, sku, who, 0, 0, 0, 'L', '', 0, 0, replayed }
+  end
+  local pos = 0
+  if e.st == 'W' then
+    pos = (redis.call('ZRANK', queue, who) or -1) + 1
+  end
+  return { code, sku, who, tonumber(e.seq), e.qty, e.hold, e.st, e.tok, pos, tonumber(e.joined), replayed }
+end
+
+local token_alphabet = 'abcdefghijklmnopqrstuvwxyz234567'
+local hex_bits = {
+  ['0'] = '0000', ['1'] = '0001', ['2'] = '0010', ['3'] = '0011', ['4'] = '0100', ['5'] = '0101',
+  ['6'] = '0110', ['7'] = '0111', ['8'] = '1000', ['9'] = '1001', a = '1010', b = '1011',
+  c = '1100', d = '1101', e = '1110', f = '1111',
+}
+
+-- offer_token makes the token of the i-th hold a script hands to a waiter, in
+-- the shape of inventory/token.go ("r07." and 26 base32 characters of 128
+-- bits): the bits are the first half of SHA-1(nonce:i), and the nonce is 128
+-- random bits the caller drew for this call, so tokens stay unguessable and a
+-- script run twice with the same arguments makes the same ones.
+local function offer_token(base, nonce, i)
+  local bits = string.gsub(string.sub(redis.sha1hex(nonce .. ':' .. i), 1, 32), '.', hex_bits) .. '00'
+  local out = {}
+  for j = 1, 130, 5 do
+    local n = tonumber(string.sub(bits, j, j + 4), 2)
+    out[#out + 1] = string.sub(token_alphabet, n + 1, n + 1)
+  end
+  return 'r' .. string.match(base, '{p(%d%d)}:$') .. '.' .. table.concat(out)
+end
+
+-- handoff gives a SKU's available units to its waiters, in the order they
+-- joined: each WAITING waiter whose quantity fits what is left and whose
+-- quota allows it gets a HELD hold of the duration it chose, and its entry
+-- becomes OFFERED. Units no waiter can take stay available to everyone. Every
+-- script that makes units available (release_hold.lua, apply_product.lua,
+-- publish_sku.lua) and join_waitlist.lua call it after their own writes, in
+-- the same script: there is no moment at which a freed unit is available to a
+-- reserve while a waiter could take it. Nothing is handed out outside the
+-- sale window. k names the keys: sku, quota, expiry, outbox, channel, queue,
+-- entries; base is the partition base (for the holds' keys) and nonce the
+-- caller's random string (offer_token). Returns the number of offers.
+--
+-- The scan stops as soon as nothing is left; when no waiter fits it walks the
+-- whole queue, which its bounded length bounds.
+local function handoff(k, base, sku, nonce, now)
+  if redis.call('ZCARD', k.queue) == 0 then
+    return 0
+  end
+  local s = redis.call('HMGET', k.sku, 'avail', 'max', 'start', 'end', 'gen')
+  if not s[5] then
+    return 0
+  end
+  local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
+  local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
+  if avail <= 0 or (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
+    return 0
+  end
+  local offers, kept, made = 0, 0, 0
+  while avail > 0 do
+    local batch = redis.call('ZRANGE', k.queue, kept, kept + 99)
+    if #batch == 0 then
+      break
+    end
+    for _, who in ipairs(batch) do
+      local e = wait_entry(redis.call('HGET', k.entries, who))
+      if not e or e.st ~= 'W' then
+        redis.call('ZREM', k.queue, who) -- not waiting: cannot be in the queue
+      else
+        local fits = e.qty <= avail
+        if fits and max > 0 then
+          fits = tonumber(redis.call('HGET', k.quota, who) or '0') + e.qty <= max
+        end
+        if not fits then
+          kept = kept + 1
+        else
+          local token
+          repeat
+            made = made + 1
+            token = offer_token(base, nonce, made)
+          until redis.call('EXISTS', hold_key(base, token)) == 0
+          local h = {
+            sku = sku, who = who, qty = tostring(e.qty), st = 'HELD', exp = tostring(now + e.hold),
+            ctd = tostring(now), idem = '', fp = '', gen = s[5],
+          }
+          redis.call('HSET', hold_key(base, token), 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
+            'exp', h['exp'], 'ctd', h['ctd'], 'idem', '', 'fp', '', 'gen', s[5], 'wseq', e.seq)
+          redis.call('HINCRBY', k.quota, who, e.qty)
+          redis.call('ZADD', k.expiry, h['exp'], token)
+          bump_stock(k.sku, -e.qty, e.qty, 0, now)
+          emit(k.outbox, 'reserve', token, h, now)
+          e.st, e.tok = 'O', token
+          redis.call('HSET', k.entries, who, wait_encode(e))
+          redis.call('ZREM', k.queue, who)
+          emit_wait(k.outbox, 'woffer', sku, who, e, now)
+          avail = avail - e.qty
+          offers = offers + 1
+        end
+      end
+      if avail <= 0 then
+        break
+      end
+    end
+  end
+  if offers > 0 then
+    announce(k.sku, k.channel, sku)
+  end
+  return offers
+end

@@ -41,6 +41,12 @@ const (
 	ReconcileHold = "reconcile_hold"
 	// ClaimIdempotencyKey pins an idempotency key to its first SKU.
 	ClaimIdempotencyKey = "claim_idempotency_key"
+	// StageWaitlist writes a chunk of a rebuild's waitlist.
+	StageWaitlist = "stage_waitlist"
+	// JoinWaitlist puts a principal in a SKU's waitlist (or replays its entry).
+	JoinWaitlist = "join_waitlist"
+	// LeaveWaitlist takes a principal out of a SKU's waitlist.
+	LeaveWaitlist = "leave_waitlist"
 )
 
 // Names of the worker group's lease scripts.
@@ -57,7 +63,7 @@ const (
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
 var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
-	ReconcileHold, ClaimIdempotencyKey}
+	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist}
 
 // Leases lists the worker group's lease scripts.
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}

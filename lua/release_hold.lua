@@ -11,6 +11,12 @@
 -- ARGV[2]  token   ARGV[3] principal ("" for the sweeper)
 -- ARGV[4]  "1" when the caller is an admin   ARGV[5] CANCELLED or EXPIRED
 -- ARGV[6]  retention seconds for the finished hold
+-- ARGV[7]  nonce: random characters for the tokens of the holds the freed units
+--          are handed over as (offer_token in lib.lua)
+--
+-- The freed units go to the SKU's waiters first (handoff in lib.lua): their
+-- queue and entries are derived from the SKU too (wait_keys), and so are the
+-- holds handed over, from the tokens this script makes.
 --
 -- Returns hold_reply(code, ...) with code:
 --   OK                 released now (replayed = 0) or released before (replayed = 1)
@@ -23,7 +29,9 @@
 -- or {'NEEDS_HYDRATION', sku} when the hold's SKU is not loaded.
 --
 -- Why one script: the status check and the restock must be one step, or a
--- cancel racing the sweeper would restock the same units twice.
+-- cancel racing the sweeper would restock the same units twice; and the
+-- handoff must be the same step, or a reserve could take a freed unit before
+-- the waiter it belongs to.
 
 local base, token, who, admin, status = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local h = hash_get(KEYS[1])
@@ -63,4 +71,7 @@ if now >= tonumber(h['exp']) then
 end
 k.hold, k.expiry, k.committing, k.outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 release(k, token, h, status, now, tonumber(ARGV[6]))
+local w = wait_keys(base, h['sku'])
+k.queue, k.entries = w.queue, w.entries
+handoff(k, base, h['sku'], ARGV[7], now)
 return hold_reply('OK', token, h, 0)
