@@ -36,6 +36,7 @@ func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 		RejectionTTL:  in.Config.RejectionTTL,
 		WaitReplicas:  in.Config.RedisWaitReplicas,
 		WaitTimeout:   in.Config.RedisWaitTimeout,
+		WaitlistMax:   in.Config.WaitlistMax,
 		Registerer:    in.Registry,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }

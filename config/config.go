@@ -40,6 +40,7 @@ const (
 	EnvMutationRate      = "DROPLINE_MUTATION_RATE"
 	EnvLeaseTTL          = "DROPLINE_LEASE_TTL"
 	EnvRejectionTTL      = "DROPLINE_REJECTION_TTL"
+	EnvWaitlistMax       = "DROPLINE_WAITLIST_MAX"
 	EnvMutationBurst     = "DROPLINE_MUTATION_BURST"
 	EnvCORSOrigins       = "DROPLINE_CORS_ORIGINS"
 	EnvShutdownTimeout   = "DROPLINE_SHUTDOWN_TIMEOUT"
@@ -77,6 +78,7 @@ const (
 	DefaultRejectionTTL    = inventory.DefaultRejectionTTL
 	DefaultMutationRate    = resolvers.DefaultMutationRate
 	DefaultMutationBurst   = resolvers.DefaultMutationBurst
+	DefaultWaitlistMax     = inventory.DefaultWaitlistMax
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLogLevel        = "info"
 
@@ -217,6 +219,13 @@ type Config struct {
 	// 1.6 MB with the defaults. A hold replays for 24h whatever this says.
 	RejectionTTL time.Duration
 
+	// WaitlistMax is how many principals may wait on one SKU at once
+	// (DROPLINE_WAITLIST_MAX); a join beyond it is refused WAITLIST_FULL.
+	// Default: 10000; between 1 and 100000. A release that no waiter can
+	// take walks the whole queue inside its script, so this bounds that
+	// script's time as well as the queue's memory.
+	WaitlistMax int
+
 	// MutationRate is how many mutations per second one principal may send
 	// on average (DROPLINE_MUTATION_RATE), enforced in Redis (GCRA) so it
 	// holds across instances. Default: 10. A negative value turns the limit
@@ -335,6 +344,7 @@ func Default() Config {
 		HoldExtensions:  DefaultHoldExtensions,
 		LeaseTTL:        DefaultLeaseTTL,
 		RejectionTTL:    DefaultRejectionTTL,
+		WaitlistMax:     DefaultWaitlistMax,
 		MutationRate:    DefaultMutationRate,
 		MutationBurst:   DefaultMutationBurst,
 		ShutdownTimeout: DefaultShutdownTimeout,
@@ -420,6 +430,7 @@ func Load(getenv func(string) string) (Config, error) {
 	num(EnvHoldExtensions, &c.HoldExtensions)
 	dur(EnvLeaseTTL, &c.LeaseTTL)
 	dur(EnvRejectionTTL, &c.RejectionTTL)
+	num(EnvWaitlistMax, &c.WaitlistMax)
 	num(EnvMutationRate, &c.MutationRate)
 	num(EnvMutationBurst, &c.MutationBurst)
 	c.CORSOrigins = splitList(getenv(EnvCORSOrigins))

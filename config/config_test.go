@@ -546,3 +546,21 @@ func TestRedisWaitReplicas(t *testing.T) {
 	_, err = config.Load(env(map[string]string{"DROPLINE_REDIS_WAIT_TIMEOUT": "soon"}))
 	require.ErrorContains(t, err, "DROPLINE_REDIS_WAIT_TIMEOUT")
 }
+
+func TestWaitlistMax(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Equal(t, 10_000, c.WaitlistMax)
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvWaitlistMax: "50"}))
+	require.NoError(t, err)
+	require.Equal(t, 50, c.WaitlistMax)
+	require.NoError(t, c.Validate())
+	for _, bad := range []string{"0", "-3", "100001"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvWaitlistMax: bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvWaitlistMax)
+	}
+	_, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvWaitlistMax: "many"}))
+	require.ErrorContains(t, err, config.EnvWaitlistMax)
+}

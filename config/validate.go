@@ -137,6 +137,9 @@ func (c Config) Validate() error {
 	if c.RejectionTTL < time.Second || c.RejectionTTL > maxHold {
 		add(EnvRejectionTTL, "is %s: a refused reserve replays for between 1s and %s (default %s); the shorter, the less Redis keeps per refused request", c.RejectionTTL, maxHold, DefaultRejectionTTL)
 	}
+	if c.WaitlistMax < 1 || c.WaitlistMax > inventory.MaxWaitlistMax {
+		add(EnvWaitlistMax, "is %d: a SKU's waitlist holds between 1 and %d waiters (default %d)", c.WaitlistMax, inventory.MaxWaitlistMax, DefaultWaitlistMax)
+	}
 	if c.MutationRate == 0 {
 		add(EnvMutationRate, "is 0, which would refuse every mutation: set mutations per second per principal (default %d), or a negative number to turn the limit off", DefaultMutationRate)
 	}

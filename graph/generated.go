@@ -60,6 +60,8 @@ type ComplexityRoot struct {
 		Commit            func(childComplexity int, input model.CommitInput) int
 		CreateProduct     func(childComplexity int, input model.CreateProductInput) int
 		ExtendReservation func(childComplexity int, input model.ExtendReservationInput) int
+		JoinWaitlist      func(childComplexity int, input model.JoinWaitlistInput) int
+		LeaveWaitlist     func(childComplexity int, input model.LeaveWaitlistInput) int
 		Reserve           func(childComplexity int, input model.ReserveInput) int
 		Restock           func(childComplexity int, input model.RestockInput) int
 		UpdateProduct     func(childComplexity int, input model.UpdateProductInput) int
@@ -100,6 +102,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		MyReservations func(childComplexity int, status *model.ReservationStatus, first *int, after *string) int
+		MyWaitlist     func(childComplexity int) int
 		Node           func(childComplexity int, id string) int
 		Product        func(childComplexity int, sku string) int
 		Products       func(childComplexity int, first *int, after *string) int
@@ -152,6 +155,7 @@ type ComplexityRoot struct {
 	Subscription struct {
 		ReservationChanged func(childComplexity int, token string) int
 		StockChanged       func(childComplexity int, skus []string) int
+		WaitlistChanged    func(childComplexity int, sku string) int
 	}
 
 	UserError struct {
@@ -159,6 +163,21 @@ type ComplexityRoot struct {
 		Field             func(childComplexity int) int
 		Message           func(childComplexity int) int
 		RetryAfterSeconds func(childComplexity int) int
+	}
+
+	WaitlistEntry struct {
+		HoldSeconds func(childComplexity int) int
+		JoinedAt    func(childComplexity int) int
+		Position    func(childComplexity int) int
+		Quantity    func(childComplexity int) int
+		Reservation func(childComplexity int) int
+		Sku         func(childComplexity int) int
+		Status      func(childComplexity int) int
+	}
+
+	WaitlistPayload struct {
+		Entry      func(childComplexity int) int
+		UserErrors func(childComplexity int) int
 	}
 }
 
@@ -174,6 +193,8 @@ type MutationResolver interface {
 	CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error)
 	UpdateProduct(ctx context.Context, input model.UpdateProductInput) (*model.ProductPayload, error)
 	Restock(ctx context.Context, input model.RestockInput) (*model.ProductPayload, error)
+	JoinWaitlist(ctx context.Context, input model.JoinWaitlistInput) (*model.WaitlistPayload, error)
+	LeaveWaitlist(ctx context.Context, input model.LeaveWaitlistInput) (*model.WaitlistPayload, error)
 }
 type ProductResolver interface {
 	Stock(ctx context.Context, obj *model.Product) (*model.Stock, error)
@@ -184,6 +205,7 @@ type QueryResolver interface {
 	Products(ctx context.Context, first *int, after *string) (*model.ProductConnection, error)
 	Reservation(ctx context.Context, token string) (*model.Reservation, error)
 	MyReservations(ctx context.Context, status *model.ReservationStatus, first *int, after *string) (*model.ReservationConnection, error)
+	MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry, error)
 }
 type ReservationResolver interface {
 	Product(ctx context.Context, obj *model.Reservation) (*model.Product, error)
@@ -191,6 +213,7 @@ type ReservationResolver interface {
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, skus []string) (<-chan *model.Stock, error)
 	ReservationChanged(ctx context.Context, token string) (<-chan *model.Reservation, error)
+	WaitlistChanged(ctx context.Context, sku string) (<-chan *model.WaitlistEntry, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -294,6 +317,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ExtendReservation(childComplexity, args["input"].(model.ExtendReservationInput)), true
+	case "Mutation.joinWaitlist":
+		if e.ComplexityRoot.Mutation.JoinWaitlist == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_joinWaitlist_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.JoinWaitlist(childComplexity, args["input"].(model.JoinWaitlistInput)), true
+	case "Mutation.leaveWaitlist":
+		if e.ComplexityRoot.Mutation.LeaveWaitlist == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_leaveWaitlist_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.LeaveWaitlist(childComplexity, args["input"].(model.LeaveWaitlistInput)), true
 	case "Mutation.reserve":
 		if e.ComplexityRoot.Mutation.Reserve == nil {
 			break
@@ -452,6 +497,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.MyReservations(childComplexity, args["status"].(*model.ReservationStatus), args["first"].(*int), args["after"].(*string)), true
+	case "Query.myWaitlist":
+		if e.ComplexityRoot.Query.MyWaitlist == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.MyWaitlist(childComplexity), true
 	case "Query.node":
 		if e.ComplexityRoot.Query.Node == nil {
 			break
@@ -675,6 +726,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.StockChanged(childComplexity, args["skus"].([]string)), true
+	case "Subscription.waitlistChanged":
+		if e.ComplexityRoot.Subscription.WaitlistChanged == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_waitlistChanged_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.WaitlistChanged(childComplexity, args["sku"].(string)), true
 
 	case "UserError.code":
 		if e.ComplexityRoot.UserError.Code == nil {
@@ -701,6 +763,62 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.UserError.RetryAfterSeconds(childComplexity), true
 
+	case "WaitlistEntry.holdSeconds":
+		if e.ComplexityRoot.WaitlistEntry.HoldSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistEntry.HoldSeconds(childComplexity), true
+	case "WaitlistEntry.joinedAt":
+		if e.ComplexityRoot.WaitlistEntry.JoinedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistEntry.JoinedAt(childComplexity), true
+	case "WaitlistEntry.position":
+		if e.ComplexityRoot.WaitlistEntry.Position == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistEntry.Position(childComplexity), true
+	case "WaitlistEntry.quantity":
+		if e.ComplexityRoot.WaitlistEntry.Quantity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistEntry.Quantity(childComplexity), true
+	case "WaitlistEntry.reservation":
+		if e.ComplexityRoot.WaitlistEntry.Reservation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistEntry.Reservation(childComplexity), true
+	case "WaitlistEntry.sku":
+		if e.ComplexityRoot.WaitlistEntry.Sku == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistEntry.Sku(childComplexity), true
+	case "WaitlistEntry.status":
+		if e.ComplexityRoot.WaitlistEntry.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistEntry.Status(childComplexity), true
+
+	case "WaitlistPayload.entry":
+		if e.ComplexityRoot.WaitlistPayload.Entry == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistPayload.Entry(childComplexity), true
+	case "WaitlistPayload.userErrors":
+		if e.ComplexityRoot.WaitlistPayload.UserErrors == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WaitlistPayload.UserErrors(childComplexity), true
+
 	}
 	return 0, false
 }
@@ -714,6 +832,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CommitInput", ec.unmarshalInputCommitInput),
 			graphql.NewInputUnmarshaler("CreateProductInput", ec.unmarshalInputCreateProductInput),
 			graphql.NewInputUnmarshaler("ExtendReservationInput", ec.unmarshalInputExtendReservationInput),
+			graphql.NewInputUnmarshaler("JoinWaitlistInput", ec.unmarshalInputJoinWaitlistInput),
+			graphql.NewInputUnmarshaler("LeaveWaitlistInput", ec.unmarshalInputLeaveWaitlistInput),
 			graphql.NewInputUnmarshaler("MoneyInput", ec.unmarshalInputMoneyInput),
 			graphql.NewInputUnmarshaler("ReserveInput", ec.unmarshalInputReserveInput),
 			graphql.NewInputUnmarshaler("RestockInput", ec.unmarshalInputRestockInput),
@@ -839,6 +959,8 @@ type Query {
   reservation(token: ID!): Reservation
   "The caller's own reservations, newest first. Needs a principal."
   myReservations(status: ReservationStatus, first: Int, after: String): ReservationConnection!
+  "The caller's waitlist entries, one per SKU (the latest), newest first; at most 100. Needs a principal."
+  myWaitlist: [WaitlistEntry!]!
 }
 
 "Relay pagination state of a connection."
@@ -938,6 +1060,12 @@ type Subscription {
   status (COMMITTED, CANCELLED, EXPIRED) has been delivered.
   """
   reservationChanged(token: ID!): Reservation!
+  """
+  The caller's own entry in a SKU's waitlist: first its current state, then each
+  change (its position as waiters ahead leave or are served, the offer of a
+  reservation, leaving). Needs a principal.
+  """
+  waitlistChanged(sku: ID!): WaitlistEntry!
 }
 
 type Mutation {
@@ -962,6 +1090,54 @@ type Mutation {
   updateProduct(input: UpdateProductInput!): ProductPayload!
   "Admin only: add units to a product's total."
   restock(input: RestockInput!): ProductPayload!
+  """
+  Wait for units of a SKU: units freed by a cancel, an expiry or a restock go
+  to waiters in the order they joined (if their quantity fits and their limit
+  allows) as a HELD reservation, before anyone else can reserve them. One entry
+  per principal per SKU: joining again returns it. Needs a principal.
+  """
+  joinWaitlist(input: JoinWaitlistInput!): WaitlistPayload!
+  "Leave a SKU's waitlist; a reservation already offered stays the caller's. Leaving twice changes nothing."
+  leaveWaitlist(input: LeaveWaitlistInput!): WaitlistPayload!
+}
+
+input JoinWaitlistInput {
+  sku: ID!
+  quantity: Int!
+  "How long the reservation handed over lasts; 600 when absent, allowed 1-3600."
+  holdSeconds: Int
+}
+
+input LeaveWaitlistInput {
+  sku: ID!
+}
+
+type WaitlistPayload {
+  entry: WaitlistEntry
+  userErrors: [UserError!]!
+}
+
+enum WaitlistStatus {
+  "In the queue."
+  WAITING
+  "Handed a HELD reservation (see ` + "`" + `reservation` + "`" + `); out of the queue."
+  OFFERED
+  "Not in the queue: left, or never joined."
+  LEFT
+}
+
+"A principal's place in a SKU's waitlist."
+type WaitlistEntry {
+  sku: ID!
+  quantity: Int!
+  "1 for the next waiter to be served; null unless WAITING."
+  position: Int
+  status: WaitlistStatus!
+  "How long the reservation handed over lasts."
+  holdSeconds: Int!
+  joinedAt: Time
+  "The reservation an OFFERED entry was handed."
+  reservation: Reservation
 }
 
 input ReserveInput {
@@ -1077,6 +1253,8 @@ enum ErrorCode {
   UNAUTHENTICATED
   RATE_LIMITED
   UNAVAILABLE
+  "The SKU's waitlist has as many waiters as it may."
+  WAITLIST_FULL
 }
 `, BuiltIn: false},
 }
@@ -1282,6 +1460,36 @@ func (ec *executionContext) childFields_UserError(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type UserError", field.Name)
 }
 
+func (ec *executionContext) childFields_WaitlistEntry(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "sku":
+		return ec.fieldContext_WaitlistEntry_sku(ctx, field)
+	case "quantity":
+		return ec.fieldContext_WaitlistEntry_quantity(ctx, field)
+	case "position":
+		return ec.fieldContext_WaitlistEntry_position(ctx, field)
+	case "status":
+		return ec.fieldContext_WaitlistEntry_status(ctx, field)
+	case "holdSeconds":
+		return ec.fieldContext_WaitlistEntry_holdSeconds(ctx, field)
+	case "joinedAt":
+		return ec.fieldContext_WaitlistEntry_joinedAt(ctx, field)
+	case "reservation":
+		return ec.fieldContext_WaitlistEntry_reservation(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WaitlistEntry", field.Name)
+}
+
+func (ec *executionContext) childFields_WaitlistPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "entry":
+		return ec.fieldContext_WaitlistPayload_entry(ctx, field)
+	case "userErrors":
+		return ec.fieldContext_WaitlistPayload_userErrors(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WaitlistPayload", field.Name)
+}
+
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -1446,6 +1654,34 @@ func (ec *executionContext) field_Mutation_extendReservation_args(ctx context.Co
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.ExtendReservationInput, error) {
 			return ec.unmarshalNExtendReservationInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐExtendReservationInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_joinWaitlist_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.JoinWaitlistInput, error) {
+			return ec.unmarshalNJoinWaitlistInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐJoinWaitlistInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_leaveWaitlist_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.LeaveWaitlistInput, error) {
+			return ec.unmarshalNLeaveWaitlistInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐLeaveWaitlistInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1629,6 +1865,20 @@ func (ec *executionContext) field_Subscription_stockChanged_args(ctx context.Con
 		return nil, err
 	}
 	args["skus"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_waitlistChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "sku",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sku"] = arg0
 	return args, nil
 }
 
@@ -2182,6 +2432,94 @@ func (ec *executionContext) fieldContext_Mutation_restock(ctx context.Context, f
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_restock_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_joinWaitlist(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_joinWaitlist(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().JoinWaitlist(ctx, fc.Args["input"].(model.JoinWaitlistInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.WaitlistPayload) graphql.Marshaler {
+			return ec.marshalNWaitlistPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_joinWaitlist(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WaitlistPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_joinWaitlist_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_leaveWaitlist(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_leaveWaitlist(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().LeaveWaitlist(ctx, fc.Args["input"].(model.LeaveWaitlistInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.WaitlistPayload) graphql.Marshaler {
+			return ec.marshalNWaitlistPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_leaveWaitlist(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WaitlistPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_leaveWaitlist_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -2881,6 +3219,38 @@ func (ec *executionContext) fieldContext_Query_myReservations(ctx context.Contex
 	if fc.Args, err = ec.field_Query_myReservations_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_myWaitlist(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_myWaitlist(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().MyWaitlist(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.WaitlistEntry) graphql.Marshaler {
+			return ec.marshalNWaitlistEntry2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistEntryᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_myWaitlist(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WaitlistEntry(ctx, field)
+		},
 	}
 	return fc, nil
 }
@@ -3696,6 +4066,50 @@ func (ec *executionContext) fieldContext_Subscription_reservationChanged(ctx con
 	return fc, nil
 }
 
+func (ec *executionContext) _Subscription_waitlistChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_waitlistChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().WaitlistChanged(ctx, fc.Args["sku"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.WaitlistEntry) graphql.Marshaler {
+			return ec.marshalNWaitlistEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistEntry(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_waitlistChanged(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WaitlistEntry(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_waitlistChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _UserError_code(ctx context.Context, field graphql.CollectedField, obj *model.UserError) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3786,6 +4200,240 @@ func (ec *executionContext) _UserError_retryAfterSeconds(ctx context.Context, fi
 }
 func (ec *executionContext) fieldContext_UserError_retryAfterSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("UserError", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WaitlistEntry_sku(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistEntry_sku(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sku, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistEntry_sku(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitlistEntry", field, false, false, "ID")
+}
+
+func (ec *executionContext) _WaitlistEntry_quantity(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistEntry_quantity(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Quantity, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistEntry_quantity(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitlistEntry", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WaitlistEntry_position(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistEntry_position(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Position, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistEntry_position(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitlistEntry", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WaitlistEntry_status(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistEntry_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.WaitlistStatus) graphql.Marshaler {
+			return ec.marshalNWaitlistStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistEntry_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitlistEntry", field, false, false, "WaitlistStatus")
+}
+
+func (ec *executionContext) _WaitlistEntry_holdSeconds(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistEntry_holdSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HoldSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistEntry_holdSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitlistEntry", field, false, false, "Int")
+}
+
+func (ec *executionContext) _WaitlistEntry_joinedAt(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistEntry_joinedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.JoinedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistEntry_joinedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WaitlistEntry", field, false, false, "Time")
+}
+
+func (ec *executionContext) _WaitlistEntry_reservation(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistEntry_reservation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reservation, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Reservation) graphql.Marshaler {
+			return ec.marshalOReservation2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservation(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistEntry_reservation(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WaitlistEntry",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Reservation(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WaitlistPayload_entry(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistPayload_entry(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Entry, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.WaitlistEntry) graphql.Marshaler {
+			return ec.marshalOWaitlistEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistEntry(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistPayload_entry(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WaitlistPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WaitlistEntry(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WaitlistPayload_userErrors(ctx context.Context, field graphql.CollectedField, obj *model.WaitlistPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WaitlistPayload_userErrors(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserErrors, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.UserError) graphql.Marshaler {
+			return ec.marshalNUserError2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐUserErrorᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WaitlistPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WaitlistPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UserError(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -5078,6 +5726,104 @@ func UnmarshalExtendReservationInput(ctx context.Context, raw any) (model.Extend
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputJoinWaitlistInput(ctx context.Context, obj any) (model.JoinWaitlistInput, error) {
+	var it model.JoinWaitlistInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"sku", "quantity", "holdSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "quantity":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("quantity"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Quantity = data
+		case "holdSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("holdSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.HoldSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalJoinWaitlistInput unmarshals raw into the JoinWaitlistInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalJoinWaitlistInput(ctx context.Context, raw any) (model.JoinWaitlistInput, error) {
+	var out model.JoinWaitlistInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "JoinWaitlistInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputLeaveWaitlistInput(ctx context.Context, obj any) (model.LeaveWaitlistInput, error) {
+	var it model.LeaveWaitlistInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"sku"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalLeaveWaitlistInput unmarshals raw into the LeaveWaitlistInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalLeaveWaitlistInput(ctx context.Context, raw any) (model.LeaveWaitlistInput, error) {
+	var out model.LeaveWaitlistInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "LeaveWaitlistInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputMoneyInput(ctx context.Context, obj any) (model.MoneyInput, error) {
 	var it model.MoneyInput
 	if obj == nil {
@@ -5547,6 +6293,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "joinWaitlist":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_joinWaitlist(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "leaveWaitlist":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_leaveWaitlist(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -5843,6 +6603,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_myReservations(ctx, field)
+				})
+		case "myWaitlist":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_myWaitlist(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -6186,6 +6952,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_stockChanged(ctx, fields[0])
 	case "reservationChanged":
 		return ec._Subscription_reservationChanged(ctx, fields[0])
+	case "waitlistChanged":
+		return ec._Subscription_waitlistChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
@@ -6220,6 +6988,107 @@ func (ec *executionContext) _UserError(ctx context.Context, sel ast.SelectionSet
 		case "retryAfterSeconds":
 			out.Values[i] = ec._UserError_retryAfterSeconds(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var waitlistEntryImplementors = []string{"WaitlistEntry"}
+
+func (ec *executionContext) _WaitlistEntry(ctx context.Context, sel ast.SelectionSet, obj *model.WaitlistEntry) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, waitlistEntryImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WaitlistEntry")
+		case "sku":
+			out.Values[i] = ec._WaitlistEntry_sku(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "quantity":
+			out.Values[i] = ec._WaitlistEntry_quantity(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "position":
+			out.Values[i] = ec._WaitlistEntry_position(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._WaitlistEntry_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "holdSeconds":
+			out.Values[i] = ec._WaitlistEntry_holdSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "joinedAt":
+			out.Values[i] = ec._WaitlistEntry_joinedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "reservation":
+			out.Values[i] = ec._WaitlistEntry_reservation(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var waitlistPayloadImplementors = []string{"WaitlistPayload"}
+
+func (ec *executionContext) _WaitlistPayload(ctx context.Context, sel ast.SelectionSet, obj *model.WaitlistPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, waitlistPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WaitlistPayload")
+		case "entry":
+			out.Values[i] = ec._WaitlistPayload_entry(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "userErrors":
+			out.Values[i] = ec._WaitlistPayload_userErrors(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:
@@ -6718,6 +7587,16 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
+func (ec *executionContext) unmarshalNJoinWaitlistInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐJoinWaitlistInput(ctx context.Context, v any) (model.JoinWaitlistInput, error) {
+	res, err := ec.unmarshalInputJoinWaitlistInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNLeaveWaitlistInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐLeaveWaitlistInput(ctx context.Context, v any) (model.LeaveWaitlistInput, error) {
+	res, err := ec.unmarshalInputLeaveWaitlistInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNMoney2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐMoney(ctx context.Context, sel ast.SelectionSet, v *model.Money) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Money!")
@@ -6926,6 +7805,48 @@ func (ec *executionContext) marshalNUserError2ᚖgithubᚗcomᚋdroplineᚋdropl
 		return graphql.Null
 	}
 	return ec._UserError(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNWaitlistEntry2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistEntryᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.WaitlistEntry) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNWaitlistEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistEntry(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNWaitlistEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistEntry(ctx context.Context, sel ast.SelectionSet, v *model.WaitlistEntry) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "WaitlistEntry!")
+		return graphql.Null
+	}
+	return ec._WaitlistEntry(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNWaitlistPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistPayload(ctx context.Context, sel ast.SelectionSet, v *model.WaitlistPayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "WaitlistPayload!")
+		return graphql.Null
+	}
+	return ec._WaitlistPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNWaitlistStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistStatus(ctx context.Context, v any) (model.WaitlistStatus, error) {
+	var res model.WaitlistStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWaitlistStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistStatus(ctx context.Context, sel ast.SelectionSet, v model.WaitlistStatus) graphql.Marshaler {
+	return v
 }
 
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {
@@ -7232,6 +8153,13 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	_ = ctx
 	res := graphql.MarshalTime(*v)
 	return res
+}
+
+func (ec *executionContext) marshalOWaitlistEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐWaitlistEntry(ctx context.Context, sel ast.SelectionSet, v *model.WaitlistEntry) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._WaitlistEntry(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.EnumValue) graphql.Marshaler {

@@ -116,6 +116,31 @@ func (r *mutationResolver) Restock(ctx context.Context, input model.RestockInput
 	return productResult(r.deps.engine.Restock(ctx, p, input.Sku, input.Quantity, input.EventID))
 }
 
+// JoinWaitlist is the resolver for the joinWaitlist field.
+func (r *mutationResolver) JoinWaitlist(ctx context.Context, input model.JoinWaitlistInput) (*model.WaitlistPayload, error) {
+	p, refused := r.deps.mutationCaller(ctx)
+	if refused != nil {
+		return waitlistRefused(refused), nil
+	}
+	req := inventory.JoinWaitlistRequest{SKU: input.Sku, Quantity: input.Quantity}
+	if input.HoldSeconds != nil {
+		if *input.HoldSeconds < 1 {
+			return waitlistResult(inventory.WaitlistEntry{}, &inventory.InvalidInputError{Field: "holdSeconds", Reason: "must be at least 1"})
+		}
+		req.HoldFor = time.Duration(*input.HoldSeconds) * time.Second
+	}
+	return waitlistResult(r.deps.engine.JoinWaitlist(ctx, p, req))
+}
+
+// LeaveWaitlist is the resolver for the leaveWaitlist field.
+func (r *mutationResolver) LeaveWaitlist(ctx context.Context, input model.LeaveWaitlistInput) (*model.WaitlistPayload, error) {
+	p, refused := r.deps.mutationCaller(ctx)
+	if refused != nil {
+		return waitlistRefused(refused), nil
+	}
+	return waitlistResult(r.deps.engine.LeaveWaitlist(ctx, p, input.Sku))
+}
+
 // Stock is the resolver for the stock field.
 func (r *productResolver) Stock(ctx context.Context, obj *model.Product) (*model.Stock, error) {
 	s, err := loadersFrom(ctx).stock.Load(ctx, obj.Sku)
@@ -263,6 +288,26 @@ func (r *queryResolver) MyReservations(ctx context.Context, status *model.Reserv
 	return conn, nil
 }
 
+// MyWaitlist is the resolver for the myWaitlist field.
+func (r *queryResolver) MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry, error) {
+	p, ok, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errUnauthenticated(ctx)
+	}
+	list, err := r.deps.engine.MyWaitlist(ctx, p)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	out := make([]*model.WaitlistEntry, len(list))
+	for i, w := range list {
+		out[i] = waitlistModel(w)
+	}
+	return out, nil
+}
+
 // Product is the resolver for the product field.
 func (r *reservationResolver) Product(ctx context.Context, obj *model.Reservation) (*model.Product, error) {
 	p, err := loadersFrom(ctx).product.Load(ctx, obj.Sku)
@@ -280,6 +325,11 @@ func (r *subscriptionResolver) StockChanged(ctx context.Context, skus []string) 
 // ReservationChanged is the resolver for the reservationChanged field.
 func (r *subscriptionResolver) ReservationChanged(ctx context.Context, token string) (<-chan *model.Reservation, error) {
 	return r.deps.reservationChanged(ctx, token)
+}
+
+// WaitlistChanged is the resolver for the waitlistChanged field.
+func (r *subscriptionResolver) WaitlistChanged(ctx context.Context, sku string) (<-chan *model.WaitlistEntry, error) {
+	return r.deps.waitlistChanged(ctx, sku)
 }
 
 // Mutation returns graph.MutationResolver implementation.

@@ -52,6 +52,17 @@ type ExtendReservationInput struct {
 	HoldSeconds int `json:"holdSeconds"`
 }
 
+type JoinWaitlistInput struct {
+	Sku      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+	// How long the reservation handed over lasts; 600 when absent, allowed 1-3600.
+	HoldSeconds *int `json:"holdSeconds,omitempty"`
+}
+
+type LeaveWaitlistInput struct {
+	Sku string `json:"sku"`
+}
+
 // Amount in minor units (cents) of an ISO 4217 currency.
 type Money struct {
 	Amount   int    `json:"amount"`
@@ -207,6 +218,25 @@ type UserError struct {
 	RetryAfterSeconds *int `json:"retryAfterSeconds,omitempty"`
 }
 
+// A principal's place in a SKU's waitlist.
+type WaitlistEntry struct {
+	Sku      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+	// 1 for the next waiter to be served; null unless WAITING.
+	Position *int           `json:"position,omitempty"`
+	Status   WaitlistStatus `json:"status"`
+	// How long the reservation handed over lasts.
+	HoldSeconds int        `json:"holdSeconds"`
+	JoinedAt    *time.Time `json:"joinedAt,omitempty"`
+	// The reservation an OFFERED entry was handed.
+	Reservation *Reservation `json:"reservation,omitempty"`
+}
+
+type WaitlistPayload struct {
+	Entry      *WaitlistEntry `json:"entry,omitempty"`
+	UserErrors []*UserError   `json:"userErrors"`
+}
+
 type ErrorCode string
 
 const (
@@ -225,6 +255,8 @@ const (
 	ErrorCodeUnauthenticated ErrorCode = "UNAUTHENTICATED"
 	ErrorCodeRateLimited     ErrorCode = "RATE_LIMITED"
 	ErrorCodeUnavailable     ErrorCode = "UNAVAILABLE"
+	// The SKU's waitlist has as many waiters as it may.
+	ErrorCodeWaitlistFull ErrorCode = "WAITLIST_FULL"
 )
 
 var AllErrorCode = []ErrorCode{
@@ -242,11 +274,12 @@ var AllErrorCode = []ErrorCode{
 	ErrorCodeUnauthenticated,
 	ErrorCodeRateLimited,
 	ErrorCodeUnavailable,
+	ErrorCodeWaitlistFull,
 }
 
 func (e ErrorCode) IsValid() bool {
 	switch e {
-	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable:
+	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable, ErrorCodeWaitlistFull:
 		return true
 	}
 	return false
@@ -341,6 +374,66 @@ func (e *ReservationStatus) UnmarshalJSON(b []byte) error {
 }
 
 func (e ReservationStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type WaitlistStatus string
+
+const (
+	// In the queue.
+	WaitlistStatusWaiting WaitlistStatus = "WAITING"
+	// Handed a HELD reservation (see `reservation`); out of the queue.
+	WaitlistStatusOffered WaitlistStatus = "OFFERED"
+	// Not in the queue: left, or never joined.
+	WaitlistStatusLeft WaitlistStatus = "LEFT"
+)
+
+var AllWaitlistStatus = []WaitlistStatus{
+	WaitlistStatusWaiting,
+	WaitlistStatusOffered,
+	WaitlistStatusLeft,
+}
+
+func (e WaitlistStatus) IsValid() bool {
+	switch e {
+	case WaitlistStatusWaiting, WaitlistStatusOffered, WaitlistStatusLeft:
+		return true
+	}
+	return false
+}
+
+func (e WaitlistStatus) String() string {
+	return string(e)
+}
+
+func (e *WaitlistStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = WaitlistStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid WaitlistStatus", str)
+	}
+	return nil
+}
+
+func (e WaitlistStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *WaitlistStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e WaitlistStatus) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil
