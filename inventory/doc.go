@@ -30,6 +30,9 @@
 //	dl:{p07}:avail:<sku>            sharded pub/sub channel announcing stock
 //	dl:{p07}:rebuild:<sku>          hash   gen next: a rebuild under way (see Read-repair)
 //	dl:{p07}:rebuild:<sku>:quota    hash   the quota hash that rebuild stages
+//	dl:{p07}:wait:<sku>             zset   the waitlist's queue: WAITING principals by entry seq
+//	dl:{p07}:waiters:<sku>          hash   principal -> "seq|qty|hold_ms|W or O|token|joined_ms"; #seq: the last seq
+//	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages (and :waiters, its entries)
 //	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with (as long as its record)
 //	dl:{pNN}:idemclaims             string until when (ms) new-looking claims are checked in Postgres
 //
@@ -55,12 +58,32 @@
 // Every key the caller can name is passed in KEYS, all of one partition and
 // so of one hash tag and one Cluster slot. A script derives a key from the
 // partition base only from data it has just read, through lib.lua's hold_key,
-// idem_key and sku_keys, and says so in its header. Five do: reserve.lua
-// (the hold an idempotency record names), begin_commit.lua,
+// idem_key, sku_keys and wait_keys, and says so in its header. These do:
+// reserve.lua (the hold an idempotency record names), begin_commit.lua,
 // release_hold.lua and extend_hold.lua (the stock hash, quota hash and
-// channel of the SKU of a hold the caller knows by token only), and
-// hydrate_sku.lua (the hash and
-// idempotency record of each hold of a chunk: thousands per call).
+// channel of the SKU of a hold the caller knows by token only, and for
+// release_hold.lua its waitlist), hydrate_sku.lua (the hash and idempotency
+// record of each hold of a chunk: thousands per call), and every script
+// that hands units to waiters (release_hold.lua, apply_product.lua,
+// publish_sku.lua, join_waitlist.lua: the hash of each hold it makes, from a
+// token it makes).
+//
+// # Waitlist
+//
+//	join --> WAITING --units freed, its turn--> OFFERED (a HELD reservation)
+//	            \--leave--> LEFT (the entry is deleted)
+//
+// Units a cancel, an expiry, a restock or a rebuild makes available go to
+// the SKU's waiters in seq order, in the same script (handoff in
+// lua/lib.lua): a waiter whose quantity fits and whose quota allows is
+// handed a hold of its chosen length, the others are passed over. What no
+// waiter can take stays available. The tokens of those holds are derived
+// from a random nonce the caller passes (offer_token), so they are as
+// unguessable as newToken's and a script run twice makes the same ones (and,
+// having released nothing the second time, none). Seqs only grow: a rebuild
+// sets the next above its generation. Joins, leaves and offers are outbox
+// events (wjoin, wleave, woffer) applied to waitlist_entries, and a rebuild
+// stages the queue from there (stage_waitlist.lua) for publish_sku.lua.
 //
 // Replies are read in one place, replies.go: every code a script can answer
 // is a replyCode constant, and each reply shape has one decoder (a hold_reply,

@@ -171,7 +171,7 @@ func (k Keys) WaitEntries(sku string) string { return k.Base(PartitionOf(sku)) +
 // publishing renames them onto WaitQueue and WaitEntries.
 func (k Keys) RebuildWaitQueue(sku string) string { return k.Rebuild(sku) + ":wait" }
 
-// RebuildWaitEntries: see RebuildWaitQueue.
+// RebuildWaitEntries is the entries hash a rebuild stages (see RebuildWaitQueue).
 func (k Keys) RebuildWaitEntries(sku string) string { return k.Rebuild(sku) + ":waiters" }
 
 // waitlistKeys is join_waitlist.lua's and leave_waitlist.lua's KEYS.

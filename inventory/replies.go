@@ -37,6 +37,10 @@ const (
 	codeQuotaExceeded        replyCode = "QUOTA_EXCEEDED"
 	codeOutOfStock           replyCode = "OUT_OF_STOCK"
 
+	// join_waitlist.lua answers the rejections above with the same shape,
+	// and this one: {code, limit}.
+	codeWaitlistFull replyCode = "WAITLIST_FULL"
+
 	// stage_rebuild.lua, hydrate_sku.lua, publish_sku.lua, apply_product.lua.
 	codeExists replyCode = "EXISTS" // the SKU is loaded already
 	codeStale  replyCode = "STALE"  // a newer rebuild or product version is there
@@ -98,7 +102,7 @@ func (r reply) attempt() attempt {
 	return attempt{id: r.str(12), moved: r.int(13) == 1, idem: r.str(14), fp: r.str(15)}
 }
 
-// rejection decodes a refusal of reserve.lua, {code, a, b, replayed}, into
+// rejection decodes a refusal of reserve.lua (or join_waitlist.lua), {code, a, b, replayed}, into
 // its error; nil when the code is not one of its rejections.
 func (r reply) rejection() error {
 	switch r.code() {
@@ -112,8 +116,21 @@ func (r reply) rejection() error {
 		return ErrIdempotencyKeyReused
 	case codeInvalidInput:
 		return &InvalidInputError{Field: r.str(1), Reason: r.str(2)}
+	case codeWaitlistFull:
+		return &WaitlistFullError{Limit: int(r.int(1))}
 	}
 	return nil
+}
+
+// waitEntry decodes lib.lua's wait_reply: {code, sku, who, seq, qty, hold_ms,
+// status, token, position, joined_ms, replayed}.
+func (r reply) waitEntry() WaitlistEntry {
+	st := map[string]WaitStatus{"W": WaitWaiting, "O": WaitOffered, "L": WaitLeft}[r.str(6)]
+	return WaitlistEntry{
+		SKU: r.str(1), Principal: r.str(2), Seq: r.int(3), Quantity: int(r.int(4)),
+		HoldFor: time.Duration(r.int(5)) * time.Millisecond, Status: st, Token: r.str(7),
+		Position: int(r.int(8)), JoinedAt: msTime(r.int(9)), Replayed: r.int(10) == 1,
+	}
 }
 
 // generation is the generation in stage_rebuild.lua's {OK, gen}.

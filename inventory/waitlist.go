@@ -68,20 +68,6 @@ func (e *WaitlistFullError) Error() string {
 // Is makes errors.Is(err, ErrWaitlistFull) true.
 func (e *WaitlistFullError) Is(target error) bool { return target == ErrWaitlistFull }
 
-// codeWaitlistFull is join_waitlist.lua's refusal when the queue is at its bound.
-const codeWaitlistFull replyCode = "WAITLIST_FULL"
-
-// waitEntry decodes lib.lua's wait_reply: {code, sku, who, seq, qty, hold_ms,
-// status, token, position, joined_ms, replayed}.
-func (r reply) waitEntry() WaitlistEntry {
-	st := map[string]WaitStatus{"W": WaitWaiting, "O": WaitOffered, "L": WaitLeft}[r.str(6)]
-	return WaitlistEntry{
-		SKU: r.str(1), Principal: r.str(2), Seq: r.int(3), Quantity: int(r.int(4)),
-		HoldFor: time.Duration(r.int(5)) * time.Millisecond, Status: st, Token: r.str(7),
-		Position: int(r.int(8)), JoinedAt: msTime(r.int(9)), Replayed: r.int(10) == 1,
-	}
-}
-
 // JoinWaitlist puts the principal in the SKU's waitlist. Units freed later by
 // a cancel, an expiry or a restock are handed to waiters in the order they
 // joined, each as a HELD reservation of the duration it asked for (see
@@ -103,17 +89,10 @@ func (e *Engine) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlist
 	if err != nil {
 		return WaitlistEntry{}, fmt.Errorf("joining the waitlist of %s: %w", req.SKU, err)
 	}
-	switch r.code() {
-	case codeOK:
-	case codeSaleNotActive:
-		return WaitlistEntry{}, &SaleNotActiveError{StartsAt: msTimePtr(r.int(1)), EndsAt: msTimePtr(r.int(2))}
-	case codeQuotaExceeded:
-		return WaitlistEntry{}, &QuotaExceededError{Limit: int(r.int(1)), Held: int(r.int(2))}
-	case codeWaitlistFull:
-		return WaitlistEntry{}, &WaitlistFullError{Limit: int(r.int(1))}
-	case codeInvalidInput:
-		return WaitlistEntry{}, &InvalidInputError{Field: r.str(1), Reason: r.str(2)}
-	default:
+	if r.code() != codeOK {
+		if err := r.rejection(); err != nil {
+			return WaitlistEntry{}, err
+		}
 		return WaitlistEntry{}, fmt.Errorf("joining the waitlist of %s: unexpected script reply %q", req.SKU, r.code())
 	}
 	w = r.waitEntry()

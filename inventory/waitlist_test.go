@@ -98,8 +98,11 @@ func TestWaitlistTakesFreedUnitsBeforeAnyone(t *testing.T) {
 			switch {
 			case i < stock:
 				r, err := b.engine.Cancel(b.ctx, buyer(i), holds[i].Token)
-				if err != nil || r.Status != inventory.StatusCancelled {
-					return fmt.Errorf("cancel %d: %v %v", i, r.Status, err)
+				if err != nil {
+					return fmt.Errorf("cancel %d: %w", i, err)
+				}
+				if r.Status != inventory.StatusCancelled {
+					return fmt.Errorf("cancel %d: %s", i, r.Status)
 				}
 			case i < stock+outsiders:
 				_, err := b.engine.Reserve(b.ctx, buyer(10_000+i), inventory.ReserveRequest{SKU: sku, Quantity: 1})
