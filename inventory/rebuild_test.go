@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,19 +21,27 @@ import (
 // test's slice of a shared Redis.
 func (b *bundle) wipe(t *testing.T) {
 	t.Helper()
+	require.NoError(t, b.wipeKeys())
+}
+
+// wipeKeys is wipe for any goroutine: it returns what went wrong.
+func (b *bundle) wipeKeys() error {
 	del := func(ctx context.Context, c *redis.Client) error {
 		iter := c.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
-			require.NoError(t, c.Del(ctx, iter.Val()).Err())
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
 		}
 		return iter.Err()
 	}
 	switch c := b.rdb.(type) {
 	case *redis.ClusterClient:
-		require.NoError(t, c.ForEachMaster(b.ctx, del))
+		return c.ForEachMaster(b.ctx, del)
 	case *redis.Client:
-		require.NoError(t, del(b.ctx, c))
+		return del(b.ctx, c)
 	}
+	return nil
 }
 
 func TestReadRepairAfterRedisLoss(t *testing.T) {
@@ -91,23 +100,30 @@ func TestWipeInTheMiddleOfASale(t *testing.T) {
 		b.product(t, "FLUSH-1", 50, 0)
 		var commits atomic.Int64
 		var wiped atomic.Bool
-		race(500, func(i int) {
+		raceCheck(t, 500, func(i int) error {
 			if i == 250 {
-				b.wipe(t)
+				if err := b.wipeKeys(); err != nil {
+					return err
+				}
 				wiped.Store(true)
-				return
+				return nil
 			}
 			h, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "FLUSH-1", Quantity: 1})
 			if errors.Is(err, inventory.ErrOutOfStock) {
-				return
+				return nil
 			}
-			require.NoError(t, err)
+			if err != nil {
+				return fmt.Errorf("buyer %d reserving: %w", i, err)
+			}
 			_, err = b.engine.Commit(b.ctx, buyer(i), h.Token)
 			if errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrExpired) || errors.Is(err, inventory.ErrOutOfStock) {
-				return // the hold was lost with Redis
+				return nil // the hold was lost with Redis
 			}
-			require.NoError(t, err)
+			if err != nil {
+				return fmt.Errorf("buyer %d committing: %w", i, err)
+			}
 			commits.Add(1)
+			return nil
 		})
 		require.True(t, wiped.Load())
 		b.drainOutbox(t)
@@ -130,32 +146,45 @@ func TestRealFlushAllAndScriptFlush(t *testing.T) {
 	b.product(t, "OWN-1", 300, 0)
 
 	// SCRIPT FLUSH every few milliseconds while 1,000 buyers reserve: no request fails.
+	type flushes struct {
+		n   int
+		err error
+	}
 	stop := make(chan struct{})
-	flushed := make(chan int)
+	flushed := make(chan flushes)
 	go func() {
 		n := 0
 		for {
 			select {
 			case <-stop:
-				flushed <- n
+				flushed <- flushes{n: n}
 				return
 			case <-time.After(3 * time.Millisecond):
-				require.NoError(t, client.ScriptFlush(ctx).Err())
+				if err := client.ScriptFlush(ctx).Err(); err != nil {
+					<-stop
+					flushed <- flushes{n, err}
+					return
+				}
 				n++
 			}
 		}
 	}()
 	var won atomic.Int64
-	race(1000, func(i int) {
+	raceCheck(t, 1000, func(i int) error {
 		_, err := e.Reserve(ctx, buyer(i), inventory.ReserveRequest{SKU: "OWN-1", Quantity: 1})
 		if err == nil {
 			won.Add(1)
-			return
+			return nil
 		}
-		require.ErrorIs(t, err, inventory.ErrOutOfStock)
+		if !errors.Is(err, inventory.ErrOutOfStock) {
+			return fmt.Errorf("buyer %d: %w", i, err)
+		}
+		return nil
 	})
 	close(stop)
-	require.Positive(t, <-flushed)
+	f := <-flushed
+	require.NoError(t, f.err)
+	require.Positive(t, f.n)
 	require.EqualValues(t, 300, won.Load())
 
 	// FLUSHALL, then a commit of a hold Redis no longer has but Postgres does.
