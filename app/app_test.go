@@ -358,17 +358,17 @@ func TestPortInUse(t *testing.T) {
 }
 
 // TestReadyzFollowsRedisOutage puts a TCP proxy between the App and Redis
-// and stops it, as if Redis went down: /readyz must say so, and recover by
+// and cuts it, as if Redis went down: /readyz must say so, and recover by
 // itself when Redis is back.
 func TestReadyzFollowsRedisOutage(t *testing.T) {
 	t.Parallel()
 	opts, err := config.Config{RedisURL: redisURL()}.RedisOptions()
 	require.NoError(t, err)
 	require.Nil(t, opts.Cluster, "this test proxies a single Redis")
-	p := startProxy(t, opts.Single.Addr)
+	p := testenv.NewProxy(t, opts.Single.Addr)
 
 	cfg := testConfig(t)
-	cfg.RedisURL = "redis://" + p.addr + "/" + strconv.Itoa(opts.Single.DB)
+	cfg.RedisURL = "redis://" + p.Addr + "/" + strconv.Itoa(opts.Single.DB)
 	a := app.New(cfg, zerolog.Nop())
 	a.Deps = app.Deps{}
 	require.NoError(t, a.Start(context.Background()))
@@ -378,7 +378,7 @@ func TestReadyzFollowsRedisOutage(t *testing.T) {
 	code, _ := get(t, ready)
 	require.Equal(t, http.StatusOK, code)
 
-	p.stop()
+	p.Cut()
 	code, body := get(t, ready)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	var got struct {
@@ -390,79 +390,11 @@ func TestReadyzFollowsRedisOutage(t *testing.T) {
 	require.Contains(t, got.Failed, "redis")
 	require.NotContains(t, got.Failed, "postgres")
 
-	p.start(t)
+	p.Restore()
 	require.Eventually(t, func() bool {
 		code, _ := get(t, ready)
 		return code == http.StatusOK
 	}, 10*time.Second, 50*time.Millisecond, "readiness recovers without a restart")
-}
-
-// proxy forwards TCP to target and can be stopped (closing every
-// connection) and restarted on the same address.
-type proxy struct {
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	p := &proxy{target: target, addr: "127.0.0.1:0", conns: map[net.Conn]struct{}{}}
-	p.start(t)
-	t.Cleanup(func() { p.stop(); p.wg.Wait() })
-	return p
-}
-
-func (p *proxy) start(t *testing.T) {
-	t.Helper()
-	var ln net.Listener
-	require.Eventually(t, func() bool {
-		var err error
-		ln, err = net.Listen("tcp", p.addr)
-		return err == nil
-	}, 5*time.Second, 20*time.Millisecond)
-	p.mu.Lock()
-	p.ln = ln
-	p.addr = ln.Addr().String()
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c] = struct{}{}
-			p.conns[up] = struct{}{}
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
-}
-
-func (p *proxy) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
 }
 
 func TestAdminListenerServesTheProfilerApartFromTheAPI(t *testing.T) {

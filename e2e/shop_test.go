@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -157,24 +156,7 @@ func dropline(t *testing.T) string {
 type binaryServer struct {
 	URL  string
 	Pool *pgxpool.Pool
-	log  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log  *testenv.LogBuffer
 }
 
 // startBinary runs `dropline serve` on a free loopback port with env added
@@ -206,7 +188,7 @@ func startBinary(t *testing.T, env map[string]string) *binaryServer {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	srv := &binaryServer{log: &syncBuffer{}}
+	srv := &binaryServer{log: &testenv.LogBuffer{}}
 	addr := make(chan string, 1)
 	exited := make(chan struct{})
 	go func() {

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dropline/dropline/internal/clientaddr"
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/playground"
 )
@@ -26,44 +26,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// logBuffer collects log lines from concurrent handlers.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		out = append(out, m)
-	}
-	return out
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type bundle struct {
 	url    string
 	client *http.Client
-	logs   *logBuffer
+	logs   *testenv.LogBuffer
 	reg    *prometheus.Registry
 }
 
@@ -71,7 +37,7 @@ type bundle struct {
 // handlers, and shuts it down when the test ends.
 func setup(t *testing.T, mutate func(*server.Config)) bundle {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	reg := prometheus.NewRegistry()
 	cfg := server.Config{
 		Logger:   zerolog.New(logs).Level(zerolog.DebugLevel),
@@ -184,7 +150,7 @@ func TestReadyz(t *testing.T) {
 
 	// A failing probe is logged at warn, a passing one only at debug.
 	var levels []string
-	for _, l := range b.logs.lines(t) {
+	for _, l := range b.logs.Lines(t) {
 		if l["path"] == "/readyz" {
 			levels = append(levels, l["level"].(string))
 		}
@@ -242,7 +208,7 @@ func TestRequestIDAndAccessLog(t *testing.T) {
 	require.NotContains(t, b.logs.String(), "query=secret", "never log query strings")
 
 	var handlerLine, accessLine map[string]any
-	for _, l := range b.logs.lines(t) {
+	for _, l := range b.logs.Lines(t) {
 		if l["request_id"] != id {
 			continue
 		}
@@ -275,7 +241,7 @@ func TestPanicRecovery(t *testing.T) {
 	require.NotContains(t, body, "exploded", "panic details stay in the log")
 
 	var found bool
-	for _, l := range b.logs.lines(t) {
+	for _, l := range b.logs.Lines(t) {
 		if l["message"] == "handler panic" {
 			found = true
 			require.Equal(t, id, l["request_id"])
@@ -461,7 +427,7 @@ func TestAccessLogNamesTheClient(t *testing.T) {
 		resp, _ := b.do(t, http.MethodGet, "/healthz", nil, map[string]string{"X-Forwarded-For": "198.51.100.1, 2001:db8::5"})
 		id := resp.Header.Get(server.RequestIDHeader)
 		var line map[string]any
-		for _, l := range b.logs.lines(t) {
+		for _, l := range b.logs.Lines(t) {
 			if l["request_id"] == id && l["message"] == "request" {
 				line = l
 			}

@@ -3,10 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,83 +14,6 @@ import (
 	"github.com/dropline/dropline/inventory"
 )
 
-// proxy is a TCP forwarder the test can cut and restore: the process under
-// test reaches Postgres only through it.
-type proxy struct {
-	ln       net.Listener
-	upstream string
-	mu       sync.Mutex
-	down     bool
-	conns    map[net.Conn]bool
-	wg       sync.WaitGroup
-}
-
-func startProxy(t *testing.T, upstream string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &proxy{ln: ln, upstream: upstream, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		up, err := net.DialTimeout("tcp", p.upstream, time.Second)
-		if err != nil {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = true, true
-		p.wg.Add(2)
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			defer p.wg.Done()
-			_, _ = io.Copy(dst, src)
-			_ = dst.Close()
-			_ = src.Close()
-		}
-		go pipe(up, c)
-		go pipe(c, up)
-	}
-}
-
-// cut drops every connection and refuses new ones until restore.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	clear(p.conns)
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	p.down = false
-	p.mu.Unlock()
-}
-
-func (p *proxy) close() {
-	_ = p.ln.Close()
-	p.cut()
-	p.wg.Wait()
-}
-
 // Postgres becomes unreachable in the middle of a sale and comes back.
 // Reserves go on (Redis only), commits answer UNAVAILABLE, events wait in
 // Redis, and afterwards Postgres and Redis agree on everything.
@@ -102,8 +22,8 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	env := testenv.Redis(t)
 	dbURL, err := url.Parse(testenv.NewDatabase(t))
 	require.NoError(t, err)
-	px := startProxy(t, dbURL.Host)
-	dbURL.Host = px.ln.Addr().String()
+	px := testenv.NewProxy(t, dbURL.Host)
+	dbURL.Host = px.Addr
 	cfg, err := pgxpool.ParseConfig(dbURL.String())
 	require.NoError(t, err)
 	cfg.ConnConfig.ConnectTimeout = time.Second
@@ -146,7 +66,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	}
 
 	// Down.
-	px.cut()
+	px.Cut()
 	during := reserve(60) // Redis only: must all succeed
 	failed := 0
 	for _, err := range commit(during[:15]) {
@@ -166,7 +86,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 		len(during), failed, metric(t, reg, "dropline_writebehind_backlog"), metric(t, reg, "dropline_writebehind_lag_seconds"))
 
 	// Back.
-	px.restore()
+	px.Restore()
 	for _, err := range commit(during[:15]) {
 		require.NoError(t, err, "the retried commit succeeds once Postgres is back")
 	}

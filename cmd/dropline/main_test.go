@@ -2,14 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,27 +23,9 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// syncBuffer is written by the server's goroutines and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func runCmd(t *testing.T, envm map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut testenv.LogBuffer
 	code = run(context.Background(), nil, args, func(k string) string { return envm[k] }, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
@@ -159,14 +139,14 @@ func TestMigrateUnreachableDatabase(t *testing.T) {
 type serving struct {
 	addr        string
 	done        chan int // the exit code, once serve returns
-	out, errOut *syncBuffer
+	out, errOut *testenv.LogBuffer
 }
 
 // startServe runs the serve command until ctx ends and returns once it logs
 // that it is serving (envm must not turn JSON logs off).
 func startServe(ctx context.Context, t *testing.T, envm map[string]string) serving {
 	t.Helper()
-	s := serving{done: make(chan int, 1), out: &syncBuffer{}, errOut: &syncBuffer{}}
+	s := serving{done: make(chan int, 1), out: &testenv.LogBuffer{}, errOut: &testenv.LogBuffer{}}
 	go func() {
 		s.done <- run(ctx, func() {}, []string{"serve"}, func(k string) string { return envm[k] }, s.out, s.errOut)
 	}()

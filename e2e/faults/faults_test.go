@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
 )
 
 // scale returns short in CI and long with -faults.long.
@@ -90,7 +92,7 @@ loop:
 func TestPostgresCutMidDrop(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	pg := newProxy(t, s.PostgresVia)
+	pg := testenv.NewProxy(t, s.PostgresVia)
 	s.PostgresVia = pg.Addr
 	s.start("a")
 	d := startDrop(s, dropConfig{SKU: "PGCUT-1", Buyers: scale(150, 500), Pace: 20 * time.Millisecond, HoldSeconds: 20})
@@ -147,7 +149,7 @@ func TestTwoInstancesOneKilled(t *testing.T) {
 func TestLostRedisReplies(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	rp := newProxy(t, s.Redis.Addr)
+	rp := testenv.NewProxy(t, s.Redis.Addr)
 	s.RedisVia = rp.Addr
 	a := s.start("a")
 	s.start("b")

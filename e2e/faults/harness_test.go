@@ -88,26 +88,8 @@ type proc struct {
 	Name string
 	URL  string
 	cmd  *exec.Cmd
-	log  *logBuffer
+	log  *testenv.LogBuffer
 	done chan struct{}
-}
-
-// logBuffer keeps a process's stderr for the checks and for failures.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs `dropline serve` on a free port and waits for /readyz.
@@ -132,7 +114,7 @@ func (s *system) start(name string) *proc {
 	cmd.Env = env
 	stderr, err := cmd.StderrPipe()
 	require.NoError(s.t, err)
-	p := &proc{Name: name, cmd: cmd, log: &logBuffer{}, done: make(chan struct{})}
+	p := &proc{Name: name, cmd: cmd, log: &testenv.LogBuffer{}, done: make(chan struct{})}
 	require.NoError(s.t, cmd.Start())
 	addr := make(chan string, 1)
 	go func() {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
 )
 
 type opKind int
@@ -207,7 +209,7 @@ func (d *drop) history(t *testing.T) []porcupine.Operation {
 func TestLinearizableUnderFaults(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	rp := newProxy(t, s.Redis.Addr)
+	rp := testenv.NewProxy(t, s.Redis.Addr)
 	s.RedisVia = rp.Addr
 	a := s.start("a")
 	s.start("b")

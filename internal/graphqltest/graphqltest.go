@@ -5,13 +5,11 @@
 package graphqltest
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,7 +38,7 @@ type Env struct {
 	Issuer  *auth.Issuer
 	Handler http.Handler
 	Client  *client.Client
-	Logs    *LogBuffer
+	Logs    *testenv.LogBuffer
 	Pool    *pgxpool.Pool
 	// StockReads counts the Redis pipelines that read stock (HMGET), to
 	// prove that a page of products costs one round trip.
@@ -62,7 +60,7 @@ func Setup(t *testing.T, mods ...func(*graphql.Config)) *Env {
 	require.NoError(t, err)
 	iss, err := auth.NewIssuer(Secret)
 	require.NoError(t, err)
-	logs := &LogBuffer{}
+	logs := &testenv.LogBuffer{}
 	cfg := graphql.Config{
 		Engine: eng, Redis: r.Client, Verifier: iss,
 		CORSOrigins: []string{"https://shop.example"},
@@ -148,24 +146,6 @@ func (c stockReadCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// LogBuffer collects the handler's log lines; safe for concurrent use.
-type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *LogBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *LogBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // B64 is standard base64, the encoding of global ids.

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/auth"
-	"github.com/dropline/dropline/internal/graphqltest"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/server"
@@ -41,7 +40,7 @@ func FuzzGraphQLRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	logs := &graphqltest.LogBuffer{}
+	logs := &testenv.LogBuffer{}
 	h := server.RequestID(zerolog.New(logs), graphql.NewHandler(graphql.Config{Engine: eng, Redis: r.Client, Verifier: iss,
 		Limits: graphql.Limits{MutationRate: -1}}))
 	bearer, err := iss.Mint("fuzzer", false, time.Hour)

@@ -1,4 +1,4 @@
-package faults
+package testenv
 
 import (
 	"math/rand/v2"
@@ -8,11 +8,12 @@ import (
 	"testing"
 )
 
-// proxy is a loopback TCP proxy a test can cut and restore, or make lose
-// replies: the request reaches the server, its answer never reaches the
-// client, and the connection is closed, so the client's driver retries a
-// command the server has already run.
-type proxy struct {
+// Proxy is a loopback TCP proxy a test puts between the code under test and
+// Redis or Postgres, to cut and restore the connection (an outage), or to
+// make it lose replies: the request reaches the server, its answer never
+// reaches the client, and the connection is closed, so the client's driver
+// retries a command the server has already run.
+type Proxy struct {
 	Addr     string
 	upstream string
 	ln       net.Listener
@@ -31,20 +32,22 @@ type proxy struct {
 	wg    sync.WaitGroup
 }
 
-func newProxy(t *testing.T, upstream string) *proxy {
+// NewProxy listens on a free loopback port (Addr) and forwards every
+// connection to upstream until the test ends.
+func NewProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{Addr: ln.Addr().String(), upstream: upstream, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), upstream: upstream, ln: ln, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
 	return p
 }
 
-func (p *proxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -68,7 +71,7 @@ func (p *proxy) accept() {
 	}
 }
 
-func (p *proxy) track(cs ...net.Conn) {
+func (p *Proxy) track(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range cs {
@@ -76,7 +79,7 @@ func (p *proxy) track(cs ...net.Conn) {
 	}
 }
 
-func (p *proxy) pipe(dst, src net.Conn, replies bool) {
+func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer p.wg.Done()
 	defer func() {
 		_ = dst.Close()
@@ -94,7 +97,7 @@ func (p *proxy) pipe(dst, src net.Conn, replies bool) {
 				return
 			}
 			if replies {
-				if pm := p.dropPerMille.Load(); pm > 0 && rand.Int64N(1000) < pm {
+				if pm := p.dropPerMille.Load(); pm > 0 && rand.Int64N(1000) < pm { //nolint:gosec // a fault chance, not a secret
 					p.Dropped.Add(1)
 					return // the answer is lost, and so is the connection
 				}
@@ -110,7 +113,7 @@ func (p *proxy) pipe(dst, src net.Conn, replies bool) {
 }
 
 // Cut closes every connection and refuses new ones until Restore.
-func (p *proxy) Cut() {
+func (p *Proxy) Cut() {
 	p.cut.Store(true)
 	p.mu.Lock()
 	for c := range p.conns {
@@ -121,12 +124,12 @@ func (p *proxy) Cut() {
 }
 
 // Restore lets connections through again.
-func (p *proxy) Restore() { p.cut.Store(false) }
+func (p *Proxy) Restore() { p.cut.Store(false) }
 
 // LoseReplies sets the chance (per mille) of losing a reply chunk.
-func (p *proxy) LoseReplies(perMille int64) { p.dropPerMille.Store(perMille) }
+func (p *Proxy) LoseReplies(perMille int64) { p.dropPerMille.Store(perMille) }
 
-func (p *proxy) close() {
+func (p *Proxy) close() {
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
