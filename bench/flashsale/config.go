@@ -83,6 +83,13 @@ type Config struct {
 	// Status receives one line per phase of the watchers; nil says nothing.
 	Status func(string)
 
+	// Waiters, when positive, adds the waitlist rehearsal after the drop
+	// (RunWaitlist): a fresh SKU of Stock units sold out to as many
+	// holders, Waiters buyers queued for it, then every holder cancelling
+	// while outsiders reserve; its checks join the verdict. At most
+	// MaxWaiters; 0: none.
+	Waiters int
+
 	// Watchers is how many live subscribers of stockChanged watch the
 	// drop, each on its own connection (0: none). Before the buyers come,
 	// Changes reserves of one unit are made at ChangeRate per second and
@@ -195,6 +202,12 @@ func (c Config) Validate(ctx context.Context) error {
 	}
 	if c.DrainTimeout <= 0 || c.DrainTimeout > MaxDuration {
 		bad("--drain-timeout must be >0 and at most %s", MaxDuration)
+	}
+	if c.Waiters < 0 || c.Waiters > MaxWaiters {
+		bad("--waitlist must be 0-%d", MaxWaiters)
+	}
+	if c.Waiters > 0 && c.Stock < 1 {
+		bad("--waitlist needs --stock of at least 1: the rehearsal sells that many units out and frees them")
 	}
 	if c.Watchers > 0 {
 		c.validateWatch(bad)

@@ -59,6 +59,16 @@
 // load average during the changes is part of the result. `make watchers`
 // (scripts/watchers.sh) starts a fresh server and runs it in one command.
 //
+// # Waitlist
+//
+// With Waiters > 0, RunWaitlist follows the drop on a SKU of its own: Stock
+// holders reserve it out, Waiters buyers join its waitlist together (the
+// position each join answers is its place, since nobody leaves), then every
+// holder cancels while outsiders reserve. JudgeWaitlist adds the checks:
+// one place each, no outsider served while waiters can take the units, the
+// first Stock places offered a HELD reservation each and the rest moved up,
+// the live stock, and the ledger's waitlist_entries entry by entry.
+//
 // # Output
 //
 // WriteText prints the table (throughput and p50/p95/p99/max per

@@ -42,6 +42,8 @@ type Result struct {
 	Stock          []StockSample  `json:"stockOverTime"`
 	// Watch is what the live watchers measured (--watchers); nil without.
 	Watch *WatchResult `json:"watch,omitempty"`
+	// Waitlist is the waitlist rehearsal's (--waitlist); nil without.
+	Waitlist *WaitlistResult `json:"waitlist,omitempty"`
 	// Samples holds every request; it feeds the report, not the JSON.
 	Samples []Sample `json:"-"`
 }
@@ -252,6 +254,15 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		}
 		res.Watch = &wr
 		res.Verdict.Checks = append(res.Verdict.Checks, JudgeWatch(wr, cfg.WatchP99, cfg.WatchRSSKiB)...)
+		res.Verdict.OK = len(res.Verdict.Failed()) == 0
+	}
+	if cfg.Waiters > 0 {
+		wl, err := d.RunWaitlist(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("waitlist rehearsal: %w", err)
+		}
+		res.Waitlist = wl
+		res.Verdict.Checks = append(res.Verdict.Checks, wl.Checks...)
 		res.Verdict.OK = len(res.Verdict.Failed()) == 0
 	}
 	return res, nil

@@ -197,3 +197,72 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, time.Millisecond, flashsale.Percentile(ds, 0))
 	require.Zero(t, flashsale.Percentile(nil, 0.5))
 }
+
+// TestWaitlistRehearsal runs the drop with the waitlist rehearsal against
+// two real servers: every freed unit must reach a waiter, in join order,
+// and none an outsider, in the API and in the ledger.
+func TestWaitlistRehearsal(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.NewDatabase(t)
+	prefix := testenv.Redis(t).Prefix
+	a := startApp(t, dbURL, prefix)
+	b := startApp(t, dbURL, prefix)
+
+	cfg := flashsale.DefaultConfig()
+	cfg.Targets = []string{"http://" + a.Addr(), "http://" + b.Addr()}
+	cfg.Secret = []byte(testSecret)
+	cfg.Buyers, cfg.Concurrency, cfg.Stock = 200, 24, 40
+	cfg.Think = time.Millisecond
+	cfg.Waiters = 150
+	cfg.DatabaseURL = dbURL
+	cfg.RunID = "wl"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := flashsale.NewDriver(ctx, cfg)
+	require.NoError(t, err)
+	defer d.Close()
+	res, err := d.Run(ctx)
+	require.NoError(t, err)
+	var text strings.Builder
+	require.NoError(t, flashsale.WriteText(&text, res))
+	t.Log("\n" + text.String())
+
+	require.True(t, res.Verdict.OK, "failed checks: %+v", res.Verdict.Failed())
+	w := res.Waitlist
+	require.NotNil(t, w)
+	require.Equal(t, 40, w.Offered)
+	require.Equal(t, 110, w.Waiting)
+	require.Zero(t, w.OutsidersServed)
+	require.True(t, w.LedgerChecked)
+	var names []string
+	for _, c := range res.Verdict.Checks {
+		if strings.HasPrefix(c.Name, "waitlist: ") {
+			require.False(t, c.Skipped, c.Name)
+			names = append(names, c.Name)
+		}
+	}
+	require.Len(t, names, 5)
+}
+
+// The waitlist verdict fails when an outsider got a freed unit, or a
+// waiter was served out of turn.
+func TestJudgeWaitlistFailsOnUnfairHandoff(t *testing.T) {
+	t.Parallel()
+	pos := func(n int) *int { return &n }
+	res := &flashsale.WaitlistResult{SKU: "WAIT-x", Holders: 1, Waiters: 2, Outsiders: 5, OutsidersServed: 1,
+		Final: flashsale.Stock{Held: 1, Total: 1}}
+	entries := []flashsale.WaitlistEntry{
+		{Status: "WAITING", Position: pos(1)},
+		{Status: "OFFERED", Reservation: &flashsale.Reservation{Token: "t", Status: "HELD", Quantity: 1}},
+	}
+	checks := flashsale.JudgeWaitlist(res, []int{1, 2}, entries, nil)
+	failed := map[string]bool{}
+	for _, c := range checks {
+		if !c.OK {
+			failed[c.Name] = true
+		}
+	}
+	require.True(t, failed["waitlist: nobody outside the queue served"])
+	require.True(t, failed["waitlist: freed units handed in join order, one waiter each"])
+}

@@ -47,6 +47,13 @@ func WriteText(w io.Writer, r *Result) error {
 			w.RSSPerWatcherKiB, w.GoroutinesPerConn, float64(w.RSSBeforeBytes)/(1<<20), float64(w.RSSIdleBytes)/(1<<20))
 	}
 
+	if w := r.Waitlist; w != nil {
+		fmt.Fprintf(&b, "\nwaitlist rehearsal: SKU %s, %d units sold out, %d waiters queued, then %d cancels with %d outsiders reserving (%.2fs)\n",
+			w.SKU, w.Holders, w.Waiters, w.Holders, w.Outsiders, w.CancelSeconds)
+		fmt.Fprintf(&b, "  offered %d, still waiting %d, outsiders served %d; join p99 %.1f ms; stock available %d held %d\n",
+			w.Offered, w.Waiting, w.OutsidersServed, w.JoinP99ms, w.Final.Available, w.Final.Held)
+	}
+
 	v := r.Verdict
 	status := "PASS"
 	if !v.OK {

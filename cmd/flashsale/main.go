@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	noLedger := fs.Bool("no-ledger", false, "skip the ledger checks (the verdict then rests on the API alone)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the write-behind to drain")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the buyers' choices")
+	fs.IntVar(&cfg.Waiters, "waitlist", 0, "after the drop, rehearse the waitlist: sell --stock units out, queue this many waiters, cancel every hold while outsiders reserve (0: none; max 10000)")
 	fs.IntVar(&cfg.Watchers, "watchers", 0, "live stockChanged subscribers watching the drop, one connection each (0: none; max 50000)")
 	fs.StringVar(&cfg.WatchTransport, "watch-transport", cfg.WatchTransport, "watchers' transport: ws (graphql-transport-ws) or sse")
 	fs.IntVar(&cfg.WatchSKUs, "watch-skus", cfg.WatchSKUs, "SKUs the watchers spread over: 1 is the drop's hot SKU, more creates SKUs besides it")
