@@ -81,7 +81,10 @@
 //     stale until a re-read adopts the new value (the reconnect that usually
 //     accompanies a rebuild, or the periodic resync).
 //   - One goroutine per subscription (the price of a channel API that never
-//     blocks the hub): about 6 KiB each, measured by TestHotSKUFanout.
+//     blocks the hub): about 6 KiB each, measured by TestHotSKUFanout and
+//     BenchmarkHubFanout. The GraphQL layer makes one subscription for any
+//     number of identical client subscriptions (server/graphql, shared
+//     subscriptions), so a hot SKU's browsers cost the hub one.
 //   - Fan-out is CPU work proportional to subscribers x deliveries: 2,000
 //     subscribers of one SKU at the default 100 ms is 20,000 sends a second.
 //     A much smaller Interval saturates a small machine; see the figures in
