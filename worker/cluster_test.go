@@ -16,7 +16,7 @@ import (
 // partition's slot. A sale over eight SKUs (so over several shards): every
 // hold ends committed, cancelled or expired, and the ledger agrees with Redis.
 func TestGroupOnRedisCluster(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	env := testenv.RedisCluster(t)
 	b := newBundle(t, env.Client, env.Prefix, testenv.Postgres(t), inventory.Config{})
 	skus := make([]string, 8)

@@ -23,7 +23,6 @@ import (
 // reloads the SKU from the ledger: the sale is there, sold in Redis too,
 // and Redis and the ledger agree.
 func TestPromotedReplicaMissingWrites(t *testing.T) {
-	checkLeaks(t)
 	set := testenv.StartReplicated(t, time.Second)
 	rdb := set.Client(t)
 	b := newBundle(t, rdb, "dl:", testenv.Postgres(t), inventory.Config{})

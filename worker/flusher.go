@@ -2,12 +2,14 @@ package worker
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/testsignal"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -57,6 +59,10 @@ type Flusher struct {
 	leases *leaseSet
 	m      flusherMetrics
 	hooks  flusherHooks
+	// applied signals, to a test, the events this flusher has applied and
+	// acknowledged so far (a running total), once they are counted.
+	applied testsignal.Signal[int64]
+	total   atomic.Int64
 	// refusals counts, per outbox entry, how often Postgres refused it
 	// alone; loop goroutine only.
 	refusals map[string]int

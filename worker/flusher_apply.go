@@ -79,6 +79,7 @@ func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEn
 	}
 	if len(done) > 0 {
 		f.m.applied.Add(float64(len(done)))
+		f.applied.Signal(f.total.Add(int64(len(done))))
 		f.m.batchSize.Observe(float64(len(done)))
 		f.m.batchDur.Observe(time.Since(began).Seconds())
 	}

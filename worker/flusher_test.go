@@ -20,6 +20,7 @@ var errKilled = errors.New("killed between commit and acknowledgement")
 // it; another process's flusher claims the batch and applies it again. The
 // ledger has every event exactly once.
 func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.product(t, "KILL-1", 1000)
 	p := inventory.PartitionOf("KILL-1")
@@ -106,8 +107,9 @@ func TestFlusherStopDrains(t *testing.T) {
 		b.engine, b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
+	f.leases.heldNow.Init()
 	require.NoError(t, f.Start(ctx))
-	eventually(t, 5*time.Second, func() bool { return len(f.leases.Owned()) == inventory.Partitions }, "the flusher owns every partition")
+	waitHeld(t, f.leases, inventory.Partitions, "the flusher owns every partition")
 	tokens := b.reserveMany(t, "DRAIN-1", 1500, time.Hour)
 	stop(t, f)
 	require.True(t, b.drained(t), "Stop returned with events still pending or unread")

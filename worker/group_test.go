@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/inventory"
@@ -30,6 +29,7 @@ func skusCoveringAllPartitions(prefix string) []string {
 // split the partitions, and together release every hold once and apply every
 // event once. When one stops, the other takes its partitions over.
 func TestTwoGroupsShareTheWorkWithoutDoingItTwice(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const perSKU = 100
 	skus := skusCoveringAllPartitions("TWO")
@@ -60,27 +60,16 @@ func TestTwoGroupsShareTheWorkWithoutDoingItTwice(t *testing.T) {
 		for _, s := range skus {
 			tokens = append(tokens, b.reserveMany(t, s, perSKU, time.Second)...)
 		}
-		eventually(t, 20*time.Second, func() bool {
-			for _, s := range skus {
-				if st := b.stock(t, s); st.Held != 0 || st.Available != perSKU {
-					return false
-				}
-			}
-			return true
-		}, "every hold is released and every SKU is back to its total")
-	}
-	// A sweeper counts a batch just after Redis released it, so the stock
-	// can be whole a moment before the counters are: wait for them to reach
-	// the number of holds, then require that they did not go past it.
-	expiredSum := func(regs ...*prometheus.Registry) float64 {
-		sum := 0.0
-		for _, r := range regs {
-			sum += metric(t, r, "dropline_holds_expired_total")
+		// The sweepers signal each batch once Redis released and they
+		// counted it: their totals reach the holds made, and no further.
+		waitTotal(t, "the sweepers release every hold, once", int64(len(tokens)), swept(ga), swept(gb))
+		for _, s := range skus {
+			st := b.stock(t, s)
+			require.Zero(t, st.Held, s)
+			require.Equal(t, perSKU, st.Available, "%s is back to its total", s)
 		}
-		return sum
 	}
 	round()
-	eventually(t, 5*time.Second, func() bool { return expiredSum(regA, regB) >= float64(len(tokens)) }, "the sweepers count every release")
 	expiredA, expiredB := metric(t, regA, "dropline_holds_expired_total"), metric(t, regB, "dropline_holds_expired_total")
 	t.Logf("round 1: a expired %v, b expired %v", expiredA, expiredB)
 	require.Positive(t, expiredA)
@@ -89,10 +78,8 @@ func TestTwoGroupsShareTheWorkWithoutDoingItTwice(t *testing.T) {
 
 	// Group a shuts down: b takes everything over at once (a released its leases).
 	stop(t, ga)
-	eventually(t, 5*time.Second, func() bool { return len(gb.Sweeper.leases.Owned()) == inventory.Partitions },
-		"b owns every partition after a stops")
+	waitHeld(t, gb.Sweeper.leases, inventory.Partitions, "b owns every partition after a stops")
 	round()
-	eventually(t, 5*time.Second, func() bool { return expiredA+expiredSum(regB) >= float64(len(tokens)) }, "b counts every release")
 	expiredB2 := metric(t, regB, "dropline_holds_expired_total")
 	require.Equal(t, float64(len(tokens)), expiredA+expiredB2)
 	require.Equal(t, expiredA, metric(t, regA, "dropline_holds_expired_total"), "a stopped working")
@@ -105,8 +92,9 @@ func TestTwoGroupsShareTheWorkWithoutDoingItTwice(t *testing.T) {
 	appliedSum := func() float64 {
 		return metric(t, regA, "dropline_writebehind_events_applied_total") + metric(t, regB, "dropline_writebehind_events_applied_total")
 	}
-	// Like the sweepers, a flusher counts a batch just after acknowledging it.
-	eventually(t, 5*time.Second, func() bool { return appliedSum() >= float64(2*len(tokens)) }, "the flushers count every event")
+	// Like the sweepers, a flusher signals a batch once it acknowledged and
+	// counted it.
+	waitTotal(t, "the flushers apply every event, once", int64(2*len(tokens)), applied(ga), applied(gb))
 	applied := appliedSum()
 	claimed := metric(t, regA, "dropline_writebehind_events_claimed_total") + metric(t, regB, "dropline_writebehind_events_claimed_total")
 	t.Logf("events: %d generated, %v applied by the two flushers, %v claimed", 2*len(tokens), applied, claimed)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/internal/prom"
+	"github.com/dropline/dropline/internal/testsignal"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -82,6 +84,10 @@ type HoldSweeper struct {
 	delay   prometheus.Histogram
 	expired prometheus.Counter
 	late    prometheus.Counter
+	// swept signals, to a test, the holds this sweeper has released so far
+	// (a running total), once they are counted.
+	swept testsignal.Signal[int64]
+	total atomic.Int64
 }
 
 // NewHoldSweeper builds a sweeper; Start runs it.
@@ -134,6 +140,9 @@ func (w *HoldSweeper) release(ctx context.Context, p int, keep func() bool) erro
 			w.delay.Observe(max(e.Delay, 0).Seconds())
 		}
 		w.expired.Add(float64(len(out)))
+		if len(out) > 0 {
+			w.swept.Signal(w.total.Add(int64(len(out))))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -17,17 +17,13 @@ func TestHoldSweeperReleasesFiveThousandHoldsOnceUnderASecond(t *testing.T) {
 	b := setup(t)
 	b.product(t, "DROP-5K", n)
 	g, reg := b.startGroup(t, fastConfig("solo"))
-	eventually(t, 5*time.Second, func() bool { return len(g.Sweeper.leases.Owned()) == inventory.Partitions },
-		"the only sweeper owns every partition")
+	waitHeld(t, g.Sweeper.leases, inventory.Partitions, "the only sweeper owns every partition")
 
 	began := time.Now()
 	tokens := b.reserveMany(t, "DROP-5K", n, time.Second)
 	t.Logf("reserved %d holds in %s", n, time.Since(began))
 
-	eventually(t, 15*time.Second, func() bool {
-		s := b.stock(t, "DROP-5K")
-		return s.Held == 0
-	}, "every hold is released")
+	waitTotal(t, "the sweeper releases every hold, once", n, swept(g))
 	s := b.stock(t, "DROP-5K")
 	require.Equal(t, n, s.Available, "stock back to total, restocked exactly once per hold")
 	require.Equal(t, 0, s.Sold)

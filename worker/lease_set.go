@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/testsignal"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/lua"
 )
@@ -32,6 +33,9 @@ type leaseSet struct {
 	changes  *prometheus.CounterVec
 	held     prometheus.Gauge
 	failures prometheus.Counter
+	// heldNow signals, to a test, how many leases the process holds after
+	// each check of the keeper.
+	heldNow testsignal.Signal[int]
 }
 
 func newLeaseSet(kind string, k keys, rdb redis.UniversalClient, opts Options, log zerolog.Logger, reg prometheus.Registerer) *leaseSet {
@@ -158,6 +162,7 @@ func (s *leaseSet) check(ctx context.Context) error {
 		}
 	}
 	s.held.Set(float64(held))
+	s.heldNow.Signal(held)
 	return nil
 }
 

@@ -76,6 +76,7 @@ func TestLeaseTakeoverOnlyAfterExpiryAndFencing(t *testing.T) {
 }
 
 func TestLeaseFenceGrowsAcrossRedisDataLoss(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	k := newKeys(b.engine.Keys())
 	l := NewLease(b.rdb, LeaseConfig{Key: k.lease(0, "test"), FenceKey: k.fence(0, "test"), TTL: time.Second})

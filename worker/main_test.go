@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,14 +16,17 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/dropline/dropline/internal/startstop"
 	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/internal/testsignal"
 	"github.com/dropline/dropline/inventory"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain checks once, after every test, that no goroutine outlived them,
+// so the tests without a latency bound may run in parallel (t.Parallel);
+// those with one run alone, before them.
+func TestMain(m *testing.M) { testenv.MainCheckingLeaks(m) }
 
 var admin = inventory.Principal{ID: "admin", Admin: true}
 
@@ -36,16 +41,8 @@ type bundle struct {
 	log    zerolog.Logger
 }
 
-// checkLeaks verifies, after every other cleanup of the test (pools and
-// clients close first), that no goroutine outlived it. Tests in this package
-// are not parallel, so any survivor is this test's.
-func checkLeaks(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) })
-}
-
 // setup gives the test its own database and key prefix on the shared Redis.
 func setup(t *testing.T) *bundle {
-	checkLeaks(t)
 	env := testenv.Redis(t)
 	pool := testenv.Postgres(t)
 	return newBundle(t, env.Client, env.Prefix, pool, inventory.Config{})
@@ -93,11 +90,69 @@ func (g *testGroup) kill(t *testing.T) {
 	stop(t, g.Group)
 }
 
+// initSignals makes the group's workers signal the test (swept, applied,
+// leases held); call it before Start.
+func (g *Group) initSignals() {
+	g.Sweeper.swept.Init()
+	g.Flusher.applied.Init()
+	for _, s := range []*leaseSet{g.Sweeper.leases, g.Flusher.leases, g.Reconciler.leases} {
+		s.heldNow.Init()
+	}
+}
+
+// waitHeld waits until the keeper of s holds n leases.
+func waitHeld(t *testing.T, s *leaseSet, n int, what string) {
+	t.Helper()
+	s.heldNow.WaitFor(t, 10*time.Second, what, func(held int) bool { return held == n })
+}
+
+// counter is a worker's running total and the signal that carries it.
+type counter struct {
+	sig   *testsignal.Signal[int64]
+	total *atomic.Int64
+}
+
+func swept(g *testGroup) counter   { return counter{&g.Sweeper.swept, &g.Sweeper.total} }
+func applied(g *testGroup) counter { return counter{&g.Flusher.applied, &g.Flusher.total} }
+
+// waitTotal waits until the running totals of the counters (holds swept or
+// events applied, one per worker) add up to want, then requires that they
+// did not go past it.
+func waitTotal(t *testing.T, what string, want int64, counters ...counter) {
+	t.Helper()
+	last := make([]int64, len(counters))
+	cases := make([]reflect.SelectCase, len(counters)+1)
+	for i, c := range counters {
+		last[i] = c.total.Load()
+		cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.sig.C())}
+	}
+	sigs := counters
+	timeout := time.NewTimer(20 * time.Second)
+	defer timeout.Stop()
+	cases[len(sigs)] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timeout.C)}
+	for {
+		sum := int64(0)
+		for _, v := range last {
+			sum += v
+		}
+		if sum >= want {
+			require.Equal(t, want, sum, "%s: counted more than once", what)
+			return
+		}
+		i, v, _ := reflect.Select(cases)
+		if i == len(sigs) {
+			t.Fatalf("timed out waiting until %s: %d of %d", what, sum, want)
+		}
+		last[i] = max(last[i], v.Int())
+	}
+}
+
 // startGroup starts a group and stops it when the test ends.
 func (b *bundle) startGroup(t *testing.T, cfg GroupConfig) (*testGroup, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	g := NewGroup(cfg, b.engine, b.rdb, b.log.With().Str("group", cfg.Owner).Logger(), reg)
+	g.initSignals()
 	ctx, crash := context.WithCancelCause(b.ctx)
 	t.Cleanup(func() { crash(nil) })
 	require.NoError(t, g.Start(ctx))

@@ -18,7 +18,7 @@ import (
 // Reserves go on (Redis only), commits answer UNAVAILABLE, events wait in
 // Redis, and afterwards Postgres and Redis agree on everything.
 func TestPostgresOutageMidSale(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	env := testenv.Redis(t)
 	dbURL, err := url.Parse(testenv.NewDatabase(t))
 	require.NoError(t, err)

@@ -34,6 +34,7 @@ func (b *bundle) counts(t *testing.T, sku string) counts {
 // holds still expire on time and their half-done commits are settled; the
 // loops never restart.
 func TestOneFailingPartitionDoesNotStopTheSweeperOrTheReconciler(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	skus := skusCoveringAllPartitions("FAILP")
 	for _, s := range skus {
@@ -90,7 +91,7 @@ func TestOneFailingPartitionDoesNotStopTheSweeperOrTheReconciler(t *testing.T) {
 // on it). The rebuilder logs it, rebuilds every other SKU, and keeps trying
 // the one that failed.
 func TestOneFailingSKUDoesNotStopTheRebuild(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	srv := testenv.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -20,6 +20,7 @@ import (
 // partition's dead-letter stream, counted by reason, and nothing else is
 // lost or doubled.
 func TestFlusherSetsPoisonEntriesAsideAndFlushesTheRest(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const perSKU = 30
 	skus := skusCoveringAllPartitions("POISON")

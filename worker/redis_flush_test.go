@@ -18,7 +18,7 @@ import (
 // of a sale. Stock is rebuilt from Postgres, no unit is sold twice, and every
 // sale a buyer was told about is in the ledger.
 func TestRedisFlushedMidSale(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	srv := testenv.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -60,6 +60,7 @@ func (b *bundle) ledgerStatus(t *testing.T, token string) string {
 // ledger, which still has A as HELD and knows nothing of B. After writing the
 // batch, the flusher tells Redis: A is released, B adopted.
 func TestFlusherTellsARebuiltSKUWhatTheLedgerSays(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const sku = "LATE-1"
 	b.product(t, sku, 1)
@@ -111,6 +112,7 @@ func TestFlusherTellsARebuiltSKUWhatTheLedgerSays(t *testing.T) {
 // and that nothing told Redis about: once past its expiry (plus the grace),
 // the commit reconciler closes it as EXPIRED, through the outbox, once.
 func TestReconcilerClosesOverdueHoldsRedisDoesNotHave(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const sku = "OVERDUE-1"
 	b.product(t, sku, 2)

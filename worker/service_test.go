@@ -17,7 +17,7 @@ import (
 // A loop that panics, then fails, is restarted each time with a backoff, and
 // Stop still stops it and waits.
 func TestServiceRestartsAFailedLoop(t *testing.T) {
-	checkLeaks(t)
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	var runs atomic.Int32
 	steady := make(chan struct{})
@@ -49,6 +49,7 @@ func TestServiceRestartsAFailedLoop(t *testing.T) {
 }
 
 func TestBackoffDoublesUpToTheCap(t *testing.T) {
+	t.Parallel()
 	require.InDelta(t, float64(100*time.Millisecond), float64(backoff(100*time.Millisecond, time.Second, 0)), float64(21*time.Millisecond))
 	require.InDelta(t, float64(400*time.Millisecond), float64(backoff(100*time.Millisecond, time.Second, 2)), float64(81*time.Millisecond))
 	require.LessOrEqual(t, backoff(100*time.Millisecond, time.Second, 50), time.Second)
@@ -58,6 +59,7 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 // process takes over at once; a worker whose context ends without a stop
 // (a crash) leaves them to lapse.
 func TestLeasesAreReleasedOnAStopAndKeptOnACrash(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	k := newKeys(b.engine.Keys())
 	leaseKeys := func() int {
@@ -72,8 +74,9 @@ func TestLeasesAreReleasedOnAStopAndKeptOnACrash(t *testing.T) {
 	}
 	start := func(ctx context.Context, owner string) *CommitReconciler {
 		w := NewCommitReconciler(CommitReconcilerConfig{Options: fastConfig(owner).Options}, b.engine, b.rdb, b.log, prometheus.NewRegistry())
+		w.leases.heldNow.Init()
 		require.NoError(t, w.Start(ctx))
-		eventually(t, 5*time.Second, func() bool { return len(w.leases.Owned()) == inventory.Partitions }, "%s owns every partition", owner)
+		waitHeld(t, w.leases, inventory.Partitions, owner+" owns every partition")
 		return w
 	}
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // DefaultRedisURL is where tests look for Redis when REDIS_URL is unset.
@@ -297,10 +298,30 @@ func RedisBackend(t testing.TB, name string) RedisEnv {
 // whole binary (the shared cluster, the template database). Use it from
 // TestMain: `func TestMain(m *testing.M) { testenv.Main(m) }`.
 func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// MainCheckingLeaks is Main, and then fails the binary when any goroutine
+// outlived the tests (go.uber.org/goleak). Checking once per package, after
+// every test and cleanup, instead of once per test lets the package's tests
+// run in parallel: a per-test check would see the goroutines of the tests
+// running beside it.
+func MainCheckingLeaks(m *testing.M) {
+	code := run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) int {
 	code := m.Run()
 	if shared != nil {
 		shared.Stop()
 	}
 	DropTemplates()
-	os.Exit(code)
+	return code
 }
