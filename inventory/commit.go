@@ -40,8 +40,9 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 	// One id for this attempt, sent with every begin_commit call: a call the
 	// Redis client repeats after a lost reply is recognised as this attempt.
 	attemptID := newAttemptID()
+	nonce := newNonce()
 	for try := 0; ; try++ {
-		res, err := e.run(ctx, lua.BeginCommit, keys, base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID)
+		res, err := e.run(ctx, lua.BeginCommit, keys, base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID, nonce)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 		}

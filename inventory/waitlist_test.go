@@ -274,3 +274,23 @@ func TestWaitlistExpiryPassesUnitsOn(t *testing.T) {
 	require.Equal(t, inventory.StatusExpired, w.Reservation.Status)
 	b.requireBalanced(t, sku)
 }
+
+// A commit that arrives after the hold's expiry releases the hold itself
+// (before the sweeper): those units go to the waiters too.
+func TestWaitlistTakesUnitsALateCommitReleases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	const sku = "WL-LATE"
+	b.product(t, sku, 1, 0)
+	r, err := b.engine.Reserve(b.ctx, buyer(0), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+	require.NoError(t, err)
+	_, err = b.engine.JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return time.Now().After(r.ExpiresAt.Add(50 * time.Millisecond)) }, 3*time.Second, 20*time.Millisecond)
+	_, err = b.engine.Commit(b.ctx, buyer(0), r.Token)
+	require.ErrorIs(t, err, inventory.ErrExpired)
+	w, err := b.engine.Waitlist(b.ctx, waiter(0), sku)
+	require.NoError(t, err)
+	require.Equal(t, inventory.WaitOffered, w.Status, "the unit the late commit released went to the waiter")
+	require.Equal(t, 0, b.stock(t, sku).Available)
+}

@@ -11,6 +11,10 @@
 --          built from the SKU read from KEYS[1] (sku_keys in lib.lua)
 -- ARGV[2]  token   ARGV[3] principal   ARGV[4] retention seconds
 -- ARGV[5]  this attempt's id, chosen by the caller (unique per attempt)
+-- ARGV[6]  nonce for the tokens of holds handed to waiters (offer_token): a
+--          hold found past its expiry is released here, and its units go to
+--          the SKU's waiters first (handoff; its waitlist keys and the new
+--          holds' keys are derived, like the SKU's, from the hold read)
 --
 -- Returns hold_reply(code, ...) with code:
 --   OK                 the hold is COMMITTING (go on and write the sale) or already COMMITTED;
@@ -92,6 +96,9 @@ end
 local now = now_ms()
 if now >= tonumber(h['exp']) then
   release(k, token, h, 'EXPIRED', now, tonumber(ARGV[4]))
+  local w = wait_keys(ARGV[1], h['sku'])
+  k.queue, k.entries = w.queue, w.entries
+  handoff(k, ARGV[1], h['sku'], ARGV[6], now)
   return hold_reply('EXPIRED', token, h, 0)
 end
 redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', attempt, 'cmv', '1')
