@@ -14,6 +14,14 @@
 // events (wjoin, wleave, woffer) ride in the same ApplyEvents batches as the
 // reservations' and are applied in the same transaction.
 //
+// A cart is sold in one transaction (RecordCartSale): its row in carts
+// (token, principal, lines: how many sales it has) and one sale per line,
+// each naming it in sales.cart. Either the row and every sale exist, or
+// none: a reader checks a cart by counting sales.cart against carts.lines.
+// The lines' reservations are written like any other (by the write-behind,
+// then COMMITTED by the sale); a line is told from a lone hold by its token
+// ("l07." rather than "r07.").
+//
 // Errors from pgx are translated here (ErrNotFound, ErrExists,
 // ErrWouldOversell, ErrInvalid, ErrFenced) so callers never see driver types.
 package db

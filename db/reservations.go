@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,62 +115,123 @@ func (l *Ledger) Sale(ctx context.Context, token string) (Sale, error) {
 func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 	var sale Sale
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		sale = Sale{Token: r.Token, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity}
-		err := tx.QueryRow(ctx, `
-			INSERT INTO sales (token, sku, principal, quantity) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (token) DO NOTHING RETURNING committed_at`,
-			r.Token, r.SKU, r.Principal, r.Quantity).Scan(&sale.CommittedAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Committed before: answer with the first sale.
-			return tx.QueryRow(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE token = $1`, r.Token).
-				Scan(&sale.Token, &sale.SKU, &sale.Principal, &sale.Quantity, &sale.CommittedAt)
-		}
-		if err != nil {
-			return interpret(err)
-		}
-		// Locks the product row: a rebuild of this SKU from Postgres (Snapshot)
-		// runs either wholly before or wholly after this sale.
-		tag, err := tx.Exec(ctx, `UPDATE products SET sold = sold + $2, updated_at = now()
-			WHERE sku = $1 AND sold + $2 <= total`, r.SKU, r.Quantity)
-		if err != nil {
-			return interpret(err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrWouldOversell
-		}
-		// The reservation row becomes COMMITTED unless the ledger has it as
-		// finished (the guard is evaluated on the latest row, after waiting
-		// for a writer of it): then the whole sale is rolled back.
-		tag, err = tx.Exec(ctx, `
-			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
-				expires_at, created_at, committed_at)
-			VALUES ($1, $2, $3, $4, 'COMMITTED', nullif($5, ''), nullif($6, ''), $7, $8, $9)
-			ON CONFLICT (token) DO UPDATE SET status = 'COMMITTED', committed_at = $9, updated_at = now(),
-				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
-				request_hash = coalesce(reservations.request_hash, excluded.request_hash)
-			WHERE reservations.status IN ('HELD', 'COMMITTED')`,
-			r.Token, r.SKU, r.Principal, r.Quantity, r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt,
-			sale.CommittedAt)
-		if err != nil {
-			return interpret(err)
-		}
-		if tag.RowsAffected() == 0 {
-			var status string
-			if err := tx.QueryRow(ctx, `SELECT status FROM reservations WHERE token = $1`, r.Token).Scan(&status); err != nil {
-				return interpret(err)
-			}
-			return &EndedError{Status: status}
-		}
-		_, err = tx.Exec(ctx, `
-			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
-			VALUES ($1, $2, 'commit', $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING`,
-			"commit:"+r.Token, r.SKU, r.Token, r.Principal, r.Quantity, sale.CommittedAt)
-		return interpret(err)
+		var err error
+		sale, err = recordSale(ctx, tx, r, "")
+		return err
 	})
 	if err != nil {
 		return Sale{}, fmt.Errorf("recording sale %s: %w", r.Token, err)
 	}
 	return sale, nil
+}
+
+// RecordCartSale sells every line of a cart in one transaction, with the
+// cart's row: every line is sold, or none is. Each line is sold as
+// RecordSale sells one reservation, and the call is idempotent in the same
+// way (a second call finds the sales and returns them). Any line that would
+// oversell or that the ledger has as finished rolls the whole cart back, with
+// RecordSale's errors. Lines are written in SKU order, so two carts sharing
+// products lock their rows in one order.
+func (l *Ledger) RecordCartSale(ctx context.Context, cart, principal string, lines []Reservation) ([]Sale, error) {
+	sorted := slices.Clone(lines)
+	slices.SortFunc(sorted, func(a, b Reservation) int { return strings.Compare(a.SKU+"\x00"+a.Token, b.SKU+"\x00"+b.Token) })
+	var sales []Sale
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		sales = sales[:0]
+		if _, err := tx.Exec(ctx, `INSERT INTO carts (token, principal, lines) VALUES ($1, $2, $3)
+			ON CONFLICT (token) DO NOTHING`, cart, principal, len(lines)); err != nil {
+			return interpret(err)
+		}
+		for _, r := range sorted {
+			s, err := recordSale(ctx, tx, r, cart)
+			if err != nil {
+				return err
+			}
+			sales = append(sales, s)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recording cart sale %s: %w", cart, err)
+	}
+	return sales, nil
+}
+
+// CartSales returns the sales of a cart, and how many lines its row says it
+// has; ErrNotFound when the ledger has no such cart.
+func (l *Ledger) CartSales(ctx context.Context, cart string) (lines int, sales []Sale, err error) {
+	if err := l.pool.QueryRow(ctx, `SELECT lines FROM carts WHERE token = $1`, cart).Scan(&lines); err != nil {
+		return 0, nil, fmt.Errorf("reading cart %s: %w", cart, interpret(err))
+	}
+	rows, err := l.pool.Query(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE cart = $1 ORDER BY sku`, cart)
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading cart %s: %w", cart, interpret(err))
+	}
+	sales, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Sale, error) {
+		var s Sale
+		return s, r.Scan(&s.Token, &s.SKU, &s.Principal, &s.Quantity, &s.CommittedAt)
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading cart %s: %w", cart, interpret(err))
+	}
+	return lines, sales, nil
+}
+
+// recordSale is the body of RecordSale inside tx; cart is the cart the sale
+// belongs to, "" for none.
+func recordSale(ctx context.Context, tx pgx.Tx, r Reservation, cart string) (Sale, error) {
+	sale := Sale{Token: r.Token, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity}
+	err := tx.QueryRow(ctx, `
+		INSERT INTO sales (token, sku, principal, quantity, cart) VALUES ($1, $2, $3, $4, nullif($5, ''))
+		ON CONFLICT (token) DO NOTHING RETURNING committed_at`,
+		r.Token, r.SKU, r.Principal, r.Quantity, cart).Scan(&sale.CommittedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Committed before: answer with the first sale.
+		err = tx.QueryRow(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE token = $1`, r.Token).
+			Scan(&sale.Token, &sale.SKU, &sale.Principal, &sale.Quantity, &sale.CommittedAt)
+		return sale, interpret(err)
+	}
+	if err != nil {
+		return Sale{}, interpret(err)
+	}
+	// Locks the product row: a rebuild of this SKU from Postgres (Snapshot)
+	// runs either wholly before or wholly after this sale.
+	tag, err := tx.Exec(ctx, `UPDATE products SET sold = sold + $2, updated_at = now()
+		WHERE sku = $1 AND sold + $2 <= total`, r.SKU, r.Quantity)
+	if err != nil {
+		return Sale{}, interpret(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Sale{}, ErrWouldOversell
+	}
+	// The reservation row becomes COMMITTED unless the ledger has it as
+	// finished (the guard is evaluated on the latest row, after waiting
+	// for a writer of it): then the whole sale is rolled back.
+	tag, err = tx.Exec(ctx, `
+		INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
+			expires_at, created_at, committed_at)
+		VALUES ($1, $2, $3, $4, 'COMMITTED', nullif($5, ''), nullif($6, ''), $7, $8, $9)
+		ON CONFLICT (token) DO UPDATE SET status = 'COMMITTED', committed_at = $9, updated_at = now(),
+			idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
+			request_hash = coalesce(reservations.request_hash, excluded.request_hash)
+		WHERE reservations.status IN ('HELD', 'COMMITTED')`,
+		r.Token, r.SKU, r.Principal, r.Quantity, r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt,
+		sale.CommittedAt)
+	if err != nil {
+		return Sale{}, interpret(err)
+	}
+	if tag.RowsAffected() == 0 {
+		var status string
+		if err := tx.QueryRow(ctx, `SELECT status FROM reservations WHERE token = $1`, r.Token).Scan(&status); err != nil {
+			return Sale{}, interpret(err)
+		}
+		return Sale{}, &EndedError{Status: status}
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
+		VALUES ($1, $2, 'commit', $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING`,
+		"commit:"+r.Token, r.SKU, r.Token, r.Principal, r.Quantity, sale.CommittedAt)
+	return sale, interpret(err)
 }
 
 // Snapshot is what Postgres knows of one SKU, read under the product's row

@@ -32,6 +32,9 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 	if err != nil {
 		return Reservation{}, err
 	}
+	if isCartLine(token) {
+		return Reservation{}, errCartLine
+	}
 	if err := checkPrincipal(p); err != nil {
 		return Reservation{}, err
 	}

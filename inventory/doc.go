@@ -20,7 +20,7 @@
 // script touching them runs on one Redis Cluster slot:
 //
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
-//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid
+//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid cart prov
 //	dl:{p07}:quota:<sku>            hash   principal -> units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
 //	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
@@ -33,6 +33,9 @@
 //	dl:{p07}:wait:<sku>             zset   the waitlist's queue: WAITING principals by entry seq
 //	dl:{p07}:waiters:<sku>          hash   principal -> "seq|qty|hold_ms|W or O|token|joined_ms"; #seq: the last seq
 //	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages (and :waiters, its entries)
+//	dl:{pNN}:cart:<token>           hash   who st ctd dl exp lines idem fp rej: a cart, in its home partition
+//	dl:{pNN}:cartidem:<hash>        hash   first outcome of a cart's idempotency key (in the key's partition)
+//	dl:{pNN}:cartpending            zset   PENDING carts by deadline (ms), walked by the cart sweep
 //	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with (as long as its record)
 //	dl:{pNN}:idemclaims             string until when (ms) new-looking claims are checked in Postgres
 //
@@ -47,8 +50,28 @@
 // generation its hold lived in, and the extensions its hold had.
 //
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
-// partition, so a commit finds its hold without a lookup. Keys builds every
-// name; nothing else formats a key.
+// partition, so a commit finds its hold without a lookup. A line of a cart
+// is "l07.", a cart "c07." (its home partition). Keys builds every name;
+// nothing else formats a key.
+//
+// # Carts
+//
+// A cart's lines live in their SKUs' partitions, so in several Cluster
+// slots, and are held in steps (ReserveCart): open_cart.lua (PENDING, with
+// a deadline CartSettle away, in the home partition's cartpending index),
+// hold_cart_lines.lua per partition (every line of the partition or none,
+// as provisional holds: cart = the cart, prov = 1, expiring at the
+// deadline, with no outbox event), confirm_cart_lines.lua per partition
+// (the cart's expiry, prov removed, the reserve event appended; refused
+// after the deadline), finish_cart.lua (HELD, REFUSED or FAILED, only from
+// PENDING). The cart sweep (AbandonStaleCarts) turns a cart still PENDING
+// past its deadline into ABANDONED, in the step finish_cart.lua also needs,
+// and releases every line it names: after the deadline no line can be held
+// or confirmed, so those are all it has. Provisional holds that are let go
+// emit no event (lib.lua's release) and keep their hash for minutes only.
+// A cart's status is read from its lines; a line is committed or cancelled
+// only with its cart (CommitCart: begin_commit on every line, one Postgres
+// transaction for all, finish_commit on each).
 //
 // # The scripts' contract
 //

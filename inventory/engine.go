@@ -97,6 +97,15 @@ type Config struct {
 	// (WAITING entries); default 10,000. A release walks at most this many
 	// waiters when none can take what it freed.
 	WaitlistMax int
+	// CartSettle is how long a cart may take to hold all its lines
+	// (ReserveCart); default 2 seconds. It is also how long the lines of a
+	// cart whose caller died mid-way keep their units from other buyers
+	// (plus the sweep's delay), so it must stay well under 5 seconds.
+	CartSettle time.Duration
+	// CartPause makes ReserveCart wait between two of its steps. Test only:
+	// the fault tests set it to kill a server in the middle of a cart. The
+	// zero value (the default) never pauses, as in every real deployment.
+	CartPause CartPause
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -143,6 +152,9 @@ func (c *Config) setDefaults() {
 	if c.WaitlistMax == 0 {
 		c.WaitlistMax = DefaultWaitlistMax
 	}
+	if c.CartSettle == 0 {
+		c.CartSettle = DefaultCartSettle
+	}
 }
 
 func (c *Config) validate() error {
@@ -166,6 +178,14 @@ func (c *Config) validate() error {
 	}
 	if c.WaitlistMax < 1 || c.WaitlistMax > MaxWaitlistMax {
 		return fmt.Errorf("waitlist max (%d) must be between 1 and %d", c.WaitlistMax, MaxWaitlistMax)
+	}
+	if c.CartSettle < 100*time.Millisecond || c.CartSettle > 4*time.Second {
+		// Beyond 4 s, an interrupted cart could keep units from other buyers
+		// for more than the 5 s the contract allows.
+		return fmt.Errorf("cart settle time (%s) must be between 100ms and 4s", c.CartSettle)
+	}
+	if err := c.CartPause.validate(); err != nil {
+		return err
 	}
 	if c.Retention < c.IdempotencyTTL {
 		// An idempotency record replays its hold: the hold must live as long.

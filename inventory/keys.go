@@ -113,6 +113,20 @@ func (k Keys) Channel(sku string) string { return k.channelIn(PartitionOf(sku), 
 
 func (k Keys) channelIn(p int, sku string) string { return k.Base(p) + "avail:" + sku }
 
+// Cart is the hash of one cart (who st ctd dl exp lines idem fp rej), in its
+// home partition; the cart's token names that partition.
+func (k Keys) Cart(p int, token string) string { return k.Base(p) + "cart:" + token }
+
+// CartIdempotency is the record of a cart's first outcome for an
+// idempotency hash, in the partition of the hash (the cart's home).
+func (k Keys) CartIdempotency(p int, idemHash string) string {
+	return k.Base(p) + "cartidem:" + idemHash
+}
+
+// CartsPending is partition p's sorted set of PENDING carts by deadline (ms),
+// which the cart sweep walks to let go of carts whose caller died mid-way.
+func (k Keys) CartsPending(p int) string { return k.Base(p) + "cartpending" }
+
 // The KEYS of each script, in the order its header in lua/ gives. A script
 // is passed every key its caller can name; all of them are in one partition,
 // so they share one hash tag and one Redis Cluster slot. The hold-scoped
@@ -209,6 +223,36 @@ func (k Keys) dueHoldsKeys(p int) []string { return []string{k.Expiry(p)} }
 // claimKeys is claim_idempotency_key.lua's KEYS.
 func (k Keys) claimKeys(idemHash string) []string {
 	return []string{k.IdempotencyClaim(idemHash), k.IdempotencyClaims(idemHash)}
+}
+
+// cartKeys is the KEYS of open_cart.lua and finish_cart.lua.
+func (k Keys) cartKeys(p int, token, idemHash string) []string {
+	return []string{k.Cart(p, token), k.CartIdempotency(p, idemHash), k.CartsPending(p)}
+}
+
+// abandonCartKeys is abandon_cart.lua's KEYS.
+func (k Keys) abandonCartKeys(p int, token string) []string {
+	return []string{k.Cart(p, token), k.CartsPending(p)}
+}
+
+// holdCartLinesKeys is hold_cart_lines.lua's KEYS for lines of partition p.
+func (k Keys) holdCartLinesKeys(p int, lines []cartLine) []string {
+	keys := make([]string, 0, 1+4*len(lines))
+	keys = append(keys, k.Expiry(p))
+	for _, l := range lines {
+		keys = append(keys, k.skuIn(p, l.SKU), k.Hold(p, l.Token), k.quotaIn(p, l.SKU), k.channelIn(p, l.SKU))
+	}
+	return keys
+}
+
+// confirmCartLinesKeys is confirm_cart_lines.lua's KEYS for lines of partition p.
+func (k Keys) confirmCartLinesKeys(p int, lines []cartLine) []string {
+	keys := make([]string, 0, 2+2*len(lines))
+	keys = append(keys, k.Expiry(p), k.Outbox(p))
+	for _, l := range lines {
+		keys = append(keys, k.skuIn(p, l.SKU), k.Hold(p, l.Token))
+	}
+	return keys
 }
 
 // idempotencyHash scopes a client's idempotency key to its principal; the

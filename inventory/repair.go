@@ -98,10 +98,24 @@ func (e *Engine) CloseOverdueHolds(ctx context.Context, partition int, grace tim
 		return 0, unavailable("reading Redis time", err)
 	}
 	closed := 0
+	// Holds made by reserve and the lines of carts: their tokens differ in
+	// their first letter only.
+	for _, kind := range []byte{tokenHold, tokenLine} {
+		n, err := e.closeOverdueOf(ctx, fmt.Sprintf("%c%02d.", kind, partition), partition, now.Add(-grace), limit)
+		closed += n
+		if err != nil {
+			return closed, err
+		}
+	}
+	return closed, nil
+}
+
+func (e *Engine) closeOverdueOf(ctx context.Context, prefix string, partition int, before time.Time, limit int) (int, error) {
+	closed := 0
 	var afterExp time.Time
 	afterToken := ""
 	for range overduePages {
-		rows, err := e.ledger.OverdueHeld(ctx, fmt.Sprintf("r%02d.", partition), now.Add(-grace), afterExp, afterToken, limit)
+		rows, err := e.ledger.OverdueHeld(ctx, prefix, before, afterExp, afterToken, limit)
 		if err != nil {
 			return closed, unavailable("listing overdue holds", err)
 		}

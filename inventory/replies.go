@@ -51,6 +51,11 @@ const (
 	codeMark   replyCode = "MARK"   // the partition's marker is missing
 	codeCheck  replyCode = "CHECK"  // check the ledger before claiming
 
+	// The cart scripts (open_cart.lua, hold_cart_lines.lua, confirm_cart_lines.lua,
+	// finish_cart.lua, abandon_cart.lua).
+	codeRefused replyCode = "REFUSED" // a line (or the key's first cart) was refused
+	codeLate    replyCode = "LATE"    // past the cart's deadline
+
 	// reconcile_hold.lua.
 	codeAgrees   replyCode = "AGREES"
 	codeReleased replyCode = "RELEASED"

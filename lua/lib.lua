@@ -21,6 +21,11 @@ local function idem_key(base, hash)
   return base .. 'idem:' .. hash
 end
 
+-- cart_key is the hash of one cart, in its home partition.
+local function cart_key(base, token)
+  return base .. 'cart:' .. token
+end
+
 -- sku_keys returns the keys of one SKU: its stock hash, its quota hash and
 -- its announce channel.
 local function sku_keys(base, sku)
@@ -108,10 +113,15 @@ end
 -- release returns a HELD hold's units to the SKU. Callers have checked that the
 -- hold is HELD; status is CANCELLED or EXPIRED. k names the keys it touches:
 -- hold, sku, quota, channel, expiry, committing, outbox.
+--
+-- A provisional hold (prov = 1: a cart line its cart has not confirmed yet,
+-- see hold_cart_lines.lua) never reached the ledger, so its release emits no
+-- event either, and its hash is kept only as long as a refusal is.
 local function release(k, token, h, status, now, retention)
   local qty = tonumber(h['qty'])
+  local provisional = h['prov'] == '1'
   redis.call('HSET', k.hold, 'st', status, 'end', now)
-  redis.call('EXPIRE', k.hold, retention)
+  redis.call('EXPIRE', k.hold, provisional and math.min(retention, 300) or retention)
   redis.call('ZREM', k.expiry, token)
   redis.call('ZREM', k.committing, token)
   if redis.call('HINCRBY', k.quota, h['who'], -qty) <= 0 then
@@ -120,7 +130,9 @@ local function release(k, token, h, status, now, retention)
   bump_stock(k.sku, qty, -qty, 0, now)
   h['st'] = status
   h['end'] = tostring(now)
-  emit(k.outbox, status == 'CANCELLED' and 'cancel' or 'expire', token, h, now)
+  if not provisional then
+    emit(k.outbox, status == 'CANCELLED' and 'cancel' or 'expire', token, h, now)
+  end
   announce(k.sku, k.channel, h['sku'])
 end
 

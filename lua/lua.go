@@ -47,6 +47,16 @@ const (
 	JoinWaitlist = "join_waitlist"
 	// LeaveWaitlist takes a principal out of a SKU's waitlist.
 	LeaveWaitlist = "leave_waitlist"
+	// OpenCart records a cart as PENDING, or replays its idempotency key.
+	OpenCart = "open_cart"
+	// HoldCartLines holds a cart's lines of one partition provisionally.
+	HoldCartLines = "hold_cart_lines"
+	// ConfirmCartLines gives a cart's provisional holds of one partition the cart's expiry.
+	ConfirmCartLines = "confirm_cart_lines"
+	// FinishCart records how reserving a cart ended.
+	FinishCart = "finish_cart"
+	// AbandonCart lets go of a cart left PENDING past its deadline.
+	AbandonCart = "abandon_cart"
 )
 
 // Names of the worker group's lease scripts.
@@ -63,7 +73,7 @@ const (
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
 var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
-	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist}
+	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart}
 
 // Leases lists the worker group's lease scripts.
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}

@@ -67,8 +67,8 @@ func leadingComment(s string) string {
 // script has just read goes through lib.lua's hold_key, idem_key or
 // sku_keys, in a script whose header names that exception.
 func TestKeysComeFromTheCaller(t *testing.T) {
-	keyNames := regexp.MustCompile(`'(sku|hold|quota|idem|avail|rebuild|lease|members):|'(expiry|committing|outbox|epoch)'|\.\. *'[a-z]+:`)
-	derives := regexp.MustCompile(`\b(hold_key|idem_key|sku_keys)\(`)
+	keyNames := regexp.MustCompile(`'(sku|hold|quota|idem|avail|rebuild|lease|members|cart|cartidem):|'(expiry|committing|outbox|epoch|cartpending)'|\.\. *'[a-z]+:`)
+	derives := regexp.MustCompile(`\b(hold_key|idem_key|sku_keys|cart_key)\(`)
 	for _, name := range All {
 		body, err := files.ReadFile(name + ".lua")
 		if err != nil {

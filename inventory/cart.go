@@ -1,0 +1,911 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// MaxCartLines is the most lines one cart may have.
+const MaxCartLines = 50
+
+// DefaultCartSettle is Config.CartSettle's default.
+const DefaultCartSettle = 2 * time.Second
+
+// cartSweepMargin is how long past its deadline a PENDING cart waits before
+// the cart sweep lets it go: room for the clocks of two Redis nodes to
+// differ, so that no line can still be held or confirmed on a node whose
+// clock is behind (see AbandonStaleCarts).
+const cartSweepMargin = 250 * time.Millisecond
+
+// CartPause is a test-only pause of ReserveCart at one step (see
+// Config.CartPause).
+type CartPause struct {
+	// At is where: CartPauseHeld (every partition's lines held
+	// provisionally, none confirmed) or CartPauseConfirmed (the first
+	// partition's lines confirmed, the others not yet); "" never pauses.
+	At string
+	// For is how long.
+	For time.Duration
+}
+
+// The steps a CartPause may stop at.
+const (
+	CartPauseHeld      = "held"
+	CartPauseConfirmed = "confirmed"
+)
+
+func (c CartPause) validate() error {
+	if (c.At != "" && c.At != CartPauseHeld && c.At != CartPauseConfirmed) || c.For < 0 {
+		return fmt.Errorf("cart pause %q for %s: the step must be %q or %q, the time not negative", c.At, c.For, CartPauseHeld, CartPauseConfirmed)
+	}
+	return nil
+}
+
+// cartClaim is what an idempotency key used for a cart is claimed for, in
+// place of a SKU: it is no valid SKU, so the key can serve one cart and
+// never a reserve as well.
+const cartClaim = "#cart"
+
+// CartLine asks for units of one SKU as part of a cart.
+type CartLine struct {
+	SKU      string
+	Quantity int
+}
+
+// CartRequest asks for every line of a cart, or none.
+type CartRequest struct {
+	// Lines are 1 to MaxCartLines; lines of the same SKU are added up before
+	// anything is checked.
+	Lines []CartLine
+	// IdempotencyKey works as for ReserveRequest: the same key from the same
+	// principal returns the first outcome (the same cart for
+	// IdempotencyTTL, the same refusal for RejectionTTL).
+	IdempotencyKey string
+	// HoldFor is how long the cart's lines are held; 0 means the default.
+	HoldFor time.Duration
+}
+
+// Cart is a set of holds made, committed and cancelled together: one
+// reservation per SKU, all with the cart's expiry.
+type Cart struct {
+	Token     string
+	Principal string
+	// Status is HELD while any line is held, COMMITTED once every line is
+	// sold, CANCELLED or EXPIRED once its lines were let go.
+	Status    Status
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	Lines     []Reservation
+	// Replayed is true when the call changed nothing and returned an
+	// earlier outcome.
+	Replayed bool
+}
+
+// CartRefusedError says why a cart was not held: one entry per input line
+// that could not be had (a SKU asked for on several lines names each of
+// them). Nothing was held.
+type CartRefusedError struct {
+	Lines []CartLineError
+}
+
+// CartLineError is the refusal of one input line of a cart: Index is its
+// position in CartRequest.Lines, Err one of *OutOfStockError,
+// *QuotaExceededError, *SaleNotActiveError, *NotFoundError or
+// *InvalidInputError.
+type CartLineError struct {
+	Index int
+	Err   error
+}
+
+func (e *CartRefusedError) Error() string {
+	parts := make([]string, len(e.Lines))
+	for i, l := range e.Lines {
+		parts[i] = fmt.Sprintf("line %d: %v", l.Index, l.Err)
+	}
+	return "the cart cannot be held: " + strings.Join(parts, "; ")
+}
+
+// Unwrap gives each line's refusal, so errors.Is finds any of them.
+func (e *CartRefusedError) Unwrap() []error {
+	out := make([]error, len(e.Lines))
+	for i, l := range e.Lines {
+		out[i] = l.Err
+	}
+	return out
+}
+
+// Available is how many units of the line's SKU the line could have had:
+// the stock left for OUT_OF_STOCK, what the limit still allows for
+// QUOTA_EXCEEDED, 0 otherwise.
+func (l CartLineError) Available() int {
+	var (
+		oos *OutOfStockError
+		qe  *QuotaExceededError
+	)
+	switch {
+	case errors.As(l.Err, &oos):
+		return max(oos.Available, 0)
+	case errors.As(l.Err, &qe):
+		return max(qe.Limit-qe.Held, 0)
+	}
+	return 0
+}
+
+// errCartLate is a cart whose lines were not all held and confirmed by its
+// deadline.
+var errCartLate = errors.New("the cart's deadline passed before every line was held")
+
+// errCartLine refuses a commit or cancel of one line of a cart on its own:
+// a cart is sold or let go whole.
+var errCartLine = &InvalidInputError{Field: "token", Reason: "this reservation is a line of a cart: commit or cancel the cart"}
+
+// cartLine is one SKU of a cart, its quantities added up.
+type cartLine struct {
+	SKU      string `json:"s"`
+	Quantity int    `json:"q"`
+	Token    string `json:"t"`
+	indexes  []int  // the input lines that asked for it
+}
+
+// checkCart validates a cart request and adds up its lines per SKU, in the
+// order of their first appearance.
+func (e *Engine) checkCart(p Principal, req CartRequest) (time.Duration, []cartLine, error) {
+	if err := checkPrincipal(p); err != nil {
+		return 0, nil, err
+	}
+	if len(req.Lines) < 1 || len(req.Lines) > MaxCartLines {
+		return 0, nil, &InvalidInputError{Field: "lines", Reason: fmt.Sprintf("a cart has 1 to %d lines", MaxCartLines)}
+	}
+	hold, err := e.checkReserve(p, ReserveRequest{SKU: req.Lines[0].SKU, Quantity: 1, IdempotencyKey: req.IdempotencyKey, HoldFor: req.HoldFor})
+	if err != nil {
+		var inv *InvalidInputError
+		if errors.As(err, &inv) && inv.Field == "sku" {
+			return 0, nil, &InvalidInputError{Field: "lines.0.sku", Reason: inv.Reason}
+		}
+		return 0, nil, err
+	}
+	var lines []cartLine
+	at := map[string]int{}
+	for i, l := range req.Lines {
+		if !ValidSKU(l.SKU) {
+			return 0, nil, &InvalidInputError{Field: fmt.Sprintf("lines.%d.sku", i), Reason: "must be 1-64 characters of A-Z a-z 0-9 . _ -"}
+		}
+		if l.Quantity < 1 || l.Quantity > e.cfg.MaxQuantity {
+			return 0, nil, &InvalidInputError{Field: fmt.Sprintf("lines.%d.quantity", i), Reason: fmt.Sprintf("must be between 1 and %d", e.cfg.MaxQuantity)}
+		}
+		j, ok := at[l.SKU]
+		if !ok {
+			j = len(lines)
+			at[l.SKU] = j
+			lines = append(lines, cartLine{SKU: l.SKU})
+		}
+		lines[j].Quantity += l.Quantity
+		lines[j].indexes = append(lines[j].indexes, i)
+		if lines[j].Quantity > e.cfg.MaxQuantity {
+			return 0, nil, &InvalidInputError{Field: fmt.Sprintf("lines.%d.quantity", i),
+				Reason: fmt.Sprintf("the lines of %s add up to more than %d", l.SKU, e.cfg.MaxQuantity)}
+		}
+	}
+	return hold, lines, nil
+}
+
+// cartRequestHash fingerprints a cart request: its SKUs and summed
+// quantities in SKU order, and its hold time.
+func cartRequestHash(lines []cartLine, holdMillis int64) string {
+	parts := make([]string, len(lines))
+	for i, l := range lines {
+		parts[i] = l.SKU + "\x00" + strconv.Itoa(l.Quantity)
+	}
+	slices.Sort(parts)
+	return requestHash("cart\x00"+strings.Join(parts, "\x00"), len(lines), holdMillis)
+}
+
+// ReserveCart holds every line of a cart for a principal, or none of them.
+//
+// The lines may live in many partitions (and Redis Cluster slots), which no
+// one script can touch together, so the cart is held in steps, each one
+// script: open_cart.lua records the cart as PENDING in its home partition
+// with a deadline CartSettle away; hold_cart_lines.lua holds each
+// partition's lines (all of that partition or none), provisionally, until
+// that deadline; once every partition has, confirm_cart_lines.lua gives the
+// lines the cart's expiry and records them in the ledger, and
+// finish_cart.lua records the cart as HELD. When any line is refused, every
+// held line is let go before the refusal is answered. A caller that dies on
+// the way leaves provisional holds that the sweeper releases at the
+// deadline, and a PENDING cart that the cart sweep (AbandonStaleCarts) lets
+// go of shortly after it: no unit is kept from other buyers by an unfinished
+// cart for longer than about CartSettle (docs/design.md, G10).
+//
+// Refusals: *CartRefusedError (every line that cannot be had, nothing held),
+// *InvalidInputError, ErrIdempotencyKeyReused, ErrUnavailable (retry: Redis
+// could not be reached, or the cart could not be held within CartSettle).
+func (e *Engine) ReserveCart(ctx context.Context, p Principal, req CartRequest) (cart Cart, err error) {
+	defer func() { e.metrics.outcome("reserve_cart", err) }()
+	hold, lines, err := e.checkCart(p, req)
+	if err != nil {
+		return Cart{}, err
+	}
+	var idem, fp string
+	home := rand.IntN(Partitions) //nolint:gosec // spreads carts over partitions; nothing secret depends on it
+	if req.IdempotencyKey != "" {
+		idem = idempotencyHash(p.ID, req.IdempotencyKey)
+		fp = cartRequestHash(lines, hold.Milliseconds())
+		home = int(crc32.ChecksumIEEE([]byte(idem)) % Partitions)
+		if err := e.claimIdempotencyKey(ctx, idem, cartClaim); err != nil {
+			return Cart{}, err
+		}
+	}
+	if err := e.loadCartSKUs(ctx, lines); err != nil {
+		return Cart{}, err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		cart, retry, err := e.tryCart(ctx, p, home, lines, hold, idem, fp)
+		if !retry {
+			if err == nil && idem != "" && !cart.Replayed {
+				if err := e.keepIdempotencyClaim(ctx, idem, cartClaim); err != nil {
+					return Cart{}, err
+				}
+			}
+			return cart, err
+		}
+	}
+	return Cart{}, unavailable("reserving cart", errCartLate)
+}
+
+// loadCartSKUs rebuilds from the ledger every SKU of the cart Redis does not
+// have, so the scripts of the cart find them; a SKU the ledger does not
+// know either refuses its lines.
+func (e *Engine) loadCartSKUs(ctx context.Context, lines []cartLine) error {
+	cmds := make([]*redis.IntCmd, len(lines))
+	_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, l := range lines {
+			cmds[i] = pipe.Exists(ctx, e.keys.SKU(l.SKU))
+		}
+		return nil
+	})
+	if err != nil {
+		return unavailable("reserving cart", err)
+	}
+	var refused []CartLineError
+	for i, c := range cmds {
+		if c.Val() == 1 {
+			continue
+		}
+		err := e.Rebuild(ctx, lines[i].SKU)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			for _, idx := range lines[i].indexes {
+				refused = append(refused, CartLineError{Index: idx, Err: &NotFoundError{Kind: "product", Key: lines[i].SKU, Field: fmt.Sprintf("lines.%d.sku", idx)}})
+			}
+		case err != nil:
+			return fmt.Errorf("reserving cart: %w", err)
+		}
+	}
+	if len(refused) > 0 {
+		slices.SortFunc(refused, func(a, b CartLineError) int { return a.Index - b.Index })
+		return &CartRefusedError{Lines: refused}
+	}
+	return nil
+}
+
+// openedCart is open_cart.lua's OK reply: {OK, token, who, status,
+// created_ms, deadline_ms, expires_ms, lines, replayed}.
+type openedCart struct {
+	token, who, status string
+	ctd, deadline, exp int64
+	lines              string
+	replayed           bool
+}
+
+func (r reply) openedCart() openedCart {
+	return openedCart{token: r.str(1), who: r.str(2), status: r.str(3), ctd: r.int(4), deadline: r.int(5),
+		exp: r.int(6), lines: r.str(7), replayed: r.int(8) == 1}
+}
+
+// cartRefusal is one refused SKU, as a cart's record keeps it for replay.
+type cartRefusal struct {
+	SKU  string `json:"s"`
+	Code string `json:"c"`
+	A    string `json:"a"`
+	B    string `json:"b"`
+}
+
+// refusalsError turns the refusals of SKUs into the refusal of the input
+// lines that asked for them.
+func refusalsError(lines []cartLine, refusals []cartRefusal) error {
+	bySKU := map[string][]int{}
+	for _, l := range lines {
+		bySKU[l.SKU] = l.indexes
+	}
+	var out []CartLineError
+	for _, r := range refusals {
+		err := reply{r.Code, r.A, r.B, int64(0)}.rejection()
+		if err == nil {
+			err = fmt.Errorf("unexpected refusal %q", r.Code)
+		}
+		for _, idx := range bySKU[r.SKU] {
+			out = append(out, CartLineError{Index: idx, Err: err})
+		}
+	}
+	slices.SortFunc(out, func(a, b CartLineError) int { return a.Index - b.Index })
+	return &CartRefusedError{Lines: out}
+}
+
+// tryCart makes one attempt at a cart; retry says a new attempt may work
+// (the key's earlier cart never held, or a SKU had to be rebuilt).
+func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []cartLine, hold time.Duration, idem, fp string) (Cart, bool, error) {
+	token := newTokenOf(tokenCart, home)
+	for i := range lines {
+		lines[i].Token = newTokenOf(tokenLine, PartitionOf(lines[i].SKU))
+	}
+	enc, err := json.Marshal(lines)
+	if err != nil {
+		return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
+	}
+	res, err := e.run(ctx, lua.OpenCart, e.keys.cartKeys(home, token, idem), e.keys.Base(home), p.ID, fp, idem,
+		e.cfg.CartSettle.Milliseconds(), hold.Milliseconds(), string(enc), int64(e.cfg.IdempotencyTTL.Seconds()),
+		int64(e.cfg.Retention.Seconds()), token)
+	if err != nil {
+		return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
+	}
+	switch res.code() {
+	case codeIdempotencyKeyReused:
+		return Cart{}, false, ErrIdempotencyKeyReused
+	case codeRefused:
+		var refusals []cartRefusal
+		if err := json.Unmarshal([]byte(res.str(1)), &refusals); err != nil {
+			return Cart{}, false, fmt.Errorf("reserving cart: reading a recorded refusal: %w", err)
+		}
+		return Cart{}, false, refusalsError(lines, refusals)
+	case codeOK:
+	default:
+		return Cart{}, false, fmt.Errorf("reserving cart: unexpected script reply %q", res.code())
+	}
+	oc := res.openedCart()
+	if oc.token != token {
+		// The key's first call opened another cart: answer what it got.
+		return e.awaitCart(ctx, p, home, oc.token, lines)
+	}
+	// Phase 1: every partition's lines, held provisionally, all at once.
+	parts := map[int][]cartLine{}
+	var order []int
+	for _, l := range lines {
+		pt := PartitionOf(l.SKU)
+		if parts[pt] == nil {
+			order = append(order, pt)
+		}
+		parts[pt] = append(parts[pt], l)
+	}
+	slices.Sort(order)
+	results := make([]reply, len(order))
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, pt := range order {
+		wg.Go(func() {
+			args := []any{p.ID, token, oc.deadline, e.cfg.MaxQuantity}
+			for _, l := range parts[pt] {
+				args = append(args, l.SKU, l.Quantity, l.Token)
+			}
+			results[i], errs[i] = e.run(ctx, lua.HoldCartLines, e.keys.holdCartLinesKeys(pt, parts[pt]), args...)
+		})
+	}
+	wg.Wait()
+	var refusals []cartRefusal
+	var failure error
+	var lost []string
+	for i, pt := range order {
+		switch {
+		case errs[i] != nil:
+			failure = errs[i]
+		case results[i].code() == codeOK:
+		case results[i].code() == codeRefused:
+			r := results[i]
+			for j := range int(r.int(1)) {
+				at := 2 + 4*j
+				l := parts[pt][int(r.int(at))-1]
+				refusals = append(refusals, cartRefusal{SKU: l.SKU, Code: r.str(at + 1), A: r.str(at + 2), B: r.str(at + 3)})
+			}
+		case results[i].code() == codeNeedsHydration:
+			lost = append(lost, results[i].missingSKU())
+		case results[i].code() == codeLate:
+			failure = errCartLate
+		default:
+			failure = fmt.Errorf("holding lines: script reply %q", results[i].code())
+		}
+	}
+	if failure == nil && len(lost) == 0 && len(refusals) == 0 {
+		e.cartPause(CartPauseHeld, "provisional holds made")
+		failure = e.confirmCartLines(ctx, token, oc.exp, order, parts)
+		if failure == nil {
+			out, err := e.finishCart(ctx, home, token, idem, "HELD", "")
+			switch {
+			case err != nil:
+				failure = err
+			case out == codeOK:
+				cart, err := e.readCart(ctx, p, token)
+				return cart, false, err
+			default:
+				failure = fmt.Errorf("the cart sweep let it go first (%s)", out)
+			}
+		}
+	}
+	// Not held: let go of every line before answering.
+	e.letGoOfLines(ctx, p.ID, lines)
+	outcome, rej := "FAILED", ""
+	if failure == nil && len(lost) == 0 {
+		outcome = "REFUSED"
+		b, err := json.Marshal(refusals)
+		if err != nil {
+			return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
+		}
+		rej = string(b)
+	}
+	if _, err := e.finishCart(ctx, home, token, idem, outcome, rej); err != nil && failure == nil {
+		failure = err
+	}
+	if len(lost) > 0 {
+		for _, sku := range lost {
+			if err := e.Rebuild(ctx, sku); err != nil {
+				return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
+			}
+		}
+		return Cart{}, true, nil
+	}
+	if errors.Is(failure, errCartLate) {
+		// Too slow this time (a loaded Redis or a paused process): a new
+		// cart, with a new deadline, may make it.
+		return Cart{}, true, nil
+	}
+	if failure != nil {
+		return Cart{}, false, unavailable("reserving cart", failure)
+	}
+	return Cart{}, false, refusalsError(lines, refusals)
+}
+
+// confirmCartLines is phase 2: each partition's provisional lines get the
+// cart's expiry, partition after partition.
+func (e *Engine) confirmCartLines(ctx context.Context, token string, exp int64, order []int, parts map[int][]cartLine) error {
+	for i, pt := range order {
+		args := []any{token, exp}
+		for _, l := range parts[pt] {
+			args = append(args, l.Token)
+		}
+		res, err := e.run(ctx, lua.ConfirmCartLines, e.keys.confirmCartLinesKeys(pt, parts[pt]), args...)
+		if err != nil {
+			return err
+		}
+		if res.code() == codeLate {
+			return errCartLate
+		}
+		if res.code() != codeOK {
+			return fmt.Errorf("confirming lines: %s %s", res.code(), res.str(1))
+		}
+		if i == 0 && len(order) > 1 {
+			e.cartPause(CartPauseConfirmed, "first partition's lines confirmed")
+		}
+	}
+	return nil
+}
+
+// cartPause waits Config.CartPause at step; only the fault tests set it, to
+// kill a server in the middle of a cart.
+func (e *Engine) cartPause(at, step string) {
+	if e.cfg.CartPause.At != at || e.cfg.CartPause.For <= 0 {
+		return
+	}
+	e.log.Warn().Str("step", step).Dur("pause", e.cfg.CartPause.For).Msg("test-only pause between the steps of a cart")
+	time.Sleep(e.cfg.CartPause.For)
+}
+
+// finishCart runs finish_cart.lua and returns its code.
+func (e *Engine) finishCart(ctx context.Context, home int, token, idem, outcome, rej string) (replyCode, error) {
+	res, err := e.run(ctx, lua.FinishCart, e.keys.cartKeys(home, token, idem), token, outcome, rej,
+		int64(e.cfg.RejectionTTL.Seconds()), int64(e.cfg.Retention.Seconds()))
+	if err != nil {
+		return "", fmt.Errorf("finishing cart %s: %w", token, err)
+	}
+	return res.code(), nil
+}
+
+// letGoOfLines releases every line of a cart that did not come to be held
+// whole. Releasing is idempotent, and a line never made is simply not
+// found. A failure is only logged: the provisional expiry and the cart
+// sweep release what is left.
+func (e *Engine) letGoOfLines(ctx context.Context, who string, lines []cartLine) {
+	ctx = context.WithoutCancel(ctx)
+	for _, l := range lines {
+		if _, err := e.release(ctx, PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled)); err != nil {
+			e.log.Warn().Err(err).Str("sku", l.SKU).Msg("could not let go of a cart line; its provisional expiry or the cart sweep will")
+		}
+	}
+}
+
+// awaitCart answers a call whose idempotency key already opened a cart:
+// that cart once it is held or refused; retry when it never held (its
+// caller failed or died), so this call opens a new one.
+func (e *Engine) awaitCart(ctx context.Context, p Principal, home int, token string, lines []cartLine) (Cart, bool, error) {
+	deadline := time.Now().Add(e.cfg.CartSettle + 2*cartSweepMargin + time.Second)
+	for {
+		h, err := e.rdb.HGetAll(ctx, e.keys.Cart(home, token)).Result()
+		if err != nil {
+			return Cart{}, false, unavailable("reading cart", err)
+		}
+		switch h["st"] {
+		case "HELD":
+			cart, err := e.readCart(ctx, p, token)
+			cart.Replayed = true
+			return cart, false, err
+		case "REFUSED":
+			var refusals []cartRefusal
+			if err := json.Unmarshal([]byte(h["rej"]), &refusals); err != nil {
+				return Cart{}, false, fmt.Errorf("reserving cart: reading a recorded refusal: %w", err)
+			}
+			return Cart{}, false, refusalsError(lines, refusals)
+		case "PENDING":
+		default:
+			return Cart{}, true, nil
+		}
+		if time.Now().After(deadline) {
+			return Cart{}, false, unavailable("reserving cart", errors.New("the first call with this key is still holding its cart"))
+		}
+		select {
+		case <-ctx.Done():
+			return Cart{}, false, unavailable("reserving cart", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// CartOf returns a cart by token: its holder's or, for an admin, anyone's.
+// A cart that never held (refused, or let go before it was) is not found.
+func (e *Engine) CartOf(ctx context.Context, p Principal, token string) (Cart, error) {
+	return e.readCart(ctx, p, token)
+}
+
+func cartNotFound(token string) error {
+	return &NotFoundError{Kind: "cart", Key: token, Field: "token"}
+}
+
+// readCart reads a cart and its lines: one round trip for the cart, one
+// pipeline for the lines; a line Redis no longer has is read as a
+// reservation (from the ledger).
+func (e *Engine) readCart(ctx context.Context, p Principal, token string) (Cart, error) {
+	home, err := parseCartToken(token)
+	if err != nil {
+		return Cart{}, err
+	}
+	if err := checkPrincipal(p); err != nil {
+		return Cart{}, err
+	}
+	h, err := e.rdb.HGetAll(ctx, e.keys.Cart(home, token)).Result()
+	if err != nil {
+		return Cart{}, unavailable("reading cart", err)
+	}
+	if len(h) == 0 || h["st"] != "HELD" {
+		return Cart{}, cartNotFound(token)
+	}
+	if h["who"] != p.ID && !p.Admin {
+		return Cart{}, ErrForbidden
+	}
+	var lines []cartLine
+	if err := json.Unmarshal([]byte(h["lines"]), &lines); err != nil {
+		return Cart{}, fmt.Errorf("reading cart %s: %w", token, err)
+	}
+	holds := make([]*redis.MapStringStringCmd, len(lines))
+	gens := make([]*redis.StringCmd, len(lines))
+	_, err = e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, l := range lines {
+			holds[i] = pipe.HGetAll(ctx, e.keys.Hold(PartitionOf(l.SKU), l.Token))
+			gens[i] = pipe.HGet(ctx, e.keys.SKU(l.SKU), "gen")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Cart{}, unavailable("reading cart", err)
+	}
+	num := func(k string) int64 { n, _ := strconv.ParseInt(h[k], 10, 64); return n }
+	cart := Cart{Token: token, Principal: h["who"], CreatedAt: msTime(num("ctd")), ExpiresAt: msTime(num("exp"))}
+	for i, l := range lines {
+		lh := holds[i].Val()
+		var r Reservation
+		if len(lh) > 0 && lh["gen"] == gens[i].Val() {
+			r = holdFromHash(l.Token, lh).reservation()
+		} else if r, err = e.Reservation(ctx, p, l.Token); err != nil {
+			return Cart{}, fmt.Errorf("reading cart %s: %w", token, err)
+		}
+		cart.Lines = append(cart.Lines, r)
+	}
+	cart.Status = cartStatus(cart.Lines)
+	return cart, nil
+}
+
+// cartStatus is a cart's status from its lines': COMMITTED when every line
+// is sold, HELD while any is held, else CANCELLED if any was cancelled, else
+// EXPIRED.
+func cartStatus(lines []Reservation) Status {
+	count := map[Status]int{}
+	for _, l := range lines {
+		count[l.Status]++
+	}
+	switch {
+	case count[StatusCommitted] == len(lines):
+		return StatusCommitted
+	case count[StatusHeld] > 0 || count[StatusCommitted] > 0:
+		return StatusHeld
+	case count[StatusCancelled] > 0:
+		return StatusCancelled
+	}
+	return StatusExpired
+}
+
+// CommitCart sells every line of a principal's cart in one Postgres
+// transaction, or none. Each line is first taken out of reach of expiry
+// (begin_commit.lua, as for Commit); then one transaction writes every sale
+// and the cart's row; then each line is marked sold in Redis
+// (finish_commit.lua). A crash after the transaction leaves lines
+// COMMITTING, and the commit reconciler settles each of them from the
+// ledger, where the transaction put all or none. A success is in Postgres
+// before it is returned; committing again returns the cart with Replayed.
+//
+// Refusals: ErrExpired or ErrAlreadyCancelled (a line had ended: every line
+// this call took goes back as it was), ErrForbidden, *NotFoundError,
+// *OutOfStockError (Postgres refused a line beyond its total: the cart is
+// let go), ErrUnavailable (retry).
+func (e *Engine) CommitCart(ctx context.Context, p Principal, token string) (cart Cart, err error) {
+	defer func() { e.metrics.outcome("commit_cart", err) }()
+	cart, err = e.readCart(ctx, p, token)
+	if err != nil {
+		return Cart{}, err
+	}
+	if cart.Principal != p.ID {
+		return Cart{}, ErrForbidden
+	}
+	switch cart.Status {
+	case StatusCommitted:
+		cart.Replayed = true
+		return cart, nil
+	case StatusCancelled:
+		return Cart{}, ErrAlreadyCancelled
+	case StatusExpired:
+		return Cart{}, ErrExpired
+	}
+	type begun struct {
+		line Reservation
+		a    attempt
+	}
+	var taken []begun
+	undo := func(cause error) (Cart, error) {
+		for _, b := range taken {
+			if b.a.moved {
+				if _, err := e.finishCommit(ctx, b.line.Token, b.line, outcomeRestore, time.Time{}, b.a.id); err != nil {
+					e.log.Warn().Err(err).Str("token", b.line.Token).Msg("could not restore a cart line; the reconciler will")
+				}
+			}
+		}
+		return Cart{}, cause
+	}
+	attemptID := newAttemptID()
+	for _, l := range cart.Lines {
+		pt := PartitionOf(l.SKU)
+		res, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(pt, l.Token), e.keys.Base(pt), l.Token, p.ID,
+			int64(e.cfg.Retention.Seconds()), attemptID)
+		if err != nil {
+			return undo(fmt.Errorf("committing cart %s: %w", token, err))
+		}
+		switch res.code() {
+		case codeOK:
+			h := res.hold().reservation()
+			if h.Status != StatusCommitted {
+				taken = append(taken, begun{line: h, a: res.attempt()})
+			}
+		case codeExpired:
+			return undo(ErrExpired)
+		case codeAlreadyCancelled:
+			return undo(ErrAlreadyCancelled)
+		case codeForbidden:
+			return undo(ErrForbidden)
+		case codeNeedsHydration:
+			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
+				return undo(fmt.Errorf("committing cart %s: %w", token, err))
+			}
+			return undo(unavailable("committing cart "+token, errors.New("a SKU was rebuilt")))
+		case codeNotFound:
+			return undo(cartNotFound(token))
+		default:
+			return undo(fmt.Errorf("committing cart %s: unexpected script reply %q", token, res.code()))
+		}
+	}
+	if len(taken) > 0 {
+		rows := make([]db.Reservation, len(taken))
+		for i, b := range taken {
+			rows[i] = db.Reservation{Token: b.line.Token, SKU: b.line.SKU, Principal: b.line.Principal, Quantity: b.line.Quantity,
+				ExpiresAt: b.line.ExpiresAt, CreatedAt: b.line.CreatedAt}
+		}
+		wctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
+		sales, err := e.ledger.RecordCartSale(wctx, token, p.ID, rows)
+		cancel()
+		var ended *db.EndedError
+		switch {
+		case err == nil:
+			at := map[string]time.Time{}
+			for _, s := range sales {
+				at[s.Token] = s.CommittedAt
+			}
+			for _, b := range taken {
+				if _, err := e.finishCommit(ctx, b.line.Token, b.line, outcomeCommitted, at[b.line.Token], b.a.id); err != nil {
+					// The sale is durable; a retry or the reconciler finishes Redis.
+					return Cart{}, err
+				}
+			}
+		case errors.As(err, &ended):
+			e.log.Warn().Str("cart", token).Str("ledger", ended.Status).Msg("refused the sale of a cart with a line the ledger has as finished; letting the cart go")
+			for _, b := range taken {
+				if _, ferr := e.finishCommit(ctx, b.line.Token, b.line, ended.Status, time.Time{}, b.a.id); ferr != nil {
+					return Cart{}, ferr
+				}
+			}
+			if ended.Status == db.StatusExpired {
+				return Cart{}, ErrExpired
+			}
+			return Cart{}, ErrAlreadyCancelled
+		case errors.Is(err, db.ErrWouldOversell):
+			e.log.Error().Str("cart", token).Msg("Postgres refused a cart line beyond its total; letting the cart go")
+			for _, b := range taken {
+				if b.a.moved {
+					if _, ferr := e.finishCommit(ctx, b.line.Token, b.line, outcomeRefused, time.Time{}, b.a.id); ferr != nil {
+						return Cart{}, ferr
+					}
+				}
+			}
+			return Cart{}, &OutOfStockError{Available: 0}
+		case nothingSent(err):
+			_, _ = undo(nil)
+			return Cart{}, unavailable("committing cart "+token, err)
+		default:
+			// Unknown outcome: the lines stay COMMITTING, and a retry or the
+			// reconciler settles every one of them from the ledger.
+			return Cart{}, unavailable("committing cart "+token, err)
+		}
+	}
+	return e.readCart(ctx, p, token)
+}
+
+// CancelCart lets go of every line of a cart; its holder or an admin may.
+// Cancelling twice returns the cart with Replayed. A cart whose commit is
+// under way cannot be cancelled: ErrUnavailable if the commit is still
+// deciding after a moment (retry), ErrAlreadyCommitted once it sold.
+func (e *Engine) CancelCart(ctx context.Context, p Principal, token string) (cart Cart, err error) {
+	defer func() { e.metrics.outcome("cancel_cart", err) }()
+	cart, err = e.readCart(ctx, p, token)
+	if err != nil {
+		return Cart{}, err
+	}
+	switch cart.Status {
+	case StatusCommitted:
+		return Cart{}, ErrAlreadyCommitted
+	case StatusCancelled, StatusExpired:
+		cart.Replayed = true
+		return cart, nil
+	}
+	pending := slices.Clone(cart.Lines)
+	giveUp := time.Now().Add(2 * time.Second)
+	for len(pending) > 0 {
+		var again []Reservation
+		for _, l := range pending {
+			if l.Status != StatusHeld {
+				continue
+			}
+			res, err := e.release(ctx, PartitionOf(l.SKU), l.Token, p, string(StatusCancelled))
+			if err != nil {
+				return Cart{}, fmt.Errorf("cancelling cart %s: %w", token, err)
+			}
+			switch res.code() {
+			case codeOK:
+				if r := res.hold().reservation(); !r.Replayed {
+					e.recordRelease(ctx, r)
+				}
+			case codeCommitInProgress:
+				again = append(again, l)
+			case codeAlreadyCommitted:
+				return Cart{}, ErrAlreadyCommitted
+			case codeForbidden:
+				return Cart{}, ErrForbidden
+			case codeNotFound, codeNeedsHydration:
+			default:
+				return Cart{}, fmt.Errorf("cancelling cart %s: unexpected script reply %q", token, res.code())
+			}
+		}
+		pending = again
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(giveUp) {
+			return Cart{}, unavailable("cancelling cart "+token, errCommitInProgress)
+		}
+		select {
+		case <-ctx.Done():
+			return Cart{}, unavailable("cancelling cart "+token, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return e.readCart(ctx, p, token)
+}
+
+// AbandonStaleCarts is the cart sweep: it lets go of carts left PENDING more
+// than a moment past their deadline in any partition, because the call that
+// opened them died or stalled before it finished. Each such cart is marked
+// ABANDONED (abandon_cart.lua: from then on its caller can no longer record
+// it as held), then every line it named is released, then it leaves the
+// pending index. By its deadline no line of it can be held or confirmed any
+// more, so the lines it names are all it will ever have. Every step is
+// idempotent, so any number of processes may sweep at once, with no lease:
+// a process that dies mid-sweep leaves the cart in the index for the next.
+// It returns how many carts it let go.
+func (e *Engine) AbandonStaleCarts(ctx context.Context, limit int) (int, error) {
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, unavailable("reading Redis time", err)
+	}
+	cutoff := strconv.FormatInt(now.Add(-cartSweepMargin).UnixMilli(), 10)
+	cmds := make([]*redis.StringSliceCmd, Partitions)
+	_, err = e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for pt := range Partitions {
+			cmds[pt] = pipe.ZRangeByScore(ctx, e.keys.CartsPending(pt), &redis.ZRangeBy{Min: "-inf", Max: cutoff, Count: int64(limit)})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, unavailable("listing stale carts", err)
+	}
+	abandoned := 0
+	var errs []error
+	for pt, c := range cmds {
+		for _, tok := range c.Val() {
+			n, err := e.abandonCart(ctx, pt, tok)
+			abandoned += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return abandoned, errors.Join(errs...)
+}
+
+func (e *Engine) abandonCart(ctx context.Context, home int, token string) (int, error) {
+	res, err := e.run(ctx, lua.AbandonCart, e.keys.abandonCartKeys(home, token), token)
+	if err != nil {
+		return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
+	}
+	if res.code() != codeOK {
+		return 0, nil
+	}
+	var lines []cartLine
+	if err := json.Unmarshal([]byte(res.str(2)), &lines); err != nil {
+		return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
+	}
+	who := res.str(1)
+	for _, l := range lines {
+		if _, err := e.release(ctx, PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled)); err != nil {
+			return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
+		}
+	}
+	if err := e.rdb.ZRem(ctx, e.keys.CartsPending(home), token).Err(); err != nil {
+		return 0, unavailable("abandoning cart "+token, err)
+	}
+	e.log.Warn().Str("cart", token).Int("lines", len(lines)).Msg("let go of a cart its caller left unfinished past its deadline")
+	return 1, nil
+}
