@@ -37,6 +37,7 @@ func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 		WaitReplicas:  in.Config.RedisWaitReplicas,
 		WaitTimeout:   in.Config.RedisWaitTimeout,
 		WaitlistMax:   in.Config.WaitlistMax,
+		CartPause:     in.Config.TestCartPause,
 		Registerer:    in.Registry,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }

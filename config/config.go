@@ -61,6 +61,9 @@ const (
 
 	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
 	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
+
+	// EnvTestCartPause is for the fault tests only (see TestCartPause).
+	EnvTestCartPause = "DROPLINE_TEST_CART_PAUSE"
 )
 
 // Defaults, exported so the README table and the tests can refer to them.
@@ -209,6 +212,14 @@ type Config struct {
 	// shorter means faster failover and more Redis traffic (renewals every
 	// third of it).
 	LeaseTTL time.Duration
+
+	// TestCartPause makes every cart wait at one of its steps
+	// (DROPLINE_TEST_CART_PAUSE, "held:30s" or "confirmed:30s": after every
+	// line is held provisionally, or after the first partition's lines are
+	// confirmed). Test only: the fault suite sets it to kill a server in the
+	// middle of a cart. Default: none; the time is 0 to 1m. Never set it in a
+	// deployment: carts would fail.
+	TestCartPause inventory.CartPause
 
 	// RejectionTTL is how long a refused reserve (out of stock, over the
 	// quota, sale not open) replays for its idempotency key
@@ -431,6 +442,14 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvLeaseTTL, &c.LeaseTTL)
 	dur(EnvRejectionTTL, &c.RejectionTTL)
 	num(EnvWaitlistMax, &c.WaitlistMax)
+	if v := getenv(EnvTestCartPause); v != "" {
+		at, d, ok := strings.Cut(v, ":")
+		c.TestCartPause.At = at
+		var err error
+		if c.TestCartPause.For, err = time.ParseDuration(d); !ok || err != nil {
+			problems = append(problems, Problem{Var: EnvTestCartPause, Msg: fmt.Sprintf("%q: want held:<duration> or confirmed:<duration>", v)})
+		}
+	}
 	num(EnvMutationRate, &c.MutationRate)
 	num(EnvMutationBurst, &c.MutationBurst)
 	c.CORSOrigins = splitList(getenv(EnvCORSOrigins))

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/server/graphql"
 )
 
@@ -563,4 +564,21 @@ func TestWaitlistMax(t *testing.T) {
 	}
 	_, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvWaitlistMax: "many"}))
 	require.ErrorContains(t, err, config.EnvWaitlistMax)
+}
+
+func TestTestCartPause(t *testing.T) {
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Zero(t, c.TestCartPause)
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvTestCartPause: "confirmed:3s"}))
+	require.NoError(t, err)
+	require.Equal(t, inventory.CartPause{At: inventory.CartPauseConfirmed, For: 3 * time.Second}, c.TestCartPause)
+	require.NoError(t, c.Validate())
+	for _, bad := range []string{"held:-1s", "held:2m", "later:1s"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvTestCartPause: bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvTestCartPause, bad)
+	}
+	_, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvTestCartPause: "30s"}))
+	require.ErrorContains(t, err, config.EnvTestCartPause)
 }

@@ -140,6 +140,10 @@ func (c Config) Validate() error {
 	if c.WaitlistMax < 1 || c.WaitlistMax > inventory.MaxWaitlistMax {
 		add(EnvWaitlistMax, "is %d: a SKU's waitlist holds between 1 and %d waiters (default %d)", c.WaitlistMax, inventory.MaxWaitlistMax, DefaultWaitlistMax)
 	}
+	if p := c.TestCartPause; p != (inventory.CartPause{}) &&
+		(p.At != inventory.CartPauseHeld && p.At != inventory.CartPauseConfirmed || p.For < 0 || p.For > time.Minute) {
+		add(EnvTestCartPause, "is %s:%s: a test-only pause of a cart at %q or %q, for 0 to 1m (default: none)", p.At, p.For, inventory.CartPauseHeld, inventory.CartPauseConfirmed)
+	}
 	if c.MutationRate == 0 {
 		add(EnvMutationRate, "is 0, which would refuse every mutation: set mutations per second per principal (default %d), or a negative number to turn the limit off", DefaultMutationRate)
 	}

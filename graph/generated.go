@@ -45,6 +45,20 @@ type ComplexityRoot struct {
 		UserErrors  func(childComplexity int) int
 	}
 
+	Cart struct {
+		CreatedAt func(childComplexity int) int
+		ExpiresAt func(childComplexity int) int
+		ID        func(childComplexity int) int
+		Lines     func(childComplexity int) int
+		Status    func(childComplexity int) int
+		Token     func(childComplexity int) int
+	}
+
+	CartPayload struct {
+		Cart       func(childComplexity int) int
+		UserErrors func(childComplexity int) int
+	}
+
 	CommitPayload struct {
 		Reservation func(childComplexity int) int
 		UserErrors  func(childComplexity int) int
@@ -57,12 +71,15 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		Cancel            func(childComplexity int, input model.CancelInput) int
+		CancelCart        func(childComplexity int, input model.CancelCartInput) int
 		Commit            func(childComplexity int, input model.CommitInput) int
+		CommitCart        func(childComplexity int, input model.CommitCartInput) int
 		CreateProduct     func(childComplexity int, input model.CreateProductInput) int
 		ExtendReservation func(childComplexity int, input model.ExtendReservationInput) int
 		JoinWaitlist      func(childComplexity int, input model.JoinWaitlistInput) int
 		LeaveWaitlist     func(childComplexity int, input model.LeaveWaitlistInput) int
 		Reserve           func(childComplexity int, input model.ReserveInput) int
+		ReserveCart       func(childComplexity int, input model.ReserveCartInput) int
 		Restock           func(childComplexity int, input model.RestockInput) int
 		UpdateProduct     func(childComplexity int, input model.UpdateProductInput) int
 	}
@@ -101,6 +118,7 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
+		Cart           func(childComplexity int, token string) int
 		MyReservations func(childComplexity int, status *model.ReservationStatus, first *int, after *string) int
 		MyWaitlist     func(childComplexity int) int
 		Node           func(childComplexity int, id string) int
@@ -159,6 +177,7 @@ type ComplexityRoot struct {
 	}
 
 	UserError struct {
+		Available         func(childComplexity int) int
 		Code              func(childComplexity int) int
 		Field             func(childComplexity int) int
 		Message           func(childComplexity int) int
@@ -190,6 +209,9 @@ type MutationResolver interface {
 	Commit(ctx context.Context, input model.CommitInput) (*model.CommitPayload, error)
 	Cancel(ctx context.Context, input model.CancelInput) (*model.CancelPayload, error)
 	ExtendReservation(ctx context.Context, input model.ExtendReservationInput) (*model.ReservationPayload, error)
+	ReserveCart(ctx context.Context, input model.ReserveCartInput) (*model.CartPayload, error)
+	CommitCart(ctx context.Context, input model.CommitCartInput) (*model.CartPayload, error)
+	CancelCart(ctx context.Context, input model.CancelCartInput) (*model.CartPayload, error)
 	CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error)
 	UpdateProduct(ctx context.Context, input model.UpdateProductInput) (*model.ProductPayload, error)
 	Restock(ctx context.Context, input model.RestockInput) (*model.ProductPayload, error)
@@ -206,6 +228,7 @@ type QueryResolver interface {
 	Reservation(ctx context.Context, token string) (*model.Reservation, error)
 	MyReservations(ctx context.Context, status *model.ReservationStatus, first *int, after *string) (*model.ReservationConnection, error)
 	MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry, error)
+	Cart(ctx context.Context, token string) (*model.Cart, error)
 }
 type ReservationResolver interface {
 	Product(ctx context.Context, obj *model.Reservation) (*model.Product, error)
@@ -247,6 +270,56 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.CancelPayload.UserErrors(childComplexity), true
 
+	case "Cart.createdAt":
+		if e.ComplexityRoot.Cart.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Cart.CreatedAt(childComplexity), true
+	case "Cart.expiresAt":
+		if e.ComplexityRoot.Cart.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Cart.ExpiresAt(childComplexity), true
+	case "Cart.id":
+		if e.ComplexityRoot.Cart.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Cart.ID(childComplexity), true
+	case "Cart.lines":
+		if e.ComplexityRoot.Cart.Lines == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Cart.Lines(childComplexity), true
+	case "Cart.status":
+		if e.ComplexityRoot.Cart.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Cart.Status(childComplexity), true
+	case "Cart.token":
+		if e.ComplexityRoot.Cart.Token == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Cart.Token(childComplexity), true
+
+	case "CartPayload.cart":
+		if e.ComplexityRoot.CartPayload.Cart == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CartPayload.Cart(childComplexity), true
+	case "CartPayload.userErrors":
+		if e.ComplexityRoot.CartPayload.UserErrors == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CartPayload.UserErrors(childComplexity), true
+
 	case "CommitPayload.reservation":
 		if e.ComplexityRoot.CommitPayload.Reservation == nil {
 			break
@@ -284,6 +357,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.Cancel(childComplexity, args["input"].(model.CancelInput)), true
+	case "Mutation.cancelCart":
+		if e.ComplexityRoot.Mutation.CancelCart == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelCart_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelCart(childComplexity, args["input"].(model.CancelCartInput)), true
 	case "Mutation.commit":
 		if e.ComplexityRoot.Mutation.Commit == nil {
 			break
@@ -295,6 +379,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.Commit(childComplexity, args["input"].(model.CommitInput)), true
+	case "Mutation.commitCart":
+		if e.ComplexityRoot.Mutation.CommitCart == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_commitCart_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CommitCart(childComplexity, args["input"].(model.CommitCartInput)), true
 	case "Mutation.createProduct":
 		if e.ComplexityRoot.Mutation.CreateProduct == nil {
 			break
@@ -350,6 +445,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.Reserve(childComplexity, args["input"].(model.ReserveInput)), true
+	case "Mutation.reserveCart":
+		if e.ComplexityRoot.Mutation.ReserveCart == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_reserveCart_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReserveCart(childComplexity, args["input"].(model.ReserveCartInput)), true
 	case "Mutation.restock":
 		if e.ComplexityRoot.Mutation.Restock == nil {
 			break
@@ -485,6 +591,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ProductPayload.UserErrors(childComplexity), true
+
+	case "Query.cart":
+		if e.ComplexityRoot.Query.Cart == nil {
+			break
+		}
+
+		args, err := ec.field_Query_cart_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Cart(childComplexity, args["token"].(string)), true
 
 	case "Query.myReservations":
 		if e.ComplexityRoot.Query.MyReservations == nil {
@@ -738,6 +856,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Subscription.WaitlistChanged(childComplexity, args["sku"].(string)), true
 
+	case "UserError.available":
+		if e.ComplexityRoot.UserError.Available == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UserError.Available(childComplexity), true
 	case "UserError.code":
 		if e.ComplexityRoot.UserError.Code == nil {
 			break
@@ -828,13 +952,17 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("CancelCartInput", ec.unmarshalInputCancelCartInput),
 			graphql.NewInputUnmarshaler("CancelInput", ec.unmarshalInputCancelInput),
+			graphql.NewInputUnmarshaler("CartLineInput", ec.unmarshalInputCartLineInput),
+			graphql.NewInputUnmarshaler("CommitCartInput", ec.unmarshalInputCommitCartInput),
 			graphql.NewInputUnmarshaler("CommitInput", ec.unmarshalInputCommitInput),
 			graphql.NewInputUnmarshaler("CreateProductInput", ec.unmarshalInputCreateProductInput),
 			graphql.NewInputUnmarshaler("ExtendReservationInput", ec.unmarshalInputExtendReservationInput),
 			graphql.NewInputUnmarshaler("JoinWaitlistInput", ec.unmarshalInputJoinWaitlistInput),
 			graphql.NewInputUnmarshaler("LeaveWaitlistInput", ec.unmarshalInputLeaveWaitlistInput),
 			graphql.NewInputUnmarshaler("MoneyInput", ec.unmarshalInputMoneyInput),
+			graphql.NewInputUnmarshaler("ReserveCartInput", ec.unmarshalInputReserveCartInput),
 			graphql.NewInputUnmarshaler("ReserveInput", ec.unmarshalInputReserveInput),
 			graphql.NewInputUnmarshaler("RestockInput", ec.unmarshalInputRestockInput),
 			graphql.NewInputUnmarshaler("UpdateProductInput", ec.unmarshalInputUpdateProductInput),
@@ -957,10 +1085,12 @@ type Query {
   products(first: Int, after: String): ProductConnection!
   "A reservation by token: its holder or an admin only. Null when unknown."
   reservation(token: ID!): Reservation
-  "The caller's own reservations, newest first. Needs a principal."
+  "The caller's own reservations, newest first (the lines of carts too). Needs a principal."
   myReservations(status: ReservationStatus, first: Int, after: String): ReservationConnection!
   "The caller's waitlist entries, one per SKU (the latest), newest first; at most 100. Needs a principal."
   myWaitlist: [WaitlistEntry!]!
+  "A cart by token: its holder or an admin only. Null when unknown (or never held)."
+  cart(token: ID!): Cart
 }
 
 "Relay pagination state of a connection."
@@ -1038,6 +1168,23 @@ type Reservation implements Node {
   extensions: Int!
 }
 
+"""
+Units of several SKUs held, sold and let go together: one reservation per SKU
+(its lines), all with the cart's expiry. A line is committed or cancelled with
+its cart only; each line is a Reservation like any other (reservation,
+reservationChanged, myReservations).
+"""
+type Cart implements Node {
+  id: ID!
+  token: ID!
+  "HELD while its lines are held, COMMITTED once every line is sold, CANCELLED or EXPIRED once they were let go."
+  status: ReservationStatus!
+  expiresAt: Time!
+  createdAt: Time!
+  "One per SKU: lines of the same SKU in the request are added up."
+  lines: [Reservation!]!
+}
+
 "Amount in minor units (cents) of an ISO 4217 currency."
 type Money {
   amount: Int!
@@ -1084,6 +1231,17 @@ type Mutation {
   not been released yet. An extension and the expiry never both happen.
   """
   extendReservation(input: ExtendReservationInput!): ReservationPayload!
+  """
+  Hold every line of a cart, or none. A line that cannot be had fails the
+  whole cart and holds nothing: each such line gets its own userError, with
+  field ["input", "lines", "<index>", "quantity"] (or "sku") and ` + "`" + `available` + "`" + `.
+  Needs a principal.
+  """
+  reserveCart(input: ReserveCartInput!): CartPayload!
+  "Sell every line of the caller's cart in one transaction, or none; durable before it returns."
+  commitCart(input: CommitCartInput!): CartPayload!
+  "Release every line of the caller's cart (an admin may release anyone's)."
+  cancelCart(input: CancelCartInput!): CartPayload!
   "Admin only."
   createProduct(input: CreateProductInput!): ProductPayload!
   "Admin only: name, price, maxPerUser, sale window."
@@ -1147,6 +1305,28 @@ input ReserveInput {
   idempotencyKey: String
   "How long the hold lasts; 600 when absent, allowed 1-3600."
   holdSeconds: Int
+}
+
+input CartLineInput {
+  sku: ID!
+  quantity: Int!
+}
+
+input ReserveCartInput {
+  "1-50 lines; lines of the same SKU are added up before anything is checked."
+  lines: [CartLineInput!]!
+  "Same key, same principal: the same cart (or refusal) for 24 h. Absent: every call is a new attempt."
+  idempotencyKey: String
+  "How long every line is held; 600 when absent, allowed 1-3600."
+  holdSeconds: Int
+}
+
+input CommitCartInput {
+  token: ID!
+}
+
+input CancelCartInput {
+  token: ID!
 }
 
 input CommitInput {
@@ -1222,6 +1402,11 @@ type ReservationPayload {
   userErrors: [UserError!]!
 }
 
+type CartPayload {
+  cart: Cart
+  userErrors: [UserError!]!
+}
+
 type ProductPayload {
   product: Product
   userErrors: [UserError!]!
@@ -1235,6 +1420,8 @@ type UserError {
   message: String!
   "For RATE_LIMITED: seconds to wait before retrying."
   retryAfterSeconds: Int
+  "For a cart line refused OUT_OF_STOCK or QUOTA_EXCEEDED: how many units that line could have had (0 for other refusals of a line)."
+  available: Int
 }
 
 enum ErrorCode {
@@ -1272,6 +1459,34 @@ func (ec *executionContext) childFields_CancelPayload(ctx context.Context, field
 		return ec.fieldContext_CancelPayload_userErrors(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CancelPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_Cart(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Cart_id(ctx, field)
+	case "token":
+		return ec.fieldContext_Cart_token(ctx, field)
+	case "status":
+		return ec.fieldContext_Cart_status(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_Cart_expiresAt(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Cart_createdAt(ctx, field)
+	case "lines":
+		return ec.fieldContext_Cart_lines(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Cart", field.Name)
+}
+
+func (ec *executionContext) childFields_CartPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cart":
+		return ec.fieldContext_CartPayload_cart(ctx, field)
+	case "userErrors":
+		return ec.fieldContext_CartPayload_userErrors(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CartPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_CommitPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1456,6 +1671,8 @@ func (ec *executionContext) childFields_UserError(ctx context.Context, field gra
 		return ec.fieldContext_UserError_message(ctx, field)
 	case "retryAfterSeconds":
 		return ec.fieldContext_UserError_retryAfterSeconds(ctx, field)
+	case "available":
+		return ec.fieldContext_UserError_available(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type UserError", field.Name)
 }
@@ -1606,12 +1823,40 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 
 // region    ***************************** args.gotpl *****************************
 
+func (ec *executionContext) field_Mutation_cancelCart_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CancelCartInput, error) {
+			return ec.unmarshalNCancelCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCancelCartInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_cancel_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CancelInput, error) {
 			return ec.unmarshalNCancelInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCancelInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_commitCart_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CommitCartInput, error) {
+			return ec.unmarshalNCommitCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCommitCartInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1690,6 +1935,20 @@ func (ec *executionContext) field_Mutation_leaveWaitlist_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_reserveCart_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.ReserveCartInput, error) {
+			return ec.unmarshalNReserveCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReserveCartInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_reserve_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -1743,6 +2002,20 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 		return nil, err
 	}
 	args["name"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_cart_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "token",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["token"] = arg0
 	return args, nil
 }
 
@@ -2010,6 +2283,217 @@ func (ec *executionContext) _CancelPayload_userErrors(ctx context.Context, field
 func (ec *executionContext) fieldContext_CancelPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "CancelPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UserError(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Cart_id(ctx context.Context, field graphql.CollectedField, obj *model.Cart) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Cart_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Cart_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Cart", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Cart_token(ctx context.Context, field graphql.CollectedField, obj *model.Cart) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Cart_token(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Token, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Cart_token(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Cart", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Cart_status(ctx context.Context, field graphql.CollectedField, obj *model.Cart) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Cart_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.ReservationStatus) graphql.Marshaler {
+			return ec.marshalNReservationStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservationStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Cart_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Cart", field, false, false, "ReservationStatus")
+}
+
+func (ec *executionContext) _Cart_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.Cart) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Cart_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Cart_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Cart", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Cart_createdAt(ctx context.Context, field graphql.CollectedField, obj *model.Cart) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Cart_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Cart_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Cart", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Cart_lines(ctx context.Context, field graphql.CollectedField, obj *model.Cart) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Cart_lines(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Lines, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.Reservation) graphql.Marshaler {
+			return ec.marshalNReservation2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservationᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Cart_lines(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Cart",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Reservation(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _CartPayload_cart(ctx context.Context, field graphql.CollectedField, obj *model.CartPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CartPayload_cart(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cart, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Cart) graphql.Marshaler {
+			return ec.marshalOCart2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCart(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_CartPayload_cart(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CartPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Cart(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _CartPayload_userErrors(ctx context.Context, field graphql.CollectedField, obj *model.CartPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CartPayload_userErrors(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserErrors, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.UserError) graphql.Marshaler {
+			return ec.marshalNUserError2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐUserErrorᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CartPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CartPayload",
 		Field:      field,
 		IsMethod:   false,
 		IsResolver: false,
@@ -2300,6 +2784,138 @@ func (ec *executionContext) fieldContext_Mutation_extendReservation(ctx context.
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_extendReservation_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_reserveCart(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_reserveCart(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ReserveCart(ctx, fc.Args["input"].(model.ReserveCartInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CartPayload) graphql.Marshaler {
+			return ec.marshalNCartPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_reserveCart(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CartPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_reserveCart_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_commitCart(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_commitCart(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CommitCart(ctx, fc.Args["input"].(model.CommitCartInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CartPayload) graphql.Marshaler {
+			return ec.marshalNCartPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_commitCart(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CartPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_commitCart_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_cancelCart(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_cancelCart(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CancelCart(ctx, fc.Args["input"].(model.CancelCartInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CartPayload) graphql.Marshaler {
+			return ec.marshalNCartPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_cancelCart(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CartPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_cancelCart_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3255,6 +3871,50 @@ func (ec *executionContext) fieldContext_Query_myWaitlist(_ context.Context, fie
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_cart(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_cart(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Cart(ctx, fc.Args["token"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Cart) graphql.Marshaler {
+			return ec.marshalOCart2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCart(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_cart(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Cart(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_cart_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query___type(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4199,6 +4859,29 @@ func (ec *executionContext) _UserError_retryAfterSeconds(ctx context.Context, fi
 	)
 }
 func (ec *executionContext) fieldContext_UserError_retryAfterSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("UserError", field, false, false, "Int")
+}
+
+func (ec *executionContext) _UserError_available(ctx context.Context, field graphql.CollectedField, obj *model.UserError) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_UserError_available(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Available, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_UserError_available(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("UserError", field, false, false, "Int")
 }
 
@@ -5509,6 +6192,48 @@ func (ec *executionContext) fieldContext___Type_isOneOf(_ context.Context, field
 
 // region    **************************** input.gotpl *****************************
 
+func (ec *executionContext) unmarshalInputCancelCartInput(ctx context.Context, obj any) (model.CancelCartInput, error) {
+	var it model.CancelCartInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"token"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "token":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("token"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Token = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalCancelCartInput unmarshals raw into the CancelCartInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalCancelCartInput(ctx context.Context, raw any) (model.CancelCartInput, error) {
+	var out model.CancelCartInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "CancelCartInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputCancelInput(ctx context.Context, obj any) (model.CancelInput, error) {
 	var it model.CancelInput
 	if obj == nil {
@@ -5548,6 +6273,97 @@ func (ec *executionContext) unmarshalInputCancelInput(ctx context.Context, obj a
 func UnmarshalCancelInput(ctx context.Context, raw any) (model.CancelInput, error) {
 	var out model.CancelInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "CancelInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputCartLineInput(ctx context.Context, obj any) (model.CartLineInput, error) {
+	var it model.CartLineInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"sku", "quantity"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "quantity":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("quantity"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Quantity = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalCartLineInput unmarshals raw into the CartLineInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalCartLineInput(ctx context.Context, raw any) (model.CartLineInput, error) {
+	var out model.CartLineInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "CartLineInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputCommitCartInput(ctx context.Context, obj any) (model.CommitCartInput, error) {
+	var it model.CommitCartInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"token"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "token":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("token"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Token = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalCommitCartInput unmarshals raw into the CommitCartInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalCommitCartInput(ctx context.Context, raw any) (model.CommitCartInput, error) {
+	var out model.CommitCartInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "CommitCartInput", raw, &out)
 	return out, err
 }
 
@@ -5873,6 +6689,62 @@ func UnmarshalMoneyInput(ctx context.Context, raw any) (model.MoneyInput, error)
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputReserveCartInput(ctx context.Context, obj any) (model.ReserveCartInput, error) {
+	var it model.ReserveCartInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"lines", "idempotencyKey", "holdSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "lines":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("lines"))
+			data, err := ec.unmarshalNCartLineInput2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartLineInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Lines = data
+		case "idempotencyKey":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKey"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKey = data
+		case "holdSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("holdSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.HoldSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalReserveCartInput unmarshals raw into the ReserveCartInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalReserveCartInput(ctx context.Context, raw any) (model.ReserveCartInput, error) {
+	var out model.ReserveCartInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ReserveCartInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputReserveInput(ctx context.Context, obj any) (model.ReserveInput, error) {
 	var it model.ReserveInput
 	if obj == nil {
@@ -6098,6 +6970,13 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._Product(ctx, sel, obj)
+	case model.Cart:
+		return ec._Cart(ctx, sel, &obj)
+	case *model.Cart:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Cart(ctx, sel, obj)
 	default:
 		if typedObj, ok := obj.(graphql.Marshaler); ok {
 			return typedObj
@@ -6129,6 +7008,102 @@ func (ec *executionContext) _CancelPayload(ctx context.Context, sel ast.Selectio
 			}
 		case "userErrors":
 			out.Values[i] = ec._CancelPayload_userErrors(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var cartImplementors = []string{"Cart", "Node"}
+
+func (ec *executionContext) _Cart(ctx context.Context, sel ast.SelectionSet, obj *model.Cart) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, cartImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Cart")
+		case "id":
+			out.Values[i] = ec._Cart_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "token":
+			out.Values[i] = ec._Cart_token(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._Cart_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._Cart_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._Cart_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "lines":
+			out.Values[i] = ec._Cart_lines(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var cartPayloadImplementors = []string{"CartPayload"}
+
+func (ec *executionContext) _CartPayload(ctx context.Context, sel ast.SelectionSet, obj *model.CartPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, cartPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("CartPayload")
+		case "cart":
+			out.Values[i] = ec._CartPayload_cart(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "userErrors":
+			out.Values[i] = ec._CartPayload_userErrors(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -6268,6 +7243,27 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "extendReservation":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_extendReservation(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "reserveCart":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_reserveCart(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "commitCart":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_commitCart(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cancelCart":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_cancelCart(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -6609,6 +7605,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_myWaitlist(ctx, field)
+				})
+		case "cart":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_cart(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -6987,6 +7989,11 @@ func (ec *executionContext) _UserError(ctx context.Context, sel ast.SelectionSet
 			}
 		case "retryAfterSeconds":
 			out.Values[i] = ec._UserError_retryAfterSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "available":
+			out.Values[i] = ec._UserError_available(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
@@ -7484,6 +8491,11 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 	return res
 }
 
+func (ec *executionContext) unmarshalNCancelCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCancelCartInput(ctx context.Context, v any) (model.CancelCartInput, error) {
+	res, err := ec.unmarshalInputCancelCartInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCancelInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCancelInput(ctx context.Context, v any) (model.CancelInput, error) {
 	res, err := ec.unmarshalInputCancelInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -7495,6 +8507,38 @@ func (ec *executionContext) marshalNCancelPayload2ᚖgithubᚗcomᚋdroplineᚋd
 		return graphql.Null
 	}
 	return ec._CancelPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNCartLineInput2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartLineInputᚄ(ctx context.Context, v any) ([]*model.CartLineInput, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.CartLineInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNCartLineInput2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartLineInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalNCartLineInput2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartLineInput(ctx context.Context, v any) (*model.CartLineInput, error) {
+	res, err := ec.unmarshalInputCartLineInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNCartPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartPayload(ctx context.Context, sel ast.SelectionSet, v *model.CartPayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "CartPayload!")
+		return graphql.Null
+	}
+	return ec._CartPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNCommitCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCommitCartInput(ctx context.Context, v any) (model.CommitCartInput, error) {
+	res, err := ec.unmarshalInputCommitCartInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNCommitInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCommitInput(ctx context.Context, v any) (model.CommitInput, error) {
@@ -7666,6 +8710,22 @@ func (ec *executionContext) marshalNProductPayload2ᚖgithubᚗcomᚋdroplineᚋ
 	return ec._ProductPayload(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNReservation2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservationᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.Reservation) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNReservation2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservation(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNReservation2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservation(ctx context.Context, sel ast.SelectionSet, v *model.Reservation) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Reservation!")
@@ -7722,6 +8782,11 @@ func (ec *executionContext) unmarshalNReservationStatus2githubᚗcomᚋdropline�
 
 func (ec *executionContext) marshalNReservationStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservationStatus(ctx context.Context, sel ast.SelectionSet, v model.ReservationStatus) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) unmarshalNReserveCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReserveCartInput(ctx context.Context, v any) (model.ReserveCartInput, error) {
+	res, err := ec.unmarshalInputReserveCartInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNReserveInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReserveInput(ctx context.Context, v any) (model.ReserveInput, error) {
@@ -8019,6 +9084,13 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	_ = ctx
 	res := graphql.MarshalBoolean(*v)
 	return res
+}
+
+func (ec *executionContext) marshalOCart2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCart(ctx context.Context, sel ast.SelectionSet, v *model.Cart) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Cart(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOInt2ᚖint(ctx context.Context, v any) (*int, error) {

@@ -16,6 +16,7 @@ const (
 	typeProduct     = "Product"
 	typeReservation = "Reservation"
 	typeStock       = "Stock"
+	typeCart        = "Cart"
 )
 
 func globalID(typ, key string) string {

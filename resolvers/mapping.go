@@ -36,6 +36,17 @@ func reservationModel(r inventory.Reservation) *model.Reservation {
 	}
 }
 
+func cartModel(c inventory.Cart) *model.Cart {
+	out := &model.Cart{
+		ID: globalID(typeCart, c.Token), Token: c.Token, Status: model.ReservationStatus(c.Status),
+		ExpiresAt: c.ExpiresAt, CreatedAt: c.CreatedAt, Lines: make([]*model.Reservation, len(c.Lines)),
+	}
+	for i, l := range c.Lines {
+		out.Lines[i] = reservationModel(l)
+	}
+	return out
+}
+
 func moneyInput(m *model.MoneyInput) *inventory.Money {
 	if m == nil {
 		return nil

@@ -72,6 +72,38 @@ func (r *mutationResolver) ExtendReservation(ctx context.Context, input model.Ex
 	return &model.ReservationPayload{Reservation: res, UserErrors: ues}, nil
 }
 
+// ReserveCart is the resolver for the reserveCart field.
+func (r *mutationResolver) ReserveCart(ctx context.Context, input model.ReserveCartInput) (*model.CartPayload, error) {
+	req := inventory.CartRequest{IdempotencyKey: deref(input.IdempotencyKey)}
+	for _, l := range input.Lines {
+		req.Lines = append(req.Lines, inventory.CartLine{SKU: l.Sku, Quantity: l.Quantity})
+	}
+	if input.HoldSeconds != nil {
+		if *input.HoldSeconds < 1 {
+			// 0 would mean "the default" to the engine; the client asked for none.
+			return cartPayload(inventory.Cart{}, &inventory.InvalidInputError{Field: "holdSeconds", Reason: "must be at least 1"})
+		}
+		req.HoldFor = time.Duration(*input.HoldSeconds) * time.Second
+	}
+	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
+		return r.deps.engine.ReserveCart(ctx, p, req)
+	})
+}
+
+// CommitCart is the resolver for the commitCart field.
+func (r *mutationResolver) CommitCart(ctx context.Context, input model.CommitCartInput) (*model.CartPayload, error) {
+	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
+		return r.deps.engine.CommitCart(ctx, p, input.Token)
+	})
+}
+
+// CancelCart is the resolver for the cancelCart field.
+func (r *mutationResolver) CancelCart(ctx context.Context, input model.CancelCartInput) (*model.CartPayload, error) {
+	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
+		return r.deps.engine.CancelCart(ctx, p, input.Token)
+	})
+}
+
 // CreateProduct is the resolver for the createProduct field.
 func (r *mutationResolver) CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error) {
 	p, refused := r.deps.mutationCaller(ctx)
@@ -181,6 +213,12 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 			return nil, err
 		}
 		return res, nil
+	case typeCart:
+		c, err := r.Query().Cart(ctx, key)
+		if c == nil || err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	return nil, nil
 }
@@ -306,6 +344,26 @@ func (r *queryResolver) MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry,
 		out[i] = waitlistModel(w)
 	}
 	return out, nil
+}
+
+// Cart is the resolver for the cart field.
+func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, error) {
+	p, ok, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errUnauthenticated(ctx)
+	}
+	c, err := r.deps.engine.CartOf(ctx, p, token)
+	switch code := inventory.ErrorCode(err); {
+	case err == nil:
+		return cartModel(c), nil
+	case code == inventory.CodeNotFound || code == inventory.CodeInvalidInput:
+		return nil, nil // a malformed token names nothing either
+	default:
+		return nil, queryError(err)
+	}
 }
 
 // Product is the resolver for the product field.

@@ -78,12 +78,13 @@ func (c *HoldSweeperConfig) setDefaults() {
 // a hold is due and HELD, and releases it once.
 type HoldSweeper struct {
 	*service
-	cfg     HoldSweeperConfig
-	engine  *inventory.Engine
-	leases  *leaseSet
-	delay   prometheus.Histogram
-	expired prometheus.Counter
-	late    prometheus.Counter
+	cfg       HoldSweeperConfig
+	engine    *inventory.Engine
+	leases    *leaseSet
+	delay     prometheus.Histogram
+	expired   prometheus.Counter
+	late      prometheus.Counter
+	abandoned prometheus.Counter
 	// swept signals, to a test, the holds this sweeper has released so far
 	// (a running total), once they are counted.
 	swept testsignal.Signal[int64]
@@ -110,6 +111,10 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 			Name: "dropline_hold_late_sweeps_total",
 			Help: "Sweeps of a partition this process does not hold the lease of, because its oldest hold was more than LateAfter past due (its owner died or stalled).",
 		})),
+		abandoned: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_carts_abandoned_total",
+			Help: "Carts left unfinished past their deadline (their caller died or stalled mid-way) whose lines the cart sweep let go.",
+		})),
 	}
 	w.service = newService("hold_sweeper", cfg.Options, log, reg, w.leases, w.run)
 	return w
@@ -121,7 +126,35 @@ func (w *HoldSweeper) run(ctx context.Context) error {
 	if w.cfg.LateAfter > 0 {
 		g.Go(func() error { w.lateLoop(gctx); return nil })
 	}
+	g.Go(func() error { w.cartLoop(gctx); return nil })
 	return g.Wait()
+}
+
+// cartLoop is the cart sweep: every Interval it lets go of carts whose
+// caller died or stalled between holding their lines and recording the
+// outcome (inventory.Engine.AbandonStaleCarts). It takes no lease: one
+// pipelined read of every partition's pending carts per tick, and every
+// step idempotent, so it does not wait for a dead owner's lease, and the
+// units of an unfinished cart are back within its deadline plus about one
+// Interval while any process lives. Its failures are logged; it runs until
+// ctx ends.
+func (w *HoldSweeper) cartLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+		n, err := w.engine.AbandonStaleCarts(sctx, w.cfg.BatchSize)
+		cancel()
+		w.abandoned.Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("letting go of unfinished carts failed; trying again")
+		}
+	}
 }
 
 // sweep releases partition p's due holds while this process holds its lease.

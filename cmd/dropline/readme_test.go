@@ -35,9 +35,11 @@ func readmeBlocks(t *testing.T, lang string) []string {
 // TestReadmeQuickStart does what the README's quick start tells a newcomer:
 // what `make run` runs (migrate, seed --demo, serve in dev mode), a token
 // from what `make token` runs, then every GraphQL block of the README,
-// verbatim, against the real server. Each must succeed without errors or
-// userErrors; the hold the README's reserve makes must exist in Redis and,
-// through the write-behind, in Postgres.
+// verbatim, against the real server (a block that uses $token gets the token
+// of the cart the last reserveCart made: the README's cart checkout). Each
+// must succeed without errors or userErrors; the hold the README's reserve
+// makes must exist in Redis and, through the write-behind, in Postgres, and
+// the README's cart must end COMMITTED.
 func TestReadmeQuickStart(t *testing.T) {
 	t.Parallel()
 	blocks := readmeBlocks(t, "graphql")
@@ -80,9 +82,16 @@ func TestReadmeQuickStart(t *testing.T) {
 	type hold struct{ token, sku string }
 	var holds []hold
 	skuArg := regexp.MustCompile(`sku: "([^"]+)"`)
+	cartToken := "" // the cart the last reserveCart made: a block's $token
+	cartsCommitted := 0
 	for _, doc := range blocks {
 		req := map[string]any{"query": doc}
-		if strings.Contains(doc, "$token: ID!") {
+		switch {
+		case strings.Contains(doc, "Cart(input: {token: $token"):
+			// The cart checkout pays for the cart the example before made.
+			require.NotEmpty(t, cartToken, "a README cart example that takes $token comes after a reserveCart:\n%s", doc)
+			req["variables"] = map[string]any{"token": cartToken}
+		case strings.Contains(doc, "$token: ID!"):
 			// The README has the reader paste the token of the hold the
 			// example before made into the playground's variables.
 			require.NotEmpty(t, holds, "a README example that takes $token comes after a reserve:\n%s", doc)
@@ -111,9 +120,21 @@ func TestReadmeQuickStart(t *testing.T) {
 					Token  string `json:"token"`
 					Status string `json:"status"`
 				} `json:"reservation"`
+				Cart *struct {
+					Token  string `json:"token"`
+					Status string `json:"status"`
+				} `json:"cart"`
 				UserErrors []map[string]any `json:"userErrors"`
 			}
 			require.NoError(t, json.Unmarshal(raw, &payload))
+			if field == "reserveCart" && payload.Cart != nil {
+				cartToken = payload.Cart.Token
+			}
+			if field == "commitCart" {
+				require.NotNil(t, payload.Cart)
+				require.Equal(t, "COMMITTED", payload.Cart.Status)
+				cartsCommitted++
+			}
 			require.Empty(t, payload.UserErrors, "README example %s:\n%s", field, doc)
 			if field == "reserve" {
 				require.NotNil(t, payload.Reservation)
@@ -125,6 +146,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, holds, "the README's example reserves")
+	require.Equal(t, 1, cartsCommitted, "the README's cart checkout commits its cart")
 
 	// The hold is real: HELD in Redis now, and HELD in the ledger once the
 	// write-behind has carried it.

@@ -18,6 +18,10 @@ type Node interface {
 	GetID() string
 }
 
+type CancelCartInput struct {
+	Token string `json:"token"`
+}
+
 type CancelInput struct {
 	Token string `json:"token"`
 }
@@ -25,6 +29,38 @@ type CancelInput struct {
 type CancelPayload struct {
 	Reservation *Reservation `json:"reservation,omitempty"`
 	UserErrors  []*UserError `json:"userErrors"`
+}
+
+// Units of several SKUs held, sold and let go together: one reservation per SKU
+// (its lines), all with the cart's expiry. A line is committed or cancelled with
+// its cart only; each line is a Reservation like any other (reservation,
+// reservationChanged, myReservations).
+type Cart struct {
+	ID    string `json:"id"`
+	Token string `json:"token"`
+	// HELD while its lines are held, COMMITTED once every line is sold, CANCELLED or EXPIRED once they were let go.
+	Status    ReservationStatus `json:"status"`
+	ExpiresAt time.Time         `json:"expiresAt"`
+	CreatedAt time.Time         `json:"createdAt"`
+	// One per SKU: lines of the same SKU in the request are added up.
+	Lines []*Reservation `json:"lines"`
+}
+
+func (Cart) IsNode()            {}
+func (this Cart) GetID() string { return this.ID }
+
+type CartLineInput struct {
+	Sku      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+}
+
+type CartPayload struct {
+	Cart       *Cart        `json:"cart,omitempty"`
+	UserErrors []*UserError `json:"userErrors"`
+}
+
+type CommitCartInput struct {
+	Token string `json:"token"`
 }
 
 type CommitInput struct {
@@ -153,6 +189,15 @@ type ReservationPayload struct {
 	UserErrors  []*UserError `json:"userErrors"`
 }
 
+type ReserveCartInput struct {
+	// 1-50 lines; lines of the same SKU are added up before anything is checked.
+	Lines []*CartLineInput `json:"lines"`
+	// Same key, same principal: the same cart (or refusal) for 24 h. Absent: every call is a new attempt.
+	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
+	// How long every line is held; 600 when absent, allowed 1-3600.
+	HoldSeconds *int `json:"holdSeconds,omitempty"`
+}
+
 type ReserveInput struct {
 	Sku      string `json:"sku"`
 	Quantity int    `json:"quantity"`
@@ -216,6 +261,8 @@ type UserError struct {
 	Message string   `json:"message"`
 	// For RATE_LIMITED: seconds to wait before retrying.
 	RetryAfterSeconds *int `json:"retryAfterSeconds,omitempty"`
+	// For a cart line refused OUT_OF_STOCK or QUOTA_EXCEEDED: how many units that line could have had (0 for other refusals of a line).
+	Available *int `json:"available,omitempty"`
 }
 
 // A principal's place in a SKU's waitlist.

@@ -434,3 +434,58 @@ func (g gaugeSeries) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "", nil, nil), prometheus.GaugeValue, 0)
 }
+
+// TestReservationChangedOnCartLines watches each line of a cart: both see
+// HELD, then COMMITTED when the cart is sold, then complete.
+func TestReservationChangedOnCartLines(t *testing.T) {
+	t.Parallel()
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
+		c.Streams.ReservationRecheck = 200 * time.Millisecond
+	})
+	e.CreateProduct(t, map[string]any{"sku": "RCL-A", "stock": 2})
+	e.CreateProduct(t, map[string]any{"sku": "RCL-B", "stock": 2})
+	owner := e.Token(t, "owner", false)
+	var held struct {
+		ReserveCart struct {
+			Cart struct {
+				Token string
+				Lines []struct{ Token string }
+			}
+			UserErrors []any
+		}
+	}
+	e.MustDo(t, owner, `mutation { reserveCart(input: {lines: [{sku: "RCL-A", quantity: 1}, {sku: "RCL-B", quantity: 2}]}) {
+		cart { token lines { token } } userErrors { code } } }`, nil, &held)
+	require.Empty(t, held.ReserveCart.UserErrors)
+	require.Len(t, held.ReserveCart.Cart.Lines, 2)
+	const doc = `subscription($t: ID!) { reservationChanged(token: $t) { token status } }`
+	type rc struct {
+		ReservationChanged struct{ Token, Status string }
+	}
+	c := e.dial(t, wsclient.Options{InitPayload: map[string]any{"Authorization": owner}})
+	var subs []*wsclient.Subscription
+	for _, l := range held.ReserveCart.Cart.Lines {
+		s := subscribe(t, c, doc, map[string]any{"t": l.Token})
+		m, ok := next(t, s, 5*time.Second)
+		require.True(t, ok)
+		require.Empty(t, m.Errors)
+		var out rc
+		require.NoError(t, json.Unmarshal(m.Data, &out))
+		require.Equal(t, "HELD", out.ReservationChanged.Status)
+		subs = append(subs, s)
+	}
+	var sold struct{ CommitCart struct{ UserErrors []any } }
+	e.MustDo(t, owner, `mutation($t: ID!) { commitCart(input: {token: $t}) { userErrors { code } } }`,
+		map[string]any{"t": held.ReserveCart.Cart.Token}, &sold)
+	require.Empty(t, sold.CommitCart.UserErrors)
+	for i, s := range subs {
+		m, ok := next(t, s, 3*time.Second)
+		require.True(t, ok)
+		var out rc
+		require.NoError(t, json.Unmarshal(m.Data, &out))
+		require.Equal(t, held.ReserveCart.Cart.Lines[i].Token, out.ReservationChanged.Token)
+		require.Equal(t, "COMMITTED", out.ReservationChanged.Status)
+		_, ok = next(t, s, 3*time.Second)
+		require.False(t, ok, "completes after a final status")
+	}
+}
