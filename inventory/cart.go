@@ -149,9 +149,9 @@ func (l CartLineError) Available() int {
 // deadline.
 var errCartLate = errors.New("the cart's deadline passed before every line was held")
 
-// errCartLine refuses a commit or cancel of one line of a cart on its own:
-// a cart is sold or let go whole.
-var errCartLine = &InvalidInputError{Field: "token", Reason: "this reservation is a line of a cart: commit or cancel the cart"}
+// errCartLine refuses a commit, cancel or extension of one line of a cart on
+// its own: a cart is sold, let go and extended whole.
+var errCartLine = &InvalidInputError{Field: "token", Reason: "this reservation is a line of a cart: commit, cancel or extend the cart"}
 
 // cartLine is one SKU of a cart, its quantities added up.
 type cartLine struct {

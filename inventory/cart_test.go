@@ -91,6 +91,8 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 			require.ErrorIs(t, err, inventory.ErrInvalidInput)
 			_, err = b.engine.Cancel(b.ctx, alice, l.Token)
 			require.ErrorIs(t, err, inventory.ErrInvalidInput)
+			_, err = b.engine.Extend(b.ctx, alice, l.Token, time.Minute)
+			require.ErrorIs(t, err, inventory.ErrInvalidInput)
 		}
 		require.Equal(t, map[string]int{"reserve": 3}, b.drainOutbox(t))
 		_, err = b.engine.CommitCart(b.ctx, buyer(2), cart.Token)

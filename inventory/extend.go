@@ -30,6 +30,9 @@ func (e *Engine) Extend(ctx context.Context, p Principal, token string, holdFor 
 	if err != nil {
 		return Reservation{}, err
 	}
+	if isCartLine(token) {
+		return Reservation{}, errCartLine
+	}
 	if err := checkPrincipal(p); err != nil {
 		return Reservation{}, err
 	}
