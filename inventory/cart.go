@@ -302,20 +302,6 @@ func (e *Engine) loadCartSKUs(ctx context.Context, lines []cartLine) error {
 	return nil
 }
 
-// openedCart is open_cart.lua's OK reply: {OK, token, who, status,
-// created_ms, deadline_ms, expires_ms, lines, replayed}.
-type openedCart struct {
-	token, who, status string
-	ctd, deadline, exp int64
-	lines              string
-	replayed           bool
-}
-
-func (r reply) openedCart() openedCart {
-	return openedCart{token: r.str(1), who: r.str(2), status: r.str(3), ctd: r.int(4), deadline: r.int(5),
-		exp: r.int(6), lines: r.str(7), replayed: r.int(8) == 1}
-}
-
 // cartRefusal is one refused SKU, as a cart's record keeps it for replay.
 type cartRefusal struct {
 	SKU  string `json:"s"`
@@ -367,7 +353,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		return Cart{}, false, ErrIdempotencyKeyReused
 	case codeRefused:
 		var refusals []cartRefusal
-		if err := json.Unmarshal([]byte(res.str(1)), &refusals); err != nil {
+		if err := json.Unmarshal([]byte(res.recordedRefusals()), &refusals); err != nil {
 			return Cart{}, false, fmt.Errorf("reserving cart: reading a recorded refusal: %w", err)
 		}
 		return Cart{}, false, refusalsError(lines, refusals)
@@ -413,11 +399,9 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 			failure = errs[i]
 		case results[i].code() == codeOK:
 		case results[i].code() == codeRefused:
-			r := results[i]
-			for j := range int(r.int(1)) {
-				at := 2 + 4*j
-				l := parts[pt][int(r.int(at))-1]
-				refusals = append(refusals, cartRefusal{SKU: l.SKU, Code: r.str(at + 1), A: r.str(at + 2), B: r.str(at + 3)})
+			for _, lr := range results[i].lineRefusals() {
+				l := parts[pt][lr.line-1]
+				refusals = append(refusals, cartRefusal{SKU: l.SKU, Code: lr.code, A: lr.a, B: lr.b})
 			}
 		case results[i].code() == codeNeedsHydration:
 			lost = append(lost, results[i].missingSKU())
@@ -492,7 +476,7 @@ func (e *Engine) confirmCartLines(ctx context.Context, token string, exp int64, 
 			return errCartLate
 		}
 		if res.code() != codeOK {
-			return fmt.Errorf("confirming lines: %s %s", res.code(), res.str(1))
+			return fmt.Errorf("confirming lines: script reply %q", res.code())
 		}
 		if i == 0 && len(order) > 1 {
 			e.cartPause(CartPauseConfirmed, "first partition's lines confirmed")
@@ -893,11 +877,11 @@ func (e *Engine) abandonCart(ctx context.Context, home int, token string) (int, 
 	if res.code() != codeOK {
 		return 0, nil
 	}
+	who, enc := res.abandonedCart()
 	var lines []cartLine
-	if err := json.Unmarshal([]byte(res.str(2)), &lines); err != nil {
+	if err := json.Unmarshal([]byte(enc), &lines); err != nil {
 		return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
 	}
-	who := res.str(1)
 	for _, l := range lines {
 		if _, err := e.release(ctx, PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled)); err != nil {
 			return 0, fmt.Errorf("abandoning cart %s: %w", token, err)

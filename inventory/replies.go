@@ -138,6 +138,45 @@ func (r reply) waitEntry() WaitlistEntry {
 	}
 }
 
+// openedCart is open_cart.lua's OK reply: {OK, token, who, status,
+// created_ms, deadline_ms, expires_ms, lines, replayed}.
+type openedCart struct {
+	token, who, status string
+	ctd, deadline, exp int64
+	lines              string
+	replayed           bool
+}
+
+func (r reply) openedCart() openedCart {
+	return openedCart{token: r.str(1), who: r.str(2), status: r.str(3), ctd: r.int(4), deadline: r.int(5),
+		exp: r.int(6), lines: r.str(7), replayed: r.int(8) == 1}
+}
+
+// recordedRefusals is the refusals in open_cart.lua's {REFUSED, refusals, 1},
+// as finish_cart.lua recorded them.
+func (r reply) recordedRefusals() string { return r.str(1) }
+
+// lineRefusal is one refused line of hold_cart_lines.lua's reply: its
+// 1-based position among the call's lines, and reserve's refusal {code, a, b}.
+type lineRefusal struct {
+	line       int
+	code, a, b string
+}
+
+// lineRefusals decodes hold_cart_lines.lua's {REFUSED, n, (line, code, a, b) x n}.
+func (r reply) lineRefusals() []lineRefusal {
+	n := int(r.int(1))
+	out := make([]lineRefusal, 0, n)
+	for j := range n {
+		at := 2 + 4*j
+		out = append(out, lineRefusal{line: int(r.int(at)), code: r.str(at + 1), a: r.str(at + 2), b: r.str(at + 3)})
+	}
+	return out
+}
+
+// abandonedCart decodes abandon_cart.lua's {OK, who, lines}.
+func (r reply) abandonedCart() (who, lines string) { return r.str(1), r.str(2) }
+
 // generation is the generation in stage_rebuild.lua's {OK, gen}.
 func (r reply) generation() string { return r.str(1) }
 
