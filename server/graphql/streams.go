@@ -267,14 +267,15 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 			writeError(w, r, http.StatusTooManyRequests, "too many live connections from this address")
 			return
 		}
+		defer t.release(t.byIP, ip)
+
 		c := &streamConn{kind: kind, tracker: t}
-		end := func() { c.end(); t.release(t.byIP, ip) }
+		defer c.end()
 		ctx := context.WithValue(r.Context(), streamConnKey{}, c)
 		ctx = resolvers.WithStream(ctx, c)
 		if kind == kindSSE {
 			if p, ok := auth.PrincipalFrom(ctx); ok {
 				if !c.bindPrincipal(p) {
-					end()
 					t.m.refused.WithLabelValues("principal_limit").Inc()
 					writeError(w, r, http.StatusTooManyRequests, "too many live connections for this principal")
 					return
@@ -284,12 +285,6 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 		}
 		g := t.m.connections.WithLabelValues(kind)
 		g.Inc()
-		if kind == kindWebsocket {
-			// The websocket outlives this handler (see detach).
-			detach(w, r.WithContext(ctx), next, func() { g.Dec(); end() })
-			return
-		}
-		defer end()
 		defer g.Dec()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

@@ -1,14 +1,12 @@
 package graphql
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -149,9 +147,6 @@ func (i wsImplementation) Accept(w http.ResponseWriter, r *http.Request, opts tr
 	if err != nil {
 		return nil, fmt.Errorf("accepting websocket: %w", err)
 	}
-	if up, _ := r.Context().Value(upgradedKey{}).(func()); up != nil {
-		up()
-	}
 	ws := &wsConn{conn: conn, state: streamConnFrom(r.Context()), writeTimeout: i.writeTimeout}
 	if ws.state != nil {
 		ws.state.mu.Lock()
@@ -261,108 +256,4 @@ func (c *wsConn) stopDeadlineLocked() {
 		c.deadlineTimer.Stop()
 		c.deadlineTimer = nil
 	}
-}
-
-// Buffers of an upgraded connection. Client messages are small
-// (connection_init, subscribe, pong) and a stockChanged payload is a few
-// hundred bytes; larger messages take more reads or a direct write, not
-// more memory per connection.
-const (
-	wsReadBuffer  = 1 << 10
-	wsWriteBuffer = 1 << 10
-)
-
-type upgradedKey struct{}
-
-// detach serves a websocket on a goroutine of its own and returns as soon
-// as the connection is upgraded (or the upgrade failed and was answered).
-// net/http then lets go of its connection: its 4 KiB read and write
-// buffers, the response and the request's deep stack of middleware are
-// not kept for the websocket's whole life, which is hours for a watching
-// browser. done runs when the websocket ends. The request's context is
-// detached from its cancellation (net/http cancels it when the handler
-// returns); the websocket ends by its own close, its token's expiry or the
-// server's shutdown, as before.
-func detach(w http.ResponseWriter, r *http.Request, next http.Handler, done func()) {
-	upgraded := make(chan struct{})
-	var once sync.Once
-	ctx := context.WithValue(context.WithoutCancel(r.Context()), upgradedKey{}, func() { once.Do(func() { close(upgraded) }) })
-	finished := make(chan struct{})
-	hw := &hijackWriter{w: w, header: w.Header()}
-	go func() {
-		defer close(finished)
-		defer done()
-		defer func() {
-			if p := recover(); p != nil {
-				zerolog.Ctx(ctx).Error().Interface("panic", p).Msg("websocket handler panicked")
-			}
-		}()
-		next.ServeHTTP(hw, r.WithContext(ctx))
-	}()
-	select {
-	case <-upgraded:
-	case <-finished:
-	}
-	hw.detached()
-}
-
-// hijackWriter hands coder/websocket the hijacked connection with small
-// buffers of its own instead of net/http's, and forgets net/http's response
-// once the handler has returned, so nothing of it stays reachable.
-type hijackWriter struct {
-	mu     sync.Mutex
-	w      http.ResponseWriter // nil once hijacked or detached
-	header http.Header
-}
-
-func (h *hijackWriter) Header() http.Header { return h.header }
-
-func (h *hijackWriter) Write(b []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.w == nil {
-		return 0, http.ErrHijacked
-	}
-	return h.w.Write(b)
-}
-
-func (h *hijackWriter) WriteHeader(code int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.w != nil {
-		h.w.WriteHeader(code)
-	}
-}
-
-func (h *hijackWriter) detached() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.w = nil
-}
-
-// Hijack takes over the connection. net/http has flushed the response
-// head into it, so its write buffer is empty; whatever the client sent
-// after the upgrade request and net/http already read is carried into the
-// new reader.
-func (h *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	hj, ok := h.w.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("the response cannot be hijacked")
-	}
-	conn, brw, err := hj.Hijack()
-	if err != nil {
-		return nil, nil, err
-	}
-	h.w = nil
-	br := brw.Reader
-	if n := br.Buffered(); n <= wsReadBuffer {
-		pre, _ := br.Peek(n)
-		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(pre)), conn), wsReadBuffer)
-		if n > 0 {
-			_, _ = br.Peek(n) // buffered again, where coder/websocket looks for it
-		}
-	}
-	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsWriteBuffer)), nil
 }
