@@ -111,7 +111,7 @@ type subscriptionGroup struct {
 	key    string
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
+	mu      sync.RWMutex // members read under RLock, all at once after a broadcast
 	members int
 	gone    bool // left the set: no member may join any more
 	ended   bool // the execution returned its last response
@@ -273,7 +273,7 @@ func (m *groupMember) next(ctx context.Context) *gqlgen.Response {
 			m.end("client")
 			return nil
 		}
-		g.mu.Lock()
+		g.mu.RLock()
 		for len(m.seen) < len(g.slots) {
 			m.seen = append(m.seen, 0)
 		}
@@ -283,14 +283,14 @@ func (m *groupMember) next(ctx context.Context) *gqlgen.Response {
 			if sl := g.slots[i]; sl.ver > m.seen[i] {
 				m.seen[i] = sl.ver
 				m.turn = (i + 1) % n
-				g.mu.Unlock()
+				g.mu.RUnlock()
 				m.sent()
 				return sl.resp
 			}
 		}
-		if g.ended {
-			dropped := g.dropped
-			g.mu.Unlock()
+		ended, dropped, changed := g.ended, g.dropped, g.changed
+		g.mu.RUnlock()
+		if ended {
 			if dropped {
 				if m.websocket {
 					transport.AddSubscriptionError(ctx, resolvers.LiveDroppedError())
@@ -301,8 +301,6 @@ func (m *groupMember) next(ctx context.Context) *gqlgen.Response {
 			}
 			return nil
 		}
-		changed := g.changed
-		g.mu.Unlock()
 		select {
 		case <-changed:
 		case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -194,9 +195,12 @@ func (c *wsConn) NextReader() (int, io.Reader, error) {
 // WriteJSON writes one message within the write timeout; coder/websocket
 // closes the connection when the deadline passes.
 func (c *wsConn) WriteJSON(v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
+	data, ok := encodeDataMessage(v)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.writeTimeout)
 	defer cancel()
@@ -256,4 +260,77 @@ func (c *wsConn) stopDeadlineLocked() {
 		c.deadlineTimer.Stop()
 		c.deadlineTimer = nil
 	}
+}
+
+// messageLayout is where a gqlgen protocol message keeps its fields; ok is
+// false for a type of another shape.
+type messageLayout struct {
+	payload, id, typ int
+	ok               bool
+}
+
+var messageLayouts sync.Map // reflect.Type -> messageLayout
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// encodeDataMessage encodes a subscription's data message ("next", or
+// "data" in the legacy protocol) of either of gqlgen's websocket protocols,
+// whose exported fields are Payload json.RawMessage `json:"payload,omitempty"`,
+// ID string `json:"id,omitempty"` and Type `json:"type"`, in that order. The
+// payload is gqlgen's json.Marshal of the response, compact and escaped
+// already, so the bytes are json.Marshal's without a second pass over the
+// payload, once per subscriber of every update. Any other message, or a
+// type of another shape, is left to json.Marshal (ok false).
+func encodeDataMessage(v any) ([]byte, bool) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
+		return nil, false
+	}
+	rv = rv.Elem()
+	l := layoutOf(rv.Type())
+	if !l.ok {
+		return nil, false
+	}
+	typ := rv.Field(l.typ).String()
+	payload := rv.Field(l.payload).Bytes()
+	if (typ != "next" && typ != "data") || len(payload) == 0 {
+		return nil, false
+	}
+	id, err := json.Marshal(rv.Field(l.id).String())
+	if err != nil {
+		return nil, false
+	}
+	b := make([]byte, 0, len(payload)+len(id)+len(typ)+32)
+	b = append(b, `{"payload":`...)
+	b = append(b, payload...)
+	if len(id) > 2 {
+		b = append(b, `,"id":`...)
+		b = append(b, id...)
+	}
+	b = append(b, `,"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `"}`...)
+	return b, true
+}
+
+func layoutOf(t reflect.Type) messageLayout {
+	if l, ok := messageLayouts.Load(t); ok {
+		return l.(messageLayout)
+	}
+	var l messageLayout
+	var exported []int
+	for i := range t.NumField() {
+		if t.Field(i).IsExported() {
+			exported = append(exported, i)
+		}
+	}
+	if len(exported) == 3 {
+		p, id, ty := t.Field(exported[0]), t.Field(exported[1]), t.Field(exported[2])
+		l = messageLayout{payload: exported[0], id: exported[1], typ: exported[2],
+			ok: p.Type == rawMessageType && p.Tag.Get("json") == "payload,omitempty" &&
+				id.Type.Kind() == reflect.String && id.Tag.Get("json") == "id,omitempty" &&
+				ty.Type.Kind() == reflect.String && ty.Tag.Get("json") == "type"}
+	}
+	messageLayouts.Store(t, l)
+	return l
 }
