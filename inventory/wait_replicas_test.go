@@ -2,7 +2,9 @@ package inventory_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +114,40 @@ func (c counterByName) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(c.name, "", nil, nil), prometheus.CounterValue, v)
+}
+
+// BenchmarkReserveWaitReplicas compares reserves on a primary with one
+// replica, without waiting and with WaitReplicas 1: the cost of WAIT is one
+// replication round trip per reserve, paid on the connection that ran the
+// script. Run: go test -run '^$' -bench ReserveWaitReplicas ./inventory/
+func BenchmarkReserveWaitReplicas(b *testing.B) {
+	primary := testenv.StartServer(b)
+	testenv.StartServer(b, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	for {
+		if n, err := rdb.Do(ctx, "WAIT", 1, 100).Int(); err == nil && n == 1 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pool := testenv.Postgres(b)
+	var n atomic.Int64
+	for _, wait := range []int{0, 1} {
+		e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: fmt.Sprintf("w%d:", wait), MaxQuantity: 1, WaitReplicas: wait}, rdb, pool, zerolog.Nop())
+		require.NoError(b, err)
+		sku := fmt.Sprintf("WAITBENCH-%d", wait)
+		_, err = e.CreateProduct(ctx, admin, inventory.ProductInput{SKU: sku, Name: "w", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 1_000_000_000})
+		require.NoError(b, err)
+		b.Run(fmt.Sprintf("wait=%d", wait), func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := e.Reserve(ctx, buyer(int(n.Add(1))), inventory.ReserveRequest{SKU: sku, Quantity: 1}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }

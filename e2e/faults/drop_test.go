@@ -49,6 +49,9 @@ type dropConfig struct {
 	Think time.Duration
 	// Record keeps the clients' operations for the linearizability check.
 	Record bool
+	// Client, when set, is the buyers' HTTP client (e.g. one whose
+	// connections leave from many loopback addresses).
+	Client *http.Client
 }
 
 func (c *dropConfig) defaults() {
@@ -136,7 +139,10 @@ func (d *drop) run() {
 	var sampler sync.WaitGroup
 	sampler.Add(1)
 	go func() { defer sampler.Done(); d.sample(ctx) }()
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	client := d.cfg.Client
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	}
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for i := 0; i < d.cfg.Buyers; i++ {
@@ -257,9 +263,13 @@ func (d *drop) callOn(ctx context.Context, client *http.Client, pin *proc, token
 		if pin != nil && pin.alive() {
 			p = pin
 		}
+		base := p.URL
+		if d.s.Front != "" {
+			base = d.s.Front
+		}
 		d.Requests.Add(1)
 		rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
-		r := post(rctx, client, p.URL, token, query, vars)
+		r := post(rctx, client, base, token, query, vars)
 		cancel()
 		if r.Err != nil || r.Status != http.StatusOK {
 			continue

@@ -48,8 +48,12 @@ type system struct {
 	// default to the real ones.
 	RedisVia    string
 	PostgresVia string
-	// Env adds variables to every process started afterwards.
+	// Env adds variables to every process started afterwards (a variable
+	// set here wins over the harness' own).
 	Env map[string]string
+	// Front, when set, is the base URL the drop's clients call instead of
+	// the instances themselves: a reverse proxy in front of them.
+	Front string
 
 	mu    sync.Mutex
 	procs []*proc
