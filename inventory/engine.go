@@ -204,8 +204,13 @@ type Principal struct {
 // Redis holds the live state and runs every change as one Lua script;
 // Postgres is the durable ledger, written first for commits and products.
 type Engine struct {
-	cfg     Config
-	rdb     redis.UniversalClient
+	cfg Config
+	rdb redis.UniversalClient
+	// hot runs reserve.lua: the client's autopipeliner, which sends the
+	// scripts of concurrent reserves to Redis together (one write and one
+	// read for a batch instead of one round trip each). Every script still
+	// runs on its own, atomically; only the transport is shared.
+	hot     redis.Scripter
 	ledger  *db.Ledger
 	keys    Keys
 	scripts map[string]*redis.Script
@@ -227,6 +232,10 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 	}
 	if _, cluster := rdb.(*redis.ClusterClient); cluster && cfg.WaitReplicas > 0 {
 		return nil, fmt.Errorf("inventory config: waiting for replicas needs a single primary (redis:// or redis-sentinel://), not a cluster")
+	}
+	e.hot = rdb
+	if ap, err := rdb.AutoPipeline(); err == nil {
+		e.hot = ap
 	}
 	for _, name := range lua.Engine {
 		src, err := lua.Source(name)
@@ -297,7 +306,11 @@ func (e *Engine) Config() Config { return e.cfg }
 // list. A Redis error is never a business outcome: it is reported as
 // ErrUnavailable with its cause.
 func (e *Engine) run(ctx context.Context, name string, keys []string, args ...any) (reply, error) {
-	res, err := e.scripts[name].Run(ctx, e.rdb, keys, args...).Slice()
+	var c redis.Scripter = e.rdb
+	if name == lua.Reserve {
+		c = e.hot
+	}
+	res, err := e.scripts[name].Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err

@@ -21,8 +21,15 @@ type mutationLimiter struct {
 }
 
 func newMutationLimiter(rdb redis.UniversalClient, prefix string, l Limits) *mutationLimiter {
+	// The limiter asks Redis once per mutation, right before the mutation's
+	// own script: through the client's autopipeliner, concurrent requests'
+	// checks travel to Redis together, like their reserves.
+	c := redis.UniversalClient(rdb)
+	if ap, err := rdb.AutoPipeline(); err == nil {
+		c = ap
+	}
 	return &mutationLimiter{
-		rl:     redis_rate.NewLimiter(rdb),
+		rl:     redis_rate.NewLimiter(c),
 		limit:  redis_rate.Limit{Rate: l.MutationRate, Period: l.MutationPeriod, Burst: l.MutationBurst},
 		prefix: prefix + "mutations:",
 		off:    l.MutationRate < 0,
