@@ -19,6 +19,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -121,6 +122,44 @@ type Issuer struct {
 	cfg    IssuerConfig
 	now    func() time.Time
 	parser *jwt.Parser
+	cache  *verified
+}
+
+// verifiedCacheSize bounds the tokens an Issuer remembers as verified.
+// Every request of a busy buyer carries the same token; checking its HMAC
+// and decoding its claims again costs more than the rest of a sold-out
+// answer. When full the cache starts over, so it never grows without bound.
+const verifiedCacheSize = 32768
+
+// verified remembers tokens that passed Verify, keyed by the whole token
+// (signature included, so a token changed in any byte is another key),
+// with the Principal they carry. A remembered token is good until its
+// expiry plus the leeway, as it would be when parsed again: every other
+// check Verify makes gives the same answer later (signature, issuer,
+// audience, role, subject, issued-at) or only a better one (not-before, and
+// the lifetime left before expiry only shrinks).
+type verified struct {
+	mu sync.Mutex
+	m  map[string]Principal
+}
+
+func (v *verified) get(token string, now time.Time) (Principal, bool) {
+	v.mu.Lock()
+	p, ok := v.m[token]
+	v.mu.Unlock()
+	if !ok || !now.Before(p.ExpiresAt.Add(leeway)) {
+		return Principal{}, false
+	}
+	return p, true
+}
+
+func (v *verified) put(token string, p Principal) {
+	v.mu.Lock()
+	if len(v.m) >= verifiedCacheSize {
+		clear(v.m)
+	}
+	v.m[token] = p
+	v.mu.Unlock()
 }
 
 // NewIssuer returns an Issuer for secret, which must be at least
@@ -155,7 +194,7 @@ func newIssuer(cfg IssuerConfig, now func() time.Time) *Issuer {
 	if cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	return &Issuer{cfg: cfg, now: now, parser: jwt.NewParser(opts...)}
+	return &Issuer{cfg: cfg, now: now, parser: jwt.NewParser(opts...), cache: &verified{m: map[string]Principal{}}}
 }
 
 // WithClock returns a copy of the Issuer that reads time from now, so tests
@@ -209,6 +248,18 @@ func (i *Issuer) Mint(principalID string, admin bool, ttl time.Duration) (string
 // returns its Principal. Every failure wraps ErrTokenExpired or
 // ErrTokenInvalid; the message never contains the token itself.
 func (i *Issuer) Verify(token string) (Principal, error) {
+	if p, ok := i.cache.get(token, i.now()); ok {
+		return p, nil
+	}
+	p, err := i.verify(token)
+	if err != nil {
+		return Principal{}, err
+	}
+	i.cache.put(token, p)
+	return p, nil
+}
+
+func (i *Issuer) verify(token string) (Principal, error) {
 	var c claims
 	_, err := i.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) {
 		return i.cfg.Secret, nil

@@ -3,9 +3,11 @@ package auth_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,4 +274,80 @@ func TestMaxLifetime(t *testing.T) {
 
 	_, err = auth.NewIssuerWith(auth.IssuerConfig{Secret: secret, MaxLifetime: -time.Second})
 	require.Error(t, err)
+}
+
+// A token verified once is remembered (busy buyers send the same token with
+// every request), but never past its expiry, and a token differing from a
+// remembered one in any byte is checked afresh.
+func TestVerifiedTokensAreRememberedOnlyUntilExpiry(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	iss := newIssuer(t).WithClock(clock)
+	tok, err := iss.Mint("carol", true, time.Minute)
+	require.NoError(t, err)
+
+	for range 3 {
+		p, err := iss.Verify(tok)
+		require.NoError(t, err)
+		require.Equal(t, "carol", p.ID)
+		require.True(t, p.Admin)
+	}
+
+	// Same header and claims, another signature: refused, though the genuine
+	// token is remembered.
+	parts := strings.Split(tok, ".")
+	forged := parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString([]byte("not the signature, 32 bytes long!"))
+	_, err = iss.Verify(forged)
+	require.ErrorIs(t, err, auth.ErrTokenInvalid)
+	// A remembered token with a byte appended is another token.
+	_, err = iss.Verify(tok + "A")
+	require.ErrorIs(t, err, auth.ErrTokenInvalid)
+
+	// Within the leeway after expiry it is still good, as when parsed.
+	advance(time.Minute + 4*time.Second)
+	_, err = iss.Verify(tok)
+	require.NoError(t, err)
+	advance(2 * time.Second)
+	_, err = iss.Verify(tok)
+	require.ErrorIs(t, err, auth.ErrTokenExpired, "a remembered token expires like any other")
+}
+
+// Many distinct tokens: the memory of verified tokens stays bounded, and
+// every token keeps verifying (concurrently, under -race).
+func TestVerifyManyTokensConcurrently(t *testing.T) {
+	t.Parallel()
+	iss := newIssuer(t)
+	const n = 40000 // more than the cache holds
+	toks := make([]string, n)
+	for i := range toks {
+		var err error
+		toks[i], err = iss.Mint(fmt.Sprintf("buyer-%d", i), false, time.Hour)
+		require.NoError(t, err)
+	}
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 8 {
+				p, err := iss.Verify(toks[i])
+				if err == nil && p.ID != fmt.Sprintf("buyer-%d", i) {
+					err = fmt.Errorf("token %d verified as %s", i, p.ID)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }
