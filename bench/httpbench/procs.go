@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,6 +50,32 @@ func (p *process) stop(grace time.Duration) {
 		<-done
 	}
 	p.cmd = nil
+}
+
+// cpuTime is the user plus system CPU time the process has used so far
+// (/proc/PID/stat), or 0 when it cannot be read.
+func (p *process) cpuTime() time.Duration {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields count from after it.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	// USER_HZ is 100 on every Linux this runs on.
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // startRedis starts a private redis-server without persistence.

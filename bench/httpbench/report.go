@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // Check is one goal of the run with its measured value.
@@ -68,6 +69,8 @@ func (r Result) Markdown() string {
 		"backlog at most %s; drained %.1f s after the peak.\n\n",
 		thousands(r.Peak.EventRate), thousands(r.Peak.AppliedRate), thousands(r.Peak.Capacity),
 		r.Peak.LagP50, r.Peak.LagP99, r.Peak.LagMax, r.Peak.Samples, thousands(r.Peak.BacklogMax), r.Peak.DrainSeconds)
+	fmt.Fprintf(&b, "CPU time per successful reserve over the reserve step: dropline %.1f µs, redis-server %.1f µs.\n\n",
+		float64(r.ServerCPU)/float64(time.Microsecond), float64(r.RedisCPU)/float64(time.Microsecond))
 	fmt.Fprintf(&b, "Other answers: reserve run %d rate limited, %d other, %d failed; storm %d rate limited, %d other, %d failed; "+
 		"paced run %d without a hold, %d failed.\n\n",
 		r.Reserve.RateLimited, r.Reserve.Other+r.Reserve.OutOfStock, r.Reserve.Failed+r.Reserve.socketErrors(),

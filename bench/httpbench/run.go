@@ -12,9 +12,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/auth"
 )
@@ -40,9 +43,12 @@ type Config struct {
 	Env []string
 	// Progress receives one line per step; nil for none.
 	Progress io.Writer
-	// Hook, when set, runs while the server is up and before the steps,
-	// with its base URL (to start a profile, say).
-	Hook func(ctx context.Context, base string)
+	// ReserveOnly stops after the reserve step: for comparing two builds
+	// quickly (its CPU per reserve is the figure to read under load).
+	ReserveOnly bool
+	// Profile, when set, is where a CPU profile of the server over the
+	// reserve step is written (taken through its admin listener).
+	Profile string
 }
 
 // Result is everything one run measured.
@@ -57,6 +63,10 @@ type Result struct {
 	Steady     WrkResult
 	SteadyRate float64
 	Peak       PeakResult
+	// ServerCPU and RedisCPU are the CPU time dropline and redis-server used
+	// per successful reserve over the reserve step: a cost that holds still
+	// when other work shares the machine, unlike the throughput.
+	ServerCPU, RedisCPU time.Duration
 	// StockFell is how many units the server's stock lost over the reserve
 	// step: wrk's held count plus the requests still in flight when it
 	// stopped (at most one per connection).
@@ -139,6 +149,15 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 	defer logFile.Close()
+	var adminBase string
+	if cfg.Profile != "" {
+		ap, err := freePort()
+		if err != nil {
+			return res, err
+		}
+		adminBase = "http://127.0.0.1:" + strconv.Itoa(ap)
+		cfg.Env = append(cfg.Env, "DROPLINE_ADMIN_ADDR=127.0.0.1:"+strconv.Itoa(ap))
+	}
 	env := append([]string{
 		"REDIS_URL=redis://" + redisAddr + "/0",
 		"DATABASE_URL=" + dbURL,
@@ -175,9 +194,6 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	if cfg.Hook != nil {
-		cfg.Hook(ctx, base)
-	}
 	w := wrkRun{dir: dir, base: base, tokensFile: buyersFile, sku: hot, connections: cfg.Connections, threads: 2}
 
 	// Warm up: connections, script cache, the Go runtime's heap.
@@ -195,7 +211,21 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 	w.duration = cfg.Step
+	profiled := make(chan error, 1)
+	if adminBase != "" {
+		go func() { profiled <- takeProfile(ctx, adminBase, cfg.Step-time.Second, cfg.Profile) }()
+	} else {
+		profiled <- nil
+	}
+	cpu0, rcpu0 := server.cpuTime(), redisProc.cpuTime()
 	if res.Reserve, err = w.run(ctx); err != nil {
+		return res, err
+	}
+	if n := res.Reserve.Held; n > 0 {
+		res.ServerCPU = (server.cpuTime() - cpu0) / time.Duration(n)
+		res.RedisCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(n)
+	}
+	if err := <-profiled; err != nil {
 		return res, err
 	}
 	after, err := api.available(ctx, hot)
@@ -203,9 +233,13 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 	res.StockFell = before - after
-	cfg.logf("  %.0f holds/s (%d of %d requests), p50 %.2f ms p99 %.2f ms; stock fell by %d",
+	cfg.logf("  %.0f holds/s (%d of %d requests), p50 %.2f ms p99 %.2f ms; stock fell by %d; CPU per hold: dropline %s, redis-server %s",
 		res.Reserve.PerSecond(res.Reserve.Held), res.Reserve.Held, res.Reserve.Requests,
-		ms(res.Reserve.P50US), ms(res.Reserve.P99US), before-after)
+		ms(res.Reserve.P50US), ms(res.Reserve.P99US), before-after, res.ServerCPU, res.RedisCPU)
+	if cfg.ReserveOnly {
+		cfg.logf("redis-server time by command over the whole run so far:\n%s", commandStats(ctx, redisAddr))
+		return res, nil
+	}
 	if err := waitDrained(ctx, api.client, base, time.Minute); err != nil {
 		return res, err
 	}
@@ -313,6 +347,71 @@ func peak(ctx context.Context, w wrkRun, client *http.Client, base string) (Peak
 	}
 	p.DrainSeconds = time.Since(t0).Seconds()
 	return p, nil
+}
+
+// commandStats lists Redis' commands by the time it spent in them.
+func commandStats(ctx context.Context, addr string) string {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return err.Error()
+	}
+	type stat struct {
+		name        string
+		calls, usec float64
+	}
+	var stats []stat
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		st := stat{name: strings.TrimPrefix(name, "cmdstat_")}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				st.calls = f
+			case "usec":
+				st.usec = f
+			}
+		}
+		stats = append(stats, st)
+	}
+	sort.Slice(stats, func(i, j int) bool { return stats[i].usec > stats[j].usec })
+	var b strings.Builder
+	for i, st := range stats {
+		if i == 12 {
+			break
+		}
+		fmt.Fprintf(&b, "  %-20s %10.0f calls %10.0f ms %6.1f µs/call\n", st.name, st.calls, st.usec/1000, div(st.usec, st.calls))
+	}
+	return b.String()
+}
+
+// takeProfile writes a CPU profile of d from the server's admin listener.
+func takeProfile(ctx context.Context, adminBase string, d time.Duration, path string) error {
+	secs := max(int(d/time.Second), 1)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", adminBase, secs), nil)
+	resp, err := (&http.Client{Timeout: d + 30*time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("taking a CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("taking a CPU profile: %s", resp.Status)
+	}
+	f, err := os.Create(path) //nolint:gosec // the path the operator named
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // waitDrained waits until the write-behind backlog is empty.

@@ -25,6 +25,8 @@ func main() {
 	peak := fs.Duration("peak", 60*time.Second, "length of the sustained peak the write-behind is watched over")
 	conns := fs.Int("connections", 50, "concurrency of wrk and of the baselines")
 	buyers := fs.Int("buyers", 3000, "distinct buyers rotating through the successful reserves")
+	profile := fs.String("profile", "", "write a CPU profile of the server over the reserve step to this file (go tool pprof -top FILE)")
+	reserveOnly := fs.Bool("reserve-only", false, "stop after the GraphQL reserve step (to compare builds; read its CPU per reserve)")
 	doc := fs.String("doc", "", "rewrite the bench-http section of this file (docs/benchmarks.md)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -44,12 +46,15 @@ func main() {
 	defer stop()
 	res, err := httpbench.Run(ctx, httpbench.Config{
 		Binary: *bin, DatabaseURL: url, Step: *step, Peak: *peak, Connections: *conns, Buyers: *buyers,
-		Progress: os.Stderr,
+		Profile: *profile, ReserveOnly: *reserveOnly, Progress: os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench-http: %v\n", err)
 		stop()
 		os.Exit(1) //nolint:gocritic // the deferred stop has run
+	}
+	if *reserveOnly {
+		return
 	}
 	fmt.Print(res.Text())
 	if *doc != "" {
