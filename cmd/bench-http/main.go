@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +28,14 @@ func main() {
 	buyers := fs.Int("buyers", 3000, "distinct buyers rotating through the successful reserves")
 	profile := fs.String("profile", "", "write a CPU profile of the server over the reserve step to this file (go tool pprof -top FILE)")
 	reserveOnly := fs.Bool("reserve-only", false, "stop after the GraphQL reserve step (to compare builds; read its CPU per reserve)")
+	var serverEnv []string
+	fs.Func("server-env", "KEY=VALUE added to the server's environment (repeatable), e.g. DROPLINE_MUTATION_RATE=-1", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+		serverEnv = append(serverEnv, v)
+		return nil
+	})
 	doc := fs.String("doc", "", "rewrite the bench-http section of this file (docs/benchmarks.md)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -46,7 +55,7 @@ func main() {
 	defer stop()
 	res, err := httpbench.Run(ctx, httpbench.Config{
 		Binary: *bin, DatabaseURL: url, Step: *step, Peak: *peak, Connections: *conns, Buyers: *buyers,
-		Profile: *profile, ReserveOnly: *reserveOnly, Progress: os.Stderr,
+		Env: serverEnv, Profile: *profile, ReserveOnly: *reserveOnly, Progress: os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench-http: %v\n", err)

@@ -72,6 +72,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_LOG_FORMAT        json|console (json; console in dev mode)
   DROPLINE_ADMIN_ADDR        loopback host:port of the admin listener, pprof under /debug/pprof/ (none)
   DROPLINE_ADMIN_ALLOW_REMOTE 1 = the admin listener may use a non-loopback address (off)
+  GOGC                       the Go garbage collector's target (400 for serve; Go's own default is 100)
 `
 
 func main() {
@@ -186,6 +187,9 @@ func (e env) serve(ctx context.Context, args []string) error {
 	}
 	log := e.logger(cfg)
 	app.WarnIfDevSecret(cfg, log)
+	if pct, set := defaultGC(e.getenv); set {
+		log.Debug().Int("gc_percent", pct).Msg("GOGC is not set; using Dropline's default")
+	}
 
 	a := app.New(cfg, log)
 	if err := a.Start(ctx); err != nil {
@@ -213,6 +217,24 @@ func (e env) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("shutdown: %w", closeErr)
 	}
 	return nil
+}
+
+// DefaultGCPercent is the garbage collector's target when GOGC is unset.
+// A request allocates a few tens of kilobytes that die with it, on a heap
+// whose live part is small, so Go's default (100) collects very often: at
+// 400 the collector costs about a quarter less CPU per reserve, for a heap
+// that peaks at a few times the live data. GOGC (and GOMEMLIMIT) still
+// apply when set.
+const DefaultGCPercent = 400
+
+// defaultGC sets DefaultGCPercent unless GOGC is set; it reports the value
+// and whether it set it.
+func defaultGC(getenv func(string) string) (int, bool) {
+	if getenv("GOGC") != "" {
+		return 0, false
+	}
+	debug.SetGCPercent(DefaultGCPercent)
+	return DefaultGCPercent, true
 }
 
 func (e env) migrate(ctx context.Context, args []string) error {

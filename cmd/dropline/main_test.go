@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -303,4 +304,23 @@ func TestTokenWritesIssuerAudienceAndKeepsToMaxLifetime(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Empty(t, out)
 	require.Contains(t, errOut, "DROPLINE_JWT_MAX_LIFETIME")
+}
+
+func TestServeDefaultsTheGCTargetUnlessGOGCIsSet(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+
+	pct, set := defaultGC(func(string) string { return "" })
+	require.True(t, set)
+	require.Equal(t, DefaultGCPercent, pct)
+	require.Equal(t, DefaultGCPercent, debug.SetGCPercent(100), "the runtime got Dropline's default")
+
+	_, set = defaultGC(func(k string) string {
+		if k == "GOGC" {
+			return "150"
+		}
+		return ""
+	})
+	require.False(t, set)
+	require.Equal(t, 100, debug.SetGCPercent(100), "an operator's GOGC is left to the runtime")
 }
