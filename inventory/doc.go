@@ -109,6 +109,16 @@
 // events (wjoin, wleave, woffer) applied to waitlist_entries, and a rebuild
 // stages the queue from there (stage_waitlist.lua) for publish_sku.lua.
 //
+// reserve.lua is sent through the client's autopipeliner (go-redis
+// AutoPipeline): the scripts of concurrent reserves travel to Redis in one
+// write and their replies come back in one read, which costs both processes
+// far fewer system calls than a round trip each. Only the transport is
+// shared: Redis still runs each script on its own, atomically, so nothing
+// above changes. A reserve's context no longer cuts its call short once it
+// is queued (the batch has its own), and a batch retried after a broken
+// connection may run a reserve twice, which replays the same hold: the
+// token is the caller's and the script finds its own hold first.
+//
 // Replies are read in one place, replies.go: every code a script can answer
 // is a replyCode constant, and each reply shape has one decoder (a hold_reply,
 // begin_commit's attempt, reserve's rejections, ...). A hold, whether a
