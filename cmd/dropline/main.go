@@ -222,7 +222,7 @@ func (e env) serve(ctx context.Context, args []string) error {
 // DefaultGCPercent is the garbage collector's target when GOGC is unset.
 // A request allocates a few tens of kilobytes that die with it, on a heap
 // whose live part is small, so Go's default (100) collects very often: at
-// 400 the collector costs about a quarter less CPU per reserve, for a heap
+// 400 dropline spends about a tenth less CPU per reserve, for a heap
 // that peaks at a few times the live data. GOGC (and GOMEMLIMIT) still
 // apply when set.
 const DefaultGCPercent = 400
