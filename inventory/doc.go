@@ -117,7 +117,10 @@
 // above changes. A reserve's context no longer cuts its call short once it
 // is queued (the batch has its own), and a batch retried after a broken
 // connection may run a reserve twice, which replays the same hold: the
-// token is the caller's and the script finds its own hold first.
+// token is the caller's and the script finds its own hold first. With
+// WaitReplicas set, a reserve goes in a pipeline of its own with its WAIT
+// instead (runReplicated), since WAIT must follow the write on its
+// connection.
 //
 // Replies are read in one place, replies.go: every code a script can answer
 // is a replyCode constant, and each reply shape has one decoder (a hold_reply,
