@@ -75,6 +75,7 @@ type ComplexityRoot struct {
 		Commit            func(childComplexity int, input model.CommitInput) int
 		CommitCart        func(childComplexity int, input model.CommitCartInput) int
 		CreateProduct     func(childComplexity int, input model.CreateProductInput) int
+		ExtendCart        func(childComplexity int, input model.ExtendCartInput) int
 		ExtendReservation func(childComplexity int, input model.ExtendReservationInput) int
 		JoinWaitlist      func(childComplexity int, input model.JoinWaitlistInput) int
 		LeaveWaitlist     func(childComplexity int, input model.LeaveWaitlistInput) int
@@ -212,6 +213,7 @@ type MutationResolver interface {
 	ReserveCart(ctx context.Context, input model.ReserveCartInput) (*model.CartPayload, error)
 	CommitCart(ctx context.Context, input model.CommitCartInput) (*model.CartPayload, error)
 	CancelCart(ctx context.Context, input model.CancelCartInput) (*model.CartPayload, error)
+	ExtendCart(ctx context.Context, input model.ExtendCartInput) (*model.CartPayload, error)
 	CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error)
 	UpdateProduct(ctx context.Context, input model.UpdateProductInput) (*model.ProductPayload, error)
 	Restock(ctx context.Context, input model.RestockInput) (*model.ProductPayload, error)
@@ -401,6 +403,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateProduct(childComplexity, args["input"].(model.CreateProductInput)), true
+	case "Mutation.extendCart":
+		if e.ComplexityRoot.Mutation.ExtendCart == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_extendCart_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ExtendCart(childComplexity, args["input"].(model.ExtendCartInput)), true
 	case "Mutation.extendReservation":
 		if e.ComplexityRoot.Mutation.ExtendReservation == nil {
 			break
@@ -958,6 +971,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CommitCartInput", ec.unmarshalInputCommitCartInput),
 			graphql.NewInputUnmarshaler("CommitInput", ec.unmarshalInputCommitInput),
 			graphql.NewInputUnmarshaler("CreateProductInput", ec.unmarshalInputCreateProductInput),
+			graphql.NewInputUnmarshaler("ExtendCartInput", ec.unmarshalInputExtendCartInput),
 			graphql.NewInputUnmarshaler("ExtendReservationInput", ec.unmarshalInputExtendReservationInput),
 			graphql.NewInputUnmarshaler("JoinWaitlistInput", ec.unmarshalInputJoinWaitlistInput),
 			graphql.NewInputUnmarshaler("LeaveWaitlistInput", ec.unmarshalInputLeaveWaitlistInput),
@@ -1242,6 +1256,12 @@ type Mutation {
   commitCart(input: CommitCartInput!): CartPayload!
   "Release every line of the caller's cart (an admin may release anyone's)."
   cancelCart(input: CancelCartInput!): CartPayload!
+  """
+  Give every line of the caller's HELD cart more time, as extendReservation
+  does for one hold (the same bounds and refusals). Refused part-way, the cart
+  keeps its old expiresAt, and every line ends then.
+  """
+  extendCart(input: ExtendCartInput!): CartPayload!
   "Admin only."
   createProduct(input: CreateProductInput!): ProductPayload!
   "Admin only: name, price, maxPerUser, sale window."
@@ -1327,6 +1347,12 @@ input CommitCartInput {
 
 input CancelCartInput {
   token: ID!
+}
+
+input ExtendCartInput {
+  token: ID!
+  "The cart's new expiresAt is now + holdSeconds (1-3600)."
+  holdSeconds: Int!
 }
 
 input CommitInput {
@@ -1885,6 +1911,20 @@ func (ec *executionContext) field_Mutation_createProduct_args(ctx context.Contex
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateProductInput, error) {
 			return ec.unmarshalNCreateProductInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCreateProductInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_extendCart_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.ExtendCartInput, error) {
+			return ec.unmarshalNExtendCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐExtendCartInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2916,6 +2956,50 @@ func (ec *executionContext) fieldContext_Mutation_cancelCart(ctx context.Context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_cancelCart_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_extendCart(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_extendCart(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ExtendCart(ctx, fc.Args["input"].(model.ExtendCartInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CartPayload) graphql.Marshaler {
+			return ec.marshalNCartPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCartPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_extendCart(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CartPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_extendCart_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -6493,6 +6577,55 @@ func UnmarshalCreateProductInput(ctx context.Context, raw any) (model.CreateProd
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputExtendCartInput(ctx context.Context, obj any) (model.ExtendCartInput, error) {
+	var it model.ExtendCartInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"token", "holdSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "token":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("token"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Token = data
+		case "holdSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("holdSeconds"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.HoldSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalExtendCartInput unmarshals raw into the ExtendCartInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalExtendCartInput(ctx context.Context, raw any) (model.ExtendCartInput, error) {
+	var out model.ExtendCartInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ExtendCartInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputExtendReservationInput(ctx context.Context, obj any) (model.ExtendReservationInput, error) {
 	var it model.ExtendReservationInput
 	if obj == nil {
@@ -7264,6 +7397,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "cancelCart":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_cancelCart(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "extendCart":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_extendCart(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -8567,6 +8707,11 @@ func (ec *executionContext) unmarshalNErrorCode2githubᚗcomᚋdroplineᚋdropli
 
 func (ec *executionContext) marshalNErrorCode2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐErrorCode(ctx context.Context, sel ast.SelectionSet, v model.ErrorCode) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) unmarshalNExtendCartInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐExtendCartInput(ctx context.Context, v any) (model.ExtendCartInput, error) {
+	res, err := ec.unmarshalInputExtendCartInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNExtendReservationInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐExtendReservationInput(ctx context.Context, v any) (model.ExtendReservationInput, error) {

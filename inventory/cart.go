@@ -874,7 +874,7 @@ func (e *Engine) abandonCart(ctx context.Context, home int, token string) (int, 
 	if err != nil {
 		return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
 	}
-	if res.code() != codeOK {
+	if res.code() != codeOK && res.code() != codeExpired {
 		return 0, nil
 	}
 	who, enc := res.abandonedCart()
@@ -882,14 +882,85 @@ func (e *Engine) abandonCart(ctx context.Context, home int, token string) (int, 
 	if err := json.Unmarshal([]byte(enc), &lines); err != nil {
 		return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
 	}
+	busy := false
 	for _, l := range lines {
-		if _, err := e.release(ctx, PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled)); err != nil {
+		r, err := e.release(ctx, PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled))
+		if err != nil {
 			return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
 		}
+		switch {
+		case r.code() == codeCommitInProgress:
+			busy = true // the commit settles it; look again next time
+		case r.code() == codeOK && !r.hold().replayed && res.code() == codeExpired:
+			e.log.Warn().Str("cart", token).Str("sku", l.SKU).Msg("let go of a cart line still held past its cart's expiry (an extension of the cart was interrupted)")
+		}
+	}
+	if busy {
+		return 0, nil
 	}
 	if err := e.rdb.ZRem(ctx, e.keys.CartsPending(home), token).Err(); err != nil {
 		return 0, unavailable("abandoning cart "+token, err)
 	}
+	if res.code() == codeExpired {
+		return 0, nil
+	}
 	e.log.Warn().Str("cart", token).Int("lines", len(lines)).Msg("let go of a cart its caller left unfinished past its deadline")
 	return 1, nil
+}
+
+// ExtendCart gives every line of a principal's HELD cart a new expiry, now
+// + holdFor, as Extend does for one hold (the same bounds: MaxExtensions, and
+// never past MaxHold after the lines were made), then records it as the
+// cart's (extend_cart.lua). The lines live in several partitions, so they
+// are extended one after the other, oldest first (the one MaxHold would
+// refuse first). A refusal or a crash part-way leaves the cart with its old
+// expiry; at that time the cart sweep lets go of any line still held, so a
+// cart's lines always end together, by the expiry the cart last recorded.
+//
+// Refusals: Extend's (*ExtensionLimitError, ErrExpired, ErrAlreadyCancelled,
+// ErrAlreadyCommitted, ErrForbidden, *InvalidInputError, ErrUnavailable),
+// and *NotFoundError for an unknown cart.
+func (e *Engine) ExtendCart(ctx context.Context, p Principal, token string, holdFor time.Duration) (cart Cart, err error) {
+	defer func() { e.metrics.outcome("extend_cart", err) }()
+	cart, err = e.readCart(ctx, p, token)
+	if err != nil {
+		return Cart{}, err
+	}
+	if cart.Principal != p.ID {
+		return Cart{}, ErrForbidden
+	}
+	switch cart.Status {
+	case StatusCommitted:
+		return Cart{}, ErrAlreadyCommitted
+	case StatusCancelled:
+		return Cart{}, ErrAlreadyCancelled
+	case StatusExpired:
+		return Cart{}, ErrExpired
+	}
+	lines := slices.Clone(cart.Lines)
+	slices.SortStableFunc(lines, func(a, b Reservation) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	var latest time.Time
+	for _, l := range lines {
+		r, err := e.extendHold(ctx, p, l.Token, holdFor)
+		if err != nil {
+			return Cart{}, err
+		}
+		if r.ExpiresAt.After(latest) {
+			latest = r.ExpiresAt
+		}
+	}
+	home, _ := parseCartToken(token)
+	res, err := e.run(ctx, lua.ExtendCart, e.keys.abandonCartKeys(home, token), token, latest.UnixMilli(),
+		int64(e.cfg.Retention.Seconds()))
+	if err != nil {
+		return Cart{}, fmt.Errorf("extending cart %s: %w", token, err)
+	}
+	switch res.code() {
+	case codeOK:
+	case codeNotFound:
+		return Cart{}, cartNotFound(token)
+	default:
+		return Cart{}, ErrExpired
+	}
+	return e.readCart(ctx, p, token)
 }

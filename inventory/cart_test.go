@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/inventory"
@@ -342,6 +343,76 @@ func TestCartWhoseCallerStalledIsLetGo(t *testing.T) {
 		require.ErrorIs(t, cartErr, inventory.ErrUnavailable)
 		for _, sku := range skus {
 			require.Equal(t, 1, b.requireBalanced(t, sku).Available)
+		}
+	})
+}
+
+func TestExtendCart(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		skus := skusInPartitions("EXTC", 3)
+		for _, sku := range skus {
+			b.product(t, sku, 2, 0)
+		}
+		alice := buyer(1)
+		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: 30 * time.Second})
+		require.NoError(t, err)
+		_, err = b.engine.ExtendCart(b.ctx, buyer(2), cart.Token, time.Minute)
+		require.ErrorIs(t, err, inventory.ErrForbidden)
+
+		before := time.Now()
+		longer, err := b.engine.ExtendCart(b.ctx, alice, cart.Token, 20*time.Minute)
+		require.NoError(t, err)
+		require.WithinDuration(t, before.Add(20*time.Minute), longer.ExpiresAt, 5*time.Second)
+		for _, l := range longer.Lines {
+			require.Equal(t, inventory.StatusHeld, l.Status)
+			require.Equal(t, 1, l.Extensions)
+			require.False(t, l.ExpiresAt.After(longer.ExpiresAt), "no line outlives its cart")
+			require.WithinDuration(t, longer.ExpiresAt, l.ExpiresAt, time.Second)
+		}
+		require.Equal(t, 3, b.drainOutbox(t)["extend"], "each line's extension reaches the ledger")
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, 20*time.Minute)
+		require.NoError(t, err)
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, 20*time.Minute)
+		var limit *inventory.ExtensionLimitError
+		require.ErrorAs(t, err, &limit, "two extensions by default, for the cart as for a hold")
+		sold, err := b.engine.CommitCart(b.ctx, alice, cart.Token)
+		require.NoError(t, err)
+		require.Equal(t, inventory.StatusCommitted, sold.Status)
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, time.Minute)
+		require.ErrorIs(t, err, inventory.ErrAlreadyCommitted)
+
+		// An extension interrupted after one line: that line ends with its
+		// cart all the same, let go by the cart sweep.
+		cart, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: time.Second})
+		require.NoError(t, err)
+		first := cart.Lines[0]
+		later := time.Now().Add(time.Hour).UnixMilli()
+		p := inventory.PartitionOf(first.SKU)
+		require.NoError(t, b.rdb.HSet(b.ctx, b.engine.Keys().Hold(p, first.Token), "exp", later).Err())
+		require.NoError(t, b.rdb.ZAdd(b.ctx, b.engine.Keys().Expiry(p), redis.Z{Score: float64(later), Member: first.Token}).Err())
+		require.Eventually(t, func() bool {
+			for p := range inventory.Partitions {
+				if _, err := b.engine.ExpireDue(b.ctx, p, 100); err != nil {
+					return false
+				}
+			}
+			if _, err := b.engine.AbandonStaleCarts(b.ctx, 100); err != nil {
+				return false
+			}
+			for _, sku := range skus {
+				if b.stock(t, sku).Held != 0 {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, 20*time.Millisecond, "every line is let go by the cart's expiry")
+		r, err := b.engine.Reservation(b.ctx, alice, first.Token)
+		require.NoError(t, err)
+		require.Equal(t, inventory.StatusCancelled, r.Status, "the line that outlived its cart is let go")
+		for _, sku := range skus {
+			b.requireBalanced(t, sku)
 		}
 	})
 }

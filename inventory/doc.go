@@ -35,7 +35,7 @@
 //	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages (and :waiters, its entries)
 //	dl:{pNN}:cart:<token>           hash   who st ctd dl exp lines idem fp rej: a cart, in its home partition
 //	dl:{pNN}:cartidem:<hash>        hash   first outcome of a cart's idempotency key (in the key's partition)
-//	dl:{pNN}:cartpending            zset   PENDING carts by deadline (ms), walked by the cart sweep
+//	dl:{pNN}:cartpending            zset   PENDING carts by deadline, HELD ones by expiry (ms), walked by the cart sweep
 //	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with (as long as its record)
 //	dl:{pNN}:idemclaims             string until when (ms) new-looking claims are checked in Postgres
 //
@@ -69,7 +69,10 @@
 // and releases every line it names: after the deadline no line can be held
 // or confirmed, so those are all it has. Provisional holds that are let go
 // emit no event (lib.lua's release) and keep their hash for minutes only.
-// A cart's status is read from its lines; a line is committed or cancelled
+// A HELD cart stays in cartpending, due at its expiry, when the sweep
+// releases any line still held: ExtendCart extends every line and only then
+// moves the cart's expiry (extend_cart.lua), so an extension cut short ends
+// with the cart's old expiry. A cart's status is read from its lines; a line is committed or cancelled
 // only with its cart (CommitCart: begin_commit on every line, one Postgres
 // transaction for all, finish_commit on each).
 //

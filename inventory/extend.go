@@ -26,12 +26,17 @@ import (
 // Redis lost its data restores the hold with its new expiry.
 func (e *Engine) Extend(ctx context.Context, p Principal, token string, holdFor time.Duration) (res Reservation, err error) {
 	defer func() { e.metrics.outcome("extend", err) }()
+	if isCartLine(token) {
+		return Reservation{}, errCartLine
+	}
+	return e.extendHold(ctx, p, token, holdFor)
+}
+
+// extendHold is Extend of any hold, a cart's line included.
+func (e *Engine) extendHold(ctx context.Context, p Principal, token string, holdFor time.Duration) (Reservation, error) {
 	partition, err := parseToken(token)
 	if err != nil {
 		return Reservation{}, err
-	}
-	if isCartLine(token) {
-		return Reservation{}, errCartLine
 	}
 	if err := checkPrincipal(p); err != nil {
 		return Reservation{}, err

@@ -230,7 +230,7 @@ func (k Keys) cartKeys(p int, token, idemHash string) []string {
 	return []string{k.Cart(p, token), k.CartIdempotency(p, idemHash), k.CartsPending(p)}
 }
 
-// abandonCartKeys is abandon_cart.lua's KEYS.
+// abandonCartKeys is abandon_cart.lua's and extend_cart.lua's KEYS.
 func (k Keys) abandonCartKeys(p int, token string) []string {
 	return []string{k.Cart(p, token), k.CartsPending(p)}
 }

@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  {h}cart:<token>
 -- KEYS[2]  {h}cartidem:<hash>    the cart idempotency record (a placeholder key when there is none)
--- KEYS[3]  {h}cartpending        PENDING carts by deadline (ms)
+-- KEYS[3]  {h}cartpending        PENDING carts by deadline, HELD carts by expiry (ms)
 -- ARGV[1]  token   ARGV[2] outcome: HELD, REFUSED or FAILED
 -- ARGV[3]  the refusals, as the caller encodes them ("" unless REFUSED)
 -- ARGV[4]  rejection TTL seconds (how long a refusal replays)   ARGV[5] retention seconds
@@ -36,6 +36,10 @@ local rec = c['fp'] ~= '' and hash_get(KEYS[2]) or nil
 local ours = rec ~= nil and rec['tok'] == token
 redis.call('ZREM', KEYS[3], token)
 if outcome == 'HELD' then
+  -- A held cart stays in the index, due at its expiry: the cart sweep then
+  -- lets go of any line still held past it (one an interrupted extendCart
+  -- extended while the cart's expiry stayed as it was).
+  redis.call('ZADD', KEYS[3], c['exp'], token)
   redis.call('HSET', KEYS[1], 'st', 'HELD')
   local left = math.ceil((tonumber(c['exp']) - now) / 1000)
   redis.call('EXPIRE', KEYS[1], math.max(left, 1) + tonumber(ARGV[5]))

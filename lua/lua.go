@@ -57,6 +57,8 @@ const (
 	FinishCart = "finish_cart"
 	// AbandonCart lets go of a cart left PENDING past its deadline.
 	AbandonCart = "abandon_cart"
+	// ExtendCart records a cart's new expiry once every line has it.
+	ExtendCart = "extend_cart"
 )
 
 // Names of the worker group's lease scripts.
@@ -73,7 +75,7 @@ const (
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
 var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
-	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart}
+	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart}
 
 // Leases lists the worker group's lease scripts.
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}

@@ -12,6 +12,7 @@ const (
 	reserveCartDoc = `mutation($i: ReserveCartInput!) { reserveCart(input: $i) { ` + cartFields + ` } }`
 	commitCartDoc  = `mutation($i: CommitCartInput!) { commitCart(input: $i) { ` + cartFields + ` } }`
 	cancelCartDoc  = `mutation($i: CancelCartInput!) { cancelCart(input: $i) { ` + cartFields + ` } }`
+	extendCartDoc  = `mutation($i: ExtendCartInput!) { extendCart(input: $i) { ` + cartFields + ` } }`
 )
 
 type cartUserError struct {
@@ -93,6 +94,13 @@ func TestCartCheckoutOverGraphQL(t *testing.T) {
 	require.Equal(t, held.Cart.Token, node.Node.Token)
 
 	require.Equal(t, "FORBIDDEN", do(bob, commitCartDoc, map[string]any{"token": held.Cart.Token}).UserErrors[0].Code)
+	longer := do(alice, extendCartDoc, map[string]any{"token": held.Cart.Token, "holdSeconds": 1800})
+	require.Empty(t, longer.UserErrors)
+	require.Equal(t, "HELD", longer.Cart.Status)
+	for _, l := range longer.Cart.Lines {
+		require.True(t, l.ExpiresAt.After(held.Cart.Lines[0].ExpiresAt), "every line has the cart's new expiry")
+	}
+	require.Equal(t, "INVALID_INPUT", do(alice, extendCartDoc, map[string]any{"token": held.Cart.Token, "holdSeconds": 0}).UserErrors[0].Code)
 	sold := do(alice, commitCartDoc, map[string]any{"token": held.Cart.Token})
 	require.Empty(t, sold.UserErrors)
 	require.Equal(t, "COMMITTED", sold.Cart.Status)

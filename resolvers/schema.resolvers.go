@@ -104,6 +104,13 @@ func (r *mutationResolver) CancelCart(ctx context.Context, input model.CancelCar
 	})
 }
 
+// ExtendCart is the resolver for the extendCart field.
+func (r *mutationResolver) ExtendCart(ctx context.Context, input model.ExtendCartInput) (*model.CartPayload, error) {
+	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
+		return r.deps.engine.ExtendCart(ctx, p, input.Token, time.Duration(input.HoldSeconds)*time.Second)
+	})
+}
+
 // CreateProduct is the resolver for the createProduct field.
 func (r *mutationResolver) CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error) {
 	p, refused := r.deps.mutationCaller(ctx)

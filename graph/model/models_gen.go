@@ -82,6 +82,12 @@ type CreateProductInput struct {
 	SaleEndsAt   *time.Time  `json:"saleEndsAt,omitempty"`
 }
 
+type ExtendCartInput struct {
+	Token string `json:"token"`
+	// The cart's new expiresAt is now + holdSeconds (1-3600).
+	HoldSeconds int `json:"holdSeconds"`
+}
+
 type ExtendReservationInput struct {
 	Token string `json:"token"`
 	// The hold's new length from now, in seconds: 1 to DROPLINE_HOLD_MAX (3600 by default).
