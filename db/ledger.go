@@ -68,6 +68,9 @@ type Product struct {
 	Version      int64
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// DropID is the drop the product joined when it was created ("" for
+	// none); it never changes.
+	DropID string
 }
 
 // ProductUpdate changes some settings of a product; nil fields stay as they are.
@@ -83,12 +86,12 @@ type ProductUpdate struct {
 }
 
 const productColumns = `sku, name, price_amount, price_currency, total, sold, coalesce(max_per_user, 0),
-	sale_starts_at, sale_ends_at, version, created_at, updated_at`
+	sale_starts_at, sale_ends_at, version, created_at, updated_at, coalesce(drop_id, '')`
 
 func scanProduct(row pgx.Row) (Product, error) {
 	var p Product
 	err := row.Scan(&p.SKU, &p.Name, &p.PriceAmount, &p.PriceCurrency, &p.Total, &p.Sold, &p.MaxPerUser,
-		&p.SaleStartsAt, &p.SaleEndsAt, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+		&p.SaleStartsAt, &p.SaleEndsAt, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.DropID)
 	return p, interpret(err)
 }
 
@@ -141,15 +144,23 @@ func nullInt(n int) *int {
 }
 
 // CreateProduct inserts a product and records its initial stock as a movement.
+// A product with a DropID joins that drop: the drop's row is locked and its
+// version raised in the same transaction (ErrNotFound for an unknown drop,
+// ErrDropFull when it has MaxDropSKUs already).
 func (l *Ledger) CreateProduct(ctx context.Context, p Product) (Product, error) {
 	var out Product
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if p.DropID != "" {
+			if err := joinDrop(ctx, tx, p.DropID); err != nil {
+				return err
+			}
+		}
 		var err error
 		out, err = scanProduct(tx.QueryRow(ctx, `
-			INSERT INTO products (sku, name, price_amount, price_currency, total, max_per_user, sale_starts_at, sale_ends_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			INSERT INTO products (sku, name, price_amount, price_currency, total, max_per_user, sale_starts_at, sale_ends_at, drop_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, ''))
 			RETURNING `+productColumns,
-			p.SKU, p.Name, p.PriceAmount, p.PriceCurrency, p.Total, nullInt(p.MaxPerUser), p.SaleStartsAt, p.SaleEndsAt))
+			p.SKU, p.Name, p.PriceAmount, p.PriceCurrency, p.Total, nullInt(p.MaxPerUser), p.SaleStartsAt, p.SaleEndsAt, p.DropID))
 		if err != nil {
 			return err
 		}

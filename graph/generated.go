@@ -29,6 +29,7 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	Drop() DropResolver
 	Mutation() MutationResolver
 	Product() ProductResolver
 	Query() QueryResolver
@@ -64,6 +65,21 @@ type ComplexityRoot struct {
 		UserErrors  func(childComplexity int) int
 	}
 
+	Drop struct {
+		DropID       func(childComplexity int) int
+		ID           func(childComplexity int) int
+		MaxPerUser   func(childComplexity int) int
+		Name         func(childComplexity int) int
+		Products     func(childComplexity int) int
+		SaleEndsAt   func(childComplexity int) int
+		SaleStartsAt func(childComplexity int) int
+	}
+
+	DropPayload struct {
+		Drop       func(childComplexity int) int
+		UserErrors func(childComplexity int) int
+	}
+
 	Money struct {
 		Amount   func(childComplexity int) int
 		Currency func(childComplexity int) int
@@ -74,6 +90,7 @@ type ComplexityRoot struct {
 		CancelCart        func(childComplexity int, input model.CancelCartInput) int
 		Commit            func(childComplexity int, input model.CommitInput) int
 		CommitCart        func(childComplexity int, input model.CommitCartInput) int
+		CreateDrop        func(childComplexity int, input model.CreateDropInput) int
 		CreateProduct     func(childComplexity int, input model.CreateProductInput) int
 		ExtendCart        func(childComplexity int, input model.ExtendCartInput) int
 		ExtendReservation func(childComplexity int, input model.ExtendReservationInput) int
@@ -93,6 +110,7 @@ type ComplexityRoot struct {
 	}
 
 	Product struct {
+		Drop         func(childComplexity int) int
 		ID           func(childComplexity int) int
 		MaxPerUser   func(childComplexity int) int
 		Name         func(childComplexity int) int
@@ -120,6 +138,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		Cart           func(childComplexity int, token string) int
+		Drop           func(childComplexity int, id string) int
 		MyReservations func(childComplexity int, status *model.ReservationStatus, first *int, after *string) int
 		MyWaitlist     func(childComplexity int) int
 		Node           func(childComplexity int, id string) int
@@ -205,6 +224,9 @@ type ComplexityRoot struct {
 
 // region    ************************** generated!.gotpl **************************
 
+type DropResolver interface {
+	Products(ctx context.Context, obj *model.Drop) ([]*model.Product, error)
+}
 type MutationResolver interface {
 	Reserve(ctx context.Context, input model.ReserveInput) (*model.ReservePayload, error)
 	Commit(ctx context.Context, input model.CommitInput) (*model.CommitPayload, error)
@@ -215,6 +237,7 @@ type MutationResolver interface {
 	CancelCart(ctx context.Context, input model.CancelCartInput) (*model.CartPayload, error)
 	ExtendCart(ctx context.Context, input model.ExtendCartInput) (*model.CartPayload, error)
 	CreateProduct(ctx context.Context, input model.CreateProductInput) (*model.ProductPayload, error)
+	CreateDrop(ctx context.Context, input model.CreateDropInput) (*model.DropPayload, error)
 	UpdateProduct(ctx context.Context, input model.UpdateProductInput) (*model.ProductPayload, error)
 	Restock(ctx context.Context, input model.RestockInput) (*model.ProductPayload, error)
 	JoinWaitlist(ctx context.Context, input model.JoinWaitlistInput) (*model.WaitlistPayload, error)
@@ -222,6 +245,7 @@ type MutationResolver interface {
 }
 type ProductResolver interface {
 	Stock(ctx context.Context, obj *model.Product) (*model.Stock, error)
+	Drop(ctx context.Context, obj *model.Product) (*model.Drop, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id string) (model.Node, error)
@@ -231,6 +255,7 @@ type QueryResolver interface {
 	MyReservations(ctx context.Context, status *model.ReservationStatus, first *int, after *string) (*model.ReservationConnection, error)
 	MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry, error)
 	Cart(ctx context.Context, token string) (*model.Cart, error)
+	Drop(ctx context.Context, id string) (*model.Drop, error)
 }
 type ReservationResolver interface {
 	Product(ctx context.Context, obj *model.Reservation) (*model.Product, error)
@@ -335,6 +360,62 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.CommitPayload.UserErrors(childComplexity), true
 
+	case "Drop.dropId":
+		if e.ComplexityRoot.Drop.DropID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.DropID(childComplexity), true
+	case "Drop.id":
+		if e.ComplexityRoot.Drop.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.ID(childComplexity), true
+	case "Drop.maxPerUser":
+		if e.ComplexityRoot.Drop.MaxPerUser == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.MaxPerUser(childComplexity), true
+	case "Drop.name":
+		if e.ComplexityRoot.Drop.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.Name(childComplexity), true
+	case "Drop.products":
+		if e.ComplexityRoot.Drop.Products == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.Products(childComplexity), true
+	case "Drop.saleEndsAt":
+		if e.ComplexityRoot.Drop.SaleEndsAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.SaleEndsAt(childComplexity), true
+	case "Drop.saleStartsAt":
+		if e.ComplexityRoot.Drop.SaleStartsAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.SaleStartsAt(childComplexity), true
+
+	case "DropPayload.drop":
+		if e.ComplexityRoot.DropPayload.Drop == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DropPayload.Drop(childComplexity), true
+	case "DropPayload.userErrors":
+		if e.ComplexityRoot.DropPayload.UserErrors == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DropPayload.UserErrors(childComplexity), true
+
 	case "Money.amount":
 		if e.ComplexityRoot.Money.Amount == nil {
 			break
@@ -392,6 +473,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CommitCart(childComplexity, args["input"].(model.CommitCartInput)), true
+	case "Mutation.createDrop":
+		if e.ComplexityRoot.Mutation.CreateDrop == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createDrop_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateDrop(childComplexity, args["input"].(model.CreateDropInput)), true
 	case "Mutation.createProduct":
 		if e.ComplexityRoot.Mutation.CreateProduct == nil {
 			break
@@ -517,6 +609,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "Product.drop":
+		if e.ComplexityRoot.Product.Drop == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Product.Drop(childComplexity), true
 	case "Product.id":
 		if e.ComplexityRoot.Product.ID == nil {
 			break
@@ -616,6 +714,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Cart(childComplexity, args["token"].(string)), true
+	case "Query.drop":
+		if e.ComplexityRoot.Query.Drop == nil {
+			break
+		}
+
+		args, err := ec.field_Query_drop_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Drop(childComplexity, args["id"].(string)), true
 
 	case "Query.myReservations":
 		if e.ComplexityRoot.Query.MyReservations == nil {
@@ -970,6 +1079,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CartLineInput", ec.unmarshalInputCartLineInput),
 			graphql.NewInputUnmarshaler("CommitCartInput", ec.unmarshalInputCommitCartInput),
 			graphql.NewInputUnmarshaler("CommitInput", ec.unmarshalInputCommitInput),
+			graphql.NewInputUnmarshaler("CreateDropInput", ec.unmarshalInputCreateDropInput),
 			graphql.NewInputUnmarshaler("CreateProductInput", ec.unmarshalInputCreateProductInput),
 			graphql.NewInputUnmarshaler("ExtendCartInput", ec.unmarshalInputExtendCartInput),
 			graphql.NewInputUnmarshaler("ExtendReservationInput", ec.unmarshalInputExtendReservationInput),
@@ -1091,7 +1201,7 @@ interface Node {
 }
 
 type Query {
-  "Fetch any Product, Reservation or Stock by its global id."
+  "Fetch any Product, Reservation, Stock or Drop by its global id."
   node(id: ID!): Node
   "A catalogue entry by SKU; null when there is none."
   product(sku: ID!): Product
@@ -1105,6 +1215,8 @@ type Query {
   myWaitlist: [WaitlistEntry!]!
   "A cart by token: its holder or an admin only. Null when unknown (or never held)."
   cart(token: ID!): Cart
+  "A drop by its id (` + "`" + `dropId` + "`" + `); null when there is none."
+  drop(id: ID!): Drop
 }
 
 "Relay pagination state of a connection."
@@ -1146,6 +1258,31 @@ type Product implements Node {
   saleEndsAt: Time
   "Live stock, read from Redis (one round trip per page of products)."
   stock: Stock!
+  "The drop this SKU belongs to, if any: its limit and sale window apply on top of the SKU's own."
+  drop: Drop
+}
+
+"""
+Several SKUs sold together under one per-person limit and one sale window, e.g.
+the sizes of one sneaker with "one pair per person". A SKU joins a drop when it
+is created (` + "`" + `CreateProductInput.drop` + "`" + `) and stays in it.
+"""
+type Drop implements Node {
+  id: ID!
+  "The drop's own id, as given to createDrop."
+  dropId: ID!
+  name: String!
+  """
+  Most units one principal may hold or buy across all of the drop's SKUs
+  together, checked in the same atomic step as the stock (QUOTA_EXCEEDED).
+  """
+  maxPerUser: Int!
+  "Before it, no SKU of the drop can be reserved (SALE_NOT_ACTIVE)."
+  saleStartsAt: Time
+  "From it on, no SKU of the drop can be reserved (SALE_NOT_ACTIVE)."
+  saleEndsAt: Time
+  "The drop's SKUs, in SKU order."
+  products: [Product!]!
 }
 
 "A SKU's live counters: available + held + sold == total."
@@ -1264,6 +1401,8 @@ type Mutation {
   extendCart(input: ExtendCartInput!): CartPayload!
   "Admin only."
   createProduct(input: CreateProductInput!): ProductPayload!
+  "Admin only: a drop, without SKUs yet; products join it with ` + "`" + `CreateProductInput.drop` + "`" + `."
+  createDrop(input: CreateDropInput!): DropPayload!
   "Admin only: name, price, maxPerUser, sale window."
   updateProduct(input: UpdateProductInput!): ProductPayload!
   "Admin only: add units to a product's total."
@@ -1382,6 +1521,22 @@ input CreateProductInput {
   maxPerUser: Int
   saleStartsAt: Time
   saleEndsAt: Time
+  """
+  The drop (its ` + "`" + `dropId` + "`" + `) this SKU joins, for good: the drop's limit and sale window
+  apply on top of the SKU's own. NOT_FOUND when there is no such drop; a drop has
+  at most 100 SKUs.
+  """
+  drop: ID
+}
+
+input CreateDropInput {
+  "1-64 of A-Z a-z 0-9 . _ -"
+  id: ID!
+  name: String!
+  "Most units one principal may hold or buy across the drop's SKUs; at least 1."
+  maxPerUser: Int!
+  saleStartsAt: Time
+  saleEndsAt: Time
 }
 
 "Absent fields stay as they are; null maxPerUser, saleStartsAt or saleEndsAt removes that limit or bound."
@@ -1435,6 +1590,11 @@ type CartPayload {
 
 type ProductPayload {
   product: Product
+  userErrors: [UserError!]!
+}
+
+type DropPayload {
+  drop: Drop
   userErrors: [UserError!]!
 }
 
@@ -1525,6 +1685,36 @@ func (ec *executionContext) childFields_CommitPayload(ctx context.Context, field
 	return nil, fmt.Errorf("no field named %q was found under type CommitPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_Drop(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Drop_id(ctx, field)
+	case "dropId":
+		return ec.fieldContext_Drop_dropId(ctx, field)
+	case "name":
+		return ec.fieldContext_Drop_name(ctx, field)
+	case "maxPerUser":
+		return ec.fieldContext_Drop_maxPerUser(ctx, field)
+	case "saleStartsAt":
+		return ec.fieldContext_Drop_saleStartsAt(ctx, field)
+	case "saleEndsAt":
+		return ec.fieldContext_Drop_saleEndsAt(ctx, field)
+	case "products":
+		return ec.fieldContext_Drop_products(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Drop", field.Name)
+}
+
+func (ec *executionContext) childFields_DropPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "drop":
+		return ec.fieldContext_DropPayload_drop(ctx, field)
+	case "userErrors":
+		return ec.fieldContext_DropPayload_userErrors(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DropPayload", field.Name)
+}
+
 func (ec *executionContext) childFields_Money(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "amount":
@@ -1567,6 +1757,8 @@ func (ec *executionContext) childFields_Product(ctx context.Context, field graph
 		return ec.fieldContext_Product_saleEndsAt(ctx, field)
 	case "stock":
 		return ec.fieldContext_Product_stock(ctx, field)
+	case "drop":
+		return ec.fieldContext_Product_drop(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Product", field.Name)
 }
@@ -1905,6 +2097,20 @@ func (ec *executionContext) field_Mutation_commit_args(ctx context.Context, rawA
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_createDrop_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateDropInput, error) {
+			return ec.unmarshalNCreateDropInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCreateDropInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createProduct_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2056,6 +2262,20 @@ func (ec *executionContext) field_Query_cart_args(ctx context.Context, rawArgs m
 		return nil, err
 	}
 	args["token"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_drop_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -2608,6 +2828,240 @@ func (ec *executionContext) fieldContext_CommitPayload_userErrors(_ context.Cont
 	return fc, nil
 }
 
+func (ec *executionContext) _Drop_id(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Drop", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Drop_dropId(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_dropId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DropID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_dropId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Drop", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Drop_name(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Drop", field, false, false, "String")
+}
+
+func (ec *executionContext) _Drop_maxPerUser(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_maxPerUser(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxPerUser, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_maxPerUser(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Drop", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Drop_saleStartsAt(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_saleStartsAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SaleStartsAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_saleStartsAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Drop", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Drop_saleEndsAt(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_saleEndsAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SaleEndsAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_saleEndsAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Drop", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Drop_products(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_products(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Drop().Products(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.Product) graphql.Marshaler {
+			return ec.marshalNProduct2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐProductᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_products(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Drop",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Product(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DropPayload_drop(ctx context.Context, field graphql.CollectedField, obj *model.DropPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DropPayload_drop(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Drop, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Drop) graphql.Marshaler {
+			return ec.marshalODrop2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrop(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DropPayload_drop(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DropPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Drop(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DropPayload_userErrors(ctx context.Context, field graphql.CollectedField, obj *model.DropPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DropPayload_userErrors(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserErrors, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.UserError) graphql.Marshaler {
+			return ec.marshalNUserError2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐUserErrorᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DropPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DropPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UserError(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Money_amount(ctx context.Context, field graphql.CollectedField, obj *model.Money) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3044,6 +3498,50 @@ func (ec *executionContext) fieldContext_Mutation_createProduct(ctx context.Cont
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_createProduct_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createDrop(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createDrop(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateDrop(ctx, fc.Args["input"].(model.CreateDropInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DropPayload) graphql.Marshaler {
+			return ec.marshalNDropPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDropPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createDrop(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DropPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createDrop_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3515,6 +4013,38 @@ func (ec *executionContext) fieldContext_Product_stock(_ context.Context, field 
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Stock(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Product_drop(ctx context.Context, field graphql.CollectedField, obj *model.Product) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Product_drop(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Product().Drop(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Drop) graphql.Marshaler {
+			return ec.marshalODrop2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrop(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Product_drop(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Product",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Drop(ctx, field)
 		},
 	}
 	return fc, nil
@@ -3993,6 +4523,50 @@ func (ec *executionContext) fieldContext_Query_cart(ctx context.Context, field g
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_cart_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_drop(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_drop(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Drop(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Drop) graphql.Marshaler {
+			return ec.marshalODrop2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrop(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_drop(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Drop(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_drop_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -6493,6 +7067,76 @@ func UnmarshalCommitInput(ctx context.Context, raw any) (model.CommitInput, erro
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputCreateDropInput(ctx context.Context, obj any) (model.CreateDropInput, error) {
+	var it model.CreateDropInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"id", "name", "maxPerUser", "saleStartsAt", "saleEndsAt"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "id":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("id"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ID = data
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "maxPerUser":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxPerUser"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxPerUser = data
+		case "saleStartsAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("saleStartsAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SaleStartsAt = data
+		case "saleEndsAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("saleEndsAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SaleEndsAt = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalCreateDropInput unmarshals raw into the CreateDropInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalCreateDropInput(ctx context.Context, raw any) (model.CreateDropInput, error) {
+	var out model.CreateDropInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "CreateDropInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context, obj any) (model.CreateProductInput, error) {
 	var it model.CreateProductInput
 	if obj == nil {
@@ -6504,7 +7148,7 @@ func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"sku", "name", "price", "stock", "maxPerUser", "saleStartsAt", "saleEndsAt"}
+	fieldsInOrder := [...]string{"sku", "name", "price", "stock", "maxPerUser", "saleStartsAt", "saleEndsAt", "drop"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -6560,6 +7204,13 @@ func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context
 				return it, err
 			}
 			it.SaleEndsAt = data
+		case "drop":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("drop"))
+			data, err := ec.unmarshalOID2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Drop = data
 		}
 	}
 	return it, nil
@@ -7103,6 +7754,13 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._Product(ctx, sel, obj)
+	case model.Drop:
+		return ec._Drop(ctx, sel, &obj)
+	case *model.Drop:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Drop(ctx, sel, obj)
 	case model.Cart:
 		return ec._Cart(ctx, sel, &obj)
 	case *model.Cart:
@@ -7295,6 +7953,108 @@ func (ec *executionContext) _CommitPayload(ctx context.Context, sel ast.Selectio
 	return out
 }
 
+var dropImplementors = []string{"Drop", "Node"}
+
+func (ec *executionContext) _Drop(ctx context.Context, sel ast.SelectionSet, obj *model.Drop) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, dropImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Drop")
+		case "id":
+			out.Values[i] = ec._Drop_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "dropId":
+			out.Values[i] = ec._Drop_dropId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "name":
+			out.Values[i] = ec._Drop_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "maxPerUser":
+			out.Values[i] = ec._Drop_maxPerUser(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "saleStartsAt":
+			out.Values[i] = ec._Drop_saleStartsAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "saleEndsAt":
+			out.Values[i] = ec._Drop_saleEndsAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "products":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Drop_products(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var dropPayloadImplementors = []string{"DropPayload"}
+
+func (ec *executionContext) _DropPayload(ctx context.Context, sel ast.SelectionSet, obj *model.DropPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, dropPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DropPayload")
+		case "drop":
+			out.Values[i] = ec._DropPayload_drop(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "userErrors":
+			out.Values[i] = ec._DropPayload_userErrors(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var moneyImplementors = []string{"Money"}
 
 func (ec *executionContext) _Money(ctx context.Context, sel ast.SelectionSet, obj *model.Money) graphql.Marshaler {
@@ -7411,6 +8171,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "createProduct":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createProduct(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createDrop":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createDrop(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -7559,6 +8326,12 @@ func (ec *executionContext) _Product(ctx context.Context, sel ast.SelectionSet, 
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Product_stock(ctx, field, obj)
+				})
+		case "drop":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Product_drop(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -7751,6 +8524,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_cart(ctx, field)
+				})
+		case "drop":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_drop(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -8694,9 +9473,22 @@ func (ec *executionContext) marshalNCommitPayload2ᚖgithubᚗcomᚋdroplineᚋd
 	return ec._CommitPayload(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNCreateDropInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCreateDropInput(ctx context.Context, v any) (model.CreateDropInput, error) {
+	res, err := ec.unmarshalInputCreateDropInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCreateProductInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCreateProductInput(ctx context.Context, v any) (model.CreateProductInput, error) {
 	res, err := ec.unmarshalInputCreateProductInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNDropPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDropPayload(ctx context.Context, sel ast.SelectionSet, v *model.DropPayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DropPayload!")
+		return graphql.Null
+	}
+	return ec._DropPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNErrorCode2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐErrorCode(ctx context.Context, v any) (model.ErrorCode, error) {
@@ -8805,6 +9597,22 @@ func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋdroplineᚋdropli
 		return graphql.Null
 	}
 	return ec._PageInfo(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNProduct2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐProductᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.Product) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNProduct2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐProduct(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) marshalNProduct2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐProduct(ctx context.Context, sel ast.SelectionSet, v *model.Product) graphql.Marshaler {
@@ -9236,6 +10044,31 @@ func (ec *executionContext) marshalOCart2ᚖgithubᚗcomᚋdroplineᚋdropline�
 		return graphql.Null
 	}
 	return ec._Cart(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalODrop2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrop(ctx context.Context, sel ast.SelectionSet, v *model.Drop) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Drop(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOID2ᚖstring(ctx context.Context, v any) (*string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := graphql.UnmarshalID(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOID2ᚖstring(ctx context.Context, sel ast.SelectionSet, v *string) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalID(*v)
+	return res
 }
 
 func (ec *executionContext) unmarshalOInt2ᚖint(ctx context.Context, v any) (*int, error) {

@@ -237,7 +237,7 @@ func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (reb
 		// hold (its reserve reached the ledger afterwards). Tell Redis what
 		// the ledger says: a hold it has is left alone, one it lacks is
 		// adopted if it still fits, else recorded as expired.
-		code, err := e.reconcileHold(ctx, PartitionOf(r.SKU), row)
+		code, err := e.reconcileHold(ctx, e.keys.PartitionOf(r.SKU), row)
 		if err != nil {
 			return false, r, err
 		}

@@ -16,7 +16,8 @@
 // # Key layout
 //
 // The keyspace is cut into Partitions (16) hash-tag partitions. A SKU belongs
-// to partition crc32(sku) % 16, and every key of that SKU carries the tag, so a
+// to partition crc32(sku) % 16, or, if it joined a drop, to its drop's,
+// crc32(drop) % 16 (see Drops); every key of that SKU carries the tag, so a
 // script touching them runs on one Redis Cluster slot:
 //
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
@@ -36,6 +37,7 @@
 //	dl:{pNN}:cart:<token>           hash   who st ctd dl exp lines idem fp rej: a cart, in its home partition
 //	dl:{pNN}:cartidem:<hash>        hash   first outcome of a cart's idempotency key (in the key's partition)
 //	dl:{pNN}:cartpending            zset   PENDING carts by deadline, HELD ones by expiry (ms), walked by the cart sweep
+//	dl:{p07}:drop:<id>              hash   max start end ver skus: a drop, in its own partition
 //	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with (as long as its record)
 //	dl:{pNN}:idemclaims             string until when (ms) new-looking claims are checked in Postgres
 //
@@ -84,8 +86,10 @@
 // Every key the caller can name is passed in KEYS, all of one partition and
 // so of one hash tag and one Cluster slot. A script derives a key from the
 // partition base only from data it has just read, through lib.lua's hold_key,
-// idem_key, sku_keys and wait_keys, and says so in its header. These do:
-// reserve.lua (the hold an idempotency record names), begin_commit.lua,
+// idem_key, sku_keys, wait_keys and drop_key, and says so in its header.
+// These do: reserve.lua (the hold an idempotency record names, and for a SKU
+// of a drop the drop's hash and its SKUs' stock and quota hashes),
+// begin_commit.lua,
 // release_hold.lua and extend_hold.lua (the stock hash, quota hash and
 // channel of the SKU of a hold the caller knows by token only, and for
 // release_hold.lua its waitlist), hydrate_sku.lua (the hash and idempotency
@@ -182,6 +186,23 @@
 // before answering, best effort (as a cancel does), so an extension survives
 // Redis losing its data unless that write failed too. Each call carries its
 // own id (xid), so a script the Redis client sends twice extends once.
+//
+// # Drops
+//
+// A drop groups SKUs under one per-person limit and one sale window, checked
+// by reserve.lua next to the SKU's own. The drop's count is the sum of the
+// buyer's entries in the quota hashes of the drop's SKUs, so it is always
+// what the SKUs say, through releases, sales and rebuilds alike; a SKU of
+// the drop Redis lacks is rebuilt before the sum is trusted. For that sum to
+// be one script on Redis Cluster, a drop's SKUs live in the drop's
+// partition. Keys.PartitionOf is the one place that says where a SKU lives;
+// the ledger is where it is written (products.drop_id, fixed at creation).
+// The engine places every drop's SKUs when it starts, and any SKU whose
+// product row it reads; a SKU it has not heard of is looked for in its own
+// partition, where nothing of it exists, so the caller rebuilds it, and
+// Rebuild reads the SKU's drop from the ledger before anything else, places
+// it and writes the drop's hash (apply_drop.lua, under the drop's version,
+// which rises as each SKU joins) before the SKU goes live.
 //
 // # Idempotency
 //

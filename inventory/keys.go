@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
+	"sync"
 )
 
 // Partitions is the number of hash-tag partitions the keyspace is cut into. A
@@ -18,22 +19,55 @@ const Partitions = 16
 type Keys struct {
 	prefix string
 	bases  *[Partitions]string // prefix + "{pNN}:", formatted once
+	// placed holds the partition of each SKU that does not live in its own
+	// (PartitionOf): the SKUs of a drop live in the drop's. Shared by every
+	// copy of this Keys; see Placement.
+	placed *sync.Map
 }
 
 // NewKeys returns the key builder for a prefix such as "dl:". The prefix must
 // not contain braces: the first {...} in a key is its hash tag.
 func NewKeys(prefix string) Keys {
-	k := Keys{prefix: prefix, bases: new([Partitions]string)}
+	k := Keys{prefix: prefix, bases: new([Partitions]string), placed: new(sync.Map)}
 	for p := range k.bases {
 		k.bases[p] = fmt.Sprintf("%s{p%02d}:", prefix, p)
 	}
 	return k
 }
 
-// PartitionOf returns the partition of a SKU.
+// PartitionOf returns the partition of a SKU of its own, in no drop:
+// crc32(sku) % 16. Keys.PartitionOf is where a SKU's keys really live.
 func PartitionOf(sku string) int {
 	return int(crc32.ChecksumIEEE([]byte(sku)) % Partitions)
 }
+
+// DropPartition is the partition of a drop, and of every SKU in it.
+func DropPartition(drop string) int { return PartitionOf(drop) }
+
+// PartitionOf returns the partition a SKU's keys live in: its drop's when
+// this Keys has been told of it (place), else its own. A SKU's partition is
+// fixed when it is created, so what is placed is never wrong later. A SKU
+// not yet placed here (another instance created it in a drop a moment ago)
+// is looked for in its own partition and found missing there: every path
+// then rebuilds it from the ledger, which places it first (see Placement in
+// doc.go), so no key of it is ever written in the wrong partition.
+func (k Keys) PartitionOf(sku string) int {
+	if p, ok := k.placed.Load(sku); ok {
+		return p.(int)
+	}
+	return PartitionOf(sku)
+}
+
+// place records that sku belongs to drop ("" for none).
+func (k Keys) place(sku, drop string) {
+	if drop != "" {
+		k.placed.Store(sku, DropPartition(drop))
+	}
+}
+
+// Drop is the hash of a drop as reserve.lua reads it (max start end ver skus),
+// in the drop's partition.
+func (k Keys) Drop(drop string) string { return k.Base(DropPartition(drop)) + "drop:" + drop }
 
 // Base is the common start of every key of partition p: prefix + "{pNN}:".
 // A script receives it only to derive keys from data it has just read (the
@@ -45,7 +79,7 @@ func (k Keys) Base(p int) string {
 }
 
 // SKU is the stock hash of a SKU.
-func (k Keys) SKU(sku string) string { return k.skuIn(PartitionOf(sku), sku) }
+func (k Keys) SKU(sku string) string { return k.skuIn(k.PartitionOf(sku), sku) }
 
 func (k Keys) skuIn(p int, sku string) string { return k.Base(p) + "sku:" + sku }
 
@@ -55,23 +89,23 @@ func (k Keys) Hold(p int, token string) string { return k.Base(p) + "hold:" + to
 // Quota is the hash of a SKU's per-principal quota counts (field: principal,
 // value: units held or bought). One hash per SKU, so a rebuild replaces every
 // count of the SKU at once and no count outlives the life it was made in.
-func (k Keys) Quota(sku string) string { return k.quotaIn(PartitionOf(sku), sku) }
+func (k Keys) Quota(sku string) string { return k.quotaIn(k.PartitionOf(sku), sku) }
 
 func (k Keys) quotaIn(p int, sku string) string { return k.Base(p) + "quota:" + sku }
 
 // Rebuild is the hash of a SKU's rebuild under way (gen: its generation,
 // next: the chunks written), checked by every chunk and by the publish step.
-func (k Keys) Rebuild(sku string) string { return k.Base(PartitionOf(sku)) + "rebuild:" + sku }
+func (k Keys) Rebuild(sku string) string { return k.Base(k.PartitionOf(sku)) + "rebuild:" + sku }
 
 // RebuildQuota is the quota hash a rebuild stages; publishing renames it onto
 // Quota.
 func (k Keys) RebuildQuota(sku string) string {
-	return k.Base(PartitionOf(sku)) + "rebuild:" + sku + ":quota"
+	return k.Base(k.PartitionOf(sku)) + "rebuild:" + sku + ":quota"
 }
 
 // Idempotency is the record of a reserve's first outcome, in the SKU's partition.
 func (k Keys) Idempotency(sku, idemHash string) string {
-	return k.idempotencyIn(PartitionOf(sku), idemHash)
+	return k.idempotencyIn(k.PartitionOf(sku), idemHash)
 }
 
 func (k Keys) idempotencyIn(p int, idemHash string) string { return k.Base(p) + "idem:" + idemHash }
@@ -109,7 +143,7 @@ func (k Keys) Outbox(p int) string { return k.Base(p) + "outbox" }
 func (k Keys) DeadLetters(p int) string { return k.Outbox(p) + ":dead" }
 
 // Channel is the sharded pub/sub channel announcing a SKU's stock.
-func (k Keys) Channel(sku string) string { return k.channelIn(PartitionOf(sku), sku) }
+func (k Keys) Channel(sku string) string { return k.channelIn(k.PartitionOf(sku), sku) }
 
 func (k Keys) channelIn(p int, sku string) string { return k.Base(p) + "avail:" + sku }
 
@@ -138,7 +172,7 @@ func (k Keys) CartsPending(p int) string { return k.Base(p) + "cartpending" }
 // idempotency hash idemHash ("" when the call has none: the record key is
 // then a placeholder that is never written).
 func (k Keys) ReserveKeys(sku, token, idemHash string) []string {
-	p := PartitionOf(sku)
+	p := k.PartitionOf(sku)
 	return []string{k.skuIn(p, sku), k.Hold(p, token), k.quotaIn(p, sku), k.idempotencyIn(p, idemHash),
 		k.Expiry(p), k.Outbox(p), k.channelIn(p, sku)}
 }
@@ -206,7 +240,7 @@ func (k Keys) stageRebuildKeys(sku string) []string {
 
 // hydrateKeys is hydrate_sku.lua's KEYS.
 func (k Keys) hydrateKeys(sku string) []string {
-	p := PartitionOf(sku)
+	p := k.PartitionOf(sku)
 	return append(k.stageRebuildKeys(sku), k.Expiry(p), k.Outbox(p))
 }
 

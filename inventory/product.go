@@ -29,6 +29,8 @@ type Product struct {
 	Version      int64
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// Drop is the drop the product belongs to ("" for none).
+	Drop string
 }
 
 // ProductInput creates a product.
@@ -40,6 +42,10 @@ type ProductInput struct {
 	MaxPerUser   int // 0: no limit
 	SaleStartsAt *time.Time
 	SaleEndsAt   *time.Time
+	// Drop, when set, makes the product one SKU of that drop (which must
+	// exist): the drop's limit and sale window apply to it as well as its
+	// own, and its keys live in the drop's partition. It is set for good.
+	Drop string
 }
 
 // ProductUpdate changes a product; nil fields stay as they are. A pointer to 0
@@ -61,11 +67,14 @@ const maxStock = db.MaxTotal
 // MaxStock is the largest total a product may reach.
 const MaxStock = maxStock
 
-func productFrom(p db.Product) Product {
+// productFrom is a ledger row as callers see it. Every product row the
+// engine reads also tells its key builder where the SKU's keys live.
+func (e *Engine) productFrom(p db.Product) Product {
+	e.keys.place(p.SKU, p.DropID)
 	return Product{
 		SKU: p.SKU, Name: p.Name, Price: Money{Amount: p.PriceAmount, Currency: p.PriceCurrency},
 		MaxPerUser: p.MaxPerUser, SaleStartsAt: utcPtr(p.SaleStartsAt), SaleEndsAt: utcPtr(p.SaleEndsAt),
-		Version: p.Version, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+		Version: p.Version, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(), Drop: p.DropID,
 	}
 }
 
@@ -118,12 +127,21 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 	if in.MaxPerUser < 0 {
 		return Product{}, &InvalidInputError{Field: "maxPerUser", Reason: "must be positive"}
 	}
+	if in.Drop != "" && !ValidSKU(in.Drop) {
+		return Product{}, &InvalidInputError{Field: "drop", Reason: "must be 1-64 characters of A-Z a-z 0-9 . _ -"}
+	}
 	row, err := e.ledger.CreateProduct(ctx, db.Product{
 		SKU: in.SKU, Name: in.Name, PriceAmount: in.Price.Amount, PriceCurrency: in.Price.Currency,
 		Total: in.Stock, MaxPerUser: in.MaxPerUser, SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt,
+		DropID: in.Drop,
 	})
-	if errors.Is(err, db.ErrExists) {
+	switch {
+	case errors.Is(err, db.ErrExists):
 		return Product{}, &InvalidInputError{Field: "sku", Reason: "a product with this SKU exists"}
+	case in.Drop != "" && errors.Is(err, db.ErrNotFound):
+		return Product{}, &NotFoundError{Kind: "drop", Key: in.Drop, Field: "drop"}
+	case errors.Is(err, db.ErrDropFull):
+		return Product{}, &InvalidInputError{Field: "drop", Reason: fmt.Sprintf("a drop has at most %d SKUs", db.MaxDropSKUs)}
 	}
 	if err != nil {
 		return Product{}, ledgerError("creating product", in.SKU, err)
@@ -135,7 +153,7 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 	} else {
 		e.markInRedis(ctx, row)
 	}
-	return productFrom(row), nil
+	return e.productFrom(row), nil
 }
 
 // UpdateProduct changes a product's name, price, limit or sale window.
@@ -169,7 +187,7 @@ func (e *Engine) UpdateProduct(ctx context.Context, p Principal, sku string, u P
 	if err != nil {
 		return Product{}, ledgerError("updating product", sku, err)
 	}
-	return productFrom(row), e.applyProduct(ctx, row)
+	return e.productFrom(row), e.applyProduct(ctx, row)
 }
 
 // Restock adds units to a product's total. Admins only. eventID is required:
@@ -202,7 +220,7 @@ func (e *Engine) Restock(ctx context.Context, p Principal, sku string, quantity 
 	case err != nil:
 		return Product{}, ledgerError("restocking", sku, err)
 	}
-	return productFrom(row), e.applyProduct(ctx, row)
+	return e.productFrom(row), e.applyProduct(ctx, row)
 }
 
 // validEventID accepts what a client may use to name a restock.
@@ -227,7 +245,7 @@ func (e *Engine) Product(ctx context.Context, sku string) (Product, error) {
 	if err != nil {
 		return Product{}, ledgerError("reading product", sku, err)
 	}
-	return productFrom(row), nil
+	return e.productFrom(row), nil
 }
 
 // Products lists the catalogue by SKU, after the given SKU.
@@ -238,7 +256,7 @@ func (e *Engine) Products(ctx context.Context, afterSKU string, limit int) ([]Pr
 	}
 	out := make([]Product, len(rows))
 	for i, r := range rows {
-		out[i] = productFrom(r)
+		out[i] = e.productFrom(r)
 	}
 	return out, nil
 }
@@ -255,6 +273,7 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 // applyProductResult is applyProduct, also saying whether Redis changed
 // (false when Redis had this version or a newer one already).
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
+	e.keys.place(row.SKU, row.DropID)
 	r, err := e.run(ctx, lua.ApplyProduct, e.keys.applyProductKeys(row.SKU), row.SKU, row.Version, row.Total, row.MaxPerUser,
 		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt), e.keys.Base(PartitionOf(row.SKU)), newNonce())
 	if err != nil {
@@ -297,7 +316,8 @@ func (e *Engine) ReapplyProducts(ctx context.Context, partition, limit int) (int
 	}
 	applied := 0
 	for _, row := range rows {
-		if PartitionOf(row.SKU) != partition {
+		e.keys.place(row.SKU, row.DropID)
+		if e.keys.PartitionOf(row.SKU) != partition {
 			continue
 		}
 		changed, err := e.applyProductResult(ctx, row)
@@ -354,7 +374,7 @@ func (e *Engine) ProductsBySKU(ctx context.Context, skus []string) ([]*Product, 
 	}
 	bySKU := make(map[string]Product, len(rows))
 	for _, r := range rows {
-		bySKU[r.SKU] = productFrom(r)
+		bySKU[r.SKU] = e.productFrom(r)
 	}
 	out := make([]*Product, len(skus))
 	for i, s := range skus {

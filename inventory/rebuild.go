@@ -82,6 +82,23 @@ type rebuildStats struct {
 }
 
 func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
+	// Where the SKU's keys live, and its drop, come from the ledger first: a
+	// SKU another instance put in a drop is placed here before any key of
+	// it is read or written, and its drop's copy in Redis is brought up to
+	// date before the SKU can go live (or when Redis lost only the drop).
+	drop, err := e.ledger.ProductDrop(ctx, sku)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return productNotFound(sku)
+	case err != nil:
+		return unavailable("rebuilding "+sku, err)
+	}
+	e.keys.place(sku, drop)
+	if drop != "" {
+		if err := e.applyDrop(ctx, drop); err != nil {
+			return err
+		}
+	}
 	if n, err := e.rdb.Exists(ctx, e.keys.SKU(sku)).Result(); err != nil {
 		return unavailable("rebuilding "+sku, err)
 	} else if n == 1 {
@@ -89,7 +106,7 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	}
 	start := time.Now()
 	var st rebuildStats
-	err := e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, e.cfg.IdempotencyTTL, func(s *db.Snapshot) error {
+	err = e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, e.cfg.IdempotencyTTL, func(s *db.Snapshot) error {
 		return e.hydrate(ctx, s, &st)
 	})
 	switch {
@@ -141,7 +158,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		return unavailable("reading Redis time", err)
 	}
 	c := chunker{e: e, keys: e.keys.hydrateKeys(p.SKU), st: st, head: []any{
-		e.keys.Base(PartitionOf(p.SKU)), p.SKU, gen, 0,
+		e.keys.Base(e.keys.PartitionOf(p.SKU)), p.SKU, gen, 0,
 		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), stagingTTL,
 	}, quota: map[string]int{}}
 	room, held := p.Total-p.Sold, 0
@@ -190,7 +207,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		return err
 	}
 	r, err = e.run(ctx, lua.PublishSKU, e.keys.publishKeys(p.SKU), p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
-		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(PartitionOf(p.SKU)), newNonce())
+		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(e.keys.PartitionOf(p.SKU)), newNonce(), p.DropID)
 	if err != nil {
 		return err
 	}

@@ -85,15 +85,25 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 			return Reservation{}, err
 		}
 	}
-	partition := PartitionOf(req.SKU)
-	token := newToken(partition)
-	keys := e.keys.ReserveKeys(req.SKU, token, idem)
-	args := []any{
-		e.keys.Base(partition), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem,
-		int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity, e.cfg.MaxHold.Milliseconds(),
-		int64(e.cfg.RejectionTTL.Seconds()),
+	var keys []string
+	var args []any
+	prepare := func() {
+		// The SKU's partition is known once it has been rebuilt here, if
+		// it belongs to a drop this process had not heard of.
+		partition := e.keys.PartitionOf(req.SKU)
+		token := newToken(partition)
+		keys = e.keys.ReserveKeys(req.SKU, token, idem)
+		args = []any{
+			e.keys.Base(partition), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem,
+			int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity, e.cfg.MaxHold.Milliseconds(),
+			int64(e.cfg.RejectionTTL.Seconds()),
+		}
 	}
-	for attempt := 0; ; attempt++ {
+	prepare()
+	// A SKU of a drop may need the drop's other SKUs rebuilt too: each at
+	// most once per call.
+	rebuilt := map[string]bool{}
+	for {
 		res, err := e.runReplicated(ctx, lua.Reserve, keys, args...)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
@@ -109,12 +119,15 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 			}
 			return res.hold().reservation(), nil
 		case codeNeedsHydration:
-			if attempt > 0 {
-				return Reservation{}, fmt.Errorf("reserving %s: SKU still missing after rebuild", req.SKU)
+			missing := res.missingSKU()
+			if rebuilt[missing] {
+				return Reservation{}, fmt.Errorf("reserving %s: SKU %s still missing after rebuild", req.SKU, missing)
 			}
-			if err := e.Rebuild(ctx, req.SKU); err != nil {
+			rebuilt[missing] = true
+			if err := e.Rebuild(ctx, missing); err != nil {
 				return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 			}
+			prepare()
 			continue
 		default:
 			if err := res.rejection(); err != nil {

@@ -131,7 +131,7 @@ func (h *Hub) reconcile(ctx context.Context, shards *[inventory.Partitions]*shar
 	var want [inventory.Partitions]map[string]struct{}
 	h.mu.Lock()
 	for _, f := range h.feeds {
-		p := inventory.PartitionOf(f.sku)
+		p := h.keys.PartitionOf(f.sku)
 		if want[p] == nil {
 			want[p] = map[string]struct{}{}
 		}

@@ -32,6 +32,12 @@ local function sku_keys(base, sku)
   return { sku = base .. 'sku:' .. sku, quota = base .. 'quota:' .. sku, channel = base .. 'avail:' .. sku }
 end
 
+-- drop_key is the hash of a drop (max start end ver skus); a drop's SKUs
+-- share its partition, so it carries their hash tag.
+local function drop_key(base, drop)
+  return base .. 'drop:' .. drop
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -36,6 +36,8 @@ const (
 	HydrateSKU   = "hydrate_sku"
 	PublishSKU   = "publish_sku"
 	ApplyProduct = "apply_product"
+	// ApplyDrop writes a drop's settings and SKU list, version-guarded.
+	ApplyDrop = "apply_drop"
 	DueHolds     = "due_holds"
 	// ReconcileHold tells Redis what the ledger says of one hold.
 	ReconcileHold = "reconcile_hold"
@@ -74,7 +76,7 @@ const (
 )
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
-var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, DueHolds,
+var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, ApplyDrop, DueHolds,
 	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart}
 
 // Leases lists the worker group's lease scripts.

@@ -7,8 +7,10 @@
 -- KEYS[5]  {p}expiry             HELD tokens by expiry (ms)
 -- KEYS[6]  {p}outbox             the partition's event stream
 -- KEYS[7]  {p}avail:<sku>        the SKU's announce channel
--- ARGV[1]  partition base, for the one key derived here (e.g. "dl:{p07}:"): the hold an
---          idempotency record names (read from KEYS[4], so the caller cannot know it)
+-- ARGV[1]  partition base, for the keys derived here (e.g. "dl:{p07}:"): the hold an
+--          idempotency record names (read from KEYS[4], so the caller cannot know it); and
+--          for a SKU of a drop (its stock hash names the drop), the drop's hash and the stock
+--          and quota hashes of each of the drop's SKUs (at most 100, listed in the drop's hash)
 -- ARGV[2]  sku          ARGV[3] principal   ARGV[4] quantity   ARGV[5] hold milliseconds
 -- ARGV[6]  token        ARGV[7] request fingerprint ("" when the call has no idempotency key)
 -- ARGV[8]  idempotency hash ("" when none)   ARGV[9] idempotency TTL seconds
@@ -17,9 +19,15 @@
 --
 -- The new hold carries the SKU's generation (see sku_gen in lib.lua).
 --
+-- A SKU of a drop is also held to its drop's sale window and per-person
+-- limit: the units the principal holds or bought of every SKU of the drop are
+-- summed from their quota hashes, so the drop's count needs no state of its
+-- own and is right whatever released, sold or rebuilt any of them.
+--
 -- Returns hold_reply('OK', ...) on success or replay, or a rejection
 -- {code, a, b, replayed}: INVALID_INPUT {field, reason}, IDEMPOTENCY_KEY_REUSED,
--- NEEDS_HYDRATION (the SKU is not in Redis: rebuild it from Postgres and retry),
+-- NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop itself, is not in
+-- Redis: rebuild the SKU named from Postgres, which brings its drop too, and retry),
 -- SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
 -- OUT_OF_STOCK {available}.
 --
@@ -88,7 +96,7 @@ end
 
 -- 3. The product must be loaded. It is not cached as a rejection: the caller
 -- rebuilds the SKU from Postgres and calls again.
-local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen')
+local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop')
 if not s[5] then
   return { 'NEEDS_HYDRATION', sku, '', 0 }
 end
@@ -105,6 +113,36 @@ end
 local already = tonumber(redis.call('HGET', quota, who) or '0')
 if max > 0 and already + qty > max then
   return reject('QUOTA_EXCEEDED', max, already)
+end
+
+-- 5b. The drop's window and limit, across every SKU of the drop.
+if s[6] and s[6] ~= '' then
+  local d = redis.call('HMGET', drop_key(base, s[6]), 'max', 'start', 'end', 'skus')
+  if not d[4] then
+    return { 'NEEDS_HYDRATION', sku, '', 0 }
+  end
+  local dstart, dend = tonumber(d[2]), tonumber(d[3])
+  if (dstart > 0 and now < dstart) or (dend > 0 and now >= dend) then
+    return reject('SALE_NOT_ACTIVE', dstart, dend)
+  end
+  local held, listed = 0, false
+  for other in string.gmatch(d[4], '%S+') do
+    local k = sku_keys(base, other)
+    if other == sku then
+      listed = true
+    elseif not sku_gen(k.sku) then
+      -- Its count would be missing: have it rebuilt first.
+      return { 'NEEDS_HYDRATION', other, '', 0 }
+    end
+    held = held + tonumber(redis.call('HGET', k.quota, who) or '0')
+  end
+  if not listed then
+    -- The drop's copy is older than this SKU: its rebuild brings it up to date.
+    return { 'NEEDS_HYDRATION', sku, '', 0 }
+  end
+  if held + qty > tonumber(d[1]) then
+    return reject('QUOTA_EXCEEDED', d[1], held)
+  end
 end
 
 -- 6. Stock.

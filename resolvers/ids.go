@@ -17,6 +17,7 @@ const (
 	typeReservation = "Reservation"
 	typeStock       = "Stock"
 	typeCart        = "Cart"
+	typeDrop        = "Drop"
 )
 
 func globalID(typ, key string) string {

@@ -16,6 +16,7 @@ import (
 type loaders struct {
 	stock   *dataloadgen.Loader[string, *inventory.Stock]
 	product *dataloadgen.Loader[string, *inventory.Product]
+	drop    *dataloadgen.Loader[string, *inventory.Drop]
 }
 
 type loadersKey struct{}
@@ -45,6 +46,21 @@ func withLoaders(ctx context.Context, e *inventory.Engine) context.Context {
 					continue
 				}
 				out[i] = &p
+			}
+			return out, errs
+		}, dataloadgen.WithWait(loaderWait)),
+		// Drops are few: this loader de-duplicates (a page of one drop's
+		// products reads it once).
+		drop: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]*inventory.Drop, []error) {
+			out := make([]*inventory.Drop, len(ids))
+			errs := make([]error, len(ids))
+			for i, id := range ids {
+				d, err := e.Drop(ctx, id)
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				out[i] = &d
 			}
 			return out, errs
 		}, dataloadgen.WithWait(loaderWait)),

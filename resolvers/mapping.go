@@ -18,7 +18,15 @@ func productModel(p inventory.Product) *model.Product {
 		n := p.MaxPerUser
 		out.MaxPerUser = &n
 	}
+	out.DropID = p.Drop
 	return out
+}
+
+func dropModel(d inventory.Drop) *model.Drop {
+	return &model.Drop{
+		ID: globalID(typeDrop, d.ID), DropID: d.ID, Name: d.Name, MaxPerUser: d.MaxPerUser,
+		SaleStartsAt: d.SaleStartsAt, SaleEndsAt: d.SaleEndsAt,
+	}
 }
 
 func stockModel(s inventory.Stock) *model.Stock {

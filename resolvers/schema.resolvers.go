@@ -15,6 +15,25 @@ import (
 	"github.com/dropline/dropline/inventory"
 )
 
+// Products is the resolver for the products field.
+func (r *dropResolver) Products(ctx context.Context, obj *model.Drop) ([]*model.Product, error) {
+	d, err := loadersFrom(ctx).drop.Load(ctx, obj.DropID)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	list, err := r.deps.engine.ProductsBySKU(ctx, d.SKUs)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	out := make([]*model.Product, 0, len(list))
+	for _, p := range list {
+		if p != nil {
+			out = append(out, productModel(*p))
+		}
+	}
+	return out, nil
+}
+
 // Reserve is the resolver for the reserve field.
 func (r *mutationResolver) Reserve(ctx context.Context, input model.ReserveInput) (*model.ReservePayload, error) {
 	out := &model.ReservePayload{UserErrors: []*model.UserError{}}
@@ -119,12 +138,32 @@ func (r *mutationResolver) CreateProduct(ctx context.Context, input model.Create
 	}
 	in := inventory.ProductInput{
 		SKU: input.Sku, Name: input.Name, Stock: input.Stock, MaxPerUser: deref(input.MaxPerUser),
-		SaleStartsAt: input.SaleStartsAt, SaleEndsAt: input.SaleEndsAt,
+		SaleStartsAt: input.SaleStartsAt, SaleEndsAt: input.SaleEndsAt, Drop: deref(input.Drop),
 	}
 	if m := moneyInput(input.Price); m != nil {
 		in.Price = *m
 	}
 	return productResult(r.deps.engine.CreateProduct(ctx, p, in))
+}
+
+// CreateDrop is the resolver for the createDrop field.
+func (r *mutationResolver) CreateDrop(ctx context.Context, input model.CreateDropInput) (*model.DropPayload, error) {
+	p, refused := r.deps.mutationCaller(ctx)
+	if refused != nil {
+		return &model.DropPayload{UserErrors: []*model.UserError{refused}}, nil
+	}
+	d, err := r.deps.engine.CreateDrop(ctx, p, inventory.DropInput{
+		ID: input.ID, Name: input.Name, MaxPerUser: input.MaxPerUser,
+		SaleStartsAt: input.SaleStartsAt, SaleEndsAt: input.SaleEndsAt,
+	})
+	if err != nil {
+		ue, err := userError(err)
+		if err != nil {
+			return nil, err
+		}
+		return &model.DropPayload{UserErrors: []*model.UserError{ue}}, nil
+	}
+	return &model.DropPayload{Drop: dropModel(d), UserErrors: []*model.UserError{}}, nil
 }
 
 // UpdateProduct is the resolver for the updateProduct field.
@@ -192,6 +231,18 @@ func (r *productResolver) Stock(ctx context.Context, obj *model.Product) (*model
 	return stockModel(*s), nil
 }
 
+// Drop is the resolver for the drop field.
+func (r *productResolver) Drop(ctx context.Context, obj *model.Product) (*model.Drop, error) {
+	if obj.DropID == "" {
+		return nil, nil
+	}
+	d, err := loadersFrom(ctx).drop.Load(ctx, obj.DropID)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	return dropModel(*d), nil
+}
+
 // Node is the resolver for the node field.
 func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error) {
 	typ, key, ok := parseGlobalID(id)
@@ -214,6 +265,12 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 			return nil, queryError(err)
 		}
 		return stockModel(s), nil
+	case typeDrop:
+		d, err := r.Query().Drop(ctx, key)
+		if d == nil || err != nil {
+			return nil, err
+		}
+		return d, nil
 	case typeReservation:
 		res, err := r.Query().Reservation(ctx, key)
 		if res == nil || err != nil {
@@ -373,6 +430,18 @@ func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, er
 	}
 }
 
+// Drop is the resolver for the drop field.
+func (r *queryResolver) Drop(ctx context.Context, id string) (*model.Drop, error) {
+	d, err := loadersFrom(ctx).drop.Load(ctx, id)
+	if errors.Is(err, inventory.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, queryError(err)
+	}
+	return dropModel(*d), nil
+}
+
 // Product is the resolver for the product field.
 func (r *reservationResolver) Product(ctx context.Context, obj *model.Reservation) (*model.Product, error) {
 	p, err := loadersFrom(ctx).product.Load(ctx, obj.Sku)
@@ -397,6 +466,9 @@ func (r *subscriptionResolver) WaitlistChanged(ctx context.Context, sku string) 
 	return r.deps.waitlistChanged(ctx, sku)
 }
 
+// Drop returns graph.DropResolver implementation.
+func (r *Resolver) Drop() graph.DropResolver { return &dropResolver{r} }
+
 // Mutation returns graph.MutationResolver implementation.
 func (r *Resolver) Mutation() graph.MutationResolver { return &mutationResolver{r} }
 
@@ -413,6 +485,7 @@ func (r *Resolver) Reservation() graph.ReservationResolver { return &reservation
 func (r *Resolver) Subscription() graph.SubscriptionResolver { return &subscriptionResolver{r} }
 
 type (
+	dropResolver         struct{ *Resolver }
 	mutationResolver     struct{ *Resolver }
 	productResolver      struct{ *Resolver }
 	queryResolver        struct{ *Resolver }

@@ -227,7 +227,7 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 		g.SetLimit(w.cfg.Concurrency)
 		var mu sync.Mutex
 		for _, prod := range page {
-			if !lost[inventory.PartitionOf(prod.SKU)] {
+			if !lost[w.engine.Keys().PartitionOf(prod.SKU)] {
 				continue
 			}
 			sku := prod.SKU
@@ -242,7 +242,7 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 						n++
 					}
 				case ctx.Err() == nil:
-					failed[inventory.PartitionOf(sku)] = true
+					failed[w.engine.Keys().PartitionOf(sku)] = true
 					w.failures.Inc()
 					w.log.Error().Err(err).Str("sku", sku).Msg("rebuilding a SKU failed; the others go on")
 				}

@@ -72,6 +72,16 @@ type CommitPayload struct {
 	UserErrors  []*UserError `json:"userErrors"`
 }
 
+type CreateDropInput struct {
+	// 1-64 of A-Z a-z 0-9 . _ -
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Most units one principal may hold or buy across the drop's SKUs; at least 1.
+	MaxPerUser   int        `json:"maxPerUser"`
+	SaleStartsAt *time.Time `json:"saleStartsAt,omitempty"`
+	SaleEndsAt   *time.Time `json:"saleEndsAt,omitempty"`
+}
+
 type CreateProductInput struct {
 	Sku          string      `json:"sku"`
 	Name         string      `json:"name"`
@@ -80,6 +90,37 @@ type CreateProductInput struct {
 	MaxPerUser   *int        `json:"maxPerUser,omitempty"`
 	SaleStartsAt *time.Time  `json:"saleStartsAt,omitempty"`
 	SaleEndsAt   *time.Time  `json:"saleEndsAt,omitempty"`
+	// The drop (its `dropId`) this SKU joins, for good: the drop's limit and sale window
+	// apply on top of the SKU's own. NOT_FOUND when there is no such drop; a drop has
+	// at most 100 SKUs.
+	Drop *string `json:"drop,omitempty"`
+}
+
+// Several SKUs sold together under one per-person limit and one sale window, e.g.
+// the sizes of one sneaker with "one pair per person". A SKU joins a drop when it
+// is created (`CreateProductInput.drop`) and stays in it.
+type Drop struct {
+	ID string `json:"id"`
+	// The drop's own id, as given to createDrop.
+	DropID string `json:"dropId"`
+	Name   string `json:"name"`
+	// Most units one principal may hold or buy across all of the drop's SKUs
+	// together, checked in the same atomic step as the stock (QUOTA_EXCEEDED).
+	MaxPerUser int `json:"maxPerUser"`
+	// Before it, no SKU of the drop can be reserved (SALE_NOT_ACTIVE).
+	SaleStartsAt *time.Time `json:"saleStartsAt,omitempty"`
+	// From it on, no SKU of the drop can be reserved (SALE_NOT_ACTIVE).
+	SaleEndsAt *time.Time `json:"saleEndsAt,omitempty"`
+	// The drop's SKUs, in SKU order.
+	Products []*Product `json:"products"`
+}
+
+func (Drop) IsNode()            {}
+func (this Drop) GetID() string { return this.ID }
+
+type DropPayload struct {
+	Drop       *Drop        `json:"drop,omitempty"`
+	UserErrors []*UserError `json:"userErrors"`
 }
 
 type ExtendCartInput struct {
@@ -138,6 +179,9 @@ type Product struct {
 	SaleEndsAt   *time.Time `json:"saleEndsAt,omitempty"`
 	// Live stock, read from Redis (one round trip per page of products).
 	Stock *Stock `json:"stock"`
+	// The drop this SKU belongs to, if any: its limit and sale window apply on top of the SKU's own.
+	Drop   *Drop  `json:"drop,omitempty"`
+	DropID string `json:"-"`
 }
 
 func (Product) IsNode()            {}

@@ -1,0 +1,112 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxDropSKUs bounds the SKUs of one drop: a reserve of a drop's SKU reads
+// the buyer's count of every SKU of the drop in one script.
+const MaxDropSKUs = 100
+
+// ErrDropFull means the drop has MaxDropSKUs SKUs already.
+var ErrDropFull = errors.New("the drop has the most SKUs a drop may have")
+
+// Drop groups SKUs under one per-person limit and one sale window.
+type Drop struct {
+	ID           string
+	Name         string
+	MaxPerUser   int
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+	// Version rises with every SKU that joins; Redis keeps the newest.
+	Version   int64
+	CreatedAt time.Time
+	// SKUs are the drop's products, in SKU order (filled by Drop).
+	SKUs []string
+}
+
+const dropColumns = `id, name, max_per_user, sale_starts_at, sale_ends_at, version, created_at`
+
+func scanDrop(row pgx.Row) (Drop, error) {
+	var d Drop
+	err := row.Scan(&d.ID, &d.Name, &d.MaxPerUser, &d.SaleStartsAt, &d.SaleEndsAt, &d.Version, &d.CreatedAt)
+	return d, interpret(err)
+}
+
+// CreateDrop inserts a drop without SKUs; ErrExists when the id is taken.
+func (l *Ledger) CreateDrop(ctx context.Context, d Drop) (Drop, error) {
+	out, err := scanDrop(l.pool.QueryRow(ctx, `
+		INSERT INTO drops (id, name, max_per_user, sale_starts_at, sale_ends_at)
+		VALUES ($1, $2, $3, $4, $5) RETURNING `+dropColumns,
+		d.ID, d.Name, d.MaxPerUser, d.SaleStartsAt, d.SaleEndsAt))
+	if err != nil {
+		return Drop{}, fmt.Errorf("creating drop %s: %w", d.ID, err)
+	}
+	out.SKUs = []string{}
+	return out, nil
+}
+
+// Drop returns a drop with its SKUs, read in one statement (one view of
+// the drop and its members); ErrNotFound when there is none.
+func (l *Ledger) Drop(ctx context.Context, id string) (Drop, error) {
+	var d Drop
+	err := l.pool.QueryRow(ctx, `SELECT `+dropColumns+`, coalesce(
+			(SELECT array_agg(sku ORDER BY sku) FROM products WHERE drop_id = $1), '{}')
+		FROM drops WHERE id = $1`, id).
+		Scan(&d.ID, &d.Name, &d.MaxPerUser, &d.SaleStartsAt, &d.SaleEndsAt, &d.Version, &d.CreatedAt, &d.SKUs)
+	if err != nil {
+		return Drop{}, fmt.Errorf("reading drop %s: %w", id, interpret(err))
+	}
+	return d, nil
+}
+
+// joinDrop locks a drop's row for a SKU joining it and raises its version,
+// so the drop's Redis copy is brought up to date with the new member.
+func joinDrop(ctx context.Context, tx pgx.Tx, id string) error {
+	var members int
+	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM products WHERE drop_id = $1)
+		FROM drops WHERE id = $1 FOR UPDATE`, id).Scan(&members)
+	if err != nil {
+		return fmt.Errorf("drop %s: %w", id, interpret(err))
+	}
+	if members >= MaxDropSKUs {
+		return ErrDropFull
+	}
+	_, err = tx.Exec(ctx, `UPDATE drops SET version = version + 1 WHERE id = $1`, id)
+	return interpret(err)
+}
+
+// DropMembers returns every SKU that belongs to a drop, with its drop: what
+// the engine needs to place their keys in their drops' partitions.
+func (l *Ledger) DropMembers(ctx context.Context) (map[string]string, error) {
+	rows, err := l.pool.Query(ctx, `SELECT sku, drop_id FROM products WHERE drop_id IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("listing drop members: %w", interpret(err))
+	}
+	out := map[string]string{}
+	var sku, drop string
+	_, err = pgx.ForEachRow(rows, []any{&sku, &drop}, func() error {
+		out[sku] = drop
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing drop members: %w", interpret(err))
+	}
+	return out, nil
+}
+
+// ProductDrop returns the drop a SKU belongs to ("" for none), or ErrNotFound
+// for an unknown SKU.
+func (l *Ledger) ProductDrop(ctx context.Context, sku string) (string, error) {
+	var drop string
+	err := l.pool.QueryRow(ctx, `SELECT coalesce(drop_id, '') FROM products WHERE sku = $1`, sku).Scan(&drop)
+	if err != nil {
+		return "", fmt.Errorf("reading the drop of %s: %w", sku, interpret(err))
+	}
+	return drop, nil
+}

@@ -1,0 +1,125 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// Drop groups SKUs (the sizes of one sneaker, say) under one per-person
+// limit and one sale window, on top of each SKU's own.
+type Drop struct {
+	ID   string
+	Name string
+	// MaxPerUser is the most units one principal may hold or buy across
+	// every SKU of the drop.
+	MaxPerUser   int
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+	CreatedAt    time.Time
+	// SKUs are the drop's products, in SKU order.
+	SKUs []string
+}
+
+// DropInput creates a drop.
+type DropInput struct {
+	ID           string
+	Name         string
+	MaxPerUser   int
+	SaleStartsAt *time.Time
+	SaleEndsAt   *time.Time
+}
+
+func dropFrom(d db.Drop) Drop {
+	return Drop{ID: d.ID, Name: d.Name, MaxPerUser: d.MaxPerUser, SaleStartsAt: utcPtr(d.SaleStartsAt),
+		SaleEndsAt: utcPtr(d.SaleEndsAt), CreatedAt: d.CreatedAt.UTC(), SKUs: d.SKUs}
+}
+
+// CreateDrop makes a drop, without SKUs: products join it when they are
+// created (ProductInput.Drop). Postgres first, then Redis. Admins only.
+func (e *Engine) CreateDrop(ctx context.Context, p Principal, in DropInput) (Drop, error) {
+	if err := requireAdmin(p); err != nil {
+		return Drop{}, err
+	}
+	if !ValidSKU(in.ID) {
+		return Drop{}, &InvalidInputError{Field: "id", Reason: "must be 1-64 characters of A-Z a-z 0-9 . _ -"}
+	}
+	if err := errors.Join(checkName(in.Name), checkWindow(in.SaleStartsAt, in.SaleEndsAt)); err != nil {
+		return Drop{}, firstInvalid(err)
+	}
+	if in.MaxPerUser < 1 || in.MaxPerUser > maxStock {
+		return Drop{}, &InvalidInputError{Field: "maxPerUser", Reason: fmt.Sprintf("must be between 1 and %d", maxStock)}
+	}
+	row, err := e.ledger.CreateDrop(ctx, db.Drop{ID: in.ID, Name: in.Name, MaxPerUser: in.MaxPerUser,
+		SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt})
+	if errors.Is(err, db.ErrExists) {
+		return Drop{}, &InvalidInputError{Field: "id", Reason: "a drop with this id exists"}
+	}
+	if err != nil {
+		return Drop{}, ledgerError("creating drop", in.ID, err)
+	}
+	if err := e.applyDrop(ctx, in.ID); err != nil {
+		// Postgres has the drop; the rebuild of its first SKU writes it.
+		e.log.Warn().Err(err).Str("drop", in.ID).Msg("drop created in Postgres, Redis not yet written")
+	}
+	return dropFrom(row), nil
+}
+
+// Drop returns a drop with its SKUs, from the ledger; *NotFoundError when
+// there is none.
+func (e *Engine) Drop(ctx context.Context, id string) (Drop, error) {
+	if !ValidSKU(id) {
+		return Drop{}, &NotFoundError{Kind: "drop", Key: id, Field: "id"}
+	}
+	row, err := e.ledger.Drop(ctx, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return Drop{}, &NotFoundError{Kind: "drop", Key: id, Field: "id"}
+	}
+	if err != nil {
+		return Drop{}, unavailable("reading drop", err)
+	}
+	for _, sku := range row.SKUs {
+		e.keys.place(sku, id)
+	}
+	return dropFrom(row), nil
+}
+
+// applyDrop writes the ledger's drop, with its SKUs, to Redis under its
+// version (apply_drop.lua): an older copy is replaced, a newer one kept.
+func (e *Engine) applyDrop(ctx context.Context, id string) error {
+	d, err := e.ledger.Drop(ctx, id)
+	if err != nil {
+		return unavailable("reading drop "+id, err)
+	}
+	for _, sku := range d.SKUs {
+		e.keys.place(sku, id)
+	}
+	r, err := e.run(ctx, lua.ApplyDrop, []string{e.keys.Drop(id)}, d.Version, d.MaxPerUser,
+		timeMs(d.SaleStartsAt), timeMs(d.SaleEndsAt), strings.Join(d.SKUs, " "))
+	if err != nil {
+		return fmt.Errorf("writing drop %s: %w", id, err)
+	}
+	if c := r.code(); c != codeOK && c != codeStale {
+		return fmt.Errorf("writing drop %s: unexpected script reply %q", id, c)
+	}
+	return nil
+}
+
+// placeDropMembers tells the key builder where every SKU of a drop lives,
+// from the ledger, when the engine starts. A SKU that joins a drop later is
+// placed by its rebuild (see Keys.PartitionOf).
+func (e *Engine) placeDropMembers(ctx context.Context) error {
+	members, err := e.ledger.DropMembers(ctx)
+	if err != nil {
+		return err
+	}
+	for sku, drop := range members {
+		e.keys.place(sku, drop)
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package inventory_test
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/inventory"
+)
+
+// dropWithSizes makes a drop of limit units per person and one SKU per size,
+// each with stock units.
+func (b *bundle) dropWithSizes(t *testing.T, drop string, limit, stock int, sizes ...string) []string {
+	t.Helper()
+	_, err := b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: drop, Name: "Drop " + drop, MaxPerUser: limit})
+	require.NoError(t, err)
+	skus := make([]string, len(sizes))
+	for i, size := range sizes {
+		skus[i] = drop + "-" + size
+		_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+			SKU: skus[i], Name: "Size " + size, Price: inventory.Money{Amount: 12000, Currency: "EUR"},
+			Stock: stock, Drop: drop,
+		})
+		require.NoError(t, err)
+	}
+	return skus
+}
+
+func TestDropLimitAcrossSizes(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		skus := b.dropWithSizes(t, "AJ1", 2, 5, "40", "41", "42")
+		for _, sku := range skus {
+			require.Equal(t, inventory.DropPartition("AJ1"), b.engine.Keys().PartitionOf(sku), "%s lives in its drop's partition", sku)
+			p, err := b.engine.Product(b.ctx, sku)
+			require.NoError(t, err)
+			require.Equal(t, "AJ1", p.Drop)
+		}
+		d, err := b.engine.Drop(b.ctx, "AJ1")
+		require.NoError(t, err)
+		require.Equal(t, skus, d.SKUs)
+		require.Equal(t, 2, d.MaxPerUser)
+
+		alice, bob := buyer(1), buyer(2)
+		h40, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
+		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[1], Quantity: 1})
+		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[2], Quantity: 1})
+		var quota *inventory.QuotaExceededError
+		require.ErrorAs(t, err, &quota)
+		require.Equal(t, inventory.QuotaExceededError{Limit: 2, Held: 2}, *quota, "one pair per person, across sizes")
+		_, err = b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: skus[2], Quantity: 2})
+		require.NoError(t, err, "the limit is per person")
+
+		// A cancel frees the count; a sale keeps it.
+		_, err = b.engine.Cancel(b.ctx, alice, h40.Token)
+		require.NoError(t, err)
+		h42, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[2], Quantity: 1})
+		require.NoError(t, err)
+		_, err = b.engine.Commit(b.ctx, alice, h42.Token)
+		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
+		require.ErrorAs(t, err, &quota)
+		require.Equal(t, 2, quota.Held)
+		for _, sku := range skus {
+			b.requireBalanced(t, sku)
+		}
+
+		// Lost with Redis, the drop's count comes back from the ledger.
+		b.drainOutbox(t)
+		b.wipe(t)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
+		require.ErrorAs(t, err, &quota, "after Redis lost everything")
+		require.Equal(t, inventory.QuotaExceededError{Limit: 2, Held: 2}, *quota)
+		_, err = b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: skus[1], Quantity: 1})
+		require.ErrorIs(t, err, inventory.ErrQuotaExceeded, "bob's hold of another size was restored and counts")
+		for _, sku := range skus {
+			b.requireBalanced(t, sku)
+		}
+	})
+}
+
+// The drop's window applies to every SKU of the drop, whatever the SKU's own.
+func TestDropWindowAppliesToEverySize(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		start := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		_, err := b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: "LATER", Name: "Later", MaxPerUser: 1, SaleStartsAt: &start})
+		require.NoError(t, err)
+		_, err = b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+			SKU: "LATER-43", Name: "43", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 3, Drop: "LATER"})
+		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "LATER-43", Quantity: 1})
+		var window *inventory.SaleNotActiveError
+		require.ErrorAs(t, err, &window)
+		require.Equal(t, start, *window.StartsAt)
+
+		_, err = b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+			SKU: "NO-DROP", Name: "x", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 3, Drop: "MISSING"})
+		var nf *inventory.NotFoundError
+		require.ErrorAs(t, err, &nf)
+		require.Equal(t, inventory.NotFoundError{Kind: "drop", Key: "MISSING", Field: "drop"}, *nf)
+		_, err = b.engine.Product(b.ctx, "NO-DROP")
+		require.ErrorIs(t, err, inventory.ErrNotFound, "nothing was created")
+		_, err = b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: "LATER", Name: "Again", MaxPerUser: 1})
+		require.ErrorIs(t, err, inventory.ErrInvalidInput)
+		_, err = b.engine.CreateDrop(b.ctx, buyer(1), inventory.DropInput{ID: "MINE", Name: "x", MaxPerUser: 1})
+		require.ErrorIs(t, err, inventory.ErrForbidden)
+		_, err = b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: "ZERO", Name: "x", MaxPerUser: 0})
+		require.ErrorIs(t, err, inventory.ErrInvalidInput)
+	})
+}
+
+// A SKU another instance put in a drop after this one started is found in
+// its drop's partition here too: its first use rebuilds it from the ledger,
+// which places it, and no key of it is ever written elsewhere.
+func TestDropSKUCreatedByAnotherInstance(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		other, err := inventory.NewEngine(b.ctx, inventory.Config{KeyPrefix: b.prefix}, b.rdb, b.pool, zerolog.Nop())
+		require.NoError(t, err)
+		skus := b.dropWithSizes(t, "LATE-JOIN", 1, 4, "S", "M")
+		require.Equal(t, inventory.PartitionOf(skus[1]), other.Keys().PartitionOf(skus[1]), "not placed yet")
+		require.NotEqual(t, inventory.PartitionOf(skus[1]), inventory.DropPartition("LATE-JOIN"), "the test needs a SKU whose own partition differs")
+
+		h, err := other.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: skus[1], Quantity: 1})
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("r%02d.", inventory.DropPartition("LATE-JOIN")), h.Token[:4])
+		_, err = other.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
+		require.ErrorIs(t, err, inventory.ErrQuotaExceeded)
+		n, err := b.rdb.Exists(b.ctx, b.engine.Keys().Base(inventory.PartitionOf(skus[1]))+"sku:"+skus[1]).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing of it in its own partition")
+		require.Equal(t, 1, b.requireBalanced(t, skus[1]).Held)
+	})
+}
+
+// One buyer sends 200 reserves at once over the sizes of a drop: exactly the
+// drop's limit of them get units, in Redis and in the ledger.
+func TestDropLimitUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		sizes := []string{"38", "39", "40", "41", "42", "43", "44", "45"}
+		const limit, reserves = 3, 200
+		skus := b.dropWithSizes(t, "RUSH", limit, 50, sizes...)
+		alice := buyer(1)
+		var got, refused atomic.Int64
+		tokens := make([]string, reserves)
+		raceCheck(t, reserves, func(i int) error {
+			h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[i%len(skus)], Quantity: 1 + i%2})
+			switch {
+			case err == nil:
+				got.Add(int64(h.Quantity))
+				tokens[i] = h.Token
+				return nil
+			case errors.Is(err, inventory.ErrQuotaExceeded):
+				refused.Add(1)
+				return nil
+			}
+			return fmt.Errorf("reserve %d: %w", i, err)
+		})
+		t.Logf("%s: %d units held, %d reserves refused", backend, got.Load(), refused.Load())
+		require.LessOrEqual(t, got.Load(), int64(limit), "never more than the drop's limit")
+		require.GreaterOrEqual(t, got.Load(), int64(limit-1), "a refusal leaves at most one unit unused (a reserve of 2 when 1 was left)")
+		held := 0
+		for _, sku := range skus {
+			s := b.requireBalanced(t, sku)
+			held += s.Held
+			q, err := b.rdb.HGet(b.ctx, b.engine.Keys().Quota(sku), alice.ID).Int()
+			if err == nil {
+				require.Equal(t, s.Held, q, "%s: the buyer's count is what is held", sku)
+			}
+		}
+		require.EqualValues(t, got.Load(), held)
+
+		kinds := b.drainOutbox(t)
+		var ledgerUnits, ledgerRows int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(sum(quantity), 0), count(*) FROM reservations
+			WHERE principal = $1 AND status = 'HELD'`, alice.ID).Scan(&ledgerUnits, &ledgerRows))
+		require.EqualValues(t, got.Load(), ledgerUnits)
+		require.Equal(t, kinds["reserve"], ledgerRows)
+		for i, tok := range tokens {
+			if tok != "" {
+				require.Equal(t, "HELD", b.ledgerStatus(t, tok), "reserve %d", i)
+			}
+		}
+	})
+}
