@@ -72,8 +72,9 @@ func (k Keys) Drop(drop string) string { return k.Base(DropPartition(drop)) + "d
 // Base is the common start of every key of partition p: prefix + "{pNN}:".
 // A script receives it only to derive keys from data it has just read (the
 // hold an idempotency record names, the SKU of a hold known by token, the
-// holds of a rebuild chunk); lib.lua's hold_key, idem_key and sku_keys build
-// them exactly as the methods here do.
+// holds of a rebuild chunk, the drop a SKU's hash names and the drop's
+// SKUs); lib.lua's hold_key, idem_key, sku_keys and drop_key build them
+// exactly as the methods here do.
 func (k Keys) Base(p int) string {
 	return k.bases[p]
 }

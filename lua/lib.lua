@@ -5,7 +5,8 @@
 -- order its header gives (inventory/keys.go builds them), and the helpers
 -- below take those keys as parameters. A script derives a key itself only
 -- from data it has just read: the hold an idempotency record points at, the
--- SKU of a hold its caller knows by token only, the holds of a rebuild chunk.
+-- SKU of a hold its caller knows by token only, the holds of a rebuild chunk,
+-- the drop a SKU's stock hash names and the SKUs that drop lists.
 -- Each such script names that exception in its header and derives through
 -- the functions below, which mirror inventory/keys.go. They start from the
 -- partition base ("<prefix>{pNN}:", passed in ARGV), so a derived key carries
