@@ -81,25 +81,6 @@ func joinDrop(ctx context.Context, tx pgx.Tx, id string) error {
 	return interpret(err)
 }
 
-// DropMembers returns every SKU that belongs to a drop, with its drop: what
-// the engine needs to place their keys in their drops' partitions.
-func (l *Ledger) DropMembers(ctx context.Context) (map[string]string, error) {
-	rows, err := l.pool.Query(ctx, `SELECT sku, drop_id FROM products WHERE drop_id IS NOT NULL`)
-	if err != nil {
-		return nil, fmt.Errorf("listing drop members: %w", interpret(err))
-	}
-	out := map[string]string{}
-	var sku, drop string
-	_, err = pgx.ForEachRow(rows, []any{&sku, &drop}, func() error {
-		out[sku] = drop
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing drop members: %w", interpret(err))
-	}
-	return out, nil
-}
-
 // ProductDrop returns the drop a SKU belongs to ("" for none), or ErrNotFound
 // for an unknown SKU.
 func (l *Ledger) ProductDrop(ctx context.Context, sku string) (string, error) {

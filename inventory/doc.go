@@ -197,8 +197,8 @@
 // be one script on Redis Cluster, a drop's SKUs live in the drop's
 // partition. Keys.PartitionOf is the one place that says where a SKU lives;
 // the ledger is where it is written (products.drop_id, fixed at creation).
-// The engine places every drop's SKUs when it starts, and any SKU whose
-// product row it reads; a SKU it has not heard of is looked for in its own
+// The engine places any SKU whose product row, hold or outbox event it
+// reads; a SKU it has not heard of is looked for in its own
 // partition, where nothing of it exists, so the caller rebuilds it, and
 // Rebuild reads the SKU's drop from the ledger before anything else, places
 // it and writes the drop's hash (apply_drop.lua, under the drop's version,

@@ -109,17 +109,3 @@ func (e *Engine) applyDrop(ctx context.Context, id string) error {
 	}
 	return nil
 }
-
-// placeDropMembers tells the key builder where every SKU of a drop lives,
-// from the ledger, when the engine starts. A SKU that joins a drop later is
-// placed by its rebuild (see Keys.PartitionOf).
-func (e *Engine) placeDropMembers(ctx context.Context) error {
-	members, err := e.ledger.DropMembers(ctx)
-	if err != nil {
-		return err
-	}
-	for sku, drop := range members {
-		e.keys.place(sku, drop)
-	}
-	return nil
-}

@@ -247,10 +247,6 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 	if err := e.LoadScripts(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.placeDropMembers(ctx); err != nil {
-		// Each SKU of a drop is placed by its first rebuild instead.
-		log.Warn().Err(err).Msg("could not read the drops' SKUs from the ledger; each is placed when it is rebuilt")
-	}
 	return e, nil
 }
 

@@ -49,7 +49,7 @@ func DropPartition(drop string) int { return PartitionOf(drop) }
 // fixed when it is created, so what is placed is never wrong later. A SKU
 // not yet placed here (another instance created it in a drop a moment ago)
 // is looked for in its own partition and found missing there: every path
-// then rebuilds it from the ledger, which places it first (see Placement in
+// then rebuilds it from the ledger, which places it first (see Drops in
 // doc.go), so no key of it is ever written in the wrong partition.
 func (k Keys) PartitionOf(sku string) int {
 	if p, ok := k.placed.Load(sku); ok {
@@ -61,7 +61,15 @@ func (k Keys) PartitionOf(sku string) int {
 // place records that sku belongs to drop ("" for none).
 func (k Keys) place(sku, drop string) {
 	if drop != "" {
-		k.placed.Store(sku, DropPartition(drop))
+		k.placeAt(sku, DropPartition(drop))
+	}
+}
+
+// placeAt records that sku lives in partition p, as an event of p's outbox
+// or a token of p says: a hold is always made in its SKU's partition.
+func (k Keys) placeAt(sku string, p int) {
+	if p != PartitionOf(sku) {
+		k.placed.Store(sku, p)
 	}
 }
 

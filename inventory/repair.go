@@ -31,6 +31,9 @@ import (
 // many holds it changed. In the normal case (no rebuild) it costs one
 // pipelined HGET per SKU of the batch.
 func (e *Engine) ReconcileApplied(ctx context.Context, partition int, events []db.Event) (int, error) {
+	for _, ev := range events {
+		e.keys.placeAt(ev.SKU, partition) // the batch is of this partition's outbox
+	}
 	gens := map[string]*redis.StringCmd{}
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, ev := range events {

@@ -88,6 +88,20 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(hp)).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 4, n, "two reserves, a commit and one extension")
+
+	// A drop written twice under one version is written once.
+	_, err = e.CreateDrop(ctx, admin, DropInput{ID: "TWICE-DROP", Name: "t", MaxPerUser: 1})
+	require.NoError(t, err)
+	dropArgs := []any{int64(7), 2, 0, 0, "A B"}
+	d1, err := e.run(ctx, lua.ApplyDrop, []string{e.keys.Drop("TWICE-DROP")}, dropArgs...)
+	require.NoError(t, err)
+	require.Equal(t, codeOK, d1.code())
+	d2, err := e.run(ctx, lua.ApplyDrop, []string{e.keys.Drop("TWICE-DROP")}, dropArgs...)
+	require.NoError(t, err)
+	require.Equal(t, codeStale, d2.code())
+	d, err := r.Client.HGetAll(ctx, e.keys.Drop("TWICE-DROP")).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"ver": "7", "max": "2", "start": "0", "end": "0", "skus": "A B"}, d)
 }
 
 // A begin_commit whose reply was lost and which the Redis client sent again

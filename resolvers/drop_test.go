@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/graphqltest"
+	"github.com/dropline/dropline/internal/testenv"
 )
 
 const (
@@ -29,7 +32,15 @@ type dropPayload struct {
 
 func TestDropsOverGraphQL(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	for _, backend := range testenv.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dropsOverGraphQL(t, graphqltest.SetupOn(t, backend))
+		})
+	}
+}
+
+func dropsOverGraphQL(t *testing.T, e *graphqltest.Env) {
 	admin, alice := e.Token(t, "admin", true), e.Token(t, "alice", false)
 
 	var denied struct{ CreateDrop dropPayload }

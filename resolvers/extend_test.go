@@ -5,11 +5,22 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/graphqltest"
+	"github.com/dropline/dropline/internal/testenv"
 )
 
 func TestExtendReservation(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	for _, backend := range testenv.Backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			extendReservation(t, graphqltest.SetupOn(t, backend))
+		})
+	}
+}
+
+func extendReservation(t *testing.T, e *graphqltest.Env) {
 	e.CreateProduct(t, map[string]any{"sku": "PAY", "stock": 3})
 	alice, bob := e.Token(t, "alice", false), e.Token(t, "bob", false)
 	held := e.Reserve(t, alice, map[string]any{"sku": "PAY", "quantity": 1, "holdSeconds": 60})

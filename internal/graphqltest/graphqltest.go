@@ -50,8 +50,15 @@ type Env struct {
 // change its configuration before it is built.
 func Setup(t *testing.T, mods ...func(*graphql.Config)) *Env {
 	t.Helper()
+	return SetupOn(t, "single", mods...)
+}
+
+// SetupOn is Setup on one of testenv.Backends: "single" or "cluster" (the
+// three-master Redis Cluster the test binary starts).
+func SetupOn(t *testing.T, backend string, mods ...func(*graphql.Config)) *Env {
+	t.Helper()
 	pool := testenv.Postgres(t)
-	r := testenv.Redis(t)
+	r := testenv.RedisBackend(t, backend)
 	counter := &atomic.Int64{}
 	r.Client.AddHook(stockReadCounter{n: counter})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
