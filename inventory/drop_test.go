@@ -196,3 +196,32 @@ func TestDropLimitUnderConcurrency(t *testing.T) {
 		}
 	})
 }
+
+// Units freed on a SKU of a drop go to a waiter only within the drop's
+// limit: a waiter who holds the limit in another size is passed over.
+func TestWaitlistHandoffKeepsTheDropLimit(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		skus := b.dropWithSizes(t, "PAIR", 1, 1, "A", "B")
+		alice, bob, carol := buyer(1), buyer(2), buyer(3)
+		_, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
+		require.NoError(t, err)
+		hb, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: skus[1], Quantity: 1})
+		require.NoError(t, err)
+		_, err = b.engine.JoinWaitlist(b.ctx, alice, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
+		require.NoError(t, err)
+		_, err = b.engine.JoinWaitlist(b.ctx, carol, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
+		require.NoError(t, err)
+		_, err = b.engine.Cancel(b.ctx, bob, hb.Token)
+		require.NoError(t, err)
+		wa, err := b.engine.Waitlist(b.ctx, alice, skus[1])
+		require.NoError(t, err)
+		require.Equal(t, inventory.WaitStatus("WAITING"), wa.Status, "alice holds the drop's one pair already")
+		wc, err := b.engine.Waitlist(b.ctx, carol, skus[1])
+		require.NoError(t, err)
+		require.NotEqual(t, inventory.WaitStatus("WAITING"), wc.Status, "the next waiter got the unit")
+		s := b.requireBalanced(t, skus[1])
+		require.Equal(t, 1, s.Held)
+	})
+}

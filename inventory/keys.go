@@ -211,18 +211,18 @@ func (k Keys) reconcileHoldKeys(p int, token, sku, idemHash string) []string {
 
 // applyProductKeys is apply_product.lua's KEYS.
 func (k Keys) applyProductKeys(sku string) []string {
-	p := PartitionOf(sku)
+	p := k.PartitionOf(sku)
 	return []string{k.SKU(sku), k.Channel(sku), k.Quota(sku), k.Expiry(p), k.Outbox(p), k.WaitQueue(sku), k.WaitEntries(sku)}
 }
 
 // WaitQueue is the sorted set of a SKU's WAITING principals by their
 // entry's seq: the order in which freed units are handed over.
-func (k Keys) WaitQueue(sku string) string { return k.Base(PartitionOf(sku)) + "wait:" + sku }
+func (k Keys) WaitQueue(sku string) string { return k.Base(k.PartitionOf(sku)) + "wait:" + sku }
 
 // WaitEntries is the hash of a SKU's waitlist entries by principal (and
 // '#seq', the last seq handed out); lib.lua's wait_keys builds both names
 // the same way.
-func (k Keys) WaitEntries(sku string) string { return k.Base(PartitionOf(sku)) + "waiters:" + sku }
+func (k Keys) WaitEntries(sku string) string { return k.Base(k.PartitionOf(sku)) + "waiters:" + sku }
 
 // RebuildWaitQueue and RebuildWaitEntries are the waitlist a rebuild stages;
 // publishing renames them onto WaitQueue and WaitEntries.
@@ -233,7 +233,7 @@ func (k Keys) RebuildWaitEntries(sku string) string { return k.Rebuild(sku) + ":
 
 // waitlistKeys is join_waitlist.lua's and leave_waitlist.lua's KEYS.
 func (k Keys) waitlistKeys(sku string) []string {
-	p := PartitionOf(sku)
+	p := k.PartitionOf(sku)
 	return []string{k.SKU(sku), k.Quota(sku), k.WaitQueue(sku), k.WaitEntries(sku), k.Expiry(p), k.Outbox(p), k.Channel(sku)}
 }
 
@@ -255,7 +255,7 @@ func (k Keys) hydrateKeys(sku string) []string {
 
 // publishKeys is publish_sku.lua's KEYS.
 func (k Keys) publishKeys(sku string) []string {
-	p := PartitionOf(sku)
+	p := k.PartitionOf(sku)
 	return append(k.stageRebuildKeys(sku), k.Quota(sku), k.Channel(sku), k.RebuildWaitQueue(sku), k.RebuildWaitEntries(sku),
 		k.WaitQueue(sku), k.WaitEntries(sku), k.Expiry(p), k.Outbox(p))
 }

@@ -275,7 +275,7 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
 	e.keys.place(row.SKU, row.DropID)
 	r, err := e.run(ctx, lua.ApplyProduct, e.keys.applyProductKeys(row.SKU), row.SKU, row.Version, row.Total, row.MaxPerUser,
-		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt), e.keys.Base(PartitionOf(row.SKU)), newNonce())
+		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt), e.keys.Base(e.keys.PartitionOf(row.SKU)), newNonce())
 	if err != nil {
 		return false, fmt.Errorf("applying product %s: %w", row.SKU, err)
 	}

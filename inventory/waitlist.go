@@ -82,10 +82,12 @@ func (e *Engine) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlist
 	if err != nil {
 		return WaitlistEntry{}, err
 	}
-	partition := PartitionOf(req.SKU)
-	args := []any{e.keys.Base(partition), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), e.cfg.WaitlistMax,
-		newNonce(), e.cfg.MaxQuantity, e.cfg.MinHold.Milliseconds(), e.cfg.MaxHold.Milliseconds()}
-	r, err := e.runWaitlist(ctx, lua.JoinWaitlist, req.SKU, args)
+	nonce := newNonce()
+	r, err := e.runWaitlist(ctx, lua.JoinWaitlist, req.SKU, func() []any {
+		// The base is read again after a rebuild, which places a SKU of a drop.
+		return []any{e.keys.Base(e.keys.PartitionOf(req.SKU)), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), e.cfg.WaitlistMax,
+			nonce, e.cfg.MaxQuantity, e.cfg.MinHold.Milliseconds(), e.cfg.MaxHold.Milliseconds()}
+	})
 	if err != nil {
 		return WaitlistEntry{}, fmt.Errorf("joining the waitlist of %s: %w", req.SKU, err)
 	}
@@ -113,7 +115,7 @@ func (e *Engine) LeaveWaitlist(ctx context.Context, p Principal, sku string) (w 
 	if !ValidSKU(sku) {
 		return WaitlistEntry{}, productNotFound(sku)
 	}
-	r, err := e.runWaitlist(ctx, lua.LeaveWaitlist, sku, []any{sku, p.ID})
+	r, err := e.runWaitlist(ctx, lua.LeaveWaitlist, sku, func() []any { return []any{sku, p.ID} })
 	if err != nil {
 		return WaitlistEntry{}, fmt.Errorf("leaving the waitlist of %s: %w", sku, err)
 	}
@@ -131,9 +133,9 @@ func (e *Engine) LeaveWaitlist(ctx context.Context, p Principal, sku string) (w 
 
 // runWaitlist runs a waitlist script, rebuilding the SKU first when Redis
 // does not have it (the rebuild restores its waitlist from the ledger).
-func (e *Engine) runWaitlist(ctx context.Context, script, sku string, args []any) (reply, error) {
+func (e *Engine) runWaitlist(ctx context.Context, script, sku string, args func() []any) (reply, error) {
 	for attempt := 0; ; attempt++ {
-		r, err := e.run(ctx, script, e.keys.waitlistKeys(sku), args...)
+		r, err := e.run(ctx, script, e.keys.waitlistKeys(sku), args()...)
 		if err != nil {
 			return nil, err
 		}

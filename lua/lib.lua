@@ -81,6 +81,42 @@ local function sku_gen(sku_key)
   return redis.call('HGET', sku_key, 'gen')
 end
 
+-- drop_check says whether who may take qty more units of sku, a SKU of the
+-- drop drop: nil when the drop's sale window is open and its per-person
+-- limit allows; else {'SALE_NOT_ACTIVE', starts_ms, ends_ms} or
+-- {'QUOTA_EXCEEDED', limit, already}, or {'NEEDS_HYDRATION', sku} naming what
+-- to rebuild when the drop or one of its SKUs is not loaded (a count would be
+-- missing). The buyer's count is the sum of the quota hashes of the drop's
+-- SKUs (at most 100, listed in the drop's hash), all in this partition.
+local function drop_check(base, drop, sku, who, qty, now)
+  local d = redis.call('HMGET', drop_key(base, drop), 'max', 'start', 'end', 'skus')
+  if not d[4] then
+    return { 'NEEDS_HYDRATION', sku }
+  end
+  local dstart, dend = tonumber(d[2]), tonumber(d[3])
+  if (dstart > 0 and now < dstart) or (dend > 0 and now >= dend) then
+    return { 'SALE_NOT_ACTIVE', dstart, dend }
+  end
+  local held, listed = 0, false
+  for other in string.gmatch(d[4], '%S+') do
+    local k = sku_keys(base, other)
+    if other == sku then
+      listed = true
+    elseif not sku_gen(k.sku) then
+      return { 'NEEDS_HYDRATION', other }
+    end
+    held = held + tonumber(redis.call('HGET', k.quota, who) or '0')
+  end
+  if not listed then
+    -- The drop's copy is older than this SKU: its rebuild brings it up to date.
+    return { 'NEEDS_HYDRATION', sku }
+  end
+  if held + qty > tonumber(d[1]) then
+    return { 'QUOTA_EXCEEDED', d[1], held }
+  end
+  return nil
+end
+
 -- announce publishes a SKU's stock to its sharded channel. Subscribers treat
 -- the message as a hint with a sequence number; correctness never depends on it.
 -- The JSON is built by hand: cjson prints numbers with 14 significant digits,
@@ -247,10 +283,11 @@ local function handoff(k, base, sku, nonce, now)
   if redis.call('ZCARD', k.queue) == 0 then
     return 0
   end
-  local s = redis.call('HMGET', k.sku, 'avail', 'max', 'start', 'end', 'gen')
+  local s = redis.call('HMGET', k.sku, 'avail', 'max', 'start', 'end', 'gen', 'drop')
   if not s[5] then
     return 0
   end
+  local drop = s[6] ~= '' and s[6] or nil
   local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
   local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
   if avail <= 0 or (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
@@ -270,6 +307,11 @@ local function handoff(k, base, sku, nonce, now)
         local fits = e.qty <= avail
         if fits and max > 0 then
           fits = tonumber(redis.call('HGET', k.quota, who) or '0') + e.qty <= max
+        end
+        if fits and drop then
+          -- A SKU of a drop: the drop's window and limit too (a drop not
+          -- fully loaded hands nothing to this waiter now).
+          fits = drop_check(base, drop, sku, who, e.qty, now) == nil
         end
         if not fits then
           kept = kept + 1

@@ -117,31 +117,11 @@ end
 
 -- 5b. The drop's window and limit, across every SKU of the drop.
 if s[6] and s[6] ~= '' then
-  local d = redis.call('HMGET', drop_key(base, s[6]), 'max', 'start', 'end', 'skus')
-  if not d[4] then
-    return { 'NEEDS_HYDRATION', sku, '', 0 }
-  end
-  local dstart, dend = tonumber(d[2]), tonumber(d[3])
-  if (dstart > 0 and now < dstart) or (dend > 0 and now >= dend) then
-    return reject('SALE_NOT_ACTIVE', dstart, dend)
-  end
-  local held, listed = 0, false
-  for other in string.gmatch(d[4], '%S+') do
-    local k = sku_keys(base, other)
-    if other == sku then
-      listed = true
-    elseif not sku_gen(k.sku) then
-      -- Its count would be missing: have it rebuilt first.
-      return { 'NEEDS_HYDRATION', other, '', 0 }
-    end
-    held = held + tonumber(redis.call('HGET', k.quota, who) or '0')
-  end
-  if not listed then
-    -- The drop's copy is older than this SKU: its rebuild brings it up to date.
-    return { 'NEEDS_HYDRATION', sku, '', 0 }
-  end
-  if held + qty > tonumber(d[1]) then
-    return reject('QUOTA_EXCEEDED', d[1], held)
+  local no = drop_check(base, s[6], sku, who, qty, now)
+  if no and no[1] == 'NEEDS_HYDRATION' then
+    return { 'NEEDS_HYDRATION', no[2], '', 0 }
+  elseif no then
+    return reject(no[1], no[2], no[3])
   end
 end
 
