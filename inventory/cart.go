@@ -336,7 +336,7 @@ func refusalsError(lines []cartLine, refusals []cartRefusal) error {
 func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []cartLine, hold time.Duration, idem, fp string) (Cart, bool, error) {
 	token := newTokenOf(tokenCart, home)
 	for i := range lines {
-		lines[i].Token = newTokenOf(tokenLine, PartitionOf(lines[i].SKU))
+		lines[i].Token = newTokenOf(tokenLine, e.keys.PartitionOf(lines[i].SKU))
 	}
 	enc, err := json.Marshal(lines)
 	if err != nil {
@@ -370,7 +370,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	parts := map[int][]cartLine{}
 	var order []int
 	for _, l := range lines {
-		pt := PartitionOf(l.SKU)
+		pt := e.keys.PartitionOf(l.SKU)
 		if parts[pt] == nil {
 			order = append(order, pt)
 		}
@@ -512,7 +512,7 @@ func (e *Engine) finishCart(ctx context.Context, home int, token, idem, outcome,
 func (e *Engine) letGoOfLines(ctx context.Context, who string, lines []cartLine) {
 	ctx = context.WithoutCancel(ctx)
 	for _, l := range lines {
-		if _, err := e.release(ctx, PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled)); err != nil {
+		if _, err := e.release(ctx, e.keys.PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled)); err != nil {
 			e.log.Warn().Err(err).Str("sku", l.SKU).Msg("could not let go of a cart line; its provisional expiry or the cart sweep will")
 		}
 	}
@@ -593,7 +593,7 @@ func (e *Engine) readCart(ctx context.Context, p Principal, token string) (Cart,
 	gens := make([]*redis.StringCmd, len(lines))
 	_, err = e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, l := range lines {
-			holds[i] = pipe.HGetAll(ctx, e.keys.Hold(PartitionOf(l.SKU), l.Token))
+			holds[i] = pipe.HGetAll(ctx, e.keys.Hold(e.keys.PartitionOf(l.SKU), l.Token))
 			gens[i] = pipe.HGet(ctx, e.keys.SKU(l.SKU), "gen")
 		}
 		return nil
@@ -684,7 +684,7 @@ func (e *Engine) CommitCart(ctx context.Context, p Principal, token string) (car
 	}
 	attemptID := newAttemptID()
 	for _, l := range cart.Lines {
-		pt := PartitionOf(l.SKU)
+		pt := e.keys.PartitionOf(l.SKU)
 		res, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(pt, l.Token), e.keys.Base(pt), l.Token, p.ID,
 			int64(e.cfg.Retention.Seconds()), attemptID)
 		if err != nil {
@@ -793,7 +793,7 @@ func (e *Engine) CancelCart(ctx context.Context, p Principal, token string) (car
 			if l.Status != StatusHeld {
 				continue
 			}
-			res, err := e.release(ctx, PartitionOf(l.SKU), l.Token, p, string(StatusCancelled))
+			res, err := e.release(ctx, e.keys.PartitionOf(l.SKU), l.Token, p, string(StatusCancelled))
 			if err != nil {
 				return Cart{}, fmt.Errorf("cancelling cart %s: %w", token, err)
 			}
@@ -884,7 +884,7 @@ func (e *Engine) abandonCart(ctx context.Context, home int, token string) (int, 
 	}
 	busy := false
 	for _, l := range lines {
-		r, err := e.release(ctx, PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled))
+		r, err := e.release(ctx, e.keys.PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled))
 		if err != nil {
 			return 0, fmt.Errorf("abandoning cart %s: %w", token, err)
 		}

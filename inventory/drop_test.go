@@ -225,3 +225,23 @@ func TestWaitlistHandoffKeepsTheDropLimit(t *testing.T) {
 		require.Equal(t, 1, s.Held)
 	})
 }
+
+// A cart does not check a drop's limit, so a SKU of a drop cannot be one of
+// its lines: the cart is refused whole, and nothing is held.
+func TestCartRefusesASKUOfADrop(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		skus := b.dropWithSizes(t, "NOCART", 1, 5, "A")
+		b.product(t, "PLAIN-TEE", 5, 0)
+		_, err := b.engine.ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: []inventory.CartLine{
+			{SKU: "PLAIN-TEE", Quantity: 1}, {SKU: skus[0], Quantity: 2}}})
+		var refused *inventory.CartRefusedError
+		require.ErrorAs(t, err, &refused)
+		require.Len(t, refused.Lines, 1)
+		require.Equal(t, 1, refused.Lines[0].Index)
+		require.ErrorIs(t, refused.Lines[0].Err, inventory.ErrInvalidInput)
+		require.Zero(t, b.requireBalanced(t, skus[0]).Held)
+		require.Zero(t, b.requireBalanced(t, "PLAIN-TEE").Held)
+	})
+}

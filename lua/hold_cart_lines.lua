@@ -20,7 +20,8 @@
 -- call again); {'REFUSED', n, then n times: line index, code, a, b} with
 -- every line that cannot be had, and nothing written: OUT_OF_STOCK {available, 0},
 -- QUOTA_EXCEEDED {limit, already}, SALE_NOT_ACTIVE {starts_ms, ends_ms},
--- INVALID_INPUT {field, reason}; {'LATE'} when the deadline has passed (nothing
+-- INVALID_INPUT {field, reason} (also for a SKU of a drop: its limit spans
+-- the drop's SKUs, which a cart does not check); {'LATE'} when the deadline has passed (nothing
 -- written: the cart is being abandoned); {'NEEDS_HYDRATION', sku} when a SKU is
 -- not loaded.
 --
@@ -73,12 +74,16 @@ local function refuse(i, code, a, b)
 end
 for i = 1, n do
   local l = lines[i]
-  local s = redis.call('HMGET', l.k.sku, 'avail', 'max', 'start', 'end', 'gen')
+  local s = redis.call('HMGET', l.k.sku, 'avail', 'max', 'start', 'end', 'gen', 'drop')
   if not s[5] then
     return { 'NEEDS_HYDRATION', l.sku }
   end
   l.gen = s[5]
-  if not is_int(l.qty, 1, maxq) then
+  if s[6] and s[6] ~= '' then
+    -- A drop's limit spans its SKUs; a cart does not check it, so a SKU of
+    -- a drop is reserved on its own.
+    refuse(i, 'INVALID_INPUT', 'sku', 'a SKU of a drop cannot be in a cart: reserve it on its own')
+  elseif not is_int(l.qty, 1, maxq) then
     refuse(i, 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. ARGV[4])
   else
     local qty = tonumber(l.qty)
