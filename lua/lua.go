@@ -38,7 +38,7 @@ const (
 	ApplyProduct = "apply_product"
 	// ApplyDrop writes a drop's settings and SKU list, version-guarded.
 	ApplyDrop = "apply_drop"
-	DueHolds     = "due_holds"
+	DueHolds  = "due_holds"
 	// ReconcileHold tells Redis what the ledger says of one hold.
 	ReconcileHold = "reconcile_hold"
 	// ClaimIdempotencyKey pins an idempotency key to its first SKU.
