@@ -71,6 +71,9 @@ type Product struct {
 	// DropID is the drop the product joined when it was created ("" for
 	// none); it never changes.
 	DropID string
+	// Draw is true for a product sold by draw (draws.go): Redis refuses its
+	// reserves. It is set at creation only.
+	Draw bool
 }
 
 // ProductUpdate changes some settings of a product; nil fields stay as they are.
@@ -86,12 +89,12 @@ type ProductUpdate struct {
 }
 
 const productColumns = `sku, name, price_amount, price_currency, total, sold, coalesce(max_per_user, 0),
-	sale_starts_at, sale_ends_at, version, created_at, updated_at, coalesce(drop_id, '')`
+	sale_starts_at, sale_ends_at, version, created_at, updated_at, coalesce(drop_id, ''), draw`
 
 func scanProduct(row pgx.Row) (Product, error) {
 	var p Product
 	err := row.Scan(&p.SKU, &p.Name, &p.PriceAmount, &p.PriceCurrency, &p.Total, &p.Sold, &p.MaxPerUser,
-		&p.SaleStartsAt, &p.SaleEndsAt, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.DropID)
+		&p.SaleStartsAt, &p.SaleEndsAt, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.DropID, &p.Draw)
 	return p, interpret(err)
 }
 
@@ -148,6 +151,12 @@ func nullInt(n int) *int {
 // version raised in the same transaction (ErrNotFound for an unknown drop,
 // ErrDropFull when it has MaxDropSKUs already).
 func (l *Ledger) CreateProduct(ctx context.Context, p Product) (Product, error) {
+	return l.CreateProductWithDraw(ctx, p, nil)
+}
+
+// CreateProductWithDraw is CreateProduct for a product sold by draw when d
+// is not nil: the product and its draw are one transaction.
+func (l *Ledger) CreateProductWithDraw(ctx context.Context, p Product, d *NewDraw) (Product, error) {
 	var out Product
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if p.DropID != "" {
@@ -157,12 +166,17 @@ func (l *Ledger) CreateProduct(ctx context.Context, p Product) (Product, error) 
 		}
 		var err error
 		out, err = scanProduct(tx.QueryRow(ctx, `
-			INSERT INTO products (sku, name, price_amount, price_currency, total, max_per_user, sale_starts_at, sale_ends_at, drop_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, ''))
+			INSERT INTO products (sku, name, price_amount, price_currency, total, max_per_user, sale_starts_at, sale_ends_at, drop_id, draw)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, ''), $10)
 			RETURNING `+productColumns,
-			p.SKU, p.Name, p.PriceAmount, p.PriceCurrency, p.Total, nullInt(p.MaxPerUser), p.SaleStartsAt, p.SaleEndsAt, p.DropID))
+			p.SKU, p.Name, p.PriceAmount, p.PriceCurrency, p.Total, nullInt(p.MaxPerUser), p.SaleStartsAt, p.SaleEndsAt, p.DropID, d != nil))
 		if err != nil {
 			return err
+		}
+		if d != nil {
+			if err := insertDraw(ctx, tx, p.SKU, *d); err != nil {
+				return err
+			}
 		}
 		if p.Total > 0 {
 			_, err = tx.Exec(ctx, `

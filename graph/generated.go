@@ -65,6 +65,30 @@ type ComplexityRoot struct {
 		UserErrors  func(childComplexity int) int
 	}
 
+	Draw struct {
+		ClosesAt          func(childComplexity int) int
+		Entries           func(childComplexity int) int
+		Seed              func(childComplexity int) int
+		SeedHash          func(childComplexity int) int
+		Status            func(childComplexity int) int
+		WinnerHoldSeconds func(childComplexity int) int
+		Winners           func(childComplexity int) int
+	}
+
+	DrawEntry struct {
+		EnteredAt   func(childComplexity int) int
+		Place       func(childComplexity int) int
+		Quantity    func(childComplexity int) int
+		Reservation func(childComplexity int) int
+		Sku         func(childComplexity int) int
+		Status      func(childComplexity int) int
+	}
+
+	DrawEntryPayload struct {
+		Entry      func(childComplexity int) int
+		UserErrors func(childComplexity int) int
+	}
+
 	Drop struct {
 		DropID       func(childComplexity int) int
 		ID           func(childComplexity int) int
@@ -92,6 +116,7 @@ type ComplexityRoot struct {
 		CommitCart        func(childComplexity int, input model.CommitCartInput) int
 		CreateDrop        func(childComplexity int, input model.CreateDropInput) int
 		CreateProduct     func(childComplexity int, input model.CreateProductInput) int
+		EnterDraw         func(childComplexity int, input model.EnterDrawInput) int
 		ExtendCart        func(childComplexity int, input model.ExtendCartInput) int
 		ExtendReservation func(childComplexity int, input model.ExtendReservationInput) int
 		JoinWaitlist      func(childComplexity int, input model.JoinWaitlistInput) int
@@ -110,6 +135,7 @@ type ComplexityRoot struct {
 	}
 
 	Product struct {
+		Draw         func(childComplexity int) int
 		Drop         func(childComplexity int) int
 		ID           func(childComplexity int) int
 		MaxPerUser   func(childComplexity int) int
@@ -139,6 +165,7 @@ type ComplexityRoot struct {
 	Query struct {
 		Cart           func(childComplexity int, token string) int
 		Drop           func(childComplexity int, id string) int
+		MyDrawEntries  func(childComplexity int) int
 		MyReservations func(childComplexity int, status *model.ReservationStatus, first *int, after *string) int
 		MyWaitlist     func(childComplexity int) int
 		Node           func(childComplexity int, id string) int
@@ -242,10 +269,12 @@ type MutationResolver interface {
 	Restock(ctx context.Context, input model.RestockInput) (*model.ProductPayload, error)
 	JoinWaitlist(ctx context.Context, input model.JoinWaitlistInput) (*model.WaitlistPayload, error)
 	LeaveWaitlist(ctx context.Context, input model.LeaveWaitlistInput) (*model.WaitlistPayload, error)
+	EnterDraw(ctx context.Context, input model.EnterDrawInput) (*model.DrawEntryPayload, error)
 }
 type ProductResolver interface {
 	Stock(ctx context.Context, obj *model.Product) (*model.Stock, error)
 	Drop(ctx context.Context, obj *model.Product) (*model.Drop, error)
+	Draw(ctx context.Context, obj *model.Product) (*model.Draw, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id string) (model.Node, error)
@@ -256,6 +285,7 @@ type QueryResolver interface {
 	MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry, error)
 	Cart(ctx context.Context, token string) (*model.Cart, error)
 	Drop(ctx context.Context, id string) (*model.Drop, error)
+	MyDrawEntries(ctx context.Context) ([]*model.DrawEntry, error)
 }
 type ReservationResolver interface {
 	Product(ctx context.Context, obj *model.Reservation) (*model.Product, error)
@@ -359,6 +389,99 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.CommitPayload.UserErrors(childComplexity), true
+
+	case "Draw.closesAt":
+		if e.ComplexityRoot.Draw.ClosesAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.ClosesAt(childComplexity), true
+	case "Draw.entries":
+		if e.ComplexityRoot.Draw.Entries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.Entries(childComplexity), true
+	case "Draw.seed":
+		if e.ComplexityRoot.Draw.Seed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.Seed(childComplexity), true
+	case "Draw.seedHash":
+		if e.ComplexityRoot.Draw.SeedHash == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.SeedHash(childComplexity), true
+	case "Draw.status":
+		if e.ComplexityRoot.Draw.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.Status(childComplexity), true
+	case "Draw.winnerHoldSeconds":
+		if e.ComplexityRoot.Draw.WinnerHoldSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.WinnerHoldSeconds(childComplexity), true
+	case "Draw.winners":
+		if e.ComplexityRoot.Draw.Winners == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.Winners(childComplexity), true
+
+	case "DrawEntry.enteredAt":
+		if e.ComplexityRoot.DrawEntry.EnteredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntry.EnteredAt(childComplexity), true
+	case "DrawEntry.place":
+		if e.ComplexityRoot.DrawEntry.Place == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntry.Place(childComplexity), true
+	case "DrawEntry.quantity":
+		if e.ComplexityRoot.DrawEntry.Quantity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntry.Quantity(childComplexity), true
+	case "DrawEntry.reservation":
+		if e.ComplexityRoot.DrawEntry.Reservation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntry.Reservation(childComplexity), true
+	case "DrawEntry.sku":
+		if e.ComplexityRoot.DrawEntry.Sku == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntry.Sku(childComplexity), true
+	case "DrawEntry.status":
+		if e.ComplexityRoot.DrawEntry.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntry.Status(childComplexity), true
+
+	case "DrawEntryPayload.entry":
+		if e.ComplexityRoot.DrawEntryPayload.Entry == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntryPayload.Entry(childComplexity), true
+	case "DrawEntryPayload.userErrors":
+		if e.ComplexityRoot.DrawEntryPayload.UserErrors == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrawEntryPayload.UserErrors(childComplexity), true
 
 	case "Drop.dropId":
 		if e.ComplexityRoot.Drop.DropID == nil {
@@ -495,6 +618,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateProduct(childComplexity, args["input"].(model.CreateProductInput)), true
+	case "Mutation.enterDraw":
+		if e.ComplexityRoot.Mutation.EnterDraw == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_enterDraw_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.EnterDraw(childComplexity, args["input"].(model.EnterDrawInput)), true
 	case "Mutation.extendCart":
 		if e.ComplexityRoot.Mutation.ExtendCart == nil {
 			break
@@ -609,6 +743,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "Product.draw":
+		if e.ComplexityRoot.Product.Draw == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Product.Draw(childComplexity), true
 	case "Product.drop":
 		if e.ComplexityRoot.Product.Drop == nil {
 			break
@@ -726,6 +866,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.Drop(childComplexity, args["id"].(string)), true
 
+	case "Query.myDrawEntries":
+		if e.ComplexityRoot.Query.MyDrawEntries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.MyDrawEntries(childComplexity), true
 	case "Query.myReservations":
 		if e.ComplexityRoot.Query.MyReservations == nil {
 			break
@@ -1081,6 +1227,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CommitInput", ec.unmarshalInputCommitInput),
 			graphql.NewInputUnmarshaler("CreateDropInput", ec.unmarshalInputCreateDropInput),
 			graphql.NewInputUnmarshaler("CreateProductInput", ec.unmarshalInputCreateProductInput),
+			graphql.NewInputUnmarshaler("DrawInput", ec.unmarshalInputDrawInput),
+			graphql.NewInputUnmarshaler("EnterDrawInput", ec.unmarshalInputEnterDrawInput),
 			graphql.NewInputUnmarshaler("ExtendCartInput", ec.unmarshalInputExtendCartInput),
 			graphql.NewInputUnmarshaler("ExtendReservationInput", ec.unmarshalInputExtendReservationInput),
 			graphql.NewInputUnmarshaler("JoinWaitlistInput", ec.unmarshalInputJoinWaitlistInput),
@@ -1217,6 +1365,8 @@ type Query {
   cart(token: ID!): Cart
   "A drop by its id (` + "`" + `dropId` + "`" + `); null when there is none."
   drop(id: ID!): Drop
+  "The caller's draw entries, newest first; at most 100. Needs a principal."
+  myDrawEntries: [DrawEntry!]!
 }
 
 "Relay pagination state of a connection."
@@ -1260,6 +1410,77 @@ type Product implements Node {
   stock: Stock!
   "The drop this SKU belongs to, if any: its limit and sale window apply on top of the SKU's own."
   drop: Drop
+  "How the product is sold by draw; null for a product sold first come, first served."
+  draw: Draw
+}
+
+enum DrawStatus {
+  "Taking entries (from saleStartsAt until closesAt), or closed and about to be drawn."
+  OPEN
+  "Drawn: the seed is revealed and every entry has its outcome."
+  DRAWN
+}
+
+"""
+A product's draw. The seed is fixed when the product is created and its
+SHA-256 published at once as seedHash; the seed itself is revealed after the
+draw, and with the entries (sorted by id) anyone can recompute the winners:
+the shuffle is spelled out in Dropline's design document (G14), and
+` + "`" + `dropline verify-draw --sku S` + "`" + ` does it.
+"""
+type Draw {
+  "When entries close and the draw runs."
+  closesAt: Time!
+  status: DrawStatus!
+  "Number of entries."
+  entries: Int!
+  "Hex SHA-256 of the seed, public from the product's creation."
+  seedHash: String!
+  "The 32-byte seed in hex; null until DRAWN."
+  seed: String
+  "How many entries won; null until DRAWN."
+  winners: Int
+  "How long a winner's reservation is held."
+  winnerHoldSeconds: Int!
+}
+
+enum DrawEntryStatus {
+  "In the draw, not drawn yet."
+  ENTERED
+  "Won: handed a HELD reservation of winnerHoldSeconds (see ` + "`" + `reservation` + "`" + `)."
+  WON
+  "Lost: queued in the SKU's waitlist in draw order, so units a winner lets go pass on."
+  LOST
+}
+
+"A principal's entry in a draw."
+type DrawEntry {
+  sku: ID!
+  quantity: Int!
+  status: DrawEntryStatus!
+  enteredAt: Time!
+  "The entry's position in the draw's shuffled order, 1 first; null until drawn."
+  place: Int
+  "A winner's reservation, once the result has reached the stock."
+  reservation: Reservation
+}
+
+input EnterDrawInput {
+  sku: ID!
+  quantity: Int!
+}
+
+type DrawEntryPayload {
+  entry: DrawEntry
+  userErrors: [UserError!]!
+}
+
+"A draw instead of first come, first served."
+input DrawInput {
+  "When entries close and the draw runs; after saleStartsAt (entries open then) and before saleEndsAt."
+  closesAt: Time!
+  "How long each winner's reservation is held, within the hold bounds (1-3600 by default)."
+  winnerHoldSeconds: Int!
 }
 
 """
@@ -1416,6 +1637,12 @@ type Mutation {
   joinWaitlist(input: JoinWaitlistInput!): WaitlistPayload!
   "Leave a SKU's waitlist; a reservation already offered stays the caller's. Leaving twice changes nothing."
   leaveWaitlist(input: LeaveWaitlistInput!): WaitlistPayload!
+  """
+  Enter a product's draw (a product created with ` + "`" + `draw` + "`" + `), between its
+  saleStartsAt and the draw's closesAt: one entry per principal, entering
+  again returns it. SALE_NOT_ACTIVE outside that window. Needs a principal.
+  """
+  enterDraw(input: EnterDrawInput!): DrawEntryPayload!
 }
 
 input JoinWaitlistInput {
@@ -1527,6 +1754,8 @@ input CreateProductInput {
   at most 100 SKUs.
   """
   drop: ID
+  "Sell by draw: entries from saleStartsAt to draw.closesAt instead of reserves (which are refused with DRAW_ONLY)."
+  draw: DrawInput
 }
 
 input CreateDropInput {
@@ -1628,6 +1857,8 @@ enum ErrorCode {
   UNAVAILABLE
   "The SKU's waitlist has as many waiters as it may."
   WAITLIST_FULL
+  "The product is sold by draw: enter the draw (enterDraw) instead."
+  DRAW_ONLY
 }
 `, BuiltIn: false},
 }
@@ -1683,6 +1914,54 @@ func (ec *executionContext) childFields_CommitPayload(ctx context.Context, field
 		return ec.fieldContext_CommitPayload_userErrors(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CommitPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_Draw(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "closesAt":
+		return ec.fieldContext_Draw_closesAt(ctx, field)
+	case "status":
+		return ec.fieldContext_Draw_status(ctx, field)
+	case "entries":
+		return ec.fieldContext_Draw_entries(ctx, field)
+	case "seedHash":
+		return ec.fieldContext_Draw_seedHash(ctx, field)
+	case "seed":
+		return ec.fieldContext_Draw_seed(ctx, field)
+	case "winners":
+		return ec.fieldContext_Draw_winners(ctx, field)
+	case "winnerHoldSeconds":
+		return ec.fieldContext_Draw_winnerHoldSeconds(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Draw", field.Name)
+}
+
+func (ec *executionContext) childFields_DrawEntry(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "sku":
+		return ec.fieldContext_DrawEntry_sku(ctx, field)
+	case "quantity":
+		return ec.fieldContext_DrawEntry_quantity(ctx, field)
+	case "status":
+		return ec.fieldContext_DrawEntry_status(ctx, field)
+	case "enteredAt":
+		return ec.fieldContext_DrawEntry_enteredAt(ctx, field)
+	case "place":
+		return ec.fieldContext_DrawEntry_place(ctx, field)
+	case "reservation":
+		return ec.fieldContext_DrawEntry_reservation(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DrawEntry", field.Name)
+}
+
+func (ec *executionContext) childFields_DrawEntryPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "entry":
+		return ec.fieldContext_DrawEntryPayload_entry(ctx, field)
+	case "userErrors":
+		return ec.fieldContext_DrawEntryPayload_userErrors(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DrawEntryPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_Drop(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1759,6 +2038,8 @@ func (ec *executionContext) childFields_Product(ctx context.Context, field graph
 		return ec.fieldContext_Product_stock(ctx, field)
 	case "drop":
 		return ec.fieldContext_Product_drop(ctx, field)
+	case "draw":
+		return ec.fieldContext_Product_draw(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Product", field.Name)
 }
@@ -2117,6 +2398,20 @@ func (ec *executionContext) field_Mutation_createProduct_args(ctx context.Contex
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateProductInput, error) {
 			return ec.unmarshalNCreateProductInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐCreateProductInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_enterDraw_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.EnterDrawInput, error) {
+			return ec.unmarshalNEnterDrawInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐEnterDrawInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2818,6 +3113,378 @@ func (ec *executionContext) _CommitPayload_userErrors(ctx context.Context, field
 func (ec *executionContext) fieldContext_CommitPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "CommitPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UserError(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Draw_closesAt(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_closesAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ClosesAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_closesAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Draw_status(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.DrawStatus) graphql.Marshaler {
+			return ec.marshalNDrawStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "DrawStatus")
+}
+
+func (ec *executionContext) _Draw_entries(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_entries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Entries, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_entries(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Draw_seedHash(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_seedHash(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SeedHash, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_seedHash(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "String")
+}
+
+func (ec *executionContext) _Draw_seed(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_seed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Seed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_seed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "String")
+}
+
+func (ec *executionContext) _Draw_winners(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_winners(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Winners, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_winners(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Draw_winnerHoldSeconds(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_winnerHoldSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WinnerHoldSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_winnerHoldSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "Int")
+}
+
+func (ec *executionContext) _DrawEntry_sku(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntry_sku(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sku, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntry_sku(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DrawEntry", field, false, false, "ID")
+}
+
+func (ec *executionContext) _DrawEntry_quantity(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntry_quantity(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Quantity, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntry_quantity(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DrawEntry", field, false, false, "Int")
+}
+
+func (ec *executionContext) _DrawEntry_status(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntry_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.DrawEntryStatus) graphql.Marshaler {
+			return ec.marshalNDrawEntryStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntryStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntry_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DrawEntry", field, false, false, "DrawEntryStatus")
+}
+
+func (ec *executionContext) _DrawEntry_enteredAt(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntry_enteredAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EnteredAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntry_enteredAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DrawEntry", field, false, false, "Time")
+}
+
+func (ec *executionContext) _DrawEntry_place(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntry_place(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Place, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntry_place(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DrawEntry", field, false, false, "Int")
+}
+
+func (ec *executionContext) _DrawEntry_reservation(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntry_reservation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reservation, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Reservation) graphql.Marshaler {
+			return ec.marshalOReservation2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservation(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntry_reservation(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DrawEntry",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Reservation(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DrawEntryPayload_entry(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntryPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntryPayload_entry(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Entry, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DrawEntry) graphql.Marshaler {
+			return ec.marshalODrawEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntry(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntryPayload_entry(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DrawEntryPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DrawEntry(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DrawEntryPayload_userErrors(ctx context.Context, field graphql.CollectedField, obj *model.DrawEntryPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DrawEntryPayload_userErrors(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserErrors, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.UserError) graphql.Marshaler {
+			return ec.marshalNUserError2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐUserErrorᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DrawEntryPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DrawEntryPayload",
 		Field:      field,
 		IsMethod:   false,
 		IsResolver: false,
@@ -3724,6 +4391,50 @@ func (ec *executionContext) fieldContext_Mutation_leaveWaitlist(ctx context.Cont
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_enterDraw(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_enterDraw(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().EnterDraw(ctx, fc.Args["input"].(model.EnterDrawInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DrawEntryPayload) graphql.Marshaler {
+			return ec.marshalNDrawEntryPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntryPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_enterDraw(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DrawEntryPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_enterDraw_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4045,6 +4756,38 @@ func (ec *executionContext) fieldContext_Product_drop(_ context.Context, field g
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Drop(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Product_draw(ctx context.Context, field graphql.CollectedField, obj *model.Product) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Product_draw(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Product().Draw(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Draw) graphql.Marshaler {
+			return ec.marshalODraw2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDraw(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Product_draw(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Product",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Draw(ctx, field)
 		},
 	}
 	return fc, nil
@@ -4569,6 +5312,38 @@ func (ec *executionContext) fieldContext_Query_drop(ctx context.Context, field g
 	if fc.Args, err = ec.field_Query_drop_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_myDrawEntries(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_myDrawEntries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().MyDrawEntries(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.DrawEntry) graphql.Marshaler {
+			return ec.marshalNDrawEntry2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntryᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_myDrawEntries(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DrawEntry(ctx, field)
+		},
 	}
 	return fc, nil
 }
@@ -7148,7 +7923,7 @@ func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"sku", "name", "price", "stock", "maxPerUser", "saleStartsAt", "saleEndsAt", "drop"}
+	fieldsInOrder := [...]string{"sku", "name", "price", "stock", "maxPerUser", "saleStartsAt", "saleEndsAt", "drop", "draw"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -7211,6 +7986,13 @@ func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context
 				return it, err
 			}
 			it.Drop = data
+		case "draw":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("draw"))
+			data, err := ec.unmarshalODrawInput2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Draw = data
 		}
 	}
 	return it, nil
@@ -7225,6 +8007,104 @@ func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context
 func UnmarshalCreateProductInput(ctx context.Context, raw any) (model.CreateProductInput, error) {
 	var out model.CreateProductInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "CreateProductInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputDrawInput(ctx context.Context, obj any) (model.DrawInput, error) {
+	var it model.DrawInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"closesAt", "winnerHoldSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "closesAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("closesAt"))
+			data, err := ec.unmarshalNTime2timeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ClosesAt = data
+		case "winnerHoldSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("winnerHoldSeconds"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WinnerHoldSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalDrawInput unmarshals raw into the DrawInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalDrawInput(ctx context.Context, raw any) (model.DrawInput, error) {
+	var out model.DrawInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "DrawInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputEnterDrawInput(ctx context.Context, obj any) (model.EnterDrawInput, error) {
+	var it model.EnterDrawInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"sku", "quantity"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "quantity":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("quantity"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Quantity = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalEnterDrawInput unmarshals raw into the EnterDrawInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalEnterDrawInput(ctx context.Context, raw any) (model.EnterDrawInput, error) {
+	var out model.EnterDrawInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "EnterDrawInput", raw, &out)
 	return out, err
 }
 
@@ -7953,6 +8833,165 @@ func (ec *executionContext) _CommitPayload(ctx context.Context, sel ast.Selectio
 	return out
 }
 
+var drawImplementors = []string{"Draw"}
+
+func (ec *executionContext) _Draw(ctx context.Context, sel ast.SelectionSet, obj *model.Draw) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, drawImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Draw")
+		case "closesAt":
+			out.Values[i] = ec._Draw_closesAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._Draw_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "entries":
+			out.Values[i] = ec._Draw_entries(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "seedHash":
+			out.Values[i] = ec._Draw_seedHash(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "seed":
+			out.Values[i] = ec._Draw_seed(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "winners":
+			out.Values[i] = ec._Draw_winners(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "winnerHoldSeconds":
+			out.Values[i] = ec._Draw_winnerHoldSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var drawEntryImplementors = []string{"DrawEntry"}
+
+func (ec *executionContext) _DrawEntry(ctx context.Context, sel ast.SelectionSet, obj *model.DrawEntry) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, drawEntryImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DrawEntry")
+		case "sku":
+			out.Values[i] = ec._DrawEntry_sku(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "quantity":
+			out.Values[i] = ec._DrawEntry_quantity(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._DrawEntry_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "enteredAt":
+			out.Values[i] = ec._DrawEntry_enteredAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "place":
+			out.Values[i] = ec._DrawEntry_place(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "reservation":
+			out.Values[i] = ec._DrawEntry_reservation(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var drawEntryPayloadImplementors = []string{"DrawEntryPayload"}
+
+func (ec *executionContext) _DrawEntryPayload(ctx context.Context, sel ast.SelectionSet, obj *model.DrawEntryPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, drawEntryPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DrawEntryPayload")
+		case "entry":
+			out.Values[i] = ec._DrawEntryPayload_entry(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "userErrors":
+			out.Values[i] = ec._DrawEntryPayload_userErrors(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var dropImplementors = []string{"Drop", "Node"}
 
 func (ec *executionContext) _Drop(ctx context.Context, sel ast.SelectionSet, obj *model.Drop) graphql.Marshaler {
@@ -8210,6 +9249,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "enterDraw":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_enterDraw(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -8332,6 +9378,12 @@ func (ec *executionContext) _Product(ctx context.Context, sel ast.SelectionSet, 
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Product_drop(ctx, field, obj)
+				})
+		case "draw":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Product_draw(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -8530,6 +9582,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_drop(ctx, field)
+				})
+		case "myDrawEntries":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_myDrawEntries(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -9483,12 +10541,69 @@ func (ec *executionContext) unmarshalNCreateProductInput2githubᚗcomᚋdropline
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) marshalNDrawEntry2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntryᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.DrawEntry) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNDrawEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntry(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNDrawEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntry(ctx context.Context, sel ast.SelectionSet, v *model.DrawEntry) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DrawEntry!")
+		return graphql.Null
+	}
+	return ec._DrawEntry(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNDrawEntryPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntryPayload(ctx context.Context, sel ast.SelectionSet, v *model.DrawEntryPayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DrawEntryPayload!")
+		return graphql.Null
+	}
+	return ec._DrawEntryPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNDrawEntryStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntryStatus(ctx context.Context, v any) (model.DrawEntryStatus, error) {
+	var res model.DrawEntryStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNDrawEntryStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntryStatus(ctx context.Context, sel ast.SelectionSet, v model.DrawEntryStatus) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) unmarshalNDrawStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawStatus(ctx context.Context, v any) (model.DrawStatus, error) {
+	var res model.DrawStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNDrawStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawStatus(ctx context.Context, sel ast.SelectionSet, v model.DrawStatus) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) marshalNDropPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDropPayload(ctx context.Context, sel ast.SelectionSet, v *model.DropPayload) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "DropPayload!")
 		return graphql.Null
 	}
 	return ec._DropPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNEnterDrawInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐEnterDrawInput(ctx context.Context, v any) (model.EnterDrawInput, error) {
+	res, err := ec.unmarshalInputEnterDrawInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNErrorCode2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐErrorCode(ctx context.Context, v any) (model.ErrorCode, error) {
@@ -10044,6 +11159,28 @@ func (ec *executionContext) marshalOCart2ᚖgithubᚗcomᚋdroplineᚋdropline�
 		return graphql.Null
 	}
 	return ec._Cart(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalODraw2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDraw(ctx context.Context, sel ast.SelectionSet, v *model.Draw) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Draw(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalODrawEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntry(ctx context.Context, sel ast.SelectionSet, v *model.DrawEntry) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._DrawEntry(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalODrawInput2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawInput(ctx context.Context, v any) (*model.DrawInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputDrawInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalODrop2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrop(ctx context.Context, sel ast.SelectionSet, v *model.Drop) graphql.Marshaler {

@@ -23,6 +23,8 @@ var (
 	ErrExtensionLimit       = errors.New("the reservation cannot be extended further")
 	// ErrWaitlistFull means a SKU's waitlist has as many waiters as it may.
 	ErrWaitlistFull = errors.New("the waitlist is full")
+	// ErrDrawOnly means the product is sold by draw: enter its draw instead.
+	ErrDrawOnly = errors.New("this product is sold by draw: enter the draw instead")
 	// ErrUnavailable means a store could not be reached; the call may be retried.
 	ErrUnavailable = errors.New("temporarily unavailable, retry")
 )
@@ -160,6 +162,7 @@ const (
 	CodeExtensionLimit       Code = "EXTENSION_LIMIT"
 	CodeUnavailable          Code = "UNAVAILABLE"
 	CodeWaitlistFull         Code = "WAITLIST_FULL"
+	CodeDrawOnly             Code = "DRAW_ONLY"
 )
 
 // outcomes is the one table of business outcomes: each sentinel, its code,
@@ -186,6 +189,7 @@ var outcomes = []struct {
 	{ErrExtensionLimit, CodeExtensionLimit, ErrExtensionLimit.Error()},
 	{ErrUnavailable, CodeUnavailable, ErrUnavailable.Error()},
 	{ErrWaitlistFull, CodeWaitlistFull, ErrWaitlistFull.Error()},
+	{ErrDrawOnly, CodeDrawOnly, ErrDrawOnly.Error()},
 }
 
 // ErrorCode returns the business code of err, or "" when err is not a

@@ -237,6 +237,17 @@ func (k Keys) waitlistKeys(sku string) []string {
 	return []string{k.SKU(sku), k.Quota(sku), k.WaitQueue(sku), k.WaitEntries(sku), k.Expiry(p), k.Outbox(p), k.Channel(sku)}
 }
 
+// DrawProgress is the hash of a draw's progress into Redis: 'done', the
+// entries apply_draw.lua has written.
+func (k Keys) DrawProgress(sku string) string { return k.Base(k.PartitionOf(sku)) + "draw:" + sku }
+
+// applyDrawKeys is apply_draw.lua's KEYS.
+func (k Keys) applyDrawKeys(sku string) []string {
+	p := k.PartitionOf(sku)
+	return []string{k.SKU(sku), k.Quota(sku), k.Expiry(p), k.Outbox(p), k.Channel(sku), k.WaitQueue(sku), k.WaitEntries(sku),
+		k.DrawProgress(sku)}
+}
+
 // stageWaitlistKeys is stage_waitlist.lua's KEYS.
 func (k Keys) stageWaitlistKeys(sku string) []string {
 	return []string{k.SKU(sku), k.Rebuild(sku), k.RebuildWaitQueue(sku), k.RebuildWaitEntries(sku)}

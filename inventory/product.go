@@ -26,9 +26,11 @@ type Product struct {
 	MaxPerUser   int // 0: no limit
 	SaleStartsAt *time.Time
 	SaleEndsAt   *time.Time
-	Version      int64
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Draw is true for a product sold by draw (see DrawOf).
+	Draw      bool
+	Version   int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// Drop is the drop the product belongs to ("" for none).
 	Drop string
 }
@@ -46,6 +48,8 @@ type ProductInput struct {
 	// exist): the drop's limit and sale window apply to it as well as its
 	// own, and its keys live in the drop's partition. It is set for good.
 	Drop string
+	// Draw, when set, sells the product by draw instead of first come.
+	Draw *DrawInput
 }
 
 // ProductUpdate changes a product; nil fields stay as they are. A pointer to 0
@@ -75,6 +79,7 @@ func (e *Engine) productFrom(p db.Product) Product {
 		SKU: p.SKU, Name: p.Name, Price: Money{Amount: p.PriceAmount, Currency: p.PriceCurrency},
 		MaxPerUser: p.MaxPerUser, SaleStartsAt: utcPtr(p.SaleStartsAt), SaleEndsAt: utcPtr(p.SaleEndsAt),
 		Version: p.Version, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(), Drop: p.DropID,
+		Draw: p.Draw,
 	}
 }
 
@@ -130,11 +135,21 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 	if in.Drop != "" && !ValidSKU(in.Drop) {
 		return Product{}, &InvalidInputError{Field: "drop", Reason: "must be 1-64 characters of A-Z a-z 0-9 . _ -"}
 	}
-	row, err := e.ledger.CreateProduct(ctx, db.Product{
+	var draw *db.NewDraw
+	if in.Draw != nil {
+		if in.Drop != "" {
+			return Product{}, &InvalidInputError{Field: "draw", Reason: "a product of a drop cannot also be sold by draw"}
+		}
+		if err := e.checkDraw(in); err != nil {
+			return Product{}, err
+		}
+		draw = newDraw(*in.Draw)
+	}
+	row, err := e.ledger.CreateProductWithDraw(ctx, db.Product{
 		SKU: in.SKU, Name: in.Name, PriceAmount: in.Price.Amount, PriceCurrency: in.Price.Currency,
 		Total: in.Stock, MaxPerUser: in.MaxPerUser, SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt,
 		DropID: in.Drop,
-	})
+	}, draw)
 	switch {
 	case errors.Is(err, db.ErrExists):
 		return Product{}, &InvalidInputError{Field: "sku", Reason: "a product with this SKU exists"}

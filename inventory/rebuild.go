@@ -207,7 +207,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		return err
 	}
 	r, err = e.run(ctx, lua.PublishSKU, e.keys.publishKeys(p.SKU), p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
-		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(e.keys.PartitionOf(p.SKU)), newNonce(), p.DropID)
+		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(e.keys.PartitionOf(p.SKU)), newNonce(), p.DropID, drawFlag(p.Draw))
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,10 @@ const (
 	// join_waitlist.lua answers the rejections above with the same shape,
 	// and this one: {code, limit}.
 	codeWaitlistFull replyCode = "WAITLIST_FULL"
+	// reserve.lua and join_waitlist.lua: the product is sold by draw.
+	codeDrawOnly replyCode = "DRAW_ONLY"
+	// apply_draw.lua: the batch was applied before, {code, done}.
+	codeSkip replyCode = "SKIP"
 
 	// stage_rebuild.lua, hydrate_sku.lua, publish_sku.lua, apply_product.lua.
 	codeExists replyCode = "EXISTS" // the SKU is loaded already
@@ -123,6 +127,8 @@ func (r reply) rejection() error {
 		return &InvalidInputError{Field: r.str(1), Reason: r.str(2)}
 	case codeWaitlistFull:
 		return &WaitlistFullError{Limit: int(r.int(1))}
+	case codeDrawOnly:
+		return ErrDrawOnly
 	}
 	return nil
 }
@@ -234,3 +240,10 @@ func msTimePtr(ms int64) *time.Time {
 	t := msTime(ms)
 	return &t
 }
+
+// drawApplied decodes apply_draw.lua's replies: {OK, holds, queued} or
+// {SKIP, done}.
+func (r reply) drawApplied() (holds, queued int) { return int(r.int(1)), int(r.int(2)) }
+
+// drawDone decodes apply_draw.lua's SKIP reply: the entries applied so far.
+func (r reply) drawDone() int { return int(r.int(1)) }

@@ -16,7 +16,7 @@
 -- {code, a, b}: INVALID_INPUT {field, reason}, NEEDS_HYDRATION {sku},
 -- SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already} (the
 -- quantity exceeds the per-principal limit: no offer could ever be made),
--- WAITLIST_FULL {limit}.
+-- WAITLIST_FULL {limit}, DRAW_ONLY (a draw's waitlist is its losers, in draw order).
 --
 -- A new entry joins at the back; if units are available that no waiter ahead
 -- can take and they fit, it is served at once (handoff in lib.lua), so a
@@ -40,9 +40,12 @@ end
 if sku == '' or who == '' or string.sub(who, 1, 1) == '#' then
   return { 'INVALID_INPUT', 'input', 'sku and principal are required' }
 end
-local s = redis.call('HMGET', k.sku, 'max', 'start', 'end', 'gen')
+local s = redis.call('HMGET', k.sku, 'max', 'start', 'end', 'gen', 'draw')
 if not s[4] then
   return { 'NEEDS_HYDRATION', sku }
+end
+if s[5] then
+  return { 'DRAW_ONLY', '', '' }
 end
 
 local mine = wait_entry(redis.call('HGET', k.entries, who))

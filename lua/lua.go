@@ -61,6 +61,8 @@ const (
 	AbandonCart = "abandon_cart"
 	// ExtendCart records a cart's new expiry once every line has it.
 	ExtendCart = "extend_cart"
+	// ApplyDraw writes one batch of a draw's result: winners' holds, losers' places.
+	ApplyDraw = "apply_draw"
 )
 
 // Names of the worker group's lease scripts.
@@ -77,7 +79,7 @@ const (
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
 var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, ApplyDrop, DueHolds,
-	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart}
+	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart, ApplyDraw}
 
 // Leases lists the worker group's lease scripts.
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}

@@ -29,7 +29,7 @@
 -- NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop itself, is not in
 -- Redis: rebuild the SKU named from Postgres, which brings its drop too, and retry),
 -- SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
--- OUT_OF_STOCK {available}.
+-- OUT_OF_STOCK {available}, DRAW_ONLY (the product is sold by draw).
 --
 -- Why one script: the checks and the deduction must be one step. Anything in
 -- between (a GET, then a DECRBY) is a window in which two buyers both see the
@@ -96,9 +96,12 @@ end
 
 -- 3. The product must be loaded. It is not cached as a rejection: the caller
 -- rebuilds the SKU from Postgres and calls again.
-local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop')
+local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop', 'draw')
 if not s[5] then
   return { 'NEEDS_HYDRATION', sku, '', 0 }
+end
+if s[7] then
+  return reject('DRAW_ONLY', '', '')
 end
 local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
 local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')

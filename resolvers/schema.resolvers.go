@@ -140,6 +140,9 @@ func (r *mutationResolver) CreateProduct(ctx context.Context, input model.Create
 		SKU: input.Sku, Name: input.Name, Stock: input.Stock, MaxPerUser: deref(input.MaxPerUser),
 		SaleStartsAt: input.SaleStartsAt, SaleEndsAt: input.SaleEndsAt, Drop: deref(input.Drop),
 	}
+	if d := input.Draw; d != nil {
+		in.Draw = &inventory.DrawInput{ClosesAt: d.ClosesAt, WinnerHold: time.Duration(d.WinnerHoldSeconds) * time.Second}
+	}
 	if m := moneyInput(input.Price); m != nil {
 		in.Price = *m
 	}
@@ -219,6 +222,15 @@ func (r *mutationResolver) LeaveWaitlist(ctx context.Context, input model.LeaveW
 	return waitlistResult(r.deps.engine.LeaveWaitlist(ctx, p, input.Sku))
 }
 
+// EnterDraw is the resolver for the enterDraw field.
+func (r *mutationResolver) EnterDraw(ctx context.Context, input model.EnterDrawInput) (*model.DrawEntryPayload, error) {
+	p, refused := r.deps.mutationCaller(ctx)
+	if refused != nil {
+		return drawEntryRefused(refused), nil
+	}
+	return drawEntryResult(r.deps.engine.EnterDraw(ctx, p, input.Sku, input.Quantity))
+}
+
 // Stock is the resolver for the stock field.
 func (r *productResolver) Stock(ctx context.Context, obj *model.Product) (*model.Stock, error) {
 	s, err := loadersFrom(ctx).stock.Load(ctx, obj.Sku)
@@ -241,6 +253,18 @@ func (r *productResolver) Drop(ctx context.Context, obj *model.Product) (*model.
 		return nil, queryError(err)
 	}
 	return dropModel(*d), nil
+}
+
+// Draw is the resolver for the draw field.
+func (r *productResolver) Draw(ctx context.Context, obj *model.Product) (*model.Draw, error) {
+	d, err := r.deps.engine.DrawOf(ctx, obj.Sku)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	if d == nil {
+		return nil, nil
+	}
+	return drawModel(*d), nil
 }
 
 // Node is the resolver for the node field.
@@ -440,6 +464,26 @@ func (r *queryResolver) Drop(ctx context.Context, id string) (*model.Drop, error
 		return nil, queryError(err)
 	}
 	return dropModel(*d), nil
+}
+
+// MyDrawEntries is the resolver for the myDrawEntries field.
+func (r *queryResolver) MyDrawEntries(ctx context.Context) ([]*model.DrawEntry, error) {
+	p, ok, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errUnauthenticated(ctx)
+	}
+	list, err := r.deps.engine.MyDrawEntries(ctx, p)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	out := make([]*model.DrawEntry, len(list))
+	for i, e := range list {
+		out[i] = drawEntryModel(e)
+	}
+	return out, nil
 }
 
 // Product is the resolver for the product field.

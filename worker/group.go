@@ -21,11 +21,12 @@ type GroupConfig struct {
 	Flusher    FlusherConfig
 	Reconciler CommitReconcilerConfig
 	Rebuilder  RebuilderConfig
+	Drawer     DrawerConfig
 }
 
 // Group is the embedded worker group of one server process: the hold
-// sweeper, the write-behind flusher, the commit reconciler and the
-// rebuilder. Each worker supervises its own loop (restart with backoff on an
+// sweeper, the write-behind flusher, the commit reconciler, the rebuilder
+// and the drawer. Each worker supervises its own loop (restart with backoff on an
 // error or a panic); the group starts them in dependency order and stops them
 // in reverse, the flusher last, so that the events the others emit while
 // stopping still reach Postgres before the pools close.
@@ -34,6 +35,7 @@ type Group struct {
 	Flusher    *Flusher
 	Reconciler *CommitReconciler
 	Rebuilder  *Rebuilder
+	Drawer     *Drawer
 }
 
 // NewGroup builds the group. One Owner is chosen for the process (unless
@@ -46,18 +48,20 @@ func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClie
 	cfg.Flusher.inherit(cfg.Options)
 	cfg.Reconciler.inherit(cfg.Options)
 	cfg.Rebuilder.inherit(cfg.Options)
+	cfg.Drawer.inherit(cfg.Options)
 	return &Group{
 		Sweeper:    NewHoldSweeper(cfg.Sweeper, engine, rdb, log, reg),
 		Flusher:    NewFlusher(cfg.Flusher, engine, rdb, log, reg),
 		Reconciler: NewCommitReconciler(cfg.Reconciler, engine, rdb, log, reg),
 		Rebuilder:  NewRebuilder(cfg.Rebuilder, engine, rdb, log, reg),
+		Drawer:     NewDrawer(cfg.Drawer, engine, rdb, log, reg),
 	}
 }
 
 // workers in start order: the flusher first, so no event waits; the
 // rebuilder before the workers that act on holds.
 func (g *Group) workers() []startstop.Service {
-	return []startstop.Service{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper}
+	return []startstop.Service{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper, g.Drawer}
 }
 
 // Start starts every worker; when one fails to start, the ones started are

@@ -1,5 +1,5 @@
 // Command dropline is the one Dropline binary: the server, its migrations,
-// the demo seed and a token minter, as subcommands.
+// the demo seed, a token minter and a draw verifier, as subcommands.
 //
 // main only wires: it loads and validates the configuration from the
 // environment, builds an app.App and runs the subcommand. Start-up failures
@@ -45,6 +45,8 @@ Usage:
   dropline seed --demo                create the demo catalogue (idempotent)
   dropline token --user ID [--admin] [--ttl 24h]
                                       print a signed bearer token
+  dropline verify-draw --sku S        recompute a drawn SKU's winners from its seed and entries
+                                      (DATABASE_URL) and check them against the recorded result
   dropline version                    print the version
   dropline help                       show this help
 
@@ -112,6 +114,8 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		err = e.seed(ctx, rest)
 	case "token":
 		err = e.token(rest)
+	case "verify-draw":
+		err = e.verifyDraw(ctx, rest)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return exitOK

@@ -94,6 +94,54 @@ type CreateProductInput struct {
 	// apply on top of the SKU's own. NOT_FOUND when there is no such drop; a drop has
 	// at most 100 SKUs.
 	Drop *string `json:"drop,omitempty"`
+	// Sell by draw: entries from saleStartsAt to draw.closesAt instead of reserves (which are refused with DRAW_ONLY).
+	Draw *DrawInput `json:"draw,omitempty"`
+}
+
+// A product's draw. The seed is fixed when the product is created and its
+// SHA-256 published at once as seedHash; the seed itself is revealed after the
+// draw, and with the entries (sorted by id) anyone can recompute the winners:
+// the shuffle is spelled out in Dropline's design document (G14), and
+// `dropline verify-draw --sku S` does it.
+type Draw struct {
+	// When entries close and the draw runs.
+	ClosesAt time.Time  `json:"closesAt"`
+	Status   DrawStatus `json:"status"`
+	// Number of entries.
+	Entries int `json:"entries"`
+	// Hex SHA-256 of the seed, public from the product's creation.
+	SeedHash string `json:"seedHash"`
+	// The 32-byte seed in hex; null until DRAWN.
+	Seed *string `json:"seed,omitempty"`
+	// How many entries won; null until DRAWN.
+	Winners *int `json:"winners,omitempty"`
+	// How long a winner's reservation is held.
+	WinnerHoldSeconds int `json:"winnerHoldSeconds"`
+}
+
+// A principal's entry in a draw.
+type DrawEntry struct {
+	Sku       string          `json:"sku"`
+	Quantity  int             `json:"quantity"`
+	Status    DrawEntryStatus `json:"status"`
+	EnteredAt time.Time       `json:"enteredAt"`
+	// The entry's position in the draw's shuffled order, 1 first; null until drawn.
+	Place *int `json:"place,omitempty"`
+	// A winner's reservation, once the result has reached the stock.
+	Reservation *Reservation `json:"reservation,omitempty"`
+}
+
+type DrawEntryPayload struct {
+	Entry      *DrawEntry   `json:"entry,omitempty"`
+	UserErrors []*UserError `json:"userErrors"`
+}
+
+// A draw instead of first come, first served.
+type DrawInput struct {
+	// When entries close and the draw runs; after saleStartsAt (entries open then) and before saleEndsAt.
+	ClosesAt time.Time `json:"closesAt"`
+	// How long each winner's reservation is held, within the hold bounds (1-3600 by default).
+	WinnerHoldSeconds int `json:"winnerHoldSeconds"`
 }
 
 // Several SKUs sold together under one per-person limit and one sale window, e.g.
@@ -121,6 +169,11 @@ func (this Drop) GetID() string { return this.ID }
 type DropPayload struct {
 	Drop       *Drop        `json:"drop,omitempty"`
 	UserErrors []*UserError `json:"userErrors"`
+}
+
+type EnterDrawInput struct {
+	Sku      string `json:"sku"`
+	Quantity int    `json:"quantity"`
 }
 
 type ExtendCartInput struct {
@@ -180,7 +233,9 @@ type Product struct {
 	// Live stock, read from Redis (one round trip per page of products).
 	Stock *Stock `json:"stock"`
 	// The drop this SKU belongs to, if any: its limit and sale window apply on top of the SKU's own.
-	Drop   *Drop  `json:"drop,omitempty"`
+	Drop *Drop `json:"drop,omitempty"`
+	// How the product is sold by draw; null for a product sold first come, first served.
+	Draw   *Draw  `json:"draw,omitempty"`
 	DropID string `json:"-"`
 }
 
@@ -334,6 +389,123 @@ type WaitlistPayload struct {
 	UserErrors []*UserError   `json:"userErrors"`
 }
 
+type DrawEntryStatus string
+
+const (
+	// In the draw, not drawn yet.
+	DrawEntryStatusEntered DrawEntryStatus = "ENTERED"
+	// Won: handed a HELD reservation of winnerHoldSeconds (see `reservation`).
+	DrawEntryStatusWon DrawEntryStatus = "WON"
+	// Lost: queued in the SKU's waitlist in draw order, so units a winner lets go pass on.
+	DrawEntryStatusLost DrawEntryStatus = "LOST"
+)
+
+var AllDrawEntryStatus = []DrawEntryStatus{
+	DrawEntryStatusEntered,
+	DrawEntryStatusWon,
+	DrawEntryStatusLost,
+}
+
+func (e DrawEntryStatus) IsValid() bool {
+	switch e {
+	case DrawEntryStatusEntered, DrawEntryStatusWon, DrawEntryStatusLost:
+		return true
+	}
+	return false
+}
+
+func (e DrawEntryStatus) String() string {
+	return string(e)
+}
+
+func (e *DrawEntryStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = DrawEntryStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid DrawEntryStatus", str)
+	}
+	return nil
+}
+
+func (e DrawEntryStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *DrawEntryStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e DrawEntryStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type DrawStatus string
+
+const (
+	// Taking entries (from saleStartsAt until closesAt), or closed and about to be drawn.
+	DrawStatusOpen DrawStatus = "OPEN"
+	// Drawn: the seed is revealed and every entry has its outcome.
+	DrawStatusDrawn DrawStatus = "DRAWN"
+)
+
+var AllDrawStatus = []DrawStatus{
+	DrawStatusOpen,
+	DrawStatusDrawn,
+}
+
+func (e DrawStatus) IsValid() bool {
+	switch e {
+	case DrawStatusOpen, DrawStatusDrawn:
+		return true
+	}
+	return false
+}
+
+func (e DrawStatus) String() string {
+	return string(e)
+}
+
+func (e *DrawStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = DrawStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid DrawStatus", str)
+	}
+	return nil
+}
+
+func (e DrawStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *DrawStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e DrawStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
 type ErrorCode string
 
 const (
@@ -354,6 +526,8 @@ const (
 	ErrorCodeUnavailable     ErrorCode = "UNAVAILABLE"
 	// The SKU's waitlist has as many waiters as it may.
 	ErrorCodeWaitlistFull ErrorCode = "WAITLIST_FULL"
+	// The product is sold by draw: enter the draw (enterDraw) instead.
+	ErrorCodeDrawOnly ErrorCode = "DRAW_ONLY"
 )
 
 var AllErrorCode = []ErrorCode{
@@ -372,11 +546,12 @@ var AllErrorCode = []ErrorCode{
 	ErrorCodeRateLimited,
 	ErrorCodeUnavailable,
 	ErrorCodeWaitlistFull,
+	ErrorCodeDrawOnly,
 }
 
 func (e ErrorCode) IsValid() bool {
 	switch e {
-	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable, ErrorCodeWaitlistFull:
+	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable, ErrorCodeWaitlistFull, ErrorCodeDrawOnly:
 		return true
 	}
 	return false

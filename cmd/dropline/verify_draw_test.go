@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+)
+
+// TestVerifyDraw runs the verifier against a real draw of 5,000 entries
+// (the engine's, carried to Redis) and then against the same draw tampered
+// with in the ledger three ways: two entries' places swapped, a loser
+// recorded as a winner, and another seed. Only the real one verifies.
+func TestVerifyDraw(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := testenv.NewDatabase(t)
+	r := testenv.Redis(t)
+	pool, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
+	require.NoError(t, err)
+	const sku = "VERIFY-1"
+	_, err = e.CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+		SKU: sku, Name: "Draw", Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 700,
+		Draw: &inventory.DrawInput{ClosesAt: time.Now().Add(time.Hour), WinnerHold: time.Minute},
+	})
+	require.NoError(t, err)
+	envm := map[string]string{"DATABASE_URL": dbURL}
+
+	code, _, errOut := runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "revealed only once it is drawn")
+
+	_, err = pool.Exec(ctx, `INSERT INTO draw_entries (sku, principal, quantity)
+		SELECT $1, 'entrant-' || g, 1 + g % 3 FROM generate_series(1, 5000) g`, sku)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE draws SET closes_at = clock_timestamp() WHERE sku = $1`, sku)
+	require.NoError(t, err)
+	_, err = e.RunDraw(ctx, sku)
+	require.NoError(t, err)
+
+	code, out, errOut := runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "draw of VERIFY-1 verified: 5000 entries, 700 units")
+	t.Log(out)
+
+	tamper := func(t *testing.T, sqls ...string) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, q := range sqls {
+			_, err := tx.Exec(ctx, q)
+			require.NoError(t, err, q)
+		}
+		require.NoError(t, tx.Commit(ctx))
+	}
+	// Two places swapped (a winner and a loser trade their places).
+	tamper(t, `UPDATE draw_results SET place = place + 1000000 WHERE place IN (1, 5000)`,
+		`UPDATE draw_results SET place = CASE WHEN place = 1000001 THEN 5000 ELSE 1 END WHERE place > 1000000`)
+	code, out, errOut = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, errOut, "does NOT verify")
+	require.Contains(t, out, "recorded place")
+	tamper(t, `UPDATE draw_results SET place = place + 1000000 WHERE place IN (1, 5000)`,
+		`UPDATE draw_results SET place = CASE WHEN place = 1000001 THEN 5000 ELSE 1 END WHERE place > 1000000`)
+	code, _, errOut = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 0, code, errOut, "swapped back, it verifies again")
+
+	// A loser turned winner.
+	tamper(t, `UPDATE draw_results SET won = true, token = 'forged' WHERE place = (SELECT min(place) FROM draw_results WHERE NOT won)`)
+	code, _, errOut = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "does NOT verify")
+	tamper(t, `UPDATE draw_results SET won = false, token = NULL WHERE token = 'forged'`)
+
+	// Another seed: it no longer hashes to what was published.
+	tamper(t, `UPDATE draws SET seed = sha256(seed) WHERE sku = 'VERIFY-1'`)
+	code, _, errOut = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "does not hash to the published seedHash")
+}

@@ -1,0 +1,293 @@
+package db
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statuses of a draw and of its entries.
+const (
+	DrawOpen  = "OPEN"
+	DrawDrawn = "DRAWN"
+
+	EntryEntered = "ENTERED"
+	EntryWon     = "WON"
+	EntryLost    = "LOST"
+)
+
+// NewDraw is the draw of a product being created.
+type NewDraw struct {
+	ClosesAt   time.Time
+	WinnerHold time.Duration
+	// Seed is the draw's 32 random bytes; its SHA-256 is published at once.
+	Seed []byte
+}
+
+// Draw is one row of draws, with its number of entries.
+type Draw struct {
+	SKU              string
+	ClosesAt         time.Time
+	WinnerHoldMillis int64
+	// Seed is nil until the draw is DRAWN: it is revealed only then.
+	Seed     []byte
+	SeedHash string
+	Status   string
+	// Stock is the units the draw gave out (total less sold when it ran);
+	// Entries and Winners are counted when it ran (Entries live until then).
+	Stock, Entries, Winners int
+	DrawnAt, AppliedAt      *time.Time
+}
+
+// DrawEntry is one row of draw_entries.
+type DrawEntry struct {
+	ID        int64
+	SKU       string
+	Principal string
+	Quantity  int
+	EnteredAt time.Time
+	Status    string
+	// Place is the entry's position in the shuffled order, from 1; 0 until
+	// the draw.
+	Place int
+	// Token names a winner's HELD reservation; "" otherwise.
+	Token string
+}
+
+// DrawClosedError says an entry came outside the draw's window.
+type DrawClosedError struct {
+	StartsAt *time.Time
+	ClosesAt time.Time
+}
+
+func (e *DrawClosedError) Error() string { return "the draw is not taking entries" }
+
+// DrawQuotaError says an entry asked for more than the per-principal limit.
+type DrawQuotaError struct{ Limit int }
+
+func (e *DrawQuotaError) Error() string {
+	return fmt.Sprintf("an entry may ask for at most %d units", e.Limit)
+}
+
+// SeedHash is the published commitment to a draw's seed: hex SHA-256.
+func SeedHash(seed []byte) string {
+	h := sha256.Sum256(seed)
+	return hex.EncodeToString(h[:])
+}
+
+func insertDraw(ctx context.Context, tx pgx.Tx, sku string, d NewDraw) error {
+	if len(d.Seed) != 32 {
+		return fmt.Errorf("draw of %s: %w: the seed must be 32 bytes", sku, ErrInvalid)
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO draws (sku, closes_at, winner_hold_ms, seed, seed_hash) VALUES ($1, $2, $3, $4, $5)`,
+		sku, d.ClosesAt, d.WinnerHold.Milliseconds(), d.Seed, SeedHash(d.Seed))
+	return interpret(err)
+}
+
+const drawColumns = `d.sku, d.closes_at, d.winner_hold_ms, CASE WHEN d.status = 'DRAWN' THEN d.seed END, d.seed_hash, d.status,
+	coalesce(d.stock, 0), coalesce(d.entries, (SELECT count(*) FROM draw_entries e WHERE e.sku = d.sku)), coalesce(d.winners, 0),
+	d.drawn_at, d.applied_at`
+
+func scanDraw(row pgx.Row) (Draw, error) {
+	var d Draw
+	err := row.Scan(&d.SKU, &d.ClosesAt, &d.WinnerHoldMillis, &d.Seed, &d.SeedHash, &d.Status,
+		&d.Stock, &d.Entries, &d.Winners, &d.DrawnAt, &d.AppliedAt)
+	return d, interpret(err)
+}
+
+// entryColumns read an entry with its result: entryFrom is the join.
+const entryColumns = `e.id, e.sku, e.principal, e.quantity, e.entered_at,
+	CASE WHEN r.won THEN 'WON' WHEN NOT r.won THEN 'LOST' ELSE 'ENTERED' END, coalesce(r.place, 0), coalesce(r.token, '')`
+
+const entryFrom = ` FROM draw_entries e LEFT JOIN draw_results r ON r.entry_id = e.id `
+
+func scanEntry(row pgx.Row) (DrawEntry, error) {
+	var e DrawEntry
+	err := row.Scan(&e.ID, &e.SKU, &e.Principal, &e.Quantity, &e.EnteredAt, &e.Status, &e.Place, &e.Token)
+	return e, interpret(err)
+}
+
+func collectEntries(rows pgx.Rows, err error) ([]DrawEntry, error) {
+	if err != nil {
+		return nil, interpret(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DrawEntry, error) { return scanEntry(r) })
+	return out, interpret(err)
+}
+
+// Draw returns a product's draw; ErrNotFound when the product has none.
+func (l *Ledger) Draw(ctx context.Context, sku string) (Draw, error) {
+	return scanDraw(l.pool.QueryRow(ctx, `SELECT `+drawColumns+` FROM draws d WHERE d.sku = $1`, sku))
+}
+
+// EnterDraw records a principal's entry in a SKU's draw, or returns the
+// entry it has (replayed true; the quantity asked this time is ignored).
+// The window is checked on Postgres' clock under a share lock of the draw's
+// row, which the draw takes exclusively: an entry that was accepted is in the
+// draw. Refusals: ErrNotFound, *DrawClosedError, *DrawQuotaError.
+func (l *Ledger) EnterDraw(ctx context.Context, sku, principal string, quantity int) (e DrawEntry, replayed bool, err error) {
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var (
+			status string
+			closes time.Time
+			starts *time.Time
+			max    int
+			open   bool
+		)
+		err := tx.QueryRow(ctx, `
+			SELECT d.status, d.closes_at, p.sale_starts_at, coalesce(p.max_per_user, 0),
+			       (p.sale_starts_at IS NULL OR p.sale_starts_at <= clock_timestamp()) AND clock_timestamp() < d.closes_at
+			FROM draws d JOIN products p ON p.sku = d.sku WHERE d.sku = $1 FOR SHARE OF d`, sku).
+			Scan(&status, &closes, &starts, &max, &open)
+		if err != nil {
+			return interpret(err)
+		}
+		e, err = scanEntry(tx.QueryRow(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 AND e.principal = $2`, sku, principal))
+		if err == nil {
+			replayed = true
+			return nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if status != DrawOpen || !open {
+			return &DrawClosedError{StartsAt: starts, ClosesAt: closes}
+		}
+		if max > 0 && quantity > max {
+			return &DrawQuotaError{Limit: max}
+		}
+		// Two entries of one principal at once: the second waits for the
+		// first's commit, inserts nothing and replays it.
+		e, err = scanEntry(tx.QueryRow(ctx, `
+			INSERT INTO draw_entries (sku, principal, quantity) VALUES ($1, $2, $3)
+			ON CONFLICT (sku, principal) DO NOTHING RETURNING id, sku, principal, quantity, entered_at, 'ENTERED', 0, ''`,
+			sku, principal, quantity))
+		if errors.Is(err, ErrNotFound) {
+			replayed = true
+			e, err = scanEntry(tx.QueryRow(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 AND e.principal = $2`, sku, principal))
+		}
+		return err
+	})
+	return e, replayed, err
+}
+
+// DrawEntriesOf lists a principal's entries, newest first, at most limit.
+func (l *Ledger) DrawEntriesOf(ctx context.Context, principal string, limit int) ([]DrawEntry, error) {
+	return collectEntries(l.pool.Query(ctx, `SELECT `+entryColumns+entryFrom+`
+		WHERE e.principal = $1 ORDER BY e.entered_at DESC, e.id DESC LIMIT $2`, principal, limit))
+}
+
+// DrawEntries returns every entry of a SKU's draw by id: what the shuffle
+// starts from, and what a verifier reads.
+func (l *Ledger) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {
+	return collectEntries(l.pool.Query(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 ORDER BY e.id`, sku))
+}
+
+// DueDraws returns up to limit SKUs whose draw is due on Postgres' clock
+// (OPEN past closes_at) or drawn but not yet applied to Redis.
+func (l *Ledger) DueDraws(ctx context.Context, limit int) ([]string, error) {
+	rows, err := l.pool.Query(ctx, `
+		SELECT sku FROM draws
+		WHERE (status = 'OPEN' AND closes_at <= clock_timestamp()) OR (status = 'DRAWN' AND applied_at IS NULL)
+		ORDER BY closes_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, interpret(err)
+}
+
+// DrawOutcome is the result of the draw for one entry.
+type DrawOutcome struct {
+	ID    int64
+	Place int
+	Won   bool
+	Token string
+}
+
+// DrawDecider computes a draw's outcomes from its seed, the units it gives
+// out and its entries by id. It must be deterministic: a draw that did not
+// commit is decided again.
+type DrawDecider func(seed []byte, stock int, entries []DrawEntry) ([]DrawOutcome, error)
+
+// RunDraw draws a SKU's draw once: under the product's and the draw's row
+// locks, in one transaction, it checks the draw is OPEN and due, decides it
+// and records every entry's outcome, the winners and the revealed status.
+// When the draw is already DRAWN it returns it unchanged (drawn false); when
+// it is not due yet, ErrInvalid.
+func (l *Ledger) RunDraw(ctx context.Context, sku string, decide DrawDecider) (d Draw, drawn bool, err error) {
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var total, sold int
+		if err := tx.QueryRow(ctx, `SELECT total, sold FROM products WHERE sku = $1 FOR UPDATE`, sku).Scan(&total, &sold); err != nil {
+			return interpret(err)
+		}
+		var (
+			status string
+			seed   []byte
+			due    bool
+		)
+		if err := tx.QueryRow(ctx, `SELECT status, seed, closes_at <= clock_timestamp() FROM draws WHERE sku = $1 FOR UPDATE`, sku).
+			Scan(&status, &seed, &due); err != nil {
+			return interpret(err)
+		}
+		if status == DrawDrawn {
+			return nil
+		}
+		if !due {
+			return fmt.Errorf("draw of %s: %w: not closed yet", sku, ErrInvalid)
+		}
+		// Not drawn yet: no entry has a result row.
+		entries, err := collectEntries(tx.Query(ctx, `SELECT id, sku, principal, quantity, entered_at, 'ENTERED', 0, ''
+			FROM draw_entries WHERE sku = $1 ORDER BY id`, sku))
+		if err != nil {
+			return err
+		}
+		stock := max(total-sold, 0)
+		out, err := decide(seed, stock, entries)
+		if err != nil {
+			return err
+		}
+		rows := make([][]any, len(out))
+		winners := 0
+		for i, o := range out {
+			var token *string
+			if o.Won {
+				token = &out[i].Token
+				winners++
+			}
+			rows[i] = []any{sku, int32(o.Place), o.ID, o.Won, token}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"draw_results"}, []string{"sku", "place", "entry_id", "won", "token"},
+			pgx.CopyFromRows(rows)); err != nil {
+			return interpret(err)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE draws SET status = 'DRAWN', stock = $2, entries = $3, winners = $4, drawn_at = clock_timestamp()
+			WHERE sku = $1`, sku, stock, len(entries), winners)
+		drawn = true
+		return interpret(err)
+	})
+	if err != nil {
+		return Draw{}, false, fmt.Errorf("drawing %s: %w", sku, err)
+	}
+	d, err = l.Draw(ctx, sku)
+	return d, drawn, err
+}
+
+// DrawResult returns a drawn SKU's entries in draw order (place 1 first).
+func (l *Ledger) DrawResult(ctx context.Context, sku string) ([]DrawEntry, error) {
+	return collectEntries(l.pool.Query(ctx, `SELECT `+entryColumns+` FROM draw_results r JOIN draw_entries e ON e.id = r.entry_id
+		WHERE r.sku = $1 ORDER BY r.place`, sku))
+}
+
+// MarkDrawApplied records that Redis has a drawn SKU's result.
+func (l *Ledger) MarkDrawApplied(ctx context.Context, sku string) error {
+	_, err := l.pool.Exec(ctx, `UPDATE draws SET applied_at = clock_timestamp() WHERE sku = $1 AND status = 'DRAWN' AND applied_at IS NULL`, sku)
+	return interpret(err)
+}

@@ -1,0 +1,382 @@
+package inventory
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
+)
+
+// DrawInput makes a new product sold by draw: between its sale start and
+// ClosesAt it takes entries (EnterDraw) instead of reserves; at ClosesAt the
+// draw picks the winners (RunDraw), who get HELD reservations of WinnerHold.
+type DrawInput struct {
+	ClosesAt   time.Time
+	WinnerHold time.Duration
+}
+
+// The statuses of a draw and of an entry.
+const (
+	DrawOpen  = db.DrawOpen
+	DrawDrawn = db.DrawDrawn
+
+	EntryEntered = db.EntryEntered
+	EntryWon     = db.EntryWon
+	EntryLost    = db.EntryLost
+)
+
+// Draw is a product's draw as anyone may see it.
+type Draw struct {
+	SKU        string
+	ClosesAt   time.Time
+	WinnerHold time.Duration
+	Status     string
+	// Entries is the number of entries (live while OPEN).
+	Entries int
+	// SeedHash is the hex SHA-256 of the seed, published from the start.
+	SeedHash string
+	// Seed is revealed once the draw is DRAWN; nil before.
+	Seed []byte
+	// Stock and Winners are set once DRAWN: the units given out, the winning entries.
+	Stock, Winners int
+	DrawnAt        *time.Time
+	// Applied says Redis has the result (the winners' holds, the losers' places).
+	Applied bool
+}
+
+// DrawEntry is a principal's entry in a draw.
+type DrawEntry struct {
+	ID        int64
+	SKU       string
+	Principal string
+	Quantity  int
+	EnteredAt time.Time
+	Status    string
+	// Place is the entry's position in the draw's shuffled order; 0 before it.
+	Place int
+	// Token names a winner's reservation; Reservation is its state when read.
+	Token       string
+	Reservation *Reservation
+	// Replayed is true when EnterDraw found the principal's entry.
+	Replayed bool
+}
+
+func drawFrom(d db.Draw) Draw {
+	return Draw{
+		SKU: d.SKU, ClosesAt: d.ClosesAt.UTC(), WinnerHold: time.Duration(d.WinnerHoldMillis) * time.Millisecond,
+		Status: d.Status, Entries: d.Entries, SeedHash: d.SeedHash, Seed: d.Seed, Stock: d.Stock, Winners: d.Winners,
+		DrawnAt: utcPtr(d.DrawnAt), Applied: d.AppliedAt != nil,
+	}
+}
+
+func entryFrom(e db.DrawEntry) DrawEntry {
+	return DrawEntry{ID: e.ID, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity, EnteredAt: e.EnteredAt.UTC(),
+		Status: e.Status, Place: e.Place, Token: e.Token}
+}
+
+func drawFlag(draw bool) int {
+	if draw {
+		return 1
+	}
+	return 0
+}
+
+// checkDraw validates a new product's draw against its sale window and the
+// hold bounds.
+func (e *Engine) checkDraw(in ProductInput) error {
+	d := in.Draw
+	if d.ClosesAt.IsZero() {
+		return &InvalidInputError{Field: "draw.closesAt", Reason: "is required"}
+	}
+	if in.SaleStartsAt != nil && !d.ClosesAt.After(*in.SaleStartsAt) {
+		return &InvalidInputError{Field: "draw.closesAt", Reason: "must be after saleStartsAt"}
+	}
+	if in.SaleEndsAt != nil && !in.SaleEndsAt.After(d.ClosesAt) {
+		return &InvalidInputError{Field: "draw.closesAt", Reason: "must be before saleEndsAt"}
+	}
+	if d.WinnerHold < e.cfg.MinHold || d.WinnerHold > e.cfg.MaxHold {
+		return &InvalidInputError{Field: "draw.winnerHoldSeconds", Reason: fmt.Sprintf("must be between %d and %d",
+			int(e.cfg.MinHold/time.Second), int(e.cfg.MaxHold/time.Second))}
+	}
+	return nil
+}
+
+// newDraw fixes a draw's seed: 32 bytes from crypto/rand.
+func newDraw(d DrawInput) *db.NewDraw {
+	seed := make([]byte, 32)
+	if _, err := rand.Read(seed); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return &db.NewDraw{ClosesAt: d.ClosesAt, WinnerHold: d.WinnerHold, Seed: seed}
+}
+
+// DrawOf returns a product's draw, or nil when the product is not sold by draw.
+func (e *Engine) DrawOf(ctx context.Context, sku string) (*Draw, error) {
+	if !ValidSKU(sku) {
+		return nil, productNotFound(sku)
+	}
+	d, err := e.ledger.Draw(ctx, sku)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, ledgerError("reading the draw", sku, err)
+	}
+	out := drawFrom(d)
+	return &out, nil
+}
+
+// DrawEntries returns every entry of a SKU's draw by id, as the shuffle
+// takes them, for verifiers and audits.
+func (e *Engine) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {
+	rows, err := e.ledger.DrawEntries(ctx, sku)
+	if err != nil {
+		return nil, ledgerError("reading the draw's entries", sku, err)
+	}
+	out := make([]DrawEntry, len(rows))
+	for i, r := range rows {
+		out[i] = entryFrom(r)
+	}
+	return out, nil
+}
+
+// EnterDraw enters the principal in a SKU's draw for quantity units. One
+// entry per principal: entering again returns the entry (Replayed). The
+// entry is a Postgres row before the answer. Refusals: *InvalidInputError
+// (a bad quantity, or a product not sold by draw), *NotFoundError,
+// *SaleNotActiveError (outside saleStartsAt..closesAt, or drawn: EndsAt is
+// closesAt), *QuotaExceededError (above the per-principal limit).
+func (e *Engine) EnterDraw(ctx context.Context, p Principal, sku string, quantity int) (w DrawEntry, err error) {
+	defer func() { e.metrics.outcome("enter_draw", err) }()
+	if err := checkPrincipal(p); err != nil {
+		return DrawEntry{}, err
+	}
+	if !ValidSKU(sku) {
+		return DrawEntry{}, productNotFound(sku)
+	}
+	if quantity < 1 || quantity > e.cfg.MaxQuantity {
+		return DrawEntry{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", e.cfg.MaxQuantity)}
+	}
+	row, replayed, err := e.ledger.EnterDraw(ctx, sku, p.ID, quantity)
+	var closed *db.DrawClosedError
+	var quota *db.DrawQuotaError
+	switch {
+	case errors.As(err, &closed):
+		ends := closed.ClosesAt.UTC()
+		return DrawEntry{}, &SaleNotActiveError{StartsAt: utcPtr(closed.StartsAt), EndsAt: &ends}
+	case errors.As(err, &quota):
+		return DrawEntry{}, &QuotaExceededError{Limit: quota.Limit}
+	case errors.Is(err, db.ErrNotFound):
+		if _, perr := e.ledger.Product(ctx, sku); perr == nil {
+			return DrawEntry{}, &InvalidInputError{Field: "sku", Reason: "this product is not sold by draw"}
+		}
+		return DrawEntry{}, productNotFound(sku)
+	case err != nil:
+		return DrawEntry{}, ledgerError("entering the draw", sku, err)
+	}
+	w = entryFrom(row)
+	w.Replayed = replayed
+	return e.withDrawReservation(ctx, p, w), nil
+}
+
+// maxMyDrawEntries bounds the entries MyDrawEntries lists.
+const maxMyDrawEntries = 100
+
+// MyDrawEntries lists the principal's draw entries, newest first, with a
+// winner's reservation.
+func (e *Engine) MyDrawEntries(ctx context.Context, p Principal) ([]DrawEntry, error) {
+	if err := checkPrincipal(p); err != nil {
+		return nil, err
+	}
+	rows, err := e.ledger.DrawEntriesOf(ctx, p.ID, maxMyDrawEntries)
+	if err != nil {
+		return nil, ledgerError("listing draw entries", "", err)
+	}
+	out := make([]DrawEntry, len(rows))
+	for i, r := range rows {
+		out[i] = e.withDrawReservation(ctx, p, entryFrom(r))
+	}
+	return out, nil
+}
+
+func (e *Engine) withDrawReservation(ctx context.Context, p Principal, w DrawEntry) DrawEntry {
+	if w.Token == "" {
+		return w
+	}
+	r, err := e.Reservation(ctx, p, w.Token)
+	if err != nil {
+		// Not applied to Redis yet, or the hold is gone: the entry still says WON.
+		return w
+	}
+	w.Reservation = &r
+	return w
+}
+
+// DrawDecision computes a draw's outcome for entries in id order: each
+// entry's place and whether it won (see draw_shuffle.go). It is what the
+// draw records and what a verifier recomputes.
+func DrawDecision(seed []byte, stock int, quantities []int) (places []int, won []bool) {
+	order, won := DrawWinners(seed, stock, quantities)
+	places = make([]int, len(quantities))
+	for p, i := range order {
+		places[i] = p + 1
+	}
+	return places, won
+}
+
+// DrawStage names a point of RunDrawSteps.
+type DrawStage string
+
+// The stages RunDrawSteps reports.
+const (
+	// DrawDecided: the result is computed, not yet committed.
+	DrawDecided DrawStage = "decided"
+	// DrawApplying: a batch of the result was written to Redis (applied says
+	// how many entries are written so far).
+	DrawApplying DrawStage = "applying"
+)
+
+// DrawReport is what one RunDraw did.
+type DrawReport struct {
+	Draw Draw
+	// Drew is true when this call drew (false: it was drawn before).
+	Drew bool
+	// Holds and Queued are the winners' holds and losers' waitlist places
+	// this call wrote to Redis.
+	Holds, Queued int
+	// Decide is the time the Postgres transaction took (draw and record),
+	// Apply the time carrying the result to Redis took.
+	Decide, Apply time.Duration
+}
+
+// drawApplyBatch is how many entries one apply_draw.lua call writes.
+const drawApplyBatch = 1000
+
+// RunDraw draws a SKU whose entries have closed and carries the result to
+// Redis. The draw is one Postgres transaction under the product's row lock
+// (db.Ledger.RunDraw), so it happens once however many processes call this;
+// a crash before its commit leaves nothing, and the next call decides the
+// same result from the same seed and entries. Carrying it to Redis is
+// batches of apply_draw.lua in draw order, each applied once (the batch
+// checks the progress it moves), so a call after a crash goes on where the
+// last one stopped. Calling it for a draw not yet due is *InvalidInputError.
+func (e *Engine) RunDraw(ctx context.Context, sku string) (DrawReport, error) {
+	return e.RunDrawSteps(ctx, sku, nil)
+}
+
+// RunDrawSteps is RunDraw, calling step (when not nil) at each stage; an
+// error from step stops the draw there as a crash would, which is what the
+// fault tests use.
+func (e *Engine) RunDrawSteps(ctx context.Context, sku string, step func(stage DrawStage, applied int) error) (rep DrawReport, err error) {
+	if step == nil {
+		step = func(DrawStage, int) error { return nil }
+	}
+	partition := e.keys.PartitionOf(sku)
+	began := time.Now()
+	d, drew, err := e.ledger.RunDraw(ctx, sku, func(seed []byte, stock int, entries []db.DrawEntry) ([]db.DrawOutcome, error) {
+		qty := make([]int, len(entries))
+		for i, en := range entries {
+			qty[i] = en.Quantity
+		}
+		places, won := DrawDecision(seed, stock, qty)
+		out := make([]db.DrawOutcome, len(entries))
+		for i, en := range entries {
+			out[i] = db.DrawOutcome{ID: en.ID, Place: places[i], Won: won[i]}
+			if won[i] {
+				out[i].Token = newToken(partition)
+			}
+		}
+		return out, step(DrawDecided, 0)
+	})
+	if errors.Is(err, db.ErrInvalid) {
+		return DrawReport{}, &InvalidInputError{Field: "sku", Reason: "the draw has not closed yet"}
+	}
+	if err != nil {
+		return DrawReport{}, ledgerError("drawing", sku, err)
+	}
+	rep = DrawReport{Draw: drawFrom(d), Drew: drew, Decide: time.Since(began)}
+	if rep.Draw.Applied {
+		return rep, nil
+	}
+	began = time.Now()
+	defer func() { rep.Apply = time.Since(began) }()
+	result, err := e.ledger.DrawResult(ctx, sku)
+	if err != nil {
+		return rep, ledgerError("reading the draw's result", sku, err)
+	}
+	result = result[:drawApplyCut(result, e.cfg.WaitlistMax)]
+	base, keys := e.keys.Base(partition), e.keys.applyDrawKeys(sku)
+	done := 0
+	for done < len(result) {
+		end := min(done+drawApplyBatch, len(result))
+		args := make([]any, 0, 6+4*(end-done))
+		args = append(args, base, sku, done, d.WinnerHoldMillis, e.cfg.WaitlistMax, end-done)
+		for _, en := range result[done:end] {
+			kind := "L"
+			if en.Status == db.EntryWon {
+				kind = "W"
+			}
+			args = append(args, kind, en.Principal, en.Quantity, en.Token)
+		}
+		r, err := e.run(ctx, lua.ApplyDraw, keys, args...)
+		if err != nil {
+			return rep, fmt.Errorf("applying the draw of %s: %w", sku, err)
+		}
+		switch r.code() {
+		case codeOK:
+			holds, queued := r.drawApplied()
+			rep.Holds += holds
+			rep.Queued += queued
+			done = end
+		case codeSkip:
+			done = r.drawDone() // applied before: go on from where it stands
+		case codeNeedsHydration:
+			if err := e.Rebuild(ctx, sku); err != nil {
+				return rep, err
+			}
+			continue
+		default:
+			return rep, fmt.Errorf("applying the draw of %s: unexpected script reply %q", sku, r.code())
+		}
+		if err := step(DrawApplying, done); err != nil {
+			return rep, err
+		}
+	}
+	if err := e.ledger.MarkDrawApplied(ctx, sku); err != nil {
+		return rep, ledgerError("marking the draw applied", sku, err)
+	}
+	rep.Draw.Applied = true
+	return rep, nil
+}
+
+// drawApplyCut is how much of a result (by place) Redis needs: up to the
+// last winner or the loser that fills the waitlist, whichever comes later.
+// Losers after that would find the waitlist full (a draw's waitlist starts
+// empty: joins are refused), so they are not sent.
+func drawApplyCut(result []db.DrawEntry, waitlistMax int) int {
+	cut, losers := 0, 0
+	for i, en := range result {
+		switch {
+		case en.Status == db.EntryWon:
+			cut = i + 1
+		case losers < waitlistMax:
+			losers++
+			cut = max(cut, i+1)
+		}
+	}
+	return cut
+}
+
+// DueDraws lists up to limit SKUs whose draw should run now (closed and not
+// drawn, or drawn and not yet applied to Redis).
+func (e *Engine) DueDraws(ctx context.Context, limit int) ([]string, error) {
+	skus, err := e.ledger.DueDraws(ctx, limit)
+	if err != nil {
+		return nil, unavailable("listing due draws", err)
+	}
+	return skus, nil
+}
