@@ -22,6 +22,11 @@
 // then COMMITTED by the sale); a line is told from a lone hold by its token
 // ("l07." rather than "r07.").
 //
+// So are the draws (draws.go, migration 0007): draws (one row per product
+// sold by draw: seed, seedHash, status), draw_entries (one row per principal,
+// never changed; its id orders the shuffle) and draw_results (one row per
+// entry, written by COPY in the transaction that sets the draw DRAWN).
+//
 // Errors from pgx are translated here (ErrNotFound, ErrExists,
 // ErrWouldOversell, ErrInvalid, ErrFenced) so callers never see driver types.
 package db

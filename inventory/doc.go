@@ -33,6 +33,7 @@
 //	dl:{p07}:rebuild:<sku>:quota    hash   the quota hash that rebuild stages
 //	dl:{p07}:wait:<sku>             zset   the waitlist's queue: WAITING principals by entry seq
 //	dl:{p07}:waiters:<sku>          hash   principal -> "seq|qty|hold_ms|W or O|token|joined_ms"; #seq: the last seq
+//	dl:{p07}:draw:<sku>             hash   done: entries of a draw's result apply_draw.lua has written
 //	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages (and :waiters, its entries)
 //	dl:{pNN}:cart:<token>           hash   who st ctd dl exp lines idem fp rej: a cart, in its home partition
 //	dl:{pNN}:cartidem:<hash>        hash   first outcome of a cart's idempotency key (in the key's partition)
@@ -96,7 +97,18 @@
 // record of each hold of a chunk: thousands per call), and every script
 // that hands units to waiters (release_hold.lua, begin_commit.lua,
 // apply_product.lua, publish_sku.lua, join_waitlist.lua: the hash of each
-// hold it makes, from a token it makes).
+// hold it makes, from a token it makes), and apply_draw.lua (the hash of each
+// winner's hold, from the token the ledger gave it).
+//
+// # Draws
+//
+// A product created with a draw (draw.go) has 'draw' set in its stock hash,
+// and reserve.lua and join_waitlist.lua refuse it (DRAW_ONLY). Its entries
+// live in Postgres only; the draw is decided there (db.Ledger.RunDraw, the
+// shuffle in draw_shuffle.go) and carried to Redis by apply_draw.lua in
+// batches, in draw order: a winner's HELD hold (a reserve event, like any
+// other), a loser's waitlist entry (a wjoin event). The progress hash makes
+// each batch apply once.
 //
 // # Waitlist
 //

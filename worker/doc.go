@@ -21,6 +21,11 @@
 //   - G7, read-repair: the Rebuilder notices that Redis lost its data and
 //     reloads every SKU from Postgres at once; the engine's lazy rebuild on
 //     access stays the safety net.
+//   - G14, draws: the Drawer runs each draw whose entries have closed, on the
+//     process holding its partition's "drawer" lease, and finishes a draw a
+//     crash left half carried over to Redis. The lease only saves work: the
+//     draw is one Postgres transaction that finds it OPEN, and each batch
+//     carried to Redis checks the progress it moves.
 //
 // # Lifecycle
 //
