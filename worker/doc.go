@@ -53,7 +53,9 @@
 //	<prefix>{pNN}:lease:<kind>:fence    fencing counter (one INCR per acquisition)
 //	<prefix>{p00}:members:<kind>        live processes, for the fair share
 //	<prefix>{pNN}:epoch                 random value while Redis keeps its data
-//	<prefix>{p00}:primary               replication id of the primary last seen (single primary or Sentinel)
+//	<prefix>{p00}:primary               replication id of the primary the SKUs were last reloaded for (single primary or Sentinel)
+//	<prefix>{p00}:primary:reload:<id>   the process reloading every SKU for primary <id>, PX = 3 LeaseTTL, renewed per SKU
+//	<prefix>{p00}:primary:reloaded:<id> the SKUs reloaded for primary <id> so far
 //
 // A lease is acquired only when free (SET NX PX) or provably stale (no
 // expiry at all), renewed every TTL/3 and released only by its owner (Lua
@@ -105,10 +107,14 @@
 //     HELD rows Redis lacks.
 //   - Redis failover to a replica that missed the last writes (or a primary
 //     restarted from its files): the data is there, the epochs too, but the
-//     primary's replication id is new. The rebuilder records that id in
-//     <prefix>{p00}:primary and swaps it with SET ... GET when it changes, so
-//     exactly one instance sees the change; that one reloads every SKU from
-//     Postgres although Redis has it (inventory.Engine.RebuildStale), and
+//     primary's replication id is new. <prefix>{p00}:primary holds the id
+//     of the primary the SKUs were last reloaded for; when the id differs,
+//     the first instance to claim the reload (SET NX, with an expiry it
+//     renews as it goes) reloads every SKU from Postgres although Redis has
+//     it (inventory.Engine.RebuildStale), lists each SKU it reloaded, and
+//     records the new id only once all are done. An instance that dies
+//     mid-way leaves the old id recorded; its claim expires, and another
+//     instance claims the reload and does the SKUs it left. Each claimer
 //     counts dropline_redis_failovers_total. A sale the new primary never saw
 //     is then sold in Redis; holds it had that the ledger did not are adopted
 //     back as their events are applied (ReconcileApplied). Redis Cluster has

@@ -86,3 +86,79 @@ func TestPromotedReplicaMissingWrites(t *testing.T) {
 func withoutTimes(s inventory.Stock) inventory.Stock {
 	return inventory.Stock{SKU: s.SKU, Total: s.Total, Sold: s.Sold, Held: s.Held, Available: s.Available}
 }
+
+// TestPromotionReloadSurvivesItsClaimerDying is the promotion of a replica
+// that missed a sale, where the instance that noticed the new primary and
+// claimed the reload dies before reloading anything (in the production
+// topology the instance killed after the primary is sometimes the one that
+// noticed). Another instance started afterwards must still reload every SKU
+// from the ledger: the new primary's id is recorded only once the reload is
+// done, and the dead instance's claim expires.
+func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
+	set := testenv.StartReplicated(t, time.Second)
+	rdb := set.Client(t)
+	b := newBundle(t, rdb, "dl:", testenv.Postgres(t), inventory.Config{})
+	const sku, total = "PROMOTE-2", 10
+	b.product(t, sku, total)
+	claimed, release := make(chan struct{}), make(chan struct{})
+	x, _ := b.startGroupWith(t, fastConfig("x"), func(g *Group) {
+		g.Rebuilder.hooks.claimedReload = func() {
+			close(claimed)
+			<-release // the test kills x meanwhile
+		}
+	})
+	k := newKeys(b.engine.Keys())
+	var oldID string
+	eventually(t, 5*time.Second, func() bool {
+		var err error
+		oldID, err = rdb.Get(b.ctx, k.primary()).Result()
+		return err == nil
+	}, "the rebuilder recorded the primary")
+
+	early := b.reserveMany(t, sku, 2, time.Minute)
+	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	require.NoError(t, rdb.Do(b.ctx, "WAIT", 1, 2000).Err())
+	set.Replica.Pause()
+	direct := redis.NewClient(&redis.Options{Addr: set.Primary.Addr})
+	require.NoError(t, direct.ClientKillByFilter(b.ctx, "TYPE", "replica").Err())
+	require.NoError(t, direct.Close())
+	buyer := inventory.Principal{ID: "u0"}
+	sale, err := b.engine.Commit(b.ctx, buyer, early[0])
+	require.NoError(t, err)
+	require.Equal(t, inventory.StatusCommitted, sale.Status)
+	set.Primary.Stop()
+	set.Replica.Resume()
+
+	select {
+	case <-claimed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("x never saw the promotion")
+	}
+	recorded, err := rdb.Get(b.ctx, k.primary()).Result()
+	require.NoError(t, err)
+	require.Equal(t, oldID, recorded, "the new primary is not recorded before its reload is done")
+	x.crash(errCrashed)
+	close(release)
+	stop(t, x.Group)
+	s, err := b.engine.Stock(b.ctx, sku)
+	require.NoError(t, err)
+	require.Zero(t, s.Sold, "the promoted Redis missed the sale, and x reloaded nothing")
+
+	start := time.Now()
+	_, reg := b.startGroup(t, fastConfig("y"))
+	eventually(t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+		defer cancel()
+		s, err := b.engine.Stock(ctx, sku)
+		return err == nil && s.Sold == 1
+	}, "y reloaded the SKU that x claimed and left")
+	t.Logf("y reloaded %s after x died holding the claim", time.Since(start).Round(time.Millisecond))
+	require.Equal(t, 1.0, metric(t, reg, "dropline_redis_failovers_total"))
+	r, err := b.engine.Reservation(b.ctx, buyer, early[0])
+	require.NoError(t, err)
+	require.Equal(t, inventory.StatusCommitted, r.Status, "the sale is a sale in Redis too")
+	eventually(t, 5*time.Second, func() bool {
+		id, err := rdb.Get(b.ctx, k.primary()).Result()
+		return err == nil && id != oldID
+	}, "the reload is recorded as done")
+}

@@ -36,3 +36,12 @@ func (k keys) epoch(p int) string { return k.inv.Base(p) + "epoch" }
 // restarted from its persistence files: writes of the last moments before
 // may be missing while everything else is there.
 func (k keys) primary() string { return k.inv.Base(0) + "primary" }
+
+// reloadClaim names the process reloading every SKU for the primary of
+// replication id (in partition 0, like primary), with an expiry its owner
+// renews as it goes.
+func (k keys) reloadClaim(id string) string { return k.inv.Base(0) + "primary:reload:" + id }
+
+// reloaded lists the SKUs reloaded for the primary of replication id, so a
+// process that takes over a dead one's reload does not reload them again.
+func (k keys) reloaded(id string) string { return k.inv.Base(0) + "primary:reloaded:" + id }

@@ -150,9 +150,19 @@ func waitTotal(t *testing.T, what string, want int64, counters ...counter) {
 // startGroup starts a group and stops it when the test ends.
 func (b *bundle) startGroup(t *testing.T, cfg GroupConfig) (*testGroup, *prometheus.Registry) {
 	t.Helper()
+	return b.startGroupWith(t, cfg, nil)
+}
+
+// startGroupWith is startGroup with prep run on the group before it starts
+// (to set test hooks).
+func (b *bundle) startGroupWith(t *testing.T, cfg GroupConfig, prep func(*Group)) (*testGroup, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	g := NewGroup(cfg, b.engine, b.rdb, b.log.With().Str("group", cfg.Owner).Logger(), reg)
 	g.initSignals()
+	if prep != nil {
+		prep(g)
+	}
 	ctx, crash := context.WithCancelCause(b.ctx)
 	t.Cleanup(func() { crash(nil) })
 	require.NoError(t, g.Start(ctx))

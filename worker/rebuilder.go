@@ -68,13 +68,22 @@ type Rebuilder struct {
 	losses   prometheus.Counter
 	failures prometheus.Counter
 
-	mu    sync.Mutex // guards seen, owed, stale and retry across loop restarts
-	seen  [inventory.Partitions]string
-	owed  [inventory.Partitions]bool // a rebuild was due and has not completed
-	stale bool                       // a promotion was seen: rebuild SKUs even when present
-	retry partitionBackoff           // after a rebuild that left SKUs out
+	mu     sync.Mutex // guards seen, owed, stale, reload and retry across loop restarts
+	seen   [inventory.Partitions]string
+	owed   [inventory.Partitions]bool // a rebuild was due and has not completed
+	stale  bool                       // reloading after a promotion: rebuild SKUs even when present
+	reload string                     // the replication id of the primary this process reloads for
+	retry  partitionBackoff           // after a rebuild that left SKUs out
 
 	failovers prometheus.Counter
+	hooks     rebuilderHooks
+}
+
+// rebuilderHooks let tests interrupt the rebuilder; nil hooks do nothing.
+type rebuilderHooks struct {
+	// claimedReload runs once this process has claimed the reload after a
+	// promotion, before it reloads anything.
+	claimedReload func()
 }
 
 // NewRebuilder builds a rebuilder; Start runs it.
@@ -94,7 +103,7 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 		failures: partitionFailuresVec(reg).WithLabelValues("rebuilder"),
 		failovers: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_redis_failovers_total",
-			Help: "Changes of the Redis primary's replication id seen by this instance (a promoted replica, or a primary restarted from its files); every SKU is then rebuilt from Postgres.",
+			Help: "Changes of the Redis primary's replication id (a promoted replica, or a primary restarted from its files) for which this instance claimed the reload of every SKU from Postgres.",
 		})),
 	}
 	w.service = newService("rebuilder", cfg.Options, log, reg, nil, w.run)
@@ -165,13 +174,22 @@ func (w *Rebuilder) check(ctx context.Context) error {
 		w.log.Warn().Ints("partitions", lostNow).
 			Msg("Redis is new or lost its data (epoch missing or changed); rebuilding these partitions' SKUs from Postgres")
 	}
-	promoted, err := w.checkPrimary(sctx)
+	id, claimed, err := w.checkPrimary(sctx)
 	if err != nil {
 		return err
 	}
-	if promoted {
-		w.failovers.Inc()
-		w.log.Warn().Msg("the Redis primary changed (a replica was promoted, or it restarted from its files): it may lack the last writes before the switch, so every SKU is rebuilt from Postgres")
+	if claimed {
+		if w.reload != id {
+			w.reload = id
+			w.failovers.Inc()
+			w.log.Warn().Str("primary", id).Msg("the Redis primary changed (a replica was promoted, or it restarted from its files): it may lack the last writes before the switch, so every SKU is rebuilt from Postgres")
+			if h := w.hooks.claimedReload; h != nil {
+				h()
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
 		w.stale = true
 		for p := range w.owed {
 			if !w.owed[p] {
@@ -179,6 +197,8 @@ func (w *Rebuilder) check(ctx context.Context) error {
 				lostNow = append(lostNow, p)
 			}
 		}
+	} else {
+		w.reload, w.stale = "", false // nothing to reload, or another process does it
 	}
 	var lost []bool
 	for _, owed := range w.owed {
@@ -199,7 +219,18 @@ func (w *Rebuilder) check(ctx context.Context) error {
 	for p := range w.owed {
 		w.owed[p] = failed[p]
 	}
-	w.stale = w.stale && slices.Contains(failed[:], true)
+	if w.stale && !slices.Contains(failed[:], true) {
+		// Only now is the reload recorded as done: a process that dies
+		// before this leaves the record as it was, and its claim expires,
+		// so another process reloads what it left.
+		fctx, fcancel := stepContext(ctx, w.cfg.StepTimeout)
+		err := w.finishReload(fctx, w.reload)
+		fcancel()
+		if err != nil {
+			return err
+		}
+		w.stale, w.reload = false, ""
+	}
 	if slices.Contains(failed[:], true) {
 		delay := w.retry.fail(w.cfg.Options)
 		w.log.Warn().Dur("retry_in", delay).Msg("rebuild left SKUs out; they are retried after a backoff (and rebuilt on their next request)")
@@ -231,9 +262,12 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 				continue
 			}
 			sku := prod.SKU
-			stale := w.stale
+			reload := ""
+			if w.stale {
+				reload = w.reload
+			}
 			g.Go(func() error {
-				rebuilt, err := w.rebuildSKU(ctx, sku, stale)
+				rebuilt, err := w.rebuildSKU(ctx, sku, reload)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -262,16 +296,34 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 	return failed, nil
 }
 
-// rebuildSKU reloads one SKU unless it is present already (or, after a
-// promotion, although it is), and says whether it did.
-func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string, stale bool) (bool, error) {
+// rebuildSKU reloads one SKU unless it is present already, and says whether
+// it did. During the reload after a promotion to the primary reload (its
+// replication id), it reloads the SKU although it is present, unless a
+// process reloaded it for that primary already, and renews the claim.
+func (w *Rebuilder) rebuildSKU(ctx context.Context, sku, reload string) (bool, error) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
 	defer cancel()
-	if stale {
+	if reload != "" {
+		done, err := w.rdb.SIsMember(sctx, w.keys.reloaded(reload), sku).Result()
+		if err != nil {
+			return false, fmt.Errorf("reading the SKUs reloaded for the new primary: %w", err)
+		}
+		if done {
+			return false, nil
+		}
 		if err := w.engine.RebuildStale(sctx, sku); err != nil {
 			return false, err
 		}
 		w.rebuilds.Inc()
+		_, err = w.rdb.TxPipelined(sctx, func(p redis.Pipeliner) error {
+			p.SAdd(sctx, w.keys.reloaded(reload), sku)
+			p.Expire(sctx, w.keys.reloaded(reload), reloadRecordTTL)
+			p.PExpire(sctx, w.keys.reloadClaim(reload), w.claimTTL())
+			return nil
+		})
+		if err != nil {
+			return true, fmt.Errorf("recording %s as reloaded for the new primary: %w", sku, err)
+		}
 		return true, nil
 	}
 	rebuilt, err := w.engine.RebuildMissing(sctx, sku)
@@ -284,39 +336,82 @@ func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string, stale bool) (boo
 	return rebuilt, nil
 }
 
-// checkPrimary compares the replication id of the Redis primary with the one
-// recorded in Redis, and reports whether this process is the one that saw it
-// change: the record is swapped with SET ... GET, so of several instances
-// exactly one finds the old id there. A first sight records the id. Redis
+// checkPrimary reads the replication id of the Redis primary and compares
+// it with the one recorded in Redis, which is the id of the primary the
+// SKUs were last reloaded for. A first sight records the id. When the id is
+// new, the SKUs must be reloaded from Postgres, by one process: the first to
+// claim the reload for that id (SET NX with an expiry, renewed as each SKU
+// is reloaded) does it, and records the id only once every SKU is reloaded
+// (finishReload). A process that dies meanwhile leaves the record as it
+// was: its claim expires and another process claims it and reloads the
+// SKUs the first did not (those it did are listed per id). claimed says
+// whether this process holds the claim now; id is the primary's. Redis
 // Cluster has an id per shard and is not followed here (an empty shard is
 // still found by its epochs).
-func (w *Rebuilder) checkPrimary(ctx context.Context) (bool, error) {
+func (w *Rebuilder) checkPrimary(ctx context.Context) (id string, claimed bool, err error) {
 	if _, cluster := w.rdb.(*redis.ClusterClient); cluster {
-		return false, nil
+		return "", false, nil
 	}
 	info, err := w.rdb.Info(ctx, "replication").Result()
 	if err != nil {
-		return false, fmt.Errorf("reading the primary's replication id: %w", err)
+		return "", false, fmt.Errorf("reading the primary's replication id: %w", err)
 	}
 	id, role := infoField(info, "master_replid"), infoField(info, "role")
 	if id == "" || role != "master" {
-		return false, nil // not a primary (yet): the client follows the switch
+		return "", false, nil // not a primary (yet): the client follows the switch
 	}
 	prev, err := w.rdb.Get(ctx, w.keys.primary()).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return false, w.rdb.SetNX(ctx, w.keys.primary(), id, 0).Err()
+		return id, false, w.rdb.SetNX(ctx, w.keys.primary(), id, 0).Err()
 	case err != nil:
-		return false, fmt.Errorf("reading the recorded primary: %w", err)
+		return "", false, fmt.Errorf("reading the recorded primary: %w", err)
 	case prev == id:
-		return false, nil
+		return id, false, nil
 	}
-	old, err := w.rdb.SetArgs(ctx, w.keys.primary(), id, redis.SetArgs{Get: true}).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("recording the new primary: %w", err)
+	won, err := w.rdb.SetNX(ctx, w.keys.reloadClaim(id), w.cfg.Owner, w.claimTTL()).Result()
+	if err != nil {
+		return "", false, fmt.Errorf("claiming the reload for the new primary: %w", err)
 	}
-	return old != id, nil
+	if !won {
+		owner, err := w.rdb.Get(ctx, w.keys.reloadClaim(id)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return "", false, fmt.Errorf("reading the reload claim: %w", err)
+		}
+		if owner != w.cfg.Owner {
+			return id, false, nil // another process reloads; its claim expires if it dies
+		}
+		if err := w.rdb.PExpire(ctx, w.keys.reloadClaim(id), w.claimTTL()).Err(); err != nil {
+			return "", false, fmt.Errorf("renewing the reload claim: %w", err)
+		}
+	}
+	return id, true, nil
 }
+
+// finishReload records that every SKU was reloaded for the primary id.
+func (w *Rebuilder) finishReload(ctx context.Context, id string) error {
+	if id == "" {
+		return nil
+	}
+	_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, w.keys.primary(), id, 0)
+		p.Del(ctx, w.keys.reloadClaim(id))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording the reload for the new primary: %w", err)
+	}
+	w.log.Info().Str("primary", id).Msg("every SKU is reloaded from Postgres for the new Redis primary")
+	return nil
+}
+
+// claimTTL is how long a reload claim outlives the last SKU its owner
+// reloaded: a process silent that long is taken for dead.
+func (w *Rebuilder) claimTTL() time.Duration { return 3 * w.cfg.LeaseTTL }
+
+// reloadRecordTTL bounds the list of SKUs reloaded for one primary; a reload
+// takes minutes at most.
+const reloadRecordTTL = 24 * time.Hour
 
 // infoField reads "name:value" from an INFO reply.
 func infoField(info, name string) string {
