@@ -58,15 +58,60 @@ func (e *Engine) Rebuild(ctx context.Context, sku string) error {
 // state of the SKU can be older than the ledger's (a sale Postgres has,
 // whose hold Redis still has as HELD). The stock hash is dropped and the
 // SKU rebuilt as after a loss: under the product's row lock, from the
-// ledger. Holds Redis kept whose reserve event had not reached Postgres yet
-// are adopted back when the write-behind applies them, if stock and quota
-// still allow (see ReconcileApplied); scripts meanwhile wait for the rebuild
-// as they do after a flush.
+// ledger; scripts meanwhile wait for the rebuild as they do after a flush.
+//
+// Holds Redis kept whose events are still in the outbox (the write-behind
+// had not applied them) are acknowledged holds the promoted Redis did not
+// lose: between dropping the stock hash and the snapshot, every event of
+// the SKU still in its partition's outbox is applied to the ledger here
+// (ApplyEvents is idempotent, and a reservation only moves forward), so the
+// rebuild restores those holds with the others instead of handing their
+// units to other buyers until the write-behind brings them back. No reserve
+// of the SKU can add an event once the stock hash is gone.
 func (e *Engine) RebuildStale(ctx context.Context, sku string) error {
 	if err := e.rdb.Del(ctx, e.keys.SKU(sku)).Err(); err != nil {
 		return unavailable("dropping stale "+sku, err)
 	}
+	if err := e.applyOutboxOf(ctx, sku); err != nil {
+		return err
+	}
 	return e.Rebuild(ctx, sku)
+}
+
+// applyOutboxOf applies to the ledger the reservation events of sku that
+// its partition's outbox still holds, acknowledged or not (the write-behind
+// trims what it acknowledged, so the stream is short).
+func (e *Engine) applyOutboxOf(ctx context.Context, sku string) error {
+	stream := e.keys.Outbox(PartitionOf(sku))
+	start := "-"
+	for {
+		msgs, err := e.rdb.XRangeN(ctx, stream, start, "+", int64(e.cfg.RebuildBatch)).Result()
+		if err != nil {
+			return unavailable("reading the outbox of "+sku, err)
+		}
+		var events []db.Event
+		for _, m := range msgs {
+			ev, err := ParseEvent(m)
+			if err != nil || ev.SKU != sku || db.IsWaitlistKind(ev.Kind) || ev.Validate() != nil {
+				continue // the write-behind sets what cannot be applied aside
+			}
+			events = append(events, ev)
+		}
+		if len(events) > 0 {
+			err := e.ledger.ApplyEvents(ctx, nil, events)
+			switch {
+			case errors.Is(err, db.ErrRefused):
+				// Left to the write-behind, which sets the event at fault aside.
+				e.log.Warn().Err(err).Str("sku", sku).Msg("Postgres refused the outbox of a SKU before its reload; the write-behind applies it")
+			case err != nil:
+				return unavailable("applying the outbox of "+sku+" before its reload", err)
+			}
+		}
+		if len(msgs) < e.cfg.RebuildBatch {
+			return nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
 }
 
 // rebuildStats are the figures of one rebuild, logged when it published.

@@ -116,9 +116,10 @@
 //     mid-way leaves the old id recorded; its claim expires, and another
 //     instance claims the reload and does the SKUs it left. Each claimer
 //     counts dropline_redis_failovers_total. A sale the new primary never saw
-//     is then sold in Redis; holds it had that the ledger did not are adopted
-//     back as their events are applied (ReconcileApplied). Redis Cluster has
-//     an id per shard and is not followed.
+//     is then sold in Redis; holds it had whose events were still in its
+//     outbox are applied to the ledger just before their SKU is reloaded,
+//     so the reload keeps them. Redis Cluster has an id per shard and is
+//     not followed.
 //   - An entry no batch can apply: one that does not decode, or of a kind
 //     this version does not know (a newer version wrote it during a rolling
 //     upgrade), is moved before the batch to the partition's dead-letter

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -161,4 +162,39 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 		id, err := rdb.Get(b.ctx, k.primary()).Result()
 		return err == nil && id != oldID
 	}, "the reload is recorded as done")
+}
+
+// TestReloadKeepsHoldsTheWriteBehindHadNotApplied reloads a SKU as after a
+// promotion (inventory.Engine.RebuildStale) while every hold of it is still
+// only in Redis and its outbox: the write-behind has not run. The holds are
+// acknowledged and the promoted Redis kept them, so the reload must keep
+// them too: the SKU stays sold out to an outsider, and each holder can
+// commit once the write-behind runs. A reload from the ledger alone would
+// hand their units to the next buyers and close the holds when their
+// events arrived.
+func TestReloadKeepsHoldsTheWriteBehindHadNotApplied(t *testing.T) {
+	b := setup(t)
+	const sku, total = "RELOAD-1", 4
+	b.product(t, sku, total)
+	holds := b.reserveMany(t, sku, total, time.Minute)
+
+	require.NoError(t, b.engine.RebuildStale(b.ctx, sku))
+	require.Equal(t, inventory.Stock{SKU: sku, Total: total, Held: total}, withoutTimes(b.stock(t, sku)), "the reload kept every hold")
+	_, err := b.engine.Reserve(b.ctx, inventory.Principal{ID: "outsider"}, inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+	var out *inventory.OutOfStockError
+	require.ErrorAs(t, err, &out, "the held units are not for sale")
+
+	b.startGroup(t, fastConfig("reload"))
+	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	for i, tok := range holds {
+		r, err := b.engine.Commit(b.ctx, inventory.Principal{ID: fmt.Sprintf("u%d", i)}, tok)
+		require.NoError(t, err, "hold %d", i)
+		require.Equal(t, inventory.StatusCommitted, r.Status)
+	}
+	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	var sold, open int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT sold, (SELECT count(*) FROM reservations WHERE sku = $1 AND status <> 'COMMITTED') FROM products WHERE sku = $1`, sku).Scan(&sold, &open))
+	require.Equal(t, total, sold)
+	require.Zero(t, open)
+	require.Equal(t, inventory.Stock{SKU: sku, Total: total, Sold: total}, withoutTimes(b.stock(t, sku)))
 }
