@@ -38,6 +38,7 @@ func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 		WaitTimeout:   in.Config.RedisWaitTimeout,
 		WaitlistMax:   in.Config.WaitlistMax,
 		CartPause:     in.Config.TestCartPause,
+		DrawPause:     in.Config.TestDrawPause,
 		Registerer:    in.Registry,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }

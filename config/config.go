@@ -64,6 +64,8 @@ const (
 
 	// EnvTestCartPause is for the fault tests only (see TestCartPause).
 	EnvTestCartPause = "DROPLINE_TEST_CART_PAUSE"
+	// EnvTestDrawPause is for the fault tests only (see TestDrawPause).
+	EnvTestDrawPause = "DROPLINE_TEST_DRAW_PAUSE"
 )
 
 // Defaults, exported so the README table and the tests can refer to them.
@@ -220,6 +222,15 @@ type Config struct {
 	// middle of a cart. Default: none; the time is 0 to 1m. Never set it in a
 	// deployment: carts would fail.
 	TestCartPause inventory.CartPause
+
+	// TestDrawPause makes every draw wait once at one of its steps
+	// (DROPLINE_TEST_DRAW_PAUSE, "decided:30s" or "applied:30s": after its
+	// result is computed inside its Postgres transaction, before the commit,
+	// or after the first batch of its result is written to Redis). Test
+	// only: the fault suite sets it to kill a server in the middle of a draw.
+	// Default: none; the time is 0 to 1m. Never set it in a deployment:
+	// draws would be late.
+	TestDrawPause inventory.DrawPause
 
 	// RejectionTTL is how long a refused reserve (out of stock, over the
 	// quota, sale not open) replays for its idempotency key
@@ -448,6 +459,14 @@ func Load(getenv func(string) string) (Config, error) {
 		var err error
 		if c.TestCartPause.For, err = time.ParseDuration(d); !ok || err != nil {
 			problems = append(problems, Problem{Var: EnvTestCartPause, Msg: fmt.Sprintf("%q: want held:<duration> or confirmed:<duration>", v)})
+		}
+	}
+	if v := getenv(EnvTestDrawPause); v != "" {
+		at, d, ok := strings.Cut(v, ":")
+		c.TestDrawPause.At = at
+		var err error
+		if c.TestDrawPause.For, err = time.ParseDuration(d); !ok || err != nil {
+			problems = append(problems, Problem{Var: EnvTestDrawPause, Msg: fmt.Sprintf("%q: want decided:<duration> or applied:<duration>", v)})
 		}
 	}
 	num(EnvMutationRate, &c.MutationRate)

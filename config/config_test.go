@@ -582,3 +582,20 @@ func TestTestCartPause(t *testing.T) {
 	_, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvTestCartPause: "30s"}))
 	require.ErrorContains(t, err, config.EnvTestCartPause)
 }
+
+func TestTestDrawPause(t *testing.T) {
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Zero(t, c.TestDrawPause)
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvTestDrawPause: "applied:3s"}))
+	require.NoError(t, err)
+	require.Equal(t, inventory.DrawPause{At: inventory.DrawPauseApplied, For: 3 * time.Second}, c.TestDrawPause)
+	require.NoError(t, c.Validate())
+	for _, bad := range []string{"decided:-1s", "decided:2m", "later:1s"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvTestDrawPause: bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvTestDrawPause, bad)
+	}
+	_, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvTestDrawPause: "30s"}))
+	require.ErrorContains(t, err, config.EnvTestDrawPause)
+}

@@ -144,6 +144,10 @@ func (c Config) Validate() error {
 		(p.At != inventory.CartPauseHeld && p.At != inventory.CartPauseConfirmed || p.For < 0 || p.For > time.Minute) {
 		add(EnvTestCartPause, "is %s:%s: a test-only pause of a cart at %q or %q, for 0 to 1m (default: none)", p.At, p.For, inventory.CartPauseHeld, inventory.CartPauseConfirmed)
 	}
+	if p := c.TestDrawPause; p != (inventory.DrawPause{}) &&
+		(p.At != inventory.DrawPauseDecided && p.At != inventory.DrawPauseApplied || p.For < 0 || p.For > time.Minute) {
+		add(EnvTestDrawPause, "is %s:%s: a test-only pause of a draw at %q or %q, for 0 to 1m (default: none)", p.At, p.For, inventory.DrawPauseDecided, inventory.DrawPauseApplied)
+	}
 	if c.MutationRate == 0 {
 		add(EnvMutationRate, "is 0, which would refuse every mutation: set mutations per second per principal (default %d), or a negative number to turn the limit off", DefaultMutationRate)
 	}

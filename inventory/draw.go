@@ -265,7 +265,60 @@ const drawApplyBatch = 1000
 // checks the progress it moves), so a call after a crash goes on where the
 // last one stopped. Calling it for a draw not yet due is *InvalidInputError.
 func (e *Engine) RunDraw(ctx context.Context, sku string) (DrawReport, error) {
-	return e.RunDrawSteps(ctx, sku, nil)
+	return e.RunDrawSteps(ctx, sku, e.drawPause())
+}
+
+// DrawPause is a test-only pause of RunDraw at one step (see
+// Config.DrawPause).
+type DrawPause struct {
+	// At is where: DrawPauseDecided (the result computed inside the draw's
+	// Postgres transaction, not committed) or DrawPauseApplied (the first
+	// batch of the result written to Redis, the rest not yet); "" never
+	// pauses.
+	At string
+	// For is how long.
+	For time.Duration
+}
+
+// The steps a DrawPause may stop at.
+const (
+	DrawPauseDecided = "decided"
+	DrawPauseApplied = "applied"
+)
+
+func (c DrawPause) validate() error {
+	if (c.At != "" && c.At != DrawPauseDecided && c.At != DrawPauseApplied) || c.For < 0 {
+		return fmt.Errorf("draw pause %q for %s: the step must be %q or %q, the time not negative", c.At, c.For, DrawPauseDecided, DrawPauseApplied)
+	}
+	return nil
+}
+
+// drawPause is the step function of Config.DrawPause, nil when none is
+// set; only the fault tests set one, to kill a server in the middle of a
+// draw. It waits once per draw, at the first point of its kind.
+func (e *Engine) drawPause() func(DrawStage, int) error {
+	p := e.cfg.DrawPause
+	if p.At == "" || p.For <= 0 {
+		return nil
+	}
+	paused := false
+	return func(stage DrawStage, applied int) error {
+		var step string
+		switch {
+		case paused:
+			return nil
+		case p.At == DrawPauseDecided && stage == DrawDecided:
+			step = "draw decided, not committed"
+		case p.At == DrawPauseApplied && stage == DrawApplying:
+			step = "first batch of the draw applied"
+		default:
+			return nil
+		}
+		paused = true
+		e.log.Warn().Str("step", step).Int("applied", applied).Dur("pause", p.For).Msg("test-only pause between the steps of a draw")
+		time.Sleep(p.For)
+		return nil
+	}
 }
 
 // RunDrawSteps is RunDraw, calling step (when not nil) at each stage; an

@@ -106,6 +106,10 @@ type Config struct {
 	// the fault tests set it to kill a server in the middle of a cart. The
 	// zero value (the default) never pauses, as in every real deployment.
 	CartPause CartPause
+	// DrawPause makes RunDraw wait at one of its steps. Test only: the fault
+	// tests set it to kill a server in the middle of a draw. The zero value
+	// (the default) never pauses, as in every real deployment.
+	DrawPause DrawPause
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -185,6 +189,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("cart settle time (%s) must be between 100ms and 4s", c.CartSettle)
 	}
 	if err := c.CartPause.validate(); err != nil {
+		return err
+	}
+	if err := c.DrawPause.validate(); err != nil {
 		return err
 	}
 	if c.Retention < c.IdempotencyTTL {
