@@ -90,6 +90,18 @@ type Config struct {
 	// MaxWaiters; 0: none.
 	Waiters int
 
+	// Mode is ModeDrop (the default, also "": the drop alone) or ModeDraw: the drop,
+	// then the draw rehearsal (RunDraw) on a SKU of Stock units sold by
+	// draw that Entrants buyers enter, closing DrawWindow after it is
+	// created; its checks join the verdict.
+	Mode string
+	// Entrants is how many buyers enter the draw rehearsal (1 to
+	// MaxEntrants); default 1000.
+	Entrants int
+	// DrawWindow is how long the rehearsal's draw takes entries; every
+	// entry must be in by then. Default 10 seconds.
+	DrawWindow time.Duration
+
 	// Watchers is how many live subscribers of stockChanged watch the
 	// drop, each on its own connection (0: none). Before the buyers come,
 	// Changes reserves of one unit are made at ChangeRate per second and
@@ -148,6 +160,10 @@ func DefaultConfig() Config {
 		ConvergeTimeout: 5 * time.Second,
 		WatchP99:        250 * time.Millisecond,
 		WatchRSSKiB:     32,
+
+		Mode:       ModeDrop,
+		Entrants:   1000,
+		DrawWindow: 10 * time.Second,
 	}
 }
 
@@ -202,6 +218,21 @@ func (c Config) Validate(ctx context.Context) error {
 	}
 	if c.DrainTimeout <= 0 || c.DrainTimeout > MaxDuration {
 		bad("--drain-timeout must be >0 and at most %s", MaxDuration)
+	}
+	switch c.Mode {
+	case "", ModeDrop:
+	case ModeDraw:
+		if c.Entrants < 1 || c.Entrants > MaxEntrants {
+			bad("--entrants must be 1-%d", MaxEntrants)
+		}
+		if c.DrawWindow < time.Second || c.DrawWindow > MaxDuration {
+			bad("--draw-window must be at least 1s and at most %s", MaxDuration)
+		}
+		if c.Stock < 1 {
+			bad("--mode draw needs --stock of at least 1: the draw gives out that many units")
+		}
+	default:
+		bad("--mode must be %q or %q", ModeDrop, ModeDraw)
 	}
 	if c.Waiters < 0 || c.Waiters > MaxWaiters {
 		bad("--waitlist must be 0-%d", MaxWaiters)

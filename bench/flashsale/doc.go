@@ -69,6 +69,19 @@
 // first Stock places offered a HELD reservation each and the rest moved up,
 // the live stock, and the ledger's waitlist_entries entry by entry.
 //
+// # Draw
+//
+// With Mode ModeDraw, RunDraw follows the drop on a SKU of Stock units
+// sold by draw, closing DrawWindow after its creation: Entrants buyers
+// enter at once (every tenth twice, which must answer the first entry),
+// the server draws at closesAt, and every buyer reads its entry until all
+// are WON or LOST with the winners' reservations in place. JudgeDraw adds
+// the checks: one entry per buyer, every buyer WON or LOST, the stock
+// filled as far as the entries fit, each winner holding a HELD reservation
+// of its quantity, the revealed seed hashing to the published seedHash,
+// and, with the ledger, the draw recomputed by the verification
+// `dropline verify-draw` runs (internal/drawverify).
+//
 // # Output
 //
 // WriteText prints the table (throughput and p50/p95/p99/max per

@@ -44,6 +44,8 @@ type Result struct {
 	Watch *WatchResult `json:"watch,omitempty"`
 	// Waitlist is the waitlist rehearsal's (--waitlist); nil without.
 	Waitlist *WaitlistResult `json:"waitlist,omitempty"`
+	// Draw is the draw rehearsal's (--mode draw); nil without.
+	Draw *DrawResult `json:"draw,omitempty"`
 	// Samples holds every request; it feeds the report, not the JSON.
 	Samples []Sample `json:"-"`
 }
@@ -263,6 +265,15 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		}
 		res.Waitlist = wl
 		res.Verdict.Checks = append(res.Verdict.Checks, wl.Checks...)
+		res.Verdict.OK = len(res.Verdict.Failed()) == 0
+	}
+	if cfg.Mode == ModeDraw {
+		dr, err := d.RunDraw(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("draw rehearsal: %w", err)
+		}
+		res.Draw = dr
+		res.Verdict.Checks = append(res.Verdict.Checks, dr.Checks...)
 		res.Verdict.OK = len(res.Verdict.Failed()) == 0
 	}
 	return res, nil

@@ -2,6 +2,7 @@ package flashsale_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -265,4 +266,86 @@ func TestJudgeWaitlistFailsOnUnfairHandoff(t *testing.T) {
 	}
 	require.True(t, failed["waitlist: nobody outside the queue served"])
 	require.True(t, failed["waitlist: freed units handed in join order, one waiter each"])
+}
+
+// TestDrawRehearsal runs the drop with the draw rehearsal against two real
+// servers: 800 buyers enter a draw of 300 units (every tenth twice), the
+// servers draw it, and the verdict's draw checks all run and pass,
+// the recomputation from the ledger included.
+func TestDrawRehearsal(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.NewDatabase(t)
+	prefix := testenv.Redis(t).Prefix
+	a := startApp(t, dbURL, prefix)
+	b := startApp(t, dbURL, prefix)
+
+	cfg := flashsale.DefaultConfig()
+	cfg.Targets = []string{"http://" + a.Addr(), "http://" + b.Addr()}
+	cfg.Secret = []byte(testSecret)
+	cfg.Buyers, cfg.Concurrency, cfg.Stock = 100, 24, 300
+	cfg.Think = time.Millisecond
+	cfg.Mode, cfg.Entrants, cfg.DrawWindow = flashsale.ModeDraw, 800, 15*time.Second
+	cfg.DatabaseURL = dbURL
+	cfg.RunID = "dr"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := flashsale.NewDriver(ctx, cfg)
+	require.NoError(t, err)
+	defer d.Close()
+	res, err := d.Run(ctx)
+	require.NoError(t, err)
+	var text strings.Builder
+	require.NoError(t, flashsale.WriteText(&text, res))
+	t.Log("\n" + text.String())
+
+	require.True(t, res.Verdict.OK, "failed checks: %+v", res.Verdict.Failed())
+	dr := res.Draw
+	require.NotNil(t, dr)
+	require.Equal(t, 800, dr.Entries)
+	require.Equal(t, 80, dr.Replays)
+	require.Equal(t, 800, dr.Winners+dr.Losers)
+	require.Greater(t, dr.WonUnits, 300-2)
+	require.True(t, dr.LedgerChecked)
+	require.Contains(t, dr.Verification, "draw of DRAW-dr verified: 800 entries, 300 units")
+	var names []string
+	for _, c := range res.Verdict.Checks {
+		if strings.HasPrefix(c.Name, "draw: ") {
+			require.False(t, c.Skipped, c.Name)
+			names = append(names, c.Name)
+		}
+	}
+	require.Len(t, names, 6)
+	var html strings.Builder
+	require.NoError(t, flashsale.WriteHTML(&html, res))
+	require.Contains(t, html.String(), "<h2>Draw rehearsal</h2>")
+}
+
+// The draw verdict fails on a winner without its HELD reservation, a
+// stock filled past what it has, a seed that does not hash to the
+// published seedHash, and a recomputation that disagrees.
+func TestJudgeDrawFailsOnABadDraw(t *testing.T) {
+	t.Parallel()
+	seed := strings.Repeat("ab", 32)
+	res := &flashsale.DrawResult{SKU: "DRAW-x", Stock: 2, Entrants: 3, Entries: 3, Seed: seed,
+		SeedHash: strings.Repeat("0", 64), Final: flashsale.Stock{Held: 2, Total: 2}, LedgerChecked: true}
+	firsts := []flashsale.DrawEntry{{Status: "ENTERED", Quantity: 1}, {Status: "ENTERED", Quantity: 2}, {Status: "ENTERED", Quantity: 1}}
+	entries := []flashsale.DrawEntry{
+		{Status: "WON", Quantity: 1, Reservation: &flashsale.Reservation{Token: "t1", Status: "HELD", Quantity: 1}},
+		{Status: "WON", Quantity: 2},
+		{Status: "LOST", Quantity: 1},
+	}
+	checks := flashsale.JudgeDraw(res, firsts, entries, errors.New("draw of DRAW-x does NOT verify: 1 mismatches"))
+	failed := map[string]bool{}
+	for _, c := range checks {
+		if !c.OK {
+			failed[c.Name] = true
+		}
+	}
+	require.False(t, failed["draw: one entry per buyer"])
+	require.False(t, failed["draw: every buyer WON or LOST"])
+	require.True(t, failed["draw: stock filled as far as the entries fit"])
+	require.True(t, failed["draw: winners hold HELD reservations"])
+	require.True(t, failed["draw: the revealed seed hashes to seedHash"])
+	require.True(t, failed["draw: recomputed draw equals the published one"])
 }

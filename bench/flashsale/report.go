@@ -63,7 +63,11 @@ slowest watcher per change p99 {{.ToAll.P99ms}} ms. Converged after the drop: <b
 Server memory per idle watcher: <b>{{printf "%.1f" .RSSPerWatcherKiB}} KiB</b>, {{printf "%.1f" .GoroutinesPerConn}} goroutines.
 Load average during the changes: {{.LoadAvg}}.</p>
 {{end}}{{if .R.Watch}}{{.Watch}}{{end}}
-<h2>Outcomes over time</h2>{{.Outcomes}}
+{{with .R.Draw}}<h2>Draw rehearsal</h2>
+<p>SKU {{.SKU}}: {{.Stock}} units, {{.Entrants}} entrants ({{.Replays}} entered twice) in {{printf "%.2f" .EnterSeconds}} s.
+Drawn: {{.Entries}} entries, <b>{{.Winners}} won</b> ({{.WonUnits}} units), {{.Losers}} lost; every buyer saw the result
+{{printf "%.2f" .DrawSeconds}} s after closesAt. Seed hash {{.SeedHash}}.{{if .Verification}} {{.Verification}}{{end}}</p>
+{{end}}<h2>Outcomes over time</h2>{{.Outcomes}}
 <h2>Summary</h2><pre>{{.Summary}}</pre>
 </body></html>
 `))

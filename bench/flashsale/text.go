@@ -54,6 +54,16 @@ func WriteText(w io.Writer, r *Result) error {
 			w.Offered, w.Waiting, w.OutsidersServed, w.JoinP99ms, w.Final.Available, w.Final.Held)
 	}
 
+	if d := r.Draw; d != nil {
+		fmt.Fprintf(&b, "\ndraw rehearsal: SKU %s, %d units, %d entrants (%d entered twice) in %.2fs, enter p99 %.1f ms\n",
+			d.SKU, d.Stock, d.Entrants, d.Replays, d.EnterSeconds, d.EnterP99ms)
+		fmt.Fprintf(&b, "  drawn: %d entries, %d won (%d units), %d lost; every buyer saw the result %.2fs after closesAt; stock available %d held %d\n",
+			d.Entries, d.Winners, d.WonUnits, d.Losers, d.DrawSeconds, d.Final.Available, d.Final.Held)
+		if d.Verification != "" {
+			fmt.Fprintf(&b, "  %s\n", d.Verification)
+		}
+	}
+
 	v := r.Verdict
 	status := "PASS"
 	if !v.OK {
