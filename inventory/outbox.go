@@ -102,6 +102,43 @@ func (o *Outbox) ReadPending(ctx context.Context, p, n int) ([]OutboxEntry, erro
 	return o.read(ctx, p, "0", n)
 }
 
+// ReadOwnPending returns up to n entries of partition p pending on this
+// consumer for which skip (given the entry id) is false, read without
+// touching the others: an entry is looked at with XPENDING, which leaves its
+// idle time alone, and only those not skipped are taken again (XCLAIM to
+// this consumer). Entries a read delivered whose reply never arrived are
+// found this way while the ones skipped (refused by Postgres, retried once
+// idle long enough to be claimed) keep aging.
+func (o *Outbox) ReadOwnPending(ctx context.Context, p, n int, skip func(id string) bool) ([]OutboxEntry, error) {
+	stream := o.keys.Outbox(p)
+	pend, err := o.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: stream, Group: o.group, Consumer: o.consumer, Start: "-", End: "+", Count: int64(n),
+	}).Result()
+	if isNoGroup(err) || errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing pending events of partition %d: %w", p, err)
+	}
+	var ids []string
+	for _, e := range pend {
+		if !skip(e.ID) {
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	msgs, err := o.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: o.group, Consumer: o.consumer, Messages: ids}).Result()
+	if isNoGroup(err) || errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading pending events of partition %d: %w", p, err)
+	}
+	return decodeEntries(msgs), nil
+}
+
 func (o *Outbox) read(ctx context.Context, p int, id string, n int) ([]OutboxEntry, error) {
 	stream := o.keys.Outbox(p)
 	for attempt := 0; ; attempt++ {

@@ -86,6 +86,13 @@
 //     acknowledged; it stays pending on the dead consumer and is claimed
 //     (XAUTOCLAIM, ClaimIdle) and applied again by the next owner of the
 //     partition. Nothing is doubled (event ids are unique).
+//   - A read's reply lost (the connection dropped after Redis delivered the
+//     entries): the Redis client sends the read again and gets the next
+//     entries, with no error, while the first ones stay pending on this
+//     consumer. Every ClaimInterval the flusher looks at what is pending on
+//     its own consumer (XPENDING, then XCLAIM of all but the entries Postgres
+//     refused, which keep aging towards ClaimIdle) and applies it, so such
+//     entries reach the ledger within about a second instead of ClaimIdle.
 //   - Postgres down: reserves, cancels and expiries go on in Redis; their
 //     events wait in the streams (dropline_writebehind_backlog and
 //     dropline_writebehind_lag_seconds grow); the flusher's and the

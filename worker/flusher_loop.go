@@ -11,6 +11,9 @@ import (
 // partitionState is what one run of the loop knows of a partition.
 type partitionState struct {
 	ownPending bool // re-read this consumer's pending events first
+	// lookPending: look for entries pending on this consumer that it never
+	// got (their read lost its reply), leaving the refused ones alone.
+	lookPending bool
 	partitionBackoff
 }
 
@@ -37,6 +40,18 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 			lastTrim = time.Now()
 			if err := f.trimAndMeasure(gctx); err != nil && gctx.Err() == nil {
 				return err
+			}
+		}
+		if time.Since(lastClaim) >= f.cfg.ClaimInterval {
+			// Entries Redis delivered to this consumer whose reply never
+			// arrived stay pending on it: the Redis client sends a read that
+			// lost its reply again, and the second read returns the next
+			// entries with no error. Looking at this consumer's own pending
+			// entries once per interval brings them back now, instead of
+			// after ClaimIdle (which a second lost reply, on the claim that
+			// resets their idle time, would double).
+			for p := range state {
+				state[p].lookPending = true
 			}
 		}
 		n := f.pass(gctx, &state)
@@ -137,6 +152,24 @@ func (f *Flusher) settle(ctx context.Context, p int, st *partitionState, err err
 // flushPartition reads and applies one batch of partition p: this
 // consumer's pending entries first when it may have some, else new ones.
 func (f *Flusher) flushPartition(ctx context.Context, p int, st *partitionState) (int, error) {
+	if st.lookPending && !st.ownPending {
+		st.lookPending = false
+		sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+		// Entries Postgres refused stay pending on this consumer; they are
+		// retried when claimed after ClaimIdle (refuse counts them), so
+		// their idle time is left to grow.
+		entries, err := f.outbox.ReadOwnPending(sctx, p, f.cfg.BatchSize, func(id string) bool { return f.refusals[id] > 0 })
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		if len(entries) > 0 {
+			f.log.Info().Int("partition", p).Int("events", len(entries)).
+				Msg("found pending events a read delivered without its reply arriving")
+			_, err := f.apply(ctx, p, entries)
+			return len(entries), err
+		}
+	}
 	if st.ownPending {
 		sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
 		entries, err := f.outbox.ReadPending(sctx, p, f.cfg.BatchSize)

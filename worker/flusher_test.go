@@ -3,11 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
@@ -190,4 +192,47 @@ func principalOf(tokens []string, tok string) string {
 		}
 	}
 	return ""
+}
+
+// Redis delivers a batch to the flusher's consumer and the reply is lost:
+// the Redis client sends the read again and the flusher gets the next
+// entries, with no error, while the lost ones stay pending on its own
+// consumer. The flusher finds them by itself within a claim interval, long
+// before they would be idle enough to be claimed (ClaimIdle, a minute here).
+func TestFlusherFindsEntriesWhoseReadLostItsReply(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.product(t, "LOST-READ", 1000)
+	p := inventory.PartitionOf("LOST-READ")
+	tokens := b.reserveMany(t, "LOST-READ", 300, time.Hour)
+	opts := fastConfig("reader").Options
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50, ClaimIdle: time.Minute, ClaimInterval: 100 * time.Millisecond},
+		b.engine, b.rdb, b.log, prometheus.NewRegistry())
+	var first atomic.Bool
+	stolen := make(chan error, 1)
+	f.hooks.beforeApply = func(int, []db.Event) {
+		if !first.CompareAndSwap(false, true) {
+			return
+		}
+		// The delivery whose reply never reached the flusher.
+		res, err := b.rdb.XReadGroup(b.ctx, &redis.XReadGroupArgs{
+			Group: "dropline", Consumer: opts.Owner, Streams: []string{b.engine.Keys().Outbox(p), ">"}, Count: 50, Block: -1,
+		}).Result()
+		if err == nil && (len(res) != 1 || len(res[0].Messages) != 50) {
+			err = fmt.Errorf("delivered %v, want 50 entries", res)
+		}
+		stolen <- err
+	}
+	require.NoError(t, f.Start(b.ctx))
+	defer stop(t, f)
+	require.NoError(t, <-stolen)
+	eventually(t, 10*time.Second, func() bool {
+		_, _, byKind := b.movements(t)
+		return byKind["reserve"] == len(tokens)
+	}, "every reserve reached the ledger, the lost delivery's too")
+	eventually(t, 5*time.Second, func() bool {
+		pending, err := b.rdb.XPending(b.ctx, b.engine.Keys().Outbox(p), "dropline").Result()
+		return err == nil && pending.Count == 0
+	}, "nothing is left pending")
+	b.requireLedgerMatchesRedis(t, "LOST-READ", tokens)
 }
