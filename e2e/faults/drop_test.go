@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -428,6 +429,9 @@ func (d *drop) verify(t *testing.T, o verifyOpts) {
 	require.Equal(t, d.cfg.Total, st.Total)
 
 	// The write-behind drains: Postgres has no HELD reservation left (Redis has none).
+	// The rows still HELD are named in the last tries only: the message of
+	// a failure, not a cost of every poll.
+	explainAfter := time.Now().Add(28 * time.Second)
 	eventually(t, 30*time.Second, "the write-behind drained", func() (bool, string) {
 		held := s.scalar(`SELECT coalesce(sum(quantity), 0)::int FROM reservations WHERE sku = $1 AND status = 'HELD'`, sku)
 		var missing []string
@@ -438,7 +442,11 @@ func (d *drop) verify(t *testing.T, o verifyOpts) {
 				}
 			}
 		}
-		return held == 0 && len(missing) == 0, fmt.Sprintf("held in Postgres %d, reserve movements missing %d", held, len(missing))
+		why := fmt.Sprintf("held in Postgres %d, reserve movements missing %d", held, len(missing))
+		if (held > 0 || len(missing) > 0) && time.Now().After(explainAfter) {
+			why += s.explainHeld(sku, missing)
+		}
+		return held == 0 && len(missing) == 0, why
 	})
 
 	// Postgres: no oversell, sold matches the sales, and Redis.
@@ -518,4 +526,65 @@ func (d *drop) verify(t *testing.T, o verifyOpts) {
 	if d.Internal.Load() > 0 {
 		t.Logf("top-level errors during the drop: %d, e.g. %s", d.Internal.Load(), strings.Join(d.internals, " | "))
 	}
+}
+
+// explainHeld names the ledger's HELD rows of sku (and the holds whose
+// reserve movement is missing): each row, the ledger's movements of its
+// token, and what Redis has of its hold and in its partition's outbox.
+func (s *system) explainHeld(sku string, missing []string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	rows, err := s.Pool.Query(ctx, `SELECT token, quantity, status, expires_at, created_at FROM reservations WHERE sku = $1 AND status = 'HELD'`, sku)
+	if err != nil {
+		return "; " + err.Error()
+	}
+	var toks []string
+	for rows.Next() {
+		var tok, st string
+		var q int
+		var exp, created time.Time
+		if rows.Scan(&tok, &q, &st, &exp, &created) == nil {
+			toks = append(toks, tok)
+			fmt.Fprintf(&b, "\n  ledger %s %s q=%d created=%s expires=%s", tok, st, q, created.Format("15:04:05.000"), exp.Format("15:04:05.000"))
+		}
+	}
+	rows.Close()
+	toks = append(toks, missing...)
+	p := s.Keys.PartitionOf(sku)
+	outbox, _ := s.RDB.XRange(ctx, s.Keys.Outbox(p), "-", "+").Result()
+	dead, _ := s.RDB.XRange(ctx, s.Keys.DeadLetters(p), "-", "+").Result()
+	pending := map[string]string{} // outbox entry -> the consumer it is pending on, and for how long
+	pend, _ := s.RDB.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.Keys.Outbox(p), Group: "dropline", Start: "-", End: "+", Count: 10000}).Result()
+	for _, e := range pend {
+		pending[e.ID] = fmt.Sprintf(" pending on %s for %s (delivered %d times)", e.Consumer, e.Idle, e.RetryCount)
+	}
+	for _, tok := range toks {
+		mv, err := s.Pool.Query(ctx, `SELECT event_id, kind, quantity, occurred_at FROM stock_movements WHERE token = $1 ORDER BY occurred_at`, tok)
+		if err == nil {
+			for mv.Next() {
+				var id, kind string
+				var q int
+				var at time.Time
+				if mv.Scan(&id, &kind, &q, &at) == nil {
+					fmt.Fprintf(&b, "\n    movement %s %s q=%d at=%s", id, kind, q, at.Format("15:04:05.000"))
+				}
+			}
+			mv.Close()
+		}
+		h, _ := s.RDB.HGetAll(ctx, s.Keys.Hold(p, tok)).Result()
+		fmt.Fprintf(&b, "\n    redis hold %s: %v", tok, h)
+		for _, kind := range []struct {
+			name string
+			msgs []redis.XMessage
+		}{{"outbox", outbox}, {"dead", dead}} {
+			for _, m := range kind.msgs {
+				if m.Values["tok"] == tok {
+					fmt.Fprintf(&b, "\n    %s %s %v%s", kind.name, m.ID, m.Values, pending[m.ID])
+				}
+			}
+		}
+	}
+	fmt.Fprintf(&b, "\n  outbox length %d, pending %d, dead letters %d", len(outbox), len(pend), len(dead))
+	return b.String()
 }
