@@ -17,23 +17,33 @@ import (
 	"github.com/dropline/dropline/inventory"
 )
 
-// wipe deletes every key of this test's prefix: what a FLUSHALL does to the
-// test's slice of a shared Redis.
+// wipe deletes every key of this test's prefix at once: what a FLUSHALL
+// does to the test's slice of a shared Redis.
 func (b *bundle) wipe(t *testing.T) {
 	t.Helper()
 	require.NoError(t, b.wipeKeys())
 }
 
+// wipeScript deletes the keys of a prefix in one script, so that, like a
+// FLUSHALL, the wipe is one step between two others: every key written
+// before it is gone, none written after it is touched. A SCAN and a DEL per
+// key is not that: while it runs, a SKU it already deleted is rebuilt and
+// sold, and the scan goes on to delete holds of the rebuilt SKU while their
+// stock hash stays, a loss no FLUSHALL, restart or failover makes (see
+// TestWipeInTheMiddleOfASale). On a cluster it runs on each master, over
+// that master's keys: a partition's keys are all on one.
+var wipeScript = redis.NewScript(`#!lua flags=allow-cross-slot-keys
+local n = 0
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
+  redis.call('DEL', k)
+  n = n + 1
+end
+return n`)
+
 // wipeKeys is wipe for any goroutine: it returns what went wrong.
 func (b *bundle) wipeKeys() error {
 	del := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
-				return err
-			}
-		}
-		return iter.Err()
+		return wipeScript.Eval(ctx, c, nil, b.prefix+"*").Err()
 	}
 	switch c := b.rdb.(type) {
 	case *redis.ClusterClient:
@@ -93,20 +103,35 @@ func TestReadRepairAfterRedisLoss(t *testing.T) {
 	})
 }
 
+// TestWipeInTheMiddleOfASale wipes Redis once 20 of the 50 units are held,
+// while the first 250 buyers are still reserving and committing; the other
+// 250 come after the wipe. Counted on the goroutine's index alone, the wipe
+// could land after the sale was over (it did, whenever the buyers' calls
+// kept every pooled connection busy).
 func TestWipeInTheMiddleOfASale(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		b := setup(t, backend, inventory.Config{})
 		b.product(t, "FLUSH-1", 50, 0)
-		var commits atomic.Int64
+		var commits, holds atomic.Int64
 		var wiped atomic.Bool
-		raceCheck(t, 500, func(i int) error {
-			if i == 250 {
+		twenty, done := make(chan struct{}), make(chan struct{})
+		raceCheck(t, 501, func(i int) error {
+			if i == 500 {
+				defer close(done)
+				select {
+				case <-twenty:
+				case <-time.After(time.Minute):
+					return errors.New("20 units were never held")
+				}
 				if err := b.wipeKeys(); err != nil {
 					return err
 				}
 				wiped.Store(true)
 				return nil
+			}
+			if i >= 250 {
+				<-done
 			}
 			h, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: "FLUSH-1", Quantity: 1})
 			if errors.Is(err, inventory.ErrOutOfStock) {
@@ -114,6 +139,9 @@ func TestWipeInTheMiddleOfASale(t *testing.T) {
 			}
 			if err != nil {
 				return fmt.Errorf("buyer %d reserving: %w", i, err)
+			}
+			if holds.Add(1) == 20 {
+				close(twenty)
 			}
 			_, err = b.engine.Commit(b.ctx, buyer(i), h.Token)
 			if errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrExpired) || errors.Is(err, inventory.ErrOutOfStock) {
