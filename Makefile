@@ -54,6 +54,11 @@ run: services build ## start services, migrate, seed the demo and serve in dev m
 test: services check-generate ## run the whole suite with -race against real services (what CI runs)
 	$(GO) test -p 1 -race -count=1 -timeout 40m $(PKGS)
 
+.PHONY: test-topology
+# Not in `make test` until its open defect is fixed (docs/reliability.md).
+test-topology: services ## the production topology test: nginx, two instances, Redis under Sentinel (needs nginx-light, redis-sentinel)
+	$(GO) test -tags topology -race -count=1 -timeout 20m -run TestProductionTopology -v ./e2e/faults/
+
 .PHONY: check-generate
 check-generate: ## fail if `go generate` changes anything (generated code must be committed)
 	@bash scripts/check-generate.sh
