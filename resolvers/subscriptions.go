@@ -102,6 +102,29 @@ func send[T any](ctx context.Context, s *subscription, out chan<- T, v T) bool {
 // asking (it fell behind for too long, or the server is shutting down),
 // as an error message rather than a "complete" it would take for a normal
 // end. SSE has no such message: its stream just completes.
+// awaitChange waits until the SKU's feed wakes a re-reading stream or its
+// recheck ticks. It reports false, having ended the subscription, when the
+// client left or the hub dropped the feed.
+func awaitChange(ctx context.Context, s *subscription, wake <-chan inventory.Stock, tick <-chan time.Time) bool {
+	select {
+	case _, ok := <-wake:
+		if !ok {
+			if ctx.Err() == nil {
+				s.dropped(ctx)
+				s.done("dropped")
+			} else {
+				s.done("client")
+			}
+			return false
+		}
+	case <-tick:
+	case <-ctx.Done():
+		s.done("client")
+		return false
+	}
+	return true
+}
+
 func (s *subscription) dropped(ctx context.Context) {
 	if o := stockObserverFrom(ctx); o != nil && s.field == fieldStockChanged {
 		o.StockDropped()
@@ -227,20 +250,7 @@ func (d *deps) reservationChanged(ctx context.Context, token string) (<-chan *mo
 		tick := time.NewTicker(d.recheck)
 		defer tick.Stop()
 		for {
-			select {
-			case _, ok := <-wake:
-				if !ok {
-					if ctx.Err() == nil {
-						s.dropped(ctx)
-						s.done("dropped")
-					} else {
-						s.done("client")
-					}
-					return
-				}
-			case <-tick.C:
-			case <-ctx.Done():
-				s.done("client")
+			if !awaitChange(ctx, s, wake, tick.C) {
 				return
 			}
 			cur, err := d.rereadReservation(ctx, p, token)

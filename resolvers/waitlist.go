@@ -93,20 +93,7 @@ func (d *deps) waitlistChanged(ctx context.Context, sku string) (<-chan *model.W
 		tick := time.NewTicker(d.recheck)
 		defer tick.Stop()
 		for {
-			select {
-			case _, ok := <-wake:
-				if !ok {
-					if ctx.Err() == nil {
-						s.dropped(ctx)
-						s.done("dropped")
-					} else {
-						s.done("client")
-					}
-					return
-				}
-			case <-tick.C:
-			case <-ctx.Done():
-				s.done("client")
+			if !awaitChange(ctx, s, wake, tick.C) {
 				return
 			}
 			rctx, rcancel := context.WithTimeout(ctx, rereadTimeout)

@@ -1,6 +1,6 @@
 // Package startstop is the one way a long-lived part of Dropline starts and
 // stops: the worker loops, the live hub, the HTTP server and the App that
-// assembles them (after river's rivershared/startstop).
+// assembles them.
 //
 // A Service has Start(ctx) error, which returns once the service runs in the
 // background (or with the reason it could not start), and Stop(ctx) error,

@@ -1,6 +1,6 @@
 // Package testsignal lets a test wait for something a background loop did
 // (a sweep, a batch applied, a lease taken) instead of polling for its
-// effects (after river's rivershared/testsignal).
+// effects.
 //
 // A Signal's zero value does nothing when signalled, so production code pays
 // one nil check. A test calls Init before the loop starts, then Wait or
