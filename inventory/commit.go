@@ -181,8 +181,13 @@ func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a a
 // RESTORE and REFUSED. Replayed on the result means the script changed nothing.
 func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, outcome string, committedAt time.Time, attemptID string) (Reservation, error) {
 	partition, _ := parseToken(token)
+	nonce := ""
+	if outcome != outcomeCommitted && outcome != outcomeRestore {
+		nonce = newNonce() // the outcome releases: the units go to the waiters first
+	}
 	res, err := e.runReplicated(ctx, lua.FinishCommit, e.keys.finishCommitKeys(partition, token, h.SKU),
-		token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli(), attemptID)
+		token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli(), attemptID,
+		e.keys.Base(partition), nonce)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 	}

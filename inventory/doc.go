@@ -96,7 +96,8 @@
 // release_hold.lua its waitlist), hydrate_sku.lua (the hash and idempotency
 // record of each hold of a chunk: thousands per call), and every script
 // that hands units to waiters (release_hold.lua, begin_commit.lua,
-// apply_product.lua, publish_sku.lua, join_waitlist.lua: the hash of each
+// finish_commit.lua, reconcile_hold.lua, apply_product.lua, publish_sku.lua,
+// join_waitlist.lua: the hash of each
 // hold it makes, from a token it makes), and apply_draw.lua (the hash of each
 // winner's hold, from the token the ledger gave it).
 //
@@ -115,8 +116,9 @@
 //	join --> WAITING --units freed, its turn--> OFFERED (a HELD reservation)
 //	            \--leave--> LEFT (the entry is deleted)
 //
-// Units a cancel, an expiry (by the sweeper or by a late commit), a restock
-// or a rebuild makes available go to
+// Units a cancel, an expiry (by the sweeper or by a late commit), a commit
+// the ledger refuses, a release by the reconciler, a restock or a rebuild
+// makes available go to
 // the SKU's waiters in seq order, in the same script (handoff in
 // lua/lib.lua): a waiter whose quantity fits and whose quota allows is
 // handed a hold of its chosen length, the others are passed over. What no

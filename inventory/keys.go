@@ -201,7 +201,7 @@ func (k Keys) extendHoldKeys(p int, token string) []string {
 // finishCommitKeys is finish_commit.lua's KEYS.
 func (k Keys) finishCommitKeys(p int, token, sku string) []string {
 	return []string{k.Hold(p, token), k.skuIn(p, sku), k.quotaIn(p, sku), k.Expiry(p), k.Committing(p),
-		k.Outbox(p), k.channelIn(p, sku)}
+		k.Outbox(p), k.channelIn(p, sku), k.waitQueueIn(p, sku), k.waitEntriesIn(p, sku)}
 }
 
 // reconcileHoldKeys is reconcile_hold.lua's KEYS.
@@ -217,12 +217,16 @@ func (k Keys) applyProductKeys(sku string) []string {
 
 // WaitQueue is the sorted set of a SKU's WAITING principals by their
 // entry's seq: the order in which freed units are handed over.
-func (k Keys) WaitQueue(sku string) string { return k.Base(k.PartitionOf(sku)) + "wait:" + sku }
+func (k Keys) WaitQueue(sku string) string { return k.waitQueueIn(k.PartitionOf(sku), sku) }
+
+func (k Keys) waitQueueIn(p int, sku string) string { return k.Base(p) + "wait:" + sku }
 
 // WaitEntries is the hash of a SKU's waitlist entries by principal (and
 // '#seq', the last seq handed out); lib.lua's wait_keys builds both names
 // the same way.
-func (k Keys) WaitEntries(sku string) string { return k.Base(k.PartitionOf(sku)) + "waiters:" + sku }
+func (k Keys) WaitEntries(sku string) string { return k.waitEntriesIn(k.PartitionOf(sku), sku) }
+
+func (k Keys) waitEntriesIn(p int, sku string) string { return k.Base(p) + "waiters:" + sku }
 
 // RebuildWaitQueue and RebuildWaitEntries are the waitlist a rebuild stages;
 // publishing renames them onto WaitQueue and WaitEntries.

@@ -162,7 +162,8 @@ func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservat
 	res, err := e.run(ctx, lua.ReconcileHold, e.keys.reconcileHoldKeys(partition, r.Token, r.SKU, r.IdempotencyHash),
 		r.Token, r.Status, r.SKU, r.Principal, r.Quantity,
 		r.ExpiresAt.UnixMilli(), r.CreatedAt.UnixMilli(), r.IdempotencyHash, r.RequestHash,
-		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), r.Extensions)
+		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), r.Extensions,
+		e.keys.Base(partition), newNonce())
 	if err != nil {
 		return "", fmt.Errorf("reconciling hold %s: %w", r.Token, err)
 	}

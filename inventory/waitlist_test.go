@@ -294,3 +294,93 @@ func TestWaitlistTakesUnitsALateCommitReleases(t *testing.T) {
 	require.Equal(t, inventory.WaitOffered, w.Status, "the unit the late commit released went to the waiter")
 	require.Equal(t, 0, b.stock(t, sku).Available)
 }
+
+// A commit the ledger refuses (it has the hold as cancelled, or the sale
+// would exceed the total) releases the hold in finish_commit.lua: those
+// units go to the waiters first too, not back to plain stock.
+func TestWaitlistTakesUnitsARefusedCommitReleases(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		t.Run("ledger has it cancelled", func(t *testing.T) {
+			b := setup(t, backend, inventory.Config{})
+			const sku = "WL-ENDED"
+			b.product(t, sku, 1, 0)
+			alice := buyer(1)
+			h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: sku, Quantity: 1})
+			require.NoError(t, err)
+			b.drainOutbox(t)
+			_, err = b.deadEngine(t).Cancel(b.ctx, alice, h.Token) // only the outbox records it
+			require.NoError(t, err)
+			inFlight := b.outboxEvents(t)
+			b.wipe(t)
+			require.Equal(t, 1, b.requireBalanced(t, sku).Held, "rebuilt from the older ledger row")
+			b.joinInOrder(t, sku, 1, 1, time.Minute)
+			require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight))
+
+			_, err = b.engine.Commit(b.ctx, alice, h.Token)
+			require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
+			tokens := b.requireWaitlist(t, sku, 1, 1, 1)
+			s := b.requireBalanced(t, sku)
+			require.Zero(t, s.Available, "the released unit went to the waiter")
+			require.Equal(t, 1, s.Held)
+			b.drainOutbox(t)
+			b.requireLedgerWaitlist(t, sku, 1, tokens)
+		})
+		t.Run("sale beyond the total", func(t *testing.T) {
+			b := setup(t, backend, inventory.Config{})
+			const sku = "WL-REFUSED"
+			b.product(t, sku, 2, 0)
+			alice := buyer(1)
+			h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: sku, Quantity: 2})
+			require.NoError(t, err)
+			b.joinInOrder(t, sku, 1, 1, time.Minute)
+			// A sale Redis never heard of (it lost what it had promised)
+			// leaves the ledger one unit short of alice's two.
+			_, err = b.engine.Ledger().RecordSale(b.ctx, db.Reservation{Token: "r00.lostsale", SKU: sku, Principal: "someone",
+				Quantity: 1, ExpiresAt: time.Now().Add(time.Minute), CreatedAt: time.Now()})
+			require.NoError(t, err)
+
+			_, err = b.engine.Commit(b.ctx, alice, h.Token)
+			var short *inventory.OutOfStockError
+			require.ErrorAs(t, err, &short)
+			b.requireWaitlist(t, sku, 1, 1, 1)
+			s := b.stock(t, sku)
+			require.Equal(t, 1, s.Available, "one unit went to the waiter, the other to everyone")
+			require.Equal(t, 1, s.Held)
+		})
+	})
+}
+
+// The reconciler releases a hold a rebuild restored as HELD when the ledger
+// has it as cancelled (reconcile_hold.lua): its units go to the waiters
+// first.
+func TestWaitlistTakesUnitsTheReconcilerReleases(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "WL-RECON"
+		b.product(t, sku, 1, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: sku, Quantity: 1})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		_, err = b.deadEngine(t).Cancel(b.ctx, alice, h.Token) // only the outbox records it
+		require.NoError(t, err)
+		inFlight := b.outboxEvents(t)
+		b.wipe(t)
+		require.Equal(t, 1, b.requireBalanced(t, sku).Held, "rebuilt from the older ledger row")
+		b.joinInOrder(t, sku, 1, 1, time.Minute)
+
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight))
+		n, err := b.engine.ReconcileApplied(b.ctx, inventory.PartitionOf(sku), inFlight)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, "CANCELLED", b.rawStatus(t, sku, h.Token))
+		tokens := b.requireWaitlist(t, sku, 1, 1, 1)
+		s := b.requireBalanced(t, sku)
+		require.Zero(t, s.Available, "the released unit went to the waiter")
+		require.Equal(t, 1, s.Held)
+		b.drainOutbox(t)
+		b.requireLedgerWaitlist(t, sku, 1, tokens)
+	})
+}

@@ -9,9 +9,13 @@
 -- KEYS[5]  {p}committing    COMMITTING tokens by start (ms)
 -- KEYS[6]  {p}outbox        the partition's event stream
 -- KEYS[7]  {p}avail:<sku>   the SKU's announce channel
+-- KEYS[8]  {p}wait:<sku>    KEYS[9] {p}waiters:<sku>   the SKU's waitlist
 -- ARGV[1]  token   ARGV[2] outcome   ARGV[3] retention seconds
 -- ARGV[4]  sku   ARGV[5] principal   ARGV[6] quantity   ARGV[7] committed_ms (from Postgres)
 -- ARGV[8]  the attempt id (cst) begin_commit.lua gave; RESTORE and REFUSED need it
+-- ARGV[9]  partition base, for the holds handed to waiters (derived from the
+--          tokens made here)   ARGV[10] nonce for those tokens (offer_token);
+--          only an outcome that can release needs them
 --
 -- outcome is one of:
 --   COMMITTED  Postgres has the sale: make Redis agree, whatever state the hold is in.
@@ -25,7 +29,9 @@
 --              sell it: a COMMITTING or HELD hold is released with that status, whatever
 --              attempt is on it.
 -- When another attempt has joined since (the id changed), RESTORE and REFUSED change
--- nothing: that attempt, or the commit reconciler, settles the hold.
+-- nothing: that attempt, or the commit reconciler, settles the hold. Units released
+-- here go to the SKU's waiters first (handoff in lib.lua), as a cancel's or an
+-- expiry's do: they are freed all the same.
 --
 -- Returns hold_reply('OK', ...) (replayed = 1 when nothing changed), {'NOT_FOUND'}
 -- when a RESTORE or REFUSED finds no live hold, or {'NEEDS_HYDRATION', sku} when the
@@ -38,7 +44,7 @@ local token, outcome = ARGV[1], ARGV[2]
 local retention = tonumber(ARGV[3])
 local sku, who, qty = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local k = { hold = KEYS[1], sku = KEYS[2], quota = KEYS[3], expiry = KEYS[4], committing = KEYS[5],
-  outbox = KEYS[6], channel = KEYS[7] }
+  outbox = KEYS[6], channel = KEYS[7], queue = KEYS[8], entries = KEYS[9] }
 local now = now_ms()
 
 local gen = sku_gen(k.sku)
@@ -90,6 +96,7 @@ end
 if outcome == 'CANCELLED' or outcome == 'EXPIRED' then
   if st == 'COMMITTING' or st == 'HELD' then
     release(k, token, h, outcome, now, retention)
+    handoff(k, ARGV[9], sku, ARGV[10], now)
     return hold_reply('OK', token, h, 0)
   end
   redis.call('ZREM', k.committing, token)
@@ -114,4 +121,5 @@ if outcome == 'RESTORE' then
 end
 -- REFUSED
 release(k, token, h, 'CANCELLED', now, retention)
+handoff(k, ARGV[9], sku, ARGV[10], now)
 return hold_reply('OK', token, h, 0)

@@ -268,14 +268,15 @@ end
 -- quota allows it gets a HELD hold of the duration it chose, and its entry
 -- becomes OFFERED. Units no waiter can take stay available to everyone. Every
 -- script that makes units available (release_hold.lua, begin_commit.lua on a
--- hold past its expiry, apply_product.lua, publish_sku.lua) and
--- join_waitlist.lua call it after their own writes, in the same script: no
--- reserve can take a freed unit while a waiter could. A new release path (a
--- cart's, say) calls it the same way. finish_commit.lua and
--- reconcile_hold.lua, which release only when the ledger says so, do not. Nothing is handed out outside the
--- sale window. k names the keys: sku, quota, expiry, outbox, channel, queue,
--- entries; base is the partition base (for the holds' keys) and nonce the
--- caller's random string (offer_token). Returns the number of offers.
+-- hold past its expiry, finish_commit.lua when the ledger refuses a sale or
+-- has the hold as finished, reconcile_hold.lua releasing a hold the ledger
+-- has as finished, apply_product.lua, publish_sku.lua) and join_waitlist.lua
+-- call it after their own writes, in the same script: no reserve can take a
+-- freed unit while a waiter could. A new release path calls it the same way.
+-- Nothing is handed out outside the sale window. k names the keys: sku,
+-- quota, expiry, outbox, channel, queue, entries; base is the partition base
+-- (for the holds' keys) and nonce the caller's random string (offer_token).
+-- Returns the number of offers.
 --
 -- The scan stops as soon as nothing is left; when no waiter fits it walks the
 -- whole queue, which its bounded length bounds.

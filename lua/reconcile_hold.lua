@@ -11,16 +11,21 @@
 -- KEYS[5]  {p}committing    COMMITTING tokens by start (ms)
 -- KEYS[6]  {p}outbox        the partition's event stream
 -- KEYS[7]  {p}avail:<sku>   the SKU's announce channel
--- KEYS[8]  {p}idem:<hash>   the hold's idempotency record (a placeholder key when there is none)
+-- KEYS[8]  {p}wait:<sku>    KEYS[9] {p}waiters:<sku>   the SKU's waitlist
+-- KEYS[10] {p}idem:<hash>   the hold's idempotency record (a placeholder key when there is none)
 -- ARGV[1]  token   ARGV[2] the ledger's status (HELD, CANCELLED or EXPIRED)
 -- ARGV[3]  sku   ARGV[4] principal   ARGV[5] quantity   ARGV[6] expires_ms   ARGV[7] created_ms
 -- ARGV[8]  idempotency hash ("" when none)   ARGV[9] request fingerprint ("" when none)
 -- ARGV[10] retention seconds for a finished hold   ARGV[11] idempotency TTL seconds
 -- ARGV[12] how many times the hold was extended (its expiry is ARGV[6] already)
+-- ARGV[13] partition base, for the holds handed to waiters (derived from the
+--          tokens made here)   ARGV[14] nonce for those tokens (offer_token)
 --
 -- Returns {code}, with code as below. "Live" means the hold hash carries the
 -- SKU's current generation.
---   ledger CANCELLED/EXPIRED, live HELD        released with the ledger's status -> RELEASED
+--   ledger CANCELLED/EXPIRED, live HELD        released with the ledger's status, the
+--                                              units to the SKU's waiters first
+--                                              (handoff in lib.lua)               -> RELEASED
 --   ledger CANCELLED/EXPIRED, anything else    nothing (a COMMITTING hold is settled by its
 --                                              commit, which the ledger refuses)  -> AGREES
 --   ledger HELD, live in any state              nothing (Redis knows it; any event
@@ -40,7 +45,7 @@
 local token, status = ARGV[1], ARGV[2]
 local sku, who, qty = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local k = { hold = KEYS[1], sku = KEYS[2], quota = KEYS[3], expiry = KEYS[4], committing = KEYS[5],
-  outbox = KEYS[6], channel = KEYS[7] }
+  outbox = KEYS[6], channel = KEYS[7], queue = KEYS[8], entries = KEYS[9] }
 local gen = sku_gen(k.sku)
 if not gen then
   return { 'NEEDS_HYDRATION', sku }
@@ -53,6 +58,7 @@ local retention = tonumber(ARGV[10])
 if status == 'CANCELLED' or status == 'EXPIRED' then
   if live and h['st'] == 'HELD' then
     release(k, token, h, status, now, retention)
+    handoff(k, ARGV[13], sku, ARGV[14], now)
     return { 'RELEASED' }
   end
   return { 'AGREES' }
@@ -62,7 +68,7 @@ if live then
 end
 
 local idem, fp = ARGV[8], ARGV[9]
-local idem_rec = KEYS[8]
+local idem_rec = KEYS[10]
 local rec = idem ~= '' and hash_get(idem_rec) or nil
 local exp = tonumber(ARGV[6])
 local fits = now < exp and (rec == nil or (rec['code'] == 'OK' and rec['tok'] == token))
