@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/internal/prom"
+	"github.com/dropline/dropline/internal/testsignal"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -83,6 +85,13 @@ type CommitReconciler struct {
 	settled   prometheus.Counter
 	reapplied prometheus.Counter
 	closed    prometheus.Counter
+	// commitsSettled and holdsClosed signal, to a test, the half-done
+	// commits this reconciler has settled and the overdue holds it has
+	// closed so far (running totals), once they are counted.
+	commitsSettled testsignal.Signal[int64]
+	settledTotal   atomic.Int64
+	holdsClosed    testsignal.Signal[int64]
+	closedTotal    atomic.Int64
 }
 
 // NewCommitReconciler builds a reconciler; Start runs it.
@@ -121,6 +130,9 @@ func (w *CommitReconciler) reconcile(ctx context.Context, p int) error {
 		n, err := w.engine.ReconcileCommits(sctx, p, w.cfg.OlderThan, w.cfg.BatchSize)
 		cancel()
 		w.settled.Add(float64(n))
+		if n > 0 {
+			w.commitsSettled.Signal(w.settledTotal.Add(int64(n)))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -148,6 +160,9 @@ func (w *CommitReconciler) reconcile(ctx context.Context, p int) error {
 	n, err = w.engine.CloseOverdueHolds(sctx, p, w.cfg.OverdueGrace, w.cfg.BatchSize)
 	cancel()
 	w.closed.Add(float64(n))
+	if n > 0 {
+		w.holdsClosed.Signal(w.closedTotal.Add(int64(n)))
+	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("closing overdue holds of partition %d: %w", p, err)
 	}

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -29,17 +28,16 @@ func TestPromotedReplicaMissingWrites(t *testing.T) {
 	b := newBundle(t, rdb, "dl:", testenv.Postgres(t), inventory.Config{})
 	const sku, total = "PROMOTE-1", 10
 	b.product(t, sku, total)
-	_, reg := b.startGroup(t, fastConfig("promoted"))
+	g, reg := b.startGroup(t, fastConfig("promoted"))
 	k := newKeys(b.engine.Keys())
-	eventually(t, 5*time.Second, func() bool {
-		n, err := rdb.Exists(b.ctx, k.primary()).Result()
-		require.NoError(t, err)
-		return n == 1
-	}, "the rebuilder recorded the primary")
+	g.Rebuilder.checked.Wait(t, 5*time.Second)
+	n, err := rdb.Exists(b.ctx, k.primary()).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "the rebuilder's first check recorded the primary")
 
 	// Two holds that reach the replica (and the ledger, through the outbox).
 	early := b.reserveMany(t, sku, 2, time.Minute)
-	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	b.waitDrained(t, 10*time.Second, "the outbox is in the ledger", g.Flusher)
 	require.NoError(t, rdb.Do(b.ctx, "WAIT", 1, 2000).Err())
 
 	// Stall the replica and cut its link: what the primary writes from now
@@ -60,14 +58,12 @@ func TestPromotedReplicaMissingWrites(t *testing.T) {
 
 	// The sentinels promote the replica; the rebuilder notices and reloads.
 	start := time.Now()
-	eventually(t, 30*time.Second, func() bool { return metric(t, reg, "dropline_redis_failovers_total") == 1 }, "the rebuilder saw the promotion")
-	eventually(t, 15*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
-		defer cancel()
-		s, err := b.engine.Stock(ctx, sku)
-		return err == nil && s.Sold == 1
-	}, "the promoted Redis has the sale")
+	g.Rebuilder.reloaded.Wait(t, 45*time.Second)
 	t.Logf("recovered %s after the primary died", time.Since(start).Round(time.Millisecond))
+	require.Equal(t, 1.0, metric(t, reg, "dropline_redis_failovers_total"), "the rebuilder saw the promotion")
+	s, err := b.engine.Stock(b.ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Sold, "the promoted Redis has the sale")
 
 	r, err := b.engine.Reservation(b.ctx, buyer, early[0])
 	require.NoError(t, err)
@@ -75,7 +71,7 @@ func TestPromotedReplicaMissingWrites(t *testing.T) {
 	// The hold made on the dead primary alone survives only if the
 	// write-behind took its event to the ledger before the primary died
 	// (then it is adopted back); either way Redis and the ledger agree.
-	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	b.waitDrained(t, 10*time.Second, "the outbox is in the ledger", g.Flusher)
 	var sold, held int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT sold, (SELECT count(*) FROM reservations WHERE sku = $1 AND status = 'HELD') FROM products WHERE sku = $1`, sku).Scan(&sold, &held))
 	require.Equal(t, 1, sold)
@@ -109,15 +105,12 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 		}
 	})
 	k := newKeys(b.engine.Keys())
-	var oldID string
-	eventually(t, 5*time.Second, func() bool {
-		var err error
-		oldID, err = rdb.Get(b.ctx, k.primary()).Result()
-		return err == nil
-	}, "the rebuilder recorded the primary")
+	x.Rebuilder.checked.Wait(t, 5*time.Second)
+	oldID, err := rdb.Get(b.ctx, k.primary()).Result()
+	require.NoError(t, err, "the rebuilder's first check recorded the primary")
 
 	early := b.reserveMany(t, sku, 2, time.Minute)
-	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	b.waitDrained(t, 10*time.Second, "the outbox is in the ledger", x.Flusher)
 	require.NoError(t, rdb.Do(b.ctx, "WAIT", 1, 2000).Err())
 	set.Replica.Pause()
 	direct := redis.NewClient(&redis.Options{Addr: set.Primary.Addr})
@@ -146,22 +139,20 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 	require.Zero(t, s.Sold, "the promoted Redis missed the sale, and x reloaded nothing")
 
 	start := time.Now()
-	_, reg := b.startGroup(t, fastConfig("y"))
-	eventually(t, 30*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
-		defer cancel()
-		s, err := b.engine.Stock(ctx, sku)
-		return err == nil && s.Sold == 1
-	}, "y reloaded the SKU that x claimed and left")
+	y, reg := b.startGroup(t, fastConfig("y"))
+	newID := y.Rebuilder.reloaded.Wait(t, 30*time.Second)
 	t.Logf("y reloaded %s after x died holding the claim", time.Since(start).Round(time.Millisecond))
+	s, err = b.engine.Stock(b.ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Sold, "y reloaded the SKU that x claimed and left")
 	require.Equal(t, 1.0, metric(t, reg, "dropline_redis_failovers_total"))
 	r, err := b.engine.Reservation(b.ctx, buyer, early[0])
 	require.NoError(t, err)
 	require.Equal(t, inventory.StatusCommitted, r.Status, "the sale is a sale in Redis too")
-	eventually(t, 5*time.Second, func() bool {
-		id, err := rdb.Get(b.ctx, k.primary()).Result()
-		return err == nil && id != oldID
-	}, "the reload is recorded as done")
+	recorded, err = rdb.Get(b.ctx, k.primary()).Result()
+	require.NoError(t, err)
+	require.NotEqual(t, oldID, recorded, "the reload is recorded as done")
+	require.Equal(t, newID, recorded, "for the new primary")
 }
 
 // TestReloadKeepsHoldsTheWriteBehindHadNotApplied reloads a SKU as after a
@@ -184,14 +175,14 @@ func TestReloadKeepsHoldsTheWriteBehindHadNotApplied(t *testing.T) {
 	var out *inventory.OutOfStockError
 	require.ErrorAs(t, err, &out, "the held units are not for sale")
 
-	b.startGroup(t, fastConfig("reload"))
-	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	g, _ := b.startGroup(t, fastConfig("reload"))
+	b.waitDrained(t, 10*time.Second, "the outbox is in the ledger", g.Flusher)
 	for i, tok := range holds {
 		r, err := b.engine.Commit(b.ctx, inventory.Principal{ID: fmt.Sprintf("u%d", i)}, tok)
 		require.NoError(t, err, "hold %d", i)
 		require.Equal(t, inventory.StatusCommitted, r.Status)
 	}
-	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the outbox is in the ledger")
+	b.waitDrained(t, 10*time.Second, "the outbox is in the ledger", g.Flusher)
 	var sold, open int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT sold, (SELECT count(*) FROM reservations WHERE sku = $1 AND status <> 'COMMITTED') FROM products WHERE sku = $1`, sku).Scan(&sold, &open))
 	require.Equal(t, total, sold)

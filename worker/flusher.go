@@ -63,6 +63,13 @@ type Flusher struct {
 	// acknowledged so far (a running total), once they are counted.
 	applied testsignal.Signal[int64]
 	total   atomic.Int64
+	// caughtUp signals, to a test, that a pass of the loop found nothing
+	// to read or claim after one that handled entries (and after its first
+	// pass): a moment the outbox may be drained, which the test then checks.
+	caughtUp testsignal.Signal[struct{}]
+	// measured signals, to a test, that the lag, backlog and dead-letter
+	// gauges were just set.
+	measured testsignal.Signal[struct{}]
 	// refusals counts, per outbox entry, how often Postgres refused it
 	// alone; loop goroutine only.
 	refusals map[string]int

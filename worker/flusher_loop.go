@@ -27,6 +27,7 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 		state[p].ownPending = true
 	}
 	var lastClaim, lastTrim time.Time
+	busy := true // the first idle pass signals too
 	for {
 		if gctx.Err() != nil {
 			if stop.Err() != nil {
@@ -59,7 +60,13 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 			lastClaim = time.Now()
 			n += f.claimAll(gctx, &state)
 		}
-		if n == 0 {
+		if n > 0 {
+			busy = true
+		} else {
+			if busy {
+				busy = false
+				f.caughtUp.Signal(struct{}{})
+			}
 			t := time.NewTimer(f.cfg.PollInterval)
 			select {
 			case <-gctx.Done():

@@ -79,9 +79,10 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 	heir := NewFlusher(FlusherConfig{Options: fastConfig("heir").Options, BatchSize: 100,
 		ClaimIdle: time.Second, ClaimInterval: 100 * time.Millisecond},
 		b.engine, b.rdb, b.log.With().Str("flusher", "heir").Logger(), prometheus.NewRegistry())
+	heir.initSignals()
 	require.NoError(t, heir.Start(b.ctx))
 	t.Cleanup(func() { stop(t, heir) })
-	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the heir drains the outbox")
+	b.waitDrained(t, 20*time.Second, "the heir drains the outbox", heir)
 
 	total, distinct, byKind := b.movements(t)
 	require.Equal(t, total, distinct)
@@ -109,7 +110,7 @@ func TestFlusherStopDrains(t *testing.T) {
 		b.engine, b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	f.leases.heldNow.Init()
+	f.initSignals()
 	require.NoError(t, f.Start(ctx))
 	waitHeld(t, f.leases, inventory.Partitions, "the flusher owns every partition")
 	tokens := b.reserveMany(t, "DRAIN-1", 1500, time.Hour)
@@ -223,16 +224,15 @@ func TestFlusherFindsEntriesWhoseReadLostItsReply(t *testing.T) {
 		}
 		stolen <- err
 	}
+	f.initSignals()
 	require.NoError(t, f.Start(b.ctx))
 	defer stop(t, f)
 	require.NoError(t, <-stolen)
-	eventually(t, 10*time.Second, func() bool {
-		_, _, byKind := b.movements(t)
-		return byKind["reserve"] == len(tokens)
-	}, "every reserve reached the ledger, the lost delivery's too")
-	eventually(t, 5*time.Second, func() bool {
-		pending, err := b.rdb.XPending(b.ctx, b.engine.Keys().Outbox(p), "dropline").Result()
-		return err == nil && pending.Count == 0
-	}, "nothing is left pending")
+	waitTotal(t, "every reserve reached the ledger, the lost delivery's too", int64(len(tokens)), counter{&f.applied, &f.total})
+	_, _, byKind := b.movements(t)
+	require.Equal(t, len(tokens), byKind["reserve"], "every reserve is in the ledger once")
+	pending, err := b.rdb.XPending(b.ctx, b.engine.Keys().Outbox(p), "dropline").Result()
+	require.NoError(t, err)
+	require.Zero(t, pending.Count, "nothing is left pending: what was applied was acknowledged")
 	b.requireLedgerMatchesRedis(t, "LOST-READ", tokens)
 }

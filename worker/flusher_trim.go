@@ -43,5 +43,6 @@ func (f *Flusher) trimAndMeasure(ctx context.Context) error {
 	f.m.lag.Set(lag.Seconds())
 	f.m.backlog.Set(float64(backlog))
 	f.m.deadLetters.Set(float64(dead))
+	f.measured.Signal(struct{}{})
 	return nil
 }

@@ -49,10 +49,16 @@ func TestTwoGroupsShareTheWorkWithoutDoingItTwice(t *testing.T) {
 		}
 		return len(a) == inventory.Partitions/2 && len(bb) == inventory.Partitions/2
 	}
-	eventually(t, 10*time.Second, func() bool {
+	var keepers []any
+	for _, g := range []*testGroup{ga, gb} {
+		for _, s := range []*leaseSet{g.Sweeper.leases, g.Flusher.leases, g.Reconciler.leases} {
+			keepers = append(keepers, s.heldNow.C())
+		}
+	}
+	waitUntil(t, 10*time.Second, "the two groups split every kind of lease 8/8", func() bool {
 		return split(ga.Sweeper.leases, gb.Sweeper.leases) && split(ga.Flusher.leases, gb.Flusher.leases) &&
 			split(ga.Reconciler.leases, gb.Reconciler.leases)
-	}, "the two groups split every kind of lease 8/8")
+	}, keepers...)
 	t.Logf("sweeper partitions: a %v, b %v", ga.Sweeper.leases.Owned(), gb.Sweeper.leases.Owned())
 
 	var tokens []string
@@ -84,7 +90,7 @@ func TestTwoGroupsShareTheWorkWithoutDoingItTwice(t *testing.T) {
 	require.Equal(t, float64(len(tokens)), expiredA+expiredB2)
 	require.Equal(t, expiredA, metric(t, regA, "dropline_holds_expired_total"), "a stopped working")
 
-	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the outbox drains")
+	b.waitDrained(t, 20*time.Second, "the outbox drains", gb.Flusher)
 	total, distinct, byKind := b.movements(t)
 	require.Equal(t, total, distinct)
 	require.Equal(t, len(tokens), byKind["reserve"])

@@ -52,7 +52,7 @@ func TestHoldSweeperReleasesFiveThousandHoldsOnceUnderASecond(t *testing.T) {
 	require.Equal(t, float64(n), metric(t, reg, "dropline_hold_release_delay_seconds"))
 
 	// The ledger has exactly one expiry per hold.
-	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the flusher drains the outbox")
+	b.waitDrained(t, 20*time.Second, "the flusher drains the outbox", g.Flusher)
 	var expires, tokensExpired, reservationsExpired int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*), count(DISTINCT token) FROM stock_movements WHERE kind = 'expire'`).
 		Scan(&expires, &tokensExpired))

@@ -26,9 +26,9 @@ func TestHoldsExpireOnTimeAfterTheirSweeperDied(t *testing.T) {
 	cfgA.LeaseTTL, cfgB.LeaseTTL = 10*time.Second, 10*time.Second
 	ga, _ := b.startGroup(t, cfgA)
 	gb, regB := b.startGroup(t, cfgB)
-	eventually(t, 10*time.Second, func() bool {
+	waitUntil(t, 10*time.Second, "the two processes split the sweeper leases 8/8", func() bool {
 		return len(ga.Sweeper.leases.Owned()) == inventory.Partitions/2 && len(gb.Sweeper.leases.Owned()) == inventory.Partitions/2
-	}, "the two processes split the sweeper leases 8/8")
+	}, ga.Sweeper.leases.heldNow.C(), gb.Sweeper.leases.heldNow.C())
 	deadParts := map[int]bool{}
 	for _, p := range ga.Sweeper.leases.Owned() {
 		deadParts[p] = true
@@ -44,14 +44,14 @@ func TestHoldsExpireOnTimeAfterTheirSweeperDied(t *testing.T) {
 	killedAt := time.Now()
 
 	keys := b.engine.Keys()
-	eventually(t, 20*time.Second, func() bool {
+	waitUntil(t, 20*time.Second, "every hold is released", func() bool {
 		for _, s := range skus {
 			if b.stock(t, s).Held != 0 {
 				return false
 			}
 		}
 		return true
-	}, "every hold is released")
+	}, gb.Sweeper.swept.C())
 	var all, dead []time.Duration
 	for _, s := range skus {
 		p := inventory.PartitionOf(s)
@@ -78,7 +78,7 @@ func TestHoldsExpireOnTimeAfterTheirSweeperDied(t *testing.T) {
 
 	// The survivor's flusher takes the dead one's partitions over once their
 	// leases expire and claims what it left pending.
-	eventually(t, 30*time.Second, func() bool { return b.drained(t) }, "the outbox drains")
+	b.waitDrained(t, 30*time.Second, "the outbox drains", gb.Flusher)
 	total, distinct, byKind := b.movements(t)
 	require.Equal(t, total, distinct)
 	require.Equal(t, len(all), byKind["expire"], "one expiry per hold in the ledger")

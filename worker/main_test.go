@@ -91,13 +91,28 @@ func (g *testGroup) kill(t *testing.T) {
 }
 
 // initSignals makes the group's workers signal the test (swept, applied,
-// leases held); call it before Start.
+// caught up, settled, closed, checked, rebuilt, reloaded, leases held);
+// call it before Start.
 func (g *Group) initSignals() {
 	g.Sweeper.swept.Init()
-	g.Flusher.applied.Init()
-	for _, s := range []*leaseSet{g.Sweeper.leases, g.Flusher.leases, g.Reconciler.leases} {
+	g.Flusher.initSignals()
+	g.Reconciler.commitsSettled.Init()
+	g.Reconciler.holdsClosed.Init()
+	g.Rebuilder.checked.Init()
+	g.Rebuilder.rebuilt.Init()
+	g.Rebuilder.reloaded.Init()
+	for _, s := range []*leaseSet{g.Sweeper.leases, g.Reconciler.leases} {
 		s.heldNow.Init()
 	}
+}
+
+// initSignals makes a flusher signal the test (applied, caught up, leases
+// held); call it before Start.
+func (f *Flusher) initSignals() {
+	f.applied.Init()
+	f.caughtUp.Init()
+	f.measured.Init()
+	f.leases.heldNow.Init()
 }
 
 // waitHeld waits until the keeper of s holds n leases.
@@ -114,6 +129,12 @@ type counter struct {
 
 func swept(g *testGroup) counter   { return counter{&g.Sweeper.swept, &g.Sweeper.total} }
 func applied(g *testGroup) counter { return counter{&g.Flusher.applied, &g.Flusher.total} }
+func settled(g *testGroup) counter {
+	return counter{&g.Reconciler.commitsSettled, &g.Reconciler.settledTotal}
+}
+func closedOverdue(g *testGroup) counter {
+	return counter{&g.Reconciler.holdsClosed, &g.Reconciler.closedTotal}
+}
 
 // waitTotal waits until the running totals of the counters (holds swept or
 // events applied, one per worker) add up to want, then requires that they
@@ -200,6 +221,39 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, format st
 	}
 }
 
+// waitDrained waits until the outbox is drained (b.drained), looking again
+// each time one of the flushers signals that it caught up: only a
+// flusher's pass can drain the outbox, and each pass that handled entries
+// is followed by that signal once the flusher runs out of them.
+func (b *bundle) waitDrained(t *testing.T, timeout time.Duration, what string, flushers ...*Flusher) {
+	t.Helper()
+	require.NotEmpty(t, flushers, "waitDrained needs the flushers that drain")
+	signals := make([]any, len(flushers))
+	for i, f := range flushers {
+		signals[i] = f.caughtUp.C()
+	}
+	waitUntil(t, timeout, what, func() bool { return b.drained(t) }, signals...)
+}
+
+// waitUntil waits until cond holds, looking at it first and then each time
+// one of the signals (testsignal channels of the loops whose work cond
+// reads) delivers: never on a timer of its own. It fails the test after
+// timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool, signals ...any) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline.C)}}
+	for _, c := range signals {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+	}
+	for !cond() {
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+	}
+}
+
 // drained reports whether every outbox stream's group has delivered and
 // acknowledged everything the stream ever held.
 func (b *bundle) drained(t *testing.T) bool {
@@ -239,8 +293,15 @@ func (b *bundle) stock(t *testing.T, sku string) inventory.Stock {
 	return s
 }
 
-// reserveMany makes n holds of one unit each, concurrently, and returns their tokens.
+// reserveMany makes n holds of one unit each, concurrently, for the
+// principals u0, u1, ..., and returns their tokens.
 func (b *bundle) reserveMany(t *testing.T, sku string, n int, hold time.Duration) []string {
+	t.Helper()
+	return b.reserveManyAs(t, sku, "u", n, hold)
+}
+
+// reserveManyAs is reserveMany for the principals named who0, who1, ....
+func (b *bundle) reserveManyAs(t *testing.T, sku, who string, n int, hold time.Duration) []string {
 	t.Helper()
 	tokens := make([]string, n)
 	var wg sync.WaitGroup
@@ -253,7 +314,7 @@ func (b *bundle) reserveMany(t *testing.T, sku string, n int, hold time.Duration
 	for range 64 {
 		wg.Go(func() {
 			for i := range next {
-				r, err := b.engine.Reserve(b.ctx, inventory.Principal{ID: fmt.Sprintf("u%d", i)},
+				r, err := b.engine.Reserve(b.ctx, inventory.Principal{ID: fmt.Sprintf("%s%d", who, i)},
 					inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: hold})
 				if err != nil {
 					errs <- err

@@ -36,7 +36,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	b.product(t, sku, 500)
 	gcfg := fastConfig("outage")
 	gcfg.Reconciler.OlderThan = 2 * time.Second
-	_, reg := b.startGroup(t, gcfg)
+	g, reg := b.startGroup(t, gcfg)
 
 	var tokens []string
 	owner := map[string]inventory.Principal{}
@@ -79,9 +79,9 @@ func TestPostgresOutageMidSale(t *testing.T) {
 		_, err := b.engine.Cancel(b.ctx, owner[tok], tok)
 		require.NoError(t, err, "cancel is Redis only")
 	}
-	eventually(t, 10*time.Second, func() bool {
+	waitUntil(t, 10*time.Second, "the backlog and lag gauges show the events waiting in Redis", func() bool {
 		return metric(t, reg, "dropline_writebehind_backlog") >= 60 && metric(t, reg, "dropline_writebehind_lag_seconds") >= 1
-	}, "the backlog and lag gauges show the events waiting in Redis")
+	}, g.Flusher.measured.C())
 	t.Logf("during the outage: %d reserves ok, %d commits UNAVAILABLE, backlog %v, lag %.2fs",
 		len(during), failed, metric(t, reg, "dropline_writebehind_backlog"), metric(t, reg, "dropline_writebehind_lag_seconds"))
 
@@ -95,16 +95,20 @@ func TestPostgresOutageMidSale(t *testing.T) {
 		require.NoError(t, err)
 	}
 	keys := b.engine.Keys()
-	eventually(t, 20*time.Second, func() bool {
+	// Half-done commits end by the reconciler (or by their retry, which
+	// returned before this wait); the outbox drains by the flusher.
+	waitUntil(t, 20*time.Second, "the backlog drains and no commit is left half-done", func() bool {
 		n, err := b.rdb.ZCard(b.ctx, keys.Committing(inventory.PartitionOf(sku))).Result()
 		require.NoError(t, err)
 		return n == 0 && b.drained(t)
-	}, "the backlog drains and no commit is left half-done")
+	}, g.Flusher.caughtUp.C(), g.Reconciler.commitsSettled.C())
 	b.requireLedgerMatchesRedis(t, sku, tokens)
 	total, distinct, byKind := b.movements(t)
 	require.Equal(t, total, distinct)
 	require.Equal(t, len(tokens), byKind["reserve"])
 	require.Equal(t, 40, byKind["commit"])
 	require.Equal(t, 10, byKind["cancel"])
-	require.Eventually(t, func() bool { return metric(t, reg, "dropline_writebehind_backlog") == 0 }, 5*time.Second, 20*time.Millisecond)
+	waitUntil(t, 5*time.Second, "the backlog gauge is back to zero", func() bool {
+		return metric(t, reg, "dropline_writebehind_backlog") == 0
+	}, g.Flusher.measured.C())
 }

@@ -68,14 +68,12 @@ func TestOneFailingPartitionDoesNotStopTheSweeperOrTheReconciler(t *testing.T) {
 		require.NoError(t, err)
 		return st
 	}
-	eventually(t, 10*time.Second, func() bool {
-		for p := 1; p < inventory.Partitions; p++ {
-			if status(p, expiring[p]) != "EXPIRED" || status(p, stuck[p]) != "HELD" {
-				return false
-			}
-		}
-		return true
-	}, "every other partition's hold expired and its half-done commit went back to HELD")
+	waitTotal(t, "every other partition's hold expired", inventory.Partitions-1, swept(g))
+	waitTotal(t, "every other partition's half-done commit is settled", inventory.Partitions-1, settled(g))
+	for p := 1; p < inventory.Partitions; p++ {
+		require.Equal(t, "EXPIRED", status(p, expiring[p]), "partition %d's hold", p)
+		require.Equal(t, "HELD", status(p, stuck[p]), "partition %d's half-done commit went back to HELD", p)
+	}
 	for p := 1; p < inventory.Partitions; p++ {
 		require.Equal(t, counts{Total: 10, Available: 9, Held: 1}, b.counts(t, skus[p]), "partition %d: one unit back, one held", p)
 	}
@@ -107,7 +105,7 @@ func TestOneFailingSKUDoesNotStopTheRebuild(t *testing.T) {
 		inventory.ReserveRequest{SKU: bad, Quantity: 1, IdempotencyKey: "alice-1", HoldFor: time.Hour})
 	require.NoError(t, err)
 	first, _ := b.startGroup(t, fastConfig("first"))
-	eventually(t, 10*time.Second, func() bool { return b.drained(t) }, "the hold reaches Postgres")
+	b.waitDrained(t, 10*time.Second, "the hold reaches Postgres", first.Flusher)
 	stop(t, first)
 
 	var idem string
@@ -118,17 +116,21 @@ func TestOneFailingSKUDoesNotStopTheRebuild(t *testing.T) {
 	cfg := fastConfig("second")
 	cfg.Rebuilder.Interval = 50 * time.Millisecond
 	cfg.Rebuilder.Concurrency = 1 // in catalogue order: the failing SKU comes first
-	_, reg := b.startGroup(t, cfg)
-	eventually(t, 10*time.Second, func() bool {
-		for _, s := range skus[1:] {
-			if n, err := rdb.Exists(b.ctx, b.engine.Keys().SKU(s)).Result(); err != nil || n == 0 {
-				return false
-			}
-		}
-		return true
-	}, "every other SKU is rebuilt without being asked for")
+	second, reg := b.startGroup(t, cfg)
+	rebuilt := map[string]bool{}
+	second.Rebuilder.rebuilt.WaitFor(t, 10*time.Second, "every other SKU is rebuilt without being asked for", func(sku string) bool {
+		rebuilt[sku] = true
+		return len(rebuilt) == len(skus)-1
+	})
+	require.NotContains(t, rebuilt, bad, "the failing SKU is not rebuilt")
+	for _, s := range skus[1:] {
+		in, err := rdb.Exists(b.ctx, b.engine.Keys().SKU(s)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), in, "%s is in Redis", s)
+	}
 	failures := partitionFailuresVec(reg).WithLabelValues("rebuilder")
-	eventually(t, 10*time.Second, func() bool { return testutil.ToFloat64(failures) >= 2 }, "the failing SKU is tried again")
+	waitUntil(t, 10*time.Second, "the failing SKU is tried again", func() bool { return testutil.ToFloat64(failures) >= 2 },
+		second.Rebuilder.checked.C())
 	present, err := rdb.Exists(b.ctx, b.engine.Keys().SKU(bad)).Result()
 	require.NoError(t, err)
 	require.Zero(t, present, "the failing SKU is not half-loaded")
@@ -139,9 +141,9 @@ func TestOneFailingSKUDoesNotStopTheRebuild(t *testing.T) {
 
 	// Once the bad key is gone, the next retry rebuilds the SKU with its hold.
 	require.NoError(t, rdb.Del(b.ctx, b.engine.Keys().Idempotency(bad, idem)).Err())
-	eventually(t, 10*time.Second, func() bool {
-		n, err := rdb.Exists(b.ctx, b.engine.Keys().SKU(bad)).Result()
-		return err == nil && n == 1
-	}, "the SKU is rebuilt once it can be")
+	second.Rebuilder.rebuilt.WaitFor(t, 10*time.Second, "the SKU is rebuilt once it can be", func(sku string) bool { return sku == bad })
+	present, err = rdb.Exists(b.ctx, b.engine.Keys().SKU(bad)).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), present, "the failing SKU is in Redis once rebuilt")
 	require.Equal(t, counts{Total: 5, Available: 4, Held: 1}, b.counts(t, bad))
 }

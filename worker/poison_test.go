@@ -60,15 +60,14 @@ func TestFlusherSetsPoisonEntriesAsideAndFlushesTheRest(t *testing.T) {
 	cfg := fastConfig("poisoned")
 	cfg.Flusher.RefuseLimit = 3
 	g, reg := b.startGroup(t, cfg)
-	eventually(t, 20*time.Second, func() bool {
-		var n int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM stock_movements WHERE kind = 'reserve'`).Scan(&n))
-		return n == perSKU*len(skus)
-	}, "every partition's reserves reach the ledger despite the poison in partition 0")
+	waitTotal(t, "every partition's reserves reach the ledger despite the poison in partition 0", int64(perSKU*len(skus)), applied(g))
+	var reserves int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM stock_movements WHERE kind = 'reserve'`).Scan(&reserves))
+	require.Equal(t, perSKU*len(skus), reserves)
 
 	// The refused events are retried every ClaimIdle and dead-lettered on
 	// their third refusal; then the outbox is fully acknowledged.
-	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the outbox drains, poison set aside")
+	b.waitDrained(t, 20*time.Second, "the outbox drains, poison set aside", g.Flusher)
 	dead, err := b.rdb.XRange(b.ctx, keys.DeadLetters(0), "-", "+").Result()
 	require.NoError(t, err)
 	got := map[string]string{}
@@ -93,8 +92,8 @@ func TestFlusherSetsPoisonEntriesAsideAndFlushesTheRest(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(dl.WithLabelValues("malformed")))
 	require.Equal(t, 2.0, testutil.ToFloat64(dl.WithLabelValues("refused")))
 	require.GreaterOrEqual(t, metric(t, reg, "dropline_writebehind_events_refused_total"), 6.0, "two events refused three times each")
-	eventually(t, 5*time.Second, func() bool { return metric(t, reg, "dropline_writebehind_dead_letters") == 4 },
-		"the dead-letter gauge shows the four entries")
+	waitUntil(t, 5*time.Second, "the dead-letter gauge shows the four entries",
+		func() bool { return metric(t, reg, "dropline_writebehind_dead_letters") == 4 }, g.Flusher.measured.C())
 
 	total, distinct, byKind := b.movements(t)
 	require.Equal(t, total, distinct)

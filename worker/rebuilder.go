@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dropline/dropline/internal/prom"
+	"github.com/dropline/dropline/internal/testsignal"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -77,6 +78,13 @@ type Rebuilder struct {
 
 	failovers prometheus.Counter
 	hooks     rebuilderHooks
+	// checked signals, to a test, each check of the epochs and the primary
+	// that finished without an error; rebuilt, each SKU it reloaded; and
+	// reloaded, the primary's replication id once the reload after its
+	// promotion is recorded as done.
+	checked  testsignal.Signal[struct{}]
+	rebuilt  testsignal.Signal[string]
+	reloaded testsignal.Signal[string]
 }
 
 // rebuilderHooks let tests interrupt the rebuilder; nil hooks do nothing.
@@ -120,6 +128,7 @@ func (w *Rebuilder) run(ctx context.Context) error {
 			}
 			return err
 		}
+		w.checked.Signal(struct{}{})
 		select {
 		case <-ctx.Done():
 			return nil
@@ -229,6 +238,7 @@ func (w *Rebuilder) check(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		w.reloaded.Signal(w.reload)
 		w.stale, w.reload = false, ""
 	}
 	if slices.Contains(failed[:], true) {
@@ -274,6 +284,7 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 				case err == nil:
 					if rebuilt {
 						n++
+						w.rebuilt.Signal(sku)
 					}
 				case ctx.Err() == nil:
 					failed[w.engine.Keys().PartitionOf(sku)] = true

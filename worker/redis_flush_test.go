@@ -26,13 +26,12 @@ func TestRedisFlushedMidSale(t *testing.T) {
 	const sku, side, total = "FLUSH-1", "SIDE-1", 100
 	b.product(t, sku, total)
 	b.product(t, side, 7) // nobody touches it after the flush: only the rebuilder reloads it
-	_, reg := b.startGroup(t, fastConfig("flushed"))
+	g, reg := b.startGroup(t, fastConfig("flushed"))
 	k := newKeys(b.engine.Keys())
-	eventually(t, 5*time.Second, func() bool {
-		n, err := rdb.Exists(b.ctx, k.epoch(0), k.epoch(inventory.Partitions-1)).Result()
-		require.NoError(t, err)
-		return n == 2
-	}, "the rebuilder set its epochs")
+	g.Rebuilder.checked.Wait(t, 5*time.Second)
+	epochs, err := rdb.Exists(b.ctx, k.epoch(0), k.epoch(inventory.Partitions-1)).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), epochs, "the rebuilder's first check set its epochs")
 
 	var (
 		mu        sync.Mutex
@@ -76,15 +75,14 @@ func TestRedisFlushedMidSale(t *testing.T) {
 	wg.Wait()
 	require.True(t, flushed.Load())
 
-	eventually(t, 10*time.Second, func() bool {
-		n, err := rdb.Exists(b.ctx, b.engine.Keys().SKU(side)).Result()
-		require.NoError(t, err)
-		return n == 1
-	}, "the rebuilder reloads the untouched SKU")
+	g.Rebuilder.rebuilt.WaitFor(t, 10*time.Second, "the rebuilder reloads the untouched SKU", func(sku string) bool { return sku == side })
+	n, err := rdb.Exists(b.ctx, b.engine.Keys().SKU(side)).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "the untouched SKU is back in Redis")
 	require.GreaterOrEqual(t, metric(t, reg, "dropline_rebuilds_total"), 1.0)
 	require.GreaterOrEqual(t, metric(t, reg, "dropline_redis_data_losses_total"), 1.0)
 	require.Equal(t, 7, b.stock(t, side).Available)
-	eventually(t, 20*time.Second, func() bool { return b.drained(t) }, "the flusher drains the recreated streams")
+	b.waitDrained(t, 20*time.Second, "the flusher drains the recreated streams", g.Flusher)
 
 	var sold, sales, salesUnits, distinctTokens int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT sold FROM products WHERE sku = $1`, sku).Scan(&sold))

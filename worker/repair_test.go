@@ -93,10 +93,12 @@ func TestFlusherTellsARebuiltSKUWhatTheLedgerSays(t *testing.T) {
 			}
 		}
 	}
+	f.initSignals()
 	require.NoError(t, f.Start(b.ctx))
 	t.Cleanup(func() { stop(t, f) })
-	eventually(t, 10*time.Second, func() bool { return metric(t, reg, "dropline_writebehind_holds_reconciled_total") == 2 },
-		"the flusher reconciled both holds")
+	// A batch is counted as applied after Redis heard what it changed.
+	waitUntil(t, 10*time.Second, "the flusher reconciled both holds",
+		func() bool { return metric(t, reg, "dropline_writebehind_holds_reconciled_total") == 2 }, f.applied.C())
 	require.Equal(t, "CANCELLED", b.holdStatus(t, sku, a.Token))
 	require.Equal(t, "HELD", b.holdStatus(t, sku, bh.Token))
 	s := b.stock(t, sku)
@@ -126,11 +128,12 @@ func TestReconcilerClosesOverdueHoldsRedisDoesNotHave(t *testing.T) {
 
 	cfg := fastConfig("overdue")
 	cfg.Reconciler.OverdueGrace = 200 * time.Millisecond
-	_, reg := b.startGroup(t, cfg)
-	eventually(t, 15*time.Second, func() bool { return b.ledgerStatus(t, a.Token) == db.StatusExpired },
-		"the overdue hold is closed in the ledger")
+	g, reg := b.startGroup(t, cfg)
+	waitTotal(t, "the reconciler closes the overdue hold, once", 1, closedOverdue(g))
+	// The expiry reaches the ledger through the outbox.
+	b.waitDrained(t, 20*time.Second, "the write-behind drained", g.Flusher)
+	require.Equal(t, db.StatusExpired, b.ledgerStatus(t, a.Token), "the overdue hold is closed in the ledger")
 	require.Equal(t, "EXPIRED", b.holdStatus(t, sku, a.Token))
-	eventually(t, 5*time.Second, func() bool { return b.drained(t) }, "the write-behind drained")
 	require.Equal(t, 1.0, metric(t, reg, "dropline_overdue_holds_closed_total"))
 	var expires int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM stock_movements WHERE token = $1 AND kind = 'expire'`, a.Token).Scan(&expires))
