@@ -93,3 +93,46 @@ func TestRepositorySpeaksForItself(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeGuaranteesFollowTheDesign keeps the README's numbered list of
+// guarantees in step with docs/design.md: item n of the list is Gn, so its
+// title shares a word (its first five letters) with the heading of Gn.
+func TestReadmeGuaranteesFollowTheDesign(t *testing.T) {
+	t.Parallel()
+	files := repoFiles(t)
+	headings := map[int]string{}
+	for _, m := range regexp.MustCompile(`(?m)^### G(\d+) — (.+)$`).FindAllStringSubmatch(files["docs/design.md"], -1) {
+		n, _ := strconv.Atoi(m[1])
+		headings[n] = m[2]
+	}
+	require.Len(t, headings, 14, "docs/design.md numbers G1–G14")
+
+	readme := files["README.md"]
+	start := strings.Index(readme, "\n## Guarantees\n")
+	require.GreaterOrEqual(t, start, 0, "the README lists the guarantees")
+	section := readme[start+1:]
+	if end := strings.Index(section[1:], "\n## "); end >= 0 {
+		section = section[:end+1]
+	}
+	items := regexp.MustCompile(`(?m)^(\d+)\. \*\*([^*]+)\*\*`).FindAllStringSubmatch(section, -1)
+	require.Len(t, items, len(headings), "the README lists every guarantee once")
+
+	stems := func(s string) map[string]bool {
+		out := map[string]bool{}
+		for _, w := range regexp.MustCompile(`[A-Za-z]+`).FindAllString(strings.ToLower(s), -1) {
+			if len(w) >= 5 {
+				out[w[:5]] = true
+			}
+		}
+		return out
+	}
+	for i, m := range items {
+		n, _ := strconv.Atoi(m[1])
+		require.Equal(t, i+1, n, "the README numbers its guarantees in order")
+		shared := false
+		for s := range stems(m[2]) {
+			shared = shared || stems(headings[n])[s]
+		}
+		require.True(t, shared, "README guarantee %d (%q) is not G%d of docs/design.md (%q)", n, m[2], n, headings[n])
+	}
+}
