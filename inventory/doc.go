@@ -306,10 +306,13 @@
 // recorded as EXPIRED, in Redis and, through its event, in the ledger. A
 // commit, cancel or read that finds a hold missing from a loaded SKU while the
 // ledger has it as HELD does the same at once. As a last net, the commit
-// reconciler closes, as EXPIRED, holds the ledger has as HELD well past their
-// expiry that Redis does not have in their SKU's generation
-// (CloseOverdueHolds); it never touches a hold Redis has. The ledger itself
-// records at most one release per hold (db.Ledger.ApplyEvents).
+// reconciler looks at holds the ledger has as HELD well past their expiry
+// (CloseOverdueHolds): one Redis does not have in its SKU's generation is
+// closed as EXPIRED, and one Redis has ended there (its ending's event never
+// reached the ledger) is recorded in the ledger as Redis ended it; in both
+// cases the pass writes the ending to the ledger itself. A hold Redis has as
+// HELD or being committed is never touched. The ledger itself records at most
+// one release per hold (db.Ledger.ApplyEvents).
 //
 // Cancel writes its ledger row right after the release in Redis, before it
 // answers (best effort, within 500 ms; the outbox event stays the

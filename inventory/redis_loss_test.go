@@ -252,6 +252,69 @@ func TestCloseOverdueHolds(t *testing.T) {
 	})
 }
 
+// A hold Redis has ended in the SKU's current generation (expired, or
+// cancelled) whose ending never reached the ledger (its outbox entry is gone)
+// stays HELD in the ledger for good unless the overdue pass repairs the
+// ledger from Redis: Redis is the authority for a hold the ledger has as HELD.
+func TestCloseOverdueHoldsRedisEnded(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "OVERDUE-2"
+		b.product(t, sku, 3, 0)
+		p := inventory.PartitionOf(sku)
+		alice, bob, carol := buyer(1), buyer(2), buyer(3)
+		expired, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		cancelled, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		b.dropOutbox(t, p)
+
+		// Redis ends both; neither ending reaches the ledger: the cancel's
+		// own ledger write fails (Postgres unreachable from that instance)
+		// and both outbox entries are lost.
+		_, err = b.deadEngine(t).Cancel(b.ctx, bob, cancelled.Token)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return time.Now().After(expired.ExpiresAt.Add(50 * time.Millisecond)) }, 5*time.Second, 10*time.Millisecond)
+		out, err := b.engine.ExpireDue(b.ctx, p, 100)
+		require.NoError(t, err)
+		require.Len(t, out, 1)
+		b.dropOutbox(t, p)
+		// A hold Redis still has as HELD past its expiry is the sweeper's.
+		held, err := b.engine.Reserve(b.ctx, carol, inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		require.Eventually(t, func() bool { return time.Now().After(held.ExpiresAt.Add(50 * time.Millisecond)) }, 5*time.Second, 10*time.Millisecond)
+		for _, tok := range []string{expired.Token, cancelled.Token, held.Token} {
+			require.Equal(t, db.StatusHeld, b.ledgerStatus(t, tok))
+		}
+
+		n, err := b.engine.CloseOverdueHolds(b.ctx, p, 0, 100)
+		require.NoError(t, err)
+		require.Equal(t, 2, n, "the holds Redis ended")
+		require.Equal(t, db.StatusExpired, b.ledgerStatus(t, expired.Token))
+		require.Equal(t, db.StatusCancelled, b.ledgerStatus(t, cancelled.Token))
+		require.Equal(t, db.StatusHeld, b.ledgerStatus(t, held.Token))
+		require.Equal(t, "HELD", b.rawStatus(t, sku, held.Token))
+		n, err = b.engine.CloseOverdueHolds(b.ctx, p, 0, 100)
+		require.NoError(t, err)
+		require.Zero(t, n, "exactly once")
+		require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM stock_movements WHERE token = $1 AND kind = 'expire'`, expired.Token))
+		require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM stock_movements WHERE token = $1 AND kind = 'cancel'`, cancelled.Token))
+		s := b.requireBalanced(t, sku)
+		require.Equal(t, 1, s.Held, "carol's hold waits for the sweeper")
+		require.Equal(t, 2, s.Available)
+	})
+}
+
+// dropOutbox removes every entry of partition p's outbox, as if the events
+// were lost on their way to the ledger.
+func (b *bundle) dropOutbox(t *testing.T, p int) {
+	t.Helper()
+	require.NoError(t, b.rdb.Del(b.ctx, b.engine.Keys().Outbox(p)).Err())
+}
+
 // A cancel is in the ledger when it answers (the outbox event stays the
 // guarantee): a rebuild right after it cannot bring the hold back.
 func TestCancelIsInTheLedgerWhenItAnswers(t *testing.T) {

@@ -85,16 +85,29 @@ func (e *Engine) ReconcileApplied(ctx context.Context, partition int, events []d
 	return changed, nil
 }
 
-// CloseOverdueHolds closes, as EXPIRED, holds of one partition that the
-// ledger has as HELD more than grace past their expiry and that Redis does
-// not have in their SKU's current generation: a reserve whose event reached
-// the ledger after its SKU was rebuilt without it, when nothing told Redis
-// (a crash between the write and ReconcileApplied). The expiry goes through
-// the outbox like any other, exactly once (a second pass finds the hold
-// recorded as EXPIRED). A hold Redis has, in any state, is left alone: the
-// sweeper and the commit path own it. It looks at up to
-// overduePages pages of limit rows (holds Redis has do not hide the others)
-// and returns how many it closed.
+// CloseOverdueHolds closes holds of one partition that the ledger has as
+// HELD more than grace past their expiry, and returns how many it closed:
+//
+//   - one Redis does not have in its SKU's current generation (a reserve
+//     whose event reached the ledger after its SKU was rebuilt without it,
+//     when nothing told Redis: a crash between the write and
+//     ReconcileApplied) is closed as EXPIRED in Redis, with its expire
+//     event;
+//   - one Redis has ended in that generation (EXPIRED or CANCELLED) is an
+//     ending whose event has not reached the ledger in all that time (it
+//     was lost, or the write-behind of the partition is stuck): Redis is
+//     the authority for a hold the ledger has as HELD;
+//   - one Redis has HELD, COMMITTING or COMMITTED is left alone: the
+//     sweeper and the commit path own it.
+//
+// The ending of the first two is written to the ledger here, directly
+// (db.Ledger.ApplyEvents; the write-behind is not relied on, since its
+// failing is one way such rows come about), exactly once: the movement is
+// keyed by the ending's event id, which the outbox event shares, and a
+// second pass no longer finds the row HELD.
+//
+// It looks at up to overduePages pages of limit rows (holds Redis has do not
+// hide the others).
 func (e *Engine) CloseOverdueHolds(ctx context.Context, partition int, grace time.Duration, limit int) (int, error) {
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
@@ -138,15 +151,27 @@ const overduePages = 10
 func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Reservation) (int, error) {
 	closed := 0
 	for _, r := range rows {
-		code, err := e.reconcileHold(ctx, partition, r)
+		res, err := e.reconcileHoldReply(ctx, partition, r)
 		if err != nil {
 			return closed, err
 		}
-		switch code {
-		case codeClosed:
+		switch res.code() {
+		case codeClosed, codeAgrees:
+			ev, ended := res.endedHold(r)
+			if !ended {
+				continue // Redis has it as HELD or being committed
+			}
+			if err := e.ledger.ApplyEvents(ctx, nil, []db.Event{ev}); err != nil {
+				return closed, unavailable("recording the ending of hold "+r.Token, err)
+			}
 			closed++
-			e.log.Warn().Str("token", r.Token).Str("sku", r.SKU).
-				Msg("closed a hold the ledger had as HELD past its expiry and Redis did not have")
+			if res.code() == codeClosed {
+				e.log.Warn().Str("token", r.Token).Str("sku", r.SKU).
+					Msg("closed a hold the ledger had as HELD past its expiry and Redis did not have")
+			} else {
+				e.log.Warn().Str("token", r.Token).Str("sku", r.SKU).Str("event", ev.ID).
+					Msg("recorded in the ledger the ending of a hold it had as HELD past its expiry: Redis had ended it and its event had not reached the ledger")
+			}
 		case codeNeedsHydration:
 			// The rebuild records an overdue hold as expired itself.
 			if err := e.Rebuild(ctx, r.SKU); err != nil && !errors.Is(err, ErrNotFound) {
@@ -159,18 +184,52 @@ func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Rese
 
 // reconcileHold runs reconcile_hold.lua for one ledger row and returns its code.
 func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservation) (replyCode, error) {
+	res, err := e.reconcileHoldReply(ctx, partition, r)
+	if err != nil {
+		return "", err
+	}
+	return res.code(), nil
+}
+
+// reconcileHoldReply runs reconcile_hold.lua for one ledger row and returns
+// its reply, whose code is one the script documents.
+func (e *Engine) reconcileHoldReply(ctx context.Context, partition int, r db.Reservation) (reply, error) {
 	res, err := e.run(ctx, lua.ReconcileHold, e.keys.reconcileHoldKeys(partition, r.Token, r.SKU, r.IdempotencyHash),
 		r.Token, r.Status, r.SKU, r.Principal, r.Quantity,
 		r.ExpiresAt.UnixMilli(), r.CreatedAt.UnixMilli(), r.IdempotencyHash, r.RequestHash,
 		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), r.Extensions,
 		e.keys.Base(partition), newNonce())
 	if err != nil {
-		return "", fmt.Errorf("reconciling hold %s: %w", r.Token, err)
+		return nil, fmt.Errorf("reconciling hold %s: %w", r.Token, err)
 	}
 	switch code := res.code(); code {
 	case codeAgrees, codeReleased, codeAdopted, codeClosed, codeNeedsHydration:
-		return code, nil
+		return res, nil
 	default:
-		return "", fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)
+		return nil, fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)
 	}
+}
+
+// endedHold reads the ending a CLOSED reply of reconcile_hold.lua made, or
+// an AGREES reply found (Redis has the ledger's HELD row ended in the SKU's
+// current generation): {code, status, ended_ms, expires_ms, extensions}. It
+// returns the ending as the event Redis wrote for it (the same id, so both
+// record one movement); false when the reply names no ending.
+func (r reply) endedHold(row db.Reservation) (db.Event, bool) {
+	kind := map[string]string{db.StatusCancelled: "cancel", db.StatusExpired: "expire"}[r.str(1)]
+	if kind == "" || row.Status != db.StatusHeld {
+		return db.Event{}, false
+	}
+	ev := db.Event{
+		ID: kind + ":" + row.Token, Kind: kind, Token: row.Token, SKU: row.SKU, Principal: row.Principal,
+		Quantity: row.Quantity, ExpiresAt: row.ExpiresAt, CreatedAt: row.CreatedAt, At: msTime(r.int(2)),
+		IdempotencyHash: row.IdempotencyHash, RequestHash: row.RequestHash, Extensions: row.Extensions,
+	}
+	if ext := int(r.int(4)); ext > row.Extensions {
+		ev.ExpiresAt, ev.Extensions = msTime(r.int(3)), ext
+	}
+	if r.int(2) == 0 {
+		ev.At = time.Now()
+	}
+	return ev, true
 }

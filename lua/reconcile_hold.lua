@@ -30,11 +30,15 @@
 --                                              commit, which the ledger refuses)  -> AGREES
 --   ledger HELD, live in any state              nothing (Redis knows it; any event
 --                                              that ends it is on its way)        -> AGREES
+--                when live CANCELLED or EXPIRED, the reply is {AGREES, status, ended_ms,
+--                expires_ms, extensions}: the caller may repair the ledger from it if
+--                the ending's event was lost (the overdue pass does)
 --   ledger HELD, not live, before its expiry, the stock and the quota have room, and its
 --                idempotency key (if any) is free or points at it
 --                                              adopted as HELD in this generation -> ADOPTED
 --   ledger HELD, not live, otherwise            recorded EXPIRED here and in the ledger
 --                                              (an expire event)                  -> CLOSED
+--                the reply is {CLOSED, 'EXPIRED', ended_ms, expires_ms, extensions}
 -- or {'NEEDS_HYDRATION', sku} when the SKU is not loaded (a rebuild reads the ledger).
 --
 -- Why one script: the check of the hold, the stock and the quota and the
@@ -64,6 +68,9 @@ if status == 'CANCELLED' or status == 'EXPIRED' then
   return { 'AGREES' }
 end
 if live then
+  if h['st'] == 'CANCELLED' or h['st'] == 'EXPIRED' then
+    return { 'AGREES', h['st'], tonumber(h['end'] or '0'), tonumber(h['exp']), tonumber(h['ext'] or '0') }
+  end
   return { 'AGREES' }
 end
 
@@ -109,4 +116,4 @@ if fits then
   announce(k.sku, k.channel, sku)
   return { 'ADOPTED' }
 end
-return { 'CLOSED' }
+return { 'CLOSED', 'EXPIRED', now, exp, tonumber(ext) }

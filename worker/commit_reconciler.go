@@ -33,9 +33,10 @@ type CommitReconcilerConfig struct {
 	// looked at per pass by ReapplyProducts; default 1000.
 	ProductBatchSize int
 	// OverdueGrace is how long past its expiry a hold the ledger has as HELD
-	// and Redis does not have waits before it is closed as EXPIRED (the
-	// sweeper and the write-behind settle every other hold well within it);
-	// default 30 seconds.
+	// waits before the overdue pass closes it (Redis does not have it) or
+	// records its ending from Redis (Redis ended it); the sweeper and the
+	// write-behind settle every other hold well within it. Default 30
+	// seconds.
 	OverdueGrace time.Duration
 }
 
@@ -67,16 +68,19 @@ func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
 // the same pass it re-applies product changes (restocks, limits, sale
 // windows) that committed in Postgres but never reached Redis, so Redis
 // converges within one Interval of Redis answering again. Partitions are
-// owned through leases. It writes nothing to Postgres but the mark that a
-// product reached Redis, and each settlement or apply is a guarded Redis
-// script, so a duplicate reconciler cannot corrupt anything; the lease only
-// saves work.
+// owned through leases. Each settlement or apply is a guarded Redis script,
+// and its only Postgres writes are the mark that a product reached Redis and
+// the endings of overdue holds (below), idempotent on their event ids, so a
+// duplicate reconciler cannot corrupt anything; the lease only saves work.
 //
 // Each pass also closes the partition's overdue holds: ones the ledger has as
-// HELD more than OverdueGrace past their expiry that Redis does not have in
-// their SKU's current generation (inventory.Engine.CloseOverdueHolds). They
-// are recorded as EXPIRED through the outbox, exactly once; a hold Redis has
-// is never touched.
+// HELD more than OverdueGrace past their expiry
+// (inventory.Engine.CloseOverdueHolds). One Redis does not have in its SKU's
+// current generation is closed as EXPIRED; one Redis has ended there
+// (EXPIRED or CANCELLED) has its ending, whose event never reached the
+// ledger, recorded as Redis has it. Either ending is written to the ledger
+// by the pass itself, exactly once; a hold Redis has as HELD or being
+// committed is never touched.
 type CommitReconciler struct {
 	*service
 	cfg       CommitReconcilerConfig
@@ -111,7 +115,7 @@ func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, r
 		})),
 		closed: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_overdue_holds_closed_total",
-			Help: "Holds the ledger had as HELD past their expiry that Redis did not have, closed as EXPIRED.",
+			Help: "Holds the ledger had as HELD past their expiry that Redis did not have (closed as EXPIRED) or had ended without the ledger hearing of it (recorded as Redis ended them).",
 		})),
 	}
 	w.service = newService("commit_reconciler", cfg.Options, log, reg, w.leases, w.run)

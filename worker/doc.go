@@ -111,7 +111,7 @@
 //     holds (released, adopted or expired: inventory.Engine.ReconcileApplied).
 //     If it dies in between, the batch is applied and reconciled again; the
 //     commit reconciler's overdue pass (CloseOverdueHolds) is the last net for
-//     HELD rows Redis lacks.
+//     HELD rows Redis lacks, or has ended without the ledger hearing of it.
 //   - Redis failover to a replica that missed the last writes (or a primary
 //     restarted from its files): the data is there, the epochs too, but the
 //     primary's replication id is new. <prefix>{p00}:primary holds the id
