@@ -104,7 +104,12 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 // (taking no new ones) until the loop has finished the batch in flight and
 // the final drain, which work under those leases: without it they lapse
 // (Lease.Held is false two thirds of a TTL after the last renewal) while the
-// drain still has events to flush, and the drain ends with them unread.
+// drain still has events to flush, and the drain ends with them unread. A
+// loop that fails on its own (a Redis call refused while the keeper's
+// succeed, as around a failover) stops the keeper too, so that run returns
+// and is restarted: a keeper left running would renew the leases for ever
+// with no loop flushing their partitions, and no other process could take
+// them over.
 func (f *Flusher) run(ctx context.Context) error {
 	lctx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
@@ -120,6 +125,7 @@ func (f *Flusher) run(ctx context.Context) error {
 		keeperErr <- err
 	}()
 	err := f.loop(lctx, ctx)
+	stopLoop()
 	stopKeeper()
 	if kerr := <-keeperErr; err == nil {
 		err = kerr

@@ -236,3 +236,35 @@ func TestFlusherFindsEntriesWhoseReadLostItsReply(t *testing.T) {
 	require.Zero(t, pending.Count, "nothing is left pending: what was applied was acknowledged")
 	b.requireLedgerMatchesRedis(t, "LOST-READ", tokens)
 }
+
+// The flusher's loop fails on its own while its lease keeper is well (here:
+// measuring a partition's outbox fails, its dead-letter key being of the
+// wrong type; in a Redis failover, any call the new primary refuses once).
+// The loop is restarted and goes on flushing. It used to wait for the keeper
+// to end, which renewed the leases for ever: no partition was flushed again
+// by this process, nor taken over by another.
+func TestFlusherLoopFailingAloneIsRestarted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const sku = "LOOPFAIL-1"
+	b.product(t, sku, 10)
+	p := inventory.PartitionOf(sku)
+	g, reg := b.startGroup(t, fastConfig("loopfail"))
+	waitHeld(t, g.Flusher.leases, inventory.Partitions, "the flusher holds every partition")
+	first := b.reserveMany(t, sku, 1, time.Hour)
+	waitTotal(t, "the first reserve is applied", 1, applied(g))
+
+	dead := b.engine.Keys().DeadLetters(p)
+	require.NoError(t, b.rdb.Set(b.ctx, dead, "not a stream", 0).Err())
+	eventually(t, 10*time.Second, func() bool { return metric(t, reg, "dropline_worker_restarts_total") >= 1 },
+		"the flusher's loop fails and is restarted")
+	require.NoError(t, b.rdb.Del(b.ctx, dead).Err())
+	second := b.reserveMany(t, sku, 1, time.Hour)
+	waitTotal(t, "the second reserve is applied", 2, applied(g))
+	for _, tok := range append(first, second...) {
+		var st string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM reservations WHERE token = $1`, tok).Scan(&st))
+		require.Equal(t, db.StatusHeld, st)
+	}
+	require.Len(t, g.Flusher.leases.Owned(), inventory.Partitions, "the leases stay with the restarted loop")
+}
