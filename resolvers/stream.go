@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/internal/prom"
 )
@@ -21,6 +22,10 @@ type Stream interface {
 	// for a subscription that ends without the client asking (SSE cannot:
 	// its stream just completes).
 	Websocket() bool
+	// SubscriptionError makes the subscription of ctx end with err, an
+	// error message, instead of a "complete" the client would take for a
+	// normal end. Only a websocket has such a message.
+	SubscriptionError(ctx context.Context, err *gqlerror.Error)
 }
 
 // StockObserver watches a stockChanged subscription that is executed once

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/rs/zerolog"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
@@ -130,7 +129,7 @@ func (s *subscription) dropped(ctx context.Context) {
 		o.StockDropped()
 	}
 	if s.stream != nil && s.stream.Websocket() {
-		transport.AddSubscriptionError(ctx, LiveDroppedError())
+		s.stream.SubscriptionError(ctx, LiveDroppedError())
 	}
 }
 

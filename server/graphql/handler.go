@@ -148,7 +148,7 @@ func newHandler(cfg Config, share bool) http.Handler {
 	if share && cfg.Live != nil {
 		groups = newSubscriptionGroups(res, cfg.Registerer)
 	}
-	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm), cfg.Streams, groups)
+	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm, groups), cfg.Streams, groups)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
@@ -189,17 +189,18 @@ func newHandler(cfg Config, share bool) http.Handler {
 // addTransports is the one place transports are chosen. Queries and
 // mutations go over plain HTTP (httpTransport: POST with an
 // application/json body, GET for queries only). Subscriptions ride on
-// websockets (graphql-transport-ws and the legacy graphql-ws) or on GraphQL
-// over SSE (a POST with Accept: text/event-stream), which must come before
-// POST as both accept application/json. gqlgen picks the first transport
-// that supports a request. With groups, identical shareable subscriptions
-// on either stream transport are executed once for all (shared.go).
-func addTransports(srv *handler.Server, ws transport.Websocket, l StreamLimits, groups *subscriptionGroups) {
-	var wsT, sseT gqlgen.Transport = ws, transport.SSE{KeepAlivePingInterval: l.PingInterval}
+// websockets (graphql-transport-ws and the legacy graphql-ws: wsTransport)
+// or on GraphQL over SSE (a POST with Accept: text/event-stream), which
+// must come before POST as both accept application/json. gqlgen picks the
+// first transport that supports a request. With groups, identical
+// shareable subscriptions on either stream transport are executed once for
+// all (shared.go).
+func addTransports(srv *handler.Server, ws *wsTransport, l StreamLimits, groups *subscriptionGroups) {
+	var sseT gqlgen.Transport = transport.SSE{KeepAlivePingInterval: l.PingInterval}
 	if groups != nil {
-		wsT, sseT = sharingTransport{inner: wsT, groups: groups}, sharingTransport{inner: sseT, groups: groups}
+		sseT = sharingTransport{inner: sseT, groups: groups}
 	}
-	srv.AddTransport(wsT)
+	srv.AddTransport(ws)
 	srv.AddTransport(sseT)
 	srv.AddTransport(httpTransport{method: http.MethodGet})
 	srv.AddTransport(httpTransport{method: http.MethodPost})

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 
@@ -72,7 +71,6 @@ func (e sharingExecutor) DispatchOperation(ctx context.Context, rc *gqlgen.Opera
 	}
 	m := e.groups.join(key, field, rc, e.GraphExecutor)
 	m.release = release
-	m.websocket = resolvers.StreamFrom(ctx) != nil && resolvers.StreamFrom(ctx).Websocket()
 	return m.next, ctx
 }
 
@@ -120,12 +118,19 @@ type subscriptionGroup struct {
 	slots   []groupSlot
 	index   map[string]int
 	changed chan struct{}
+	// watchers are the members that are told of every change (websocket
+	// members, written by the fan-out) instead of waiting on changed;
+	// notifying is the run goroutine's reusable copy of them.
+	watchers  []*groupMember
+	notifying []*groupMember
 }
 
 // groupSlot is the newest response for one SKU (or, for a response no
-// value led to, such as an error at subscribe time, the slot "").
+// value led to, such as an error at subscribe time, the slot ""), and its
+// JSON encoding, made once for every websocket member.
 type groupSlot struct {
 	resp *gqlgen.Response
+	enc  []byte
 	ver  uint64
 }
 
@@ -150,7 +155,7 @@ func (s *subscriptionGroups) join(key, field string, rc *gqlgen.OperationContext
 	s.mu.Unlock()
 	s.m.members.Inc()
 	sent, done := s.res.SubscriptionStarted(field)
-	return &groupMember{g: g, sent: sent, done: done}
+	return &groupMember{g: g, sent: sent, done: done, watching: -1}
 }
 
 // run executes the subscription once for the whole group and publishes
@@ -171,6 +176,7 @@ func (g *subscriptionGroup) run(ctx context.Context, rc *gqlgen.OperationContext
 	g.ended = true
 	close(g.changed)
 	g.mu.Unlock()
+	g.notify()
 }
 
 func (g *subscriptionGroup) publish(resp *gqlgen.Response) {
@@ -179,6 +185,28 @@ func (g *subscriptionGroup) publish(resp *gqlgen.Response) {
 	shared := *resp
 	shared.Data = bytes.Clone(resp.Data)
 	resp = &shared
+	// What gqlgen's websocket transport writes as a message's payload.
+	enc, err := json.Marshal(resp)
+	if err != nil {
+		panic(err) // as gqlgen's transports do: a response is always JSON
+	}
+	g.publishLocked(resp, enc)
+	g.notify()
+}
+
+// notify tells every watcher that the group changed, outside the group's
+// lock, from the run goroutine only.
+func (g *subscriptionGroup) notify() {
+	g.mu.RLock()
+	g.notifying = append(g.notifying[:0], g.watchers...)
+	g.mu.RUnlock()
+	for _, m := range g.notifying {
+		m.notify()
+	}
+	clear(g.notifying)
+}
+
+func (g *subscriptionGroup) publishLocked(resp *gqlgen.Response, enc []byte) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	sku := ""
@@ -191,7 +219,7 @@ func (g *subscriptionGroup) publish(resp *gqlgen.Response) {
 		g.index[sku] = i
 		g.slots = append(g.slots, groupSlot{})
 	}
-	g.slots[i] = groupSlot{resp: resp, ver: g.slots[i].ver + 1}
+	g.slots[i] = groupSlot{resp: resp, enc: enc, ver: g.slots[i].ver + 1}
 	close(g.changed)
 	g.changed = make(chan struct{})
 	g.set.m.executions.Inc()
@@ -234,10 +262,11 @@ func (s *subscriptionGroups) removeLocked(g *subscriptionGroup) {
 
 // leave drops a member; the last one out stops the execution, in the same
 // step as it leaves the set, so nobody joins a group that is stopping.
-func (g *subscriptionGroup) leave() {
+func (g *subscriptionGroup) leave(m *groupMember) {
 	s := g.set
 	s.mu.Lock()
 	g.mu.Lock()
+	m.unwatchLocked()
 	g.members--
 	last := g.members == 0
 	if last {
@@ -253,52 +282,76 @@ func (g *subscriptionGroup) leave() {
 
 // groupMember is one client subscription served by a group.
 type groupMember struct {
-	g         *subscriptionGroup
-	seen      []uint64 // per slot of the group: the version last taken
-	turn      int      // round-robin start, so one busy SKU cannot starve another
-	release   func()
-	websocket bool
-	sent      func()
-	done      func(reason string)
-	left      bool
+	g       *subscriptionGroup
+	seen    []uint64 // per slot of the group: the version last taken
+	turn    int      // round-robin start, so one busy SKU cannot starve another
+	release func()
+	sent    func()
+	done    func(reason string)
+	left    bool
+	// For a watcher: called on every change of the group, and its place
+	// in the group's watchers (-1 when it is not one).
+	onChange func()
+	watching int
+}
+
+// memberState is what a member finds when it looks at its group.
+type memberState int
+
+const (
+	memberWaiting memberState = iota // nothing new yet
+	memberValue                      // a response it has not had
+	memberEnded                      // the group ended: nothing more will come
+	memberDropped                    // ... because the live feed stopped on its own
+)
+
+// take returns the next response the member has not had, the newest of its
+// SKU, or what it should wait for; it never blocks. changed is closed on
+// the group's next change.
+func (m *groupMember) take() (slot groupSlot, state memberState, changed <-chan struct{}) {
+	g := m.g
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	for len(m.seen) < len(g.slots) {
+		m.seen = append(m.seen, 0)
+	}
+	n := len(g.slots)
+	for k := 0; k < n; k++ {
+		i := (m.turn + k) % n
+		if sl := g.slots[i]; sl.ver > m.seen[i] {
+			m.seen[i] = sl.ver
+			m.turn = (i + 1) % n
+			return sl, memberValue, nil
+		}
+	}
+	switch {
+	case g.ended && g.dropped:
+		return groupSlot{}, memberDropped, nil
+	case g.ended:
+		return groupSlot{}, memberEnded, nil
+	}
+	return groupSlot{}, memberWaiting, g.changed
 }
 
 // next is the member's gqlgen.ResponseHandler: the next response it has
 // not had, the newest of its SKU, or nil when the client left or the group
 // ended.
 func (m *groupMember) next(ctx context.Context) *gqlgen.Response {
-	g := m.g
 	for {
 		if ctx.Err() != nil {
 			m.end("client")
 			return nil
 		}
-		g.mu.RLock()
-		for len(m.seen) < len(g.slots) {
-			m.seen = append(m.seen, 0)
-		}
-		n := len(g.slots)
-		for k := 0; k < n; k++ {
-			i := (m.turn + k) % n
-			if sl := g.slots[i]; sl.ver > m.seen[i] {
-				m.seen[i] = sl.ver
-				m.turn = (i + 1) % n
-				g.mu.RUnlock()
-				m.sent()
-				return sl.resp
-			}
-		}
-		ended, dropped, changed := g.ended, g.dropped, g.changed
-		g.mu.RUnlock()
-		if ended {
-			if dropped {
-				if m.websocket {
-					transport.AddSubscriptionError(ctx, resolvers.LiveDroppedError())
-				}
-				m.end("dropped")
-			} else {
-				m.end("complete")
-			}
+		slot, state, changed := m.take()
+		switch state {
+		case memberValue:
+			m.sent()
+			return slot.resp
+		case memberDropped:
+			m.end("dropped")
+			return nil
+		case memberEnded:
+			m.end("complete")
 			return nil
 		}
 		select {
@@ -308,6 +361,36 @@ func (m *groupMember) next(ctx context.Context) *gqlgen.Response {
 	}
 }
 
+// watch makes m a watcher: onChange is called (from the group's run
+// goroutine, with no lock held) after every change, and once now, so a
+// member joining a group that has values already takes them.
+func (m *groupMember) watch(onChange func()) {
+	g := m.g
+	g.mu.Lock()
+	m.onChange = onChange
+	m.watching = len(g.watchers)
+	g.watchers = append(g.watchers, m)
+	g.mu.Unlock()
+	onChange()
+}
+
+func (m *groupMember) notify() { m.onChange() }
+
+// unwatchLocked takes m out of the group's watchers; g.mu is held.
+func (m *groupMember) unwatchLocked() {
+	g := m.g
+	i := m.watching
+	if i < 0 || i >= len(g.watchers) || g.watchers[i] != m {
+		return
+	}
+	last := len(g.watchers) - 1
+	g.watchers[i] = g.watchers[last]
+	g.watchers[i].watching = i
+	g.watchers[last] = nil
+	g.watchers = g.watchers[:last]
+	m.watching = -1
+}
+
 func (m *groupMember) end(reason string) {
 	if m.left {
 		return
@@ -315,7 +398,7 @@ func (m *groupMember) end(reason string) {
 	m.left = true
 	m.release()
 	m.done(reason)
-	m.g.leave()
+	m.g.leave(m)
 }
 
 // sharedMetrics count the groups, their members and executions.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/internal/prom"
@@ -111,7 +112,6 @@ type streamConn struct {
 	principal string    // holds a principal slot when not empty
 	expiresAt time.Time // the token's expiry; zero when anonymous
 	cancelExp context.CancelFunc
-	ws        *wsConn // the accepted websocket, closed by end if gqlgen left it open
 	closed    bool
 }
 
@@ -162,12 +162,11 @@ func (c *streamConn) tokenExpired() bool {
 	return !c.expiresAt.IsZero() && !time.Now().Before(c.expiresAt)
 }
 
-// end releases the principal slot and the expiry timer, and closes a
-// websocket gqlgen returned from without closing; idempotent.
+// end releases the principal slot and the expiry timer; idempotent.
 func (c *streamConn) end() {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
 		return
 	}
 	c.closed = true
@@ -176,11 +175,6 @@ func (c *streamConn) end() {
 	}
 	if c.cancelExp != nil {
 		c.cancelExp()
-	}
-	ws := c.ws
-	c.mu.Unlock()
-	if ws != nil {
-		_ = ws.Close() // a no-op once gqlgen's close handshake started
 	}
 }
 
@@ -199,6 +193,14 @@ func (c *streamConn) AdmitSubscription() (release func(), ok bool) {
 // Websocket reports whether the connection is a websocket, which can tell
 // a client that its subscription was dropped.
 func (c *streamConn) Websocket() bool { return c.kind == kindWebsocket }
+
+// SubscriptionError makes the websocket subscription of ctx end with err
+// (an "error" message) instead of "complete".
+func (c *streamConn) SubscriptionError(ctx context.Context, err *gqlerror.Error) {
+	if se, ok := ctx.Value(subscriptionErrorsKey{}).(*subscriptionErrors); ok {
+		se.errs = append(se.errs, err)
+	}
+}
 
 var _ resolvers.Stream = (*streamConn)(nil)
 
