@@ -1,11 +1,14 @@
 package graphql_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime"
 	"slices"
 	"strings"
@@ -345,4 +348,124 @@ func contextWithTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestIdleSubscribersHoldOneGoroutineEach: an idle websocket subscriber of
+// a shared subscription costs the server one goroutine (its reader), on
+// either protocol; keep-alives, timeouts and writes are shared. The clients
+// here are raw sockets that hold no goroutine, so every goroutine counted
+// is the server's.
+func TestIdleSubscribersHoldOneGoroutineEach(t *testing.T) {
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) { c.Streams.ConnsPerIP = 1000 })
+	e.CreateProduct(t, map[string]any{"sku": "IDLE-1", "stock": 5})
+	const n = 200
+	settle := func() int {
+		runtime.GC()
+		return runtime.NumGoroutine()
+	}
+	warm := dialRaw(t, e.wsURL, wsclient.TransportWS)
+	warm.subscribe(t, "IDLE-1")
+	before := settle()
+	for i := range n {
+		proto := wsclient.TransportWS
+		if i%2 == 1 {
+			proto = wsclient.LegacyWS
+		}
+		dialRaw(t, e.wsURL, proto).subscribe(t, "IDLE-1")
+	}
+	after := settle()
+	t.Logf("%d idle subscribers: goroutines %d -> %d (%.2f each)", n, before, after, float64(after-before)/n)
+	require.LessOrEqual(t, after-before, n+4, "more than one goroutine per idle subscriber")
+}
+
+// rawWSClient is a websocket client without goroutines: its test reads
+// and writes frames itself.
+type rawWSClient struct {
+	conn   net.Conn
+	br     *bufio.Reader
+	legacy bool
+}
+
+func dialRaw(t *testing.T, wsURL, proto string) *rawWSClient {
+	t.Helper()
+	u, err := url.Parse(wsURL)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: %s\r\n\r\n",
+		u.RequestURI(), u.Host, proto)
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	require.Equal(t, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", resp.Header.Get("Sec-WebSocket-Accept"))
+	c := &rawWSClient{conn: conn, br: br, legacy: proto == wsclient.LegacyWS}
+	c.write(t, `{"type":"connection_init"}`)
+	require.Equal(t, `{"type":"connection_ack"}`, c.read(t))
+	if c.legacy {
+		require.Equal(t, `{"type":"ka"}`, c.read(t))
+	}
+	return c
+}
+
+// write sends one masked text frame.
+func (c *rawWSClient) write(t *testing.T, msg string) {
+	t.Helper()
+	mask := [4]byte{1, 2, 3, 4}
+	b := []byte{0x81}
+	switch n := len(msg); {
+	case n <= 125:
+		b = append(b, 0x80|byte(n))
+	case n <= 0xffff:
+		b = append(b, 0x80|126, byte(n>>8), byte(n))
+	default:
+		t.Fatalf("message of %d bytes", n)
+	}
+	b = append(b, mask[:]...)
+	for i := range len(msg) {
+		b = append(b, msg[i]^mask[i%4])
+	}
+	_, err := c.conn.Write(b)
+	require.NoError(t, err)
+}
+
+// read returns the next text message; the server's frames are unmasked
+// and final.
+func (c *rawWSClient) read(t *testing.T) string {
+	t.Helper()
+	h := make([]byte, 2)
+	_, err := io.ReadFull(c.br, h)
+	require.NoError(t, err)
+	require.Equal(t, byte(0x81), h[0], "a final text frame")
+	n := int(h[1])
+	switch n {
+	case 126:
+		ext := make([]byte, 2)
+		_, err = io.ReadFull(c.br, ext)
+		require.NoError(t, err)
+		n = int(ext[0])<<8 | int(ext[1])
+	case 127:
+		t.Fatal("unexpectedly long message")
+	}
+	p := make([]byte, n)
+	_, err = io.ReadFull(c.br, p)
+	require.NoError(t, err)
+	return string(p)
+}
+
+// subscribe starts stockChanged of sku as id "1" and waits for its first value.
+func (c *rawWSClient) subscribe(t *testing.T, sku string) {
+	t.Helper()
+	typ, next := "subscribe", `"type":"next"`
+	if c.legacy {
+		typ, next = "start", `"type":"data"`
+	}
+	p, err := json.Marshal(map[string]any{"query": stockSub, "variables": map[string]any{"s": []string{sku}}})
+	require.NoError(t, err)
+	c.write(t, fmt.Sprintf(`{"id":"1","type":%q,"payload":%s}`, typ, p))
+	require.Contains(t, c.read(t), next)
 }
