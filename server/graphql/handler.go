@@ -112,11 +112,20 @@ func (l Limits) withDefaults() Limits {
 // around gqlgen's server with its transports, caches and limits, over the
 // resolvers. It panics when a required dependency is missing, as that is a
 // wiring bug found at start-up.
-func NewHandler(cfg Config) http.Handler { return newHandler(cfg, true) }
+func NewHandler(cfg Config) http.Handler { return newHandler(cfg, handlerOptions{share: true}) }
 
-// newHandler is NewHandler; share false executes every subscription on its
-// own (the tests compare the two).
-func newHandler(cfg Config, share bool) http.Handler {
+// handlerOptions are what tests change to compare the handler with what
+// gqlgen alone answers.
+type handlerOptions struct {
+	// share executes identical shareable subscriptions once (shared.go);
+	// false executes every one on its own.
+	share bool
+	// websocket, when set, replaces the websocket transport.
+	websocket func(*wsTransport) gqlgen.Transport
+}
+
+// newHandler is NewHandler with opts.
+func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	if cfg.Engine == nil || cfg.Redis == nil || cfg.Verifier == nil {
 		panic("graphql.NewHandler: Engine, Redis and Verifier are required")
 	}
@@ -145,10 +154,14 @@ func newHandler(cfg Config, share bool) http.Handler {
 
 	srv := handler.New(res.Schema())
 	var groups *subscriptionGroups
-	if share && cfg.Live != nil {
+	if opts.share && cfg.Live != nil {
 		groups = newSubscriptionGroups(res, cfg.Registerer)
 	}
-	addTransports(srv, newWebsocket(cfg.Streams, origins, cfg.Verifier, sm, groups), cfg.Streams, groups)
+	var ws gqlgen.Transport = newWebsocket(cfg.Streams, origins, cfg.Verifier, sm, groups)
+	if opts.websocket != nil {
+		ws = opts.websocket(ws.(*wsTransport))
+	}
+	addTransports(srv, ws, cfg.Streams, groups)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
@@ -195,7 +208,7 @@ func newHandler(cfg Config, share bool) http.Handler {
 // first transport that supports a request. With groups, identical
 // shareable subscriptions on either stream transport are executed once for
 // all (shared.go).
-func addTransports(srv *handler.Server, ws *wsTransport, l StreamLimits, groups *subscriptionGroups) {
+func addTransports(srv *handler.Server, ws gqlgen.Transport, l StreamLimits, groups *subscriptionGroups) {
 	var sseT gqlgen.Transport = transport.SSE{KeepAlivePingInterval: l.PingInterval}
 	if groups != nil {
 		sseT = sharingTransport{inner: sseT, groups: groups}

@@ -399,7 +399,7 @@ func dialRaw(t *testing.T, wsURL, proto string) *rawWSClient {
 		u.RequestURI(), u.Host, proto)
 	require.NoError(t, err)
 	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(br, nil) //nolint:bodyclose // a 101 has no body: the connection is the websocket
 	require.NoError(t, err)
 	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
 	require.Equal(t, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", resp.Header.Get("Sec-WebSocket-Accept"))

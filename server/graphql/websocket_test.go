@@ -1,0 +1,164 @@
+package graphql_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/wsclient"
+	"github.com/dropline/dropline/live"
+	"github.com/dropline/dropline/server/graphql"
+)
+
+// wsStep is one message a client sends and how many messages it then
+// expects; a script whose server closes ends with the close code and
+// reason.
+type wsStep struct {
+	send   string
+	expect int
+}
+
+// TestWebsocketAnswersLikeGqlgen plays the same conversations, on both
+// protocols, against Dropline's websocket transport and gqlgen's own (same
+// schema, limits and authentication) and requires the same messages, byte
+// for byte, and the same close codes and reasons.
+func TestWebsocketAnswersLikeGqlgen(t *testing.T) {
+	t.Parallel()
+	var cfg graphql.Config
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) { cfg = *c })
+	cfg.Registerer = nil
+	theirs := httptest.NewServer(graphql.NewHandlerGqlgenWebsocket(cfg))
+	t.Cleanup(theirs.Close)
+	theirsURL := "ws" + strings.TrimPrefix(theirs.URL, "http")
+	e.CreateProduct(t, map[string]any{"sku": "CONF-1", "stock": 5})
+
+	for _, proto := range []string{wsclient.TransportWS, wsclient.LegacyWS} {
+		legacy := proto == wsclient.LegacyWS
+		start, stop, ack := "subscribe", "complete", 1
+		if legacy {
+			start, stop, ack = "start", "stop", 2 // connection_ack, then ka
+		}
+		op := func(id, payload string) string {
+			return fmt.Sprintf(`{"id":%q,"type":%q,"payload":%s}`, id, start, payload)
+		}
+		sub := op("a", `{"query":"subscription($s: [ID!]!) { stockChanged(skus: $s) { sku available held sold total } }","variables":{"s":["CONF-1"]}}`)
+		init := `{"type":"connection_init"}`
+		scripts := map[string][]wsStep{
+			"a conversation": {
+				{init, ack},
+				{sub, 1},
+				{op("q", `{"query":"{ __typename }"}`), 2},
+				{op("syntax", `{"query":"subscription {"}`), 2},
+				{op("invalid", `{"query":"subscription { nope }"}`), 2},
+				{op("undecodable", `"not params"`), 2},
+				{op("vars", `{"query":"subscription($s: [ID!]!) { stockChanged(skus: $s) { sku } }","variables":{"s":3}}`), 2},
+				{fmt.Sprintf(`{"id":"a","type":%q}`, stop), 1},
+				{fmt.Sprintf(`{"id":"unknown","type":%q}`, stop), 0},
+			},
+			"not JSON first":        {{"not json", 0}},
+			"subscription first":    {{sub, 0}},
+			"an unknown type first": {{`{"type":"bogus"}`, 0}},
+			"a server type first":   {{`{"type":"next"}`, 0}},
+			"a bad token":           {{`{"type":"connection_init","payload":{"Authorization":"Bearer nope"}}`, 0}},
+			"an unknown type later": {{init, ack}, {`{"type":"bogus"}`, 0}},
+			"init twice":            {{init, ack}, {init, 0}},
+			"a server type later":   {{init, ack}, {`{"type":"connection_ack"}`, 0}},
+		}
+		if legacy {
+			scripts["terminate"] = []wsStep{{init, ack}, {`{"type":"connection_terminate"}`, 0}}
+		} else {
+			scripts["a conversation"] = append(scripts["a conversation"],
+				wsStep{`{"type":"ping","payload":{"k": [1, 2]}}`, 1}, wsStep{`{"type":"ping"}`, 1}, wsStep{`{"type":"pong"}`, 0})
+		}
+		// gqlgen returns from a connection whose init payload is not an
+		// object and leaves it open; Dropline always closed it then.
+		t.Run(proto+"/an init payload that is no object", func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, []string{"dropped"}, converse(t, e.wsURL, proto, []wsStep{{`{"type":"connection_init","payload":"x"}`, 0}}))
+		})
+		for name, script := range scripts {
+			t.Run(proto+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				want := converse(t, theirsURL, proto, script)
+				got := converse(t, e.wsURL, proto, script)
+				require.Equal(t, want, got)
+			})
+		}
+	}
+}
+
+// converse plays script and returns what the server sent: each message as
+// bytes, then how the connection ended.
+func converse(t *testing.T, url, proto string, script []wsStep) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{proto}})
+	require.NoError(t, err)
+	if resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	defer c.CloseNow()
+	var got []string
+	for _, s := range script {
+		require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(s.send)))
+		for range s.expect {
+			_, b, err := c.Read(ctx)
+			require.NoError(t, err, "after %s: %v", s.send, got)
+			got = append(got, string(b))
+		}
+	}
+	// The end: the server's close, or, for a conversation that goes on,
+	// nothing more within a moment.
+	readCtx, stopRead := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer stopRead()
+	_, b, err := c.Read(readCtx)
+	var ce websocket.CloseError
+	switch {
+	case err == nil:
+		got = append(got, "unexpected: "+string(b))
+	case errors.As(err, &ce):
+		got = append(got, fmt.Sprintf("close %d %q", ce.Code, ce.Reason))
+	case readCtx.Err() != nil:
+		got = append(got, "open")
+	default:
+		got = append(got, "dropped")
+	}
+	return got
+}
+
+// TestOversizedMessagesCloseWith1009: a message over MessageBytes closes
+// the connection with 1009 every time, at connection_init or later. The
+// server reads what the client sent until the client's close, so no unread
+// data turns the close into a reset that would lose the code.
+func TestOversizedMessagesCloseWith1009(t *testing.T) {
+	t.Parallel()
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) { c.Streams.MessageBytes = 2048 })
+	big := `{"type":"connection_init","payload":{"pad":"` + strings.Repeat("x", 64<<10) + `"}}`
+	for i := range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, resp, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{Subprotocols: []string{wsclient.TransportWS}})
+		require.NoError(t, err)
+		if resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		if i%2 == 1 {
+			require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(`{"type":"connection_init"}`)))
+			_, ack, err := c.Read(ctx)
+			require.NoError(t, err)
+			require.JSONEq(t, `{"type":"connection_ack"}`, string(ack))
+		}
+		require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(big)))
+		_, _, err = c.Read(ctx)
+		require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "connection %d: %v", i, err)
+		_ = c.CloseNow()
+		cancel()
+	}
+}
