@@ -18,9 +18,17 @@
 //
 // # Websockets and SSE
 //
-// Subscriptions stream over websockets (gqlgen's transport,
-// graphql-transport-ws and the legacy graphql-ws) and GraphQL over SSE.
-// Websocket life: the upgrade passes CORS (403) and the per-address cap
+// Subscriptions stream over websockets (graphql-transport-ws and the
+// legacy graphql-ws, served by wsTransport, which answers message for
+// message and byte for byte as gqlgen's websocket transport does:
+// TestWebsocketAnswersLikeGqlgen) and GraphQL over SSE (gqlgen's). A
+// websocket costs one goroutine, its reader, and a 512-byte read buffer;
+// writes are made by a few shared writers with writes that never wait (a
+// socket that does not take one at once gets a goroutine of its own to
+// finish it under WriteTimeout), and every connection's keep-alives, pong
+// deadline, init timeout and token expiry are checked by one shared
+// ticker, so ten thousand idle subscribers hold ten thousand goroutines and
+// no timers. Websocket life: the upgrade passes CORS (403) and the per-address cap
 // (429); connection_init must come within InitTimeout (else 1002) and its
 // token ("Authorization" or "authToken", else the upgrade's header) must
 // verify (else 4403); a principal over its cap gets 4429; the token's
@@ -41,10 +49,13 @@
 // and every member, on either websocket protocol or SSE, is handed the
 // same response, so the bytes are gqlgen's own (TestSharedSubscriptionsAnswerLikeGqlgen
 // compares them). A member holds no goroutine, channel or buffer beyond
-// what its transport has: the group keeps the newest response per SKU and
-// a broadcast channel closed on every update, and a member takes the newest
-// value when its client is ready, so a slow reader costs one bounded slot
-// per SKU and is disconnected by the write timeout as before. The
+// what its transport has: the group keeps the newest response per SKU,
+// encoded once per update for every websocket member, and a broadcast
+// channel closed on every update. SSE members wait on the channel; a
+// websocket member is told of the change, and its connection's writer
+// takes the newest value when the socket is ready, so a slow reader costs
+// one bounded slot per SKU and is disconnected by the write timeout as
+// before. The
 // per-connection cap still counts every member. Every other operation
 // (reservationChanged, which depends on the caller, and queries or
 // mutations over a websocket) is executed on its own. Metrics:
