@@ -45,22 +45,11 @@ local base, token, who, attempt = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 if not attempt or attempt == '' then
   return { 'INVALID_INPUT', 'attempt', 'an attempt id is required' }
 end
-local h = hash_get(KEYS[1])
-if not h then
-  return { 'NOT_FOUND' }
+local h, k, refusal = holder_hold(base, KEYS[1], token, who)
+if refusal then
+  return refusal
 end
-local k = sku_keys(base, h['sku'])
 k.hold, k.expiry, k.committing, k.outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local gen = sku_gen(k.sku)
-if not gen then
-  return { 'NEEDS_HYDRATION', h['sku'] }
-end
-if h['gen'] ~= gen then
-  return { 'NOT_FOUND' }
-end
-if h['who'] ~= who then
-  return hold_reply('FORBIDDEN', token, h, 0)
-end
 local st = h['st']
 if st == 'COMMITTED' then
   return hold_reply('OK', token, h, 1)

@@ -42,20 +42,9 @@ local base, token, who, call = ARGV[1], ARGV[2], ARGV[3], ARGV[7]
 if not is_int(ARGV[4], 1000, tonumber(ARGV[6])) or call == '' then
   return { 'INVALID_INPUT', 'holdSeconds', 'out of range' }
 end
-local h = hash_get(KEYS[1])
-if not h then
-  return { 'NOT_FOUND' }
-end
-local k = sku_keys(base, h['sku'])
-local gen = sku_gen(k.sku)
-if not gen then
-  return { 'NEEDS_HYDRATION', h['sku'] }
-end
-if h['gen'] ~= gen then
-  return { 'NOT_FOUND' }
-end
-if h['who'] ~= who then
-  return hold_reply('FORBIDDEN', token, h, 0)
+local h, k, refusal = holder_hold(base, KEYS[1], token, who)
+if refusal then
+  return refusal
 end
 if h['xid'] == call then
   return hold_reply('OK', token, h, 1)

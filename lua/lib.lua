@@ -188,6 +188,33 @@ local function hold_reply(code, token, h, replayed)
     tonumber(h['ext'] or '0') }
 end
 
+-- holder_hold reads a hold its caller knows by token only and checks that
+-- who holds it, for the scripts only the holder may run (begin_commit.lua,
+-- extend_hold.lua). It returns the hold and its SKU's keys (sku_keys, built
+-- from the SKU the hold names), or, when the script must stop, a third value,
+-- its reply: {'NOT_FOUND'} when Redis has no such hold in its SKU's current
+-- life, {'NEEDS_HYDRATION', sku} when the SKU is not loaded, FORBIDDEN when
+-- another principal holds it. It reads what the scripts read themselves, no
+-- more.
+local function holder_hold(base, hold, token, who)
+  local h = hash_get(hold)
+  if not h then
+    return nil, nil, { 'NOT_FOUND' }
+  end
+  local k = sku_keys(base, h['sku'])
+  local gen = sku_gen(k.sku)
+  if not gen then
+    return nil, nil, { 'NEEDS_HYDRATION', h['sku'] }
+  end
+  if h['gen'] ~= gen then
+    return nil, nil, { 'NOT_FOUND' }
+  end
+  if h['who'] ~= who then
+    return nil, nil, hold_reply('FORBIDDEN', token, h, 0)
+  end
+  return h, k
+end
+
 
 -- The waitlist. A SKU's waiters are a sorted set of WAITING principals by
 -- their entry's seq (the queue) and a hash of every entry by principal (the
