@@ -10,10 +10,7 @@ package playground
 
 import (
 	"embed"
-	"errors"
-	"io/fs"
 	"net/http"
-	"sync"
 
 	"github.com/dropline/dropline/server/static"
 )
@@ -44,13 +41,7 @@ const ContentSecurityPolicy = "default-src 'none'; " +
 	"frame-ancestors 'none'"
 
 // files is the loaded dist, read on first use and never changed afterwards.
-var files = sync.OnceValues(func() (*static.Files, error) {
-	root, err := fs.Sub(dist, "dist")
-	if err != nil {
-		return nil, err // cannot happen: dist is embedded
-	}
-	return static.Load(root)
-})
+var files = static.Embedded(dist, "dist", "playground", "make playground")
 
 // Handler returns the handler that serves the playground: index.html at "/"
 // (and "/index.html") and the bundled assets under /assets/. Any other path
@@ -62,12 +53,5 @@ var files = sync.OnceValues(func() (*static.Files, error) {
 // nosniff. Hashed assets are cacheable forever; index.html must be
 // revalidated. Conditional (ETag) and range requests are supported.
 func Handler() http.Handler {
-	f, err := files()
-	if errors.Is(err, static.ErrNoIndex) {
-		panic("playground: embedded dist has no index.html; run `make playground`")
-	}
-	if err != nil {
-		panic("playground: " + err.Error())
-	}
-	return f.Handler(ContentSecurityPolicy)
+	return files().Handler(ContentSecurityPolicy)
 }

@@ -11,10 +11,7 @@ package shop
 
 import (
 	"embed"
-	"errors"
-	"io/fs"
 	"net/http"
-	"sync"
 
 	"github.com/dropline/dropline/server/static"
 )
@@ -44,13 +41,8 @@ const ContentSecurityPolicy = "default-src 'none'; " +
 	"form-action 'none'; " +
 	"frame-ancestors 'none'"
 
-var files = sync.OnceValues(func() (*static.Files, error) {
-	root, err := fs.Sub(dist, "dist")
-	if err != nil {
-		return nil, err // cannot happen: dist is embedded
-	}
-	return static.Load(root)
-})
+// files is the loaded dist, read on first use and never changed afterwards.
+var files = static.Embedded(dist, "dist", "shop", "make shop")
 
 // Handler returns the handler for paths under Prefix, which it strips:
 // index.html at "/shop/" and the bundled assets under /shop/assets/. Other
@@ -58,12 +50,5 @@ var files = sync.OnceValues(func() (*static.Files, error) {
 // ContentSecurityPolicy; hashed assets are cacheable forever, index.html is
 // revalidated (ETag).
 func Handler() http.Handler {
-	f, err := files()
-	if errors.Is(err, static.ErrNoIndex) {
-		panic("shop: embedded dist has no index.html; run `make shop`")
-	}
-	if err != nil {
-		panic("shop: " + err.Error())
-	}
-	return http.StripPrefix(Prefix[:len(Prefix)-1], f.Handler(ContentSecurityPolicy))
+	return http.StripPrefix(Prefix[:len(Prefix)-1], files().Handler(ContentSecurityPolicy))
 }

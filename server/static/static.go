@@ -18,6 +18,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -106,6 +107,28 @@ func Load(root fs.FS) (*Files, error) {
 	}
 	m["/"] = index
 	return &Files{m: m}, nil
+}
+
+// Embedded returns the page built into the directory dir of fsys (an
+// embed.FS holding a build's output), loaded on the first call and the same
+// Files on every later one. The page is named (name) and the command that
+// builds it given (build) for the panic a binary without a built page
+// raises on that first call: it cannot serve the page, and the mistake is
+// the build's, to be fixed before it ships, not a condition to handle.
+func Embedded(fsys fs.FS, dir, name, build string) func() *Files {
+	return sync.OnceValue(func() *Files {
+		root, err := fs.Sub(fsys, dir)
+		if err == nil {
+			var f *Files
+			if f, err = Load(root); err == nil {
+				return f
+			}
+		}
+		if errors.Is(err, ErrNoIndex) {
+			panic(name + ": embedded " + dir + " has no index.html; run `" + build + "`")
+		}
+		panic(name + ": " + err.Error())
+	})
 }
 
 func typeByName(name string) string {

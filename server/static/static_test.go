@@ -16,6 +16,19 @@ func TestLoadNeedsAnIndex(t *testing.T) {
 	require.True(t, errors.Is(err, ErrNoIndex), "%v", err)
 }
 
+// Embedded loads its page once, and a build without the page panics on
+// first use with what to run.
+func TestEmbedded(t *testing.T) {
+	files := Embedded(fstest.MapFS{"dist/index.html": {Data: []byte("<html>hi</html>")}}, "dist", "page", "make page")
+	first := files()
+	require.NotNil(t, first)
+	require.Same(t, first, files(), "loaded once")
+
+	unbuilt := Embedded(fstest.MapFS{"dist/assets/app-ABCDEFGH.js": {Data: []byte("x")}}, "dist", "page", "make page")
+	require.PanicsWithValue(t, "page: embedded dist has no index.html; run `make page`", func() { unbuilt() })
+	require.PanicsWithValue(t, "page: embedded dist has no index.html; run `make page`", func() { unbuilt() }, "every use")
+}
+
 func TestHandler(t *testing.T) {
 	f, err := Load(fstest.MapFS{
 		"index.html":                       {Data: []byte("<html>hi</html>")},
