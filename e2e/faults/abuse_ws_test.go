@@ -482,17 +482,20 @@ func TestWSSlowloris(t *testing.T) {
 		len(attacks), len(attacks), attackTime.Round(100*time.Millisecond), stepper.steps, lat)
 }
 
-// TestWSTrickleAfterInit trickles a subscribe message after connection_ack.
-// Once a message has begun, all of it must arrive within the write timeout
-// (10 s), whatever the protocol: a peer trickling bytes is cut off, while an
-// idle subscriber (which sends nothing at all) is not.
+// TestWSTrickleAfterInit trickles a subscribe message after connection_ack,
+// a byte a second. Once a message has begun, all of it must arrive within
+// the write timeout (DROPLINE_STREAM_WRITE_TIMEOUT; 3 s here, rather than
+// the default 10 s the test would wait out), whatever the protocol: a peer
+// trickling bytes is cut off, not before the timeout, while an idle
+// subscriber (which sends nothing at all) is not.
 func TestWSTrickleAfterInit(t *testing.T) {
 	s := newSystem(t)
+	const messageTimeout = 3 * time.Second
+	s.Env["DROPLINE_STREAM_WRITE_TIMEOUT"] = messageTimeout.String()
 	p := s.start("a")
 	addr := strings.TrimPrefix(p.URL, "http://")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const messageTimeout = 10 * time.Second
 	var wg sync.WaitGroup
 	var legacy, modern wsOutcome
 	sub := func(typ string) []byte {
