@@ -82,7 +82,7 @@ func (e *Engine) RebuildStale(ctx context.Context, sku string) error {
 // its partition's outbox still holds, acknowledged or not (the write-behind
 // trims what it acknowledged, so the stream is short).
 func (e *Engine) applyOutboxOf(ctx context.Context, sku string) error {
-	stream := e.keys.Outbox(PartitionOf(sku))
+	stream := e.keys.Outbox(e.keys.PartitionOf(sku))
 	start := "-"
 	for {
 		msgs, err := e.rdb.XRangeN(ctx, stream, start, "+", int64(e.cfg.RebuildBatch)).Result()

@@ -167,6 +167,29 @@ func TestReloadKeepsHoldsTheWriteBehindHadNotApplied(t *testing.T) {
 	b := setup(t)
 	const sku, total = "RELOAD-1", 4
 	b.product(t, sku, total)
+	reloadKeepsUnappliedHolds(t, b, sku, total)
+}
+
+// A SKU of a drop lives in the drop's partition, and so do its outbox
+// events: the reload applies that outbox, not the one of the SKU's own name.
+func TestReloadKeepsHoldsTheWriteBehindHadNotAppliedInADrop(t *testing.T) {
+	b := setup(t)
+	const drop, sku, total = "RELOAD-DROP", "RELOAD-DROP-1", 4
+	require.NotEqual(t, inventory.PartitionOf(sku), inventory.DropPartition(drop), "the SKU's own partition is not its drop's")
+	_, err := b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: drop, Name: "Drop", MaxPerUser: 1})
+	require.NoError(t, err)
+	_, err = b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		SKU: sku, Name: sku, Price: inventory.Money{Amount: 1000, Currency: "EUR"}, Stock: total, Drop: drop,
+	})
+	require.NoError(t, err)
+	reloadKeepsUnappliedHolds(t, b, sku, total)
+}
+
+// reloadKeepsUnappliedHolds makes total holds of sku whose events are still
+// in the outbox (no flusher runs), reloads the SKU as after a promotion, and
+// checks the reload kept them and they commit.
+func reloadKeepsUnappliedHolds(t *testing.T, b *bundle, sku string, total int) {
+	t.Helper()
 	holds := b.reserveMany(t, sku, total, time.Minute)
 
 	require.NoError(t, b.engine.RebuildStale(b.ctx, sku))
