@@ -98,7 +98,9 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 	const sku, total = "PROMOTE-2", 10
 	b.product(t, sku, total)
 	claimed, release := make(chan struct{}), make(chan struct{})
-	x, _ := b.startGroupWith(t, fastConfig("x"), func(g *Group) {
+	cfgX := fastConfig("x")
+	cfgX.LeaseTTL = time.Second // its reload claim lasts 3 TTLs: y waits 3 s for it, not 6
+	x, _ := b.startGroupWith(t, cfgX, func(g *Group) {
 		g.Rebuilder.hooks.claimedReload = func() {
 			close(claimed)
 			<-release // the test kills x meanwhile

@@ -11,10 +11,11 @@ import (
 )
 
 // Two processes split the partitions; the one holding half of the sweeper
-// leases dies just before the holds in its partitions fall due. Its leases
-// last 10 s, yet every hold in every partition is released within a second
-// of its expiresAt by the survivor, exactly once, and the ledger records one
-// expiry per hold.
+// leases dies just before the holds in its partitions fall due. Its sweeper
+// leases last 10 s, yet every hold in every partition is released within a
+// second of its expiresAt by the survivor, exactly once, and the ledger
+// records one expiry per hold (its flusher leases last 2 s, so the test
+// does not wait 10 s for the survivor's flusher to take them over).
 func TestHoldsExpireOnTimeAfterTheirSweeperDied(t *testing.T) {
 	const perSKU = 20
 	b := setup(t)
@@ -24,6 +25,7 @@ func TestHoldsExpireOnTimeAfterTheirSweeperDied(t *testing.T) {
 	}
 	cfgA, cfgB := fastConfig("doomed"), fastConfig("survivor")
 	cfgA.LeaseTTL, cfgB.LeaseTTL = 10*time.Second, 10*time.Second
+	cfgA.Flusher.LeaseTTL, cfgB.Flusher.LeaseTTL = 2*time.Second, 2*time.Second
 	ga, _ := b.startGroup(t, cfgA)
 	gb, regB := b.startGroup(t, cfgB)
 	waitUntil(t, 10*time.Second, "the two processes split the sweeper leases 8/8", func() bool {
