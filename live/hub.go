@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/internal/startstop"
+	"github.com/dropline/dropline/internal/testsignal"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -109,6 +110,12 @@ type Hub struct {
 	resyncMu   sync.Mutex
 	resyncWant map[string]bool // SKU -> deliver even if unchanged
 	resyncKick chan struct{}
+
+	// confirmed signals, to a test, each SKU whose Redis subscription Redis
+	// confirmed (first, or again after a reconnect), once it is counted;
+	// dropped, each stalled subscriber dropped.
+	confirmed testsignal.Signal[string]
+	dropped   testsignal.Signal[struct{}]
 }
 
 // NewHub builds a hub; Start runs it. The engine reads the true stock (and

@@ -51,6 +51,7 @@ func setup(t testing.TB, rdb redis.UniversalClient, prefix string, cfg live.HubC
 	b := &bundle{ctx: ctx, engine: e, rdb: rdb, pool: pool, reg: prometheus.NewRegistry(), cfg: cfg,
 		leaks: goleak.IgnoreCurrent()}
 	b.hub = live.NewHub(cfg, e, rdb, zerolog.Nop(), b.reg)
+	b.hub.InitTestSignals()
 	b.cfg = b.hub.Config()
 	require.NoError(t, b.hub.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, b.hub.Stop(context.Background())) })
@@ -148,10 +149,13 @@ type collector struct {
 	got    []received
 	last   map[string]inventory.Stock
 	closed chan struct{}
+	// delivered holds a token after each value the hub delivered, so a
+	// test waits for deliveries instead of polling for them.
+	delivered chan struct{}
 }
 
 func collect(ch <-chan inventory.Stock) *collector {
-	c := &collector{last: map[string]inventory.Stock{}, closed: make(chan struct{})}
+	c := &collector{last: map[string]inventory.Stock{}, closed: make(chan struct{}), delivered: make(chan struct{}, 1)}
 	go func() {
 		defer close(c.closed)
 		for v := range ch {
@@ -159,9 +163,36 @@ func collect(ch <-chan inventory.Stock) *collector {
 			c.got = append(c.got, received{v: v, at: time.Now()})
 			c.last[v.SKU] = v
 			c.mu.Unlock()
+			select {
+			case c.delivered <- struct{}{}:
+			default: // a token is waiting already: the waiter looks at everything then
+			}
 		}
 	}()
 	return c
+}
+
+// waitFor waits until cond, which reads what the subscription received,
+// holds: it looks at cond first and again after each delivery, and fails the
+// test after timeout or when the subscription ends without it. It returns
+// how long it took.
+func (c *collector) waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-c.delivered:
+		case <-c.closed:
+			if !cond() {
+				t.Fatalf("the subscription ended: "+msg, args...)
+			}
+		case <-deadline.C:
+			t.Fatalf("after %s: "+msg, append([]any{timeout}, args...)...)
+		}
+	}
+	return time.Since(start)
 }
 
 func (c *collector) lastOf(sku string) (inventory.Stock, bool) {
@@ -212,16 +243,17 @@ func (b *bundle) waitConverged(t testing.TB, c *collector, sku string) inventory
 	t.Helper()
 	changed := time.Now()
 	truth := b.truth(t, sku)
-	took := waitFor(t, 250*time.Millisecond-time.Since(changed), func() bool {
+	c.waitFor(t, 250*time.Millisecond-time.Since(changed), func() bool {
 		v, ok := c.lastOf(sku)
 		return ok && same(v, truth)
 	}, "subscriber did not converge to %+v", truth)
-	_ = took
 	return truth
 }
 
+// TestSubscribeValidates: refused subscriptions, duplicates, a stopped hub.
+// Not parallel: it ends by checking that no goroutine is left beyond those
+// before it started, which other tests' goroutines would fail.
 func TestSubscribeValidates(t *testing.T) {
-	t.Parallel()
 	b := setupBackend(t, "single", live.HubConfig{MaxSKUs: 3})
 	b.product(t, "A", 1)
 	_, err := b.hub.Subscribe(b.ctx, nil)
@@ -370,12 +402,11 @@ func TestBurstIsCoalesced(t *testing.T) {
 }
 
 // TestSubscribeCyclesLeaveNothing: 1,000 subscribe/unsubscribe cycles leave
-// no goroutine, no feed and no Redis subscription behind.
+// no goroutine, no feed and no Redis subscription behind. Not parallel: it
+// counts the process's goroutines, which other tests' would blur.
 func TestSubscribeCyclesLeaveNothing(t *testing.T) {
-	t.Parallel()
 	for _, backend := range testenv.Backends {
 		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
 			b := setupBackend(t, backend, live.HubConfig{Linger: 20 * time.Millisecond})
 			skus := []string{"CYC-1", "CYC-2", "CYC-3", "CYC-4"}
 			channels := make([]string, len(skus))
@@ -450,9 +481,12 @@ func TestStalledSubscriberIsDropped(t *testing.T) {
 				b.waitConverged(t, c, "SLOW") // within 250 ms although the other one reads nothing
 			}
 
-			waitFor(t, stall+2*time.Second, func() bool {
-				return b.metric(t, "dropline_live_slow_subscribers_dropped_total") == 1
-			}, "the stalled subscriber was not dropped")
+			select {
+			case <-b.hub.Dropped():
+			case <-time.After(stall + 2*time.Second):
+				t.Fatal("the stalled subscriber was not dropped")
+			}
+			require.Equal(t, 1.0, b.metric(t, "dropline_live_slow_subscribers_dropped_total"), "one subscriber dropped, once")
 			require.GreaterOrEqual(t, time.Since(subscribed), stall)
 			select {
 			case _, ok := <-stalled:
@@ -491,14 +525,18 @@ func TestRedisRestart(t *testing.T) {
 		require.NoError(t, err)
 	}
 	before := b.waitConverged(t, c, "PHOENIX")
-	waitFor(t, 2*time.Second, func() bool { return b.metric(t, "dropline_live_resyncs_total") >= 1 },
-		"the subscription was never confirmed")
+	select {
+	case <-b.hub.Confirmed():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the subscription was never confirmed")
+	}
+	require.GreaterOrEqual(t, b.metric(t, "dropline_live_resyncs_total"), 1.0)
 
 	// 1. The pub/sub connection is killed; Redis keeps its data. The same
 	// value is delivered again once the subscription is back.
 	n := c.count()
 	require.NoError(t, rdb.ClientKillByFilter(b.ctx, "TYPE", "pubsub").Err())
-	waitFor(t, 5*time.Second, func() bool { return c.count() > n }, "no delivery after the connection came back")
+	c.waitFor(t, 5*time.Second, func() bool { return c.count() > n }, "no delivery after the connection came back")
 	v, _ := c.lastOf("PHOENIX")
 	require.True(t, same(v, before), "got %+v, want %+v", v, before)
 	require.Positive(t, b.metric(t, "dropline_live_reconnects_total"))
@@ -509,10 +547,10 @@ func TestRedisRestart(t *testing.T) {
 	n = c.count()
 	srv.Stop()
 	require.NoError(t, srv.Start())
-	waitFor(t, 10*time.Second, func() bool { return c.count() > n }, "no delivery after the restart")
+	c.waitFor(t, 10*time.Second, func() bool { return c.count() > n }, "no delivery after the restart")
 	truth := b.truth(t, "PHOENIX")
 	require.Equal(t, 30, truth.Available)
-	waitFor(t, 2*time.Second, func() bool {
+	c.waitFor(t, 2*time.Second, func() bool {
 		v, _ := c.lastOf("PHOENIX")
 		return same(v, truth)
 	}, "subscriber did not get the rebuilt value %+v", truth)

@@ -305,6 +305,7 @@ func (h *Hub) onSubscribed(channel string) {
 		reason = "reconnect"
 	}
 	h.m.resyncs.WithLabelValues(reason).Inc()
+	h.confirmed.Signal(sku)
 	h.requestResync(sku, again)
 }
 

@@ -160,6 +160,7 @@ func (s *subscriber) delivered(v inventory.Stock, live bool) {
 
 func (s *subscriber) stalled() {
 	s.h.m.slowDropped.Inc()
+	s.h.dropped.Signal(struct{}{})
 	s.h.log.Debug().Int("skus", len(s.slots)).Dur("stall_timeout", s.h.cfg.StallTimeout).
 		Msg("dropping a subscriber that stopped reading")
 }
