@@ -198,7 +198,7 @@ func (c *streamConn) Websocket() bool { return c.kind == kindWebsocket }
 // (an "error" message) instead of "complete".
 func (c *streamConn) SubscriptionError(ctx context.Context, err *gqlerror.Error) {
 	if se, ok := ctx.Value(subscriptionErrorsKey{}).(*subscriptionErrors); ok {
-		se.errs = append(se.errs, err)
+		se.add(err)
 	}
 }
 

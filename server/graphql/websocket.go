@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
@@ -173,7 +174,35 @@ func tokenProblem(err error) string {
 // it ends with instead of "complete" (SubscriptionError).
 type subscriptionErrorsKey struct{}
 
-type subscriptionErrors struct{ errs []*gqlerror.Error }
+// subscriptionErrors are what a subscription ends with instead of
+// "complete". A resolver adds to them from its own goroutine, and may do so
+// while the transport is ending the subscription: a resolver that found its
+// feed gone while its context was alive reports the drop, and that context
+// can end meanwhile, which ends the transport's wait for the next response
+// without waiting for the resolver. So the list is guarded, the transport
+// takes it once, and what is added after that is not sent: the
+// subscription has ended.
+type subscriptionErrors struct {
+	mu    sync.Mutex
+	errs  []*gqlerror.Error
+	taken bool
+}
+
+func (se *subscriptionErrors) add(err *gqlerror.Error) {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	if !se.taken {
+		se.errs = append(se.errs, err)
+	}
+}
+
+// take returns the errors added so far and closes the list.
+func (se *subscriptionErrors) take() []*gqlerror.Error {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	se.taken = true
+	return se.errs
+}
 
 func withSubscriptionErrors(ctx context.Context) (context.Context, *subscriptionErrors) {
 	se := &subscriptionErrors{}

@@ -563,8 +563,8 @@ func (c *wsConn) execute(ctx context.Context, rc *gqlgen.OperationContext, sub *
 			}
 			c.sendError(sub.id, gqlerr)
 		}
-		if len(se.errs) != 0 {
-			c.sendError(sub.id, se.errs...)
+		if errs := se.take(); len(errs) != 0 {
+			c.sendError(sub.id, errs...)
 		} else if c.ctx.Err() == nil {
 			// A cancelled connection context closes the socket; complete would signal a normal end.
 			c.sendKind(kindComplete, sub.id, nil)
