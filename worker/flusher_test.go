@@ -256,8 +256,8 @@ func TestFlusherLoopFailingAloneIsRestarted(t *testing.T) {
 
 	dead := b.engine.Keys().DeadLetters(p)
 	require.NoError(t, b.rdb.Set(b.ctx, dead, "not a stream", 0).Err())
-	eventually(t, 10*time.Second, func() bool { return metric(t, reg, "dropline_worker_restarts_total") >= 1 },
-		"the flusher's loop fails and is restarted")
+	g.Flusher.restarted.Wait(t, 10*time.Second)
+	require.GreaterOrEqual(t, metric(t, reg, "dropline_worker_restarts_total"), 1.0, "the flusher's loop failed and is restarted")
 	require.NoError(t, b.rdb.Del(b.ctx, dead).Err())
 	second := b.reserveMany(t, sku, 1, time.Hour)
 	waitTotal(t, "the second reserve is applied", 2, applied(g))

@@ -96,6 +96,9 @@ func (g *testGroup) kill(t *testing.T) {
 func (g *Group) initSignals() {
 	g.Sweeper.swept.Init()
 	g.Flusher.initSignals()
+	for _, s := range []*service{g.Sweeper.service, g.Reconciler.service, g.Rebuilder.service} {
+		s.restarted.Init()
+	}
 	g.Reconciler.commitsSettled.Init()
 	g.Reconciler.holdsClosed.Init()
 	g.Rebuilder.checked.Init()
@@ -110,6 +113,7 @@ func (g *Group) initSignals() {
 // held); call it before Start.
 func (f *Flusher) initSignals() {
 	f.applied.Init()
+	f.restarted.Init()
 	f.caughtUp.Init()
 	f.measured.Init()
 	f.leases.heldNow.Init()

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/internal/startstop"
+	"github.com/dropline/dropline/internal/testsignal"
 )
 
 // service is the start/stop machinery every worker embeds: startstop.Base
@@ -28,6 +29,9 @@ type service struct {
 	run      func(ctx context.Context) error
 	leases   *leaseSet // the loop's partition leases; nil when it has none
 	restarts prometheus.Counter
+	// restarted signals, to a test, each failure of the loop (how many so
+	// far) once it is counted and its restart is due after the backoff.
+	restarted testsignal.Signal[int]
 }
 
 func newService(name string, opts Options, log zerolog.Logger, reg prometheus.Registerer, leases *leaseSet, run func(context.Context) error) *service {
@@ -80,6 +84,7 @@ func (s *service) supervise(ctx context.Context) error {
 		delay := backoff(s.opts.MinRestartBackoff, s.opts.MaxRestartBackoff, failures)
 		failures++
 		s.restarts.Inc()
+		s.restarted.Signal(failures)
 		s.log.Error().Err(err).Int("failures", failures).Dur("backoff", delay).Msg("worker failed; restarting after backoff")
 		t := time.NewTimer(delay)
 		select {
