@@ -233,6 +233,9 @@ func (s *system) stopAll() {
 		log := p.log.String()
 		if bad := badLogLines(log); len(bad) > 0 {
 			s.t.Errorf("dropline %s logged %d bad line(s), first: %s", p.Name, len(bad), bad[0])
+			for _, r := range crashReports(log) {
+				s.t.Logf("dropline %s reported:\n%s", p.Name, r)
+			}
 		}
 		if s.t.Failed() && os.Getenv("FAULTS_SHOW_LOGS") != "" {
 			s.t.Logf("log of %s:\n%s", p.Name, log)
@@ -251,6 +254,33 @@ func badLogLines(log string) []string {
 	}
 	return bad
 }
+
+// crashReports returns, whole, each data race report in a log (from its
+// WARNING line to the line of '=' that ends it) and the first panic with
+// the stacks after it: the first bad line alone does not say where to look,
+// and a race that shows up once in many runs may not show up again.
+func crashReports(log string) []string {
+	var out []string
+	lines := strings.Split(log, "\n")
+	for i := 0; i < len(lines); i++ {
+		switch {
+		case strings.HasPrefix(lines[i], "WARNING: DATA RACE"):
+			end := i + 1
+			for end < len(lines) && !strings.HasPrefix(lines[end], "==================") {
+				end++
+			}
+			out = append(out, strings.Join(lines[i:end], "\n"))
+			i = end
+		case strings.HasPrefix(lines[i], "panic: "):
+			end := min(i+maxPanicLines, len(lines))
+			return append(out, strings.Join(lines[i:end], "\n"))
+		}
+	}
+	return out
+}
+
+// maxPanicLines bounds the panic crashReports shows: its goroutines' stacks.
+const maxPanicLines = 400
 
 // live returns the processes still running.
 func (s *system) live() []*proc {
@@ -437,4 +467,23 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() (bo
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestCrashReportsAreShownWhole: what a failing server's log shows of a data
+// race or a panic is the whole report, each race on its own, and nothing
+// of the ordinary lines around them.
+func TestCrashReportsAreShownWhole(t *testing.T) {
+	t.Parallel()
+	race := func(n int) string {
+		return fmt.Sprintf("WARNING: DATA RACE\nWrite at 0x%d by goroutine 7:\n  main.f()\n      /src/f.go:%d +0x2b", n, n)
+	}
+	log := strings.Join([]string{
+		`{"level":"info","message":"dropline is serving"}`,
+		"==================", race(1), "==================",
+		`{"level":"info","message":"request"}`,
+		"==================", race(2), "==================",
+		"panic: boom", "", "goroutine 1 [running]:", "main.main()",
+	}, "\n")
+	require.Equal(t, []string{race(1), race(2), "panic: boom\n\ngoroutine 1 [running]:\nmain.main()"}, crashReports(log))
+	require.Empty(t, crashReports(`{"level":"info","message":"request"}`))
 }
