@@ -95,6 +95,9 @@ func (t *wsTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gra
 	netConn, br, err := upgrade(w, r, proto)
 	if err != nil {
 		zerolog.Ctx(ctx).Debug().Err(err).Msg("websocket upgrade failed")
+		if errors.Is(err, http.ErrNotSupported) {
+			http.Error(w, http.StatusText(http.StatusNotImplemented), http.StatusNotImplemented)
+		}
 		return
 	}
 	c := newWSConn(t, netConn, br, r, exec, proto)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/internal/wsclient"
@@ -161,4 +162,23 @@ func TestOversizedMessagesCloseWith1009(t *testing.T) {
 		_ = c.CloseNow()
 		cancel()
 	}
+}
+
+// TestReusedSubscriptionIDsAreAllEndedWithTheConnection: a client that
+// starts a second subscription under an id still in use can no longer
+// stop the first, but closing the connection ends both.
+func TestReusedSubscriptionIDsAreAllEndedWithTheConnection(t *testing.T) {
+	t.Parallel()
+	e := setupLive(t, live.HubConfig{})
+	e.CreateProduct(t, map[string]any{"sku": "REUSE-1", "stock": 5})
+	c := dialRaw(t, e.wsURL, wsclient.TransportWS)
+	c.subscribe(t, "REUSE-1")
+	c.subscribe(t, "REUSE-1")
+	active := func() float64 {
+		return testutil.ToFloat64(mustGauge(t, e.reg, "dropline_graphql_subscriptions_active", "stockChanged"))
+	}
+	require.Equal(t, 2.0, active())
+	require.NoError(t, c.conn.Close())
+	require.Eventually(t, func() bool { return active() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"a subscription outlived its connection")
 }

@@ -744,11 +744,17 @@ func (c *wsConn) closeWith(code int, reason string) {
 	c.wake()
 }
 
-// takeSubsLocked takes every subscription out of the connection.
+// takeSubsLocked takes every subscription out of the connection: those it
+// knows by id, and shared ones whose id a later subscription took.
 func (c *wsConn) takeSubsLocked() []*wsSub {
-	subs := make([]*wsSub, 0, len(c.active))
+	subs := make([]*wsSub, 0, len(c.active)+len(c.shared))
 	for _, s := range c.active {
 		subs = append(subs, s)
+	}
+	for _, s := range c.shared {
+		if c.active[s.id] != s {
+			subs = append(subs, s)
+		}
 	}
 	clear(c.active)
 	return subs
