@@ -55,9 +55,9 @@ test: services check-generate ## run the whole suite with -race against real ser
 	$(GO) test -p 1 -race -count=1 -timeout 40m $(PKGS)
 
 .PHONY: test-topology
-# Not in `make test` until its open defect is fixed (docs/reliability.md).
-test-topology: services ## the production topology test: nginx, two instances, Redis under Sentinel (needs nginx-light, redis-sentinel)
-	$(GO) test -tags topology -race -count=1 -timeout 20m -run TestProductionTopology -v ./e2e/faults/
+# Part of `make test` too; this runs it alone, with its FIGURES lines.
+test-topology: services ## the production topology test alone: nginx, two instances, Redis under Sentinel (needs nginx-light, redis-sentinel)
+	$(GO) test -race -count=1 -timeout 20m -run TestProductionTopology -v ./e2e/faults/
 
 .PHONY: check-generate
 check-generate: ## fail if `go generate` changes anything (generated code must be committed)

@@ -1,9 +1,3 @@
-//go:build topology
-
-// The production topology is not part of `make test` yet: it still fails
-// some runs (the ledger keeps HELD rows of holds Redis expired around the
-// failover; see docs/reliability.md). Run it with `make test-topology`.
-
 package faults
 
 import (
