@@ -209,27 +209,3 @@ func (e *Engine) reconcileHoldReply(ctx context.Context, partition int, r db.Res
 		return nil, fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)
 	}
 }
-
-// endedHold reads the ending a CLOSED reply of reconcile_hold.lua made, or
-// an AGREES reply found (Redis has the ledger's HELD row ended in the SKU's
-// current generation): {code, status, ended_ms, expires_ms, extensions}. It
-// returns the ending as the event Redis wrote for it (the same id, so both
-// record one movement); false when the reply names no ending.
-func (r reply) endedHold(row db.Reservation) (db.Event, bool) {
-	kind := map[string]string{db.StatusCancelled: "cancel", db.StatusExpired: "expire"}[r.str(1)]
-	if kind == "" || row.Status != db.StatusHeld {
-		return db.Event{}, false
-	}
-	ev := db.Event{
-		ID: kind + ":" + row.Token, Kind: kind, Token: row.Token, SKU: row.SKU, Principal: row.Principal,
-		Quantity: row.Quantity, ExpiresAt: row.ExpiresAt, CreatedAt: row.CreatedAt, At: msTime(r.int(2)),
-		IdempotencyHash: row.IdempotencyHash, RequestHash: row.RequestHash, Extensions: row.Extensions,
-	}
-	if ext := int(r.int(4)); ext > row.Extensions {
-		ev.ExpiresAt, ev.Extensions = msTime(r.int(3)), ext
-	}
-	if r.int(2) == 0 {
-		ev.At = time.Now()
-	}
-	return ev, true
-}

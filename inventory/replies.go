@@ -3,6 +3,8 @@ package inventory
 import (
 	"fmt"
 	"time"
+
+	"github.com/dropline/dropline/db"
 )
 
 // Script replies. Every script answers a list whose first element is a code
@@ -178,6 +180,30 @@ func (r reply) lineRefusals() []lineRefusal {
 		out = append(out, lineRefusal{line: int(r.int(at)), code: r.str(at + 1), a: r.str(at + 2), b: r.str(at + 3)})
 	}
 	return out
+}
+
+// endedHold reads the ending a CLOSED reply of reconcile_hold.lua made, or
+// an AGREES reply found (Redis has the ledger's HELD row ended in the SKU's
+// current generation): {code, status, ended_ms, expires_ms, extensions}. It
+// returns the ending as the event Redis wrote for it (the same id, so both
+// record one movement); false when the reply names no ending.
+func (r reply) endedHold(row db.Reservation) (db.Event, bool) {
+	kind := map[string]string{db.StatusCancelled: "cancel", db.StatusExpired: "expire"}[r.str(1)]
+	if kind == "" || row.Status != db.StatusHeld {
+		return db.Event{}, false
+	}
+	ev := db.Event{
+		ID: kind + ":" + row.Token, Kind: kind, Token: row.Token, SKU: row.SKU, Principal: row.Principal,
+		Quantity: row.Quantity, ExpiresAt: row.ExpiresAt, CreatedAt: row.CreatedAt, At: msTime(r.int(2)),
+		IdempotencyHash: row.IdempotencyHash, RequestHash: row.RequestHash, Extensions: row.Extensions,
+	}
+	if ext := int(r.int(4)); ext > row.Extensions {
+		ev.ExpiresAt, ev.Extensions = msTime(r.int(3)), ext
+	}
+	if r.int(2) == 0 {
+		ev.At = time.Now()
+	}
+	return ev, true
 }
 
 // abandonedCart decodes abandon_cart.lua's {OK, who, lines}.
