@@ -83,7 +83,7 @@
 //
 // Each script opens with its KEYS in a fixed order, its ARGV, its replies and
 // why it is one script, and Keys has one builder per script that lists its
-// KEYS in that order (ReserveKeys, tokenHoldKeys, finishCommitKeys, ...).
+// KEYS in that order (reserveBatchKeys, tokenHoldKeys, finishCommitKeys, ...).
 // Every key the caller can name is passed in KEYS, all of one partition and
 // so of one hash tag and one Cluster slot. A script derives a key from the
 // partition base only from data it has just read, through lib.lua's hold_key,
@@ -130,17 +130,21 @@
 // events (wjoin, wleave, woffer) applied to waitlist_entries, and a rebuild
 // stages the queue from there (stage_waitlist.lua) for publish_sku.lua.
 //
-// reserve.lua is sent through the client's autopipeliner (go-redis
-// AutoPipeline): the scripts of concurrent reserves travel to Redis in one
-// write and their replies come back in one read, which costs both processes
-// far fewer system calls than a round trip each. Only the transport is
-// shared: Redis still runs each script on its own, atomically, so nothing
-// above changes. A reserve's context no longer cuts its call short once it
-// is queued (the batch has its own), and a batch retried after a broken
-// connection may run a reserve twice, which replays the same hold: the
-// token is the caller's and the script finds its own hold first. With
-// WaitReplicas set, a reserve goes in a pipeline of its own with its WAIT
-// instead (runReplicated), since WAIT must follow the write on its
+// Reserves are group-committed (reserveBatcher): the reserves of one
+// partition that arrive while two of its batches are on their way wait, and
+// go to Redis together as one run of reserve.lua, which decides each request
+// in turn, every check of a request before its own writes and after the
+// writes of the requests before it. The answers are those of the same
+// reserves run one after the other; Redis pays one script call per batch and
+// announces each SKU once per batch. A quiet partition's reserve is a batch of
+// one, sent at once. Batches go through the client's autopipeliner (go-redis
+// AutoPipeline), so the batches of different partitions travel to Redis in
+// one write and their replies come back in one read. A reserve's context no
+// longer cuts its call short once it is queued (the batch has its own), and a
+// batch retried after a broken connection may run twice, which replays the
+// same holds: each token is its caller's and the script finds its own hold
+// first. With WaitReplicas set, a batch goes in a pipeline of its own with
+// its WAIT instead (runReplicated), since WAIT must follow the write on its
 // connection.
 //
 // Replies are read in one place, replies.go: every code a script can answer

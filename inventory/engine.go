@@ -224,6 +224,7 @@ type Engine struct {
 	log     zerolog.Logger
 	rebuild singleflight.Group
 	metrics *metrics
+	batches reserveBatcher
 }
 
 // NewEngine builds the engine and loads its scripts into Redis (every node of a

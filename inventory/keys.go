@@ -177,13 +177,19 @@ func (k Keys) CartsPending(p int) string { return k.Base(p) + "cartpending" }
 // in that partition, as the scripts did when they derived them: a token is
 // always made in its SKU's partition.
 
-// ReserveKeys is reserve.lua's KEYS for a new hold of sku under token, with
-// idempotency hash idemHash ("" when the call has none: the record key is
-// then a placeholder that is never written).
-func (k Keys) ReserveKeys(sku, token, idemHash string) []string {
-	p := k.PartitionOf(sku)
-	return []string{k.skuIn(p, sku), k.Hold(p, token), k.quotaIn(p, sku), k.idempotencyIn(p, idemHash),
-		k.Expiry(p), k.Outbox(p), k.channelIn(p, sku)}
+// reserveBatchKeys is the start of reserve.lua's KEYS, shared by every
+// request of a batch of partition p; reserveRequestKeys follow, per request.
+func (k Keys) reserveBatchKeys(p, requests int) []string {
+	keys := make([]string, 0, 2+5*requests)
+	return append(keys, k.Expiry(p), k.Outbox(p))
+}
+
+// reserveRequestKeys is one request's part of reserve.lua's KEYS: a new hold
+// of sku in partition p under token, with idempotency hash idemHash ("" when
+// the call has none: the record key is then a placeholder that is never
+// written).
+func (k Keys) reserveRequestKeys(p int, sku, token, idemHash string) [5]string {
+	return [5]string{k.skuIn(p, sku), k.Hold(p, token), k.quotaIn(p, sku), k.idempotencyIn(p, idemHash), k.channelIn(p, sku)}
 }
 
 // tokenHoldKeys is the KEYS of begin_commit.lua and release_hold.lua, whose

@@ -15,6 +15,8 @@ type metrics struct {
 	rebuilds prometheus.Counter
 	wait     prometheus.Histogram
 	short    prometheus.Counter
+	// reserveBatch is the number of reserves each run of reserve.lua decided.
+	reserveBatch prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,6 +37,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		short: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_redis_wait_short_total",
 			Help: "WAITs that timed out before enough replicas had the write; the answer was given anyway.",
+		})),
+		reserveBatch: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dropline_reserve_batch_size",
+			Help:    "Reserves decided by one run of reserve.lua (concurrent reserves of a partition go together).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		})),
 	}
 }

@@ -25,23 +25,34 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "TWICE", Name: "t", Price: Money{1, "EUR"}, Stock: 5})
 	require.NoError(t, err)
 
+	// A batch of two reserves, run twice: each replays its own hold.
 	p := PartitionOf("TWICE")
-	token := newToken(p)
-	keys := e.keys.ReserveKeys("TWICE", token, "")
-	args := []any{e.keys.Base(p), "TWICE", "alice", 2, int64(60_000), token, "", "", 86400, 100, int64(3_600_000)}
+	token, other := newToken(p), newToken(p)
+	calls := []*reserveCall{
+		{keys: e.keys.reserveRequestKeys(p, "TWICE", token, ""), args: [7]any{"TWICE", "alice", 2, int64(60_000), token, "", ""}},
+		{keys: e.keys.reserveRequestKeys(p, "TWICE", other, ""), args: [7]any{"TWICE", "bob", 1, int64(60_000), other, "", ""}},
+	}
+	keys, args := e.reserveScriptArgs(p, calls)
 	first, err := e.run(ctx, lua.Reserve, keys, args...)
 	require.NoError(t, err)
 	second, err := e.run(ctx, lua.Reserve, keys, args...)
 	require.NoError(t, err)
-	require.Equal(t, codeOK, second.code())
-	require.Equal(t, first.hold().reservation().ExpiresAt, second.hold().reservation().ExpiresAt)
-	require.True(t, second.hold().replayed)
+	require.Len(t, second, 2)
+	for i := range calls {
+		f, s := reply(first[i].([]any)), reply(second[i].([]any))
+		require.Equal(t, codeOK, s.code())
+		require.Equal(t, f.hold().reservation().ExpiresAt, s.hold().reservation().ExpiresAt)
+		require.False(t, f.hold().replayed)
+		require.True(t, s.hold().replayed)
+	}
 	s, err := e.Stock(ctx, "TWICE")
 	require.NoError(t, err)
-	require.Equal(t, 2, s.Held, "the retried reserve took nothing more")
+	require.Equal(t, 3, s.Held, "the retried batch took nothing more")
 	n, err := r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "one reserve event")
+	require.EqualValues(t, 2, n, "one reserve event per hold")
+	_, err = e.release(ctx, p, other, Principal{ID: "bob"}, "CANCELLED")
+	require.NoError(t, err)
 
 	alice := Principal{ID: "alice"}
 	base := e.keys.Base(p)
@@ -69,7 +80,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	}
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, 2, n, "one reserve and one commit event")
+	require.EqualValues(t, 4, n, "two reserves, a cancel and a commit event")
 
 	// An extension sent twice (same call id) extends once.
 	held, err := e.Reserve(ctx, alice, ReserveRequest{SKU: "TWICE", Quantity: 1})
@@ -87,7 +98,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	require.Equal(t, 1, x2.hold().reservation().Extensions, "the retried extension counted once")
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(hp)).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, 4, n, "two reserves, a commit and one extension")
+	require.EqualValues(t, 6, n, "three reserves, a cancel, a commit and one extension")
 
 	// A drop written twice under one version is written once.
 	_, err = e.CreateDrop(ctx, admin, DropInput{ID: "TWICE-DROP", Name: "t", MaxPerUser: 1})

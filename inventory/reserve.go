@@ -69,8 +69,9 @@ func (e *Engine) checkReserve(p Principal, req ReserveRequest) (time.Duration, e
 // Reserve holds units of a SKU for a principal, or returns why not:
 // *InvalidInputError, ErrIdempotencyKeyReused, *NotFoundError, *SaleNotActiveError,
 // *QuotaExceededError, *OutOfStockError, or ErrUnavailable when Redis is down.
-// The decision and the deduction are one Lua script (reserve.lua); Postgres is
-// only touched when the SKU must first be rebuilt from it.
+// The decision and the deduction are one Lua script (reserve.lua), run for a
+// batch of the partition's concurrent reserves at once (reserveBatcher);
+// Postgres is only touched when the SKU must first be rebuilt from it.
 func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (res Reservation, err error) {
 	defer func() { e.metrics.outcome("reserve", err) }()
 	hold, err := e.checkReserve(p, req)
@@ -85,18 +86,16 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 			return Reservation{}, err
 		}
 	}
-	var keys []string
-	var args []any
+	var partition int
+	var call reserveCall
 	prepare := func() {
 		// The SKU's partition is known once it has been rebuilt here, if
 		// it belongs to a drop this process had not heard of.
-		partition := e.keys.PartitionOf(req.SKU)
+		partition = e.keys.PartitionOf(req.SKU)
 		token := newToken(partition)
-		keys = e.keys.ReserveKeys(req.SKU, token, idem)
-		args = []any{
-			e.keys.Base(partition), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem,
-			int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity, e.cfg.MaxHold.Milliseconds(),
-			int64(e.cfg.RejectionTTL.Seconds()),
+		call = reserveCall{
+			keys: e.keys.reserveRequestKeys(partition, req.SKU, token, idem),
+			args: [7]any{req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem},
 		}
 	}
 	prepare()
@@ -104,7 +103,8 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	// most once per call.
 	rebuilt := map[string]bool{}
 	for {
-		res, err := e.runReplicated(ctx, lua.Reserve, keys, args...)
+		c := call
+		res, err := e.reserveInBatch(ctx, partition, &c)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 		}

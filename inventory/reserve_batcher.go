@@ -1,0 +1,153 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dropline/dropline/lua"
+)
+
+const (
+	// maxReserveBatch bounds the requests one run of reserve.lua decides:
+	// Redis runs nothing else meanwhile (64 reserves are well under a
+	// millisecond of its time).
+	maxReserveBatch = 64
+	// reserveBatchesInFlight is how many batches of one partition may be on
+	// their way at once: with two, Redis runs one while the replies of the
+	// other travel back, and the requests that arrive meanwhile wait for the
+	// next.
+	reserveBatchesInFlight = 2
+	// reserveBatchTimeout bounds one batch's script (its callers may stop
+	// waiting sooner).
+	reserveBatchTimeout = 10 * time.Second
+)
+
+// reserveBatcher is group commit for reserves: the reserves of one partition
+// that arrive while earlier batches of the partition are on their way queue
+// up and go to Redis together, as one run of reserve.lua that decides each
+// request in turn. Redis then pays for one script call, one command and one
+// reply per batch instead of per reserve, and announces each SKU once per
+// batch. The decisions are those of the same requests run one after the
+// other: each request is checked completely (idempotency, sale window,
+// quota, stock) before its own writes, against the writes of the requests
+// before it.
+//
+// Nothing waits for a batch to fill: a reserve that finds fewer than
+// reserveBatchesInFlight batches of its partition on their way starts one at
+// once, so on a quiet partition every reserve is a batch of one.
+type reserveBatcher struct {
+	mu    sync.Mutex
+	parts map[int]*reserveQueue
+}
+
+// reserveQueue is one partition's waiting requests and how many of its
+// batches are on their way.
+type reserveQueue struct {
+	pending  []*reserveCall
+	inFlight int
+}
+
+// reserveCall is one request of a batch: its part of reserve.lua's KEYS and
+// ARGV, and, once done is closed, its reply or the batch's error.
+type reserveCall struct {
+	keys [5]string
+	args [7]any
+	done chan struct{}
+	res  reply
+	err  error
+}
+
+// reserveInBatch runs one request of reserve.lua in partition p, batched with
+// the partition's concurrent requests. It returns when its batch answered, or
+// with ctx's error when ctx ends first (the request may still be decided: the
+// batch does not stop for one caller, as a lost reply would not; its token
+// replays the hold on a retry).
+func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (reply, error) {
+	c.done = make(chan struct{})
+	b := &e.batches
+	b.mu.Lock()
+	if b.parts == nil {
+		b.parts = map[int]*reserveQueue{}
+	}
+	q := b.parts[p]
+	if q == nil {
+		q = &reserveQueue{}
+		b.parts[p] = q
+	}
+	q.pending = append(q.pending, c)
+	start := q.inFlight < reserveBatchesInFlight
+	if start {
+		q.inFlight++
+	}
+	b.mu.Unlock()
+	if start {
+		go e.drainReserves(p, q)
+	}
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// drainReserves sends partition p's waiting requests in batches until none
+// waits.
+func (e *Engine) drainReserves(p int, q *reserveQueue) {
+	b := &e.batches
+	for {
+		b.mu.Lock()
+		if len(q.pending) == 0 {
+			q.inFlight--
+			q.pending = nil // let go of the backing array a burst grew
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(q.pending), maxReserveBatch)
+		calls := q.pending[:n:n]
+		q.pending = q.pending[n:]
+		b.mu.Unlock()
+		e.runReserveBatch(p, calls)
+	}
+}
+
+// reserveScriptArgs is reserve.lua's KEYS and ARGV for a batch of partition p.
+func (e *Engine) reserveScriptArgs(p int, calls []*reserveCall) ([]string, []any) {
+	keys := e.keys.reserveBatchKeys(p, len(calls))
+	args := make([]any, 0, 5+7*len(calls))
+	args = append(args, e.keys.Base(p), int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity,
+		e.cfg.MaxHold.Milliseconds(), int64(e.cfg.RejectionTTL.Seconds()))
+	for _, c := range calls {
+		keys = append(keys, c.keys[:]...)
+		args = append(args, c.args[:]...)
+	}
+	return keys, args
+}
+
+// runReserveBatch runs one batch and hands each request its reply.
+func (e *Engine) runReserveBatch(p int, calls []*reserveCall) {
+	keys, args := e.reserveScriptArgs(p, calls)
+	ctx, cancel := context.WithTimeout(context.Background(), reserveBatchTimeout)
+	res, err := e.runReplicated(ctx, lua.Reserve, keys, args...)
+	cancel()
+	e.metrics.reserveBatch.Observe(float64(len(calls)))
+	if err == nil && len(res) != len(calls) {
+		err = fmt.Errorf("script %s answered %d replies for %d requests", lua.Reserve, len(res), len(calls))
+	}
+	for i, c := range calls {
+		switch {
+		case err != nil:
+			c.err = err
+		default:
+			r, ok := res[i].([]any)
+			if !ok || len(r) == 0 {
+				c.err = fmt.Errorf("script %s answered %v for request %d", lua.Reserve, res[i], i)
+			} else {
+				c.res = reply(r)
+			}
+		}
+		close(c.done)
+	}
+}

@@ -1,0 +1,118 @@
+package inventory
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/lua"
+)
+
+// One run of reserve.lua decides its requests in turn, each against the
+// writes of those before it: the batch gives exactly the answers the same
+// requests would get one after the other, and announces the SKU once.
+func TestReserveBatchDecidesInTurn(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
+	require.NoError(t, err)
+	admin := Principal{ID: "admin", Admin: true}
+	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "BATCH", Name: "b", Price: Money{1, "EUR"}, Stock: 2, MaxPerUser: 1})
+	require.NoError(t, err)
+
+	p := PartitionOf("BATCH")
+	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, "BATCH"))
+	defer func() { _ = sub.Close() }()
+	_, err = sub.Receive(ctx)
+	require.NoError(t, err)
+
+	buyers := []string{"alice", "alice", "bob", "carol", "dave"}
+	calls := make([]*reserveCall, len(buyers))
+	for i, who := range buyers {
+		tok := newToken(p)
+		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "BATCH", tok, ""),
+			args: [7]any{"BATCH", who, 1, int64(60_000), tok, "", ""}}
+	}
+	keys, args := e.reserveScriptArgs(p, calls)
+	res, err := e.run(ctx, lua.Reserve, keys, args...)
+	require.NoError(t, err)
+	require.Len(t, res, len(buyers))
+	var got []string
+	for _, x := range res {
+		got = append(got, string(reply(x.([]any)).code()))
+	}
+	require.Equal(t, []string{"OK", "QUOTA_EXCEEDED", "OK", "OUT_OF_STOCK", "OUT_OF_STOCK"}, got)
+	require.Equal(t, &OutOfStockError{Available: 0}, reply(res[3].([]any)).rejection())
+
+	s, err := e.Stock(ctx, "BATCH")
+	require.NoError(t, err)
+	require.Equal(t, 0, s.Available)
+	require.Equal(t, 2, s.Held)
+	n, err := r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "one event per hold")
+
+	msg, err := sub.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	require.Contains(t, msg.Payload, `"available":0`, "the one announcement says what the batch left")
+	require.Contains(t, msg.Payload, `"held":2`)
+}
+
+// Concurrent reserves of one partition share runs of reserve.lua, and every
+// caller gets its own answer: as many holds as units, the rest out of stock.
+func TestConcurrentReservesShareBatches(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
+	require.NoError(t, err)
+	admin := Principal{ID: "admin", Admin: true}
+	const units, callers = 40, 200
+	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "SHARED", Name: "s", Price: Money{1, "EUR"}, Stock: units})
+	require.NoError(t, err)
+
+	errs := make([]error, callers)
+	tokens := make([]string, callers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			h, err := e.Reserve(ctx, Principal{ID: "buyer-" + string(rune('a'+i%26)) + string(rune('a'+i/26))}, ReserveRequest{SKU: "SHARED", Quantity: 1})
+			errs[i], tokens[i] = err, h.Token
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	held, seen := 0, map[string]bool{}
+	for i, err := range errs {
+		if err == nil {
+			held++
+			require.False(t, seen[tokens[i]], "a token answered twice")
+			seen[tokens[i]] = true
+			continue
+		}
+		var oos *OutOfStockError
+		require.ErrorAs(t, err, &oos)
+	}
+	require.Equal(t, units, held)
+	s, err := e.Stock(ctx, "SHARED")
+	require.NoError(t, err)
+	require.Equal(t, 0, s.Available)
+	require.Equal(t, units, s.Held)
+
+	var batched, runs float64
+	m := &dto.Metric{}
+	require.NoError(t, e.metrics.reserveBatch.Write(m))
+	batched, runs = m.GetHistogram().GetSampleSum(), float64(m.GetHistogram().GetSampleCount())
+	require.EqualValues(t, callers, batched, "every reserve went through a batch")
+	require.Less(t, runs, float64(callers), "some reserves shared a run of the script")
+}
