@@ -112,7 +112,7 @@ local function reserve_one(k, a)
 
   -- 3. The product must be loaded. It is not cached as a rejection: the caller
   -- rebuilds the SKU from Postgres and calls again.
-  local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop', 'draw')
+  local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop', 'draw', 'held')
   if not s[5] then
     return { 'NEEDS_HYDRATION', sku, '', 0 }
   end
@@ -157,7 +157,10 @@ local function reserve_one(k, a)
     'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp, 'gen', s[5])
   redis.call('HINCRBY', quota, who, qty)
   redis.call('ZADD', expiry, h['exp'], token)
-  bump_stock(sku_key, -qty, qty, 0, now)
+  -- bump_stock's change in two calls instead of four: the counters were just
+  -- read, and nothing has written them since.
+  redis.call('HSET', sku_key, 'avail', avail - qty, 'held', tonumber(s[8] or '0') + qty, 'upd', now)
+  redis.call('HINCRBY', sku_key, 'seq', 1)
   if fp ~= '' then
     redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
     redis.call('EXPIRE', idem_rec, idem_ttl)
