@@ -177,6 +177,16 @@ func (k Keys) CartsPending(p int) string { return k.Base(p) + "cartpending" }
 // in that partition, as the scripts did when they derived them: a token is
 // always made in its SKU's partition.
 
+// ReserveKeys is reserve.lua's KEYS for a batch of one request: a new hold
+// of sku under token, with idempotency hash idemHash ("" for none). The
+// engine batches through reserveBatchKeys and reserveRequestKeys; this is
+// for callers that run the script on its own (the benchmarks).
+func (k Keys) ReserveKeys(sku, token, idemHash string) []string {
+	p := k.PartitionOf(sku)
+	r := k.reserveRequestKeys(p, sku, token, idemHash)
+	return append(k.reserveBatchKeys(p, 1), r[:]...)
+}
+
 // reserveBatchKeys is the start of reserve.lua's KEYS, shared by every
 // request of a batch of partition p; reserveRequestKeys follow, per request.
 func (k Keys) reserveBatchKeys(p, requests int) []string {

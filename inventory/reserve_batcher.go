@@ -83,7 +83,9 @@ func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (rep
 	}
 	b.mu.Unlock()
 	if start {
-		go e.drainReserves(p, q)
+		// The batch carries the starter's values, not its end: it decides
+		// for every request in it.
+		go e.drainReserves(context.WithoutCancel(ctx), p, q)
 	}
 	select {
 	case <-c.done:
@@ -95,7 +97,7 @@ func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (rep
 
 // drainReserves sends partition p's waiting requests in batches until none
 // waits.
-func (e *Engine) drainReserves(p int, q *reserveQueue) {
+func (e *Engine) drainReserves(ctx context.Context, p int, q *reserveQueue) {
 	b := &e.batches
 	for {
 		b.mu.Lock()
@@ -109,7 +111,7 @@ func (e *Engine) drainReserves(p int, q *reserveQueue) {
 		calls := q.pending[:n:n]
 		q.pending = q.pending[n:]
 		b.mu.Unlock()
-		e.runReserveBatch(p, calls)
+		e.runReserveBatch(ctx, p, calls)
 	}
 }
 
@@ -127,9 +129,9 @@ func (e *Engine) reserveScriptArgs(p int, calls []*reserveCall) ([]string, []any
 }
 
 // runReserveBatch runs one batch and hands each request its reply.
-func (e *Engine) runReserveBatch(p int, calls []*reserveCall) {
+func (e *Engine) runReserveBatch(ctx context.Context, p int, calls []*reserveCall) {
 	keys, args := e.reserveScriptArgs(p, calls)
-	ctx, cancel := context.WithTimeout(context.Background(), reserveBatchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, reserveBatchTimeout)
 	res, err := e.runReplicated(ctx, lua.Reserve, keys, args...)
 	cancel()
 	e.metrics.reserveBatch.Observe(float64(len(calls)))
