@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/config"
 )
 
 // repoFiles returns the repository's own text files (no dependencies, no
@@ -135,4 +137,64 @@ func TestReadmeGuaranteesFollowTheDesign(t *testing.T) {
 		}
 		require.True(t, shared, "README guarantee %d (%q) is not G%d of docs/design.md (%q)", n, m[2], n, headings[n])
 	}
+}
+
+// TestReadmeConfigurationTable keeps the README's configuration table in
+// step with the code: it names every variable config reads (and GOGC, which
+// serve reads) and no other, and each default it gives in backquotes is the
+// default, since loading that value changes nothing.
+func TestReadmeConfigurationTable(t *testing.T) {
+	t.Parallel()
+	files := repoFiles(t)
+	readme := files["README.md"]
+	start := strings.Index(readme, "\n## Configuration\n")
+	require.GreaterOrEqual(t, start, 0, "the README has a configuration table")
+	section := readme[start+1:]
+	if end := strings.Index(section[1:], "\n## "); end >= 0 {
+		section = section[:end+1]
+	}
+
+	read := map[string]bool{"GOGC": true}
+	for _, m := range regexp.MustCompile(`(?m)^\s*Env\w+\s*=\s*"([A-Z_]+)"`).FindAllStringSubmatch(files["config/config.go"], -1) {
+		read[m[1]] = true
+	}
+	require.Greater(t, len(read), 30, "config/config.go names its variables as Env constants")
+
+	quoted := regexp.MustCompile("`([^`]*)`")
+	listed := map[string]bool{}
+	checked := 0
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "| `") || len(cells) < 4 {
+			continue
+		}
+		names := strings.Split(cells[1], " / ")
+		defaults := strings.Split(cells[2], " / ")
+		for i, cell := range names {
+			name := strings.Trim(strings.TrimSpace(cell), "`")
+			require.True(t, read[name], "the README's configuration table lists %s, which the code does not read", name)
+			require.False(t, listed[name], "the README's configuration table lists %s twice", name)
+			listed[name] = true
+			if name == "GOGC" || len(defaults) != len(names) {
+				continue
+			}
+			m := quoted.FindStringSubmatch(defaults[i])
+			if m == nil {
+				continue // (none), off, ...: nothing to load
+			}
+			c, err := config.Load(func(v string) string {
+				if v == name {
+					return m[1]
+				}
+				return ""
+			})
+			require.NoError(t, err, "the README's default of %s, %q, does not load", name, m[1])
+			require.Equal(t, config.Default(), c, "the README's default of %s, %q, is not the code's", name, m[1])
+			checked++
+		}
+	}
+	for name := range read {
+		require.True(t, listed[name], "the code reads %s, which the README's configuration table does not list", name)
+	}
+	require.Greater(t, checked, 20, "the table gives most defaults in backquotes")
 }
