@@ -146,6 +146,13 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, holds, "the README's example reserves")
+	// The token the README shows the reader pasting begins as the one its
+	// reserve returns (the partition of the SKU).
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	shown := regexp.MustCompile(`\{"token": "(r\d+\.)…"\}`).FindSubmatch(readme)
+	require.NotNil(t, shown, "the README shows the reserve's token")
+	require.True(t, strings.HasPrefix(holds[0].token, string(shown[1])), "the README shows a token %s…, its reserve returns %s", shown[1], holds[0].token)
 	require.Equal(t, 1, cartsCommitted, "the README's cart checkout commits its cart")
 
 	// The hold is real: HELD in Redis now, and HELD in the ledger once the
