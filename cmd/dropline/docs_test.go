@@ -198,3 +198,18 @@ func TestReadmeConfigurationTable(t *testing.T) {
 	}
 	require.Greater(t, checked, 20, "the table gives most defaults in backquotes")
 }
+
+// TestUsageNamesEveryVariable: `dropline help` lists every variable config
+// reads, but for the test-only ones a deployment must never set.
+func TestUsageNamesEveryVariable(t *testing.T) {
+	t.Parallel()
+	src := repoFiles(t)["config/config.go"]
+	names := regexp.MustCompile(`(?m)^\s*Env\w+\s*=\s*"([A-Z_]+)"`).FindAllStringSubmatch(src, -1)
+	require.Greater(t, len(names), 30, "config/config.go names its variables as Env constants")
+	for _, m := range names {
+		if strings.HasPrefix(m[1], "DROPLINE_TEST_") {
+			continue
+		}
+		require.Regexp(t, regexp.MustCompile(`(?m)^  `+m[1]+` `), usage, "dropline help does not list %s", m[1])
+	}
+}
