@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -181,4 +183,35 @@ func TestReusedSubscriptionIDsAreAllEndedWithTheConnection(t *testing.T) {
 	require.NoError(t, c.conn.Close())
 	require.Eventually(t, func() bool { return active() == 0 }, 5*time.Second, 10*time.Millisecond,
 		"a subscription outlived its connection")
+}
+
+// TestFragmentedMessageMustEndWithinWriteTimeout: once a message has begun,
+// the whole message, all its frames, must arrive within WriteTimeout. A
+// client that sends a frame of the message now and then, each well within
+// WriteTimeout of the one before, is cut off all the same.
+func TestFragmentedMessageMustEndWithinWriteTimeout(t *testing.T) {
+	t.Parallel()
+	const writeTimeout = 300 * time.Millisecond
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) { c.Streams.WriteTimeout = writeTimeout })
+	c := dialRaw(t, e.wsURL, wsclient.LegacyWS)
+	mask := []byte{1, 2, 3, 4}
+	// The message's first frame: text, not final, one byte.
+	_, err := c.conn.Write(append([]byte{0x01, 0x80 | 1}, append(mask, '{'^mask[0])...))
+	require.NoError(t, err)
+	// Then an empty continuation frame every third of WriteTimeout, for
+	// four times WriteTimeout; the server may close the socket meanwhile.
+	for range 12 {
+		time.Sleep(writeTimeout / 3)
+		if _, err := c.conn.Write(append([]byte{0x00, 0x80}, mask...)); err != nil {
+			break
+		}
+	}
+	// The server has dropped the connection by now: reading ends with it at
+	// once (keep-alives may come first), not with this read's own deadline,
+	// which is shorter than WriteTimeout after the last frame.
+	require.NoError(t, c.conn.SetReadDeadline(time.Now().Add(writeTimeout/3)))
+	_, err = io.Copy(io.Discard, c.br)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(),
+		"a message trickled frame by frame was still being read after %s: %v", 4*writeTimeout, err)
 }

@@ -450,9 +450,10 @@ func (c *wsConn) readFrameHeader() (frameHeader, error) {
 
 // readMessage returns the client's next data message, answering pings on
 // the way. It waits as long as it takes for a message to begin (a
-// subscriber may say nothing for hours), but once a frame has begun, the
-// message must be complete within WriteTimeout: a client trickling bytes
-// is cut off rather than holding its connection for ever.
+// subscriber may say nothing for hours), but once its first frame has
+// begun, the message must be complete within WriteTimeout: a client
+// trickling bytes, or frames, is cut off rather than holding its
+// connection for ever.
 func (c *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
 	inMessage := false
@@ -460,7 +461,11 @@ func (c *wsConn) readMessage() ([]byte, error) {
 		if _, err := c.br.Peek(1); err != nil {
 			return nil, err
 		}
-		c.setReadDeadline(time.Now().Add(c.t.limits.WriteTimeout))
+		if !inMessage {
+			// The deadline of a message runs from its first frame: the
+			// frames after it do not move it.
+			c.setReadDeadline(time.Now().Add(c.t.limits.WriteTimeout))
+		}
 		h, err := readFrameHeader(c.br)
 		if err != nil {
 			return nil, err
