@@ -30,3 +30,22 @@ func TestDataMessagesEncodeLikeJSONMarshal(t *testing.T) {
 		require.Equal(t, len(want), dataMessageLen(m.Payload, id, m.Type))
 	}
 }
+
+// The writers' queue stays as long as what waits in it when it never
+// empties: a worker that takes one connection while another is scheduled,
+// a hundred thousand times, leaves a queue of one.
+func TestWriterQueueDoesNotGrowWhileItNeverEmpties(t *testing.T) {
+	p := &wsWriters{max: 0} // no worker starts: the test is the worker
+	p.workers = 1
+	a, b := &wsConn{}, &wsConn{}
+	p.schedule(a)
+	for range 100_000 {
+		p.schedule(b)
+		require.NotNil(t, p.next())
+	}
+	require.Len(t, p.queue[p.head:], 1)
+	require.Less(t, cap(p.queue), 64, "the queue kept every connection it ever had")
+	require.NotNil(t, p.next())
+	require.Nil(t, p.next(), "an empty queue ends its worker")
+	require.Zero(t, p.workers)
+}

@@ -1024,22 +1024,37 @@ func (p *wsWriters) schedule(c *wsConn) {
 func (p *wsWriters) work() {
 	var scratch []byte
 	for {
-		p.mu.Lock()
-		if p.head == len(p.queue) {
-			p.queue, p.head = p.queue[:0], 0
-			p.workers--
-			p.mu.Unlock()
+		c := p.next()
+		if c == nil {
 			return
 		}
-		c := p.queue[p.head]
-		p.queue[p.head] = nil
-		p.head++
-		p.mu.Unlock()
 		scratch = c.flush(scratch, false, nil)
 		if cap(scratch) > 64<<10 {
 			scratch = nil
 		}
 	}
+}
+
+// next takes the first connection of the queue, or, when it is empty, ends
+// the calling worker (nil). The taken part of the queue is let go of once
+// it is half the queue: under a load that never lets the queue empty, the
+// queue would otherwise grow by every connection ever scheduled.
+func (p *wsWriters) next() *wsConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.head == len(p.queue) {
+		p.queue, p.head = p.queue[:0], 0
+		p.workers--
+		return nil
+	}
+	c := p.queue[p.head]
+	p.queue[p.head] = nil
+	p.head++
+	if p.head > len(p.queue)/2 {
+		n := copy(p.queue, p.queue[p.head:])
+		p.queue, p.head = p.queue[:n], 0
+	}
+	return c
 }
 
 // wsKeepalive is the one ticker of every connection's timed events. It
