@@ -548,6 +548,14 @@ func (c *wsConn) subscribe(start time.Time, id string, payload json.RawMessage) 
 	ctx, cancel := context.WithCancel(ctx)
 	sub := &wsSub{id: id, cancel: cancel}
 	c.mu.Lock()
+	// An operation of its own is a goroutine until its answers are
+	// queued: none is started while the outbox is over its bound, so a
+	// client that sends operations without reading their answers is not
+	// read from (and is dropped by WriteTimeout) instead of growing a
+	// goroutine per operation.
+	for c.outBytes > wsOutboxLimit && !c.closed {
+		c.drained.Wait()
+	}
 	c.active[id] = sub
 	c.mu.Unlock()
 	go c.execute(ctx, rc, sub)
