@@ -103,8 +103,8 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	// most once per call.
 	rebuilt := map[string]bool{}
 	for {
-		c := call
-		res, err := e.reserveInBatch(ctx, partition, &c)
+		c := &reserveCall{keys: call.keys, args: call.args}
+		res, err := e.reserveInBatch(ctx, partition, c)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 		}

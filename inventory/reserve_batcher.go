@@ -3,7 +3,9 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dropline/dropline/lua"
@@ -50,18 +52,21 @@ type reserveQueue struct {
 }
 
 // reserveCall is one request of a batch: its part of reserve.lua's KEYS and
-// ARGV, and, once done is closed, its reply or the batch's error.
+// ARGV, and, once done is closed, its reply or the batch's error. left says
+// its caller stopped waiting: a batch that has not left yet drops it.
 type reserveCall struct {
 	keys [5]string
 	args [7]any
 	done chan struct{}
 	res  reply
 	err  error
+	left atomic.Bool
 }
 
 // reserveInBatch runs one request of reserve.lua in partition p, batched with
 // the partition's concurrent requests. It returns when its batch answered, or
-// with ctx's error when ctx ends first (the request may still be decided: the
+// with ctx's error when ctx ends first. A request whose batch has not left
+// by then is not sent; one already on its way may still be decided (the
 // batch does not stop for one caller, as a lost reply would not; its token
 // replays the hold on a retry).
 func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (reply, error) {
@@ -91,6 +96,7 @@ func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (rep
 	case <-c.done:
 		return c.res, c.err
 	case <-ctx.Done():
+		c.left.Store(true)
 		return nil, ctx.Err()
 	}
 }
@@ -111,7 +117,11 @@ func (e *Engine) drainReserves(ctx context.Context, p int, q *reserveQueue) {
 		calls := q.pending[:n:n]
 		q.pending = q.pending[n:]
 		b.mu.Unlock()
-		e.runReserveBatch(ctx, p, calls)
+		// Nobody would hear of the holds of callers that left.
+		calls = slices.DeleteFunc(calls, func(c *reserveCall) bool { return c.left.Load() })
+		if len(calls) > 0 {
+			e.runReserveBatch(ctx, p, calls)
+		}
 	}
 }
 

@@ -116,3 +116,40 @@ func TestConcurrentReservesShareBatches(t *testing.T) {
 	require.EqualValues(t, callers, batched, "every reserve went through a batch")
 	require.Less(t, runs, float64(callers), "some reserves shared a run of the script")
 }
+
+// A reserve whose caller stopped waiting before its batch left is not sent:
+// nobody would learn of the hold, and its units would stay held until it
+// expired.
+func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
+	require.NoError(t, err)
+	admin := Principal{ID: "admin", Admin: true}
+	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "LEFT", Name: "l", Price: Money{1, "EUR"}, Stock: 3})
+	require.NoError(t, err)
+
+	// The partition's batches are all on their way (as the test says), so
+	// the reserve waits in the queue; its caller gives up meanwhile.
+	p := PartitionOf("LEFT")
+	q := &reserveQueue{inFlight: reserveBatchesInFlight}
+	e.batches.mu.Lock()
+	e.batches.parts = map[int]*reserveQueue{p: q}
+	e.batches.mu.Unlock()
+	tok := newToken(p)
+	call := &reserveCall{keys: e.keys.reserveRequestKeys(p, "LEFT", tok, ""),
+		args: [7]any{"LEFT", "alice", 1, int64(60_000), tok, "", ""}}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = e.reserveInBatch(cctx, p, call)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// A batch on its way ends and takes the queue.
+	e.drainReserves(ctx, p, q)
+	s, err := e.Stock(ctx, "LEFT")
+	require.NoError(t, err)
+	require.Equal(t, 0, s.Held, "a hold was made for a caller that had left")
+	require.Equal(t, 3, s.Available)
+	require.Equal(t, reserveBatchesInFlight-1, q.inFlight)
+}
