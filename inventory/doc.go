@@ -139,9 +139,10 @@
 // announces each SKU once per batch. A quiet partition's reserve is a batch of
 // one, sent at once. Batches go through the client's autopipeliner (go-redis
 // AutoPipeline), so the batches of different partitions travel to Redis in
-// one write and their replies come back in one read. A reserve's context no
-// longer cuts its call short once it is queued (the batch has its own), and a
-// batch retried after a broken connection may run twice, which replays the
+// one write and their replies come back in one read. A reserve whose caller
+// gives up while it waits in the queue is left out of its batch; once its
+// batch has left, the caller's context no longer cuts it short (the batch has
+// its own), and a batch retried after a broken connection may run twice, which replays the
 // same holds: each token is its caller's and the script finds its own hold
 // first. With WaitReplicas set, a batch goes in a pipeline of its own with
 // its WAIT instead (runReplicated), since WAIT must follow the write on its
