@@ -56,7 +56,6 @@ func TestOperationsWaitForTheOutboxOfAClientThatDoesNotRead(t *testing.T) {
 	m := newStreamMetrics(prometheus.NewRegistry())
 	tr := newWebsocket(limits, newCORS(nil), nil, m, nil)
 	server, client := net.Pipe() // takes nothing the client does not read
-	t.Cleanup(func() { _ = client.Close() })
 	state := &streamConn{kind: kindWebsocket, tracker: newStreamTracker(limits, m)}
 	req := httptest.NewRequest("GET", "/graphql", nil)
 	req = req.WithContext(context.WithValue(req.Context(), streamConnKey{}, state))
@@ -66,7 +65,8 @@ func TestOperationsWaitForTheOutboxOfAClientThatDoesNotRead(t *testing.T) {
 		defer close(served)
 		c.serve()
 	}()
-	t.Cleanup(func() { <-served })
+	t.Cleanup(func() { <-served }) // runs after the client's end is closed
+	t.Cleanup(func() { _ = client.Close() })
 
 	const ops = 3000
 	wrote := make(chan int, 1)
@@ -94,5 +94,4 @@ func TestOperationsWaitForTheOutboxOfAClientThatDoesNotRead(t *testing.T) {
 	running := len(c.active)
 	c.mu.Unlock()
 	require.Less(t, running, 100, "operations running (their answers waiting for a client that does not read)")
-	_ = client.Close()
 }
