@@ -230,12 +230,12 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 
 func (w *statusWriter) statusCode() int {
 	switch {
+	case w.status != 0:
+		return w.status // an SSE stream is taken over after its 200
 	case w.hijacked:
 		return http.StatusSwitchingProtocols
-	case w.status == 0:
-		return http.StatusOK
 	}
-	return w.status
+	return http.StatusOK
 }
 
 // Flush forwards to the underlying writer when it can flush.

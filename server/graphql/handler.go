@@ -9,7 +9,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -209,12 +208,8 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 // shareable subscriptions on either stream transport are executed once for
 // all (shared.go).
 func addTransports(srv *handler.Server, ws gqlgen.Transport, l StreamLimits, groups *subscriptionGroups) {
-	var sseT gqlgen.Transport = transport.SSE{KeepAlivePingInterval: l.PingInterval}
-	if groups != nil {
-		sseT = sharingTransport{inner: sseT, groups: groups}
-	}
 	srv.AddTransport(ws)
-	srv.AddTransport(sseT)
+	srv.AddTransport(newSSE(l, groups))
 	srv.AddTransport(httpTransport{method: http.MethodGet})
 	srv.AddTransport(httpTransport{method: http.MethodPost})
 }

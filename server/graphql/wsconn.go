@@ -1001,13 +1001,22 @@ func (c *wsConn) beat(now time.Time) {
 	}
 }
 
+// mailbox is a connection the shared writers empty: websockets and SSE
+// streams (sseconn.go).
+type mailbox interface {
+	flush(scratch []byte, blocking bool, rest []byte) []byte
+}
+
+// beater is a connection the keep-alive ticker visits.
+type beater interface{ beat(now time.Time) }
+
 // wsWriters are the shared writers: at most GOMAXPROCS goroutines, started
 // when connections have something to write and gone when none has.
 type wsWriters struct {
 	max int
 
 	mu      sync.Mutex
-	queue   []*wsConn
+	queue   []mailbox
 	head    int
 	workers int
 }
@@ -1016,7 +1025,7 @@ func newWSWriters() *wsWriters {
 	return &wsWriters{max: max(2, runtimeProcs())}
 }
 
-func (p *wsWriters) schedule(c *wsConn) {
+func (p *wsWriters) schedule(c mailbox) {
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
 	start := p.workers < p.max
@@ -1047,7 +1056,7 @@ func (p *wsWriters) work() {
 // the calling worker (nil). The taken part of the queue is let go of once
 // it is half the queue: under a load that never lets the queue empty, the
 // queue would otherwise grow by every connection ever scheduled.
-func (p *wsWriters) next() *wsConn {
+func (p *wsWriters) next() mailbox {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.head == len(p.queue) {
@@ -1071,17 +1080,17 @@ type wsKeepalive struct {
 	tick time.Duration
 
 	mu      sync.Mutex
-	conns   map[*wsConn]struct{}
+	conns   map[beater]struct{}
 	running bool
-	due     []*wsConn
+	due     []beater
 }
 
 func newWSKeepalive(l StreamLimits) *wsKeepalive {
 	tick := min(250*time.Millisecond, l.InitTimeout/4, l.PingInterval/4)
-	return &wsKeepalive{tick: max(tick, time.Millisecond), conns: map[*wsConn]struct{}{}}
+	return &wsKeepalive{tick: max(tick, time.Millisecond), conns: map[beater]struct{}{}}
 }
 
-func (k *wsKeepalive) add(c *wsConn) {
+func (k *wsKeepalive) add(c beater) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.conns[c] = struct{}{}
@@ -1091,7 +1100,7 @@ func (k *wsKeepalive) add(c *wsConn) {
 	}
 }
 
-func (k *wsKeepalive) remove(c *wsConn) {
+func (k *wsKeepalive) remove(c beater) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.conns, c)

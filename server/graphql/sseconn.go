@@ -1,0 +1,414 @@
+package graphql
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gqlgen "github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/resolvers"
+)
+
+// sseTransport serves GraphQL over SSE (a POST with Accept:
+// text/event-stream) as gqlgen's SSE transport does, and takes a shared
+// subscription's stream over HTTP/1 from net/http once its headers and
+// first comment are out: the stream then costs one goroutine (the
+// handler's, waiting for the client to go), and its events are written by
+// the shared writers, its keep-alives queued by the shared ticker, as a
+// websocket's are (wsconn.go). The events are the bytes gqlgen's transport
+// writes, each update encoded once per group (TestSSEAnswersLikeGqlgen).
+// Everything else (queries, mutations and subscriptions that are not
+// shared, requests gqlgen would refuse, and HTTP/2, where a connection
+// cannot be taken) goes to gqlgen's transport.
+type sseTransport struct {
+	inner   transport.SSE
+	limits  StreamLimits
+	groups  *subscriptionGroups // nil: every subscription executed on its own
+	writers *wsWriters
+	beats   *wsKeepalive
+}
+
+func newSSE(l StreamLimits, groups *subscriptionGroups) *sseTransport {
+	return &sseTransport{
+		inner:   transport.SSE{KeepAlivePingInterval: l.PingInterval},
+		limits:  l,
+		groups:  groups,
+		writers: newWSWriters(),
+		beats:   newWSKeepalive(l),
+	}
+}
+
+var _ gqlgen.Transport = (*sseTransport)(nil)
+
+func (t *sseTransport) Supports(r *http.Request) bool { return t.inner.Supports(r) }
+
+func (t *sseTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor) {
+	if t.groups == nil {
+		t.inner.Do(w, r, exec)
+		return
+	}
+	if r.ProtoMajor != 1 || r.Body == nil {
+		t.inner.Do(w, r, sharingExecutor{GraphExecutor: exec, groups: t.groups})
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
+		t.inner.Do(w, r, exec)
+		return
+	}
+	if !t.serveShared(w, r, exec, body) {
+		// gqlgen reads the body again and answers in its own words.
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		t.inner.Do(w, r, sharingExecutor{GraphExecutor: exec, groups: t.groups})
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// serveShared serves a shareable subscription to its end; it reports false,
+// having written nothing, for anything else.
+func (t *sseTransport) serveShared(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor, body []byte) bool {
+	ctx := r.Context()
+	start := gqlgen.Now()
+	params := &gqlgen.RawParams{}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // as gqlgen's transports decode a body
+	if err := dec.Decode(params); err != nil {
+		return false
+	}
+	params.Headers = r.Header
+	params.ReadTime = gqlgen.TraceTiming{Start: start, End: gqlgen.Now()}
+	rc, errs := exec.CreateOperationContext(ctx, params)
+	if errs != nil {
+		return false
+	}
+	key, field, ok := shareKey(rc)
+	if !ok {
+		return false
+	}
+	release := func() {}
+	if st := resolvers.StreamFrom(ctx); st != nil {
+		r, ok := st.AdmitSubscription()
+		if !ok {
+			return false // the resolver refuses it in its own words
+		}
+		release = r
+	}
+	ctx = gqlgen.WithOperationContext(ctx, rc)
+	m := t.groups.join(key, field, rc, exec) //nolint:contextcheck // a group outlives its first member: it runs on its own context
+	m.release = release
+
+	// As gqlgen's transport: these headers, then a comment, flushed. The
+	// connection is the stream's own from here, so it closes after it.
+	h := w.Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "close")
+	h.Set("Content-Type", "text/event-stream")
+	_, _ = io.WriteString(w, ":\n\n")
+	rcw := http.NewResponseController(w)
+	_ = rcw.Flush()
+	nc, brw, err := rcw.Hijack()
+	if err != nil {
+		servePlainSSE(ctx, w, m)
+		return true
+	}
+	_ = brw // nothing more is read from the client: its bytes are dropped
+	c := &sseConn{
+		t:        t,
+		nc:       nc,
+		member:   m,
+		chunked:  r.ProtoAtLeast(1, 1),
+		log:      zerolog.Ctx(ctx),
+		nextBeat: time.Now().Add(t.limits.PingInterval),
+	}
+	c.serve(ctx)
+	return true
+}
+
+// servePlainSSE streams a member through the ResponseWriter, for a writer
+// that cannot be taken over (none under net/http's HTTP/1).
+func servePlainSSE(ctx context.Context, w http.ResponseWriter, m *groupMember) {
+	rcw := http.NewResponseController(w)
+	for {
+		resp := m.next(ctx)
+		if resp == nil {
+			break
+		}
+		writeSSEResponse(w, resp)
+		_ = rcw.Flush()
+	}
+	_, _ = io.WriteString(w, "event: complete\n\n")
+	_ = rcw.Flush()
+}
+
+func writeSSEResponse(w io.Writer, resp *gqlgen.Response) {
+	b, err := json.Marshal(resp)
+	if err != nil {
+		panic(err)
+	}
+	_, _ = fmt.Fprintf(w, "event: next\ndata: %s\n\n", b)
+}
+
+const (
+	sseNextPrefix = "event: next\ndata: "
+	sseComplete   = "event: complete\n\n"
+	ssePing       = ": ping\n\n"
+)
+
+// sseConn is one SSE stream of a shared subscription, taken from net/http.
+type sseConn struct {
+	t       *sseTransport
+	nc      net.Conn
+	member  *groupMember
+	chunked bool // HTTP/1.1: the body is chunked, as net/http began it
+	log     *zerolog.Logger
+
+	memberDone atomic.Bool // the member's end was decided
+	// As wsConn's: dirty says the mailbox may have something; scheduled
+	// that a writer owns the stream; endInFlight is the writer's: the
+	// batch being written ends the stream.
+	dirty, scheduled atomic.Bool
+	endInFlight      bool
+
+	mu        sync.Mutex
+	outbox    []byte // framed keep-alives, and the end
+	ending    bool   // the end was queued: nothing more is
+	endQueued bool   // ... and no writer has taken it yet
+	closed    bool
+	nextBeat  time.Time
+}
+
+// serve runs the stream until the client goes or its end is written.
+func (c *sseConn) serve(ctx context.Context) {
+	c.t.beats.add(c)
+	// The context ends with the token's expiry or the server's shutdown:
+	// gqlgen's transport then completes the stream.
+	stop := context.AfterFunc(ctx, c.finish)
+	c.member.watch(c.wake)
+	var buf [64]byte
+	for {
+		if _, err := c.nc.Read(buf[:]); err != nil {
+			break
+		}
+	}
+	stop()
+	c.t.beats.remove(c)
+	c.mu.Lock()
+	c.closed = true
+	c.outbox = nil
+	c.mu.Unlock()
+	_ = c.nc.Close()
+	c.endMember("client")
+}
+
+func (c *sseConn) endMember(reason string) bool {
+	if !c.memberDone.CompareAndSwap(false, true) {
+		return false
+	}
+	c.member.end(reason)
+	return true
+}
+
+// finish queues the stream's end: complete, then the body's end.
+func (c *sseConn) finish() {
+	c.endMember("client")
+	c.mu.Lock()
+	if c.ending || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.ending = true
+	c.endQueued = true
+	c.outbox = c.appendEnd(c.outbox)
+	c.mu.Unlock()
+	c.wake()
+}
+
+// appendChunk appends data as one piece of the body.
+func (c *sseConn) appendChunk(b []byte, parts ...string) []byte {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if c.chunked {
+		b = strconv.AppendInt(b, int64(n), 16)
+		b = append(b, "\r\n"...)
+	}
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	if c.chunked {
+		b = append(b, "\r\n"...)
+	}
+	return b
+}
+
+func (c *sseConn) appendEnd(b []byte) []byte {
+	b = c.appendChunk(b, sseComplete)
+	if c.chunked {
+		b = append(b, "0\r\n\r\n"...)
+	}
+	return b
+}
+
+func (c *sseConn) appendEvent(b, enc []byte) []byte {
+	n := len(sseNextPrefix) + len(enc) + 2
+	if c.chunked {
+		b = strconv.AppendInt(b, int64(n), 16)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, sseNextPrefix...)
+	b = append(b, enc...)
+	b = append(b, "\n\n"...)
+	if c.chunked {
+		b = append(b, "\r\n"...)
+	}
+	return b
+}
+
+// wake schedules the stream's mailbox for writing.
+func (c *sseConn) wake() {
+	c.dirty.Store(true)
+	if c.scheduled.CompareAndSwap(false, true) {
+		c.t.writers.schedule(c)
+	}
+}
+
+// collect takes what the mailbox holds: keep-alives, the newest value of
+// each SKU the member has not had, and the end.
+func (c *sseConn) collect(b []byte) []byte {
+	c.mu.Lock()
+	if c.closed {
+		c.outbox = nil
+		c.mu.Unlock()
+		return b
+	}
+	b = append(b, c.outbox...)
+	c.outbox = c.outbox[:0]
+	ending := c.ending
+	c.endInFlight = c.endQueued
+	c.endQueued = false
+	c.mu.Unlock()
+	if ending {
+		return b
+	}
+	values := false
+	for !c.memberDone.Load() {
+		slot, state, _ := c.member.take()
+		switch state {
+		case memberValue:
+			b = c.appendEvent(b, slot.enc)
+			c.member.sent()
+			values = true
+			continue
+		case memberEnded, memberDropped:
+			reason := "complete"
+			if state == memberDropped {
+				reason = "dropped"
+			}
+			if c.endMember(reason) {
+				c.mu.Lock()
+				if !c.ending {
+					c.ending = true
+					c.endInFlight = true
+					b = c.appendEnd(b)
+				}
+				c.mu.Unlock()
+			}
+		}
+		break
+	}
+	if values {
+		// gqlgen's transport pings only after a quiet interval.
+		c.mu.Lock()
+		c.nextBeat = time.Now().Add(c.t.limits.PingInterval)
+		c.mu.Unlock()
+	}
+	return b
+}
+
+// abort closes the connection at once; the handler's read then ends.
+func (c *sseConn) abort() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	_ = c.nc.Close()
+}
+
+// flush empties the mailbox, as wsConn.flush does: the writers' writes
+// never wait, and what the socket did not take is finished by a goroutine
+// of the stream's own under WriteTimeout. Once the end is written the
+// connection is closed.
+func (c *sseConn) flush(scratch []byte, blocking bool, rest []byte) []byte {
+	for {
+		b := rest
+		rest = nil
+		if b == nil {
+			c.dirty.Store(false)
+			scratch = c.collect(scratch[:0])
+			b = scratch
+		}
+		if len(b) > 0 {
+			if blocking {
+				_ = c.nc.SetWriteDeadline(time.Now().Add(c.t.limits.WriteTimeout))
+				if _, err := c.nc.Write(b); err != nil {
+					c.log.Debug().Err(err).Msg("sse write")
+					c.abort()
+					return scratch
+				}
+			} else {
+				n, err := tryWrite(c.nc, b)
+				if err != nil {
+					c.log.Debug().Err(err).Msg("sse write")
+					c.abort()
+					return scratch
+				}
+				if n < len(b) {
+					go c.flush(nil, true, bytes.Clone(b[n:]))
+					return scratch
+				}
+			}
+			if c.endInFlight {
+				c.endInFlight = false
+				c.abort()
+				return scratch
+			}
+			continue
+		}
+		if blocking {
+			_ = c.nc.SetWriteDeadline(time.Time{})
+		}
+		c.scheduled.Store(false)
+		if !c.dirty.Load() || !c.scheduled.CompareAndSwap(false, true) {
+			return scratch
+		}
+	}
+}
+
+// beat queues a keep-alive when the stream has been quiet for a
+// PingInterval; the keep-alive ticker calls it.
+func (c *sseConn) beat(now time.Time) {
+	c.mu.Lock()
+	if c.ending || c.closed || now.Before(c.nextBeat) {
+		c.mu.Unlock()
+		return
+	}
+	c.nextBeat = now.Add(c.t.limits.PingInterval)
+	c.outbox = c.appendChunk(c.outbox, ssePing)
+	c.mu.Unlock()
+	c.wake()
+}
