@@ -2,6 +2,7 @@ package graphql_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,11 +11,16 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/server/graphql"
 )
@@ -30,9 +36,14 @@ type sseRaw struct {
 // response's head.
 func dialSSE(t *testing.T, srvURL, authz, query string, vars map[string]any) *sseRaw {
 	t.Helper()
+	return dialSSEWith(t, &net.Dialer{}, srvURL, authz, query, vars)
+}
+
+func dialSSEWith(t *testing.T, d *net.Dialer, srvURL, authz, query string, vars map[string]any) *sseRaw {
+	t.Helper()
 	u, err := url.Parse(srvURL)
 	require.NoError(t, err)
-	conn, err := net.Dial("tcp", u.Host)
+	conn, err := d.Dial("tcp", u.Host)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	require.NoError(t, conn.SetDeadline(time.Now().Add(20*time.Second)))
@@ -148,4 +159,62 @@ func TestIdleSSESubscribersHoldOneGoroutineEach(t *testing.T) {
 	require.LessOrEqual(t, after-before, n+4, "more than one goroutine per idle SSE subscriber")
 	// The shared ticker keeps the streams alive.
 	require.Equal(t, ": ping\n\n", warm.event(t))
+}
+
+// TestStalledSSEReaderIsDropped: an SSE client that stops reading while its
+// stream is busy is disconnected after WriteTimeout, and its subscription
+// ends with it.
+func TestStalledSSEReaderIsDropped(t *testing.T) {
+	e := setupLive(t, live.HubConfig{Interval: 10 * time.Millisecond}, func(c *graphql.Config) {
+		c.Streams.WriteTimeout = 300 * time.Millisecond
+	})
+	skus := make([]string, 10)
+	for i := range skus {
+		skus[i] = fmt.Sprintf("SSESTALL-%d", i)
+		e.CreateProduct(t, map[string]any{"sku": skus[i], "stock": 1000})
+	}
+	// A tiny receive buffer, fat payloads (800 aliases of id, about 25 KB
+	// an event), and nothing read after the response's head.
+	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	var fat strings.Builder
+	for i := range 800 {
+		fmt.Fprintf(&fat, "a%d: id ", i)
+	}
+	s := dialSSEWith(t, dialer, e.srv.URL, "", `subscription($s: [ID!]!) { stockChanged(skus: $s) { `+fat.String()+` } }`,
+		map[string]any{"s": skus})
+	require.Equal(t, http.StatusOK, s.resp.StatusCode)
+	conns := mustGauge(t, e.reg, "dropline_graphql_stream_connections", "sse")
+	active := mustGauge(t, e.reg, "dropline_graphql_subscriptions_active", "stockChanged")
+	require.Equal(t, 1.0, testutil.ToFloat64(conns))
+
+	stop := make(chan struct{})
+	var lw sync.WaitGroup
+	ctx := context.Background()
+	for g := range 4 {
+		lw.Go(func() {
+			p := inventory.Principal{ID: fmt.Sprintf("sse-load-%d", g)}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := e.Engine.Reserve(ctx, p, inventory.ReserveRequest{SKU: skus[(i+g)%len(skus)], Quantity: 1})
+				if err == nil {
+					_, _ = e.Engine.Cancel(ctx, p, res.Token)
+				}
+			}
+		})
+	}
+	dropped := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !dropped; time.Sleep(20 * time.Millisecond) {
+		dropped = testutil.ToFloat64(conns) == 0
+	}
+	close(stop)
+	lw.Wait()
+	require.True(t, dropped, "the stalled SSE client was not dropped")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(active) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the stalled client's subscription did not end")
 }
