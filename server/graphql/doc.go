@@ -21,7 +21,12 @@
 // Subscriptions stream over websockets (graphql-transport-ws and the
 // legacy graphql-ws, served by wsTransport, which answers message for
 // message and byte for byte as gqlgen's websocket transport does:
-// TestWebsocketAnswersLikeGqlgen) and GraphQL over SSE (gqlgen's). A
+// TestWebsocketAnswersLikeGqlgen) and GraphQL over SSE (sseTransport:
+// gqlgen's transport, except that a shared subscription's stream over
+// HTTP/1 is taken from net/http after its headers and first comment and
+// served like a websocket, on the shared writers and ticker, with the
+// bytes gqlgen sends: TestSSEAnswersLikeGqlgen; its connection closes
+// after it). A
 // websocket costs one goroutine, its reader, and a 512-byte read buffer;
 // writes are made by a few shared writers with writes that never wait (a
 // socket that does not take one at once gets a goroutine of its own to
@@ -51,8 +56,9 @@
 // compares them). A member holds no goroutine, channel or buffer beyond
 // what its transport has: the group keeps the newest response per SKU,
 // encoded once per update for every websocket member, and a broadcast
-// channel closed on every update. SSE members wait on the channel; a
-// websocket member is told of the change, and its connection's writer
+// channel closed on every update. SSE members on gqlgen's transport
+// (HTTP/2) wait on the channel; a websocket member or a taken-over SSE
+// stream is told of the change, and its connection's writer
 // takes the newest value when the socket is ready, so a slow reader costs
 // one bounded slot per SKU and is disconnected by the write timeout as
 // before. The
