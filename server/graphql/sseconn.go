@@ -68,49 +68,64 @@ func (t *sseTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 		t.inner.Do(w, r, exec)
 		return
 	}
-	if !t.serveShared(w, r, exec, body) {
-		// gqlgen reads the body again and answers in its own words.
+	t.serveBody(w, r, exec, body)
+}
+
+// serveBody serves a shareable subscription itself and hands anything else
+// to gqlgen's transport, which reads the body again and answers in its
+// own words. Neither the body nor the operation stays referenced while a
+// stream lasts (a group keeps its first member's operation).
+func (t *sseTransport) serveBody(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor, body []byte) {
+	m := t.joinShared(r, exec, body)
+	if m == nil {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		t.inner.Do(w, r, sharingExecutor{GraphExecutor: exec, groups: t.groups})
+		return
 	}
+	t.serveMember(w, r, m)
 }
 
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
-// serveShared serves a shareable subscription to its end; it reports false,
-// having written nothing, for anything else.
-func (t *sseTransport) serveShared(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor, body []byte) bool {
+// joinShared joins the group of a shareable subscription; nil for
+// anything else.
+func (t *sseTransport) joinShared(r *http.Request, exec gqlgen.GraphExecutor, body []byte) *groupMember {
 	ctx := r.Context()
 	start := gqlgen.Now()
 	params := &gqlgen.RawParams{}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber() // as gqlgen's transports decode a body
 	if err := dec.Decode(params); err != nil {
-		return false
+		return nil
 	}
 	params.Headers = r.Header
 	params.ReadTime = gqlgen.TraceTiming{Start: start, End: gqlgen.Now()}
 	rc, errs := exec.CreateOperationContext(ctx, params)
 	if errs != nil {
-		return false
+		return nil
 	}
 	key, field, ok := shareKey(rc)
 	if !ok {
-		return false
+		return nil
 	}
 	release := func() {}
 	if st := resolvers.StreamFrom(ctx); st != nil {
 		r, ok := st.AdmitSubscription()
 		if !ok {
-			return false // the resolver refuses it in its own words
+			return nil // the resolver refuses it in its own words
 		}
 		release = r
 	}
-	ctx = gqlgen.WithOperationContext(ctx, rc)
 	m := t.groups.join(key, field, rc, exec) //nolint:contextcheck // a group outlives its first member: it runs on its own context
 	m.release = release
+	return m
+}
+
+// serveMember streams a member to its end.
+func (t *sseTransport) serveMember(w http.ResponseWriter, r *http.Request, m *groupMember) {
+	ctx := r.Context()
 
 	// As gqlgen's transport: these headers, then a comment, flushed. The
 	// connection is the stream's own from here, so it closes after it.
@@ -124,7 +139,7 @@ func (t *sseTransport) serveShared(w http.ResponseWriter, r *http.Request, exec 
 	nc, brw, err := rcw.Hijack()
 	if err != nil {
 		servePlainSSE(ctx, w, m)
-		return true
+		return
 	}
 	_ = brw // nothing more is read from the client: its bytes are dropped
 	c := &sseConn{
@@ -136,7 +151,6 @@ func (t *sseTransport) serveShared(w http.ResponseWriter, r *http.Request, exec 
 		nextBeat: time.Now().Add(t.limits.PingInterval),
 	}
 	c.serve(ctx)
-	return true
 }
 
 // servePlainSSE streams a member through the ResponseWriter, for a writer
