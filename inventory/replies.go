@@ -38,6 +38,9 @@ const (
 	codeSaleNotActive        replyCode = "SALE_NOT_ACTIVE"
 	codeQuotaExceeded        replyCode = "QUOTA_EXCEEDED"
 	codeOutOfStock           replyCode = "OUT_OF_STOCK"
+	// reserve.lua: deciding one request of a batch raised an error,
+	// {code, message}; the batch's other requests have their own replies.
+	codeReserveError replyCode = "ERR"
 
 	// join_waitlist.lua answers the rejections above with the same shape,
 	// and this one: {code, limit}.
@@ -205,6 +208,10 @@ func (r reply) endedHold(row db.Reservation) (db.Event, bool) {
 	}
 	return ev, true
 }
+
+// reserveError is the message of reserve.lua's {ERR, message}: deciding
+// that request of the batch raised an error.
+func (r reply) reserveError() string { return r.str(1) }
 
 // abandonedCart decodes abandon_cart.lua's {OK, who, lines}.
 func (r reply) abandonedCart() (who, lines string) { return r.str(1), r.str(2) }

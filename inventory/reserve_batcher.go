@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -156,8 +157,10 @@ func (e *Engine) runReserveBatch(ctx context.Context, p int, calls []*reserveCal
 			r, ok := res[i].([]any)
 			if !ok || len(r) == 0 {
 				c.err = fmt.Errorf("script %s answered %v for request %d", lua.Reserve, res[i], i)
+			} else if res := reply(r); res.code() == codeReserveError {
+				c.err = unavailable(fmt.Sprintf("running %s for request %d", lua.Reserve, i), errors.New(res.reserveError()))
 			} else {
-				c.res = reply(r)
+				c.res = res
 			}
 		}
 		close(c.done)

@@ -153,3 +153,33 @@ func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
 	require.Equal(t, 3, s.Available)
 	require.Equal(t, reserveBatchesInFlight-1, q.inFlight)
 }
+
+// An error while deciding one request of a batch fails that request alone:
+// the requests before it made their holds, and their callers hear of them.
+func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
+	require.NoError(t, err)
+	admin := Principal{ID: "admin", Admin: true}
+	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "GOOD", Name: "g", Price: Money{1, "EUR"}, Stock: 3})
+	require.NoError(t, err)
+
+	// The second request's stock hash is broken: it has a generation but no
+	// counters, so deciding it raises an error in the script.
+	p := PartitionOf("GOOD")
+	require.NoError(t, r.Client.HSet(ctx, e.keys.skuIn(p, "BROKEN"), "gen", "1").Err())
+	tok, bad := newToken(p), newToken(p)
+	calls := []*reserveCall{
+		{keys: e.keys.reserveRequestKeys(p, "GOOD", tok, ""), args: [7]any{"GOOD", "alice", 1, int64(60_000), tok, "", ""}, done: make(chan struct{})},
+		{keys: e.keys.reserveRequestKeys(p, "BROKEN", bad, ""), args: [7]any{"BROKEN", "bob", 1, int64(60_000), bad, "", ""}, done: make(chan struct{})},
+	}
+	e.runReserveBatch(ctx, p, calls)
+	require.NoError(t, calls[0].err, "the request before the broken one")
+	require.Equal(t, codeOK, calls[0].res.code())
+	require.ErrorIs(t, calls[1].err, ErrUnavailable)
+	s, err := e.Stock(ctx, "GOOD")
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Held)
+}

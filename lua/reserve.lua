@@ -32,7 +32,8 @@
 -- IDEMPOTENCY_KEY_REUSED, NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop
 -- itself, is not in Redis: rebuild the SKU named from Postgres, which brings its drop too, and
 -- retry), SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
--- OUT_OF_STOCK {available}, DRAW_ONLY (the product is sold by draw).
+-- OUT_OF_STOCK {available}, DRAW_ONLY (the product is sold by draw), or ERR {message} when
+-- deciding that request raised an error (the others are answered all the same).
 --
 -- Why one script: the checks and the deduction must be one step. Anything in
 -- between (a GET, then a DECRBY) is a window in which two buyers both see the
@@ -41,7 +42,8 @@
 -- before it: the batch decides exactly what the same requests run one after
 -- the other would. A request's writes are complete (stock, quota, hold,
 -- expiry, event) before the next request starts, so an error in a later
--- request leaves every earlier one whole. Only the announcement is shared:
+-- request leaves every earlier one whole, and fails that request alone
+-- (ERR): the callers of the others get their answers. Only the announcement is shared:
 -- each SKU the batch changed is announced once, after the last request. A
 -- retried batch (same tokens) replays the holds it made.
 
@@ -175,7 +177,13 @@ for i = 0, n - 1 do
   local k = { KEYS[3 + 5 * i], KEYS[4 + 5 * i], KEYS[5 + 5 * i], KEYS[6 + 5 * i], KEYS[7 + 5 * i] }
   local ai = 6 + 7 * i
   local a = { ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6] }
-  local r, sku_key, channel = reserve_one(k, a)
+  local ok, r, sku_key, channel = pcall(reserve_one, k, a)
+  if not ok then
+    -- An error fails this request alone; the requests before it are
+    -- decided and written, and keep their replies.
+    local msg = type(r) == 'table' and (r.err or r.message) or r
+    r, sku_key = { 'ERR', tostring(msg), '', 0 }, nil
+  end
   replies[#replies + 1] = r
   if sku_key and not changed[sku_key] then
     changed[sku_key] = true
