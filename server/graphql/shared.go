@@ -267,6 +267,7 @@ func (g *subscriptionGroup) leave(m *groupMember) {
 	s.mu.Lock()
 	g.mu.Lock()
 	m.unwatchLocked()
+	m.watching = memberLeft
 	g.members--
 	last := g.members == 0
 	if last {
@@ -290,7 +291,8 @@ type groupMember struct {
 	done    func(reason string)
 	left    bool
 	// For a watcher: called on every change of the group, and its place
-	// in the group's watchers (-1 when it is not one).
+	// in the group's watchers (-1 when it is not one, memberLeft once
+	// it left the group).
 	onChange func()
 	watching int
 }
@@ -364,9 +366,16 @@ func (m *groupMember) next(ctx context.Context) *gqlgen.Response {
 // watch makes m a watcher: onChange is called (from the group's run
 // goroutine, with no lock held) after every change, and once now, so a
 // member joining a group that has values already takes them.
+//
+// A member that left already (its connection closed while it joined)
+// does not become one.
 func (m *groupMember) watch(onChange func()) {
 	g := m.g
 	g.mu.Lock()
+	if m.watching == memberLeft {
+		g.mu.Unlock()
+		return
+	}
 	m.onChange = onChange
 	m.watching = len(g.watchers)
 	g.watchers = append(g.watchers, m)
@@ -375,6 +384,10 @@ func (m *groupMember) watch(onChange func()) {
 }
 
 func (m *groupMember) notify() { m.onChange() }
+
+// memberLeft is the watching of a member that left its group: it is no
+// watcher and may not become one.
+const memberLeft = -2
 
 // unwatchLocked takes m out of the group's watchers; g.mu is held.
 func (m *groupMember) unwatchLocked() {

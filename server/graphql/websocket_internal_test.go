@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -48,4 +49,21 @@ func TestWriterQueueDoesNotGrowWhileItNeverEmpties(t *testing.T) {
 	require.NotNil(t, p.next())
 	require.Nil(t, p.next(), "an empty queue ends its worker")
 	require.Zero(t, p.workers)
+}
+
+// A member whose end was decided before it began to watch its group (its
+// connection closed by the keep-alive ticker, or the server stopping, while
+// it joined) is not left among the group's watchers: the group would keep
+// it, and wake its connection on every change, for as long as it lives.
+func TestMemberThatLeftIsNotAWatcher(t *testing.T) {
+	s := newSubscriptionGroups(nil, prometheus.NewRegistry())
+	g := &subscriptionGroup{set: s, key: "k", cancel: func() {}, members: 2, changed: make(chan struct{})}
+	member := func() *groupMember {
+		return &groupMember{g: g, release: func() {}, sent: func() {}, done: func(string) {}, watching: -1}
+	}
+	gone, stays := member(), member()
+	gone.end("client")
+	gone.watch(func() {})
+	stays.watch(func() {})
+	require.Equal(t, []*groupMember{stays}, g.watchers)
 }
