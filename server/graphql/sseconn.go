@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -143,13 +142,14 @@ func (t *sseTransport) serveMember(w http.ResponseWriter, r *http.Request, m *gr
 	}
 	_ = brw // nothing more is read from the client: its bytes are dropped
 	c := &sseConn{
+		sockWriter: sockWriter{nc: nc, log: zerolog.Ctx(ctx), writers: t.writers,
+			writeTimeout: t.limits.WriteTimeout, what: "sse write"},
 		t:        t,
-		nc:       nc,
 		member:   m,
 		chunked:  r.ProtoAtLeast(1, 1),
-		log:      zerolog.Ctx(ctx),
 		nextBeat: time.Now().Add(t.limits.PingInterval),
 	}
+	c.owner = c
 	c.serve(ctx)
 }
 
@@ -185,18 +185,14 @@ const (
 
 // sseConn is one SSE stream of a shared subscription, taken from net/http.
 type sseConn struct {
-	t       *sseTransport
-	nc      net.Conn
-	member  *groupMember
-	chunked bool // HTTP/1.1: the body is chunked, as net/http began it
-	log     *zerolog.Logger
+	sockWriter // nc, log and the writing: endInFlight below is its part
+	t          *sseTransport
+	member     *groupMember
+	chunked    bool // HTTP/1.1: the body is chunked, as net/http began it
 
 	memberDone atomic.Bool // the member's end was decided
-	// As wsConn's: dirty says the mailbox may have something; scheduled
-	// that a writer owns the stream; endInFlight is the writer's: the
-	// batch being written ends the stream.
-	dirty, scheduled atomic.Bool
-	endInFlight      bool
+	// endInFlight is the writer's: the batch being written ends the stream.
+	endInFlight bool
 
 	mu        sync.Mutex
 	outbox    []byte // framed keep-alives, and the end
@@ -294,14 +290,6 @@ func (c *sseConn) appendEvent(b, enc []byte) []byte {
 	return b
 }
 
-// wake schedules the stream's mailbox for writing.
-func (c *sseConn) wake() {
-	c.dirty.Store(true)
-	if c.scheduled.CompareAndSwap(false, true) {
-		c.t.writers.schedule(c)
-	}
-}
-
 // collect takes what the mailbox holds: keep-alives, the newest value of
 // each SKU the member has not had, and the end.
 func (c *sseConn) collect(b []byte) []byte {
@@ -363,54 +351,15 @@ func (c *sseConn) abort() {
 	_ = c.nc.Close()
 }
 
-// flush empties the mailbox, as wsConn.flush does: the writers' writes
-// never wait, and what the socket did not take is finished by a goroutine
-// of the stream's own under WriteTimeout. Once the end is written the
-// connection is closed.
-func (c *sseConn) flush(scratch []byte, blocking bool, rest []byte) []byte {
-	for {
-		b := rest
-		rest = nil
-		if b == nil {
-			c.dirty.Store(false)
-			scratch = c.collect(scratch[:0])
-			b = scratch
-		}
-		if len(b) > 0 {
-			if blocking {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(c.t.limits.WriteTimeout))
-				if _, err := c.nc.Write(b); err != nil {
-					c.log.Debug().Err(err).Msg("sse write")
-					c.abort()
-					return scratch
-				}
-			} else {
-				n, err := tryWrite(c.nc, b)
-				if err != nil {
-					c.log.Debug().Err(err).Msg("sse write")
-					c.abort()
-					return scratch
-				}
-				if n < len(b) {
-					go c.flush(nil, true, bytes.Clone(b[n:]))
-					return scratch
-				}
-			}
-			if c.endInFlight {
-				c.endInFlight = false
-				c.abort()
-				return scratch
-			}
-			continue
-		}
-		if blocking {
-			_ = c.nc.SetWriteDeadline(time.Time{})
-		}
-		c.scheduled.Store(false)
-		if !c.dirty.Load() || !c.scheduled.CompareAndSwap(false, true) {
-			return scratch
-		}
+// written is called when a batch is fully written: once the end is
+// written the connection is closed.
+func (c *sseConn) written() bool {
+	if !c.endInFlight {
+		return true
 	}
+	c.endInFlight = false
+	c.abort()
+	return false
 }
 
 // beat queues a keep-alive when the stream has been quiet for a

@@ -225,26 +225,22 @@ type wsSub struct {
 
 // wsConn is one websocket connection.
 type wsConn struct {
-	t      *wsTransport
-	nc     net.Conn
-	br     *bufio.Reader
-	header http.Header
-	exec   gqlgen.GraphExecutor
-	proto  string
-	legacy bool
-	state  *streamConn
-	log    *zerolog.Logger
+	sockWriter // nc, log and the writing: closeInFlight below is its part
+	t          *wsTransport
+	br         *bufio.Reader
+	header     http.Header
+	exec       gqlgen.GraphExecutor
+	proto      string
+	legacy     bool
+	state      *streamConn
 
 	ctx      context.Context // the connection's, after connection_init
 	cancel   context.CancelFunc
 	stopBase func() bool // the server's shutdown closing the connection
 
-	// Writing: dirty says the mailbox may have something; scheduled that a
-	// writer owns the connection (queued, writing, or its own goroutine
-	// finishing a write). closeInFlight is the writer's: the batch being
-	// written ends with the close frame.
-	dirty, scheduled atomic.Bool
-	closeInFlight    bool
+	// closeInFlight is the writer's: the batch being written ends with the
+	// close frame.
+	closeInFlight bool
 
 	mu          sync.Mutex
 	drained     *sync.Cond // the outbox was taken, or the connection closed
@@ -267,17 +263,18 @@ type wsConn struct {
 
 func newWSConn(t *wsTransport, nc net.Conn, br *bufio.Reader, r *http.Request, exec gqlgen.GraphExecutor, proto string) *wsConn {
 	c := &wsConn{
+		sockWriter: sockWriter{nc: nc, log: zerolog.Ctx(r.Context()), writers: t.writers,
+			writeTimeout: t.limits.WriteTimeout, what: "websocket write"},
 		t:      t,
-		nc:     nc,
 		br:     br,
 		header: r.Header,
 		exec:   exec,
 		proto:  proto,
 		legacy: proto == subprotocolGraphQLWS || proto == "",
 		state:  streamConnFrom(r.Context()),
-		log:    zerolog.Ctx(r.Context()),
 		active: map[string]*wsSub{},
 	}
+	c.owner = c
 	c.drained = sync.NewCond(&c.mu)
 	c.ctx, c.cancel = context.WithCancel(r.Context())
 	c.initDeadline = time.Now().Add(t.limits.InitTimeout)
@@ -817,14 +814,6 @@ func (c *wsConn) teardown() {
 	c.cancel()
 }
 
-// wake schedules the connection's mailbox for writing.
-func (c *wsConn) wake() {
-	c.dirty.Store(true)
-	if c.scheduled.CompareAndSwap(false, true) {
-		c.t.writers.schedule(c)
-	}
-}
-
 // collect takes what the mailbox holds, as frames appended to b.
 func (c *wsConn) collect(b []byte) []byte {
 	c.mu.Lock()
@@ -889,10 +878,11 @@ func (c *wsConn) appendKind(b []byte, k wsKind, id string, payload json.RawMessa
 	return append(appendFrameHeader(b, opText, len(m)), m...)
 }
 
-// written is called when a batch is fully written.
-func (c *wsConn) written() {
+// written is called when a batch is fully written; the connection goes on
+// (the close frame, once written, leaves it to the reader to finish).
+func (c *wsConn) written() bool {
 	if !c.closeInFlight {
-		return
+		return true
 	}
 	c.closeInFlight = false
 	c.mu.Lock()
@@ -900,50 +890,88 @@ func (c *wsConn) written() {
 	c.drained.Broadcast()
 	c.mu.Unlock()
 	_ = c.nc.SetReadDeadline(time.Now().Add(closeWait))
+	return true
+}
+
+// sockWriter is the write side of a connection the shared writers empty,
+// a websocket or an SSE stream taken from net/http: the connection embeds
+// it and sets owner to itself.
+type sockWriter struct {
+	nc           net.Conn
+	log          *zerolog.Logger
+	writers      *wsWriters
+	writeTimeout time.Duration
+	what         string // how a failed write is logged
+	owner        sockOwner
+
+	// dirty says the mailbox may have something; scheduled that a writer
+	// owns the connection (queued, writing, or its own goroutine finishing
+	// a write).
+	dirty, scheduled atomic.Bool
+}
+
+// sockOwner is what a sockWriter asks of its connection.
+type sockOwner interface {
+	// collect appends what the mailbox holds, framed, to b.
+	collect(b []byte) []byte
+	// written is called when a batch is fully written; false when that
+	// batch ended the connection (which it has then closed).
+	written() bool
+	abort()
+}
+
+// wake schedules the connection's mailbox for writing.
+func (w *sockWriter) wake() {
+	w.dirty.Store(true)
+	if w.scheduled.CompareAndSwap(false, true) {
+		w.writers.schedule(w)
+	}
 }
 
 // flush empties the mailbox. A writer calls it with blocking false: its
 // writes never wait, and the rest of a write the socket did not take is
 // finished by a goroutine of the connection's own, which goes on with
-// blocking writes under WriteTimeout until the mailbox is empty. scratch
+// blocking writes under writeTimeout until the mailbox is empty. scratch
 // is the caller's buffer, returned for reuse.
-func (c *wsConn) flush(scratch []byte, blocking bool, rest []byte) []byte {
+func (w *sockWriter) flush(scratch []byte, blocking bool, rest []byte) []byte {
 	for {
 		b := rest
 		rest = nil
 		if b == nil {
-			c.dirty.Store(false)
-			scratch = c.collect(scratch[:0])
+			w.dirty.Store(false)
+			scratch = w.owner.collect(scratch[:0])
 			b = scratch
 		}
 		if len(b) > 0 {
 			if blocking {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(c.t.limits.WriteTimeout))
-				if _, err := c.nc.Write(b); err != nil {
-					c.log.Debug().Err(err).Msg("websocket write")
-					c.abort()
+				_ = w.nc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
+				if _, err := w.nc.Write(b); err != nil {
+					w.log.Debug().Err(err).Msg(w.what)
+					w.owner.abort()
 					return scratch
 				}
 			} else {
-				n, err := tryWrite(c.nc, b)
+				n, err := tryWrite(w.nc, b)
 				if err != nil {
-					c.log.Debug().Err(err).Msg("websocket write")
-					c.abort()
+					w.log.Debug().Err(err).Msg(w.what)
+					w.owner.abort()
 					return scratch
 				}
 				if n < len(b) {
-					go c.flush(nil, true, bytes.Clone(b[n:]))
+					go w.flush(nil, true, bytes.Clone(b[n:]))
 					return scratch
 				}
 			}
-			c.written()
+			if !w.owner.written() {
+				return scratch
+			}
 			continue
 		}
 		if blocking {
-			_ = c.nc.SetWriteDeadline(time.Time{})
+			_ = w.nc.SetWriteDeadline(time.Time{})
 		}
-		c.scheduled.Store(false)
-		if !c.dirty.Load() || !c.scheduled.CompareAndSwap(false, true) {
+		w.scheduled.Store(false)
+		if !w.dirty.Load() || !w.scheduled.CompareAndSwap(false, true) {
 			return scratch
 		}
 	}
