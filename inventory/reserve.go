@@ -87,23 +87,20 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		}
 	}
 	var partition int
-	var call reserveCall
-	prepare := func() {
+	prepare := func() *reserveCall {
 		// The SKU's partition is known once it has been rebuilt here, if
 		// it belongs to a drop this process had not heard of.
 		partition = e.keys.PartitionOf(req.SKU)
 		token := newToken(partition)
-		call = reserveCall{
+		return &reserveCall{
 			keys: e.keys.reserveRequestKeys(partition, req.SKU, token, idem),
 			args: [7]any{req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem},
 		}
 	}
-	prepare()
 	// A SKU of a drop may need the drop's other SKUs rebuilt too: each at
 	// most once per call.
 	rebuilt := map[string]bool{}
-	for {
-		c := &reserveCall{keys: call.keys, args: call.args}
+	for c := prepare(); ; c = prepare() {
 		res, err := e.reserveInBatch(ctx, partition, c)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
@@ -127,8 +124,6 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 			if err := e.Rebuild(ctx, missing); err != nil {
 				return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 			}
-			prepare()
-			continue
 		default:
 			if err := res.rejection(); err != nil {
 				return Reservation{}, err
