@@ -165,7 +165,7 @@ func servePlainSSE(ctx context.Context, w http.ResponseWriter, m *groupMember) {
 		writeSSEResponse(w, resp)
 		_ = rcw.Flush()
 	}
-	_, _ = io.WriteString(w, "event: complete\n\n")
+	_, _ = io.WriteString(w, sseComplete)
 	_ = rcw.Flush()
 }
 
@@ -174,7 +174,7 @@ func writeSSEResponse(w io.Writer, resp *gqlgen.Response) {
 	if err != nil {
 		panic(err)
 	}
-	_, _ = fmt.Fprintf(w, "event: next\ndata: %s\n\n", b)
+	_, _ = fmt.Fprintf(w, sseNextPrefix+"%s\n\n", b)
 }
 
 const (
