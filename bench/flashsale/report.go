@@ -59,7 +59,8 @@ oversold <b>{{.R.Verdict.Oversold}}</b>, sold {{.R.Verdict.SoldUnits}}, held {{.
 <p>{{.Connected}} of {{.Watchers}} {{.Transport}} watchers of {{.SKUs}} SKU(s) from {{.SourceAddrs}} source addresses;
 {{.Changes}} changes at {{.ChangeRate}}/s. Change to watcher: p50 <b>{{.Latency.P50ms}} ms</b>, p90 {{.Latency.P90ms}} ms,
 p99 <b>{{.Latency.P99ms}} ms</b>, max {{.Latency.MaxMs}} ms ({{.Deliveries}} deliveries, {{.Missing}} missing);
-slowest watcher per change p99 {{.ToAll.P99ms}} ms. Converged after the drop: <b>{{.Converged}} of {{.Connected}}</b>.
+slowest watcher per change p99 {{.ToAll.P99ms}} ms, fastest p99 {{.ToFirst.P99ms}} ms;
+CPU per change: server {{printf "%.1f" .ServerCPUPerChangeMs}} ms, driver {{printf "%.1f" .DriverCPUPerChangeMs}} ms. Converged after the drop: <b>{{.Converged}} of {{.Connected}}</b>.
 Server memory per idle watcher: <b>{{printf "%.1f" .RSSPerWatcherKiB}} KiB</b>, {{printf "%.1f" .GoroutinesPerConn}} goroutines.
 Load average during the changes: {{.LoadAvg}}.</p>
 {{end}}{{if .R.Watch}}{{.Watch}}{{end}}

@@ -42,6 +42,9 @@ func WriteText(w io.Writer, r *Result) error {
 			w.Latency.P50ms, w.Latency.P90ms, w.Latency.P99ms, w.Latency.MaxMs, w.Deliveries, w.Missing)
 		fmt.Fprintf(&b, "  change->all      p50 %.1f ms  p99 %.1f ms  max %.1f ms  (slowest watcher of each change)\n",
 			w.ToAll.P50ms, w.ToAll.P99ms, w.ToAll.MaxMs)
+		fmt.Fprintf(&b, "  change->first    p50 %.1f ms  p99 %.1f ms  max %.1f ms  (fastest watcher of each change)\n",
+			w.ToFirst.P50ms, w.ToFirst.P99ms, w.ToFirst.MaxMs)
+		fmt.Fprintf(&b, "  CPU per change   server %.1f ms, this driver %.1f ms\n", w.ServerCPUPerChangeMs, w.DriverCPUPerChangeMs)
 		fmt.Fprintf(&b, "  converged        %d of %d after the drop (%.2fs), %d dropped\n", w.Converged, w.Connected, w.ConvergedSeconds, w.Dropped)
 		fmt.Fprintf(&b, "  server memory    %.1f KiB RSS and %.1f goroutines per idle watcher (RSS %.1f -> %.1f MiB)\n",
 			w.RSSPerWatcherKiB, w.GoroutinesPerConn, float64(w.RSSBeforeBytes)/(1<<20), float64(w.RSSIdleBytes)/(1<<20))

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,8 +65,18 @@ type WatchResult struct {
 	Deliveries int       `json:"deliveries"`
 	Missing    int       `json:"missing"`
 	Latency    Quantiles `json:"latency"`
-	// ToAll: per change, until the last watcher of its SKU had it.
-	ToAll Quantiles `json:"toAll"`
+	// ToAll: per change, until the last watcher of its SKU had it;
+	// ToFirst, until the first one did. ToFirst is the change, its
+	// announcement and the hub's pacing; ToAll minus ToFirst is the
+	// fan-out to every watcher.
+	ToAll   Quantiles `json:"toAll"`
+	ToFirst Quantiles `json:"toFirst"`
+	// CPU seconds the servers (process_cpu_seconds_total, summed over
+	// targets) and this driver spent during the measured changes, per
+	// change: the cost of a delivery to every watcher, robust to a busy
+	// machine where the latency is not.
+	ServerCPUPerChangeMs float64 `json:"serverCpuPerChangeMs"`
+	DriverCPUPerChangeMs float64 `json:"driverCpuPerChangeMs"`
 
 	// Convergence after the drop: watchers whose last value equals the
 	// final stock of their SKU, and how long after the final reading the
@@ -114,13 +126,14 @@ type change struct {
 // deliveryLatencies computes, for every successful change and every
 // watcher of its SKU, the time from sending the change to the watcher's
 // first value at or below the change's target (toAll: the slowest watcher
-// of each change). A watcher that never got there counts as missing.
-func deliveryLatencies(changes []change, skuOf []int, recv [][]receipt) (lat, toAll []time.Duration, missing int) {
+// of each change; toFirst: the fastest). A watcher that never got there
+// counts as missing.
+func deliveryLatencies(changes []change, skuOf []int, recv [][]receipt) (lat, toAll, toFirst []time.Duration, missing int) {
 	for _, c := range changes {
 		if !c.OK {
 			continue
 		}
-		worst, seen, complete := time.Duration(0), false, true
+		worst, best, seen, complete := time.Duration(0), time.Duration(-1), false, true
 		for w, rs := range recv {
 			if skuOf[w] != c.SKU {
 				continue
@@ -135,12 +148,18 @@ func deliveryLatencies(changes []change, skuOf []int, recv [][]receipt) (lat, to
 			d := max(0, rs[i].At-c.At)
 			lat = append(lat, d)
 			worst = max(worst, d)
+			if best < 0 || d < best {
+				best = d
+			}
 		}
 		if seen && complete {
 			toAll = append(toAll, worst)
 		}
+		if best >= 0 {
+			toFirst = append(toFirst, best)
+		}
 	}
-	return lat, toAll, missing
+	return lat, toAll, toFirst, missing
 }
 
 // watcher is one live subscriber and what it saw.
@@ -262,7 +281,7 @@ func (d *Driver) startWatch(ctx context.Context, hot string) (*watch, error) {
 	w := &watch{d: d, start: time.Now(), skus: skus}
 	w.res = WatchResult{Transport: cfg.WatchTransport, Watchers: cfg.Watchers, SKUs: len(skus), SourceAddrs: addrs,
 		ChangeRate: cfg.ChangeRate}
-	w.res.RSSBeforeBytes, w.res.GoroutinesBefore = d.serverMemory(ctx)
+	w.res.RSSBeforeBytes, w.res.GoroutinesBefore, _ = d.serverMemory(ctx)
 
 	w.status("connecting %d %s watchers of %d SKU(s) from %d source addresses", cfg.Watchers, cfg.WatchTransport, len(skus), addrs)
 	t0 := time.Now()
@@ -323,7 +342,7 @@ func (d *Driver) startWatch(ctx context.Context, hot string) (*watch, error) {
 
 	// Idle memory: the subscriptions are set up and nothing changes.
 	sleep(ctx, time.Second)
-	w.res.RSSIdleBytes, w.res.GoroutinesIdle = d.serverMemory(ctx)
+	w.res.RSSIdleBytes, w.res.GoroutinesIdle, _ = d.serverMemory(ctx)
 	if w.res.Connected > 0 && w.res.RSSBeforeBytes > 0 {
 		w.res.RSSPerWatcherKiB = float64(w.res.RSSIdleBytes-w.res.RSSBeforeBytes) / 1024 / float64(w.res.Connected)
 		w.res.GoroutinesPerConn = float64(w.res.GoroutinesIdle-w.res.GoroutinesBefore) / float64(w.res.Connected)
@@ -374,6 +393,10 @@ func (w *watch) changePhase(ctx context.Context) error {
 	oks := make([]bool, cfg.Changes*perTick) // written by the reserves, read after calls.Wait
 	var mu sync.Mutex
 	var calls sync.WaitGroup
+	_, _, serverCPU0 := d.serverMemory(ctx)
+	driverCPU0 := processCPU()
+	resumeGC := pauseGC()
+	defer resumeGC()
 	w.record.Store(true)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.ChangeRate))
 	next := 0
@@ -445,7 +468,14 @@ func (w *watch) changePhase(ctx context.Context) error {
 		sleep(ctx, 20*time.Millisecond)
 	}
 	w.record.Store(false)
+	driverCPU1 := processCPU()
+	_, _, serverCPU1 := d.serverMemory(ctx)
+	resumeGC()
 	w.res.LoadAvg += " .. " + loadAvg()
+	if n := float64(len(w.changes)); n > 0 {
+		w.res.ServerCPUPerChangeMs = (serverCPU1 - serverCPU0) * 1000 / n
+		w.res.DriverCPUPerChangeMs = (driverCPU1 - driverCPU0).Seconds() * 1000 / n
+	}
 
 	skuOf := make([]int, 0, len(w.ws))
 	recv := make([][]receipt, 0, len(w.ws))
@@ -464,9 +494,9 @@ func (w *watch) changePhase(ctx context.Context) error {
 			w.res.ChangesFailed++
 		}
 	}
-	lat, toAll, missing := deliveryLatencies(w.changes, skuOf, recv)
+	lat, toAll, toFirst, missing := deliveryLatencies(w.changes, skuOf, recv)
 	w.res.Deliveries, w.res.Missing = len(lat), missing
-	w.res.Latency, w.res.ToAll, w.res.Latencies = quantiles(lat), quantiles(toAll), lat
+	w.res.Latency, w.res.ToAll, w.res.ToFirst, w.res.Latencies = quantiles(lat), quantiles(toAll), quantiles(toFirst), lat
 	w.status("change-to-watcher latency p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d missing",
 		w.res.Latency.P50ms, w.res.Latency.P99ms, w.res.Latency.MaxMs, missing)
 
@@ -543,9 +573,10 @@ func (w *watch) close() {
 	w.wg.Wait()
 }
 
-// serverMemory sums the resident memory and goroutines the targets report
-// on /metrics (the Go and process collectors); zeros when unreadable.
-func (d *Driver) serverMemory(ctx context.Context) (rss int64, goroutines int) {
+// serverMemory sums the resident memory, goroutines and CPU seconds the
+// targets report on /metrics (the Go and process collectors); zeros when
+// unreadable.
+func (d *Driver) serverMemory(ctx context.Context) (rss int64, goroutines int, cpu float64) {
 	for _, c := range d.clients {
 		u := strings.TrimSuffix(c.Endpoint, "/graphql") + "/metrics"
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -568,10 +599,31 @@ func (d *Driver) serverMemory(ctx context.Context) (rss int64, goroutines int) {
 				f, _ := strconv.ParseFloat(v, 64)
 				goroutines += int(f)
 			}
+			if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				cpu += f
+			}
 		}
 		_ = resp.Body.Close()
 	}
-	return rss, goroutines
+	return rss, goroutines, cpu
+}
+
+// pauseGC turns the driver's garbage collector off while the changes are
+// timed, unless the heap grows by another GiB, and returns what turns it
+// back on: a collection's marking takes one of the machine's two cores
+// for tens of milliseconds, during which the watchers' goroutines wait, and
+// that would be timed as the server's delay.
+func pauseGC() (resume func()) {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	limit := debug.SetMemoryLimit(-1)
+	debug.SetMemoryLimit(int64(m.HeapSys) + 1<<30)
+	percent := debug.SetGCPercent(-1)
+	return func() { // twice is harmless
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	}
 }
 
 // loadAvg is the machine's 1, 5 and 15 minute load average, so figures

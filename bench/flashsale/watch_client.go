@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,10 @@ type watchConn struct {
 	br   *bufio.Reader
 	sse  bool
 	body io.Reader // SSE: the response body (chunked decoding)
+	// msg holds the message readFrame returns, reused for the next one:
+	// ten thousand watchers allocating per message would make the
+	// driver's garbage collector part of the latency it measures.
+	msg []byte
 }
 
 // dialWatch opens a connection from local (a loopback source address) to
@@ -148,9 +153,10 @@ const (
 )
 
 // readFrame reads one whole message (continuations joined; control frames
-// answered or returned).
+// answered or returned). The message is valid until the next call.
 func (w *watchConn) readFrame() (byte, []byte, error) {
-	var msg []byte
+	msg := w.msg[:0]
+	defer func() { w.msg = msg[:0] }()
 	var first byte = 255
 	for {
 		var h [2]byte
@@ -176,9 +182,16 @@ func (w *watchConn) readFrame() (byte, []byte, error) {
 		if h[1]&0x80 != 0 || n > 1<<20 {
 			return 0, nil, errors.New("bad frame from server")
 		}
-		data := make([]byte, n)
+		start := len(msg)
+		msg = slices.Grow(msg, int(n))[:start+int(n)]
+		data := msg[start:]
 		if _, err := io.ReadFull(w.br, data); err != nil {
 			return 0, nil, err
+		}
+		if op >= opClose {
+			// A control frame is not part of the message it interrupts.
+			data = slices.Clone(data)
+			msg = msg[:start]
 		}
 		switch op {
 		case opPing:
@@ -194,7 +207,6 @@ func (w *watchConn) readFrame() (byte, []byte, error) {
 		if op != opCont {
 			first = op
 		}
-		msg = append(msg, data...)
 		if fin {
 			return first, msg, nil
 		}

@@ -10,7 +10,8 @@ import (
 // TestDeliveryLatencies: a delivery is timed from sending the change to the
 // watcher's first value at or below the change's target; a coalesced
 // value that skips a target delivers it too; a watcher that never gets
-// there is missing, and the change has no change-to-all figure.
+// there is missing, and the change has no change-to-all figure (but still
+// a change-to-first one).
 func TestDeliveryLatencies(t *testing.T) {
 	t.Parallel()
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -26,9 +27,10 @@ func TestDeliveryLatencies(t *testing.T) {
 		{{At: ms(120), Available: 8}}, // coalesced: 9 skipped, delivered by the 8
 		{{At: ms(5), Available: 5}},   // never reaches 4
 	}
-	lat, toAll, missing := deliveryLatencies(changes, skuOf, recv)
+	lat, toAll, toFirst, missing := deliveryLatencies(changes, skuOf, recv)
 	require.Equal(t, []time.Duration{ms(10), ms(120), ms(20), ms(70)}, lat)
 	require.Equal(t, []time.Duration{ms(120), ms(70)}, toAll)
+	require.Equal(t, []time.Duration{ms(10), ms(20)}, toFirst)
 	require.Equal(t, 1, missing)
 
 	q := quantiles(lat)
