@@ -166,18 +166,22 @@ func (s *leaseSet) check(ctx context.Context) error {
 	return nil
 }
 
-// releaseAll gives every held lease up, on a clean stop, so other processes
-// take the partitions over at once instead of after a TTL. The membership
-// goes too.
+// releaseAll gives every lease of this owner up, on a clean stop, so other
+// processes take the partitions over at once instead of after a TTL. The
+// membership goes too.
+//
+// It asks for every partition, not only those the handles count as held: a
+// handle can say "not held" while Redis still has the lease as this owner's,
+// when the stop canceled a release (a hand-over to balance the work) or an
+// acquire in flight, or when the lease's local validity ran out before a
+// renewal. The release script deletes only this owner's lease.
 func (s *leaseSet) releaseAll(ctx context.Context) {
 	for p, l := range s.leases {
-		if !l.held0() {
-			continue
-		}
+		held := l.held0()
 		sctx, cancel := stepContext(ctx, s.opts.StepTimeout)
 		if err := l.Release(sctx); err != nil {
 			s.log.Warn().Err(err).Int("partition", p).Str("lease", s.kind).Msg("could not release lease; it expires on its own")
-		} else {
+		} else if held {
 			s.changes.WithLabelValues(s.kind, "released").Inc()
 		}
 		cancel()

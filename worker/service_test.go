@@ -55,6 +55,41 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 	require.LessOrEqual(t, backoff(100*time.Millisecond, time.Second, 50), time.Second)
 }
 
+// A clean stop releases every lease Redis still has as this owner's, also
+// those its handles no longer count as held: a hand-over (a release to
+// balance the work) that the stop canceled in flight, and a lease whose local
+// validity ran out before its renewal (the keeper marks it lost, and Redis
+// keeps it until its TTL). They would otherwise stay taken for a TTL after
+// the stop.
+func TestCleanStopReleasesLeasesItsHandlesGaveUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	k := newKeys(b.engine.Keys())
+	opts := fastConfig("stopping").Options
+	opts.LeaseTTL = time.Minute // nothing lapses on its own while the test looks
+	opts.setDefaults()
+	s := newLeaseSet("reconciler", k, b.rdb, opts, b.log, prometheus.NewRegistry())
+	require.NoError(t, s.check(b.ctx))
+	require.Len(t, s.Owned(), inventory.Partitions)
+
+	canceled, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.Error(t, s.leases[3].Release(canceled), "the stop cancels a hand-over in flight")
+	s.leases[5].Lost() // as the keeper does when a lease's local validity ran out
+	for _, p := range []int{3, 5} {
+		owner, err := b.rdb.Get(b.ctx, k.lease(p, "reconciler")).Result()
+		require.NoError(t, err)
+		require.Equal(t, "stopping", owner, "partition %d is still this owner's in Redis", p)
+	}
+
+	s.releaseAll(b.ctx)
+	for p := range inventory.Partitions {
+		n, err := b.rdb.Exists(b.ctx, k.lease(p, "reconciler")).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "partition %d's lease outlived the clean stop", p)
+	}
+}
+
 // A stopped worker's loop releases the partition leases it took, so another
 // process takes over at once; a worker whose context ends without a stop
 // (a crash) leaves them to lapse.
