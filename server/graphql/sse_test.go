@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"runtime"
 	"strings"
@@ -126,12 +127,14 @@ func TestSSEAnswersLikeGqlgen(t *testing.T) {
 	}
 }
 
-// TestIdleSSESubscribersHoldOneGoroutineEach: an idle SSE subscriber of a
-// shared subscription costs the server one goroutine (its handler, waiting
-// for the client to go): net/http's reader of the connection and the
-// keep-alive ticker are gone, and its writes and keep-alives are shared.
-// The clients are raw sockets, so every goroutine counted is the server's.
-func TestIdleSSESubscribersHoldOneGoroutineEach(t *testing.T) {
+// TestIdleSSESubscribersHoldOneSmallGoroutineEach: an idle SSE subscriber
+// of a shared subscription costs the server one goroutine, a reader waiting
+// for the client to go, on a stack of a few KiB: the handler returns once
+// the stream is taken from net/http, so net/http's goroutine of the
+// connection (its stack grown by the whole handler chain), its reader and
+// its buffers are let go, and the writes and keep-alives are shared. The
+// clients are raw sockets, so every goroutine counted is the server's.
+func TestIdleSSESubscribersHoldOneSmallGoroutineEach(t *testing.T) {
 	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
 		c.Streams.ConnsPerIP = 1000
 		c.Streams.PingInterval = 200 * time.Millisecond
@@ -139,9 +142,12 @@ func TestIdleSSESubscribersHoldOneGoroutineEach(t *testing.T) {
 	e.CreateProduct(t, map[string]any{"sku": "IDLE-SSE", "stock": 5})
 	const n = 200
 	vars := map[string]any{"s": []string{"IDLE-SSE"}}
-	settle := func() int {
+	var ms runtime.MemStats
+	settle := func() (goroutines int, stack uint64) {
 		runtime.GC()
-		return runtime.NumGoroutine()
+		runtime.GC() // the second shrinks the stacks the first found mostly unused
+		runtime.ReadMemStats(&ms)
+		return runtime.NumGoroutine(), ms.StackInuse
 	}
 	subscribe := func() *sseRaw {
 		s := dialSSE(t, e.srv.URL, "", stockSub, vars)
@@ -151,13 +157,24 @@ func TestIdleSSESubscribersHoldOneGoroutineEach(t *testing.T) {
 		return s
 	}
 	warm := subscribe()
-	before := settle()
+	before, stackBefore := settle()
 	for range n {
 		subscribe()
 	}
-	after := settle()
-	t.Logf("%d idle SSE subscribers: goroutines %d -> %d (%.2f each)", n, before, after, float64(after-before)/n)
+	after, stackAfter := settle()
+	perStack := (float64(stackAfter) - float64(stackBefore)) / n
+	t.Logf("%d idle SSE subscribers: goroutines %d -> %d (%.2f each), stacks %.0f bytes each",
+		n, before, after, float64(after-before)/n, perStack)
 	require.LessOrEqual(t, after-before, n+4, "more than one goroutine per idle SSE subscriber")
+	all := make([]byte, 32<<20)
+	all = all[:runtime.Stack(all, true)]
+	serving := strings.Count(string(all), "net/http.(*conn).serve(")
+	require.LessOrEqual(t, serving, 4, "idle SSE streams still held by net/http's connection goroutines")
+	stackLimit := 4096.0 // the handler's goroutine kept 16 KiB
+	if raceEnabled {
+		stackLimit *= 2 // the race detector doubles what every stack needs
+	}
+	require.LessOrEqual(t, perStack, stackLimit, "the goroutine an idle SSE stream keeps has a larger stack than it needs")
 	// The shared ticker keeps the streams alive.
 	require.Equal(t, ": ping\n\n", warm.event(t))
 }
@@ -218,4 +235,75 @@ func TestStalledSSEReaderIsDropped(t *testing.T) {
 	require.True(t, dropped, "the stalled SSE client was not dropped")
 	require.Eventually(t, func() bool { return testutil.ToFloat64(active) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"the stalled client's subscription did not end")
+}
+
+// TestSSEStreamHoldsItsSlotsUntilTheClientGoes: a taken-over SSE stream,
+// whose handler has returned, still holds its client address's and its
+// principal's slots, and gives them back as soon as the client closes its
+// connection, its subscription ended with it.
+func TestSSEStreamHoldsItsSlotsUntilTheClientGoes(t *testing.T) {
+	t.Parallel()
+	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) {
+		c.Streams.ConnsPerIP = 2
+		c.Streams.ConnsPerPrincipal = 1
+	})
+	e.CreateProduct(t, map[string]any{"sku": "SSE-SLOTS", "stock": 5})
+	vars := map[string]any{"s": []string{"SSE-SLOTS"}}
+	alice := e.Token(t, "alice", false)
+	open := func(authz string) *sseRaw {
+		s := dialSSE(t, e.srv.URL, authz, stockSub, vars)
+		if s.resp.StatusCode == http.StatusOK {
+			require.Equal(t, ":\n\n", s.event(t))
+			require.Contains(t, s.event(t), "event: next\ndata: ")
+		}
+		return s
+	}
+	conns := mustGauge(t, e.reg, "dropline_graphql_stream_connections", "sse")
+	active := mustGauge(t, e.reg, "dropline_graphql_subscriptions_active", "stockChanged")
+
+	first := open(alice)
+	require.Equal(t, http.StatusOK, first.resp.StatusCode)
+	require.Equal(t, http.StatusTooManyRequests, open(alice).resp.StatusCode, "the principal's slot is held")
+	anon := open("")
+	require.Equal(t, http.StatusOK, anon.resp.StatusCode)
+	require.Equal(t, http.StatusTooManyRequests, open("").resp.StatusCode, "the address's slots are held")
+	require.Equal(t, 2.0, testutil.ToFloat64(conns))
+	require.Equal(t, 2.0, testutil.ToFloat64(active))
+
+	require.NoError(t, first.conn.Close())
+	require.Eventually(t, func() bool { return testutil.ToFloat64(conns) == 1 && testutil.ToFloat64(active) == 1 },
+		5*time.Second, 10*time.Millisecond, "the closed stream was not released")
+	again := open(alice)
+	require.Equal(t, http.StatusOK, again.resp.StatusCode, "the principal's slot was given back")
+
+	require.NoError(t, again.conn.Close())
+	require.NoError(t, anon.conn.Close())
+	require.Eventually(t, func() bool { return testutil.ToFloat64(conns) == 0 && testutil.ToFloat64(active) == 0 },
+		5*time.Second, 10*time.Millisecond, "the closed streams were not released")
+}
+
+// TestServerShutdownEndsSSEStreams: the server's shutdown ends a taken-over
+// SSE stream as gqlgen's transport ends one whose request ended: complete,
+// then the body's end, and the connection closes.
+func TestServerShutdownEndsSSEStreams(t *testing.T) {
+	t.Parallel()
+	e := setupLive(t, live.HubConfig{})
+	e.CreateProduct(t, map[string]any{"sku": "SSE-STOP", "stock": 5})
+	srv := httptest.NewServer(e.Handler)
+	t.Cleanup(srv.Close)
+	s := dialSSE(t, srv.URL, "", stockSub, map[string]any{"s": []string{"SSE-STOP"}})
+	require.Equal(t, http.StatusOK, s.resp.StatusCode)
+	require.Equal(t, ":\n\n", s.event(t))
+	require.Contains(t, s.event(t), "event: next\ndata: ")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, srv.Config.Shutdown(ctx))
+	require.NoError(t, s.conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	require.Equal(t, "event: complete\n\n", s.event(t))
+	_, err := s.body.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the stream's body ends")
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(mustGauge(t, e.reg, "dropline_graphql_stream_connections", "sse")) == 0
+	}, 5*time.Second, 10*time.Millisecond, "the ended stream was not released")
 }

@@ -22,33 +22,65 @@ import (
 // sseTransport serves GraphQL over SSE (a POST with Accept:
 // text/event-stream) as gqlgen's SSE transport does, and takes a shared
 // subscription's stream over HTTP/1 from net/http once its headers and
-// first comment are out: the stream then costs one goroutine (the
-// handler's, waiting for the client to go), and its events are written by
-// the shared writers, its keep-alives queued by the shared ticker, as a
-// websocket's are (wsconn.go). The events are the bytes gqlgen's transport
-// writes, each update encoded once per group (TestSSEAnswersLikeGqlgen).
-// Everything else (queries, mutations and subscriptions that are not
-// shared, requests gqlgen would refuse, and HTTP/2, where a connection
-// cannot be taken) goes to gqlgen's transport.
+// first comment are out. The handler then returns, so net/http lets go of
+// its goroutine of the connection (whose stack the whole handler chain
+// grew), its buffers and the request; the stream costs one small goroutine
+// of its own, a reader waiting for the client to go (the client sends
+// nothing after its request), and its events are written by the shared
+// writers, its keep-alives and token expiry checked by the shared ticker,
+// as a websocket's are (wsconn.go). It keeps its slots in the stream caps
+// until it ends, and the server's shutdown ends it. The events are the
+// bytes gqlgen's transport writes, each update encoded once per group
+// (TestSSEAnswersLikeGqlgen). Everything else (queries, mutations and
+// subscriptions that are not shared, requests gqlgen would refuse, and
+// HTTP/2, where a connection cannot be taken) goes to gqlgen's transport.
 type sseTransport struct {
 	inner   transport.SSE
 	limits  StreamLimits
 	groups  *subscriptionGroups // nil: every subscription executed on its own
 	writers *wsWriters
 	beats   *wsKeepalive
+
+	mu sync.Mutex
+	// stopping is, for each server the transport has taken streams from,
+	// a context cancelled when that server begins to shut down.
+	stopping map[*http.Server]context.Context
 }
 
 func newSSE(l StreamLimits, groups *subscriptionGroups) *sseTransport {
 	return &sseTransport{
-		inner:   transport.SSE{KeepAlivePingInterval: l.PingInterval},
-		limits:  l,
-		groups:  groups,
-		writers: newWSWriters(),
-		beats:   newWSKeepalive(l),
+		inner:    transport.SSE{KeepAlivePingInterval: l.PingInterval},
+		limits:   l,
+		groups:   groups,
+		writers:  newWSWriters(),
+		beats:    newWSKeepalive(l),
+		stopping: map[*http.Server]context.Context{},
 	}
 }
 
 var _ gqlgen.Transport = (*sseTransport)(nil)
+
+// serverStopping returns a context that ends when the server of the
+// request ctx begins to shut down (http.Server.Shutdown, which neither
+// waits for nor closes a connection taken from it), or nil without one.
+// It stays cancelled, so a stream taken while the server stops ends at
+// once.
+func (t *sseTransport) serverStopping(ctx context.Context) context.Context {
+	srv, _ := ctx.Value(http.ServerContextKey).(*http.Server)
+	if srv == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	stop := t.stopping[srv]
+	if stop == nil {
+		var cancel context.CancelFunc
+		stop, cancel = context.WithCancel(context.Background())
+		t.stopping[srv] = stop
+		srv.RegisterOnShutdown(cancel)
+	}
+	return stop
+}
 
 func (t *sseTransport) Supports(r *http.Request) bool { return t.inner.Supports(r) }
 
@@ -122,7 +154,8 @@ func (t *sseTransport) joinShared(r *http.Request, exec gqlgen.GraphExecutor, bo
 	return m
 }
 
-// serveMember streams a member to its end.
+// serveMember streams a member to its end: it takes the stream from
+// net/http and returns, leaving it to its reader (sseConn.read).
 func (t *sseTransport) serveMember(w http.ResponseWriter, r *http.Request, m *groupMember) {
 	ctx := r.Context()
 
@@ -140,17 +173,31 @@ func (t *sseTransport) serveMember(w http.ResponseWriter, r *http.Request, m *gr
 		servePlainSSE(ctx, w, m)
 		return
 	}
-	_ = brw // nothing more is read from the client: its bytes are dropped
+	// Nothing more is read from the client: what it sent after its
+	// request is dropped with net/http's buffers.
+	_ = brw
+	st := streamConnFrom(ctx)
 	c := &sseConn{
 		sockWriter: sockWriter{nc: nc, log: zerolog.Ctx(ctx), writers: t.writers,
 			writeTimeout: t.limits.WriteTimeout, what: "sse write"},
 		t:        t,
 		member:   m,
+		state:    st,
 		chunked:  r.ProtoAtLeast(1, 1),
 		nextBeat: time.Now().Add(t.limits.PingInterval),
 	}
 	c.owner = c
-	c.serve(ctx)
+	// The request's context ends as the handler returns: from here the
+	// stream ends with its client, its token's expiry (the ticker looks),
+	// the server's shutdown or its group.
+	c.stopServer = func() bool { return false }
+	if stop := t.serverStopping(ctx); stop != nil {
+		c.stopServer = context.AfterFunc(stop, c.finish)
+	}
+	c.end = st.keep()
+	t.beats.add(c)
+	m.watch(c.wake)
+	go c.read()
 }
 
 // servePlainSSE streams a member through the ResponseWriter, for a writer
@@ -188,7 +235,10 @@ type sseConn struct {
 	sockWriter // nc, log and the writing: endInFlight below is its part
 	t          *sseTransport
 	member     *groupMember
-	chunked    bool // HTTP/1.1: the body is chunked, as net/http began it
+	state      *streamConn // its slots in the stream caps, and its token's expiry
+	end        func()      // gives back its slots in the stream caps
+	stopServer func() bool // the server's shutdown ending the stream
+	chunked    bool        // HTTP/1.1: the body is chunked, as net/http began it
 
 	memberDone atomic.Bool // the member's end was decided
 	// endInFlight is the writer's: the batch being written ends the stream.
@@ -202,20 +252,18 @@ type sseConn struct {
 	nextBeat  time.Time
 }
 
-// serve runs the stream until the client goes or its end is written.
-func (c *sseConn) serve(ctx context.Context) {
-	c.t.beats.add(c)
-	// The context ends with the token's expiry or the server's shutdown:
-	// gqlgen's transport then completes the stream.
-	stop := context.AfterFunc(ctx, c.finish)
-	c.member.watch(c.wake)
+// read waits for the client to go (its connection closed, or closed by
+// the stream: its end written, a write failed or timed out), dropping
+// anything it sends, then releases what the stream holds. It is the one
+// goroutine a stream keeps, so its stack stays small.
+func (c *sseConn) read() {
 	var buf [64]byte
 	for {
 		if _, err := c.nc.Read(buf[:]); err != nil {
 			break
 		}
 	}
-	stop()
+	c.stopServer()
 	c.t.beats.remove(c)
 	c.mu.Lock()
 	c.closed = true
@@ -223,6 +271,7 @@ func (c *sseConn) serve(ctx context.Context) {
 	c.mu.Unlock()
 	_ = c.nc.Close()
 	c.endMember("client")
+	c.end()
 }
 
 func (c *sseConn) endMember(reason string) bool {
@@ -343,7 +392,7 @@ func (c *sseConn) collect(b []byte) []byte {
 	return b
 }
 
-// abort closes the connection at once; the handler's read then ends.
+// abort closes the connection at once; the reader then ends.
 func (c *sseConn) abort() {
 	c.mu.Lock()
 	c.closed = true
@@ -362,9 +411,15 @@ func (c *sseConn) written() bool {
 	return false
 }
 
-// beat queues a keep-alive when the stream has been quiet for a
-// PingInterval; the keep-alive ticker calls it.
+// beat ends the stream once its token has expired (as gqlgen's transport
+// does when the request's context ends), and queues a keep-alive when the
+// stream has been quiet for a PingInterval; the keep-alive ticker calls
+// it.
 func (c *sseConn) beat(now time.Time) {
+	if c.state.expiredAt(now) {
+		c.finish()
+		return
+	}
 	c.mu.Lock()
 	if c.ending || c.closed || now.Before(c.nextBeat) {
 		c.mu.Unlock()

@@ -105,8 +105,13 @@ const (
 type streamConn struct {
 	kind    string
 	tracker *streamTracker
+	ip      string           // the address slot it holds
+	gauge   prometheus.Gauge // counts it while not nil
 
 	subs atomic.Int32
+	// kept says the connection outlives its handler (an SSE stream taken
+	// from net/http): whoever took it ends it.
+	kept atomic.Bool
 
 	mu        sync.Mutex
 	principal string    // holds a principal slot when not empty
@@ -153,16 +158,20 @@ func (c *streamConn) expireAt(ctx context.Context, at time.Time) context.Context
 }
 
 // tokenExpired reports whether the connection's token has expired.
-func (c *streamConn) tokenExpired() bool {
+func (c *streamConn) tokenExpired() bool { return c.expiredAt(time.Now()) }
+
+// expiredAt reports whether the connection's token has expired at now.
+func (c *streamConn) expiredAt(now time.Time) bool {
 	if c == nil {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.expiresAt.IsZero() && !time.Now().Before(c.expiresAt)
+	return !c.expiresAt.IsZero() && !now.Before(c.expiresAt)
 }
 
-// end releases the principal slot and the expiry timer; idempotent.
+// end releases the connection's slots (its address's and its
+// principal's), its count and the expiry timer; idempotent.
 func (c *streamConn) end() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -170,11 +179,34 @@ func (c *streamConn) end() {
 		return
 	}
 	c.closed = true
+	c.tracker.release(c.tracker.byIP, c.ip)
 	if c.principal != "" {
 		c.tracker.release(c.tracker.byPrincipal, c.principal)
 	}
+	if c.gauge != nil {
+		c.gauge.Dec()
+	}
 	if c.cancelExp != nil {
 		c.cancelExp()
+	}
+}
+
+// keep lets the connection outlive its handler: the handler's return no
+// longer ends it, and whoever called keep calls the end returned, once
+// the connection is gone. A nil connection (no tracker) has nothing to
+// end.
+func (c *streamConn) keep() (end func()) {
+	if c == nil {
+		return func() {}
+	}
+	c.kept.Store(true)
+	return c.end
+}
+
+// handlerReturned ends the connection unless it was kept.
+func (c *streamConn) handlerReturned() {
+	if !c.kept.Load() {
+		c.end()
 	}
 }
 
@@ -254,8 +286,10 @@ func streamKind(r *http.Request) string {
 
 // middleware admits stream connections under the per-address cap (and,
 // for SSE whose principal is known from the header, the per-principal cap),
-// and releases their slots when the connection ends: gqlgen's transports
-// return only then. An SSE stream also ends when its token expires.
+// and releases their slots when the connection ends: the transports
+// return only then, except for an SSE stream taken from net/http, which
+// keeps its slots (keep) until its client goes. An SSE stream also ends
+// when its token expires.
 func (t *streamTracker) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		kind := streamKind(r)
@@ -269,10 +303,8 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 			writeError(w, r, http.StatusTooManyRequests, "too many live connections from this address")
 			return
 		}
-		defer t.release(t.byIP, ip)
-
-		c := &streamConn{kind: kind, tracker: t}
-		defer c.end()
+		c := &streamConn{kind: kind, tracker: t, ip: ip}
+		defer c.handlerReturned()
 		ctx := context.WithValue(r.Context(), streamConnKey{}, c)
 		ctx = resolvers.WithStream(ctx, c)
 		if kind == kindSSE {
@@ -285,9 +317,8 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 				ctx = c.expireAt(ctx, p.ExpiresAt)
 			}
 		}
-		g := t.m.connections.WithLabelValues(kind)
-		g.Inc()
-		defer g.Dec()
+		c.gauge = t.m.connections.WithLabelValues(kind)
+		c.gauge.Inc()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
