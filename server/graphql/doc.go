@@ -26,7 +26,12 @@
 // HTTP/1 is taken from net/http after its headers and first comment and
 // served like a websocket, on the shared writers and ticker, with the
 // bytes gqlgen sends: TestSSEAnswersLikeGqlgen; its connection closes
-// after it). A
+// after it). The handler of such a stream returns once it is taken, so
+// net/http lets go of the connection's goroutine, buffers and request,
+// and the stream costs one small goroutine, a reader waiting for the
+// client to go; it keeps its slots under the connection caps until then,
+// and its token's expiry (seen by the ticker) and the server's shutdown
+// (http.Server.Shutdown) end it with complete. A
 // websocket costs one goroutine, its reader, and a 512-byte read buffer;
 // writes are made by a few shared writers with writes that never wait (a
 // socket that does not take one at once gets a goroutine of its own to
