@@ -44,7 +44,11 @@ func WriteText(w io.Writer, r *Result) error {
 			w.ToAll.P50ms, w.ToAll.P99ms, w.ToAll.MaxMs)
 		fmt.Fprintf(&b, "  change->first    p50 %.1f ms  p99 %.1f ms  max %.1f ms  (fastest watcher of each change)\n",
 			w.ToFirst.P50ms, w.ToFirst.P99ms, w.ToFirst.MaxMs)
-		fmt.Fprintf(&b, "  CPU per change   server %.1f ms, this driver %.1f ms\n", w.ServerCPUPerChangeMs, w.DriverCPUPerChangeMs)
+		fmt.Fprintf(&b, "  reserve          p50 %.1f ms  p99 %.1f ms  max %.1f ms  (each change's reserve, sent to answered)\n",
+			w.Reserve.P50ms, w.Reserve.P99ms, w.Reserve.MaxMs)
+		fmt.Fprintf(&b, "  reserve written  p50 %.1f ms  p99 %.1f ms  max %.1f ms  (until the driver wrote it)\n",
+			w.ReserveWritten.P50ms, w.ReserveWritten.P99ms, w.ReserveWritten.MaxMs)
+		fmt.Fprintf(&b, "  CPU per change   server %.1f ms, this driver %.1f ms; %d values received\n", w.ServerCPUPerChangeMs, w.DriverCPUPerChangeMs, w.Received)
 		fmt.Fprintf(&b, "  converged        %d of %d after the drop (%.2fs), %d dropped\n", w.Converged, w.Connected, w.ConvergedSeconds, w.Dropped)
 		fmt.Fprintf(&b, "  server memory    %.1f KiB RSS and %.1f goroutines per idle watcher (RSS %.1f -> %.1f MiB)\n",
 			w.RSSPerWatcherKiB, w.GoroutinesPerConn, float64(w.RSSBeforeBytes)/(1<<20), float64(w.RSSIdleBytes)/(1<<20))

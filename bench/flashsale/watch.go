@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -62,15 +63,23 @@ type WatchResult struct {
 	ChangeRate    float64 `json:"changeRate"`
 	// Deliveries: from sending a change to a watcher receiving a value at
 	// or below it, one per (change, watcher of its SKU).
-	Deliveries int       `json:"deliveries"`
-	Missing    int       `json:"missing"`
-	Latency    Quantiles `json:"latency"`
+	Deliveries int `json:"deliveries"`
+	// Received is how many values the watchers received meanwhile (fewer
+	// than Deliveries when values were coalesced on the way).
+	Received int       `json:"received"`
+	Missing  int       `json:"missing"`
+	Latency  Quantiles `json:"latency"`
 	// ToAll: per change, until the last watcher of its SKU had it;
 	// ToFirst, until the first one did. ToFirst is the change, its
 	// announcement and the hub's pacing; ToAll minus ToFirst is the
 	// fan-out to every watcher.
 	ToAll   Quantiles `json:"toAll"`
 	ToFirst Quantiles `json:"toFirst"`
+	// Reserve: how long each change's reserve took to answer, which the
+	// latencies above include up to the moment Redis made the change.
+	Reserve Quantiles `json:"reserve"`
+	// ReserveWritten: how long each reserve took to leave the driver.
+	ReserveWritten Quantiles `json:"reserveWritten"`
 	// CPU seconds the servers (process_cpu_seconds_total, summed over
 	// targets) and this driver spent during the measured changes, per
 	// change: the cost of a delivery to every watcher, robust to a busy
@@ -121,6 +130,10 @@ type change struct {
 	At     time.Duration
 	Target int
 	OK     bool
+	// Wrote is how long after At the reserve was written to the server
+	// (the driver's own delay in getting it out), Answered how long after
+	// At its answer came.
+	Wrote, Answered time.Duration
 }
 
 // deliveryLatencies computes, for every successful change and every
@@ -390,7 +403,9 @@ func (w *watch) changePhase(ctx context.Context) error {
 	w.res.LoadAvg = loadAvg()
 	w.status("making %d changes at %.0f/s (%d SKU(s) each); load average %s", cfg.Changes, cfg.ChangeRate, perTick, w.res.LoadAvg)
 	counts := make([]int, len(w.skus))
-	oks := make([]bool, cfg.Changes*perTick) // written by the reserves, read after calls.Wait
+	oks := make([]bool, cfg.Changes*perTick)               // written by the reserves, read after calls.Wait
+	answered := make([]time.Duration, cfg.Changes*perTick) // likewise
+	wrote := make([]atomic.Int64, cfg.Changes*perTick)
 	var mu sync.Mutex
 	var calls sync.WaitGroup
 	_, _, serverCPU0 := d.serverMemory(ctx)
@@ -427,12 +442,17 @@ func (w *watch) changePhase(ctx context.Context) error {
 			c := d.clients[idx%len(d.clients)]
 			w.changes[idx].At = time.Since(w.start)
 			calls.Add(1)
+			at := w.changes[idx].At
+			rctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+				wrote[idx].Store(int64(time.Since(w.start) - at))
+			}})
 			go func() {
 				defer calls.Done()
-				r, ue, err := c.Reserve(ctx, bearer, ReserveInput{SKU: w.skus[sku], Quantity: 1,
+				r, ue, err := c.Reserve(rctx, bearer, ReserveInput{SKU: w.skus[sku], Quantity: 1,
 					IdempotencyKey: "flashsale-" + cfg.RunID + "-w" + strconv.Itoa(idx), HoldSeconds: int(cfg.Hold / time.Second)})
 				mu.Lock()
 				defer mu.Unlock()
+				answered[idx] = time.Since(w.start) - w.changes[idx].At
 				if err == nil && ue == nil {
 					oks[idx] = true
 					w.holds = append(w.holds, changeHold{bearer: bearer, token: r.Token, client: c})
@@ -443,7 +463,8 @@ func (w *watch) changePhase(ctx context.Context) error {
 	tick.Stop()
 	calls.Wait()
 	for i := range w.changes {
-		w.changes[i].OK = oks[i]
+		w.changes[i].OK, w.changes[i].Answered = oks[i], answered[i]
+		w.changes[i].Wrote = time.Duration(wrote[i].Load())
 	}
 
 	// Wait until every watcher reached the last target of its SKU, or the
@@ -484,6 +505,7 @@ func (w *watch) changePhase(ctx context.Context) error {
 		if wr.have {
 			skuOf = append(skuOf, wr.sku)
 			recv = append(recv, wr.recv)
+			w.res.Received += len(wr.recv)
 		}
 		wr.recv = nil
 		wr.mu.Unlock()
@@ -497,6 +519,15 @@ func (w *watch) changePhase(ctx context.Context) error {
 	lat, toAll, toFirst, missing := deliveryLatencies(w.changes, skuOf, recv)
 	w.res.Deliveries, w.res.Missing = len(lat), missing
 	w.res.Latency, w.res.ToAll, w.res.ToFirst, w.res.Latencies = quantiles(lat), quantiles(toAll), quantiles(toFirst), lat
+	reserves := make([]time.Duration, 0, len(w.changes))
+	wrotes := make([]time.Duration, 0, len(w.changes))
+	for _, c := range w.changes {
+		if c.OK {
+			reserves = append(reserves, c.Answered)
+			wrotes = append(wrotes, c.Wrote)
+		}
+	}
+	w.res.Reserve, w.res.ReserveWritten = quantiles(reserves), quantiles(wrotes)
 	w.status("change-to-watcher latency p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d missing",
 		w.res.Latency.P50ms, w.res.Latency.P99ms, w.res.Latency.MaxMs, missing)
 
