@@ -49,7 +49,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 		return Services{}, err
 	}
 	group := worker.NewGroup(worker.GroupConfig{Options: worker.Options{LeaseTTL: in.Config.LeaseTTL}}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
-	hub := live.NewHub(live.HubConfig{}, engine, in.Redis, in.Log, in.Registry)
+	hub := live.NewHub(live.HubConfig{Interval: in.Config.LiveInterval}, engine, in.Redis, in.Log, in.Registry)
 	return Services{
 		GraphQL: graphql.NewHandler(graphql.Config{
 			Engine:      engine,

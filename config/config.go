@@ -15,6 +15,7 @@ import (
 
 	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/resolvers"
 	"github.com/dropline/dropline/server/graphql"
 	"github.com/dropline/dropline/worker"
@@ -58,6 +59,7 @@ const (
 	EnvStreamInitTimeout  = "DROPLINE_STREAM_INIT_TIMEOUT"
 	EnvStreamPingInterval = "DROPLINE_STREAM_PING_INTERVAL"
 	EnvStreamWriteTimeout = "DROPLINE_STREAM_WRITE_TIMEOUT"
+	EnvLiveInterval       = "DROPLINE_LIVE_INTERVAL"
 
 	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
 	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
@@ -96,6 +98,7 @@ const (
 	DefaultStreamInitTimeout  = graphql.DefaultInitTimeout
 	DefaultStreamPingInterval = graphql.DefaultPingInterval
 	DefaultStreamWriteTimeout = graphql.DefaultWriteTimeout
+	DefaultLiveInterval       = live.DefaultInterval
 
 	// DevOrigin is the origin the playground is served from by `make run`;
 	// dev mode allows it for CORS in addition to DROPLINE_CORS_ORIGINS.
@@ -339,6 +342,14 @@ type Config struct {
 	// (DROPLINE_STREAM_WRITE_TIMEOUT). Default: 10s.
 	StreamWriteTimeout time.Duration
 
+	// LiveInterval is the shortest time between two deliveries of one SKU's
+	// stock to a live subscriber (DROPLINE_LIVE_INTERVAL): the first change
+	// after a quiet interval goes out at once, the changes within it are
+	// coalesced into one delivery of the newest when it ends. Default:
+	// 100ms; between 1ms and 1s. Shorter is fresher and costs more CPU
+	// while a watched SKU changes fast (a write per watcher per delivery).
+	LiveInterval time.Duration
+
 	// AdminAddr, when set, opens a second listener for operators with the Go
 	// profiler (net/http/pprof under /debug/pprof/) (DROPLINE_ADMIN_ADDR,
 	// host:port). Default: empty, no admin listener. It must be a loopback
@@ -382,6 +393,7 @@ func Default() Config {
 		StreamInitTimeout:       DefaultStreamInitTimeout,
 		StreamPingInterval:      DefaultStreamPingInterval,
 		StreamWriteTimeout:      DefaultStreamWriteTimeout,
+		LiveInterval:            DefaultLiveInterval,
 	}
 }
 
@@ -494,6 +506,7 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvStreamInitTimeout, &c.StreamInitTimeout)
 	dur(EnvStreamPingInterval, &c.StreamPingInterval)
 	dur(EnvStreamWriteTimeout, &c.StreamWriteTimeout)
+	dur(EnvLiveInterval, &c.LiveInterval)
 	str(EnvAdminAddr, &c.AdminAddr)
 	boolean(EnvAdminAllowRemote, &c.AdminAllowRemote)
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dropline/dropline/config"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/server/graphql"
 )
 
@@ -564,6 +565,24 @@ func TestWaitlistMax(t *testing.T) {
 	}
 	_, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvWaitlistMax: "many"}))
 	require.ErrorContains(t, err, config.EnvWaitlistMax)
+}
+
+func TestLiveInterval(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Equal(t, live.DefaultInterval, c.LiveInterval, "the live package's own default")
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvLiveInterval: "30ms"}))
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Millisecond, c.LiveInterval)
+	require.NoError(t, c.Validate())
+	for _, bad := range []string{"0", "500us", "2s"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvLiveInterval: bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvLiveInterval, bad)
+	}
+	_, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", config.EnvLiveInterval: "soon"}))
+	require.ErrorContains(t, err, config.EnvLiveInterval)
 }
 
 func TestTestCartPause(t *testing.T) {

@@ -197,6 +197,9 @@ func (c Config) Validate() error {
 	positive(EnvStreamInitTimeout, c.StreamInitTimeout, 100*time.Millisecond, DefaultStreamInitTimeout)
 	positive(EnvStreamPingInterval, c.StreamPingInterval, time.Second, DefaultStreamPingInterval)
 	positive(EnvStreamWriteTimeout, c.StreamWriteTimeout, 100*time.Millisecond, DefaultStreamWriteTimeout)
+	if c.LiveInterval < time.Millisecond || c.LiveInterval > time.Second {
+		add(EnvLiveInterval, "is %s: the live delivery interval must be between 1ms and 1s (default %s)", c.LiveInterval, DefaultLiveInterval)
+	}
 
 	if len(ps) > 0 {
 		return ps

@@ -25,12 +25,13 @@
 //
 // # Pacing and the last value
 //
-// Per SKU, the first change after a quiet Interval (100 ms) is delivered at
-// once; changes within the Interval are coalesced and the newest is delivered
-// when it ends (a trailing flush by one flusher goroutine for all SKUs). The
-// last value is therefore always delivered, at most Interval after the change
-// plus the fan-out time. Pacing is per SKU: a subscription of 50 SKUs may
-// receive 50 values per Interval.
+// Per SKU, the first change after a quiet Interval (100 ms by default) is
+// delivered at once; changes within the Interval are coalesced and the newest
+// is delivered when it ends (a trailing flush by one flusher goroutine for all
+// SKUs). The last value is therefore always delivered, at most Interval after
+// the change plus the fan-out time. Pacing is per SKU: a subscription of 50
+// SKUs may receive 50 values per Interval. The server takes the Interval from
+// its configuration (config.Config.LiveInterval).
 //
 // # Never blocking on a client
 //

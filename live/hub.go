@@ -20,11 +20,14 @@ import (
 // subscription needs the hub's goroutines to be fed and to be closed.
 var ErrNotRunning = errors.New("live availability is not running")
 
+// DefaultInterval is HubConfig.Interval's default.
+const DefaultInterval = 100 * time.Millisecond
+
 // HubConfig tunes the hub. Zero values take the defaults named on each field.
 type HubConfig struct {
 	// Interval is the shortest time between two deliveries of one SKU to a
 	// subscriber; changes in between are coalesced and the last one is always
-	// delivered when the interval ends. Default 100 ms.
+	// delivered when the interval ends. Default DefaultInterval.
 	Interval time.Duration
 	// MaxSKUs caps the SKUs of one subscription; default 50.
 	MaxSKUs int
@@ -50,7 +53,7 @@ type HubConfig struct {
 
 func (c *HubConfig) setDefaults() {
 	if c.Interval <= 0 {
-		c.Interval = 100 * time.Millisecond
+		c.Interval = DefaultInterval
 	}
 	if c.MaxSKUs <= 0 {
 		c.MaxSKUs = 50

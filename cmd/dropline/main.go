@@ -82,6 +82,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_STREAM_INIT_TIMEOUT         time to send connection_init (3s)
   DROPLINE_STREAM_PING_INTERVAL        ping and SSE keep-alive interval (15s)
   DROPLINE_STREAM_WRITE_TIMEOUT        bound on each websocket write (10s)
+  DROPLINE_LIVE_INTERVAL               shortest time between two deliveries of a SKU to a live subscriber, 1ms-1s (100ms)
   DROPLINE_SHUTDOWN_TIMEOUT  (15s)
   DROPLINE_LOG_LEVEL         (info)
   DROPLINE_LOG_FORMAT        json|console (json; console in dev mode)
