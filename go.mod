@@ -6,7 +6,6 @@ require (
 	github.com/99designs/gqlgen v0.17.98
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/coder/websocket v1.8.15
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.25.0

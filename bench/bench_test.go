@@ -50,7 +50,7 @@ func BenchmarkReserveOverhead(b *testing.B) {
 			tok, who := tokenFor(p, run, i), fmt.Sprintf("buyer-%d", i%1000)
 			res, err := reserve.EvalSha(f.ctx, f.rdb,
 				keys.ReserveKeys("OVH-HOT", tok, ""),
-				keys.Base(p), 86400, 100, 3_600_000, 300, "OVH-HOT", who, 1, 600_000, tok, "", "").Slice()
+				keys.Base(p), 86400, 100, 3_600_000, 300, "OVH-HOT", who, 1, 600_000, tok, "", "", "", "", "").Slice()
 			if err != nil {
 				return err
 			}

@@ -148,6 +148,14 @@
 // its WAIT instead (runReplicated), since WAIT must follow the write on its
 // connection.
 //
+// A reserve spends its principal's mutation budget (RateLimit, GCRA as
+// lib.lua's rate_check computes it) in the same run of reserve.lua, before
+// anything else of the request, so that with a single Redis a reserve is one
+// script run and not two. Where that cannot be (a cluster, whose budget keys
+// live in their own slots; a reserve with an idempotency key, whose claim
+// must not be made for a refused request; an input refused before any
+// script) it is spent first by rate_limit.lua, as every other mutation's.
+//
 // Replies are read in one place, replies.go: every code a script can answer
 // is a replyCode constant, and each reply shape has one decoder (a hold_reply,
 // begin_commit's attempt, reserve's rejections, ...). A hold, whether a

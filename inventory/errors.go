@@ -163,6 +163,7 @@ const (
 	CodeUnavailable          Code = "UNAVAILABLE"
 	CodeWaitlistFull         Code = "WAITLIST_FULL"
 	CodeDrawOnly             Code = "DRAW_ONLY"
+	CodeRateLimited          Code = "RATE_LIMITED"
 )
 
 // outcomes is the one table of business outcomes: each sentinel, its code,
@@ -190,6 +191,7 @@ var outcomes = []struct {
 	{ErrUnavailable, CodeUnavailable, ErrUnavailable.Error()},
 	{ErrWaitlistFull, CodeWaitlistFull, ErrWaitlistFull.Error()},
 	{ErrDrawOnly, CodeDrawOnly, ErrDrawOnly.Error()},
+	{ErrRateLimited, CodeRateLimited, ErrRateLimited.Error()},
 }
 
 // ErrorCode returns the business code of err, or "" when err is not a

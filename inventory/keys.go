@@ -183,23 +183,27 @@ func (k Keys) CartsPending(p int) string { return k.Base(p) + "cartpending" }
 // for callers that run the script on its own (the benchmarks).
 func (k Keys) ReserveKeys(sku, token, idemHash string) []string {
 	p := k.PartitionOf(sku)
-	r := k.reserveRequestKeys(p, sku, token, idemHash)
+	r := k.reserveRequestKeys(p, sku, token, idemHash, "")
 	return append(k.reserveBatchKeys(p, 1), r[:]...)
 }
 
 // reserveBatchKeys is the start of reserve.lua's KEYS, shared by every
 // request of a batch of partition p; reserveRequestKeys follow, per request.
 func (k Keys) reserveBatchKeys(p, requests int) []string {
-	keys := make([]string, 0, 2+5*requests)
+	keys := make([]string, 0, 2+6*requests)
 	return append(keys, k.Expiry(p), k.Outbox(p))
 }
 
 // reserveRequestKeys is one request's part of reserve.lua's KEYS: a new hold
 // of sku in partition p under token, with idempotency hash idemHash ("" when
 // the call has none: the record key is then a placeholder that is never
-// written).
-func (k Keys) reserveRequestKeys(p int, sku, token, idemHash string) [5]string {
-	return [5]string{k.skuIn(p, sku), k.Hold(p, token), k.quotaIn(p, sku), k.idempotencyIn(p, idemHash), k.channelIn(p, sku)}
+// written), spending the budget at budgetKey ("" when the run does not spend
+// one: a placeholder of the partition that is never touched).
+func (k Keys) reserveRequestKeys(p int, sku, token, idemHash, budgetKey string) [6]string {
+	if budgetKey == "" {
+		budgetKey = k.Base(p) + "nobudget"
+	}
+	return [6]string{k.skuIn(p, sku), k.Hold(p, token), k.quotaIn(p, sku), k.idempotencyIn(p, idemHash), k.channelIn(p, sku), budgetKey}
 }
 
 // tokenHoldKeys is the KEYS of begin_commit.lua and release_hold.lua, whose

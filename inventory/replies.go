@@ -38,6 +38,8 @@ const (
 	codeSaleNotActive        replyCode = "SALE_NOT_ACTIVE"
 	codeQuotaExceeded        replyCode = "QUOTA_EXCEEDED"
 	codeOutOfStock           replyCode = "OUT_OF_STOCK"
+	// reserve.lua, when it spends the principal's budget: {code, retry_after seconds}.
+	codeRateLimited replyCode = "RATE_LIMITED"
 	// reserve.lua: deciding one request of a batch raised an error,
 	// {code, message}; the batch's other requests have their own replies.
 	codeReserveError replyCode = "ERR"
@@ -87,6 +89,10 @@ func (r reply) code() replyCode { return replyCode(r.str(0)) }
 
 // missingSKU is the SKU of a NEEDS_HYDRATION reply: {NEEDS_HYDRATION, sku}.
 func (r reply) missingSKU() string { return r.str(1) }
+
+// retryAfter is the seconds to wait of a RATE_LIMITED reply of reserve.lua,
+// {RATE_LIMITED, retry_after, "", 0}, as a string.
+func (r reply) retryAfter() string { return r.str(1) }
 
 // holdReply is lib.lua's hold_reply: {code, token, sku, who, qty, status,
 // expires_ms, created_ms, committed_ms, ended_ms, replayed, extensions}.

@@ -25,6 +25,12 @@ type ReserveRequest struct {
 	IdempotencyKey string
 	// HoldFor is how long the hold lasts; 0 means the configured default.
 	HoldFor time.Duration
+	// RateLimit, when set, is the caller's mutation budget: the reserve
+	// spends one unit of it before anything else, and is refused with
+	// *RateLimitedError when none is left. With a single Redis it is spent
+	// in the same run of reserve.lua that decides the reserve; otherwise
+	// (see spendFirst) in its own script just before.
+	RateLimit *RateLimit
 }
 
 var (
@@ -76,7 +82,19 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	defer func() { e.metrics.outcome("reserve", err) }()
 	hold, err := e.checkReserve(p, req)
 	if err != nil {
+		if req.RateLimit != nil {
+			if lerr := e.spendFirst(ctx, *req.RateLimit); lerr != nil {
+				return Reservation{}, lerr
+			}
+		}
 		return Reservation{}, err
+	}
+	budget := req.RateLimit
+	if budget != nil && (req.IdempotencyKey != "" || !e.foldsRateLimit()) {
+		if err := e.spendFirst(ctx, *budget); err != nil {
+			return Reservation{}, err
+		}
+		budget = nil
 	}
 	var idem, fp string
 	if req.IdempotencyKey != "" {
@@ -92,9 +110,14 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		// it belongs to a drop this process had not heard of.
 		partition = e.keys.PartitionOf(req.SKU)
 		token := newToken(partition)
+		budgetKey := ""
+		if budget != nil {
+			budgetKey = budget.Key
+		}
+		l := budget.args()
 		return &reserveCall{
-			keys: e.keys.reserveRequestKeys(partition, req.SKU, token, idem),
-			args: [7]any{req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem},
+			keys: e.keys.reserveRequestKeys(partition, req.SKU, token, idem, budgetKey),
+			args: [10]any{req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem, l[0], l[1], l[2]},
 		}
 	}
 	// A SKU of a drop may need the drop's other SKUs rebuilt too: each at
@@ -115,6 +138,8 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 				}
 			}
 			return res.hold().reservation(), nil
+		case codeRateLimited:
+			return Reservation{}, rateLimited(res.retryAfter())
 		case codeNeedsHydration:
 			missing := res.missingSKU()
 			if rebuilt[missing] {

@@ -56,8 +56,8 @@ type reserveQueue struct {
 // ARGV, and, once done is closed, its reply or the batch's error. left says
 // its caller stopped waiting: a batch that has not left yet drops it.
 type reserveCall struct {
-	keys [5]string
-	args [7]any
+	keys [6]string
+	args [10]any
 	done chan struct{}
 	res  reply
 	err  error
@@ -129,7 +129,7 @@ func (e *Engine) drainReserves(ctx context.Context, p int, q *reserveQueue) {
 // reserveScriptArgs is reserve.lua's KEYS and ARGV for a batch of partition p.
 func (e *Engine) reserveScriptArgs(p int, calls []*reserveCall) ([]string, []any) {
 	keys := e.keys.reserveBatchKeys(p, len(calls))
-	args := make([]any, 0, 5+7*len(calls))
+	args := make([]any, 0, 5+10*len(calls))
 	args = append(args, e.keys.Base(p), int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity,
 		e.cfg.MaxHold.Milliseconds(), int64(e.cfg.RejectionTTL.Seconds()))
 	for _, c := range calls {

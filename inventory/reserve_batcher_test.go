@@ -36,8 +36,8 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 	calls := make([]*reserveCall, len(buyers))
 	for i, who := range buyers {
 		tok := newToken(p)
-		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "BATCH", tok, ""),
-			args: [7]any{"BATCH", who, 1, int64(60_000), tok, "", ""}}
+		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "BATCH", tok, "", ""),
+			args: [10]any{"BATCH", who, 1, int64(60_000), tok, "", "", "", "", ""}}
 	}
 	keys, args := e.reserveScriptArgs(p, calls)
 	res, err := e.run(ctx, lua.Reserve, keys, args...)
@@ -138,8 +138,8 @@ func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
 	e.batches.parts = map[int]*reserveQueue{p: q}
 	e.batches.mu.Unlock()
 	tok := newToken(p)
-	call := &reserveCall{keys: e.keys.reserveRequestKeys(p, "LEFT", tok, ""),
-		args: [7]any{"LEFT", "alice", 1, int64(60_000), tok, "", ""}}
+	call := &reserveCall{keys: e.keys.reserveRequestKeys(p, "LEFT", tok, "", ""),
+		args: [10]any{"LEFT", "alice", 1, int64(60_000), tok, "", "", "", "", ""}}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = e.reserveInBatch(cctx, p, call)
@@ -172,8 +172,8 @@ func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
 	require.NoError(t, r.Client.HSet(ctx, e.keys.skuIn(p, "BROKEN"), "gen", "1").Err())
 	tok, bad := newToken(p), newToken(p)
 	calls := []*reserveCall{
-		{keys: e.keys.reserveRequestKeys(p, "GOOD", tok, ""), args: [7]any{"GOOD", "alice", 1, int64(60_000), tok, "", ""}, done: make(chan struct{})},
-		{keys: e.keys.reserveRequestKeys(p, "BROKEN", bad, ""), args: [7]any{"BROKEN", "bob", 1, int64(60_000), bad, "", ""}, done: make(chan struct{})},
+		{keys: e.keys.reserveRequestKeys(p, "GOOD", tok, "", ""), args: [10]any{"GOOD", "alice", 1, int64(60_000), tok, "", "", "", "", ""}, done: make(chan struct{})},
+		{keys: e.keys.reserveRequestKeys(p, "BROKEN", bad, "", ""), args: [10]any{"BROKEN", "bob", 1, int64(60_000), bad, "", "", "", "", ""}, done: make(chan struct{})},
 	}
 	e.runReserveBatch(ctx, p, calls)
 	require.NoError(t, calls[0].err, "the request before the broken one")

@@ -39,9 +39,49 @@ local function drop_key(base, drop)
   return base .. 'drop:' .. drop
 end
 
-local function now_ms()
-  local t = redis.call('TIME')
+-- now_ms is Redis' clock in milliseconds; t, when given, is a reply of TIME
+-- the script already has.
+local function now_ms(t)
+  t = t or redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The per-principal mutation budget is GCRA, computed as the go-redis
+-- redis_rate limiter computes it (its key holds the theoretical arrival time,
+-- in seconds since 2017, as a float, and expires once the budget is full
+-- again), so every instance and every script agree on one budget.
+-- rate_now is Redis' clock as that algorithm counts it, from a TIME reply.
+local function rate_now(t)
+  return (t[1] - 1483228800) + (t[2] / 1000000)
+end
+
+-- rate_check says whether one more mutation fits the budget at key (burst,
+-- rate per period seconds) at time now (rate_now). It writes nothing: it
+-- returns true and the new arrival time and reset delay for rate_spend, or
+-- false and how many seconds to wait (a string, as redis_rate answers it).
+local function rate_check(key, burst, rate, period, now)
+  local emission_interval = period / rate
+  local burst_offset = emission_interval * burst
+  local tat = redis.call('GET', key)
+  if not tat then
+    tat = now
+  else
+    tat = tonumber(tat)
+  end
+  tat = math.max(tat, now)
+  local new_tat = tat + emission_interval
+  local diff = now - (new_tat - burst_offset)
+  if diff / emission_interval < 0 then
+    return false, tostring(diff * -1)
+  end
+  return true, new_tat, new_tat - now
+end
+
+-- rate_spend records a mutation rate_check allowed.
+local function rate_spend(key, new_tat, reset_after)
+  if reset_after > 0 then
+    redis.call('SET', key, new_tat, 'EX', math.ceil(reset_after))
+  end
 end
 
 -- is_int reports whether s is a decimal integer within [lo, hi].

@@ -63,6 +63,8 @@ const (
 	ExtendCart = "extend_cart"
 	// ApplyDraw writes one batch of a draw's result: winners' holds, losers' places.
 	ApplyDraw = "apply_draw"
+	// RateLimit spends one unit of a principal's mutation budget.
+	RateLimit = "rate_limit"
 )
 
 // Names of the worker group's lease scripts.
@@ -79,7 +81,7 @@ const (
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
 var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, ApplyDrop, DueHolds,
-	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart, ApplyDraw}
+	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart, ApplyDraw, RateLimit}
 
 // Leases lists the worker group's lease scripts.
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}

@@ -4,21 +4,26 @@
 --
 -- KEYS[1]  {p}expiry             HELD tokens by expiry (ms)
 -- KEYS[2]  {p}outbox             the partition's event stream
--- then five keys per request i = 0..n-1, at KEYS[3+5i] .. KEYS[7+5i]:
+-- then six keys per request i = 0..n-1, at KEYS[3+6i] .. KEYS[8+6i]:
 --          {p}sku:<sku>          stock hash (total avail held sold max start end ver seq upd gen)
 --          {p}hold:<token>       the hold this request creates
 --          {p}quota:<sku>        units each principal holds or bought of this SKU (field: principal)
 --          {p}idem:<hash>        idempotency record (a placeholder key when there is none)
 --          {p}avail:<sku>        the SKU's announce channel
+--          rate:...:<principal>  the principal's mutation budget (see rate_limit.lua), when
+--                                this run spends it; a placeholder key of the partition,
+--                                never touched, when it does not. Only a single Redis is
+--                                given a budget here: on a cluster it lives in another slot.
 -- ARGV[1]  partition base, for the keys derived here (e.g. "dl:{p07}:"): the hold an
 --          idempotency record names (read from the record, so the caller cannot know it); and
 --          for a SKU of a drop (its stock hash names the drop), the drop's hash and the stock
 --          and quota hashes of each of the drop's SKUs (at most 100, listed in the drop's hash)
 -- ARGV[2]  idempotency TTL seconds    ARGV[3] max quantity per call
 -- ARGV[4]  max hold milliseconds      ARGV[5] rejection TTL seconds (how long a rejection replays)
--- then seven arguments per request i, at ARGV[6+7i] .. ARGV[12+7i]:
+-- then ten arguments per request i, at ARGV[6+10i] .. ARGV[15+10i]:
 --          sku, principal, quantity, hold milliseconds, token,
---          request fingerprint ("" when the call has no idempotency key), idempotency hash ("" when none)
+--          request fingerprint ("" when the call has no idempotency key), idempotency hash ("" when none),
+--          the budget's burst, rate and period in seconds ("" "" "" when this run does not spend it)
 --
 -- The new hold carries the SKU's generation (see sku_gen in lib.lua).
 --
@@ -28,7 +33,8 @@
 -- own and is right whatever released, sold or rebuilt any of them.
 --
 -- Returns one reply per request, in order: hold_reply('OK', ...) on success or
--- replay, or a rejection {code, a, b, replayed}: INVALID_INPUT {field, reason},
+-- replay, or a rejection {code, a, b, replayed}: RATE_LIMITED {retry_after seconds}
+-- (the budget is spent: nothing else was looked at), INVALID_INPUT {field, reason},
 -- IDEMPOTENCY_KEY_REUSED, NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop
 -- itself, is not in Redis: rebuild the SKU named from Postgres, which brings its drop too, and
 -- retry), SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
@@ -46,39 +52,29 @@
 -- (ERR): the callers of the others get their answers. Only the announcement is shared:
 -- each SKU the batch changed is announced once, after the last request. A
 -- retried batch (same tokens) replays the holds it made.
+--
+-- A request that carries its principal's budget spends it here, first, as
+-- rate_limit.lua would have just before (a refused one is answered
+-- RATE_LIMITED and nothing else happens), so a reserve is one script run
+-- and not two. Every decided request spends one unit, as a mutation does;
+-- one that finds its hold made already (a retried batch) or must wait for a
+-- rebuild (NEEDS_HYDRATION: the engine calls again, and that call spends)
+-- does not.
 
 local base = ARGV[1]
 local expiry, outbox = KEYS[1], KEYS[2]
 local idem_ttl, max_qty, max_hold, rejection_ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local now = now_ms()
+local clock = redis.call('TIME')
+local now = now_ms(clock)
+local rate_clock = rate_now(clock)
 
--- reserve_one decides one request; k is its five keys, a its seven arguments.
--- It returns the request's reply, and its SKU's stock hash and channel when
--- it changed the stock.
-local function reserve_one(k, a)
+-- reserve_new decides a request that made no hold yet, after its budget
+-- allowed it: k is its six keys, a its ten arguments, qty its quantity. It
+-- returns the request's reply, and its SKU's stock hash and channel when it
+-- changed the stock.
+local function reserve_new(k, a, qty)
   local sku_key, hold, quota, idem_rec, channel = k[1], k[2], k[3], k[4], k[5]
   local sku, who, token, fp, idem = a[1], a[2], a[5], a[6], a[7]
-
-  -- 1. Validate.
-  if not is_int(a[3], 1, tonumber(max_qty)) then
-    return { 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. max_qty, 0 }
-  end
-  if not is_int(a[4], 1000, tonumber(max_hold)) then
-    return { 'INVALID_INPUT', 'holdSeconds', 'out of range', 0 }
-  end
-  if sku == '' or who == '' or token == '' then
-    return { 'INVALID_INPUT', 'input', 'sku, principal and token are required', 0 }
-  end
-  local qty = tonumber(a[3])
-
-  -- A retry of this very call (the reply was lost) finds its own hold.
-  local mine = hash_get(hold)
-  if mine then
-    if mine['who'] ~= who or mine['sku'] ~= sku then
-      return { 'INVALID_INPUT', 'token', 'token already used', 0 }
-    end
-    return hold_reply('OK', token, mine, 1)
-  end
 
   -- 2. Idempotency: replay the first outcome, refuse a different request.
   if fp ~= '' then
@@ -171,12 +167,55 @@ local function reserve_one(k, a)
   return hold_reply('OK', token, h, 0), sku_key, channel
 end
 
+-- reserve_one decides one request: k is its six keys, a its ten arguments.
+-- It returns what reserve_new returns.
+local function reserve_one(k, a)
+  local hold, budget = k[2], k[6]
+  local sku, who, token = a[1], a[2], a[5]
+
+  -- 1. Validate.
+  if not is_int(a[3], 1, tonumber(max_qty)) then
+    return { 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. max_qty, 0 }
+  end
+  if not is_int(a[4], 1000, tonumber(max_hold)) then
+    return { 'INVALID_INPUT', 'holdSeconds', 'out of range', 0 }
+  end
+  if sku == '' or who == '' or token == '' then
+    return { 'INVALID_INPUT', 'input', 'sku, principal and token are required', 0 }
+  end
+
+  -- A retry of this very call (the reply was lost) finds its own hold.
+  local mine = hash_get(hold)
+  if mine then
+    if mine['who'] ~= who or mine['sku'] ~= sku then
+      return { 'INVALID_INPUT', 'token', 'token already used', 0 }
+    end
+    return hold_reply('OK', token, mine, 1)
+  end
+
+  -- 1b. The principal's budget, when this run spends it.
+  if a[8] == '' then
+    return reserve_new(k, a, tonumber(a[3]))
+  end
+  local ok, tat, reset = rate_check(budget, a[8], a[9], a[10], rate_clock)
+  if not ok then
+    return { 'RATE_LIMITED', tat, '', 0 }
+  end
+  local r, sku_key, channel = reserve_new(k, a, tonumber(a[3]))
+  if r[1] ~= 'NEEDS_HYDRATION' then
+    rate_spend(budget, tat, reset)
+  end
+  return r, sku_key, channel
+end
+
 local replies, changed, order = {}, {}, {}
-local n = (#KEYS - 2) / 5
+local n = (#KEYS - 2) / 6
 for i = 0, n - 1 do
-  local k = { KEYS[3 + 5 * i], KEYS[4 + 5 * i], KEYS[5 + 5 * i], KEYS[6 + 5 * i], KEYS[7 + 5 * i] }
-  local ai = 6 + 7 * i
-  local a = { ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6] }
+  local ki = 3 + 6 * i
+  local k = { KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4], KEYS[ki + 5] }
+  local ai = 6 + 10 * i
+  local a = { ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6],
+    ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9] }
   local ok, r, sku_key, channel = pcall(reserve_one, k, a)
   if not ok then
     -- An error fails this request alone; the requests before it are

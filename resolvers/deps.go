@@ -37,12 +37,23 @@ func principal(ctx context.Context) (inventory.Principal, bool, error) {
 // mutationCaller admits a mutation: it needs a verified principal and a
 // unit of that principal's rate budget. A refusal is a userError.
 func (d *deps) mutationCaller(ctx context.Context) (inventory.Principal, *model.UserError) {
-	p, ok, err := principal(ctx)
-	if err != nil || !ok {
-		return inventory.Principal{}, &model.UserError{Code: model.ErrorCodeUnauthenticated, Message: unauthenticatedMessage(ctx)}
+	p, refused := d.reserveCaller(ctx)
+	if refused != nil {
+		return p, refused
 	}
 	if allowed, retry := d.limiter.allow(ctx, p.ID); !allowed {
 		return inventory.Principal{}, rateLimitedError(retry)
+	}
+	return p, nil
+}
+
+// reserveCaller is mutationCaller without the budget: a reserve spends it
+// in the engine (inventory.ReserveRequest.RateLimit), in the same Redis
+// script run as the reserve itself.
+func (d *deps) reserveCaller(ctx context.Context) (inventory.Principal, *model.UserError) {
+	p, ok, err := principal(ctx)
+	if err != nil || !ok {
+		return inventory.Principal{}, &model.UserError{Code: model.ErrorCodeUnauthenticated, Message: unauthenticatedMessage(ctx)}
 	}
 	return p, nil
 }

@@ -30,6 +30,8 @@
 // completes).
 //
 // Redis keys, under the engine's prefix P: "rate:"+P+"mutations:<principal>"
-// for the rate limiter (redis_rate adds its own "rate:" in front and
-// expires its keys).
+// for the rate limiter (the key redis_rate would use for the same budget;
+// it expires once the budget is full again). A reserve spends its budget in
+// the engine, in the same script run as the reserve when Redis is a single
+// node; every other mutation spends it first, in a script of its own.
 package resolvers

@@ -93,6 +93,10 @@ func queryError(err error) error {
 // non-nil error only when err is not a business outcome: that is a real
 // failure and goes to the error presenter.
 func userError(err error) (*model.UserError, error) {
+	var limited *inventory.RateLimitedError
+	if errors.As(err, &limited) {
+		return rateLimitedError(limited.RetryAfter), nil
+	}
 	code, message, ok := outcome(err)
 	if !ok {
 		return nil, internal(err)

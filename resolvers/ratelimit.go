@@ -2,51 +2,62 @@ package resolvers
 
 import (
 	"context"
+	"errors"
 	"time"
 
-	"github.com/go-redis/redis_rate/v10"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/dropline/dropline/inventory"
 )
 
 // mutationLimiter is the per-principal mutation budget, a GCRA limiter in
-// Redis (redis_rate), so every Dropline instance shares one budget per
-// principal. redis_rate puts its own "rate:" before our key; the keys
-// expire on their own once the budget is full again.
+// Redis (inventory.RateLimit), so every Dropline instance shares one budget
+// per principal. Its keys expire on their own once the budget is full again.
 type mutationLimiter struct {
-	rl     *redis_rate.Limiter
-	limit  redis_rate.Limit
+	engine *inventory.Engine
+	limits Limits
 	prefix string
 	off    bool
 }
 
-func newMutationLimiter(rdb redis.UniversalClient, prefix string, l Limits) *mutationLimiter {
-	// The limiter asks Redis once per mutation, right before the mutation's
-	// own script: through the client's autopipeliner, concurrent requests'
-	// checks travel to Redis together, like their reserves.
-	c := redis.UniversalClient(rdb)
-	if ap, err := rdb.AutoPipeline(); err == nil {
-		c = ap
-	}
+func newMutationLimiter(engine *inventory.Engine, prefix string, l Limits) *mutationLimiter {
 	return &mutationLimiter{
-		rl:     redis_rate.NewLimiter(c),
-		limit:  redis_rate.Limit{Rate: l.MutationRate, Period: l.MutationPeriod, Burst: l.MutationBurst},
-		prefix: prefix + "mutations:",
+		engine: engine,
+		limits: l,
+		prefix: "rate:" + prefix + "mutations:",
 		off:    l.MutationRate < 0,
 	}
 }
 
+// budget is principal's budget, or nil when the limit is off. A reserve is
+// given it (inventory.ReserveRequest.RateLimit) and spends it in its own
+// script run; every other mutation asks allow first.
+func (m *mutationLimiter) budget(principal string) *inventory.RateLimit {
+	if m.off {
+		return nil
+	}
+	return &inventory.RateLimit{Key: m.prefix + principal, Rate: m.limits.MutationRate,
+		Period: m.limits.MutationPeriod, Burst: m.limits.MutationBurst}
+}
+
 // allow spends one unit of principal's budget. When Redis cannot be asked
 // the mutation goes ahead (the engine will report Redis trouble itself):
-// a limiter outage must not become a full outage.
+// a limiter outage must not become a full outage. The request goes to Redis
+// through the client's autopipeliner, so concurrent requests' checks travel
+// together.
 func (m *mutationLimiter) allow(ctx context.Context, principal string) (ok bool, retryAfter time.Duration) {
-	if m.off {
+	l := m.budget(principal)
+	if l == nil {
 		return true, 0
 	}
-	res, err := m.rl.Allow(ctx, m.prefix+principal, m.limit)
-	if err != nil {
-		zerolog.Ctx(ctx).Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
+	err := m.engine.SpendRateLimit(ctx, *l)
+	var limited *inventory.RateLimitedError
+	switch {
+	case err == nil:
 		return true, 0
+	case errors.As(err, &limited):
+		return false, limited.RetryAfter
 	}
-	return res.Allowed > 0, res.RetryAfter
+	zerolog.Ctx(ctx).Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
+	return true, 0
 }

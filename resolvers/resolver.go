@@ -6,21 +6,18 @@ import (
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/graph"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
 )
 
-// Config is what New needs. Engine and Redis are required; every limit has
-// a default for its zero value.
+// Config is what New needs. Engine is required; every limit has a default
+// for its zero value.
 type Config struct {
-	// Engine answers every query and mutation. Required.
+	// Engine answers every query and mutation, and keeps the mutation rate
+	// limiter's state in Redis under its key prefix. Required.
 	Engine *inventory.Engine
-	// Redis stores the rate limiter's state, under the engine's key
-	// prefix. Required.
-	Redis redis.UniversalClient
 	// Live fans stock changes out to subscriptions. Nil leaves the
 	// Subscription fields answering UNAVAILABLE (queries and mutations
 	// still work). The caller starts and stops it.
@@ -86,8 +83,8 @@ type Resolver struct {
 // New builds the resolver tree. It panics when a required dependency is
 // missing, as that is a wiring bug found at start-up.
 func New(cfg Config) *Resolver {
-	if cfg.Engine == nil || cfg.Redis == nil {
-		panic("resolvers.New: Engine and Redis are required")
+	if cfg.Engine == nil {
+		panic("resolvers.New: Engine is required")
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	if cfg.ReservationRecheck <= 0 {
@@ -97,7 +94,7 @@ func New(cfg Config) *Resolver {
 	return &Resolver{deps: &deps{
 		engine:  cfg.Engine,
 		limits:  cfg.Limits,
-		limiter: newMutationLimiter(cfg.Redis, prefix, cfg.Limits),
+		limiter: newMutationLimiter(cfg.Engine, prefix, cfg.Limits),
 		hub:     cfg.Live,
 		recheck: cfg.ReservationRecheck,
 		sm:      newSubscriptionMetrics(cfg.Registerer),

@@ -37,14 +37,20 @@ func (r *dropResolver) Products(ctx context.Context, obj *model.Drop) ([]*model.
 // Reserve is the resolver for the reserve field.
 func (r *mutationResolver) Reserve(ctx context.Context, input model.ReserveInput) (*model.ReservePayload, error) {
 	out := &model.ReservePayload{UserErrors: []*model.UserError{}}
-	p, refused := r.deps.mutationCaller(ctx)
+	p, refused := r.deps.reserveCaller(ctx)
 	if refused != nil {
 		out.UserErrors = append(out.UserErrors, refused)
 		return out, nil
 	}
-	req := inventory.ReserveRequest{SKU: input.Sku, Quantity: input.Quantity, IdempotencyKey: deref(input.IdempotencyKey)}
+	req := inventory.ReserveRequest{SKU: input.Sku, Quantity: input.Quantity, IdempotencyKey: deref(input.IdempotencyKey),
+		RateLimit: r.deps.limiter.budget(p.ID)}
 	if input.HoldSeconds != nil {
 		if *input.HoldSeconds < 1 {
+			// Spent as by any mutation, before the input is looked at.
+			if allowed, retry := r.deps.limiter.allow(ctx, p.ID); !allowed {
+				out.UserErrors = append(out.UserErrors, rateLimitedError(retry))
+				return out, nil
+			}
 			// 0 would mean "the default" to the engine; the client asked for none.
 			return r.reserveFailed(out, &inventory.InvalidInputError{Field: "holdSeconds", Reason: "must be at least 1"})
 		}

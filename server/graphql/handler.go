@@ -24,8 +24,8 @@ import (
 type Config struct {
 	// Engine answers every query and mutation. Required.
 	Engine *inventory.Engine
-	// Redis stores persisted queries and rate-limit state, under the
-	// engine's key prefix. Required.
+	// Redis stores persisted queries, under the engine's key prefix.
+	// Required.
 	Redis redis.UniversalClient
 	// Verifier checks bearer tokens; NewHandler applies auth.Middleware with
 	// it, so the handler is safe to mount anywhere. Required.
@@ -138,7 +138,6 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	sm := newStreamMetrics(cfg.Registerer)
 	res := resolvers.New(resolvers.Config{
 		Engine: cfg.Engine,
-		Redis:  cfg.Redis,
 		Live:   cfg.Live,
 		Limits: resolvers.Limits{
 			PageSize:       cfg.Limits.PageSize,

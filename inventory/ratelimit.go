@@ -1,0 +1,105 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/lua"
+)
+
+// ErrRateLimited means the principal has spent its mutation budget for now.
+var ErrRateLimited = errors.New("too many mutations")
+
+// RateLimit is one principal's mutation budget: GCRA, Rate mutations per
+// Period on average and bursts of up to Burst, kept in Redis under Key so
+// that every instance shares it. It is the algorithm and the stored form of
+// the go-redis redis_rate limiter (lib.lua's rate_check), so a budget spent
+// by one script is seen by the other.
+type RateLimit struct {
+	Key    string
+	Rate   int
+	Period time.Duration
+	Burst  int
+}
+
+// args is the budget as the scripts take it: burst, rate, period in seconds.
+func (l *RateLimit) args() [3]any {
+	if l == nil {
+		return [3]any{"", "", ""}
+	}
+	return [3]any{l.Burst, l.Rate, l.Period.Seconds()}
+}
+
+// RateLimitedError refuses a mutation whose principal has no budget left,
+// and says when one more would fit.
+type RateLimitedError struct {
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("too many mutations: retry in %s", e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrRateLimited) true.
+func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimited }
+
+// rateLimited decodes the seconds to wait that a script answered.
+func rateLimited(retryAfter string) error {
+	f, err := strconv.ParseFloat(retryAfter, 64)
+	if err != nil {
+		return fmt.Errorf("rate limit: unreadable retry delay %q: %w", retryAfter, err)
+	}
+	return &RateLimitedError{RetryAfter: time.Duration(f * float64(time.Second))}
+}
+
+// SpendRateLimit spends one unit of a budget in its own script run
+// (rate_limit.lua, through the autopipeliner): nil when the mutation may go
+// ahead, *RateLimitedError when it may not, or ErrUnavailable when Redis
+// could not be asked. A reserve given its budget (ReserveRequest.RateLimit)
+// spends it itself, in the same run of reserve.lua when it can.
+func (e *Engine) SpendRateLimit(ctx context.Context, l RateLimit) error {
+	a := l.args()
+	res, err := e.scripts[lua.RateLimit].Run(ctx, e.hot, []string{l.Key}, a[:]...).Slice()
+	if err != nil {
+		return unavailable("running "+lua.RateLimit, err)
+	}
+	if len(res) == 0 {
+		return fmt.Errorf("script %s returned nothing", lua.RateLimit)
+	}
+	if n, _ := res[0].(int64); n == 1 {
+		return nil
+	}
+	if len(res) < 2 {
+		return fmt.Errorf("script %s answered %v", lua.RateLimit, res)
+	}
+	s, _ := res[1].(string)
+	return rateLimited(s)
+}
+
+// spendFirst spends a reserve's budget on its own, before anything else of
+// the reserve, where reserve.lua cannot spend it: the request is invalid
+// (refused before any script), carries an idempotency key (whose claim must
+// not be made for a refused request), or Redis is a cluster (where the
+// budget's key lives in another slot than the SKU's). When Redis cannot be
+// asked, the reserve goes ahead: a limiter outage must not become a full
+// outage (the reserve reports Redis trouble itself).
+func (e *Engine) spendFirst(ctx context.Context, l RateLimit) error {
+	err := e.SpendRateLimit(ctx, l)
+	if err != nil && !errors.Is(err, ErrRateLimited) {
+		e.log.Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
+		return nil
+	}
+	return err
+}
+
+// foldsRateLimit says whether reserve.lua can spend a budget in the same
+// run: only a single Redis holds the budget's key next to the SKU's.
+func (e *Engine) foldsRateLimit() bool {
+	_, cluster := e.rdb.(*redis.ClusterClient)
+	return !cluster
+}
