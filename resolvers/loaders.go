@@ -3,6 +3,7 @@ package resolvers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/vikstrous/dataloadgen"
@@ -12,11 +13,16 @@ import (
 
 // loaders are per request: they batch the stock of every product on a page
 // into one StockMany call (one Redis round trip) and cache it for the
-// request only, so no request sees another's data.
+// request only, so no request sees another's data. Each is made when a
+// resolver first asks for it: most operations (a reserve, a commit) use
+// none.
 type loaders struct {
-	stock   *dataloadgen.Loader[string, *inventory.Stock]
-	product *dataloadgen.Loader[string, *inventory.Product]
-	drop    *dataloadgen.Loader[string, *inventory.Drop]
+	engine *inventory.Engine
+
+	stockOnce, productOnce, dropOnce sync.Once
+	stockL                           *dataloadgen.Loader[string, *inventory.Stock]
+	productL                         *dataloadgen.Loader[string, *inventory.Product]
+	dropL                            *dataloadgen.Loader[string, *inventory.Drop]
 }
 
 type loadersKey struct{}
@@ -26,46 +32,71 @@ type loadersKey struct{}
 const loaderWait = 2 * time.Millisecond
 
 func withLoaders(ctx context.Context, e *inventory.Engine) context.Context {
-	l := &loaders{
-		stock: dataloadgen.NewLoader(func(ctx context.Context, skus []string) ([]*inventory.Stock, []error) {
-			out, err := e.StockMany(ctx, skus)
+	return context.WithValue(ctx, loadersKey{}, &loaders{engine: e})
+}
+
+func (l *loaders) stock() *dataloadgen.Loader[string, *inventory.Stock] {
+	l.stockOnce.Do(func() { l.stockL = l.newStock() })
+	return l.stockL
+}
+
+func (l *loaders) product() *dataloadgen.Loader[string, *inventory.Product] {
+	l.productOnce.Do(func() { l.productL = l.newProduct() })
+	return l.productL
+}
+
+func (l *loaders) drop() *dataloadgen.Loader[string, *inventory.Drop] {
+	l.dropOnce.Do(func() { l.dropL = l.newDrop() })
+	return l.dropL
+}
+
+func (l *loaders) newStock() *dataloadgen.Loader[string, *inventory.Stock] {
+	e := l.engine
+	return dataloadgen.NewLoader(func(ctx context.Context, skus []string) ([]*inventory.Stock, []error) {
+		out, err := e.StockMany(ctx, skus)
+		if err != nil {
+			return nil, []error{fmt.Errorf("loading stock: %w", err)}
+		}
+		return out, nil
+	}, dataloadgen.WithWait(loaderWait))
+}
+
+// newProduct: the engine has no batch product read yet, so this loader only
+// de-duplicates (a page of reservations of one SKU reads it once).
+func (l *loaders) newProduct() *dataloadgen.Loader[string, *inventory.Product] {
+	e := l.engine
+	return dataloadgen.NewLoader(func(ctx context.Context, skus []string) ([]*inventory.Product, []error) {
+		out := make([]*inventory.Product, len(skus))
+		errs := make([]error, len(skus))
+		for i, sku := range skus {
+			p, err := e.Product(ctx, sku)
 			if err != nil {
-				return nil, []error{fmt.Errorf("loading stock: %w", err)}
+				errs[i] = err
+				continue
 			}
-			return out, nil
-		}, dataloadgen.WithWait(loaderWait)),
-		// The engine has no batch product read yet: this loader only
-		// de-duplicates (a page of reservations of one SKU reads it once).
-		product: dataloadgen.NewLoader(func(ctx context.Context, skus []string) ([]*inventory.Product, []error) {
-			out := make([]*inventory.Product, len(skus))
-			errs := make([]error, len(skus))
-			for i, sku := range skus {
-				p, err := e.Product(ctx, sku)
-				if err != nil {
-					errs[i] = err
-					continue
-				}
-				out[i] = &p
+			out[i] = &p
+		}
+		return out, errs
+	}, dataloadgen.WithWait(loaderWait))
+}
+
+// newDrop: drops are few, so this loader de-duplicates (a page of one
+// drop's products reads it once).
+func (l *loaders) newDrop() *dataloadgen.Loader[string, *inventory.Drop] {
+	e := l.engine
+	return dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]*inventory.Drop, []error) {
+		out := make([]*inventory.Drop, len(ids))
+		errs := make([]error, len(ids))
+		for i, id := range ids {
+			d, err := e.Drop(ctx, id)
+			if err != nil {
+				errs[i] = err
+				continue
 			}
-			return out, errs
-		}, dataloadgen.WithWait(loaderWait)),
-		// Drops are few: this loader de-duplicates (a page of one drop's
-		// products reads it once).
-		drop: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]*inventory.Drop, []error) {
-			out := make([]*inventory.Drop, len(ids))
-			errs := make([]error, len(ids))
-			for i, id := range ids {
-				d, err := e.Drop(ctx, id)
-				if err != nil {
-					errs[i] = err
-					continue
-				}
-				out[i] = &d
-			}
-			return out, errs
-		}, dataloadgen.WithWait(loaderWait)),
-	}
-	return context.WithValue(ctx, loadersKey{}, l)
+			out[i] = &d
+		}
+		return out, errs
+	}, dataloadgen.WithWait(loaderWait))
 }
 
 func loadersFrom(ctx context.Context) *loaders {

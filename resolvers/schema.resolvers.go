@@ -17,7 +17,7 @@ import (
 
 // Products is the resolver for the products field.
 func (r *dropResolver) Products(ctx context.Context, obj *model.Drop) ([]*model.Product, error) {
-	d, err := loadersFrom(ctx).drop.Load(ctx, obj.DropID)
+	d, err := loadersFrom(ctx).drop().Load(ctx, obj.DropID)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -239,7 +239,7 @@ func (r *mutationResolver) EnterDraw(ctx context.Context, input model.EnterDrawI
 
 // Stock is the resolver for the stock field.
 func (r *productResolver) Stock(ctx context.Context, obj *model.Product) (*model.Stock, error) {
-	s, err := loadersFrom(ctx).stock.Load(ctx, obj.Sku)
+	s, err := loadersFrom(ctx).stock().Load(ctx, obj.Sku)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -254,7 +254,7 @@ func (r *productResolver) Drop(ctx context.Context, obj *model.Product) (*model.
 	if obj.DropID == "" {
 		return nil, nil
 	}
-	d, err := loadersFrom(ctx).drop.Load(ctx, obj.DropID)
+	d, err := loadersFrom(ctx).drop().Load(ctx, obj.DropID)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -462,7 +462,7 @@ func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, er
 
 // Drop is the resolver for the drop field.
 func (r *queryResolver) Drop(ctx context.Context, id string) (*model.Drop, error) {
-	d, err := loadersFrom(ctx).drop.Load(ctx, id)
+	d, err := loadersFrom(ctx).drop().Load(ctx, id)
 	if errors.Is(err, inventory.ErrNotFound) {
 		return nil, nil
 	}
@@ -494,7 +494,7 @@ func (r *queryResolver) MyDrawEntries(ctx context.Context) ([]*model.DrawEntry, 
 
 // Product is the resolver for the product field.
 func (r *reservationResolver) Product(ctx context.Context, obj *model.Reservation) (*model.Product, error) {
-	p, err := loadersFrom(ctx).product.Load(ctx, obj.Sku)
+	p, err := loadersFrom(ctx).product().Load(ctx, obj.Sku)
 	if err != nil {
 		return nil, internal(err)
 	}
