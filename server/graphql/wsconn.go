@@ -908,6 +908,9 @@ type sockWriter struct {
 	// owns the connection (queued, writing, or its own goroutine finishing
 	// a write).
 	dirty, scheduled atomic.Bool
+	// raw writes without waiting; only the writer that owns the
+	// connection uses it.
+	raw rawWriter
 }
 
 // sockOwner is what a sockWriter asks of its connection.
@@ -951,7 +954,7 @@ func (w *sockWriter) flush(scratch []byte, blocking bool, rest []byte) []byte {
 					return scratch
 				}
 			} else {
-				n, err := tryWrite(w.nc, b)
+				n, err := w.raw.tryWrite(w.nc, b)
 				if err != nil {
 					w.log.Debug().Err(err).Msg(w.what)
 					w.owner.abort()

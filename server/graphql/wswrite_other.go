@@ -7,8 +7,10 @@ import (
 	"runtime"
 )
 
-// tryWrite takes nothing where the socket cannot be written without
+// rawWriter takes nothing where the socket cannot be written without
 // waiting: every write is a blocking one under WriteTimeout.
-func tryWrite(net.Conn, []byte) (int, error) { return 0, nil }
+type rawWriter struct{}
+
+func (*rawWriter) tryWrite(net.Conn, []byte) (int, error) { return 0, nil }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
