@@ -562,3 +562,50 @@ func TestRedisRestart(t *testing.T) {
 	cancel()
 	c.requireClosed(t)
 }
+
+// TestQuietSKUIsDeliveredAtOnce: the first change of a SKU that was quiet
+// for an Interval reaches the subscriber at once, not at the end of an
+// Interval (the leading edge); a change right after it waits for the
+// Interval's end (at most one delivery per Interval), and is delivered then
+// (the last value always is). The Interval is long, so that "at once" and
+// "at the end" cannot be mistaken for each other.
+func TestQuietSKUIsDeliveredAtOnce(t *testing.T) {
+	t.Parallel()
+	const interval = 2 * time.Second
+	b := setupBackend(t, testenv.Backends[0], live.HubConfig{Interval: interval})
+	b.product(t, "QUIET", 10)
+	ch, err := b.hub.Subscribe(b.ctx, []string{"QUIET"})
+	require.NoError(t, err)
+	c := collect(ch)
+	subscribed := time.Now()
+	b.waitConverged(t, c, "QUIET")
+	// The subscription's own first value counts as a delivery: let an
+	// Interval pass without changes, so the SKU is quiet.
+	time.Sleep(time.Until(subscribed.Add(interval + 100*time.Millisecond)))
+
+	before := time.Now()
+	_, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "QUIET", Quantity: 1})
+	require.NoError(t, err)
+	first := b.truth(t, "QUIET")
+	took := c.waitFor(t, interval/2, func() bool {
+		v, ok := c.lastOf("QUIET")
+		return ok && same(v, first)
+	}, "the first change of a quiet SKU was not delivered within half an Interval")
+	t.Logf("first change of a quiet SKU delivered %s after its reserve returned", took.Round(time.Millisecond))
+
+	_, err = b.engine.Reserve(b.ctx, buyer(2), inventory.ReserveRequest{SKU: "QUIET", Quantity: 1})
+	require.NoError(t, err)
+	second := b.truth(t, "QUIET")
+	c.waitFor(t, 2*interval, func() bool {
+		v, ok := c.lastOf("QUIET")
+		return ok && same(v, second)
+	}, "the change after it was never delivered")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.got {
+		if same(r.v, second) {
+			require.GreaterOrEqual(t, r.at.Sub(before), interval, "two deliveries within one Interval")
+		}
+	}
+	require.Equal(t, 8, second.Available)
+}
