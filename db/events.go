@@ -80,7 +80,8 @@ func (e Event) Validate() error {
 	return nil
 }
 
-// ApplyEvents writes a batch of outbox events in one transaction: one movement
+// ApplyEvents writes a batch of outbox events in one transaction, sent in one
+// round trip: one movement
 // per event (skipped when its ID is known) and each reservation's latest state.
 // A reservation only moves forward out of HELD, so late, repeated or reordered
 // batches change nothing that is already final. A reservation is released at
@@ -170,15 +171,13 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	}
 
 	sort.Strings(skuList) // one lock order for every writer
-	// One round trip: the statements are sent as one batch and run in order;
-	// a fenced batch is rolled back whole.
+	// One round trip: the statements are sent as one pipeline ending in a
+	// single sync, which Postgres runs as one implicit transaction, committed
+	// at the sync; the first statement that fails (a fenced batch:
+	// worker_fence raises) rolls the whole batch back.
 	b := &pgx.Batch{}
 	if fence != nil {
-		b.Queue(`
-			INSERT INTO worker_fences (name, token) VALUES ($1, $2)
-			ON CONFLICT (name) DO UPDATE SET token = excluded.token, updated_at = now()
-			WHERE worker_fences.token <= excluded.token
-			RETURNING token`, fence.Name, fence.Token)
+		b.Queue(`SELECT worker_fence($1, $2)`, fence.Name, fence.Token)
 	}
 	b.Queue(`SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR KEY SHARE`, skuList)
 	// Lock the reservations a release ends first, so that two writers of one
@@ -212,31 +211,18 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 			request_hash = coalesce(reservations.request_hash, excluded.request_hash),
 			updated_at = now()`,
 		rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd, rExt)
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		res := tx.SendBatch(ctx, b)
-		if fence != nil {
-			var token int64
-			err := res.QueryRow().Scan(&token)
-			if errors.Is(err, pgx.ErrNoRows) {
-				_ = res.Close()
-				return ErrFenced
-			}
-			if err != nil {
-				_ = res.Close()
-				return interpret(err)
-			}
+	queueWaitlist(b, waits)
+	res := l.pool.SendBatch(ctx, b)
+	var err error
+	for range b.Len() {
+		if _, err = res.Exec(); err != nil {
+			break
 		}
-		for range 4 {
-			if _, err := res.Exec(); err != nil {
-				_ = res.Close()
-				return interpret(err)
-			}
-		}
-		if err := interpret(res.Close()); err != nil {
-			return err
-		}
-		return applyWaitlist(ctx, tx, waits)
-	})
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	err = interpret(err)
 	switch {
 	case err == nil:
 		return nil

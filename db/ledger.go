@@ -109,6 +109,8 @@ func interpret(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
+		case pgErr.Code == fencedCode:
+			return ErrFenced
 		case pgErr.Code == "23505":
 			return fmt.Errorf("%w: %s", ErrExists, pgErr.ConstraintName)
 		case pgErr.Code == "23514" && pgErr.ConstraintName == "products_not_oversold":
@@ -123,6 +125,10 @@ func interpret(err error) error {
 	}
 	return err
 }
+
+// fencedCode is the SQLSTATE worker_fence raises for a fenced-off writer
+// (migration 0009).
+const fencedCode = "DL001"
 
 // refusedClass reports whether an SQLSTATE says the statement itself is
 // wrong (class 22 data exception, 23 integrity, 42 syntax or undefined

@@ -190,3 +190,47 @@ func TestLedgerReleasesOnceAndNeverSellsAFinishedReservation(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, map[string]int{"create": 1, "reserve": 2, "cancel": 1, "commit": 1}, byKind)
 }
+
+// A batch is one transaction although its statements are sent in one round
+// trip: when a statement late in the batch fails (here the waitlist's, on a
+// SKU the catalogue does not have), the movements and reservations the
+// earlier statements wrote are rolled back with it; and a fenced batch,
+// waitlist events included, writes nothing at all.
+func TestApplyEventsIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	l := db.NewLedger(pool)
+	ctx := context.Background()
+	_, err := l.CreateProduct(ctx, db.Product{SKU: "AON-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 10})
+	require.NoError(t, err)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	reserve := db.Event{ID: "reserve:r1", Kind: "reserve", Token: "r1", SKU: "AON-1", Principal: "p", Quantity: 1,
+		ExpiresAt: at.Add(time.Minute), CreatedAt: at, At: at}
+	join := func(sku string) db.Event {
+		return db.Event{ID: "wjoin:" + sku + ":1", Kind: db.KindWaitJoin, SKU: sku, Principal: "p", Quantity: 1,
+			Seq: 1, HoldMillis: 60_000, CreatedAt: at, At: at}
+	}
+	count := func() (movements, reservations, waits int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM stock_movements WHERE kind <> 'create'),
+			(SELECT count(*) FROM reservations),
+			(SELECT count(*) FROM waitlist_entries) + (SELECT count(*) FROM waitlist_movements)`).Scan(&movements, &reservations, &waits))
+		return movements, reservations, waits
+	}
+
+	err = l.ApplyEvents(ctx, nil, []db.Event{reserve, join("AON-MISSING")})
+	require.ErrorIs(t, err, db.ErrRefused)
+	m, r, w := count()
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{m, r, w}, "movements, reservations, waitlist rows after a refused batch")
+
+	require.NoError(t, l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p01", Token: 5}, []db.Event{join("AON-1")}))
+	err = l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p01", Token: 4}, []db.Event{reserve, join("AON-1")})
+	require.ErrorIs(t, err, db.ErrFenced)
+	require.NotErrorIs(t, err, db.ErrRefused, "a fenced batch is not the values' fault")
+	m, r, w = count()
+	require.Equal(t, [3]int{0, 0, 2}, [3]int{m, r, w}, "movements, reservations, waitlist rows after a fenced batch")
+
+	require.NoError(t, l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p01", Token: 5}, []db.Event{reserve, join("AON-1")}))
+	m, r, w = count()
+	require.Equal(t, [3]int{1, 1, 2}, [3]int{m, r, w}, "movements, reservations, waitlist rows after the batch")
+}

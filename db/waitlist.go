@@ -62,14 +62,15 @@ func scanWaitlistEntry(row pgx.Row) (WaitlistEntry, error) {
 	return w, interpret(err)
 }
 
-// applyWaitlist writes waitlist events inside ApplyEvents' transaction: a
+// queueWaitlist queues the statements that write waitlist events in
+// ApplyEvents' transaction: a
 // join inserts its entry (once: its key is the SKU and seq), a leave or an
 // offer moves an entry forward only (WAITING, OFFERED, LEFT; never back). Events are
 // applied in their order, joins first, so an offer whose join is in the same
 // batch finds its row.
-func applyWaitlist(ctx context.Context, tx pgx.Tx, events []Event) error {
+func queueWaitlist(b *pgx.Batch, events []Event) {
 	if len(events) == 0 {
-		return nil
+		return
 	}
 	var (
 		jSKU, jWho             []string
@@ -99,7 +100,6 @@ func applyWaitlist(ctx context.Context, tx pgx.Tx, events []Event) error {
 		uWho, uQty, uHold = append(uWho, e.Principal), append(uQty, int32(e.Quantity)), append(uHold, e.HoldMillis)
 		uJoined = append(uJoined, e.CreatedAt)
 	}
-	b := &pgx.Batch{}
 	b.Queue(`
 		INSERT INTO waitlist_entries (sku, seq, principal, quantity, hold_ms, status, joined_at)
 		SELECT s, q, w, n, h, 'WAITING', a
@@ -121,14 +121,6 @@ func applyWaitlist(ctx context.Context, tx pgx.Tx, events []Event) error {
 		INSERT INTO waitlist_movements (event_id, sku, kind, principal, quantity, occurred_at)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[])
 		ON CONFLICT (event_id) DO NOTHING`, mID, mSKU, mKind, mWho, mQty, mAt)
-	res := tx.SendBatch(ctx, b)
-	for range 3 {
-		if _, err := res.Exec(); err != nil {
-			_ = res.Close()
-			return interpret(err)
-		}
-	}
-	return interpret(res.Close())
 }
 
 // WaitlistOf returns a principal's entries, newest first, at most limit:
