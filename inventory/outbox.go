@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/lua"
 )
 
 // Outbox is the write-behind outbox of every partition as one consumer of
@@ -24,16 +25,17 @@ import (
 // retried, and acknowledging into a stream Redis lost is not an error. Every
 // entry is decoded into a db.Event here, and checked with db.Event.Validate.
 type Outbox struct {
-	rdb      redis.UniversalClient
-	keys     Keys
-	group    string
-	consumer string
-	log      zerolog.Logger
+	rdb        redis.UniversalClient
+	keys       Keys
+	group      string
+	consumer   string
+	ackApplied *redis.Script
+	log        zerolog.Logger
 }
 
 // Outbox returns the outbox as consumer of group reads it.
 func (e *Engine) Outbox(group, consumer string) *Outbox {
-	return &Outbox{rdb: e.rdb, keys: e.keys, group: group, consumer: consumer,
+	return &Outbox{rdb: e.rdb, keys: e.keys, group: group, consumer: consumer, ackApplied: e.scripts[lua.AckApplied],
 		log: e.log.With().Str("owner", consumer).Logger()}
 }
 
@@ -191,6 +193,36 @@ func (o *Outbox) Ack(ctx context.Context, p int, ids ...string) error {
 		return fmt.Errorf("acknowledging partition %d: %w", p, err)
 	}
 	return nil
+}
+
+// AckApplied acknowledges entries of partition p, whose events are in
+// order, right after the ledger applied those events, in one round trip
+// (ack_applied.lua) when none of their SKUs was rebuilt since the events were
+// written: Engine.ReconcileApplied would then change nothing. It returns
+// false, acknowledging nothing, when one was: the caller runs
+// ReconcileApplied, then Ack.
+func (o *Outbox) AckApplied(ctx context.Context, p int, events []db.Event, ids []string) (bool, error) {
+	if len(ids) == 0 {
+		return true, nil
+	}
+	skus, gens := generationsOf(events)
+	keys := make([]string, 1, 1+len(skus))
+	keys[0] = o.keys.Outbox(p)
+	args := make([]any, 0, 2+len(gens)+len(ids))
+	args = append(args, o.group, len(skus))
+	for i, sku := range skus {
+		o.keys.placeAt(sku, p) // the batch is of this partition's outbox
+		keys = append(keys, o.keys.skuIn(p, sku))
+		args = append(args, gens[i])
+	}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	res, err := o.ackApplied.Run(ctx, o.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return false, fmt.Errorf("acknowledging partition %d: %w", p, err)
+	}
+	return len(res) == 1 && res[0] == 1, nil
 }
 
 // Claim takes over up to n entries of partition p pending on any consumer

@@ -85,6 +85,23 @@ func (e *Engine) ReconcileApplied(ctx context.Context, partition int, events []d
 	return changed, nil
 }
 
+// generationsOf lists each SKU and generation that events carry, once per
+// pair, for the events ReconcileApplied looks at: a hold's event of a SKU's
+// life in Redis, other than a commit (a sale is in the ledger before Redis).
+func generationsOf(events []db.Event) (skus, gens []string) {
+	type pair struct{ sku, gen string }
+	seen := map[pair]bool{}
+	for _, ev := range events {
+		k := pair{ev.SKU, ev.Gen}
+		if ev.Gen == "" || ev.Kind == "commit" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		skus, gens = append(skus, ev.SKU), append(gens, ev.Gen)
+	}
+	return skus, gens
+}
+
 // CloseOverdueHolds closes holds of one partition that the ledger has as
 // HELD more than grace past their expiry, and returns how many it closed:
 //

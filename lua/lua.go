@@ -41,6 +41,9 @@ const (
 	DueHolds  = "due_holds"
 	// ReconcileHold tells Redis what the ledger says of one hold.
 	ReconcileHold = "reconcile_hold"
+	// AckApplied acknowledges an applied outbox batch when no SKU of it was
+	// rebuilt meanwhile.
+	AckApplied = "ack_applied"
 	// ClaimIdempotencyKey pins an idempotency key to its first SKU.
 	ClaimIdempotencyKey = "claim_idempotency_key"
 	// StageWaitlist writes a chunk of a rebuild's waitlist.
@@ -81,7 +84,7 @@ const (
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
 var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, ApplyDrop, DueHolds,
-	ReconcileHold, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart, ApplyDraw, RateLimit}
+	ReconcileHold, AckApplied, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart, ApplyDraw, RateLimit}
 
 // Leases lists the worker group's lease scripts.
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}

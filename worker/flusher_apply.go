@@ -53,31 +53,40 @@ func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEn
 	}
 	if len(done) > 0 {
 		evs := events(done)
-		// Redis hears what the ledger now says before anything is
-		// acknowledged: if it cannot, the batch is read, applied (a no-op)
-		// and reconciled again.
-		if rerr := f.reconcile(wctx, p, evs); rerr != nil {
-			return 0, errors.Join(err, rerr)
+		ids := make([]string, len(done))
+		for i, e := range done {
+			ids[i] = e.ID
 		}
 		if h := f.hooks.beforeAck; err == nil && h != nil {
 			if err := h(p, evs); err != nil {
 				return 0, err
 			}
 		}
-	}
-	// What Postgres has is acknowledged even when the rest failed.
-	ids := make([]string, len(done))
-	for i, e := range done {
-		ids[i] = e.ID
-		delete(f.refusals, e.ID)
-	}
-	actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
-	ackErr := f.outbox.Ack(actx, p, ids...)
-	cancel()
-	if ackErr != nil {
-		return 0, errors.Join(err, ackErr)
-	}
-	if len(done) > 0 {
+		// What Postgres has is acknowledged even when the rest failed, in one
+		// round trip when no SKU of the batch was rebuilt meanwhile. When one
+		// was, Redis hears what the ledger now says before anything is
+		// acknowledged: if it cannot, the batch is read, applied (a no-op)
+		// and reconciled again.
+		actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
+		acked, ackErr := f.outbox.AckApplied(actx, p, evs, ids)
+		cancel()
+		if ackErr != nil {
+			return 0, errors.Join(err, ackErr)
+		}
+		if !acked {
+			if rerr := f.reconcile(wctx, p, evs); rerr != nil {
+				return 0, errors.Join(err, rerr)
+			}
+			actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
+			ackErr := f.outbox.Ack(actx, p, ids...)
+			cancel()
+			if ackErr != nil {
+				return 0, errors.Join(err, ackErr)
+			}
+		}
+		for _, id := range ids {
+			delete(f.refusals, id)
+		}
 		f.m.applied.Add(float64(len(done)))
 		f.applied.Signal(f.total.Add(int64(len(done))))
 		f.m.batchSize.Observe(float64(len(done)))
