@@ -13,8 +13,12 @@ type FlusherConfig struct {
 	// transaction; default 500.
 	BatchSize int
 	// PollInterval is the wait after a pass over the owned partitions that
-	// found nothing; default 50 milliseconds. Reads do not block, so one
-	// goroutine serves every partition and stops promptly.
+	// read no full batch (nothing, or fewer than BatchSize events in each
+	// partition); default 50 milliseconds. Reads do not block, so one
+	// goroutine serves every partition and stops promptly. Under a steady
+	// flow the wait is what makes batches large: a partition receiving r
+	// events per second is applied in batches of about r times PollInterval
+	// (up to BatchSize), and its lag grows by about PollInterval.
 	PollInterval time.Duration
 	// ClaimIdle is how long an event must have been delivered and not
 	// acknowledged before it is claimed from its consumer (a dead process, or

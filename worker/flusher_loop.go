@@ -55,18 +55,22 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 				state[p].lookPending = true
 			}
 		}
-		n := f.pass(gctx, &state)
+		n, full := f.pass(gctx, &state)
 		if time.Since(lastClaim) >= f.cfg.ClaimInterval {
 			lastClaim = time.Now()
 			n += f.claimAll(gctx, &state)
 		}
 		if n > 0 {
 			busy = true
-		} else {
-			if busy {
-				busy = false
-				f.caughtUp.Signal(struct{}{})
-			}
+		} else if busy {
+			busy = false
+			f.caughtUp.Signal(struct{}{})
+		}
+		// A pass that read a full batch goes on at once: the flusher is
+		// behind. Otherwise the next pass waits, so that the events arriving
+		// meanwhile make one larger batch (one transaction and one
+		// acknowledgement for all of them) instead of many small ones.
+		if !full {
 			t := time.NewTimer(f.cfg.PollInterval)
 			select {
 			case <-gctx.Done():
@@ -86,7 +90,7 @@ func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]parti
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	for ctx.Err() == nil {
-		if f.pass(ctx, state) > 0 {
+		if n, _ := f.pass(ctx, state); n > 0 {
 			continue
 		}
 		retry, failing := time.Time{}, false
@@ -118,10 +122,10 @@ func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]parti
 }
 
 // pass reads and applies one batch from every owned partition and returns
-// how many entries it handled. A partition that fails is logged and left
-// alone for a backoff; the others go on in the same pass.
-func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partitionState) int {
-	total := 0
+// how many entries it handled, and whether one partition's batch was full
+// (BatchSize entries: more may be waiting). A partition that fails is logged
+// and left alone for a backoff; the others go on in the same pass.
+func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partitionState) (total int, full bool) {
 	for p := range inventory.Partitions {
 		st := &state[p]
 		if !f.leases.Held(p) || !st.due() {
@@ -129,9 +133,10 @@ func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partiti
 		}
 		n, err := f.flushPartition(ctx, p, st)
 		total += n
+		full = full || n >= f.cfg.BatchSize
 		f.settle(ctx, p, st, err)
 	}
-	return total
+	return total, full
 }
 
 // settle records the outcome of one partition's flush: a failure is logged
