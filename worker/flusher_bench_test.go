@@ -1,0 +1,185 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+)
+
+// BenchmarkFlusherApply measures what the write-behind costs per event: the
+// flusher's apply of one batch (the fenced transaction, telling Redis of
+// rebuilt SKUs, the acknowledgement: what dropline_writebehind_batch_duration_seconds
+// times) of reserve events of one hot SKU, read from the outbox the real
+// reserve path wrote. The outbox is filled before the timer starts; each
+// iteration reads one batch (untimed, as the busy time leaves it out) and
+// applies it. It reports events per second of apply time, and the CPU
+// time per event of this process and of its Postgres backends (from /proc):
+// the rest of the wall time is waiting (round trips, the commit's WAL flush).
+//
+//	go test -run '^$' -bench BenchmarkFlusherApply -benchtime 40x -count 3 ./worker/
+func BenchmarkFlusherApply(b *testing.B) {
+	for _, size := range []int{500, 100, 25} {
+		b.Run(fmt.Sprintf("reserve-batch-%d", size), func(b *testing.B) {
+			benchApply(b, size)
+		})
+	}
+}
+
+func benchApply(b *testing.B, size int) {
+	env := testenv.Redis(b)
+	pool := testenv.Postgres(b)
+	ctx := context.Background()
+	engine, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: env.Prefix}, env.Client, pool, zerolog.Nop())
+	require.NoError(b, err)
+	const sku = "BENCH-WB"
+	_, err = engine.CreateProduct(ctx, admin, inventory.ProductInput{
+		SKU: sku, Name: sku, Price: inventory.Money{Amount: 1000, Currency: "EUR"}, Stock: 1_000_000_000,
+	})
+	require.NoError(b, err)
+	p := inventory.PartitionOf(sku)
+
+	// The outbox, filled by the reserve path before the timer starts.
+	total := size * b.N
+	next := make(chan int, total)
+	for i := range total {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for i := range next {
+				_, err := engine.Reserve(ctx, inventory.Principal{ID: "buyer-" + strconv.Itoa(i%3000)},
+					inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Hour})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(b, err)
+	}
+
+	opts := Options{Owner: "bench", LeaseTTL: time.Minute}
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: size}, engine, env.Client, zerolog.Nop(), prometheus.NewRegistry())
+	lease := f.leases.leases[p]
+	ok, err := lease.Acquire(ctx)
+	require.NoError(b, err)
+	require.True(b, ok, "the flusher lease of partition %d", p)
+
+	backends := postgresBackends(ctx, b, pool)
+	var busy time.Duration
+	applied := 0
+	var cpu, pg time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		_, err := lease.Renew(ctx)
+		require.NoError(b, err)
+		entries, err := f.outbox.Read(ctx, p, size)
+		require.NoError(b, err)
+		require.Len(b, entries, size)
+		runtime.GC() // the reserves' garbage is not the apply's
+		pids := backends()
+		cpu0, pg0 := selfCPU(), backendCPU(pids)
+		b.StartTimer()
+		t0 := time.Now()
+		n, err := f.apply(ctx, p, entries)
+		busy += time.Since(t0)
+		b.StopTimer()
+		cpu, pg = cpu+selfCPU()-cpu0, pg+cpuSince(pg0, backendCPU(pids))
+		b.StartTimer()
+		require.NoError(b, err)
+		require.Equal(b, size, n)
+		applied += n
+	}
+	b.StopTimer()
+	var held int
+	require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE sku = $1 AND status = 'HELD'`, sku).Scan(&held))
+	require.Equal(b, total, held, "every hold in the ledger once")
+	b.ReportMetric(float64(applied)/busy.Seconds(), "events/s")
+	b.ReportMetric(float64(busy.Microseconds())/float64(applied), "µs/event")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(applied), "go-cpu-µs/event")
+	b.ReportMetric(float64(pg.Microseconds())/float64(applied), "pg-cpu-µs/event")
+	b.ReportMetric(float64(busy.Microseconds())/float64(b.N)/1000, "ms/batch")
+}
+
+// selfCPU is the CPU time this process has used so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresBackends returns a function listing the process ids of the
+// Postgres backends connected to pool's database, looked up when called (the
+// pool may open connections as it goes).
+func postgresBackends(ctx context.Context, b *testing.B, pool *pgxpool.Pool) func() []int {
+	return func() []int {
+		rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+		require.NoError(b, err)
+		var pids []int
+		for rows.Next() {
+			var pid int
+			require.NoError(b, rows.Scan(&pid))
+			pids = append(pids, pid)
+		}
+		require.NoError(b, rows.Err())
+		return pids
+	}
+}
+
+// backendCPU reads the CPU time of processes from /proc (none for one that
+// is gone or unreadable: Postgres on another machine).
+func backendCPU(pids []int) map[int]time.Duration {
+	out := map[int]time.Duration{}
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's closing parenthesis; utime and
+		// stime are the 14th and 15th of the whole line.
+		s := string(raw)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(fields[11], 10, 64)
+		st, _ := strconv.ParseInt(fields[12], 10, 64)
+		out[pid] = time.Duration(u+st) * time.Second / 100 // USER_HZ
+	}
+	return out
+}
+
+// cpuSince is the CPU time the processes of now used since before (all of
+// it for one that started since).
+func cpuSince(before, now map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range now {
+		d += t - before[pid]
+	}
+	return d
+}
