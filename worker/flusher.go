@@ -22,7 +22,11 @@ import (
 //
 //   - events are read with a consumer group (XREADGROUP), applied in one
 //     transaction per batch, and acknowledged (XACK) only after the commit;
-//     a crash in between leaves them pending, and they are applied again;
+//     a crash in between leaves them pending, and they are applied again.
+//     The transaction is one round trip (db.Ledger.ApplyEvents), and so is
+//     the acknowledgement when no SKU of the batch was rebuilt since its
+//     events were written (inventory.Outbox.AckApplied); when one was,
+//     Redis is told what the ledger says of its holds first;
 //   - on every (re)start the flusher first re-reads its own pending events;
 //     events pending on another consumer for longer than ClaimIdle (a dead
 //     process) are claimed with XAUTOCLAIM;
