@@ -189,10 +189,13 @@ func TestExtensionRacingExpiry(t *testing.T) {
 		extended := make([]bool, holds)
 		newExp := make([]time.Time, holds)
 		raceCheck(t, holds, func(i int) error {
-			// Each extension is sent from 40 ms before to 10 ms after its
-			// hold's expiry (wake-ups come late under load), while the
-			// sweepers run: both sides of the instant are tried.
-			time.Sleep(time.Until(expires[i].Add(time.Duration(i%51-40) * time.Millisecond)))
+			// Each extension is sent from 140 ms before to 10 ms after its
+			// hold's expiry, while the sweepers run: both sides of the
+			// instant are tried. The early side is the wider one because an
+			// extension lands late: its goroutine wakes late, and it waits
+			// behind the others for a connection, while the four sweepers
+			// (idle while the holds were made) take their share of Redis.
+			time.Sleep(time.Until(expires[i].Add(time.Duration(i%151-140) * time.Millisecond)))
 			x, err := b.engine.Extend(b.ctx, who[i], tokens[i], 30*time.Second)
 			switch {
 			case err == nil:
