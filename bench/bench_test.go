@@ -54,7 +54,7 @@ func BenchmarkReserveOverhead(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			if one, ok := res[0].([]any); !ok || one[0] != "OK" {
+			if one, ok := res[0].([]any); !ok || one[0] != "HELD" {
 				return fmt.Errorf("reserve.lua answered %v", res[0])
 			}
 			return nil

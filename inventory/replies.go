@@ -18,6 +18,7 @@ type replyCode string
 // Every code a script of lua/ can return.
 const (
 	codeOK             replyCode = "OK"
+	codeHeld           replyCode = "HELD"            // reserve.lua made the hold: {code, expires_ms, created_ms}
 	codeNotFound       replyCode = "NOT_FOUND"       // no live hold under the token
 	codeNeedsHydration replyCode = "NEEDS_HYDRATION" // the SKU is not loaded: {code, sku}
 
@@ -107,6 +108,14 @@ func (r reply) hold() holdReply {
 		token: r.str(1), sku: r.str(2), who: r.str(3), qty: int(r.int(4)), status: r.str(5),
 		exp: r.int(6), ctd: r.int(7), cmt: r.int(8), end: r.int(9), ext: int(r.int(11)),
 	}, replayed: r.int(10) == 1}
+}
+
+// newHold decodes reserve.lua's reply for a hold its run made, {HELD,
+// expires_ms, created_ms}: the token, SKU, principal and quantity are the
+// request's, and nothing else of a new hold is set yet.
+func (r reply) newHold(token, sku, who string, qty int) holdReply {
+	return holdReply{hold: storedHold{token: token, sku: sku, who: who, qty: qty, status: string(StatusHeld),
+		exp: r.int(1), ctd: r.int(2)}}
 }
 
 // reservation is the hold of the reply as callers see it.

@@ -128,14 +128,17 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 		}
-		switch res.code() {
-		case codeOK:
+		switch code := res.code(); code {
+		case codeOK, codeHeld:
 			if idem != "" {
 				if err := e.keepIdempotencyClaim(ctx, idem, req.SKU); err != nil {
 					// The hold is made; a retry with the same key replays it
 					// and keeps the claim then.
 					return Reservation{}, err
 				}
+			}
+			if code == codeHeld {
+				return res.newHold(c.token(), req.SKU, p.ID, req.Quantity).reservation(), nil
 			}
 			return res.hold().reservation(), nil
 		case codeRateLimited:

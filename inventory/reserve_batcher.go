@@ -64,6 +64,9 @@ type reserveCall struct {
 	left atomic.Bool
 }
 
+// token is the token of the hold the request makes (its ARGV's fifth).
+func (c *reserveCall) token() string { s, _ := c.args[4].(string); return s }
+
 // reserveInBatch runs one request of reserve.lua in partition p, batched with
 // the partition's concurrent requests. It returns when its batch answered, or
 // with ctx's error when ctx ends first. A request whose batch has not left

@@ -39,15 +39,20 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "BATCH", tok, "", ""),
 			args: [10]any{"BATCH", who, 1, int64(60_000), tok, "", "", "", "", ""}}
 	}
+	seqBefore, err := r.Client.HGet(ctx, e.keys.SKU("BATCH"), "seq").Int64()
+	require.NoError(t, err)
 	keys, args := e.reserveScriptArgs(p, calls)
 	res, err := e.run(ctx, lua.Reserve, keys, args...)
 	require.NoError(t, err)
 	require.Len(t, res, len(buyers))
+	seqAfter, err := r.Client.HGet(ctx, e.keys.SKU("BATCH"), "seq").Int64()
+	require.NoError(t, err)
+	require.Equal(t, seqBefore+2, seqAfter, "each hold moves the stock's sequence by one")
 	var got []string
 	for _, x := range res {
 		got = append(got, string(reply(x.([]any)).code()))
 	}
-	require.Equal(t, []string{"OK", "QUOTA_EXCEEDED", "OK", "OUT_OF_STOCK", "OUT_OF_STOCK"}, got)
+	require.Equal(t, []string{"HELD", "QUOTA_EXCEEDED", "HELD", "OUT_OF_STOCK", "OUT_OF_STOCK"}, got)
 	require.Equal(t, &OutOfStockError{Available: 0}, reply(res[3].([]any)).rejection())
 
 	s, err := e.Stock(ctx, "BATCH")
@@ -177,7 +182,7 @@ func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
 	}
 	e.runReserveBatch(ctx, p, calls)
 	require.NoError(t, calls[0].err, "the request before the broken one")
-	require.Equal(t, codeOK, calls[0].res.code())
+	require.Equal(t, codeHeld, calls[0].res.code())
 	require.ErrorIs(t, calls[1].err, ErrUnavailable)
 	s, err := e.Stock(ctx, "GOOD")
 	require.NoError(t, err)

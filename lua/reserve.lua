@@ -32,8 +32,10 @@
 -- summed from their quota hashes, so the drop's count needs no state of its
 -- own and is right whatever released, sold or rebuilt any of them.
 --
--- Returns one reply per request, in order: hold_reply('OK', ...) on success or
--- replay, or a rejection {code, a, b, replayed}: RATE_LIMITED {retry_after seconds}
+-- Returns one reply per request, in order: {'HELD', expires_ms, created_ms} for a
+-- hold this run made (its token, SKU, principal and quantity are the request's,
+-- so they are not sent back), hold_reply('OK', ...) for a replay, or a
+-- rejection {code, a, b, replayed}: RATE_LIMITED {retry_after seconds}
 -- (the budget is spent: nothing else was looked at), INVALID_INPUT {field, reason},
 -- IDEMPOTENCY_KEY_REUSED, NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop
 -- itself, is not in Redis: rebuild the SKU named from Postgres, which brings its drop too, and
@@ -110,7 +112,7 @@ local function reserve_new(k, a, qty)
 
   -- 3. The product must be loaded. It is not cached as a rejection: the caller
   -- rebuilds the SKU from Postgres and calls again.
-  local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop', 'draw', 'held')
+  local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop', 'draw', 'held', 'seq')
   if not s[5] then
     return { 'NEEDS_HYDRATION', sku, '', 0 }
   end
@@ -125,10 +127,13 @@ local function reserve_new(k, a, qty)
     return reject('SALE_NOT_ACTIVE', starts, ends)
   end
 
-  -- 5. Per-principal quota: units held plus units bought.
-  local already = tonumber(redis.call('HGET', quota, who) or '0')
-  if max > 0 and already + qty > max then
-    return reject('QUOTA_EXCEEDED', max, already)
+  -- 5. Per-principal quota: units held plus units bought (read only when
+  -- the SKU has a limit).
+  if max > 0 then
+    local already = tonumber(redis.call('HGET', quota, who) or '0')
+    if already + qty > max then
+      return reject('QUOTA_EXCEEDED', max, already)
+    end
   end
 
   -- 5b. The drop's window and limit, across every SKU of the drop.
@@ -155,16 +160,24 @@ local function reserve_new(k, a, qty)
     'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp, 'gen', s[5])
   redis.call('HINCRBY', quota, who, qty)
   redis.call('ZADD', expiry, h['exp'], token)
-  -- bump_stock's change in two calls instead of four: the counters were just
-  -- read, and nothing has written them since.
-  redis.call('HSET', sku_key, 'avail', avail - qty, 'held', tonumber(s[8] or '0') + qty, 'upd', now)
-  redis.call('HINCRBY', sku_key, 'seq', 1)
+  -- bump_stock's change in one call instead of four: the counters were just
+  -- read, and nothing has written them since. seq is exact as a Lua number
+  -- below 2^53 (it starts at a rebuild's time in microseconds); beyond, or
+  -- when missing, HINCRBY moves it.
+  local seq = tonumber(s[9] or '')
+  if seq and seq < 9007199254740992 then
+    redis.call('HSET', sku_key, 'avail', avail - qty, 'held', tonumber(s[8] or '0') + qty, 'upd', now,
+      'seq', string.format('%d', seq + 1))
+  else
+    redis.call('HSET', sku_key, 'avail', avail - qty, 'held', tonumber(s[8] or '0') + qty, 'upd', now)
+    redis.call('HINCRBY', sku_key, 'seq', 1)
+  end
   if fp ~= '' then
     redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
     redis.call('EXPIRE', idem_rec, idem_ttl)
   end
   emit(outbox, 'reserve', token, h, now)
-  return hold_reply('OK', token, h, 0), sku_key, channel
+  return { 'HELD', now + tonumber(a[4]), now }, sku_key, channel
 end
 
 -- reserve_one decides one request: k is its six keys, a its ten arguments.
