@@ -23,13 +23,18 @@ var (
 	// ErrInvalid means Postgres rejected the values (a CHECK constraint).
 	ErrInvalid = errors.New("invalid values")
 	// ErrRefused means Postgres answered and refused the statement on its
-	// values (a data exception, a constraint, a schema mismatch): sending
+	// values (a data exception, a constraint, a malformed statement): sending
 	// the same values again fails the same way, unlike an outage. Errors that
 	// wrap it may wrap ErrInvalid or ErrNotFound as well.
 	ErrRefused = errors.New("refused by Postgres")
 	// ErrEnded means the reservation is CANCELLED or EXPIRED in the ledger:
 	// it can no longer be sold. EndedError says which.
 	ErrEnded = errors.New("the reservation has ended")
+	// ErrSchemaBehind means the database lacks a table, column or function
+	// this version uses: a migration is not applied yet (`dropline migrate`).
+	// It is not a refusal of the values: the same statement succeeds once the
+	// schema is current.
+	ErrSchemaBehind = errors.New("the database schema is behind this version: run `dropline migrate`")
 )
 
 // EndedError is ErrEnded with the status the ledger has.
@@ -111,6 +116,8 @@ func interpret(err error) error {
 		switch {
 		case pgErr.Code == fencedCode:
 			return ErrFenced
+		case schemaBehind(pgErr.Code):
+			return fmt.Errorf("%w: %w", ErrSchemaBehind, err)
 		case pgErr.Code == "23505":
 			return fmt.Errorf("%w: %s", ErrExists, pgErr.ConstraintName)
 		case pgErr.Code == "23514" && pgErr.ConstraintName == "products_not_oversold":
@@ -129,6 +136,18 @@ func interpret(err error) error {
 // fencedCode is the SQLSTATE worker_fence raises for a fenced-off writer
 // (migration 0009).
 const fencedCode = "DL001"
+
+// schemaBehind reports whether an SQLSTATE says an object the statement
+// names does not exist (undefined table, column or function): the database
+// is behind this version's migrations, which `dropline serve` starts with
+// (its workers run while /readyz waits for them).
+func schemaBehind(code string) bool {
+	switch code {
+	case "42P01", "42703", "42883":
+		return true
+	}
+	return false
+}
 
 // refusedClass reports whether an SQLSTATE says the statement itself is
 // wrong (class 22 data exception, 23 integrity, 42 syntax or undefined

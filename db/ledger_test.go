@@ -234,3 +234,29 @@ func TestApplyEventsIsAllOrNothing(t *testing.T) {
 	m, r, w = count()
 	require.Equal(t, [3]int{1, 1, 2}, [3]int{m, r, w}, "movements, reservations, waitlist rows after the batch")
 }
+
+// A database whose schema is behind this version (`dropline serve` starts,
+// and its workers run, while migrations are pending) does not refuse a
+// batch's values: the batch fails like an outage, so the write-behind
+// retries it whole once the migration is applied, rather than split it and
+// set its events aside as refused after RefuseLimit tries.
+func TestApplyEventsOnASchemaBehindIsNotARefusal(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	l := db.NewLedger(pool)
+	ctx := context.Background()
+	_, err := l.CreateProduct(ctx, db.Product{SKU: "BEHIND-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 10})
+	require.NoError(t, err)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	reserve := db.Event{ID: "reserve:r1", Kind: "reserve", Token: "r1", SKU: "BEHIND-1", Principal: "p", Quantity: 1,
+		ExpiresAt: at.Add(time.Minute), CreatedAt: at, At: at}
+	// As before migration 0009.
+	_, err = pool.Exec(ctx, `DROP FUNCTION worker_fence(text, bigint)`)
+	require.NoError(t, err)
+
+	err = l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p01", Token: 1}, []db.Event{reserve})
+	require.Error(t, err)
+	require.ErrorIs(t, err, db.ErrSchemaBehind)
+	require.NotErrorIs(t, err, db.ErrRefused, "a missing function is the schema's fault, not the values'")
+	require.NotErrorIs(t, err, db.ErrFenced)
+}

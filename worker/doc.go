@@ -138,7 +138,10 @@
 //     dropline_writebehind_events_refused_total, and after RefuseLimit
 //     refusals is dead-lettered too. Dead letters are logged and counted in
 //     dropline_writebehind_dead_lettered_total{reason}; they hold neither
-//     the flow nor the stream's trim point back.
+//     the flow nor the stream's trim point back. A database behind this
+//     version's migrations (db.ErrSchemaBehind: a table, column or function
+//     missing) refuses nothing: its batches fail like an outage and are
+//     retried until `dropline migrate` has run.
 //   - Streams are trimmed (XTRIM MINID) only below the lowest pending entry,
 //     or below the last delivered one when nothing is pending, so nothing
 //     unapplied is ever trimmed.
