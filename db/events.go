@@ -179,7 +179,9 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	if fence != nil {
 		b.Queue(`SELECT worker_fence($1, $2)`, fence.Name, fence.Token)
 	}
-	b.Queue(`SELECT 1 FROM products WHERE sku = ANY($1) ORDER BY sku FOR KEY SHARE`, skuList)
+	// The products' key-share locks, and the check that each exists (the
+	// rows written below have no foreign key of their own: migration 0010).
+	b.Queue(`SELECT lock_products($1)`, skuList)
 	// Lock the reservations a release ends first, so that two writers of one
 	// token (the write-behind, a synchronous cancel, a sale) see each other's
 	// ending before the movement is decided.

@@ -223,6 +223,16 @@ func TestApplyEventsIsAllOrNothing(t *testing.T) {
 	m, r, w := count()
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{m, r, w}, "movements, reservations, waitlist rows after a refused batch")
 
+	// A reservation's event of a SKU the catalogue does not have is refused
+	// as a foreign key would refuse it, and the batch writes nothing.
+	ghost := reserve
+	ghost.ID, ghost.Token, ghost.SKU = "reserve:g1", "g1", "AON-GHOST"
+	err = l.ApplyEvents(ctx, nil, []db.Event{reserve, ghost})
+	require.ErrorIs(t, err, db.ErrRefused)
+	require.ErrorIs(t, err, db.ErrNotFound)
+	m, r, w = count()
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{m, r, w}, "movements, reservations, waitlist rows after a batch naming no product")
+
 	require.NoError(t, l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p01", Token: 5}, []db.Event{join("AON-1")}))
 	err = l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p01", Token: 4}, []db.Event{reserve, join("AON-1")})
 	require.ErrorIs(t, err, db.ErrFenced)
