@@ -24,3 +24,9 @@ func complexity(l Limits) graph.ComplexityRoot {
 	}
 	return c
 }
+
+// PricedFields are the fields ("Type.field") whose complexity reads their
+// arguments: an operation that passes none of them a variable costs the
+// same whatever its variables are, so its complexity can be worked out once
+// per parsed document.
+var PricedFields = []string{"Query.products", "Query.myReservations"}

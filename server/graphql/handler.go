@@ -169,7 +169,7 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		srv.Use(extension.Introspection{})
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: newAPQCache(cfg.Redis, prefix, cfg.Limits.APQTTL)})
-	srv.Use(extension.FixedComplexityLimit(cfg.Limits.Complexity))
+	srv.Use(newComplexityLimit(cfg.Limits.Complexity, cfg.Limits.QueryCache))
 	srv.Use(depthLimit{max: cfg.Limits.Depth})
 	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})
 	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {

@@ -150,6 +150,36 @@ func TestComplexityLimit(t *testing.T) {
 	require.Empty(t, e.Do(t, "", `{ products(first: 5) { edges { node { sku } } } }`, nil, nil))
 }
 
+// The complexity of an operation is remembered per parsed document only
+// when its variables cannot change it: the same document priced by a
+// variable is priced again for each request, and one over the limit is
+// refused every time.
+func TestComplexityIsRememberedOnlyWhereVariablesCannotChangeIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *graphql.Config) { c.Limits.Complexity = 50 })
+	paged := `query($n: Int) { products(first: $n) { edges { node { sku name stock { available } } } } }`
+	for range 2 {
+		require.Empty(t, e.Do(t, "", paged, map[string]any{"n": 2}, nil))
+		res := e.Do(t, "", paged, map[string]any{"n": 100}, nil)
+		require.Len(t, res, 1)
+		require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res[0].Code())
+	}
+	fragment := `query($n: Int) { ...page } fragment page on Query { products(first: $n) { edges { node { sku name stock { available } } } } }`
+	require.Empty(t, e.Do(t, "", fragment, map[string]any{"n": 2}, nil))
+	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", e.Do(t, "", fragment, map[string]any{"n": 100}, nil)[0].Code())
+	fixed := `query($sku: ID!) { product(sku: $sku) { sku } products(first: 100) { edges { node { sku name stock { available } } } } }`
+	for range 2 {
+		res := e.Do(t, "", fixed, map[string]any{"sku": "A"}, nil)
+		require.Len(t, res, 1)
+		require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res[0].Code())
+		require.Equal(t, "operation has complexity 603, which exceeds the limit of 50", res[0].Message)
+	}
+	small := `query($sku: ID!) { product(sku: $sku) { sku } }`
+	for _, sku := range []string{"A", "B"} {
+		require.Empty(t, e.Do(t, "", small, map[string]any{"sku": sku}, nil))
+	}
+}
+
 func TestOversizedBody(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(c *graphql.Config) { c.Limits.BodyBytes = 4096 })

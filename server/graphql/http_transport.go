@@ -1,6 +1,7 @@
 package graphql
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -112,7 +113,7 @@ func (t httpTransport) params(r *http.Request) (*gqlgen.RawParams, error) {
 		if err != nil {
 			return nil, fmt.Errorf("could not read the request body: %w", err)
 		}
-		if err := decodeJSON(string(body), p); err != nil {
+		if err := decodeJSON(bytes.NewReader(body), p); err != nil {
 			return nil, fmt.Errorf("the body is not a GraphQL request (a JSON object with a string query): %w", err)
 		}
 		return p, nil
@@ -124,7 +125,7 @@ func (t httpTransport) params(r *http.Request) (*gqlgen.RawParams, error) {
 	p.Query, p.OperationName = q.Get("query"), q.Get("operationName")
 	for name, dst := range map[string]any{"variables": &p.Variables, "extensions": &p.Extensions} {
 		if v := q.Get(name); v != "" {
-			if err := decodeJSON(v, dst); err != nil {
+			if err := decodeJSON(strings.NewReader(v), dst); err != nil {
 				return nil, fmt.Errorf("the %s parameter is not a JSON object: %w", name, err)
 			}
 		}
@@ -134,8 +135,8 @@ func (t httpTransport) params(r *http.Request) (*gqlgen.RawParams, error) {
 
 // decodeJSON keeps numbers as json.Number, as gqlgen's transports do, so
 // large integers reach the resolvers intact.
-func decodeJSON(s string, v any) error {
-	d := json.NewDecoder(strings.NewReader(s))
+func decodeJSON(r io.Reader, v any) error {
+	d := json.NewDecoder(r)
 	d.UseNumber()
 	return d.Decode(v)
 }
