@@ -6,7 +6,12 @@
 // (reserves, cancels, expiries), in idempotent batches. Constraints refuse
 // what must never happen: sold above total (products_not_oversold), a second
 // sale of one reservation (sales' primary key), a changed or deleted stock
-// movement (an append-only trigger), a write by a fenced-off worker.
+// movement (an append-only trigger), a write by a fenced-off worker
+// (worker_fence). A write-behind batch naming a product that does not exist
+// is refused once per batch (lock_products), not row by row: reservations
+// and stock_movements have no foreign key to products, since every other
+// writer of theirs reads or locks the product in its transaction and
+// products are never deleted.
 //
 // The waitlists are here too (waitlist.go, migration 0005): one row per
 // entry in waitlist_entries, keyed by SKU and seq, moving only forward
