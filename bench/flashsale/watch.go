@@ -452,7 +452,7 @@ func (w *watch) changePhase(ctx context.Context) error {
 					IdempotencyKey: "flashsale-" + cfg.RunID + "-w" + strconv.Itoa(idx), HoldSeconds: int(cfg.Hold / time.Second)})
 				mu.Lock()
 				defer mu.Unlock()
-				answered[idx] = time.Since(w.start) - w.changes[idx].At
+				answered[idx] = time.Since(w.start) - at
 				if err == nil && ue == nil {
 					oks[idx] = true
 					w.holds = append(w.holds, changeHold{bearer: bearer, token: r.Token, client: c})
