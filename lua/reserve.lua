@@ -70,13 +70,27 @@ local clock = redis.call('TIME')
 local now = now_ms(clock)
 local rate_clock = rate_now(clock)
 
+-- reject records a business rejection for idempotent replay (when the
+-- request has an idempotency key: fp is its fingerprint, idem_rec its record),
+-- then returns it. A rejection lives rejection_ttl seconds, not the
+-- idempotency TTL of a hold: every fresh key a client gets refused costs Redis
+-- a record, and a short life is what bounds the memory one principal can pin
+-- (its mutation rate times this).
+local function reject(fp, idem_rec, code, ra, rb)
+  if fp ~= '' then
+    redis.call('HSET', idem_rec, 'fp', fp, 'code', code, 'a', tostring(ra), 'b', tostring(rb))
+    redis.call('EXPIRE', idem_rec, rejection_ttl)
+  end
+  return { code, tostring(ra), tostring(rb), 0 }
+end
+
 -- reserve_new decides a request that made no hold yet, after its budget
--- allowed it: k is its six keys, a its ten arguments, qty its quantity. It
--- returns the request's reply, and its SKU's stock hash and channel when it
--- changed the stock.
-local function reserve_new(k, a, qty)
-  local sku_key, hold, quota, idem_rec, channel = k[1], k[2], k[3], k[4], k[5]
-  local sku, who, token, fp, idem = a[1], a[2], a[5], a[6], a[7]
+-- allowed it: its six keys start at KEYS[ki], its ten arguments at ARGV[ai],
+-- and qty is its quantity. It returns the request's reply, and its SKU's
+-- stock hash and channel when it changed the stock.
+local function reserve_new(ki, ai, qty)
+  local sku_key, hold, quota, idem_rec, channel = KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4]
+  local sku, who, hold_ms, token, fp, idem = ARGV[ai], ARGV[ai + 1], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6]
 
   -- 2. Idempotency: replay the first outcome, refuse a different request.
   if fp ~= '' then
@@ -98,18 +112,6 @@ local function reserve_new(k, a, qty)
     end
   end
 
-  -- reject records a business rejection for idempotent replay, then returns it.
-  -- A rejection lives rejection_ttl seconds, not the idempotency TTL of a hold:
-  -- every fresh key a client gets refused costs Redis a record, and a short life
-  -- is what bounds the memory one principal can pin (its mutation rate times this).
-  local function reject(code, ra, rb)
-    if fp ~= '' then
-      redis.call('HSET', idem_rec, 'fp', fp, 'code', code, 'a', tostring(ra), 'b', tostring(rb))
-      redis.call('EXPIRE', idem_rec, rejection_ttl)
-    end
-    return { code, tostring(ra), tostring(rb), 0 }
-  end
-
   -- 3. The product must be loaded. It is not cached as a rejection: the caller
   -- rebuilds the SKU from Postgres and calls again.
   local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop', 'draw', 'held', 'seq')
@@ -117,14 +119,14 @@ local function reserve_new(k, a, qty)
     return { 'NEEDS_HYDRATION', sku, '', 0 }
   end
   if s[7] then
-    return reject('DRAW_ONLY', '', '')
+    return reject(fp, idem_rec, 'DRAW_ONLY', '', '')
   end
   local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
   local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
 
   -- 4. Sale window, on Redis' clock: every server agrees on it.
   if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
-    return reject('SALE_NOT_ACTIVE', starts, ends)
+    return reject(fp, idem_rec, 'SALE_NOT_ACTIVE', starts, ends)
   end
 
   -- 5. Per-principal quota: units held plus units bought (read only when
@@ -132,7 +134,7 @@ local function reserve_new(k, a, qty)
   if max > 0 then
     local already = tonumber(redis.call('HGET', quota, who) or '0')
     if already + qty > max then
-      return reject('QUOTA_EXCEEDED', max, already)
+      return reject(fp, idem_rec, 'QUOTA_EXCEEDED', max, already)
     end
   end
 
@@ -142,18 +144,18 @@ local function reserve_new(k, a, qty)
     if no and no[1] == 'NEEDS_HYDRATION' then
       return { 'NEEDS_HYDRATION', no[2], '', 0 }
     elseif no then
-      return reject(no[1], no[2], no[3])
+      return reject(fp, idem_rec, no[1], no[2], no[3])
     end
   end
 
   -- 6. Stock.
   if avail < qty then
-    return reject('OUT_OF_STOCK', avail, 0)
+    return reject(fp, idem_rec, 'OUT_OF_STOCK', avail, 0)
   end
 
   -- 7. Every check passed: write.
   local h = {
-    sku = sku, who = who, qty = tostring(qty), st = 'HELD', exp = tostring(now + tonumber(a[4])),
+    sku = sku, who = who, qty = tostring(qty), st = 'HELD', exp = tostring(now + tonumber(hold_ms)),
     ctd = tostring(now), idem = idem, fp = fp, gen = s[5],
   }
   redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
@@ -177,20 +179,21 @@ local function reserve_new(k, a, qty)
     redis.call('EXPIRE', idem_rec, idem_ttl)
   end
   emit(outbox, 'reserve', token, h, now)
-  return { 'HELD', now + tonumber(a[4]), now }, sku_key, channel
+  return { 'HELD', now + tonumber(hold_ms), now }, sku_key, channel
 end
 
--- reserve_one decides one request: k is its six keys, a its ten arguments.
--- It returns what reserve_new returns.
-local function reserve_one(k, a)
-  local hold, budget = k[2], k[6]
-  local sku, who, token = a[1], a[2], a[5]
+-- reserve_one decides one request, whose six keys start at KEYS[ki] and ten
+-- arguments at ARGV[ai]. It returns what reserve_new returns.
+local function reserve_one(ki, ai)
+  local hold, budget = KEYS[ki + 1], KEYS[ki + 5]
+  local sku, who, qty, token = ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 4]
+  local burst, rate, period = ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9]
 
   -- 1. Validate.
-  if not is_int(a[3], 1, tonumber(max_qty)) then
+  if not is_int(qty, 1, tonumber(max_qty)) then
     return { 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. max_qty, 0 }
   end
-  if not is_int(a[4], 1000, tonumber(max_hold)) then
+  if not is_int(ARGV[ai + 3], 1000, tonumber(max_hold)) then
     return { 'INVALID_INPUT', 'holdSeconds', 'out of range', 0 }
   end
   if sku == '' or who == '' or token == '' then
@@ -207,14 +210,14 @@ local function reserve_one(k, a)
   end
 
   -- 1b. The principal's budget, when this run spends it.
-  if a[8] == '' then
-    return reserve_new(k, a, tonumber(a[3]))
+  if burst == '' then
+    return reserve_new(ki, ai, tonumber(qty))
   end
-  local ok, tat, reset = rate_check(budget, a[8], a[9], a[10], rate_clock)
+  local ok, tat, reset = rate_check(budget, burst, rate, period, rate_clock)
   if not ok then
     return { 'RATE_LIMITED', tat, '', 0 }
   end
-  local r, sku_key, channel = reserve_new(k, a, tonumber(a[3]))
+  local r, sku_key, channel = reserve_new(ki, ai, tonumber(qty))
   if r[1] ~= 'NEEDS_HYDRATION' then
     rate_spend(budget, tat, reset)
   end
@@ -224,12 +227,8 @@ end
 local replies, changed, order = {}, {}, {}
 local n = (#KEYS - 2) / 6
 for i = 0, n - 1 do
-  local ki = 3 + 6 * i
-  local k = { KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4], KEYS[ki + 5] }
-  local ai = 6 + 10 * i
-  local a = { ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6],
-    ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9] }
-  local ok, r, sku_key, channel = pcall(reserve_one, k, a)
+  local ki, ai = 3 + 6 * i, 6 + 10 * i
+  local ok, r, sku_key, channel = pcall(reserve_one, ki, ai)
   if not ok then
     -- An error fails this request alone; the requests before it are
     -- decided and written, and keep their replies.
@@ -239,7 +238,7 @@ for i = 0, n - 1 do
   replies[#replies + 1] = r
   if sku_key and not changed[sku_key] then
     changed[sku_key] = true
-    order[#order + 1] = { sku_key, channel, a[1] }
+    order[#order + 1] = { sku_key, channel, ARGV[ai] }
   end
 end
 for _, c in ipairs(order) do
