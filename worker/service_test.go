@@ -3,11 +3,14 @@ package worker
 import (
 	"context"
 	"errors"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -88,6 +91,72 @@ func TestCleanStopReleasesLeasesItsHandlesGaveUp(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n, "partition %d's lease outlived the clean stop", p)
 	}
+}
+
+// A clean stop while Redis does not answer asks it for the leases its
+// handles no longer count as held only until one ask has failed: each ask
+// waits out a StepTimeout, so asking for all sixteen partitions of each
+// worker would hold the stop for minutes (sixteen times five seconds)
+// where leaving a lease it does not hold costs nothing.
+func TestCleanStopAsksAnUnreachableRedisOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A Redis that takes connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		_ = ln.Close()
+		<-accepted
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	var asks atomic.Int64
+	rdb.AddHook(scriptCounter{n: &asks})
+
+	opts := fastConfig("unreachable").Options
+	opts.StepTimeout = 50 * time.Millisecond
+	opts.setDefaults()
+	s := newLeaseSet("reconciler", newKeys(b.engine.Keys()), rdb, opts, b.log, prometheus.NewRegistry())
+	s.releaseAll(b.ctx)
+	require.EqualValues(t, 1, asks.Load(), "lease releases sent to a Redis that does not answer")
+}
+
+// scriptCounter counts the scripts a client sends (EVALSHA and EVAL).
+type scriptCounter struct{ n *atomic.Int64 }
+
+func (scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // A stopped worker's loop releases the partition leases it took, so another
