@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/lua"
 )
@@ -59,10 +60,21 @@ func rateLimited(retryAfter string) error {
 
 // SpendRateLimit spends one unit of a budget in its own script run
 // (rate_limit.lua, through the autopipeliner): nil when the mutation may go
-// ahead, *RateLimitedError when it may not, or ErrUnavailable when Redis
-// could not be asked. A reserve given its budget (ReserveRequest.RateLimit)
-// spends it itself, in the same run of reserve.lua when it can.
+// ahead, *RateLimitedError when it may not. When Redis cannot be asked the
+// mutation goes ahead, with a warning in the request's log: a limiter outage
+// must not become a full outage (the mutation reports Redis trouble itself).
+// A reserve given its budget (ReserveRequest.RateLimit) spends it itself, in
+// the same run of reserve.lua when it can.
 func (e *Engine) SpendRateLimit(ctx context.Context, l RateLimit) error {
+	err := e.spendRateLimit(ctx, l)
+	if err != nil && !errors.Is(err, ErrRateLimited) {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
+		return nil
+	}
+	return err
+}
+
+func (e *Engine) spendRateLimit(ctx context.Context, l RateLimit) error {
 	a := l.args()
 	res, err := e.scripts[lua.RateLimit].Run(ctx, e.hot, []string{l.Key}, a[:]...).Slice()
 	if err != nil {
@@ -79,22 +91,6 @@ func (e *Engine) SpendRateLimit(ctx context.Context, l RateLimit) error {
 	}
 	s, _ := res[1].(string)
 	return rateLimited(s)
-}
-
-// spendFirst spends a reserve's budget on its own, before anything else of
-// the reserve, where reserve.lua cannot spend it: the request is invalid
-// (refused before any script), carries an idempotency key (whose claim must
-// not be made for a refused request), or Redis is a cluster (where the
-// budget's key lives in another slot than the SKU's). When Redis cannot be
-// asked, the reserve goes ahead: a limiter outage must not become a full
-// outage (the reserve reports Redis trouble itself).
-func (e *Engine) spendFirst(ctx context.Context, l RateLimit) error {
-	err := e.SpendRateLimit(ctx, l)
-	if err != nil && !errors.Is(err, ErrRateLimited) {
-		e.log.Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
-		return nil
-	}
-	return err
 }
 
 // foldsRateLimit says whether reserve.lua can spend a budget in the same

@@ -29,7 +29,7 @@ type ReserveRequest struct {
 	// spends one unit of it before anything else, and is refused with
 	// *RateLimitedError when none is left. With a single Redis it is spent
 	// in the same run of reserve.lua that decides the reserve; otherwise
-	// (see spendFirst) in its own script just before.
+	// (see SpendRateLimit) in its own script just before.
 	RateLimit *RateLimit
 }
 
@@ -82,16 +82,21 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	defer func() { e.metrics.outcome("reserve", err) }()
 	hold, err := e.checkReserve(p, req)
 	if err != nil {
+		// Refused before any script: the budget is spent on its own.
 		if req.RateLimit != nil {
-			if lerr := e.spendFirst(ctx, *req.RateLimit); lerr != nil {
+			if lerr := e.SpendRateLimit(ctx, *req.RateLimit); lerr != nil {
 				return Reservation{}, lerr
 			}
 		}
 		return Reservation{}, err
 	}
+	// reserve.lua spends the budget in the same run, except with an
+	// idempotency key (whose claim must not be made for a refused request)
+	// or on a cluster (where the budget's key lives in another slot than the
+	// SKU's): then it is spent on its own first.
 	budget := req.RateLimit
 	if budget != nil && (req.IdempotencyKey != "" || !e.foldsRateLimit()) {
-		if err := e.spendFirst(ctx, *budget); err != nil {
+		if err := e.SpendRateLimit(ctx, *budget); err != nil {
 			return Reservation{}, err
 		}
 		budget = nil

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -40,24 +38,17 @@ func (m *mutationLimiter) budget(principal string) *inventory.RateLimit {
 		Period: m.limits.MutationPeriod, Burst: m.limits.MutationBurst}
 }
 
-// allow spends one unit of principal's budget. When Redis cannot be asked
-// the mutation goes ahead (the engine will report Redis trouble itself):
-// a limiter outage must not become a full outage. The request goes to Redis
+// allow spends one unit of principal's budget (inventory's SpendRateLimit:
 // through the client's autopipeliner, so concurrent requests' checks travel
-// together.
+// together; a limiter outage lets the mutation go ahead).
 func (m *mutationLimiter) allow(ctx context.Context, principal string) (ok bool, retryAfter time.Duration) {
 	l := m.budget(principal)
 	if l == nil {
 		return true, 0
 	}
-	err := m.engine.SpendRateLimit(ctx, *l)
 	var limited *inventory.RateLimitedError
-	switch {
-	case err == nil:
-		return true, 0
-	case errors.As(err, &limited):
+	if errors.As(m.engine.SpendRateLimit(ctx, *l), &limited) {
 		return false, limited.RetryAfter
 	}
-	zerolog.Ctx(ctx).Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
 	return true, 0
 }
