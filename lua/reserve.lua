@@ -165,14 +165,13 @@ local function reserve_new(ki, ai, qty)
   -- bump_stock's change in one call instead of four: the counters were just
   -- read, and nothing has written them since. seq is exact as a Lua number
   -- below 2^53 (it starts at a rebuild's time in microseconds); beyond, or
-  -- when missing, HINCRBY moves it.
+  -- when missing, bump_stock itself moves them.
   local seq = tonumber(s[9] or '')
   if seq and seq < 9007199254740992 then
     redis.call('HSET', sku_key, 'avail', avail - qty, 'held', tonumber(s[8] or '0') + qty, 'upd', now,
       'seq', string.format('%d', seq + 1))
   else
-    redis.call('HSET', sku_key, 'avail', avail - qty, 'held', tonumber(s[8] or '0') + qty, 'upd', now)
-    redis.call('HINCRBY', sku_key, 'seq', 1)
+    bump_stock(sku_key, -qty, qty, 0, now)
   end
   if fp ~= '' then
     redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
