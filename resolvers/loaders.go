@@ -64,39 +64,31 @@ func (l *loaders) newStock() *dataloadgen.Loader[string, *inventory.Stock] {
 // newProduct: the engine has no batch product read yet, so this loader only
 // de-duplicates (a page of reservations of one SKU reads it once).
 func (l *loaders) newProduct() *dataloadgen.Loader[string, *inventory.Product] {
-	e := l.engine
-	return dataloadgen.NewLoader(func(ctx context.Context, skus []string) ([]*inventory.Product, []error) {
-		out := make([]*inventory.Product, len(skus))
-		errs := make([]error, len(skus))
-		for i, sku := range skus {
-			p, err := e.Product(ctx, sku)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			out[i] = &p
-		}
-		return out, errs
-	}, dataloadgen.WithWait(loaderWait))
+	return dataloadgen.NewLoader(oneByOne(l.engine.Product), dataloadgen.WithWait(loaderWait))
 }
 
 // newDrop: drops are few, so this loader de-duplicates (a page of one
 // drop's products reads it once).
 func (l *loaders) newDrop() *dataloadgen.Loader[string, *inventory.Drop] {
-	e := l.engine
-	return dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]*inventory.Drop, []error) {
-		out := make([]*inventory.Drop, len(ids))
-		errs := make([]error, len(ids))
-		for i, id := range ids {
-			d, err := e.Drop(ctx, id)
+	return dataloadgen.NewLoader(oneByOne(l.engine.Drop), dataloadgen.WithWait(loaderWait))
+}
+
+// oneByOne is a loader's fetch that reads each key on its own with read,
+// for what the engine cannot read in batches.
+func oneByOne[V any](read func(context.Context, string) (V, error)) func(context.Context, []string) ([]*V, []error) {
+	return func(ctx context.Context, keys []string) ([]*V, []error) {
+		out := make([]*V, len(keys))
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			v, err := read(ctx, k)
 			if err != nil {
 				errs[i] = err
 				continue
 			}
-			out[i] = &d
+			out[i] = &v
 		}
 		return out, errs
-	}, dataloadgen.WithWait(loaderWait))
+	}
 }
 
 func loadersFrom(ctx context.Context) *loaders {
