@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -17,13 +15,8 @@ import (
 // same arguments.
 func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	t.Parallel()
-	r := testenv.Redis(t)
+	e, r := engineWithProduct(t, ProductInput{SKU: "TWICE", Name: "t", Price: Money{1, "EUR"}, Stock: 5})
 	ctx := context.Background()
-	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
-	require.NoError(t, err)
-	admin := Principal{ID: "admin", Admin: true}
-	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "TWICE", Name: "t", Price: Money{1, "EUR"}, Stock: 5})
-	require.NoError(t, err)
 
 	// A batch of two reserves, run twice: each replays its own hold.
 	p := PartitionOf("TWICE")
@@ -104,6 +97,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	require.EqualValues(t, 6, n, "three reserves, a cancel, a commit and one extension")
 
 	// A drop written twice under one version is written once.
+	admin := Principal{ID: "admin", Admin: true}
 	_, err = e.CreateDrop(ctx, admin, DropInput{ID: "TWICE-DROP", Name: "t", MaxPerUser: 1})
 	require.NoError(t, err)
 	dropArgs := []any{int64(7), 2, 0, 0, "A B"}
@@ -123,13 +117,8 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 // Postgres failure must still put the hold back to HELD at once.
 func TestRetriedBeginCommitIsTheSameAttempt(t *testing.T) {
 	t.Parallel()
-	r := testenv.Redis(t)
+	e, r := engineWithProduct(t, ProductInput{SKU: "RETRY", Name: "t", Price: Money{1, "EUR"}, Stock: 1})
 	ctx := context.Background()
-	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
-	require.NoError(t, err)
-	admin := Principal{ID: "admin", Admin: true}
-	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "RETRY", Name: "t", Price: Money{1, "EUR"}, Stock: 1})
-	require.NoError(t, err)
 	alice := Principal{ID: "alice"}
 	h, err := e.Reserve(ctx, alice, ReserveRequest{SKU: "RETRY", Quantity: 1})
 	require.NoError(t, err)

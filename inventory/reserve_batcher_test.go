@@ -6,10 +6,8 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -18,18 +16,13 @@ import (
 // requests would get one after the other, and announces the SKU once.
 func TestReserveBatchDecidesInTurn(t *testing.T) {
 	t.Parallel()
-	r := testenv.Redis(t)
+	e, r := engineWithProduct(t, ProductInput{SKU: "BATCH", Name: "b", Price: Money{1, "EUR"}, Stock: 2, MaxPerUser: 1})
 	ctx := context.Background()
-	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
-	require.NoError(t, err)
-	admin := Principal{ID: "admin", Admin: true}
-	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "BATCH", Name: "b", Price: Money{1, "EUR"}, Stock: 2, MaxPerUser: 1})
-	require.NoError(t, err)
 
 	p := PartitionOf("BATCH")
 	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, "BATCH"))
 	defer func() { _ = sub.Close() }()
-	_, err = sub.Receive(ctx)
+	_, err := sub.Receive(ctx)
 	require.NoError(t, err)
 
 	buyers := []string{"alice", "alice", "bob", "carol", "dave"}
@@ -73,14 +66,9 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 // caller gets its own answer: as many holds as units, the rest out of stock.
 func TestConcurrentReservesShareBatches(t *testing.T) {
 	t.Parallel()
-	r := testenv.Redis(t)
-	ctx := context.Background()
-	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
-	require.NoError(t, err)
-	admin := Principal{ID: "admin", Admin: true}
 	const units, callers = 40, 200
-	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "SHARED", Name: "s", Price: Money{1, "EUR"}, Stock: units})
-	require.NoError(t, err)
+	e, _ := engineWithProduct(t, ProductInput{SKU: "SHARED", Name: "s", Price: Money{1, "EUR"}, Stock: units})
+	ctx := context.Background()
 
 	errs := make([]error, callers)
 	tokens := make([]string, callers)
@@ -127,13 +115,8 @@ func TestConcurrentReservesShareBatches(t *testing.T) {
 // expired.
 func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
 	t.Parallel()
-	r := testenv.Redis(t)
+	e, _ := engineWithProduct(t, ProductInput{SKU: "LEFT", Name: "l", Price: Money{1, "EUR"}, Stock: 3})
 	ctx := context.Background()
-	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
-	require.NoError(t, err)
-	admin := Principal{ID: "admin", Admin: true}
-	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "LEFT", Name: "l", Price: Money{1, "EUR"}, Stock: 3})
-	require.NoError(t, err)
 
 	// The partition's batches are all on their way (as the test says), so
 	// the reserve waits in the queue; its caller gives up meanwhile.
@@ -147,7 +130,7 @@ func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
 		args: [10]any{"LEFT", "alice", 1, int64(60_000), tok, "", "", "", "", ""}}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = e.reserveInBatch(cctx, p, call)
+	_, err := e.reserveInBatch(cctx, p, call)
 	require.ErrorIs(t, err, context.Canceled)
 
 	// A batch on its way ends and takes the queue.
@@ -163,13 +146,8 @@ func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
 // the requests before it made their holds, and their callers hear of them.
 func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
 	t.Parallel()
-	r := testenv.Redis(t)
+	e, r := engineWithProduct(t, ProductInput{SKU: "GOOD", Name: "g", Price: Money{1, "EUR"}, Stock: 3})
 	ctx := context.Background()
-	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
-	require.NoError(t, err)
-	admin := Principal{ID: "admin", Admin: true}
-	_, err = e.CreateProduct(ctx, admin, ProductInput{SKU: "GOOD", Name: "g", Price: Money{1, "EUR"}, Stock: 3})
-	require.NoError(t, err)
 
 	// The second request's stock hash is broken: it has a generation but no
 	// counters, so deciding it raises an error in the script.

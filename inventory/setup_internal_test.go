@@ -1,0 +1,24 @@
+package inventory
+
+import (
+	"context"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
+)
+
+// engineWithProduct is an engine on a Redis key prefix and a PostgreSQL
+// database of its own, with one product an admin made.
+func engineWithProduct(t *testing.T, product ProductInput) (*Engine, testenv.RedisEnv) {
+	t.Helper()
+	ctx := context.Background()
+	r := testenv.Redis(t)
+	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
+	require.NoError(t, err)
+	_, err = e.CreateProduct(ctx, Principal{ID: "admin", Admin: true}, product)
+	require.NoError(t, err)
+	return e, r
+}
