@@ -12,8 +12,6 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/server/graphql"
 )
@@ -193,45 +190,20 @@ func TestStalledSSEReaderIsDropped(t *testing.T) {
 	}
 	// A tiny receive buffer, fat payloads (800 aliases of id, about 25 KB
 	// an event), and nothing read after the response's head.
-	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-	}}
-	var fat strings.Builder
-	for i := range 800 {
-		fmt.Fprintf(&fat, "a%d: id ", i)
-	}
-	s := dialSSEWith(t, dialer, e.srv.URL, "", `subscription($s: [ID!]!) { stockChanged(skus: $s) { `+fat.String()+` } }`,
+	dialer := smallReceiveBuffer()
+	s := dialSSEWith(t, dialer, e.srv.URL, "", `subscription($s: [ID!]!) { stockChanged(skus: $s) { `+fatSelection()+` } }`,
 		map[string]any{"s": skus})
 	require.Equal(t, http.StatusOK, s.resp.StatusCode)
 	conns := mustGauge(t, e.reg, "dropline_graphql_stream_connections", "sse")
 	active := mustGauge(t, e.reg, "dropline_graphql_subscriptions_active", "stockChanged")
 	require.Equal(t, 1.0, testutil.ToFloat64(conns))
 
-	stop := make(chan struct{})
-	var lw sync.WaitGroup
-	ctx := context.Background()
-	for g := range 4 {
-		lw.Go(func() {
-			p := inventory.Principal{ID: fmt.Sprintf("sse-load-%d", g)}
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				res, err := e.Engine.Reserve(ctx, p, inventory.ReserveRequest{SKU: skus[(i+g)%len(skus)], Quantity: 1})
-				if err == nil {
-					_, _ = e.Engine.Cancel(ctx, p, res.Token)
-				}
-			}
-		})
-	}
+	stopLoad := churnStock(context.Background(), e, skus, "sse-load-")
 	dropped := false
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !dropped; time.Sleep(20 * time.Millisecond) {
 		dropped = testutil.ToFloat64(conns) == 0
 	}
-	close(stop)
-	lw.Wait()
+	stopLoad()
 	require.True(t, dropped, "the stalled SSE client was not dropped")
 	require.Eventually(t, func() bool { return testutil.ToFloat64(active) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"the stalled client's subscription did not end")

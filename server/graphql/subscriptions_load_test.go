@@ -112,9 +112,7 @@ func TestStalledReaderIsDropped(t *testing.T) {
 
 	// The stalled client: a tiny receive buffer, fat payloads (800 aliases
 	// of id, about 25 KB a message), and no reads after the first.
-	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-	}}
+	dialer := smallReceiveBuffer()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stalled, resp, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{
@@ -126,10 +124,6 @@ func TestStalledReaderIsDropped(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	defer stalled.CloseNow()
-	var fat strings.Builder
-	for i := range 800 {
-		fmt.Fprintf(&fat, "a%d: id ", i)
-	}
 	write := func(v any) {
 		b, _ := json.Marshal(v)
 		require.NoError(t, stalled.Write(ctx, websocket.MessageText, b))
@@ -139,7 +133,7 @@ func TestStalledReaderIsDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(ack), "connection_ack")
 	write(map[string]any{"type": "subscribe", "id": "1", "payload": map[string]any{
-		"query": `subscription($s: [ID!]!) { stockChanged(skus: $s) { ` + fat.String() + ` } }`, "variables": vars}})
+		"query": `subscription($s: [ID!]!) { stockChanged(skus: $s) { ` + fatSelection() + ` } }`, "variables": vars}})
 
 	healthy := e.dial(t, wsclient.Options{Buffer: 4096})
 	hs := subscribe(t, healthy, `subscription($s: [ID!]!) { stockChanged(skus: $s) { sku available held sold total } }`, vars)
@@ -147,24 +141,7 @@ func TestStalledReaderIsDropped(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(conns) == 2 }, 5*time.Second, 10*time.Millisecond)
 
 	// Load: reserve and cancel round the SKUs until the stalled client is gone.
-	stop := make(chan struct{})
-	var lw sync.WaitGroup
-	for g := range 4 {
-		lw.Go(func() {
-			p := inventory.Principal{ID: fmt.Sprintf("load-%d", g)}
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				res, err := e.Engine.Reserve(ctx, p, inventory.ReserveRequest{SKU: skus[(i+g)%len(skus)], Quantity: 1})
-				if err == nil {
-					_, _ = e.Engine.Cancel(ctx, p, res.Token)
-				}
-			}
-		})
-	}
+	stopLoad := churnStock(ctx, e, skus, "load-")
 	// Meanwhile the healthy client must keep hearing. It remembers the
 	// latest value of each SKU, for the convergence check at rest.
 	latest := map[string]stock{}
@@ -184,8 +161,7 @@ func TestStalledReaderIsDropped(t *testing.T) {
 		last = m.At
 		dropped = testutil.ToFloat64(conns) == 1
 	}
-	close(stop)
-	lw.Wait()
+	stopLoad()
 	require.True(t, dropped, "the stalled client was not dropped")
 	require.Less(t, maxGap, time.Second, "the healthy client stalled too")
 
@@ -340,6 +316,50 @@ func TestHotSKUWebsocketSubscribers(t *testing.T) {
 		converged.Round(100*time.Microsecond), perConn/1024, goroutinesPerConn)
 	if !raceEnabled {
 		require.Less(t, converged, 250*time.Millisecond, "G8: every subscriber within 250 ms")
+	}
+}
+
+// smallReceiveBuffer dials with a tiny receive buffer, so that a client
+// that stops reading stalls its server's writes soon.
+func smallReceiveBuffer() *net.Dialer {
+	return &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+}
+
+// fatSelection is a selection of 800 aliases of id: about 25 KB an update.
+func fatSelection() string {
+	var fat strings.Builder
+	for i := range 800 {
+		fmt.Fprintf(&fat, "a%d: id ", i)
+	}
+	return fat.String()
+}
+
+// churnStock reserves and cancels round the SKUs from four buyers (who
+// followed by 0 to 3) until stop is called; stop waits for them.
+func churnStock(ctx context.Context, e *liveEnv, skus []string, who string) (stop func()) {
+	done := make(chan struct{})
+	var lw sync.WaitGroup
+	for g := range 4 {
+		lw.Go(func() {
+			p := inventory.Principal{ID: fmt.Sprintf("%s%d", who, g)}
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				res, err := e.Engine.Reserve(ctx, p, inventory.ReserveRequest{SKU: skus[(i+g)%len(skus)], Quantity: 1})
+				if err == nil {
+					_, _ = e.Engine.Cancel(ctx, p, res.Token)
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		lw.Wait()
 	}
 }
 
