@@ -297,23 +297,28 @@ func (c *sseConn) finish() {
 	c.wake()
 }
 
-// appendChunk appends data as one piece of the body.
-func (c *sseConn) appendChunk(b []byte, parts ...string) []byte {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
+// appendChunk appends s as one piece of the body.
+func (c *sseConn) appendChunk(b []byte, s string) []byte {
+	b = c.chunkHead(b, len(s))
+	b = append(b, s...)
+	return c.chunkTail(b)
+}
+
+// chunkHead begins a piece of the body of n bytes: its size, when the body
+// is chunked; chunkTail ends it.
+func (c *sseConn) chunkHead(b []byte, n int) []byte {
+	if !c.chunked {
+		return b
 	}
-	if c.chunked {
-		b = strconv.AppendInt(b, int64(n), 16)
-		b = append(b, "\r\n"...)
+	b = strconv.AppendInt(b, int64(n), 16)
+	return append(b, "\r\n"...)
+}
+
+func (c *sseConn) chunkTail(b []byte) []byte {
+	if !c.chunked {
+		return b
 	}
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	if c.chunked {
-		b = append(b, "\r\n"...)
-	}
-	return b
+	return append(b, "\r\n"...)
 }
 
 func (c *sseConn) appendEnd(b []byte) []byte {
@@ -325,18 +330,11 @@ func (c *sseConn) appendEnd(b []byte) []byte {
 }
 
 func (c *sseConn) appendEvent(b, enc []byte) []byte {
-	n := len(sseNextPrefix) + len(enc) + 2
-	if c.chunked {
-		b = strconv.AppendInt(b, int64(n), 16)
-		b = append(b, "\r\n"...)
-	}
+	b = c.chunkHead(b, len(sseNextPrefix)+len(enc)+2)
 	b = append(b, sseNextPrefix...)
 	b = append(b, enc...)
 	b = append(b, "\n\n"...)
-	if c.chunked {
-		b = append(b, "\r\n"...)
-	}
-	return b
+	return c.chunkTail(b)
 }
 
 // collect takes what the mailbox holds: keep-alives, the newest value of
