@@ -63,14 +63,22 @@ func sanitize(s string) string {
 	return string(out)
 }
 
-func TestLedgerRefusesWhatMustNeverHappen(t *testing.T) {
-	t.Parallel()
+// ledgerWithProduct is a ledger on the test's own database with one
+// product of total units.
+func ledgerWithProduct(t *testing.T, sku string, total int) (*pgxpool.Pool, *db.Ledger) {
+	t.Helper()
 	pool := testenv.Postgres(t)
 	l := db.NewLedger(pool)
+	_, err := l.CreateProduct(context.Background(), db.Product{SKU: sku, Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: total})
+	require.NoError(t, err)
+	return pool, l
+}
+
+func TestLedgerRefusesWhatMustNeverHappen(t *testing.T) {
+	t.Parallel()
+	pool, l := ledgerWithProduct(t, "L-1", 2)
 	ctx := context.Background()
 	_, err := l.CreateProduct(ctx, db.Product{SKU: "L-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 2})
-	require.NoError(t, err)
-	_, err = l.CreateProduct(ctx, db.Product{SKU: "L-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 2})
 	require.ErrorIs(t, err, db.ErrExists)
 	_, err = l.CreateProduct(ctx, db.Product{SKU: "bad sku", Name: "n", PriceAmount: 1, PriceCurrency: "EUR"})
 	require.ErrorIs(t, err, db.ErrInvalid)
@@ -100,11 +108,8 @@ func TestLedgerRefusesWhatMustNeverHappen(t *testing.T) {
 
 func TestApplyEventsIsIdempotentAndOnlyMovesForward(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
-	l := db.NewLedger(pool)
+	pool, l := ledgerWithProduct(t, "E-1", 10)
 	ctx := context.Background()
-	_, err := l.CreateProduct(ctx, db.Product{SKU: "E-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 10})
-	require.NoError(t, err)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	ev := func(kind, tok string) db.Event {
 		return db.Event{ID: kind + ":" + tok, Kind: kind, Token: tok, SKU: "E-1", Principal: "p", Quantity: 1,
@@ -129,7 +134,7 @@ func TestApplyEventsIsIdempotentAndOnlyMovesForward(t *testing.T) {
 
 	// Fencing: a newer token wins, an older one is refused and writes nothing.
 	require.NoError(t, l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p00", Token: 7}, []db.Event{ev("cancel", "b")}))
-	err = l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p00", Token: 6}, []db.Event{ev("reserve", "z")})
+	err := l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p00", Token: 6}, []db.Event{ev("reserve", "z")})
 	require.ErrorIs(t, err, db.ErrFenced)
 	var z int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE token = 'z'`).Scan(&z))
@@ -142,10 +147,7 @@ func TestApplyEventsIsIdempotentAndOnlyMovesForward(t *testing.T) {
 func TestLedgerReleasesOnceAndNeverSellsAFinishedReservation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testenv.Postgres(t)
-	l := db.NewLedger(pool)
-	_, err := l.CreateProduct(ctx, db.Product{SKU: "ONCE-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 2})
-	require.NoError(t, err)
+	pool, l := ledgerWithProduct(t, "ONCE-1", 2)
 	now := time.Now()
 	ev := func(kind, tok string) db.Event {
 		return db.Event{ID: kind + ":" + tok, Kind: kind, Token: tok, SKU: "ONCE-1", Principal: "alice", Quantity: 1,
@@ -198,11 +200,8 @@ func TestLedgerReleasesOnceAndNeverSellsAFinishedReservation(t *testing.T) {
 // waitlist events included, writes nothing at all.
 func TestApplyEventsIsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
-	l := db.NewLedger(pool)
+	pool, l := ledgerWithProduct(t, "AON-1", 10)
 	ctx := context.Background()
-	_, err := l.CreateProduct(ctx, db.Product{SKU: "AON-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 10})
-	require.NoError(t, err)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	reserve := db.Event{ID: "reserve:r1", Kind: "reserve", Token: "r1", SKU: "AON-1", Principal: "p", Quantity: 1,
 		ExpiresAt: at.Add(time.Minute), CreatedAt: at, At: at}
@@ -218,7 +217,7 @@ func TestApplyEventsIsAllOrNothing(t *testing.T) {
 		return movements, reservations, waits
 	}
 
-	err = l.ApplyEvents(ctx, nil, []db.Event{reserve, join("AON-MISSING")})
+	err := l.ApplyEvents(ctx, nil, []db.Event{reserve, join("AON-MISSING")})
 	require.ErrorIs(t, err, db.ErrRefused)
 	m, r, w := count()
 	require.Equal(t, [3]int{0, 0, 0}, [3]int{m, r, w}, "movements, reservations, waitlist rows after a refused batch")
@@ -252,16 +251,13 @@ func TestApplyEventsIsAllOrNothing(t *testing.T) {
 // set its events aside as refused after RefuseLimit tries.
 func TestApplyEventsOnASchemaBehindIsNotARefusal(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
-	l := db.NewLedger(pool)
+	pool, l := ledgerWithProduct(t, "BEHIND-1", 10)
 	ctx := context.Background()
-	_, err := l.CreateProduct(ctx, db.Product{SKU: "BEHIND-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 10})
-	require.NoError(t, err)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	reserve := db.Event{ID: "reserve:r1", Kind: "reserve", Token: "r1", SKU: "BEHIND-1", Principal: "p", Quantity: 1,
 		ExpiresAt: at.Add(time.Minute), CreatedAt: at, At: at}
 	// As before migration 0009.
-	_, err = pool.Exec(ctx, `DROP FUNCTION worker_fence(text, bigint)`)
+	_, err := pool.Exec(ctx, `DROP FUNCTION worker_fence(text, bigint)`)
 	require.NoError(t, err)
 
 	err = l.ApplyEvents(ctx, &db.Fence{Name: "flusher:p01", Token: 1}, []db.Event{reserve})
