@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -58,12 +57,8 @@ func TestSubscriptionErrorWhileTheSubscriptionEnds(t *testing.T) {
 	m := newStreamMetrics(prometheus.NewRegistry())
 	tr := newWebsocket(limits, newCORS(nil), nil, m, nil)
 	for round := range 20 {
-		server, client := net.Pipe()
-		state := &streamConn{kind: kindWebsocket, tracker: newStreamTracker(limits, m)}
-		req := httptest.NewRequest("GET", "/graphql", nil)
-		req = req.WithContext(context.WithValue(req.Context(), streamConnKey{}, state))
 		exec := droppingExecutor{checked: make(chan struct{})}
-		c := newWSConn(tr, server, bufio.NewReader(server), req, exec, subprotocolGraphQLTransportWS)
+		c, client := wsConnOverPipe(tr, m, exec)
 		ctx, cancel := context.WithCancel(c.ctx)
 		sub := &wsSub{id: "1", cancel: cancel}
 		done := make(chan struct{})

@@ -1,9 +1,14 @@
 package graphql
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"net"
+	"net/http/httptest"
 	"testing"
 
+	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -66,4 +71,15 @@ func TestMemberThatLeftIsNotAWatcher(t *testing.T) {
 	gone.watch(func() {})
 	stays.watch(func() {})
 	require.Equal(t, []*groupMember{stays}, g.watchers)
+}
+
+// wsConnOverPipe is a connection of tr (graphql-transport-ws, counted in
+// m's stream caps) whose client is the other end of a net.Pipe, with no
+// HTTP server and no upgrade.
+func wsConnOverPipe(tr *wsTransport, m *streamMetrics, exec gqlgen.GraphExecutor) (c *wsConn, client net.Conn) {
+	server, client := net.Pipe()
+	state := &streamConn{kind: kindWebsocket, tracker: newStreamTracker(tr.limits, m)}
+	req := httptest.NewRequest("GET", "/graphql", nil)
+	req = req.WithContext(context.WithValue(req.Context(), streamConnKey{}, state))
+	return newWSConn(tr, server, bufio.NewReader(server), req, exec, subprotocolGraphQLTransportWS), client
 }

@@ -1,12 +1,9 @@
 package graphql
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -55,11 +52,7 @@ func TestOperationsWaitForTheOutboxOfAClientThatDoesNotRead(t *testing.T) {
 	limits := StreamLimits{WriteTimeout: time.Minute}.withDefaults()
 	m := newStreamMetrics(prometheus.NewRegistry())
 	tr := newWebsocket(limits, newCORS(nil), nil, m, nil)
-	server, client := net.Pipe() // takes nothing the client does not read
-	state := &streamConn{kind: kindWebsocket, tracker: newStreamTracker(limits, m)}
-	req := httptest.NewRequest("GET", "/graphql", nil)
-	req = req.WithContext(context.WithValue(req.Context(), streamConnKey{}, state))
-	c := newWSConn(tr, server, bufio.NewReader(server), req, answeringExecutor{}, subprotocolGraphQLTransportWS)
+	c, client := wsConnOverPipe(tr, m, answeringExecutor{}) // a pipe takes nothing the client does not read
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
