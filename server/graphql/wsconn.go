@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -1053,7 +1054,7 @@ type wsWriters struct {
 }
 
 func newWSWriters() *wsWriters {
-	return &wsWriters{max: max(2, runtimeProcs())}
+	return &wsWriters{max: max(2, runtime.GOMAXPROCS(0))}
 }
 
 func (p *wsWriters) schedule(c mailbox) {

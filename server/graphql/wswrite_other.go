@@ -4,7 +4,6 @@ package graphql
 
 import (
 	"net"
-	"runtime"
 )
 
 // rawWriter takes nothing where the socket cannot be written without
@@ -12,5 +11,3 @@ import (
 type rawWriter struct{}
 
 func (*rawWriter) tryWrite(net.Conn, []byte) (int, error) { return 0, nil }
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -5,7 +5,6 @@ package graphql
 import (
 	"errors"
 	"net"
-	"runtime"
 	"syscall"
 )
 
@@ -71,5 +70,3 @@ func (r *rawWriter) writeFD(fd uintptr) bool {
 	}
 	return true
 }
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
