@@ -14,7 +14,10 @@
 //  2. GraphQL reserves at full speed: wrk, 50 connections, buyers rotated
 //     round-robin, one unit per call from a stock that never runs out.
 //     Only successful holds count; the stock the server reports afterwards
-//     must agree with wrk's count.
+//     must agree with wrk's count. The CPU time each process used over the
+//     step (dropline, redis-server, the database's PostgreSQL backends and
+//     wrk itself, read from /proc) is divided by the holds: the machine's
+//     whole cost of one hold, which holds still when other work shares it.
 //  3. Raw Redis: a reserve-shaped script (DECRBY, HSET, ZADD, XADD) by
 //     EVALSHA with redis-benchmark -c 50 against the same redis-server.
 //  4. PostgreSQL only: pgbench, 50 clients, one transaction per reserve
@@ -27,7 +30,8 @@
 //     is not hidden by the driver waiting for it).
 //  7. A sustained peak (wrk at full speed for Config.Peak) while /metrics is
 //     sampled: the write-behind lag, the events applied, and the flusher's
-//     busy time, from which its apply capacity follows.
+//     busy time, from which its apply capacity follows, and the backends'
+//     CPU time per applied event.
 //
 // Every step is bounded in time and talks to loopback addresses only. The
 // processes it starts are stopped by their own handles, and the database it

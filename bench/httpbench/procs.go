@@ -52,13 +52,19 @@ func (p *process) stop(grace time.Duration) {
 	p.cmd = nil
 }
 
-// cpuTime is the user plus system CPU time the process has used so far
-// (/proc/PID/stat), or 0 when it cannot be read.
+// cpuTime is the user plus system CPU time the process has used so far, or
+// 0 when it cannot be read.
 func (p *process) cpuTime() time.Duration {
 	if p == nil || p.cmd == nil || p.cmd.Process == nil {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
+	return pidCPU(p.cmd.Process.Pid)
+}
+
+// pidCPU is the user plus system CPU time process pid has used so far
+// (/proc/PID/stat), or 0 when it cannot be read.
+func pidCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0
 	}
@@ -76,6 +82,41 @@ func (p *process) cpuTime() time.Duration {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	// USER_HZ is 100 on every Linux this runs on.
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// backends is the CPU time used so far by each PostgreSQL backend connected
+// to dbURL's database, by process id: the server's write-behind and reads.
+// The loopback server's backends are processes of this machine. It is empty
+// when they cannot be read.
+func backends(ctx context.Context, dbURL string) map[int]time.Duration {
+	got := map[int]time.Duration{}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return got
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return got
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return got
+	}
+	for _, pid := range pids {
+		got[int(pid)] = pidCPU(int(pid))
+	}
+	return got
+}
+
+// backendsCPU is the CPU time the database's backends used between two
+// readings of backends; a backend seen only at the end counts from its start.
+func backendsCPU(before, after map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range after {
+		d += t - before[pid]
+	}
+	return d
 }
 
 // startRedis starts a private redis-server without persistence.

@@ -65,12 +65,13 @@ func (r Result) Markdown() string {
 		r.Steady.PerSecond(r.Steady.Held), ms(r.Steady.P50US), ms(r.Steady.P99US), ms(r.Steady.MaxUS))
 	row(fmt.Sprintf("sustained peak (%s)", c.Peak), r.Peak.EventRate, ms(r.Peak.Reserve.P50US), ms(r.Peak.Reserve.P99US), ms(r.Peak.Reserve.MaxUS))
 	fmt.Fprintf(&b, "\nWrite-behind over the peak: %s events/s produced, %s/s applied, apply capacity %s/s "+
-		"(events per second of flusher busy time); lag p50 %.2f s, p99 %.2f s, max %.2f s (%d samples); "+
+		"(events per second of flusher busy time), PostgreSQL CPU %.1f µs per event; lag p50 %.2f s, p99 %.2f s, max %.2f s (%d samples); "+
 		"backlog at most %s; drained %.1f s after the peak.\n\n",
-		thousands(r.Peak.EventRate), thousands(r.Peak.AppliedRate), thousands(r.Peak.Capacity),
+		thousands(r.Peak.EventRate), thousands(r.Peak.AppliedRate), thousands(r.Peak.Capacity), us(r.Peak.PostgresCPU),
 		r.Peak.LagP50, r.Peak.LagP99, r.Peak.LagMax, r.Peak.Samples, thousands(r.Peak.BacklogMax), r.Peak.DrainSeconds)
-	fmt.Fprintf(&b, "CPU time per successful reserve over the reserve step: dropline %.1f µs, redis-server %.1f µs.\n\n",
-		float64(r.ServerCPU)/float64(time.Microsecond), float64(r.RedisCPU)/float64(time.Microsecond))
+	fmt.Fprintf(&b, "CPU time per successful reserve over the reserve step: dropline %.1f µs, redis-server %.1f µs, "+
+		"PostgreSQL %.1f µs (the database's backends), wrk %.1f µs (the load generator); %.1f µs in all.\n\n",
+		us(r.ServerCPU), us(r.RedisCPU), us(r.PostgresCPU), us(r.LoadCPU), us(r.ServerCPU+r.RedisCPU+r.PostgresCPU+r.LoadCPU))
 	fmt.Fprintf(&b, "Other answers: reserve run %d rate limited, %d other, %d failed; storm %d rate limited, %d other, %d failed; "+
 		"paced run %d without a hold, %d failed.\n\n",
 		r.Reserve.RateLimited, r.Reserve.Other+r.Reserve.OutOfStock, r.Reserve.Failed+r.Reserve.socketErrors(),
@@ -136,3 +137,6 @@ func RewriteSection(path, content string) error {
 	b.Write(old[j:])
 	return os.WriteFile(path, b.Bytes(), 0o644) //nolint:gosec // documentation is world-readable
 }
+
+// us is d in microseconds.
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

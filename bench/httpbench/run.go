@@ -67,6 +67,11 @@ type Result struct {
 	// per successful reserve over the reserve step: a cost that holds still
 	// when other work shares the machine, unlike the throughput.
 	ServerCPU, RedisCPU time.Duration
+	// PostgresCPU is what the database's backends used per successful
+	// reserve over the reserve step (the write-behind, mostly), and LoadCPU
+	// what wrk used: with ServerCPU and RedisCPU, the machine's whole cost
+	// of a hold.
+	PostgresCPU, LoadCPU time.Duration
 	// StockFell is how many units the server's stock lost over the reserve
 	// step: wrk's held count plus the requests still in flight when it
 	// stopped (at most one per connection).
@@ -81,12 +86,14 @@ type PeakResult struct {
 	AppliedRate float64 // events applied to the ledger per second during the peak
 	// Capacity is events applied per second of flusher busy time (the sum
 	// of its batch durations): the rate it could sustain if it never waited.
-	Capacity   float64
-	LagP50     float64
-	LagP99     float64
-	LagMax     float64
-	BacklogMax float64
-	Samples    int
+	Capacity float64
+	// PostgresCPU is the database's backends' CPU time per applied event.
+	PostgresCPU time.Duration
+	LagP50      float64
+	LagP99      float64
+	LagMax      float64
+	BacklogMax  float64
+	Samples     int
 	// DrainSeconds is how long after the peak the backlog took to reach 0.
 	DrainSeconds float64
 }
@@ -217,13 +224,15 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	} else {
 		profiled <- nil
 	}
-	cpu0, rcpu0 := server.cpuTime(), redisProc.cpuTime()
+	cpu0, rcpu0, pg0 := server.cpuTime(), redisProc.cpuTime(), backends(ctx, dbURL)
 	if res.Reserve, err = w.run(ctx); err != nil {
 		return res, err
 	}
 	if n := res.Reserve.Held; n > 0 {
 		res.ServerCPU = (server.cpuTime() - cpu0) / time.Duration(n)
 		res.RedisCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(n)
+		res.PostgresCPU = backendsCPU(pg0, backends(ctx, dbURL)) / time.Duration(n)
+		res.LoadCPU = res.Reserve.CPU / time.Duration(n)
 	}
 	if err := <-profiled; err != nil {
 		return res, err
@@ -233,9 +242,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 	res.StockFell = before - after
-	cfg.logf("  %.0f holds/s (%d of %d requests), p50 %.2f ms p99 %.2f ms; stock fell by %d; CPU per hold: dropline %s, redis-server %s",
+	cfg.logf("  %.0f holds/s (%d of %d requests), p50 %.2f ms p99 %.2f ms; stock fell by %d; CPU per hold: dropline %s, redis-server %s, postgres %s, wrk %s",
 		res.Reserve.PerSecond(res.Reserve.Held), res.Reserve.Held, res.Reserve.Requests,
-		ms(res.Reserve.P50US), ms(res.Reserve.P99US), before-after, res.ServerCPU, res.RedisCPU)
+		ms(res.Reserve.P50US), ms(res.Reserve.P99US), before-after, res.ServerCPU, res.RedisCPU, res.PostgresCPU, res.LoadCPU)
 	if cfg.ReserveOnly {
 		cfg.logf("redis-server time by command over the whole run so far:\n%s", commandStats(ctx, redisAddr))
 		return res, nil
@@ -281,22 +290,23 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 
 	cfg.logf("sustained peak, wrk -c %d, %s, sampling /metrics ...", cfg.Connections, cfg.Peak)
 	w.duration = cfg.Peak
-	if res.Peak, err = peak(ctx, w, api.client, base); err != nil {
+	if res.Peak, err = peak(ctx, w, api.client, base, dbURL); err != nil {
 		return res, err
 	}
-	cfg.logf("  %.0f events/s, applied %.0f/s, apply capacity %.0f/s; lag p50 %.2f s p99 %.2f s max %.2f s; drained in %.1f s",
-		res.Peak.EventRate, res.Peak.AppliedRate, res.Peak.Capacity, res.Peak.LagP50, res.Peak.LagP99, res.Peak.LagMax, res.Peak.DrainSeconds)
+	cfg.logf("  %.0f events/s, applied %.0f/s, apply capacity %.0f/s, postgres CPU %s per event; lag p50 %.2f s p99 %.2f s max %.2f s; drained in %.1f s",
+		res.Peak.EventRate, res.Peak.AppliedRate, res.Peak.Capacity, res.Peak.PostgresCPU, res.Peak.LagP50, res.Peak.LagP99, res.Peak.LagMax, res.Peak.DrainSeconds)
 	return res, nil
 }
 
 // peak runs w while sampling the write-behind metrics every 250 ms, then
 // waits for the backlog to drain.
-func peak(ctx context.Context, w wrkRun, client *http.Client, base string) (PeakResult, error) {
+func peak(ctx context.Context, w wrkRun, client *http.Client, base, dbURL string) (PeakResult, error) {
 	var p PeakResult
 	first, err := scrape(ctx, client, base)
 	if err != nil {
 		return p, err
 	}
+	pg0 := backends(ctx, dbURL)
 	stop := make(chan struct{})
 	samples := make(chan []metricsSample, 1)
 	go func() {
@@ -325,6 +335,7 @@ func peak(ctx context.Context, w wrkRun, client *http.Client, base string) (Peak
 	if err != nil {
 		return p, err
 	}
+	pgCPU := backendsCPU(pg0, backends(ctx, dbURL))
 	p.Samples = len(got)
 	p.EventRate = p.Reserve.PerSecond(p.Reserve.Held)
 	if secs := end.at.Sub(first.at).Seconds(); secs > 0 {
@@ -332,6 +343,9 @@ func peak(ctx context.Context, w wrkRun, client *http.Client, base string) (Peak
 	}
 	if busy := end.batchSeconds - first.batchSeconds; busy > 0 {
 		p.Capacity = (end.applied - first.applied) / busy
+	}
+	if applied := end.applied - first.applied; applied > 0 {
+		p.PostgresCPU = time.Duration(float64(pgCPU) / applied)
 	}
 	lags := make([]time.Duration, 0, len(got))
 	for _, s := range got {

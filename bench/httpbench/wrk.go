@@ -135,6 +135,9 @@ type WrkResult struct {
 	P90US         int64 `json:"p90_us"`
 	P99US         int64 `json:"p99_us"`
 	MaxUS         int64 `json:"max_us"`
+	// CPU is the user plus system CPU time wrk itself used: the load
+	// generator's share of the machine.
+	CPU time.Duration `json:"-"`
 }
 
 // Seconds is the measured duration.
@@ -201,6 +204,7 @@ func (r wrkRun) run(ctx context.Context) (WrkResult, error) {
 			if err := json.Unmarshal([]byte(rest), &res); err != nil {
 				return res, fmt.Errorf("wrk summary %q: %w", rest, err)
 			}
+			res.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 			return res, nil
 		}
 	}
