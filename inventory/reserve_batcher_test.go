@@ -166,3 +166,41 @@ func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, s.Held)
 }
+
+// A batch deducts on its copy of the SKU's counters and writes them once,
+// except where the sequence is past what a Lua number holds exactly: from
+// there each hold moves the hash in Redis. A batch that crosses that line
+// leaves the counters and the sequence exact, and announces them.
+func TestReserveBatchCrossingTheExactSequence(t *testing.T) {
+	t.Parallel()
+	e, r := engineWithProduct(t, ProductInput{SKU: "SEQ", Name: "s", Price: Money{1, "EUR"}, Stock: 5})
+	ctx := context.Background()
+
+	p := PartitionOf("SEQ")
+	require.NoError(t, r.Client.HSet(ctx, e.keys.SKU("SEQ"), "seq", "9007199254740990").Err())
+	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, "SEQ"))
+	defer func() { _ = sub.Close() }()
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+
+	buyers := []string{"alice", "bob", "carol", "dave"}
+	calls := make([]*reserveCall, len(buyers))
+	for i, who := range buyers {
+		tok := newToken(p)
+		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "SEQ", tok, "", ""),
+			args: [10]any{"SEQ", who, 1, int64(60_000), tok, "", "", "", "", ""}}
+	}
+	keys, args := e.reserveScriptArgs(p, calls)
+	res, err := e.run(ctx, lua.Reserve, keys, args...)
+	require.NoError(t, err)
+	for _, x := range res {
+		require.Equal(t, codeHeld, reply(x.([]any)).code())
+	}
+	h, err := r.Client.HMGet(ctx, e.keys.SKU("SEQ"), "avail", "held", "seq").Result()
+	require.NoError(t, err)
+	require.Equal(t, []any{"1", "4", "9007199254740994"}, h)
+
+	msg, err := sub.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	require.Contains(t, msg.Payload, `"available":1,"held":4,"sold":0,"seq":9007199254740994`)
+}

@@ -48,12 +48,16 @@
 -- last unit. Each request runs every check before its first write, because
 -- Redis does not roll a script back, and sees the writes of the requests
 -- before it: the batch decides exactly what the same requests run one after
--- the other would. A request's writes are complete (stock, quota, hold,
--- expiry, event) before the next request starts, so an error in a later
--- request leaves every earlier one whole, and fails that request alone
--- (ERR): the callers of the others get their answers. Only the announcement is shared:
--- each SKU the batch changed is announced once, after the last request. A
--- retried batch (same tokens) replays the holds it made.
+-- the other would. A request's writes (quota, hold, expiry, event) are
+-- complete before the next request starts, so an error in a later request
+-- leaves every earlier one whole, and fails that request alone (ERR): the
+-- callers of the others get their answers. Only a SKU's stock hash and its
+-- announcement are shared: the hash is read once per run, by the first
+-- request of its SKU that gets that far; each request checks and deducts on
+-- the run's copy of the counters; and each SKU the batch changed is written
+-- and announced once, after the last request (nothing else runs meanwhile,
+-- and nothing the requests do reads those counters in Redis). A retried
+-- batch (same tokens) replays the holds it made.
 --
 -- A request that carries its principal's budget spends it here, first, as
 -- rate_limit.lua would have just before (a refused one is answered
@@ -65,10 +69,51 @@
 
 local base = ARGV[1]
 local expiry, outbox = KEYS[1], KEYS[2]
-local idem_ttl, max_qty, max_hold, rejection_ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem_ttl, max_qty, max_hold, rejection_ttl = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local max_qty_n = tonumber(max_qty)
 local clock = redis.call('TIME')
 local now = now_ms(clock)
+local now_s = tostring(now)
 local rate_clock = rate_now(clock)
+
+-- stock is each SKU's stock hash as this run has left it, by key: read
+-- once, by the first request of the SKU that gets that far, and written
+-- once, after the last request (flush_stock), since every request of the
+-- run that reads it reads it here and nothing else runs meanwhile. moved
+-- says the run changed the counters. seq is exact as a Lua number below
+-- 2^53 (it starts at a rebuild's time in microseconds); beyond, or when
+-- missing, bump_stock moves the hash itself and the SKU is read again by
+-- its next request.
+local stock = {}
+local exact_seq = 9007199254740992
+
+local function stock_of(sku_key)
+  local st = stock[sku_key]
+  if st then
+    return st
+  end
+  local s = redis.call('HMGET', sku_key, 'gen', 'avail', 'held', 'seq', 'max', 'start', 'end', 'drop', 'draw',
+    'total', 'sold')
+  if not s[1] then
+    return nil
+  end
+  st = {
+    gen = s[1], avail = tonumber(s[2]), held = tonumber(s[3] or '0'), seq = tonumber(s[4] or ''),
+    max = tonumber(s[5] or '0'), starts = tonumber(s[6] or '0'), ends = tonumber(s[7] or '0'),
+    drop = s[8], draw = s[9], total = s[10], sold = s[11], moved = false,
+  }
+  stock[sku_key] = st
+  return st
+end
+
+-- flush_stock writes what the run changed of a SKU's counters, in one HSET.
+local function flush_stock(sku_key, st)
+  if st.moved then
+    redis.call('HSET', sku_key, 'avail', string.format('%d', st.avail), 'held', string.format('%d', st.held),
+      'upd', now_s, 'seq', string.format('%d', st.seq))
+    st.moved = false
+  end
+end
 
 -- reject records a business rejection for idempotent replay (when the
 -- request has an idempotency key: fp is its fingerprint, idem_rec its record),
@@ -114,15 +159,14 @@ local function reserve_new(ki, ai, qty)
 
   -- 3. The product must be loaded. It is not cached as a rejection: the caller
   -- rebuilds the SKU from Postgres and calls again.
-  local s = redis.call('HMGET', sku_key, 'avail', 'max', 'start', 'end', 'gen', 'drop', 'draw', 'held', 'seq')
-  if not s[5] then
+  local st = stock_of(sku_key)
+  if not st then
     return { 'NEEDS_HYDRATION', sku, '', 0 }
   end
-  if s[7] then
+  if st.draw then
     return reject(fp, idem_rec, 'DRAW_ONLY', '', '')
   end
-  local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
-  local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
+  local starts, ends = st.starts, st.ends
 
   -- 4. Sale window, on Redis' clock: every server agrees on it.
   if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
@@ -131,16 +175,16 @@ local function reserve_new(ki, ai, qty)
 
   -- 5. Per-principal quota: units held plus units bought (read only when
   -- the SKU has a limit).
-  if max > 0 then
+  if st.max > 0 then
     local already = tonumber(redis.call('HGET', quota, who) or '0')
-    if already + qty > max then
-      return reject(fp, idem_rec, 'QUOTA_EXCEEDED', max, already)
+    if already + qty > st.max then
+      return reject(fp, idem_rec, 'QUOTA_EXCEEDED', st.max, already)
     end
   end
 
   -- 5b. The drop's window and limit, across every SKU of the drop.
-  if s[6] and s[6] ~= '' then
-    local no = drop_check(base, s[6], sku, who, qty, now)
+  if st.drop and st.drop ~= '' then
+    local no = drop_check(base, st.drop, sku, who, qty, now)
     if no and no[1] == 'NEEDS_HYDRATION' then
       return { 'NEEDS_HYDRATION', no[2], '', 0 }
     elseif no then
@@ -149,36 +193,33 @@ local function reserve_new(ki, ai, qty)
   end
 
   -- 6. Stock.
-  if avail < qty then
-    return reject(fp, idem_rec, 'OUT_OF_STOCK', avail, 0)
+  if st.avail < qty then
+    return reject(fp, idem_rec, 'OUT_OF_STOCK', st.avail, 0)
   end
 
   -- 7. Every check passed: write.
-  local h = {
-    sku = sku, who = who, qty = tostring(qty), st = 'HELD', exp = tostring(now + tonumber(hold_ms)),
-    ctd = tostring(now), idem = idem, fp = fp, gen = s[5],
-  }
-  redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
-    'exp', h['exp'], 'ctd', h['ctd'], 'idem', idem, 'fp', fp, 'gen', s[5])
-  redis.call('HINCRBY', quota, who, qty)
-  redis.call('ZADD', expiry, h['exp'], token)
-  -- bump_stock's change in one call instead of four: the counters were just
-  -- read, and nothing has written them since. seq is exact as a Lua number
-  -- below 2^53 (it starts at a rebuild's time in microseconds); beyond, or
-  -- when missing, bump_stock itself moves them.
-  local seq = tonumber(s[9] or '')
-  if seq and seq < 9007199254740992 then
-    redis.call('HSET', sku_key, 'avail', avail - qty, 'held', tonumber(s[8] or '0') + qty, 'upd', now,
-      'seq', string.format('%d', seq + 1))
+  local exp = now + tonumber(hold_ms)
+  local qty_s, exp_s = tostring(qty), tostring(exp)
+  redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', qty_s, 'st', 'HELD',
+    'exp', exp_s, 'ctd', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen)
+  redis.call('HINCRBY', quota, who, qty_s)
+  redis.call('ZADD', expiry, exp_s, token)
+  if st.seq and st.seq < exact_seq then
+    st.avail, st.held, st.seq, st.moved = st.avail - qty, st.held + qty, st.seq + 1, true
   else
+    flush_stock(sku_key, st)
     bump_stock(sku_key, -qty, qty, 0, now)
+    stock[sku_key] = nil
   end
   if fp ~= '' then
     redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
     redis.call('EXPIRE', idem_rec, idem_ttl)
   end
-  emit(outbox, 'reserve', token, h, now)
-  return { 'HELD', now + tonumber(hold_ms), now }, sku_key, channel
+  -- The reserve event, as lib.lua's emit writes it for a hold of no extension.
+  redis.call('XADD', outbox, '*', 'id', 'reserve:' .. token, 'type', 'reserve', 'tok', token, 'sku', sku,
+    'who', who, 'qty', qty_s, 'exp', exp_s, 'ctd', now_s, 'at', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen,
+    'ext', '0')
+  return { 'HELD', exp, now }, sku_key, channel
 end
 
 -- reserve_one decides one request, whose six keys start at KEYS[ki] and ten
@@ -189,10 +230,10 @@ local function reserve_one(ki, ai)
   local burst, rate, period = ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9]
 
   -- 1. Validate.
-  if not is_int(qty, 1, tonumber(max_qty)) then
+  if not is_int(qty, 1, max_qty_n) then
     return { 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. max_qty, 0 }
   end
-  if not is_int(ARGV[ai + 3], 1000, tonumber(max_hold)) then
+  if not is_int(ARGV[ai + 3], 1000, max_hold) then
     return { 'INVALID_INPUT', 'holdSeconds', 'out of range', 0 }
   end
   if sku == '' or who == '' or token == '' then
@@ -240,7 +281,23 @@ for i = 0, n - 1 do
     order[#order + 1] = { sku_key, channel, ARGV[ai] }
   end
 end
+-- Each SKU the run changed: first every counter written, then each SKU
+-- announced as lib.lua's announce would, from what the run read and wrote
+-- (announce itself reads a SKU whose hash bump_stock moved last).
 for _, c in ipairs(order) do
-  announce(c[1], c[2], c[3])
+  local st = stock[c[1]]
+  if st then
+    flush_stock(c[1], st)
+  end
+end
+for _, c in ipairs(order) do
+  local st = stock[c[1]]
+  if st then
+    redis.call('SPUBLISH', c[2], string.format(
+      '{"sku":%s,"total":%s,"available":%d,"held":%d,"sold":%s,"seq":%d,"at":%s}',
+      cjson.encode(c[3]), st.total, st.avail, st.held, st.sold, st.seq, now_s))
+  else
+    announce(c[1], c[2], c[3])
+  end
 end
 return replies
