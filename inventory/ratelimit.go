@@ -29,11 +29,18 @@ type RateLimit struct {
 }
 
 // args is the budget as the scripts take it: burst, rate, period in seconds.
+// A period of whole seconds is sent as an integer, the same text its float
+// would be: the client's formatting of a float cost a reserve more than all
+// its other arguments together.
 func (l *RateLimit) args() [3]any {
 	if l == nil {
 		return [3]any{"", "", ""}
 	}
-	return [3]any{l.Burst, l.Rate, l.Period.Seconds()}
+	var period any = l.Period.Seconds()
+	if l.Period%time.Second == 0 {
+		period = int64(l.Period / time.Second)
+	}
+	return [3]any{l.Burst, l.Rate, period}
 }
 
 // RateLimitedError refuses a mutation whose principal has no budget left,

@@ -32,7 +32,10 @@ func newTokenOf(kind byte, partition int) string {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("crypto/rand failed: %v", err)) // the OS has no entropy: nothing is safe
 	}
-	return fmt.Sprintf("%c%02d.%s", kind, partition, tokenEncoding.EncodeToString(b[:]))
+	var t [tokenLen]byte
+	t[0], t[1], t[2], t[3] = kind, byte('0'+partition/10), byte('0'+partition%10), '.'
+	tokenEncoding.Encode(t[4:], b[:])
+	return string(t[:])
 }
 
 // parseToken checks a reservation token's shape (a hold's or a cart line's)

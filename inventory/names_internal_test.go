@@ -1,0 +1,63 @@
+package inventory
+
+import (
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// ValidSKU and validPrincipal, checked byte by byte, accept exactly what
+// their patterns say: every single byte, every length around the limits,
+// runes outside ASCII, a trailing newline, and random strings of the
+// characters around the allowed ones.
+func TestNamesAreCheckedAsTheirPatternsSay(t *testing.T) {
+	sku := regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	principal := regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
+	cases := []string{"", "a\n", "\na", "é", "aé", "a b", "a@b", "A-Z_0.9", "a\x00"}
+	for c := 0; c < 256; c++ {
+		cases = append(cases, string([]byte{byte(c)}), "x"+string([]byte{byte(c)})+"y")
+	}
+	for _, n := range []int{1, 63, 64, 65, 127, 128, 129} {
+		cases = append(cases, strings.Repeat("a", n), strings.Repeat("@", n))
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "aZ09._-@/:+ \xff"
+	for i := 0; i < 5000; i++ {
+		b := make([]byte, r.IntN(140))
+		for j := range b {
+			b[j] = alphabet[r.IntN(len(alphabet))]
+		}
+		cases = append(cases, string(b))
+	}
+	for _, s := range cases {
+		require.Equal(t, sku.MatchString(s), ValidSKU(s), "SKU %q", s)
+		require.Equal(t, principal.MatchString(s), validPrincipal(s), "principal %q", s)
+	}
+}
+
+// A budget's period of whole seconds goes to the scripts as an integer whose
+// text is what the client writes for the float (strconv's shortest 'f'
+// form); any other period goes as the float.
+func TestRateLimitPeriodIsSentAsItsSeconds(t *testing.T) {
+	text := func(v any) string {
+		switch v := v.(type) {
+		case int64:
+			return strconv.FormatInt(v, 10)
+		case float64:
+			return strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		t.Fatalf("period sent as %T", v)
+		return ""
+	}
+	for _, d := range []time.Duration{time.Second, time.Minute, time.Hour, 1500 * time.Millisecond, 250 * time.Millisecond} {
+		a := (&RateLimit{Key: "k", Rate: 10, Period: d, Burst: 5}).args()
+		require.Equal(t, strconv.FormatFloat(d.Seconds(), 'f', -1, 64), text(a[2]), "period %s", d)
+		require.Equal(t, []any{5, 10}, a[:2])
+	}
+	require.Equal(t, [3]any{"", "", ""}, (*RateLimit)(nil).args())
+}
