@@ -135,8 +135,10 @@
 // go to Redis together as one run of reserve.lua, which decides each request
 // in turn, every check of a request before its own writes and after the
 // writes of the requests before it. The answers are those of the same
-// reserves run one after the other; Redis pays one script call per batch and
-// announces each SKU once per batch. A quiet partition's reserve is a batch of
+// reserves run one after the other; Redis pays one script call per batch,
+// reads and writes each SKU's stock hash once per batch (the requests check
+// and deduct on the run's copy of its counters), and announces each SKU once
+// per batch. A quiet partition's reserve is a batch of
 // one, sent at once. Batches go through the client's autopipeliner (go-redis
 // AutoPipeline), so the batches of different partitions travel to Redis in
 // one write and their replies come back in one read. A reserve whose caller
