@@ -2,6 +2,9 @@ package inventory
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -203,4 +206,94 @@ func TestReserveBatchCrossingTheExactSequence(t *testing.T) {
 	msg, err := sub.ReceiveMessage(ctx)
 	require.NoError(t, err)
 	require.Contains(t, msg.Payload, `"available":1,"held":4,"sold":0,"seq":9007199254740994`)
+}
+
+// A batch of requests for two SKUs of one partition, interleaved, decides
+// and leaves what the same requests leave run one at a time: each SKU's
+// counters, sequence and quota hash, and every answer.
+func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, r := engineWithProduct(t, ProductInput{SKU: "MIX-0", Name: "m", Price: Money{1, "EUR"}, Stock: 3, MaxPerUser: 2})
+	p := PartitionOf("MIX-0")
+	// Four SKUs of partition p: a pair reserved in one batch, a pair one
+	// request at a time.
+	skus := []string{"MIX-0"}
+	for i := 1; len(skus) < 4; i++ {
+		if sku := fmt.Sprintf("MIX-%d", i); PartitionOf(sku) == p {
+			skus = append(skus, sku)
+		}
+	}
+	admin := Principal{ID: "admin", Admin: true}
+	for i, sku := range skus[1:] {
+		in := ProductInput{SKU: sku, Name: "m", Price: Money{1, "EUR"}, Stock: 2}
+		if i == 1 { // the other pair's first SKU
+			in.Stock, in.MaxPerUser = 3, 2
+		}
+		_, err := e.CreateProduct(ctx, admin, in)
+		require.NoError(t, err)
+	}
+	type req struct {
+		sku int // 0 or 1: the pair's first or second SKU
+		who string
+		qty int
+	}
+	reqs := []req{{0, "alice", 1}, {1, "bob", 1}, {0, "alice", 1}, {0, "alice", 1}, {1, "carol", 1},
+		{1, "dave", 1}, {0, "erin", 2}, {0, "frank", 1}, {1, "bob", 1}}
+	call := func(sku string, r req) *reserveCall {
+		tok := newToken(p)
+		return &reserveCall{keys: e.keys.reserveRequestKeys(p, sku, tok, "", ""),
+			args: [10]any{sku, r.who, r.qty, int64(60_000), tok, "", "", "", "", ""}}
+	}
+	codes := func(res reply) []string {
+		var out []string
+		for _, x := range res {
+			out = append(out, fmt.Sprintf("%s %v", reply(x.([]any)).code(), reply(x.([]any))[1:]))
+		}
+		return out
+	}
+	state := func(sku string) []any {
+		h, err := r.Client.HMGet(ctx, e.keys.SKU(sku), "avail", "held", "sold", "seq").Result()
+		require.NoError(t, err)
+		q, err := r.Client.HGetAll(ctx, e.keys.Quota(sku)).Result()
+		require.NoError(t, err)
+		seq, err := strconv.ParseInt(h[3].(string), 10, 64)
+		require.NoError(t, err)
+		return []any{h[0], h[1], h[2], seq, q}
+	}
+	before := [][]any{state(skus[0]), state(skus[1]), state(skus[2]), state(skus[3])}
+
+	var batch []*reserveCall
+	for _, r := range reqs {
+		batch = append(batch, call(skus[r.sku], r))
+	}
+	keys, args := e.reserveScriptArgs(p, batch)
+	batched, err := e.run(ctx, lua.Reserve, keys, args...)
+	require.NoError(t, err)
+
+	var single reply
+	for _, r := range reqs {
+		keys, args := e.reserveScriptArgs(p, []*reserveCall{call(skus[2+r.sku], r)})
+		res, err := e.run(ctx, lua.Reserve, keys, args...)
+		require.NoError(t, err)
+		single = append(single, res[0])
+	}
+	// The replies of holds carry Redis' clock; only their codes are compared.
+	strip := func(c []string) []string {
+		for i, s := range c {
+			if strings.HasPrefix(s, "HELD") {
+				c[i] = "HELD"
+			}
+		}
+		return c
+	}
+	require.Equal(t, strip(codes(single)), strip(codes(batched)))
+	require.Equal(t, []string{"HELD", "HELD", "HELD", "QUOTA_EXCEEDED [2 2 0]", "HELD", "OUT_OF_STOCK [0 0 0]",
+		"OUT_OF_STOCK [1 0 0]", "HELD", "OUT_OF_STOCK [0 0 0]"}, strip(codes(batched)))
+	for i := 0; i < 2; i++ {
+		b, s := state(skus[i]), state(skus[2+i])
+		require.Equal(t, b[:3], s[:3], "counters of SKU %d", i)
+		require.Equal(t, b[3].(int64)-before[i][3].(int64), s[3].(int64)-before[2+i][3].(int64), "sequence of SKU %d", i)
+		require.Equal(t, b[4], s[4], "quota of SKU %d", i)
+	}
 }
