@@ -73,6 +73,10 @@ func TestProductChangesMissedByRedisConverge(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(msg.Payload), &announced))
 	}
 	t.Logf("Redis converged %s after the reconciler started (bound %s)", time.Since(began).Round(time.Millisecond), bound)
+	// Redis announces the change from inside the pass, before the pass
+	// marks the product in Postgres and counts it: wait for the pass to end.
+	eventually(t, 10*time.Second, func() bool { return metric(t, reg, "dropline_products_reapplied_total") > 0 },
+		"the reconciler's pass counted its re-apply")
 	after, err := rdb.HMGet(b.ctx, skuKey, "ver", "total", "max", "avail", "held").Result()
 	require.NoError(t, err)
 	require.Equal(t, []any{"3", "15", "4", "12", "3"}, after)
