@@ -39,7 +39,7 @@ declare -A QUIET=(
 		TestRebuildOfASKUWith200kReservations"
 	[worker]="TestHoldSweeperReleasesFiveThousandHoldsOnceUnderASecond TestHoldsExpireOnTimeAfterTheirSweeperDied
 		TestLeaseTakeoverOnlyAfterExpiryAndFencing TestProductChangesMissedByRedisConverge"
-	[live]="TestHotSKUFanout"
+	[live]="TestHotSKUFanout TestStalledSubscriberIsDropped"
 	[inventory]="TestCartWhoseCallerStalledIsLetGo TestExtensionRacingExpiry"
 	[server/graphql]="TestStalledReaderIsDropped TestStalledSSEReaderIsDropped"
 	[e2e]="TestLiveStockOverWebsocket TestLiveGraphQLWSReferenceClient"
