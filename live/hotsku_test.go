@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,14 +90,23 @@ func hotSKU(t testing.TB, backend string, interval time.Duration) fanout {
 	runtime.ReadMemStats(&after)
 	perSub := (float64(after.HeapAlloc) - float64(before.HeapAlloc) + float64(after.StackInuse) - float64(before.StackInuse)) / subscribers
 
-	// Readers: each records the delay of every change it sees.
+	// Readers: each records the delay of every change it sees, and the value
+	// it holds. The sale's last reserve is the only change that leaves
+	// nothing available, so a reader knows when it has the final value:
+	// the last of them to get it closes soldOut. Each reader guards its own
+	// fields, so that the readers never wait on each other.
 	type reader struct {
 		delays []time.Duration
+		mu     sync.Mutex // guards last and finalAt, read by the convergence check
 		last   inventory.Stock
-		lastAt time.Time
+		// finalAt is when the reader received the first value with nothing
+		// available.
+		finalAt time.Time
 	}
 	readers := make([]reader, subscribers)
-	var mu sync.Mutex // guards readers' last/lastAt for the convergence check
+	var toSellOut atomic.Int64
+	toSellOut.Store(subscribers)
+	soldOut := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, ch := range chans {
 		wg.Go(func() {
@@ -106,9 +116,16 @@ func hotSKU(t testing.TB, backend string, interval time.Duration) fanout {
 				if v.Seq != initial.Seq {
 					r.delays = append(r.delays, now.Sub(v.UpdatedAt))
 				}
-				mu.Lock()
-				r.last, r.lastAt = v, now
-				mu.Unlock()
+				r.mu.Lock()
+				r.last = v
+				first := v.Available == 0 && r.finalAt.IsZero()
+				if first {
+					r.finalAt = now
+				}
+				r.mu.Unlock()
+				if first && toSellOut.Add(-1) == 0 {
+					close(soldOut)
+				}
 			}
 		})
 	}
@@ -132,22 +149,20 @@ func hotSKU(t testing.TB, backend string, interval time.Duration) fanout {
 	saleEnd := time.Now()
 	truth := b.truth(t, "HOT")
 	require.Zero(t, truth.Available)
-	waitFor(t, 5*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for i := range readers {
-			if !same(readers[i].last, truth) {
-				return false
-			}
-		}
-		return true
-	}, "not every subscriber reached %+v", truth)
-	var converged time.Duration
-	mu.Lock()
-	for i := range readers {
-		converged = max(converged, readers[i].lastAt.Sub(saleEnd))
+	select {
+	case <-soldOut:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("after 5s: %d subscribers never received the final value %+v", toSellOut.Load(), truth)
 	}
-	mu.Unlock()
+	var converged time.Duration
+	for i := range readers {
+		r := &readers[i]
+		r.mu.Lock()
+		last, finalAt := r.last, r.finalAt
+		r.mu.Unlock()
+		require.True(t, same(last, truth), "subscriber %d ended on %+v, not on %+v", i, last, truth)
+		converged = max(converged, finalAt.Sub(saleEnd))
+	}
 
 	cancel()
 	wg.Wait()
