@@ -14,16 +14,29 @@ import (
 // DROPLINE_LOG_FORMAT. It lives here rather than in main so tests and e2e
 // get exactly the production format. cfg must be validated; an unknown
 // level falls back to info.
-func NewLogger(cfg config.Config, w io.Writer) zerolog.Logger {
+//
+// In JSON format, info and debug lines reach w in batches, at least every
+// 100 ms (logWriter), and warnings and errors at once; close the returned
+// Closer last, after the App has stopped, to write what is waiting. The
+// console format, read by a person as it comes, writes every line at once.
+func NewLogger(cfg config.Config, w io.Writer) (zerolog.Logger, io.Closer) {
 	level, err := zerolog.ParseLevel(cfg.LogLevel)
 	if err != nil || cfg.LogLevel == "" {
 		level = zerolog.InfoLevel
 	}
+	var c io.Closer = nopCloser{}
 	if cfg.LogFormat == config.LogFormatConsole {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	} else {
+		lw := newLogWriter(w, logFlushInterval, logFlushBytes)
+		w, c = lw, lw
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), c
 }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
 
 // WarnIfDevSecret logs the loud warning dev mode owes its operator: tokens
 // are signed with a secret published in the source code.

@@ -203,7 +203,8 @@ func (e env) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := e.logger(cfg)
+	log, logs := e.logger(cfg)
+	defer logs.Close()
 	app.WarnIfDevSecret(cfg, log)
 	if pct, set := defaultGC(e.getenv); set {
 		log.Debug().Int("gc_percent", pct).Msg("GOGC is not set; using Dropline's default")
@@ -263,7 +264,9 @@ func (e env) migrate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := app.New(cfg, e.logger(cfg))
+	log, logs := e.logger(cfg)
+	defer logs.Close()
+	a := app.New(cfg, log)
 	return closeAfter(ctx, a, a.Migrate(ctx))
 }
 
@@ -280,15 +283,19 @@ func (e env) seed(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := app.New(cfg, e.logger(cfg))
+	log, logs := e.logger(cfg)
+	defer logs.Close()
+	a := app.New(cfg, log)
 	return closeAfter(ctx, a, a.SeedDemo(ctx))
 }
 
 // logger builds the root logger and hands go-redis' own messages to it.
-func (e env) logger(cfg config.Config) zerolog.Logger {
-	log := app.NewLogger(cfg, e.stderr)
+// Close the Closer when the command is done: it writes the lines still
+// waiting (app.NewLogger).
+func (e env) logger(cfg config.Config) (zerolog.Logger, io.Closer) {
+	log, c := app.NewLogger(cfg, e.stderr)
 	redis.SetLogger(app.NewRedisLogger(log))
-	return log
+	return log, c
 }
 
 // closeAfter closes a one-shot App and returns the command's error first.
