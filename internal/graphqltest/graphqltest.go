@@ -48,14 +48,14 @@ type Env struct {
 // Setup builds the handler the server mounts at /graphql, with the server's
 // request-id middleware in front, on a fresh database and key prefix. mods
 // change its configuration before it is built.
-func Setup(t *testing.T, mods ...func(*graphql.Config)) *Env {
+func Setup(t testing.TB, mods ...func(*graphql.Config)) *Env {
 	t.Helper()
 	return SetupOn(t, "single", mods...)
 }
 
 // SetupOn is Setup on one of testenv.Backends: "single" or "cluster" (the
 // three-master Redis Cluster the test binary starts).
-func SetupOn(t *testing.T, backend string, mods ...func(*graphql.Config)) *Env {
+func SetupOn(t testing.TB, backend string, mods ...func(*graphql.Config)) *Env {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	r := testenv.RedisBackend(t, backend)
@@ -82,7 +82,7 @@ func SetupOn(t *testing.T, backend string, mods ...func(*graphql.Config)) *Env {
 }
 
 // Token mints a bearer header value for principal.
-func (e *Env) Token(t *testing.T, principal string, admin bool) string {
+func (e *Env) Token(t testing.TB, principal string, admin bool) string {
 	t.Helper()
 	tok, err := e.Issuer.Mint(principal, admin, time.Hour)
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func (e *Env) Token(t *testing.T, principal string, admin bool) string {
 }
 
 // Truth reads the stock the engine reports for sku.
-func (e *Env) Truth(t *testing.T, sku string) inventory.Stock {
+func (e *Env) Truth(t testing.TB, sku string) inventory.Stock {
 	t.Helper()
 	s, err := e.Engine.Stock(context.Background(), sku)
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func (g GQLError) Code() string { s, _ := g.Extensions["code"].(string); return 
 
 // Do runs one operation in process (gqlgen's client) as authz ("" for
 // anonymous), decodes data into out and returns the top-level errors.
-func (e *Env) Do(t *testing.T, authz, query string, vars map[string]any, out any) []GQLError {
+func (e *Env) Do(t testing.TB, authz, query string, vars map[string]any, out any) []GQLError {
 	t.Helper()
 	opts := []client.Option{}
 	if authz != "" {
@@ -133,7 +133,7 @@ func (e *Env) Do(t *testing.T, authz, query string, vars map[string]any, out any
 }
 
 // MustDo is Do that fails the test on any top-level error.
-func (e *Env) MustDo(t *testing.T, authz, query string, vars map[string]any, out any) {
+func (e *Env) MustDo(t testing.TB, authz, query string, vars map[string]any, out any) {
 	t.Helper()
 	errs := e.Do(t, authz, query, vars, out)
 	require.Empty(t, errs, "unexpected errors")
@@ -230,7 +230,7 @@ const (
 )
 
 // Reserve runs reserve as authz and returns its payload.
-func (e *Env) Reserve(t *testing.T, authz string, in map[string]any) Payload {
+func (e *Env) Reserve(t testing.TB, authz string, in map[string]any) Payload {
 	t.Helper()
 	var out struct{ Reserve Payload }
 	e.MustDo(t, authz, ReserveDoc, map[string]any{"i": in}, &out)
@@ -238,7 +238,7 @@ func (e *Env) Reserve(t *testing.T, authz string, in map[string]any) Payload {
 }
 
 // Commit runs commit as authz and returns its payload.
-func (e *Env) Commit(t *testing.T, authz, token string) Payload {
+func (e *Env) Commit(t testing.TB, authz, token string) Payload {
 	t.Helper()
 	var out struct{ Commit Payload }
 	e.MustDo(t, authz, CommitDoc, map[string]any{"i": map[string]any{"token": token}}, &out)
@@ -246,7 +246,7 @@ func (e *Env) Commit(t *testing.T, authz, token string) Payload {
 }
 
 // Cancel runs cancel as authz and returns its payload.
-func (e *Env) Cancel(t *testing.T, authz, token string) Payload {
+func (e *Env) Cancel(t testing.TB, authz, token string) Payload {
 	t.Helper()
 	var out struct{ Cancel Payload }
 	e.MustDo(t, authz, CancelDoc, map[string]any{"i": map[string]any{"token": token}}, &out)
@@ -254,7 +254,7 @@ func (e *Env) Cancel(t *testing.T, authz, token string) Payload {
 }
 
 // Extend runs extendReservation as authz and returns its payload.
-func (e *Env) Extend(t *testing.T, authz, token string, holdSeconds int) Payload {
+func (e *Env) Extend(t testing.TB, authz, token string, holdSeconds int) Payload {
 	t.Helper()
 	var out struct{ ExtendReservation Payload }
 	e.MustDo(t, authz, ExtendDoc, map[string]any{"i": map[string]any{"token": token, "holdSeconds": holdSeconds}}, &out)
@@ -262,7 +262,7 @@ func (e *Env) Extend(t *testing.T, authz, token string, holdSeconds int) Payload
 }
 
 // CreateProduct makes a product as an admin and fails the test otherwise.
-func (e *Env) CreateProduct(t *testing.T, in map[string]any) Product {
+func (e *Env) CreateProduct(t testing.TB, in map[string]any) Product {
 	t.Helper()
 	if _, ok := in["price"]; !ok {
 		in["price"] = map[string]any{"amount": 1999, "currency": "EUR"}
@@ -278,7 +278,7 @@ func (e *Env) CreateProduct(t *testing.T, in map[string]any) Product {
 }
 
 // Only asserts that p failed with exactly one userError of code.
-func Only(t *testing.T, p Payload, code string) UserError {
+func Only(t testing.TB, p Payload, code string) UserError {
 	t.Helper()
 	require.Nil(t, p.Reservation)
 	require.Nil(t, p.Product)

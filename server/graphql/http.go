@@ -37,9 +37,31 @@ func limitBody(n int64, next http.Handler) http.Handler {
 			writeError(w, r, http.StatusBadRequest, "could not read request body")
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		rb := &readBody{b: body}
+		rb.Reset(body)
+		r.Body = rb
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readBody is a body limitBody has read whole; bodyBytes hands out its
+// bytes instead of a copy.
+type readBody struct {
+	bytes.Reader
+	b []byte
+}
+
+// Close does nothing: the connection's body was read to its end.
+func (*readBody) Close() error { return nil }
+
+// bodyBytes reads what is left of r's body.
+func bodyBytes(r *http.Request) ([]byte, error) {
+	if rb, ok := r.Body.(*readBody); ok {
+		rest := rb.b[len(rb.b)-rb.Len():]
+		_, _ = rb.Seek(0, io.SeekEnd)
+		return rest, nil
+	}
+	return io.ReadAll(r.Body)
 }
 
 // writeError answers in the GraphQL response shape, so clients parse HTTP

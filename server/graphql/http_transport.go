@@ -109,10 +109,14 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 func (t httpTransport) params(r *http.Request) (*gqlgen.RawParams, error) {
 	p := &gqlgen.RawParams{}
 	if t.method == http.MethodPost {
-		body, err := io.ReadAll(r.Body)
+		body, err := bodyBytes(r)
 		if err != nil {
 			return nil, fmt.Errorf("could not read the request body: %w", err)
 		}
+		if decodeParams(body, p) {
+			return p, nil
+		}
+		p = &gqlgen.RawParams{}
 		if err := decodeJSON(bytes.NewReader(body), p); err != nil {
 			return nil, fmt.Errorf("the body is not a GraphQL request (a JSON object with a string query): %w", err)
 		}
@@ -166,21 +170,54 @@ func responseMediaType(accept string) string {
 
 // writeResponse writes one GraphQL response; a response that never executed
 // has no data entry (gqlgen.Response always writes one, null when empty).
+// A response of data alone whose bytes encoding/json would leave as they
+// are (plainJSON) is written around them without marshaling them again.
 func writeResponse(w io.Writer, resp *gqlgen.Response) {
 	var b []byte
 	var err error
-	if resp.Data == nil {
+	switch {
+	case len(resp.Errors) == 0 && resp.Label == "" && len(resp.Path) == 0 && resp.HasNext == nil &&
+		len(resp.Extensions) == 0 && plainJSON(resp.Data):
+		b = make([]byte, 0, len(`{"data":}`)+len(resp.Data))
+		b = append(append(append(b, `{"data":`...), resp.Data...), '}')
+	case resp.Data == nil:
 		b, err = json.Marshal(struct {
 			Errors     gqlerror.List  `json:"errors,omitempty"`
 			Extensions map[string]any `json:"extensions,omitempty"`
 		}{resp.Errors, resp.Extensions})
-	} else {
+	default:
 		b, err = json.Marshal(resp)
 	}
 	if err != nil {
 		b, _ = json.Marshal(map[string]any{"errors": []map[string]any{{"message": "internal error", "extensions": map[string]any{"code": resolvers.CodeInternal}}}})
 	}
 	_, _ = w.Write(b)
+}
+
+// plainJSON reports whether data, which gqlgen writes as valid JSON, is
+// what json.Marshal makes of it as a json.RawMessage: no space outside its
+// strings to compact away and nothing it escapes for HTML (<, >, &, U+2028,
+// U+2029; any 0xE2 byte is taken as one of the last two).
+func plainJSON(data []byte) bool {
+	if len(data) == 0 {
+		return false
+	}
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '<', '>', '&', 0xE2:
+			return false
+		case ' ', '\t', '\n', '\r':
+			if !inString {
+				return false
+			}
+		case '"':
+			inString = !inString
+		case '\\':
+			i++ // the escaped byte; an escape is ASCII
+		}
+	}
+	return true
 }
 
 func badRequest(msg string) *gqlerror.Error {

@@ -1,0 +1,334 @@
+package graphql
+
+import (
+	"encoding/json"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	gqlgen "github.com/99designs/gqlgen/graphql"
+)
+
+// maxParamsDepth is how deeply decodeParams follows nested variables before
+// it leaves the body to encoding/json.
+const maxParamsDepth = 64
+
+// decodeParams decodes a POST body into p without reflection, with what
+// decodeJSON would give: numbers as json.Number, only the first JSON value
+// read. It takes the shape clients send, an object of query,
+// operationName, variables and extensions, each at most once, spelled so,
+// and strings that are valid UTF-8 without surrogate escapes. For anything
+// else (or anything that is not JSON) it reports false and p may be half
+// written: decodeJSON then decodes a fresh p and answers as it always has.
+func decodeParams(b []byte, p *gqlgen.RawParams) bool {
+	d := paramsDecoder{b: b}
+	d.space()
+	if !d.consume('{') {
+		return false
+	}
+	var seen [4]bool
+	d.space()
+	if d.consume('}') {
+		return true
+	}
+	for {
+		d.space()
+		key, ok := d.string()
+		if !ok {
+			return false
+		}
+		d.space()
+		if !d.consume(':') {
+			return false
+		}
+		d.space()
+		i := paramIndex(key)
+		if i < 0 || seen[i] {
+			return false
+		}
+		seen[i] = true
+		switch i {
+		case 0, 1:
+			if d.literal("null") {
+				break
+			}
+			s, ok := d.string()
+			if !ok {
+				return false
+			}
+			if i == 0 {
+				p.Query = s
+			} else {
+				p.OperationName = s
+			}
+		default:
+			var m map[string]any
+			if !d.literal("null") {
+				if m, ok = d.object(1); !ok {
+					return false
+				}
+			}
+			if i == 2 {
+				p.Variables = m
+			} else {
+				p.Extensions = m
+			}
+		}
+		d.space()
+		if d.consume('}') {
+			return true
+		}
+		if !d.consume(',') {
+			return false
+		}
+	}
+}
+
+func paramIndex(key string) int {
+	switch key {
+	case "query":
+		return 0
+	case "operationName":
+		return 1
+	case "variables":
+		return 2
+	case "extensions":
+		return 3
+	}
+	return -1
+}
+
+// paramsDecoder reads JSON from b at i; every method reports false, and
+// decodeParams gives up, on what it does not take.
+type paramsDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *paramsDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *paramsDecoder) consume(c byte) bool {
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+func (d *paramsDecoder) literal(s string) bool {
+	if len(d.b)-d.i >= len(s) && string(d.b[d.i:d.i+len(s)]) == s {
+		d.i += len(s)
+		return true
+	}
+	return false
+}
+
+func (d *paramsDecoder) value(depth int) (any, bool) {
+	if d.i >= len(d.b) {
+		return nil, false
+	}
+	switch c := d.b[d.i]; {
+	case c == '"':
+		return d.string()
+	case c == '{':
+		return d.object(depth + 1)
+	case c == '[':
+		return d.array(depth + 1)
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
+	case d.literal("true"):
+		return true, true
+	case d.literal("false"):
+		return false, true
+	case d.literal("null"):
+		return nil, true
+	}
+	return nil, false
+}
+
+func (d *paramsDecoder) object(depth int) (map[string]any, bool) {
+	if depth > maxParamsDepth || !d.consume('{') {
+		return nil, false
+	}
+	m := map[string]any{}
+	d.space()
+	if d.consume('}') {
+		return m, true
+	}
+	for {
+		d.space()
+		k, ok := d.string()
+		if !ok {
+			return nil, false
+		}
+		d.space()
+		if !d.consume(':') {
+			return nil, false
+		}
+		d.space()
+		v, ok := d.value(depth)
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		d.space()
+		if d.consume('}') {
+			return m, true
+		}
+		if !d.consume(',') {
+			return nil, false
+		}
+	}
+}
+
+func (d *paramsDecoder) array(depth int) ([]any, bool) {
+	if depth > maxParamsDepth || !d.consume('[') {
+		return nil, false
+	}
+	a := []any{}
+	d.space()
+	if d.consume(']') {
+		return a, true
+	}
+	for {
+		d.space()
+		v, ok := d.value(depth)
+		if !ok {
+			return nil, false
+		}
+		a = append(a, v)
+		d.space()
+		if d.consume(']') {
+			return a, true
+		}
+		if !d.consume(',') {
+			return nil, false
+		}
+	}
+}
+
+// number takes a JSON number as its text, as json.Decoder.UseNumber does.
+func (d *paramsDecoder) number() (json.Number, bool) {
+	start := d.i
+	d.consume('-')
+	switch {
+	case d.consume('0'):
+	case d.digits() == 0:
+		return "", false
+	}
+	if d.consume('.') && d.digits() == 0 {
+		return "", false
+	}
+	if d.consume('e') || d.consume('E') {
+		if !d.consume('+') {
+			d.consume('-')
+		}
+		if d.digits() == 0 {
+			return "", false
+		}
+	}
+	return json.Number(d.b[start:d.i]), true
+}
+
+func (d *paramsDecoder) digits() int {
+	n := 0
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+		n++
+	}
+	return n
+}
+
+// string takes a JSON string whose bytes are valid UTF-8 and whose escapes
+// name no surrogate: what encoding/json would decode to the same text
+// without replacing anything.
+func (d *paramsDecoder) string() (string, bool) {
+	if !d.consume('"') {
+		return "", false
+	}
+	start := d.i
+	var out []byte // nil until an escape needs it
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			var s string
+			if out == nil {
+				s = string(d.b[start:d.i])
+			} else {
+				s = string(append(out, d.b[start:d.i]...))
+			}
+			d.i++
+			if !utf8.ValidString(s) {
+				return "", false
+			}
+			return s, true
+		case c < 0x20:
+			return "", false
+		case c == '\\':
+			out = append(out, d.b[start:d.i]...)
+			d.i++
+			if d.i >= len(d.b) {
+				return "", false
+			}
+			e := d.b[d.i]
+			d.i++
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := d.hex4()
+				if !ok || utf16.IsSurrogate(r) {
+					return "", false
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return "", false
+			}
+			start = d.i
+		default:
+			d.i++
+		}
+	}
+	return "", false
+}
+
+func (d *paramsDecoder) hex4() (rune, bool) {
+	if len(d.b)-d.i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d.b[d.i : d.i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	d.i += 4
+	return r, true
+}

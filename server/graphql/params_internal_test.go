@@ -1,0 +1,93 @@
+package graphql
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	gqlgen "github.com/99designs/gqlgen/graphql"
+	"github.com/stretchr/testify/require"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// paramsBodies are bodies decodeParams takes and bodies it must leave to
+// encoding/json, with the edges where the two could differ.
+var paramsBodies = []string{
+	`{"query":"mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token expiresAt } } }","variables":{"input":{"sku":"BENCH-HOT","quantity":1}}}`,
+	` {"query": "{ a }", "operationName": null, "variables": null, "extensions": null} `,
+	`{"query":"query {\n  a\t}\u00e9\"\\\/\b\f\r","operationName":"A"}`,
+	`{"variables":{"n":-0.5e+10,"m":12345678901234567890,"z":0,"e":1E3,"f":[],"g":{},"h":[1,"x",true,false,null,[{"a":{}}]]}}`,
+	`{"variables":{"a":1,"a":{"b":2}},"extensions":{"persistedQuery":{"version":1,"sha256Hash":"abc"}}}`,
+	`{"query":"{ a }"} trailing bytes`,
+	`{"query":"{ a }"}{"query":"{ b }"}`,
+	`{}`, `null`, ``, ` `, `[]`, `"x"`, `{"query":`, `{"query":"a"`, `{"query":"a",}`,
+	`{"Query":"{ a }"}`, `{"query":"{ a }","query":"{ b }"}`, `{"query":"{ a }","other":1}`,
+	`{"variables":{"a":1},"variables":{"b":2}}`, `{"query":5}`, `{"query":"\ud83d\ude00"}`,
+	`{"query":"\ud800"}`, "{\"query\":\"\xff\"}", "{\"query\":\"a\x01\"}", `{"query":"\x"}`,
+	`{"variables":{"n":01}}`, `{"variables":{"n":-}}`, `{"variables":{"n":1.}}`, `{"variables":{"n":1e}}`,
+	`{"variables":{"n":tru}}`, `{"variables":[1]}`, `{"operationName":{}}`, `{"query":"\u00"}`,
+	`{"variables":` + strings.Repeat(`{"a":`, 80) + `1` + strings.Repeat(`}`, 80) + `}`,
+	"{\"query\":\"caf\u00e9 \u2028\"}",
+}
+
+// decodeParams decodes a body exactly as decodeJSON does, or declines it:
+// a body it declines is decoded, and refused, by decodeJSON as before.
+func TestDecodeParamsDecodesLikeEncodingJSON(t *testing.T) {
+	took := 0
+	for _, body := range paramsBodies {
+		if sameParams(t, []byte(body)) {
+			took++
+		}
+	}
+	require.GreaterOrEqual(t, took, 8, "the fast decoder should take the ordinary bodies")
+	require.True(t, decodeParams([]byte(paramsBodies[0]), &gqlgen.RawParams{}), "the reserve body")
+}
+
+func FuzzDecodeParams(f *testing.F) {
+	for _, b := range paramsBodies {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { sameParams(t, body) })
+}
+
+// sameParams fails the test when decodeParams takes body and gets another
+// result than decodeJSON; it reports whether decodeParams took it.
+func sameParams(t *testing.T, body []byte) bool {
+	t.Helper()
+	var got gqlgen.RawParams
+	if !decodeParams(body, &got) {
+		return false
+	}
+	var want gqlgen.RawParams
+	require.NoError(t, decodeJSON(bytes.NewReader(body), &want), "%q", body)
+	require.Equal(t, want, got, "%q", body)
+	return true
+}
+
+// A response of data alone is written around its bytes; every response is
+// written as json.Marshal writes it (less the data entry where nothing
+// executed).
+func TestWriteResponseIsWhatJSONMarshalWrites(t *testing.T) {
+	yes := true
+	for _, resp := range []*gqlgen.Response{
+		{Data: json.RawMessage(`{"reserve":{"reservation":{"token":"a.b","expiresAt":"2026-12-01T19:00:00Z"},"userErrors":[]}}`)},
+		{Data: json.RawMessage(`{"a":"x y","b":"\"\\","c":null,"d":[1,2.5e3]}`)},
+		{Data: json.RawMessage(`{"a":"<b> & c"}`)},
+		{Data: json.RawMessage("{\"a\":\"\u2028\u2029\u00e9\"}")},
+		{Data: json.RawMessage(`{ "a" : 1 }`)},
+		{Data: json.RawMessage(`null`)},
+		{Data: json.RawMessage(`{"a":1}`), Errors: gqlerror.List{{Message: "boom"}}},
+		{Data: json.RawMessage(`{"a":1}`), Extensions: map[string]any{"x": 1}},
+		{Data: json.RawMessage(`{"a":1}`), HasNext: &yes, Label: "l"},
+	} {
+		want, err := json.Marshal(resp)
+		require.NoError(t, err)
+		var got bytes.Buffer
+		writeResponse(&got, resp)
+		require.Equal(t, string(want), got.String())
+	}
+	var got bytes.Buffer
+	writeResponse(&got, &gqlgen.Response{Errors: gqlerror.List{{Message: "bad"}}})
+	require.Equal(t, `{"errors":[{"message":"bad"}]}`, got.String())
+}

@@ -1,0 +1,115 @@
+package graphql_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/server"
+	"github.com/dropline/dropline/server/graphql"
+)
+
+// BenchmarkReserveOverHTTP: a successful reserve through the whole HTTP
+// surface (the server's middleware, the /graphql handler, gqlgen, the
+// engine, real Redis) on keep-alive connections, with the access log going
+// to a file as it does in production. The client writes prepared requests
+// and reads the answers by their Content-Length, so nearly all of the
+// allocations and CPU per op are the server's.
+func BenchmarkReserveOverHTTP(b *testing.B) {
+	e := setup(b)
+	const sku = "BENCH-HOT"
+	e.CreateProduct(b, map[string]any{"sku": sku, "stock": 1_000_000_000})
+	logFile, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
+	require.NoError(b, err)
+	s := server.New(server.Config{
+		Addr:   "127.0.0.1:0",
+		Logger: zerolog.New(logFile).With().Timestamp().Logger(),
+		GraphQL: graphql.NewHandler(graphql.Config{
+			Engine: e.Engine, Redis: e.Redis, Verifier: e.Issuer,
+			Limits: graphql.Limits{MutationBurst: 1_000_000},
+		}),
+	})
+	require.NoError(b, s.Start(context.Background()))
+	b.Cleanup(func() {
+		require.NoError(b, s.Stop(context.Background()))
+		require.NoError(b, logFile.Close())
+	})
+
+	const buyers = 64
+	reqs := make([][]byte, buyers)
+	body, err := json.Marshal(map[string]any{
+		"query":     `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token expiresAt } userErrors { code retryAfterSeconds } } }`,
+		"variables": map[string]any{"input": map[string]any{"sku": sku, "quantity": 1}},
+	})
+	require.NoError(b, err)
+	for i := range reqs {
+		reqs[i] = fmt.Appendf(nil, "POST /graphql HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			s.Addr(), e.Token(b, "buyer-"+strconv.Itoa(i), false), len(body), body)
+	}
+	var next atomic.Int64
+	b.SetParallelism(4)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		var resp []byte
+		for pb.Next() {
+			if _, err := c.Write(reqs[next.Add(1)%buyers]); err != nil {
+				b.Error(err)
+				return
+			}
+			if resp, err = readResponse(r, resp); err != nil {
+				b.Error(err)
+				return
+			}
+			if !bytes.Contains(resp, []byte(`"token":"`)) {
+				b.Errorf("not a hold: %s", resp)
+				return
+			}
+		}
+	})
+}
+
+// readResponse reads one HTTP/1.1 response with a Content-Length into buf
+// and returns its body.
+func readResponse(r *bufio.Reader, buf []byte) ([]byte, error) {
+	n := -1
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(k, []byte("Content-Length")) {
+			if n, err = strconv.Atoi(string(bytes.TrimSpace(v))); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("a response without a Content-Length")
+	}
+	buf = append(buf[:0], make([]byte, n)...)
+	_, err := io.ReadFull(r, buf)
+	return buf, err
+}
