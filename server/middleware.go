@@ -120,6 +120,19 @@ func normalizedMethod(m string) string {
 	return "other"
 }
 
+// statusLabel is strconv.Itoa without an allocation for the usual codes.
+func statusLabel(code int) string {
+	switch code {
+	case http.StatusOK:
+		return "200"
+	case http.StatusNoContent:
+		return "204"
+	case http.StatusBadRequest:
+		return "400"
+	}
+	return strconv.Itoa(code)
+}
+
 // accessLog writes one line per request and records metrics. It logs the
 // path but never the query string or headers: GET queries and the
 // Authorization header may carry tokens and personal data.
@@ -139,7 +152,7 @@ func accessLog(m httpMetrics, next http.Handler) http.Handler {
 func logRequest(m httpMetrics, r *http.Request, sw *statusWriter, elapsed time.Duration) {
 	status := sw.statusCode()
 	route := routeOf(r.URL.Path)
-	m.requests.WithLabelValues(route, normalizedMethod(r.Method), strconv.Itoa(status)).Inc()
+	m.requests.WithLabelValues(route, normalizedMethod(r.Method), statusLabel(status)).Inc()
 	if !sw.hijacked {
 		m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 	}

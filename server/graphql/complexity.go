@@ -24,10 +24,11 @@ import (
 type complexityLimit struct {
 	*extension.ComplexityLimit
 	limit int
-	// known is the complexity of each operation that passed and cannot
-	// depend on its variables, or -1 for one that can: bounded like the
-	// query cache, whose documents it names.
-	known *lru.Cache[*ast.OperationDefinition, int]
+	// known is the stats of each operation that passed and whose
+	// complexity cannot depend on its variables, or nil for one whose can:
+	// bounded like the query cache, whose documents it names. Every request
+	// of such an operation is given the same stats, which nothing changes.
+	known *lru.Cache[*ast.OperationDefinition, *extension.ComplexityStats]
 }
 
 var _ interface {
@@ -36,7 +37,7 @@ var _ interface {
 } = complexityLimit{}
 
 func newComplexityLimit(limit, size int) complexityLimit {
-	known, err := lru.New[*ast.OperationDefinition, int](size)
+	known, err := lru.New[*ast.OperationDefinition, *extension.ComplexityStats](size)
 	if err != nil {
 		panic(err) // only for a size below 1, which Limits' defaults rule out
 	}
@@ -50,8 +51,8 @@ func (c complexityLimit) MutateOperationContext(ctx context.Context, opCtx *gqlg
 	if op == nil {
 		return c.ComplexityLimit.MutateOperationContext(ctx, opCtx)
 	}
-	if n, ok := c.known.Get(op); ok && n >= 0 {
-		opCtx.Stats.SetExtension(c.ExtensionName(), &extension.ComplexityStats{Complexity: n, ComplexityLimit: c.limit})
+	if s, ok := c.known.Get(op); ok && s != nil {
+		opCtx.Stats.SetExtension(c.ExtensionName(), s)
 		return nil
 	} else if ok {
 		return c.ComplexityLimit.MutateOperationContext(ctx, opCtx)
@@ -59,13 +60,13 @@ func (c complexityLimit) MutateOperationContext(ctx context.Context, opCtx *gqlg
 	if err := c.ComplexityLimit.MutateOperationContext(ctx, opCtx); err != nil {
 		return err
 	}
-	n := -1
+	var known *extension.ComplexityStats
 	if !pricedByVariables(op.SelectionSet) {
 		if s := extension.GetComplexityStats(gqlgen.WithOperationContext(ctx, opCtx)); s != nil {
-			n = s.Complexity
+			known = &extension.ComplexityStats{Complexity: s.Complexity, ComplexityLimit: c.limit}
 		}
 	}
-	c.known.Add(op, n)
+	c.known.Add(op, known)
 	return nil
 }
 

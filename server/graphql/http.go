@@ -27,7 +27,7 @@ func limitBody(n int64, next http.Handler) http.Handler {
 			writeError(w, r, http.StatusRequestEntityTooLarge, "request body too large")
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n))
+		body, err := readAll(http.MaxBytesReader(w, r.Body, n), r.ContentLength)
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
@@ -42,6 +42,26 @@ func limitBody(n int64, next http.Handler) http.Handler {
 		r.Body = rb
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readAll is io.ReadAll with room from the start for a body of its
+// declared length (up to 64 KiB: a declared length is not yet a body) and
+// the end after it.
+func readAll(r io.Reader, length int64) ([]byte, error) {
+	b := make([]byte, 0, min(max(length, 511), 64<<10)+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 // readBody is a body limitBody has read whole; bodyBytes hands out its

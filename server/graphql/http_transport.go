@@ -54,7 +54,11 @@ func (t httpTransport) Supports(r *http.Request) bool {
 	if t.method == http.MethodGet {
 		return true
 	}
-	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	ct := r.Header.Get("Content-Type")
+	if ct == mediaJSON {
+		return true // what clients send, and what ParseMediaType would say
+	}
+	mediaType, _, err := mime.ParseMediaType(ct)
 	return err == nil && mediaType == mediaJSON
 }
 

@@ -256,8 +256,14 @@ func (d *paramsDecoder) string() (string, bool) {
 	}
 	start := d.i
 	var out []byte // nil until an escape needs it
+	ascii := true
 	for d.i < len(d.b) {
 		c := d.b[d.i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			ascii = ascii && c < utf8.RuneSelf
+			d.i++
+			continue
+		}
 		switch {
 		case c == '"':
 			var s string
@@ -267,7 +273,7 @@ func (d *paramsDecoder) string() (string, bool) {
 				s = string(append(out, d.b[start:d.i]...))
 			}
 			d.i++
-			if !utf8.ValidString(s) {
+			if !ascii && !utf8.ValidString(s) {
 				return "", false
 			}
 			return s, true
@@ -304,8 +310,6 @@ func (d *paramsDecoder) string() (string, bool) {
 				return "", false
 			}
 			start = d.i
-		default:
-			d.i++
 		}
 	}
 	return "", false
