@@ -113,3 +113,55 @@ func wholeLedger(t *testing.T, pool *pgxpool.Pool) [2]string {
 			FROM stock_movements WHERE kind <> 'create')`).Scan(&out[0], &out[1]))
 	return out
 }
+
+// A batch writes a hold whose only event in it is its reserve as a plain
+// insert. When the ledger has the row already (a sale or a synchronous
+// cancel wrote it before the reserve event arrived, or the batch was
+// applied before), the batch is written again as upserts: the sold and the
+// cancelled holds stay as they are and get the reserve's data they lacked,
+// the new holds of the same batch are written, and each event is one
+// movement.
+func TestAReserveWhoseRowExistsIsWrittenAsAnUpsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, l := ledgerWithProduct(t, "FRESH-1", 10)
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	reserve := func(tok string) db.Event {
+		return db.Event{ID: "reserve:" + tok, Kind: "reserve", Token: tok, SKU: "FRESH-1", Principal: "p-" + tok, Quantity: 1,
+			ExpiresAt: at.Add(time.Minute), CreatedAt: at, At: at, IdempotencyHash: "h-" + tok, RequestHash: "q-" + tok}
+	}
+	_, err := l.RecordSale(ctx, db.Reservation{Token: "sold", SKU: "FRESH-1", Principal: "p-sold", Quantity: 1,
+		ExpiresAt: at.Add(time.Minute), CreatedAt: at})
+	require.NoError(t, err)
+	cancel := reserve("gone")
+	cancel.ID, cancel.Kind = "cancel:gone", "cancel"
+	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{cancel}))
+
+	batch := []db.Event{reserve("new-1"), reserve("sold"), reserve("gone"), reserve("new-2")}
+	require.NoError(t, l.ApplyEvents(ctx, nil, batch))
+	require.NoError(t, l.ApplyEvents(ctx, nil, batch), "the batch applied again")
+
+	want := map[string][3]string{
+		"new-1": {db.StatusHeld, "h-new-1", "q-new-1"},
+		"new-2": {db.StatusHeld, "h-new-2", "q-new-2"},
+		"sold":  {db.StatusCommitted, "h-sold", "q-sold"},
+		"gone":  {db.StatusCancelled, "h-gone", "q-gone"},
+	}
+	for tok, w := range want {
+		r, err := l.Reservation(ctx, tok)
+		require.NoError(t, err)
+		require.Equal(t, w, [3]string{r.Status, r.IdempotencyHash, r.RequestHash}, "status and hashes of %s", tok)
+	}
+	rows, err := pool.Query(ctx, `SELECT event_id, count(*)::int FROM stock_movements WHERE kind <> 'create' GROUP BY event_id`)
+	require.NoError(t, err)
+	moves := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		require.NoError(t, rows.Scan(&id, &n))
+		moves[id] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int{"reserve:new-1": 1, "reserve:new-2": 1, "reserve:sold": 1, "reserve:gone": 1,
+		"commit:sold": 1, "cancel:gone": 1}, moves)
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrFenced means a newer lease holder has written since this writer's lease
@@ -90,6 +91,12 @@ func (e Event) Validate() error {
 // Redis can each end the same hold after a rebuild). With a non-nil fence the
 // batch is refused with ErrFenced when a newer lease holder has written.
 //
+// A hold whose only event in the batch is its reserve is written with plain
+// inserts, which cost Postgres less than an upsert: when its row or
+// movement exists after all (the batch was applied before, or a sale or a
+// synchronous cancel wrote the row first), the transaction fails whole and
+// the batch is sent once more with every row an upsert.
+//
 // The batch takes a key-share lock on its products, which waits for a
 // rebuild's snapshot (WithSnapshot holds the product row lock until Redis is
 // written): a batch lands either before a snapshot, which then sees it, or
@@ -112,14 +119,12 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		}
 	}
 	// Fold events per token, in order, into each reservation's latest state.
-	latest := map[string]*Reservation{}
+	latest := map[string]*folded{}
 	var order []string
 	skuSet := map[string]bool{}
 	var skuList, released []string
-	n := len(events)
-	ids, skus, kinds, tokens, principals := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-	qtys, ats := make([]int32, 0, n), make([]time.Time, 0, n)
-	for _, e := range events {
+	moves := make([]int, 0, len(events)) // the events that are a movement
+	for i, e := range events {
 		if err := e.Validate(); err != nil {
 			return fmt.Errorf("applying events: %w: %w", ErrRefused, err)
 		}
@@ -131,20 +136,22 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		if status == StatusCancelled || status == StatusExpired {
 			released = append(released, e.Token)
 		}
-		s := latest[e.Token]
+		f := latest[e.Token]
 		// One ending per token in a batch: a second release (or a release
 		// after the sale) of the same hold is no movement.
-		if s == nil || s.Status == StatusHeld || status == StatusHeld {
-			ids, skus, kinds, tokens, principals = append(ids, e.ID), append(skus, e.SKU), append(kinds, e.Kind), append(tokens, e.Token), append(principals, e.Principal)
-			qtys, ats = append(qtys, int32(e.Quantity)), append(ats, e.At)
+		if f == nil || f.Status == StatusHeld || status == StatusHeld {
+			moves = append(moves, i)
 		}
-		if s == nil {
-			s = &Reservation{Token: e.Token, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity,
+		if f == nil {
+			f = &folded{Reservation: Reservation{Token: e.Token, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity,
 				Status: StatusHeld, IdempotencyHash: e.IdempotencyHash, RequestHash: e.RequestHash,
-				ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt, Extensions: e.Extensions}
-			latest[e.Token] = s
+				ExpiresAt: e.ExpiresAt, CreatedAt: e.CreatedAt, Extensions: e.Extensions}, fresh: e.Kind == "reserve"}
+			latest[e.Token] = f
 			order = append(order, e.Token)
+		} else {
+			f.fresh = false
 		}
+		s := &f.Reservation
 		if e.Extensions > s.Extensions {
 			s.ExpiresAt, s.Extensions = e.ExpiresAt, e.Extensions
 		}
@@ -158,71 +165,15 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 			}
 		}
 	}
-	m := len(order)
-	rTok, rSKU, rWho, rStatus, rIdem, rReq := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
-	rQty, rExt := make([]int32, m), make([]int32, m)
-	rExp, rCtd := make([]time.Time, m), make([]time.Time, m)
-	rCmt, rEnd := make([]*time.Time, m), make([]*time.Time, m)
-	for i, tok := range order {
-		s := latest[tok]
-		rTok[i], rSKU[i], rWho[i], rStatus[i], rIdem[i], rReq[i] = s.Token, s.SKU, s.Principal, s.Status, s.IdempotencyHash, s.RequestHash
-		rQty[i], rExp[i], rCtd[i], rCmt[i], rEnd[i] = int32(s.Quantity), s.ExpiresAt, s.CreatedAt, s.CommittedAt, s.EndedAt
-		rExt[i] = int32(s.Extensions)
-	}
-
 	sort.Strings(skuList) // one lock order for every writer
-	// One round trip: the statements are sent as one pipeline ending in a
-	// single sync, which Postgres runs as one implicit transaction, committed
-	// at the sync; the first statement that fails (a fenced batch:
-	// worker_fence raises) rolls the whole batch back.
-	b := &pgx.Batch{}
-	if fence != nil {
-		b.Queue(`SELECT worker_fence($1, $2)`, fence.Name, fence.Token)
-	}
-	// The products' key-share locks, and the check that each exists (the
-	// rows written below have no foreign key of their own: migration 0010).
-	b.Queue(`SELECT lock_products($1)`, skuList)
-	// Lock the reservations a release ends first, so that two writers of one
-	// token (the write-behind, a synchronous cancel, a sale) see each other's
-	// ending before the movement is decided.
-	b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, released)
-	b.Queue(`
-		INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])
-			AS u(event_id, sku, kind, token, principal, quantity, occurred_at)
-		WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
-			SELECT 1 FROM reservations r WHERE r.token = u.token
-			AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
-		ON CONFLICT (event_id) DO NOTHING`, ids, skus, kinds, tokens, principals, qtys, ats)
-	b.Queue(`
-		INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
-			expires_at, created_at, committed_at, ended_at, extensions)
-		SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en, x
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-			$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::int[])
-			AS u(t, s, w, q, st, i, r, e, c, cm, en, x)
-		ON CONFLICT (token) DO UPDATE SET
-			-- the expiry of the most extended state seen; a late event never brings an earlier one back
-			expires_at = CASE WHEN excluded.extensions > reservations.extensions THEN excluded.expires_at ELSE reservations.expires_at END,
-			extensions = greatest(reservations.extensions, excluded.extensions),
-			status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
-			committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
-			ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
-			-- a commit writes its row before the reserve event arrives with these
-			idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
-			request_hash = coalesce(reservations.request_hash, excluded.request_hash),
-			updated_at = now()`,
-		rTok, rSKU, rWho, rQty, rStatus, rIdem, rReq, rExp, rCtd, rCmt, rEnd, rExt)
-	queueWaitlist(b, waits)
-	res := l.pool.SendBatch(ctx, b)
-	var err error
-	for range b.Len() {
-		if _, err = res.Exec(); err != nil {
-			break
-		}
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
+	fb := &foldedBatch{skus: skuList, released: released, events: events, moves: moves, latest: latest, order: order, waits: waits}
+	err := l.applyRows(ctx, fence, fb, true)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && fb.anyFresh() {
+		// A row the batch took for new exists (the batch was applied
+		// before, or another writer got there first): the batch again,
+		// every row written as an upsert.
+		err = l.applyRows(ctx, fence, fb, false)
 	}
 	err = interpret(err)
 	switch {
@@ -233,6 +184,171 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		err = fmt.Errorf("%w: %w", ErrRefused, err) // a constraint refused the values
 	}
 	return fmt.Errorf("applying %d events: %w", len(all), err)
+}
+
+// foldedBatch is a batch's events folded per reservation: the products
+// (sorted), the tokens released, which events are a movement, and each
+// reservation's latest state, in the order the batch first names them.
+type foldedBatch struct {
+	skus, released []string
+	events         []Event
+	moves          []int
+	latest         map[string]*folded
+	order          []string
+	waits          []Event
+}
+
+// anyFresh reports whether the batch has a reservation written as new.
+func (fb *foldedBatch) anyFresh() bool {
+	for _, f := range fb.latest {
+		if f.fresh {
+			return true
+		}
+	}
+	return false
+}
+
+// folded is one reservation's latest state in a batch. fresh says that the
+// batch's only event of it is its reserve: the reservation is most likely
+// new to the ledger, and its row and movement are written as plain inserts.
+type folded struct {
+	Reservation
+	fresh bool
+}
+
+// moveRows and reservationRows are the columns of the rows one unnest
+// statement writes.
+type moveRows struct {
+	ids, skus, kinds, tokens, principals []string
+	qtys                                 []int32
+	ats                                  []time.Time
+}
+
+func (m *moveRows) add(e Event) {
+	m.ids, m.skus, m.kinds, m.tokens, m.principals = append(m.ids, e.ID), append(m.skus, e.SKU), append(m.kinds, e.Kind),
+		append(m.tokens, e.Token), append(m.principals, e.Principal)
+	m.qtys, m.ats = append(m.qtys, int32(e.Quantity)), append(m.ats, e.At)
+}
+
+type reservationRows struct {
+	toks, skus, who, statuses, idem, req []string
+	qtys, exts                           []int32
+	exps, ctds                           []time.Time
+	cmts, ends                           []*time.Time
+}
+
+func (r *reservationRows) add(s *Reservation) {
+	r.toks, r.skus, r.who, r.statuses, r.idem, r.req = append(r.toks, s.Token), append(r.skus, s.SKU), append(r.who, s.Principal),
+		append(r.statuses, s.Status), append(r.idem, s.IdempotencyHash), append(r.req, s.RequestHash)
+	r.qtys, r.exts = append(r.qtys, int32(s.Quantity)), append(r.exts, int32(s.Extensions))
+	r.exps, r.ctds, r.cmts, r.ends = append(r.exps, s.ExpiresAt), append(r.ctds, s.CreatedAt), append(r.cmts, s.CommittedAt), append(r.ends, s.EndedAt)
+}
+
+// applyRows writes the folded batch in one transaction, sent in one round
+// trip. With plain, the rows of fresh reservations are plain inserts,
+// which skip the conflict checks of an upsert (a lookup in the unique index
+// before each insert, besides the insert's own): if one such row exists
+// after all, the insert fails with a unique violation (23505) and the whole
+// transaction is rolled back, for the caller to send it again without.
+func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, plain bool) error {
+	var newMoves, moreMoves moveRows
+	for _, i := range fb.moves {
+		e := fb.events[i]
+		if plain && fb.latest[e.Token].fresh {
+			newMoves.add(e)
+		} else {
+			moreMoves.add(e)
+		}
+	}
+	var newRes, moreRes reservationRows
+	for _, tok := range fb.order {
+		f := fb.latest[tok]
+		if plain && f.fresh {
+			newRes.add(&f.Reservation)
+		} else {
+			moreRes.add(&f.Reservation)
+		}
+	}
+
+	// One round trip: the statements are sent as one pipeline ending in a
+	// single sync, which Postgres runs as one implicit transaction, committed
+	// at the sync; the first statement that fails (a fenced batch:
+	// worker_fence raises) rolls the whole batch back.
+	b := &pgx.Batch{}
+	if fence != nil {
+		b.Queue(`SELECT worker_fence($1, $2)`, fence.Name, fence.Token)
+	}
+	// The products' key-share locks, and the check that each exists (the
+	// rows written below have no foreign key of their own: migration 0010).
+	b.Queue(`SELECT lock_products($1)`, fb.skus)
+	// Lock the reservations a release ends first, so that two writers of one
+	// token (the write-behind, a synchronous cancel, a sale) see each other's
+	// ending before the movement is decided.
+	if len(fb.released) > 0 {
+		b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, fb.released)
+	}
+	if len(newMoves.ids) > 0 {
+		b.Queue(`
+			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])`,
+			newMoves.ids, newMoves.skus, newMoves.kinds, newMoves.tokens, newMoves.principals, newMoves.qtys, newMoves.ats)
+	}
+	if len(moreMoves.ids) > 0 {
+		b.Queue(`
+			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])
+				AS u(event_id, sku, kind, token, principal, quantity, occurred_at)
+			WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
+				SELECT 1 FROM reservations r WHERE r.token = u.token
+				AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
+			ON CONFLICT (event_id) DO NOTHING`,
+			moreMoves.ids, moreMoves.skus, moreMoves.kinds, moreMoves.tokens, moreMoves.principals, moreMoves.qtys, moreMoves.ats)
+	}
+	if len(newRes.toks) > 0 {
+		b.Queue(`
+			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
+				expires_at, created_at, committed_at, ended_at, extensions)
+			SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en, x
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::int[])
+				AS u(t, s, w, q, st, i, r, e, c, cm, en, x)`,
+			newRes.toks, newRes.skus, newRes.who, newRes.qtys, newRes.statuses, newRes.idem, newRes.req,
+			newRes.exps, newRes.ctds, newRes.cmts, newRes.ends, newRes.exts)
+	}
+	if len(moreRes.toks) > 0 {
+		b.Queue(`
+			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
+				expires_at, created_at, committed_at, ended_at, extensions)
+			SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en, x
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::int[])
+				AS u(t, s, w, q, st, i, r, e, c, cm, en, x)
+			ON CONFLICT (token) DO UPDATE SET
+				-- the expiry of the most extended state seen; a late event never brings an earlier one back
+				expires_at = CASE WHEN excluded.extensions > reservations.extensions THEN excluded.expires_at ELSE reservations.expires_at END,
+				extensions = greatest(reservations.extensions, excluded.extensions),
+				status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
+				committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
+				ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
+				-- a commit writes its row before the reserve event arrives with these
+				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
+				request_hash = coalesce(reservations.request_hash, excluded.request_hash),
+				updated_at = now()`,
+			moreRes.toks, moreRes.skus, moreRes.who, moreRes.qtys, moreRes.statuses, moreRes.idem, moreRes.req,
+			moreRes.exps, moreRes.ctds, moreRes.cmts, moreRes.ends, moreRes.exts)
+	}
+	queueWaitlist(b, fb.waits)
+	res := l.pool.SendBatch(ctx, b)
+	var err error
+	for range b.Len() {
+		if _, err = res.Exec(); err != nil {
+			break
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // splitWaitlist separates the waitlist's events from the reservations' ones,
