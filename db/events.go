@@ -244,6 +244,22 @@ func (r *reservationRows) add(s *Reservation) {
 	r.exps, r.ctds, r.cmts, r.ends = append(r.exps, s.ExpiresAt), append(r.ctds, s.CreatedAt), append(r.cmts, s.CommittedAt), append(r.ends, s.EndedAt)
 }
 
+// The rows of a batch's statements are its arrays unnested in the select
+// list, which streams them, rather than in FROM, which copies them into a
+// tuple store first.
+const (
+	insertMovements = `INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at) `
+	movementRows    = `SELECT unnest($1::text[]) AS event_id, unnest($2::text[]) AS sku, unnest($3::text[]) AS kind,
+		unnest($4::text[]) AS token, unnest($5::text[]) AS principal, unnest($6::int[]) AS quantity,
+		unnest($7::timestamptz[]) AS occurred_at`
+	insertReservations = `
+		INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
+			expires_at, created_at, committed_at, ended_at, extensions)
+		SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::int[]), unnest($5::text[]),
+			nullif(unnest($6::text[]), ''), nullif(unnest($7::text[]), ''), unnest($8::timestamptz[]), unnest($9::timestamptz[]),
+			unnest($10::timestamptz[]), unnest($11::timestamptz[]), unnest($12::int[])`
+)
+
 // applyRows writes the folded batch in one transaction, sent in one round
 // trip. With plain, the rows of fresh reservations are plain inserts,
 // which skip the conflict checks of an upsert (a lookup in the unique index
@@ -288,16 +304,11 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 		b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, fb.released)
 	}
 	if len(newMoves.ids) > 0 {
-		b.Queue(`
-			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])`,
+		b.Queue(insertMovements+movementRows,
 			newMoves.ids, newMoves.skus, newMoves.kinds, newMoves.tokens, newMoves.principals, newMoves.qtys, newMoves.ats)
 	}
 	if len(moreMoves.ids) > 0 {
-		b.Queue(`
-			INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])
-				AS u(event_id, sku, kind, token, principal, quantity, occurred_at)
+		b.Queue(insertMovements+`SELECT * FROM (`+movementRows+`) AS u
 			WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
 				SELECT 1 FROM reservations r WHERE r.token = u.token
 				AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
@@ -305,24 +316,12 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 			moreMoves.ids, moreMoves.skus, moreMoves.kinds, moreMoves.tokens, moreMoves.principals, moreMoves.qtys, moreMoves.ats)
 	}
 	if len(newRes.toks) > 0 {
-		b.Queue(`
-			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
-				expires_at, created_at, committed_at, ended_at, extensions)
-			SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en, x
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::int[])
-				AS u(t, s, w, q, st, i, r, e, c, cm, en, x)`,
+		b.Queue(insertReservations,
 			newRes.toks, newRes.skus, newRes.who, newRes.qtys, newRes.statuses, newRes.idem, newRes.req,
 			newRes.exps, newRes.ctds, newRes.cmts, newRes.ends, newRes.exts)
 	}
 	if len(moreRes.toks) > 0 {
-		b.Queue(`
-			INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
-				expires_at, created_at, committed_at, ended_at, extensions)
-			SELECT t, s, w, q, st, nullif(i, ''), nullif(r, ''), e, c, cm, en, x
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::int[])
-				AS u(t, s, w, q, st, i, r, e, c, cm, en, x)
+		b.Queue(insertReservations+`
 			ON CONFLICT (token) DO UPDATE SET
 				-- the expiry of the most extended state seen; a late event never brings an earlier one back
 				expires_at = CASE WHEN excluded.extensions > reservations.extensions THEN excluded.expires_at ELSE reservations.expires_at END,
