@@ -224,6 +224,11 @@ type moveRows struct {
 	ats                                  []time.Time
 }
 
+func makeMoveRows(n int) moveRows {
+	return moveRows{ids: make([]string, 0, n), skus: make([]string, 0, n), kinds: make([]string, 0, n),
+		tokens: make([]string, 0, n), principals: make([]string, 0, n), qtys: make([]int32, 0, n), ats: make([]time.Time, 0, n)}
+}
+
 func (m *moveRows) add(e Event) {
 	m.ids, m.skus, m.kinds, m.tokens, m.principals = append(m.ids, e.ID), append(m.skus, e.SKU), append(m.kinds, e.Kind),
 		append(m.tokens, e.Token), append(m.principals, e.Principal)
@@ -235,6 +240,13 @@ type reservationRows struct {
 	qtys, exts                           []int32
 	exps, ctds                           []time.Time
 	cmts, ends                           []*time.Time
+}
+
+func makeReservationRows(n int) reservationRows {
+	return reservationRows{toks: make([]string, 0, n), skus: make([]string, 0, n), who: make([]string, 0, n),
+		statuses: make([]string, 0, n), idem: make([]string, 0, n), req: make([]string, 0, n),
+		qtys: make([]int32, 0, n), exts: make([]int32, 0, n), exps: make([]time.Time, 0, n), ctds: make([]time.Time, 0, n),
+		cmts: make([]*time.Time, 0, n), ends: make([]*time.Time, 0, n)}
 }
 
 func (r *reservationRows) add(s *Reservation) {
@@ -267,7 +279,16 @@ const (
 // after all, the insert fails with a unique violation (23505) and the whole
 // transaction is rolled back, for the caller to send it again without.
 func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, plain bool) error {
-	var newMoves, moreMoves moveRows
+	fresh := 0
+	if plain {
+		for _, f := range fb.latest {
+			if f.fresh {
+				fresh++
+			}
+		}
+	}
+	// A fresh reservation has one event, its movement.
+	newMoves, moreMoves := makeMoveRows(fresh), makeMoveRows(len(fb.moves)-fresh)
 	for _, i := range fb.moves {
 		e := fb.events[i]
 		if plain && fb.latest[e.Token].fresh {
@@ -276,7 +297,7 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 			moreMoves.add(e)
 		}
 	}
-	var newRes, moreRes reservationRows
+	newRes, moreRes := makeReservationRows(fresh), makeReservationRows(len(fb.order)-fresh)
 	for _, tok := range fb.order {
 		f := fb.latest[tok]
 		if plain && f.fresh {
