@@ -11,7 +11,10 @@
 // is refused once per batch (lock_products), not row by row: reservations
 // and stock_movements have no foreign key to products, since every other
 // writer of theirs reads or locks the product in its transaction and
-// products are never deleted.
+// products are never deleted. A hold whose only event in a batch is its
+// reserve is written by plain inserts, without the lookups an upsert makes
+// first; a batch in which such a row exists after all fails on the unique
+// violation and is sent again with every row an upsert.
 //
 // The waitlists are here too (waitlist.go, migration 0005): one row per
 // entry in waitlist_entries, keyed by SKU and seq, moving only forward
