@@ -208,6 +208,46 @@ func TestReserveBatchCrossingTheExactSequence(t *testing.T) {
 	require.Contains(t, msg.Payload, `"available":1,"held":4,"sold":0,"seq":9007199254740994`)
 }
 
+// A request refused after the sequence has crossed what a Lua number holds
+// exactly reads the SKU's hash again: the one announcement of the batch
+// still carries the sequence the hash has, digit for digit.
+func TestReserveBatchRefusedPastTheExactSequenceAnnouncesItExactly(t *testing.T) {
+	t.Parallel()
+	e, r := engineWithProduct(t, ProductInput{SKU: "SEQ2", Name: "s", Price: Money{1, "EUR"}, Stock: 2})
+	ctx := context.Background()
+
+	p := PartitionOf("SEQ2")
+	require.NoError(t, r.Client.HSet(ctx, e.keys.SKU("SEQ2"), "seq", "9007199254740991").Err())
+	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, "SEQ2"))
+	defer func() { _ = sub.Close() }()
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+
+	// Two holds take the sequence to 2^53+1; the third finds no stock.
+	buyers := []string{"alice", "bob", "carol"}
+	calls := make([]*reserveCall, len(buyers))
+	for i, who := range buyers {
+		tok := newToken(p)
+		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "SEQ2", tok, "", ""),
+			args: [10]any{"SEQ2", who, 1, int64(60_000), tok, "", "", "", "", ""}}
+	}
+	keys, args := e.reserveScriptArgs(p, calls)
+	res, err := e.run(ctx, lua.Reserve, keys, args...)
+	require.NoError(t, err)
+	var got []string
+	for _, x := range res {
+		got = append(got, string(reply(x.([]any)).code()))
+	}
+	require.Equal(t, []string{"HELD", "HELD", "OUT_OF_STOCK"}, got)
+	h, err := r.Client.HMGet(ctx, e.keys.SKU("SEQ2"), "avail", "held", "seq").Result()
+	require.NoError(t, err)
+	require.Equal(t, []any{"0", "2", "9007199254740993"}, h)
+
+	msg, err := sub.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	require.Contains(t, msg.Payload, `"available":0,"held":2,"sold":0,"seq":9007199254740993,`)
+}
+
 // A batch of requests for two SKUs of one partition, interleaved, decides
 // and leaves what the same requests leave run one at a time: each SKU's
 // counters, sequence and quota hash, and every answer.

@@ -283,7 +283,8 @@ for i = 0, n - 1 do
 end
 -- Each SKU the run changed: first every counter written, then each SKU
 -- announced as lib.lua's announce would, from what the run read and wrote
--- (announce itself reads a SKU whose hash bump_stock moved last).
+-- when its copy's sequence is exact (announce itself reads a SKU whose hash
+-- bump_stock moved last, or whose sequence the run read again past 2^53).
 for _, c in ipairs(order) do
   local st = stock[c[1]]
   if st then
@@ -292,7 +293,7 @@ for _, c in ipairs(order) do
 end
 for _, c in ipairs(order) do
   local st = stock[c[1]]
-  if st then
+  if st and st.seq and st.seq < exact_seq then
     redis.call('SPUBLISH', c[2], string.format(
       '{"sku":%s,"total":%s,"available":%d,"held":%d,"sold":%s,"seq":%d,"at":%s}',
       cjson.encode(c[3]), st.total, st.avail, st.held, st.sold, st.seq, now_s))
