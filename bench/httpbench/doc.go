@@ -11,7 +11,8 @@
 //     loopback port at its default settings (the mutation rate limit on).
 //     Products are created through the GraphQL API with an admin token;
 //     buyers are distinct principals with signed JWTs.
-//  2. GraphQL reserves at full speed: wrk, 50 connections, buyers rotated
+//  2. GraphQL reserves at full speed: wrk, one thread driving 50
+//     connections, buyers rotated
 //     round-robin, one unit per call from a stock that never runs out.
 //     Only successful holds count; the stock the server reports afterwards
 //     must agree with wrk's count. The CPU time each process used over the
