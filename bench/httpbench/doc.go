@@ -12,8 +12,8 @@
 //     Products are created through the GraphQL API with an admin token;
 //     buyers are distinct principals with signed JWTs.
 //  2. GraphQL reserves at full speed: wrk, one thread driving 50
-//     connections, buyers rotated
-//     round-robin, one unit per call from a stock that never runs out.
+//     connections, buyers rotated round-robin, one unit per call from a
+//     stock that never runs out.
 //     Only successful holds count; the stock the server reports afterwards
 //     must agree with wrk's count. The CPU time each process used over the
 //     step (dropline, redis-server, the database's PostgreSQL backends and
