@@ -311,13 +311,15 @@ func (h *Hub) onSubscribed(channel string) {
 
 // announcement is the payload lua/lib.lua's announce publishes. Numbers are
 // pointers so a missing field (a SKU Redis no longer has) is told from zero.
+// seq is read as an integer: it can pass 2^53, beyond which a float64 would
+// make two changes one value and drop the second as stale.
 type announcement struct {
 	SKU       string   `json:"sku"`
 	Total     *float64 `json:"total"`
 	Available *float64 `json:"available"`
 	Held      *float64 `json:"held"`
 	Sold      *float64 `json:"sold"`
-	Seq       *float64 `json:"seq"`
+	Seq       *int64   `json:"seq"`
 	At        *float64 `json:"at"`
 }
 
@@ -337,6 +339,6 @@ func (h *Hub) onMessage(m *redis.Message) {
 	}
 	f.applyMessage(h, inventory.Stock{
 		SKU: sku, Total: int(*a.Total), Available: int(*a.Available), Held: int(*a.Held), Sold: int(*a.Sold),
-		Seq: int64(*a.Seq), UpdatedAt: time.UnixMilli(int64(*a.At)).UTC(),
+		Seq: *a.Seq, UpdatedAt: time.UnixMilli(int64(*a.At)).UTC(),
 	})
 }
