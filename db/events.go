@@ -169,7 +169,7 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	fb := &foldedBatch{skus: skuList, released: released, events: events, moves: moves, latest: latest, order: order, waits: waits}
 	err := l.applyRows(ctx, fence, fb, true)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && fb.anyFresh() {
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && fb.freshCount() > 0 {
 		// A row the batch took for new exists (the batch was applied
 		// before, or another writer got there first): the batch again,
 		// every row written as an upsert.
@@ -187,8 +187,9 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 }
 
 // foldedBatch is a batch's events folded per reservation: the products
-// (sorted), the tokens released, which events are a movement, and each
-// reservation's latest state, in the order the batch first names them.
+// (sorted), the tokens released, which events are a movement, each
+// reservation's latest state, in the order the batch first names them, and
+// the waitlist's events.
 type foldedBatch struct {
 	skus, released []string
 	events         []Event
@@ -198,14 +199,15 @@ type foldedBatch struct {
 	waits          []Event
 }
 
-// anyFresh reports whether the batch has a reservation written as new.
-func (fb *foldedBatch) anyFresh() bool {
+// freshCount is how many of the batch's reservations are fresh.
+func (fb *foldedBatch) freshCount() int {
+	n := 0
 	for _, f := range fb.latest {
 		if f.fresh {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // folded is one reservation's latest state in a batch. fresh says that the
@@ -229,6 +231,11 @@ func makeMoveRows(n int) moveRows {
 		tokens: make([]string, 0, n), principals: make([]string, 0, n), qtys: make([]int32, 0, n), ats: make([]time.Time, 0, n)}
 }
 
+// args are the statement's arguments: the columns in movementRows' order.
+func (m *moveRows) args() []any {
+	return []any{m.ids, m.skus, m.kinds, m.tokens, m.principals, m.qtys, m.ats}
+}
+
 func (m *moveRows) add(e Event) {
 	m.ids, m.skus, m.kinds, m.tokens, m.principals = append(m.ids, e.ID), append(m.skus, e.SKU), append(m.kinds, e.Kind),
 		append(m.tokens, e.Token), append(m.principals, e.Principal)
@@ -247,6 +254,12 @@ func makeReservationRows(n int) reservationRows {
 		statuses: make([]string, 0, n), idem: make([]string, 0, n), req: make([]string, 0, n),
 		qtys: make([]int32, 0, n), exts: make([]int32, 0, n), exps: make([]time.Time, 0, n), ctds: make([]time.Time, 0, n),
 		cmts: make([]*time.Time, 0, n), ends: make([]*time.Time, 0, n)}
+}
+
+// args are the statement's arguments: the columns in insertReservations'
+// order.
+func (r *reservationRows) args() []any {
+	return []any{r.toks, r.skus, r.who, r.qtys, r.statuses, r.idem, r.req, r.exps, r.ctds, r.cmts, r.ends, r.exts}
 }
 
 func (r *reservationRows) add(s *Reservation) {
@@ -281,11 +294,7 @@ const (
 func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, plain bool) error {
 	fresh := 0
 	if plain {
-		for _, f := range fb.latest {
-			if f.fresh {
-				fresh++
-			}
-		}
+		fresh = fb.freshCount()
 	}
 	// A fresh reservation has one event, its movement.
 	newMoves, moreMoves := makeMoveRows(fresh), makeMoveRows(len(fb.moves)-fresh)
@@ -325,21 +334,17 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 		b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, fb.released)
 	}
 	if len(newMoves.ids) > 0 {
-		b.Queue(insertMovements+movementRows,
-			newMoves.ids, newMoves.skus, newMoves.kinds, newMoves.tokens, newMoves.principals, newMoves.qtys, newMoves.ats)
+		b.Queue(insertMovements+movementRows, newMoves.args()...)
 	}
 	if len(moreMoves.ids) > 0 {
 		b.Queue(insertMovements+`SELECT * FROM (`+movementRows+`) AS u
 			WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
 				SELECT 1 FROM reservations r WHERE r.token = u.token
 				AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
-			ON CONFLICT (event_id) DO NOTHING`,
-			moreMoves.ids, moreMoves.skus, moreMoves.kinds, moreMoves.tokens, moreMoves.principals, moreMoves.qtys, moreMoves.ats)
+			ON CONFLICT (event_id) DO NOTHING`, moreMoves.args()...)
 	}
 	if len(newRes.toks) > 0 {
-		b.Queue(insertReservations,
-			newRes.toks, newRes.skus, newRes.who, newRes.qtys, newRes.statuses, newRes.idem, newRes.req,
-			newRes.exps, newRes.ctds, newRes.cmts, newRes.ends, newRes.exts)
+		b.Queue(insertReservations, newRes.args()...)
 	}
 	if len(moreRes.toks) > 0 {
 		b.Queue(insertReservations+`
@@ -353,9 +358,7 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 				-- a commit writes its row before the reserve event arrives with these
 				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
 				request_hash = coalesce(reservations.request_hash, excluded.request_hash),
-				updated_at = now()`,
-			moreRes.toks, moreRes.skus, moreRes.who, moreRes.qtys, moreRes.statuses, moreRes.idem, moreRes.req,
-			moreRes.exps, moreRes.ctds, moreRes.cmts, moreRes.ends, moreRes.exts)
+				updated_at = now()`, moreRes.args()...)
 	}
 	queueWaitlist(b, fb.waits)
 	res := l.pool.SendBatch(ctx, b)
