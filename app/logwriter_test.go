@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,33 +9,15 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
 )
-
-// lockedBuffer is what the log writes to: a buffer that counts its writes.
-type lockedBuffer struct {
-	mu     sync.Mutex
-	b      bytes.Buffer
-	writes int
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.writes++
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Every line logged before Close is written by the end of Close, each
 // whole and once, from many goroutines at once, and in far fewer writes
 // than lines.
 func TestLogWriterWritesEveryLineByClose(t *testing.T) {
-	out := &lockedBuffer{}
+	out := &testenv.LogBuffer{}
 	// An interval no test waits for: only the size bound and Close write.
 	w := newLogWriter(out, time.Hour, 4<<10)
 	log := zerolog.New(w)
@@ -63,7 +44,7 @@ func TestLogWriterWritesEveryLineByClose(t *testing.T) {
 			require.Equal(t, 1, seen[line], line)
 		}
 	}
-	require.Less(t, out.writes, goroutines*lines/10)
+	require.Less(t, out.Writes(), goroutines*lines/10)
 
 	// After Close a line goes out at once.
 	log.Info().Msg("after close")
@@ -75,7 +56,7 @@ func TestLogWriterWritesEveryLineByClose(t *testing.T) {
 func TestLogWriterWritesWarningsAtOnceAndTheRestWithinTheInterval(t *testing.T) {
 	// An interval no test waits for: that the info line waits cannot
 	// depend on how soon this goroutine runs again.
-	out := &lockedBuffer{}
+	out := &testenv.LogBuffer{}
 	w := newLogWriter(out, time.Hour, 64<<10)
 	log := zerolog.New(w)
 	log.Info().Msg("first")
@@ -84,7 +65,7 @@ func TestLogWriterWritesWarningsAtOnceAndTheRestWithinTheInterval(t *testing.T) 
 	require.Equal(t, `{"level":"info","message":"first"}`+"\n"+`{"level":"warn","message":"second"}`+"\n", out.String())
 	require.NoError(t, w.Close())
 
-	out = &lockedBuffer{}
+	out = &testenv.LogBuffer{}
 	w = newLogWriter(out, 20*time.Millisecond, 64<<10)
 	log = zerolog.New(w)
 	log.Info().Msg("third")

@@ -12,14 +12,23 @@ import (
 // JSON lines, a process's stderr) while the test reads it; it is safe for
 // concurrent use.
 type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu     sync.Mutex
+	b      bytes.Buffer
+	writes int
 }
 
 func (l *LogBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.writes++
 	return l.b.Write(p)
+}
+
+// Writes is how many writes it has taken so far.
+func (l *LogBuffer) Writes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writes
 }
 
 // String returns everything written so far.
