@@ -3,13 +3,13 @@ package inventory_test
 import (
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -30,7 +30,7 @@ func BenchmarkReserve(b *testing.B) {
 	var n atomic.Int64
 	reserve := func(b *testing.B, req func(i int) inventory.ReserveRequest) {
 		b.SetParallelism(25) // 50 callers on 2 cores, as bench-http's wrk -c 50
-		cpu := selfCPU()
+		cpu := testenv.ProcessCPU()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				i := int(n.Add(1))
@@ -39,7 +39,7 @@ func BenchmarkReserve(b *testing.B) {
 				}
 			}
 		})
-		b.ReportMetric(float64((selfCPU()-cpu).Microseconds())/float64(b.N), "go-cpu-µs/reserve")
+		b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Microseconds())/float64(b.N), "go-cpu-µs/reserve")
 	}
 	b.Run("hot-sku", func(b *testing.B) {
 		reserve(b, func(int) inventory.ReserveRequest { return inventory.ReserveRequest{SKU: "BENCH-0", Quantity: 1} })
@@ -66,13 +66,4 @@ func BenchmarkReserve(b *testing.B) {
 			}
 		})
 	})
-}
-
-// selfCPU is the CPU time this process has used so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

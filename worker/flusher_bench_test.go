@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -101,13 +100,13 @@ func benchApply(b *testing.B, size int) {
 		require.Len(b, entries, size)
 		runtime.GC() // the reserves' garbage is not the apply's
 		pids := backends()
-		cpu0, pg0 := selfCPU(), backendCPU(pids)
+		cpu0, pg0 := testenv.ProcessCPU(), backendCPU(pids)
 		b.StartTimer()
 		t0 := time.Now()
 		n, err := f.apply(ctx, p, entries)
 		busy += time.Since(t0)
 		b.StopTimer()
-		cpu, pg = cpu+selfCPU()-cpu0, pg+cpuSince(pg0, backendCPU(pids))
+		cpu, pg = cpu+testenv.ProcessCPU()-cpu0, pg+cpuSince(pg0, backendCPU(pids))
 		b.StartTimer()
 		require.NoError(b, err)
 		require.Equal(b, size, n)
@@ -122,15 +121,6 @@ func benchApply(b *testing.B, size int) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(applied), "go-cpu-µs/event")
 	b.ReportMetric(float64(pg.Microseconds())/float64(applied), "pg-cpu-µs/event")
 	b.ReportMetric(float64(busy.Microseconds())/float64(b.N)/1000, "ms/batch")
-}
-
-// selfCPU is the CPU time this process has used so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // postgresBackends returns a function listing the process ids of the
