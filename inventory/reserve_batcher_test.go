@@ -31,9 +31,7 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 	buyers := []string{"alice", "alice", "bob", "carol", "dave"}
 	calls := make([]*reserveCall, len(buyers))
 	for i, who := range buyers {
-		tok := newToken(p)
-		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "BATCH", tok, "", ""),
-			args: [10]any{"BATCH", who, 1, int64(60_000), tok, "", "", "", "", ""}}
+		calls[i] = plainReserveCall(e, p, "BATCH", who, 1)
 	}
 	seqBefore, err := r.Client.HGet(ctx, e.keys.SKU("BATCH"), "seq").Int64()
 	require.NoError(t, err)
@@ -128,9 +126,7 @@ func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
 	e.batches.mu.Lock()
 	e.batches.parts = map[int]*reserveQueue{p: q}
 	e.batches.mu.Unlock()
-	tok := newToken(p)
-	call := &reserveCall{keys: e.keys.reserveRequestKeys(p, "LEFT", tok, "", ""),
-		args: [10]any{"LEFT", "alice", 1, int64(60_000), tok, "", "", "", "", ""}}
+	call := plainReserveCall(e, p, "LEFT", "alice", 1)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err := e.reserveInBatch(cctx, p, call)
@@ -156,10 +152,9 @@ func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
 	// counters, so deciding it raises an error in the script.
 	p := PartitionOf("GOOD")
 	require.NoError(t, r.Client.HSet(ctx, e.keys.skuIn(p, "BROKEN"), "gen", "1").Err())
-	tok, bad := newToken(p), newToken(p)
-	calls := []*reserveCall{
-		{keys: e.keys.reserveRequestKeys(p, "GOOD", tok, "", ""), args: [10]any{"GOOD", "alice", 1, int64(60_000), tok, "", "", "", "", ""}, done: make(chan struct{})},
-		{keys: e.keys.reserveRequestKeys(p, "BROKEN", bad, "", ""), args: [10]any{"BROKEN", "bob", 1, int64(60_000), bad, "", "", "", "", ""}, done: make(chan struct{})},
+	calls := []*reserveCall{plainReserveCall(e, p, "GOOD", "alice", 1), plainReserveCall(e, p, "BROKEN", "bob", 1)}
+	for _, c := range calls {
+		c.done = make(chan struct{})
 	}
 	e.runReserveBatch(ctx, p, calls)
 	require.NoError(t, calls[0].err, "the request before the broken one")
@@ -189,9 +184,7 @@ func TestReserveBatchCrossingTheExactSequence(t *testing.T) {
 	buyers := []string{"alice", "bob", "carol", "dave"}
 	calls := make([]*reserveCall, len(buyers))
 	for i, who := range buyers {
-		tok := newToken(p)
-		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "SEQ", tok, "", ""),
-			args: [10]any{"SEQ", who, 1, int64(60_000), tok, "", "", "", "", ""}}
+		calls[i] = plainReserveCall(e, p, "SEQ", who, 1)
 	}
 	keys, args := e.reserveScriptArgs(p, calls)
 	res, err := e.run(ctx, lua.Reserve, keys, args...)
@@ -227,9 +220,7 @@ func TestReserveBatchRefusedPastTheExactSequenceAnnouncesItExactly(t *testing.T)
 	buyers := []string{"alice", "bob", "carol"}
 	calls := make([]*reserveCall, len(buyers))
 	for i, who := range buyers {
-		tok := newToken(p)
-		calls[i] = &reserveCall{keys: e.keys.reserveRequestKeys(p, "SEQ2", tok, "", ""),
-			args: [10]any{"SEQ2", who, 1, int64(60_000), tok, "", "", "", "", ""}}
+		calls[i] = plainReserveCall(e, p, "SEQ2", who, 1)
 	}
 	keys, args := e.reserveScriptArgs(p, calls)
 	res, err := e.run(ctx, lua.Reserve, keys, args...)
@@ -280,11 +271,6 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 	}
 	reqs := []req{{0, "alice", 1}, {1, "bob", 1}, {0, "alice", 1}, {0, "alice", 1}, {1, "carol", 1},
 		{1, "dave", 1}, {0, "erin", 2}, {0, "frank", 1}, {1, "bob", 1}}
-	call := func(sku string, r req) *reserveCall {
-		tok := newToken(p)
-		return &reserveCall{keys: e.keys.reserveRequestKeys(p, sku, tok, "", ""),
-			args: [10]any{sku, r.who, r.qty, int64(60_000), tok, "", "", "", "", ""}}
-	}
 	codes := func(res reply) []string {
 		var out []string
 		for _, x := range res {
@@ -305,7 +291,7 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 
 	var batch []*reserveCall
 	for _, r := range reqs {
-		batch = append(batch, call(skus[r.sku], r))
+		batch = append(batch, plainReserveCall(e, p, skus[r.sku], r.who, r.qty))
 	}
 	keys, args := e.reserveScriptArgs(p, batch)
 	batched, err := e.run(ctx, lua.Reserve, keys, args...)
@@ -313,7 +299,7 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 
 	var single reply
 	for _, r := range reqs {
-		keys, args := e.reserveScriptArgs(p, []*reserveCall{call(skus[2+r.sku], r)})
+		keys, args := e.reserveScriptArgs(p, []*reserveCall{plainReserveCall(e, p, skus[2+r.sku], r.who, r.qty)})
 		res, err := e.run(ctx, lua.Reserve, keys, args...)
 		require.NoError(t, err)
 		single = append(single, res[0])

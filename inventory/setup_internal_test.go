@@ -22,3 +22,12 @@ func engineWithProduct(t *testing.T, product ProductInput) (*Engine, testenv.Red
 	require.NoError(t, err)
 	return e, r
 }
+
+// plainReserveCall is the call Reserve would queue in partition p for qty
+// units of sku by who, held 60 s, under a new token, with no idempotency key
+// and no budget.
+func plainReserveCall(e *Engine, p int, sku, who string, qty int) *reserveCall {
+	tok := newToken(p)
+	return &reserveCall{keys: e.keys.reserveRequestKeys(p, sku, tok, "", ""),
+		args: [10]any{sku, who, qty, int64(60_000), tok, "", "", "", "", ""}}
+}
