@@ -21,26 +21,9 @@ const maxParamsDepth = 64
 // written: decodeJSON then decodes a fresh p and answers as it always has.
 func decodeParams(b []byte, p *gqlgen.RawParams) bool {
 	d := paramsDecoder{b: b}
-	d.space()
-	if !d.consume('{') {
-		return false
-	}
 	var seen [4]bool
 	d.space()
-	if d.consume('}') {
-		return true
-	}
-	for {
-		d.space()
-		key, ok := d.string()
-		if !ok {
-			return false
-		}
-		d.space()
-		if !d.consume(':') {
-			return false
-		}
-		d.space()
+	return d.members(func(key string) bool {
 		i := paramIndex(key)
 		if i < 0 || seen[i] {
 			return false
@@ -49,7 +32,7 @@ func decodeParams(b []byte, p *gqlgen.RawParams) bool {
 		switch i {
 		case 0, 1:
 			if d.literal("null") {
-				break
+				return true
 			}
 			s, ok := d.string()
 			if !ok {
@@ -63,6 +46,7 @@ func decodeParams(b []byte, p *gqlgen.RawParams) bool {
 		default:
 			var m map[string]any
 			if !d.literal("null") {
+				var ok bool
 				if m, ok = d.object(1); !ok {
 					return false
 				}
@@ -73,14 +57,8 @@ func decodeParams(b []byte, p *gqlgen.RawParams) bool {
 				p.Extensions = m
 			}
 		}
-		d.space()
-		if d.consume('}') {
-			return true
-		}
-		if !d.consume(',') {
-			return false
-		}
-	}
+		return true
+	})
 }
 
 func paramIndex(key string) int {
@@ -155,36 +133,50 @@ func (d *paramsDecoder) value(depth int) (any, bool) {
 }
 
 func (d *paramsDecoder) object(depth int) (map[string]any, bool) {
-	if depth > maxParamsDepth || !d.consume('{') {
+	if depth > maxParamsDepth {
 		return nil, false
 	}
 	m := map[string]any{}
+	if !d.members(func(k string) bool {
+		v, ok := d.value(depth)
+		m[k] = v
+		return ok
+	}) {
+		return nil, false
+	}
+	return m, true
+}
+
+// members reads an object from its '{' to its '}', handing each key to
+// member, which reads the key's value after the colon.
+func (d *paramsDecoder) members(member func(key string) bool) bool {
+	if !d.consume('{') {
+		return false
+	}
 	d.space()
 	if d.consume('}') {
-		return m, true
+		return true
 	}
 	for {
 		d.space()
-		k, ok := d.string()
+		key, ok := d.string()
 		if !ok {
-			return nil, false
+			return false
 		}
 		d.space()
 		if !d.consume(':') {
-			return nil, false
+			return false
 		}
 		d.space()
-		v, ok := d.value(depth)
-		if !ok {
-			return nil, false
+		if !member(key) {
+			return false
 		}
-		m[k] = v
 		d.space()
 		if d.consume('}') {
-			return m, true
+			return true
 		}
 		if !d.consume(',') {
-			return nil, false
+			return false
 		}
 	}
 }
