@@ -76,16 +76,19 @@ local now = now_ms(clock)
 local now_s = tostring(now)
 local rate_clock = rate_now(clock)
 
--- stock is each SKU's stock hash as this run has left it, by key: read
--- once, by the first request of the SKU that gets that far, and written
--- once, after the last request (flush_stock), since every request of the
--- run that reads it reads it here and nothing else runs meanwhile. moved
--- says the run changed the counters. seq is exact as a Lua number below
--- 2^53 (it starts at a rebuild's time in microseconds); beyond, or when
--- missing, bump_stock moves the hash itself and the SKU is read again by
--- its next request.
+-- stock is each SKU's stock hash as this run has left it, by key: read once
+-- by stock_of and written once by flush_stock (the header says why that is
+-- safe). moved says the run changed the counters.
 local stock = {}
 local exact_seq = 9007199254740992
+
+-- exact reports whether a copy's sequence is one a Lua number holds
+-- exactly: below 2^53 (it starts at a rebuild's time in microseconds).
+-- Beyond, or when missing, bump_stock moves the hash itself and the SKU is
+-- read again by its next request.
+local function exact(st)
+  return st.seq and st.seq < exact_seq
+end
 
 local function stock_of(sku_key)
   local st = stock[sku_key]
@@ -204,7 +207,7 @@ local function reserve_new(ki, ai, qty)
     'exp', exp_s, 'ctd', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen)
   redis.call('HINCRBY', quota, who, qty_s)
   redis.call('ZADD', expiry, exp_s, token)
-  if st.seq and st.seq < exact_seq then
+  if exact(st) then
     st.avail, st.held, st.seq, st.moved = st.avail - qty, st.held + qty, st.seq + 1, true
   else
     flush_stock(sku_key, st)
@@ -293,7 +296,7 @@ for _, c in ipairs(order) do
 end
 for _, c in ipairs(order) do
   local st = stock[c[1]]
-  if st and st.seq and st.seq < exact_seq then
+  if st and exact(st) then
     redis.call('SPUBLISH', c[2], string.format(
       '{"sku":%s,"total":%s,"available":%d,"held":%d,"sold":%s,"seq":%d,"at":%s}',
       cjson.encode(c[3]), st.total, st.avail, st.held, st.sold, st.seq, now_s))
