@@ -297,22 +297,22 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 		fresh = fb.freshCount()
 	}
 	// A fresh reservation has one event, its movement.
-	newMoves, moreMoves := makeMoveRows(fresh), makeMoveRows(len(fb.moves)-fresh)
+	freshMoves, otherMoves := makeMoveRows(fresh), makeMoveRows(len(fb.moves)-fresh)
 	for _, i := range fb.moves {
 		e := fb.events[i]
 		if plain && fb.latest[e.Token].fresh {
-			newMoves.add(e)
+			freshMoves.add(e)
 		} else {
-			moreMoves.add(e)
+			otherMoves.add(e)
 		}
 	}
-	newRes, moreRes := makeReservationRows(fresh), makeReservationRows(len(fb.order)-fresh)
+	freshRes, otherRes := makeReservationRows(fresh), makeReservationRows(len(fb.order)-fresh)
 	for _, tok := range fb.order {
 		f := fb.latest[tok]
 		if plain && f.fresh {
-			newRes.add(&f.Reservation)
+			freshRes.add(&f.Reservation)
 		} else {
-			moreRes.add(&f.Reservation)
+			otherRes.add(&f.Reservation)
 		}
 	}
 
@@ -333,20 +333,20 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 	if len(fb.released) > 0 {
 		b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, fb.released)
 	}
-	if len(newMoves.ids) > 0 {
-		b.Queue(insertMovements+movementRows, newMoves.args()...)
+	if len(freshMoves.ids) > 0 {
+		b.Queue(insertMovements+movementRows, freshMoves.args()...)
 	}
-	if len(moreMoves.ids) > 0 {
+	if len(otherMoves.ids) > 0 {
 		b.Queue(insertMovements+`SELECT * FROM (`+movementRows+`) AS u
 			WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
 				SELECT 1 FROM reservations r WHERE r.token = u.token
 				AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
-			ON CONFLICT (event_id) DO NOTHING`, moreMoves.args()...)
+			ON CONFLICT (event_id) DO NOTHING`, otherMoves.args()...)
 	}
-	if len(newRes.toks) > 0 {
-		b.Queue(insertReservations, newRes.args()...)
+	if len(freshRes.toks) > 0 {
+		b.Queue(insertReservations, freshRes.args()...)
 	}
-	if len(moreRes.toks) > 0 {
+	if len(otherRes.toks) > 0 {
 		b.Queue(insertReservations+`
 			ON CONFLICT (token) DO UPDATE SET
 				-- the expiry of the most extended state seen; a late event never brings an earlier one back
@@ -358,7 +358,7 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 				-- a commit writes its row before the reserve event arrives with these
 				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
 				request_hash = coalesce(reservations.request_hash, excluded.request_hash),
-				updated_at = now()`, moreRes.args()...)
+				updated_at = now()`, otherRes.args()...)
 	}
 	queueWaitlist(b, fb.waits)
 	res := l.pool.SendBatch(ctx, b)
