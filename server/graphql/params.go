@@ -24,13 +24,12 @@ func decodeParams(b []byte, p *gqlgen.RawParams) bool {
 	var seen [4]bool
 	d.space()
 	return d.members(func(key string) bool {
-		i := paramIndex(key)
+		i, str, obj := param(p, key)
 		if i < 0 || seen[i] {
 			return false
 		}
 		seen[i] = true
-		switch i {
-		case 0, 1:
+		if str != nil {
 			if d.literal("null") {
 				return true
 			}
@@ -38,41 +37,36 @@ func decodeParams(b []byte, p *gqlgen.RawParams) bool {
 			if !ok {
 				return false
 			}
-			if i == 0 {
-				p.Query = s
-			} else {
-				p.OperationName = s
-			}
-		default:
-			var m map[string]any
-			if !d.literal("null") {
-				var ok bool
-				if m, ok = d.object(1); !ok {
-					return false
-				}
-			}
-			if i == 2 {
-				p.Variables = m
-			} else {
-				p.Extensions = m
+			*str = s
+			return true
+		}
+		var m map[string]any
+		if !d.literal("null") {
+			var ok bool
+			if m, ok = d.object(1); !ok {
+				return false
 			}
 		}
+		*obj = m
 		return true
 	})
 }
 
-func paramIndex(key string) int {
+// param is the field of p that key names, a string or an object, and its
+// place in decodeParams' seen; i is -1 for a key decodeParams leaves to
+// encoding/json.
+func param(p *gqlgen.RawParams, key string) (i int, str *string, obj *map[string]any) {
 	switch key {
 	case "query":
-		return 0
+		return 0, &p.Query, nil
 	case "operationName":
-		return 1
+		return 1, &p.OperationName, nil
 	case "variables":
-		return 2
+		return 2, nil, &p.Variables
 	case "extensions":
-		return 3
+		return 3, nil, &p.Extensions
 	}
-	return -1
+	return -1, nil, nil
 }
 
 // paramsDecoder reads JSON from b at i; every method reports false, and
