@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/internal/machine"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -30,7 +30,7 @@ func BenchmarkReserve(b *testing.B) {
 	var n atomic.Int64
 	reserve := func(b *testing.B, req func(i int) inventory.ReserveRequest) {
 		b.SetParallelism(25) // 50 callers on 2 cores, as bench-http's wrk -c 50
-		cpu := testenv.ProcessCPU()
+		cpu := machine.SelfCPU()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				i := int(n.Add(1))
@@ -39,7 +39,7 @@ func BenchmarkReserve(b *testing.B) {
 				}
 			}
 		})
-		b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Microseconds())/float64(b.N), "go-cpu-µs/reserve")
+		b.ReportMetric(float64((machine.SelfCPU()-cpu).Microseconds())/float64(b.N), "go-cpu-µs/reserve")
 	}
 	b.Run("hot-sku", func(b *testing.B) {
 		reserve(b, func(int) inventory.ReserveRequest { return inventory.ReserveRequest{SKU: "BENCH-0", Quantity: 1} })

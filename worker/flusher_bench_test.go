@@ -3,10 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/machine"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
@@ -100,13 +99,13 @@ func benchApply(b *testing.B, size int) {
 		require.Len(b, entries, size)
 		runtime.GC() // the reserves' garbage is not the apply's
 		pids := backends()
-		cpu0, pg0 := testenv.ProcessCPU(), backendCPU(pids)
+		cpu0, pg0 := machine.SelfCPU(), machine.CPUByPid(pids)
 		b.StartTimer()
 		t0 := time.Now()
 		n, err := f.apply(ctx, p, entries)
 		busy += time.Since(t0)
 		b.StopTimer()
-		cpu, pg = cpu+testenv.ProcessCPU()-cpu0, pg+cpuSince(pg0, backendCPU(pids))
+		cpu, pg = cpu+machine.SelfCPU()-cpu0, pg+machine.CPUSince(pg0, machine.CPUByPid(pids))
 		b.StartTimer()
 		require.NoError(b, err)
 		require.Equal(b, size, n)
@@ -139,37 +138,4 @@ func postgresBackends(ctx context.Context, b *testing.B, pool *pgxpool.Pool) fun
 		require.NoError(b, rows.Err())
 		return pids
 	}
-}
-
-// backendCPU reads the CPU time of processes from /proc (none for one that
-// is gone or unreadable: Postgres on another machine).
-func backendCPU(pids []int) map[int]time.Duration {
-	out := map[int]time.Duration{}
-	for _, pid := range pids {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// The fields after the command's closing parenthesis; utime and
-		// stime are the 14th and 15th of the whole line.
-		s := string(raw)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(fields[11], 10, 64)
-		st, _ := strconv.ParseInt(fields[12], 10, 64)
-		out[pid] = time.Duration(u+st) * time.Second / 100 // USER_HZ
-	}
-	return out
-}
-
-// cpuSince is the CPU time the processes of now used since before (all of
-// it for one that started since).
-func cpuSince(before, now map[int]time.Duration) time.Duration {
-	var d time.Duration
-	for pid, t := range now {
-		d += t - before[pid]
-	}
-	return d
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/dropline/dropline/internal/machine"
 )
 
 // Bounds on the watchers.
@@ -400,7 +401,7 @@ func (w *watch) changePhase(ctx context.Context) error {
 		return err
 	}
 	perTick := max(1, (len(w.skus)+cfg.Changes-1)/cfg.Changes)
-	w.res.LoadAvg = loadAvg()
+	w.res.LoadAvg = machine.LoadAverage()
 	w.status("making %d changes at %.0f/s (%d SKU(s) each); load average %s", cfg.Changes, cfg.ChangeRate, perTick, w.res.LoadAvg)
 	counts := make([]int, len(w.skus))
 	oks := make([]bool, cfg.Changes*perTick)               // written by the reserves, read after calls.Wait
@@ -409,7 +410,7 @@ func (w *watch) changePhase(ctx context.Context) error {
 	var mu sync.Mutex
 	var calls sync.WaitGroup
 	_, _, serverCPU0 := d.serverMemory(ctx)
-	driverCPU0 := processCPU()
+	driverCPU0 := machine.SelfCPU()
 	resumeGC := pauseGC()
 	defer resumeGC()
 	w.record.Store(true)
@@ -489,10 +490,10 @@ func (w *watch) changePhase(ctx context.Context) error {
 		sleep(ctx, 20*time.Millisecond)
 	}
 	w.record.Store(false)
-	driverCPU1 := processCPU()
+	driverCPU1 := machine.SelfCPU()
 	_, _, serverCPU1 := d.serverMemory(ctx)
 	resumeGC()
-	w.res.LoadAvg += " .. " + loadAvg()
+	w.res.LoadAvg += " .. " + machine.LoadAverage()
 	if n := float64(len(w.changes)); n > 0 {
 		w.res.ServerCPUPerChangeMs = (serverCPU1 - serverCPU0) * 1000 / n
 		w.res.DriverCPUPerChangeMs = (driverCPU1 - driverCPU0).Seconds() * 1000 / n
@@ -655,18 +656,4 @@ func pauseGC() (resume func()) {
 		debug.SetGCPercent(percent)
 		debug.SetMemoryLimit(limit)
 	}
-}
-
-// loadAvg is the machine's 1, 5 and 15 minute load average, so figures
-// taken on a busy machine say so.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -13,11 +13,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/internal/machine"
 )
 
 // freePort returns a loopback port nobody listens on right now.
@@ -58,34 +59,12 @@ func (p *process) cpuTime() time.Duration {
 	if p == nil || p.cmd == nil || p.cmd.Process == nil {
 		return 0
 	}
-	return pidCPU(p.cmd.Process.Pid)
-}
-
-// pidCPU is the user plus system CPU time process pid has used so far
-// (/proc/PID/stat), or 0 when it cannot be read.
-func pidCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces; fields count from after it.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	// USER_HZ is 100 on every Linux this runs on.
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return machine.PidCPU(p.cmd.Process.Pid)
 }
 
 // backends is the CPU time used so far by each PostgreSQL backend connected
-// to dbURL's database, by process id: the server's write-behind and reads.
+// to dbURL's database, by process id (machine.CPUByPid): the server's
+// write-behind and reads.
 // The loopback server's backends are processes of this machine. It is empty
 // when they cannot be read.
 func backends(ctx context.Context, dbURL string) map[int]time.Duration {
@@ -99,24 +78,11 @@ func backends(ctx context.Context, dbURL string) map[int]time.Duration {
 	if err != nil {
 		return got
 	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		return got
 	}
-	for _, pid := range pids {
-		got[int(pid)] = pidCPU(int(pid))
-	}
-	return got
-}
-
-// backendsCPU is the CPU time the database's backends used between two
-// readings of backends; a backend seen only at the end counts from its start.
-func backendsCPU(before, after map[int]time.Duration) time.Duration {
-	var d time.Duration
-	for pid, t := range after {
-		d += t - before[pid]
-	}
-	return d
+	return machine.CPUByPid(pids)
 }
 
 // startRedis starts a private redis-server without persistence.

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/machine"
 )
 
 // Config says what to run and for how long.
@@ -125,7 +126,7 @@ func (c Config) logf(format string, args ...any) {
 // Run performs one whole benchmark (see the package doc).
 func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg.defaults()
-	res = Result{Started: time.Now().UTC(), Load: loadAverage(), Config: cfg}
+	res = Result{Started: time.Now().UTC(), Load: machine.LoadAverage(), Config: cfg}
 	dir, err := os.MkdirTemp("", "dropline-bench-http-")
 	if err != nil {
 		return res, err
@@ -234,7 +235,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if n := res.Reserve.Held; n > 0 {
 		res.ServerCPU = (server.cpuTime() - cpu0) / time.Duration(n)
 		res.RedisCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(n)
-		res.PostgresCPU = backendsCPU(pg0, backends(ctx, dbURL)) / time.Duration(n)
+		res.PostgresCPU = machine.CPUSince(pg0, backends(ctx, dbURL)) / time.Duration(n)
 		res.LoadCPU = res.Reserve.CPU / time.Duration(n)
 	}
 	if err := <-profiled; err != nil {
@@ -338,7 +339,7 @@ func peak(ctx context.Context, w wrkRun, client *http.Client, base, dbURL string
 	if err != nil {
 		return p, err
 	}
-	pgCPU := backendsCPU(pg0, backends(ctx, dbURL))
+	pgCPU := machine.CPUSince(pg0, backends(ctx, dbURL))
 	p.Samples = len(got)
 	p.EventRate = p.Reserve.PerSecond(p.Reserve.Held)
 	if secs := end.at.Sub(first.at).Seconds(); secs > 0 {
@@ -537,15 +538,3 @@ func (a apiClient) available(ctx context.Context, sku string) (int64, error) {
 }
 
 func ms(us int64) float64 { return float64(us) / 1000 }
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
