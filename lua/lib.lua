@@ -162,11 +162,17 @@ end
 -- The JSON is built by hand: cjson prints numbers with 14 significant digits,
 -- and seq (it starts at the rebuild's time in microseconds) has 16.
 -- sku_key is the SKU's stock hash, channel its announce channel.
-local function announce(sku_key, channel, sku)
-  local s = redis.call('HMGET', sku_key, 'total', 'avail', 'held', 'sold', 'seq', 'upd')
+-- publish_stock sends the message itself, from the counters as strings;
+-- announce reads them from the hash, reserve.lua from its run's copy.
+local function publish_stock(channel, sku, total, avail, held, sold, seq, at)
   redis.call('SPUBLISH', channel, string.format(
     '{"sku":%s,"total":%s,"available":%s,"held":%s,"sold":%s,"seq":%s,"at":%s}',
-    cjson.encode(sku), s[1], s[2], s[3], s[4], s[5], s[6]))
+    cjson.encode(sku), total, avail, held, sold, seq, at))
+end
+
+local function announce(sku_key, channel, sku)
+  local s = redis.call('HMGET', sku_key, 'total', 'avail', 'held', 'sold', 'seq', 'upd')
+  publish_stock(channel, sku, s[1], s[2], s[3], s[4], s[5], s[6])
 end
 
 -- bump_stock moves units between the SKU's counters and records the change.
@@ -186,11 +192,19 @@ end
 -- ext is how many times the hold was extended, so the ledger keeps the
 -- latest expiry whatever order events arrive in. id is the event's id when
 -- kind alone does not make it unique (each extension of a hold is its own).
-local function emit(outbox, kind, token, h, now, id)
+--
+-- emit_event writes the event from its fields as strings: emit takes them
+-- from a hold's hash, reserve.lua from the hold it has just written.
+local function emit_event(outbox, id, kind, token, sku, who, qty, exp, ctd, at, idem, fp, gen, ext)
   redis.call('XADD', outbox, '*',
-    'id', id or (kind .. ':' .. token), 'type', kind, 'tok', token, 'sku', h['sku'], 'who', h['who'],
-    'qty', h['qty'], 'exp', h['exp'], 'ctd', h['ctd'], 'at', tostring(now),
-    'idem', h['idem'] or '', 'fp', h['fp'] or '', 'gen', h['gen'] or '', 'ext', h['ext'] or '0')
+    'id', id, 'type', kind, 'tok', token, 'sku', sku, 'who', who,
+    'qty', qty, 'exp', exp, 'ctd', ctd, 'at', at,
+    'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext)
+end
+
+local function emit(outbox, kind, token, h, now, id)
+  emit_event(outbox, id or (kind .. ':' .. token), kind, token, h['sku'], h['who'], h['qty'], h['exp'], h['ctd'],
+    tostring(now), h['idem'] or '', h['fp'] or '', h['gen'] or '', h['ext'] or '0')
 end
 
 -- release returns a HELD hold's units to the SKU. Callers have checked that the

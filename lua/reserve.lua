@@ -218,10 +218,7 @@ local function reserve_new(ki, ai, qty)
     redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
     redis.call('EXPIRE', idem_rec, idem_ttl)
   end
-  -- The reserve event, as lib.lua's emit writes it for a hold of no extension.
-  redis.call('XADD', outbox, '*', 'id', 'reserve:' .. token, 'type', 'reserve', 'tok', token, 'sku', sku,
-    'who', who, 'qty', qty_s, 'exp', exp_s, 'ctd', now_s, 'at', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen,
-    'ext', '0')
+  emit_event(outbox, 'reserve:' .. token, 'reserve', token, sku, who, qty_s, exp_s, now_s, now_s, idem, fp, st.gen, '0')
   return { 'HELD', exp, now }, sku_key, channel
 end
 
@@ -285,9 +282,9 @@ for i = 0, n - 1 do
   end
 end
 -- Each SKU the run changed: first every counter written, then each SKU
--- announced as lib.lua's announce would, from what the run read and wrote
--- when its copy's sequence is exact (announce itself reads a SKU whose hash
--- bump_stock moved last, or whose sequence the run read again past 2^53).
+-- announced, by publish_stock from the run's copy when its sequence is
+-- exact (announce reads the hash of a SKU whose hash bump_stock moved last,
+-- or whose sequence the run read again past 2^53).
 for _, c in ipairs(order) do
   local st = stock[c[1]]
   if st then
@@ -297,9 +294,8 @@ end
 for _, c in ipairs(order) do
   local st = stock[c[1]]
   if st and exact(st) then
-    redis.call('SPUBLISH', c[2], string.format(
-      '{"sku":%s,"total":%s,"available":%d,"held":%d,"sold":%s,"seq":%d,"at":%s}',
-      cjson.encode(c[3]), st.total, st.avail, st.held, st.sold, st.seq, now_s))
+    publish_stock(c[2], c[3], st.total, string.format('%d', st.avail), string.format('%d', st.held), st.sold,
+      string.format('%d', st.seq), now_s)
   else
     announce(c[1], c[2], c[3])
   end
