@@ -45,23 +45,12 @@ func limitBody(n int64, next http.Handler) http.Handler {
 }
 
 // readAll is io.ReadAll with room from the start for a body of its
-// declared length (up to 64 KiB: a declared length is not yet a body) and
-// the end after it.
+// declared length (up to 64 KiB: a declared length is not yet a body).
 func readAll(r io.Reader, length int64) ([]byte, error) {
-	b := make([]byte, 0, min(max(length, 511), 64<<10)+1)
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			if err == io.EOF {
-				err = nil
-			}
-			return b, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-	}
+	var b bytes.Buffer
+	b.Grow(int(min(max(length, 0), 64<<10)) + bytes.MinRead)
+	_, err := b.ReadFrom(r)
+	return b.Bytes(), err
 }
 
 // readBody is a body limitBody has read whole; bodyBytes hands out its
