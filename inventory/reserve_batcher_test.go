@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -174,23 +176,9 @@ func TestReserveBatchCrossingTheExactSequence(t *testing.T) {
 	e, r := engineWithProduct(t, ProductInput{SKU: "SEQ", Name: "s", Price: Money{1, "EUR"}, Stock: 5})
 	ctx := context.Background()
 
-	p := PartitionOf("SEQ")
-	require.NoError(t, r.Client.HSet(ctx, e.keys.SKU("SEQ"), "seq", "9007199254740990").Err())
-	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, "SEQ"))
-	defer func() { _ = sub.Close() }()
-	_, err := sub.Receive(ctx)
-	require.NoError(t, err)
-
-	buyers := []string{"alice", "bob", "carol", "dave"}
-	calls := make([]*reserveCall, len(buyers))
-	for i, who := range buyers {
-		calls[i] = plainReserveCall(e, p, "SEQ", who, 1)
-	}
-	keys, args := e.reserveScriptArgs(p, calls)
-	res, err := e.run(ctx, lua.Reserve, keys, args...)
-	require.NoError(t, err)
-	for _, x := range res {
-		require.Equal(t, codeHeld, reply(x.([]any)).code())
+	codes, sub := reserveBatchAtSequence(t, e, r, "SEQ", "9007199254740990", "alice", "bob", "carol", "dave")
+	for _, c := range codes {
+		require.Equal(t, string(codeHeld), c)
 	}
 	h, err := r.Client.HMGet(ctx, e.keys.SKU("SEQ"), "avail", "held", "seq").Result()
 	require.NoError(t, err)
@@ -209,27 +197,9 @@ func TestReserveBatchRefusedPastTheExactSequenceAnnouncesItExactly(t *testing.T)
 	e, r := engineWithProduct(t, ProductInput{SKU: "SEQ2", Name: "s", Price: Money{1, "EUR"}, Stock: 2})
 	ctx := context.Background()
 
-	p := PartitionOf("SEQ2")
-	require.NoError(t, r.Client.HSet(ctx, e.keys.SKU("SEQ2"), "seq", "9007199254740991").Err())
-	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, "SEQ2"))
-	defer func() { _ = sub.Close() }()
-	_, err := sub.Receive(ctx)
-	require.NoError(t, err)
-
 	// Two holds take the sequence to 2^53+1; the third finds no stock.
-	buyers := []string{"alice", "bob", "carol"}
-	calls := make([]*reserveCall, len(buyers))
-	for i, who := range buyers {
-		calls[i] = plainReserveCall(e, p, "SEQ2", who, 1)
-	}
-	keys, args := e.reserveScriptArgs(p, calls)
-	res, err := e.run(ctx, lua.Reserve, keys, args...)
-	require.NoError(t, err)
-	var got []string
-	for _, x := range res {
-		got = append(got, string(reply(x.([]any)).code()))
-	}
-	require.Equal(t, []string{"HELD", "HELD", "OUT_OF_STOCK"}, got)
+	codes, sub := reserveBatchAtSequence(t, e, r, "SEQ2", "9007199254740991", "alice", "bob", "carol")
+	require.Equal(t, []string{"HELD", "HELD", "OUT_OF_STOCK"}, codes)
 	h, err := r.Client.HMGet(ctx, e.keys.SKU("SEQ2"), "avail", "held", "seq").Result()
 	require.NoError(t, err)
 	require.Equal(t, []any{"0", "2", "9007199254740993"}, h)
@@ -237,6 +207,32 @@ func TestReserveBatchRefusedPastTheExactSequenceAnnouncesItExactly(t *testing.T)
 	msg, err := sub.ReceiveMessage(ctx)
 	require.NoError(t, err)
 	require.Contains(t, msg.Payload, `"available":0,"held":2,"sold":0,"seq":9007199254740993,`)
+}
+
+// reserveBatchAtSequence sets sku's sequence to seq, subscribes to its
+// announcements, and runs one batch of one unit for each buyer, in order:
+// the answers' codes, and the subscription (closed with the test).
+func reserveBatchAtSequence(t *testing.T, e *Engine, r testenv.RedisEnv, sku, seq string, buyers ...string) ([]string, *redis.PubSub) {
+	t.Helper()
+	ctx := context.Background()
+	p := PartitionOf(sku)
+	require.NoError(t, r.Client.HSet(ctx, e.keys.SKU(sku), "seq", seq).Err())
+	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, sku))
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	calls := make([]*reserveCall, len(buyers))
+	for i, who := range buyers {
+		calls[i] = plainReserveCall(e, p, sku, who, 1)
+	}
+	keys, args := e.reserveScriptArgs(p, calls)
+	res, err := e.run(ctx, lua.Reserve, keys, args...)
+	require.NoError(t, err)
+	codes := make([]string, len(res))
+	for i, x := range res {
+		codes[i] = string(reply(x.([]any)).code())
+	}
+	return codes, sub
 }
 
 // A batch of requests for two SKUs of one partition, interleaved, decides
