@@ -215,3 +215,55 @@ func TestFragmentedMessageMustEndWithinWriteTimeout(t *testing.T) {
 	require.False(t, errors.As(err, &ne) && ne.Timeout(),
 		"a message trickled frame by frame was still being read after %s: %v", 4*writeTimeout, err)
 }
+
+// TestContinuationPastEveryLengthClosesWith1009: a message begun with a
+// small frame, then continued by a frame that declares the largest length
+// a frame can (2^63-1), is over the limit however it is added up: the
+// server closes with 1009 rather than adding the lengths past int64 and
+// trying to allocate the sum.
+func TestContinuationPastEveryLengthClosesWith1009(t *testing.T) {
+	t.Parallel()
+	e := setupLive(t, live.HubConfig{})
+	c := dialRaw(t, e.wsURL, wsclient.TransportWS)
+	mask := []byte{1, 2, 3, 4}
+	first := append([]byte{0x01, 0x80 | 1}, append(mask, '{'^mask[0])...) // text, not final
+	next := []byte{0x80, 0x80 | 127, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	_, err := c.conn.Write(append(append(first, next...), mask...))
+	require.NoError(t, err)
+	code, err := c.readClose()
+	require.NoError(t, err, "the server dropped the connection without a close frame")
+	require.Equal(t, 1009, code)
+}
+
+// readClose reads the server's frames up to its close frame and returns
+// the close code.
+func (c *rawWSClient) readClose() (int, error) {
+	for {
+		h := make([]byte, 2)
+		if _, err := io.ReadFull(c.br, h); err != nil {
+			return 0, err
+		}
+		n := int64(h[1] & 0x7f)
+		switch n {
+		case 126, 127:
+			ext := make([]byte, 2+6*(n-126))
+			if _, err := io.ReadFull(c.br, ext); err != nil {
+				return 0, err
+			}
+			n = 0
+			for _, b := range ext {
+				n = n<<8 | int64(b)
+			}
+		}
+		p := make([]byte, n)
+		if _, err := io.ReadFull(c.br, p); err != nil {
+			return 0, err
+		}
+		if h[0]&0x0f == 0x8 {
+			if len(p) < 2 {
+				return 1005, nil
+			}
+			return int(p[0])<<8 | int(p[1]), nil
+		}
+	}
+}

@@ -489,7 +489,9 @@ func (c *wsConn) readMessage() ([]byte, error) {
 				return nil, &protocolError{closeProtocolError, "unexpected continuation or data frame"}
 			}
 			inMessage = true
-			if int64(len(msg))+h.length > c.t.limits.MessageBytes {
+			// Compared this way round, a length near 2^63 cannot
+			// carry the sum past int64 and under the limit.
+			if h.length > c.t.limits.MessageBytes-int64(len(msg)) {
 				return nil, &tooBigError{limit: c.t.limits.MessageBytes, left: h.length}
 			}
 			if msg, err = readPayload(c.br, msg, h, h.length); err != nil {
