@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 )
 
@@ -84,6 +85,7 @@ func (s *system) sale(t *testing.T, sku string, buyers int) {
 }
 
 func TestLiveStockOverWebsocket(t *testing.T) {
+	testenv.Quiet(t)
 	t.Parallel()
 	s := start(t)
 	s.createProduct(t, "LIVE-WS", 50, 0)
@@ -179,6 +181,7 @@ func TestLiveReservationExpires(t *testing.T) {
 // without it. It installs the locked npm dependencies when they are
 // missing.
 func TestLiveGraphQLWSReferenceClient(t *testing.T) {
+	testenv.Quiet(t)
 	t.Parallel()
 	node := requireNode(t)
 	dir, err := filepath.Abs("node")

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -306,6 +307,7 @@ func TestOverlappingCartsConcurrently(t *testing.T) {
 // beside it in make test's quiet pass, loads Redis and both cores with its
 // sweepers and extensions in the very second this cart is let go.
 func TestCartWhoseCallerStalledIsLetGo(t *testing.T) {
+	testenv.Quiet(t)
 	forEachBackend(t, func(t *testing.T, backend string) {
 		const settle = time.Second
 		b := setup(t, backend, inventory.Config{CartSettle: settle, CartPause: inventory.CartPause{At: inventory.CartPauseConfirmed, For: 2500 * time.Millisecond}})

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -143,6 +144,7 @@ func TestExtendAfterExpiryChangesNothing(t *testing.T) {
 // Extensions racing the expiry sweeper across the expiry instant: every hold
 // is either extended or expired, never both, in Redis and in the ledger.
 func TestExtensionRacingExpiry(t *testing.T) {
+	testenv.Quiet(t)
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		b := setup(t, backend, inventory.Config{})

@@ -26,6 +26,7 @@ import (
 // measured with it. The figures, and the 10 ms stress point, are
 // BenchmarkHotSKUFanout's.
 func TestHotSKUFanout(t *testing.T) {
+	testenv.Quiet(t)
 	for _, backend := range testenv.Backends {
 		t.Run(backend, func(t *testing.T) {
 			f := hotSKU(t, backend, 100*time.Millisecond)

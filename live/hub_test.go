@@ -462,6 +462,7 @@ func TestSubscribeCyclesLeaveNothing(t *testing.T) {
 // test's quiet pass and not in parallel with other tests, whose bursts of
 // reserves would be measured with it.
 func TestStalledSubscriberIsDropped(t *testing.T) {
+	testenv.Quiet(t)
 	for _, backend := range testenv.Backends {
 		t.Run(backend, func(t *testing.T) {
 			const stall = 400 * time.Millisecond

@@ -7,12 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
 // 5,000 holds of one second expire within about the same second: every one
 // is released exactly once, soon after its expiresAt.
 func TestHoldSweeperReleasesFiveThousandHoldsOnceUnderASecond(t *testing.T) {
+	testenv.Quiet(t)
 	const n = 5000
 	b := setup(t)
 	b.product(t, "DROP-5K", n)

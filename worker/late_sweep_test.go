@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -17,6 +18,7 @@ import (
 // records one expiry per hold (its flusher leases last 2 s, so the test
 // does not wait 10 s for the survivor's flusher to take them over).
 func TestHoldsExpireOnTimeAfterTheirSweeperDied(t *testing.T) {
+	testenv.Quiet(t)
 	const perSKU = 20
 	b := setup(t)
 	skus := skusCoveringAllPartitions("LATE")

@@ -8,9 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/testenv"
 )
 
 func TestLeaseTakeoverOnlyAfterExpiryAndFencing(t *testing.T) {
+	testenv.Quiet(t)
 	b := setup(t)
 	b.product(t, "LEASE-1", 10)
 	k := newKeys(b.engine.Keys())

@@ -19,6 +19,7 @@ import (
 // old version: the reconciler brings it up to Postgres within a pass, without
 // waiting for the next write of the product.
 func TestProductChangesMissedByRedisConverge(t *testing.T) {
+	testenv.Quiet(t)
 	srv := testenv.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 )
 
@@ -69,6 +70,7 @@ const wsStockDoc = `subscription($s: [ID!]!) { stockChanged(skus: $s) { sku avai
 // answer, the admitted flood still receives every change, and a normal
 // subscriber still converges on the true stock within G8's budget.
 func TestWSSubscriptionFlood(t *testing.T) {
+	testenv.Quiet(t)
 	s := newSystem(t)
 	p := s.start("a")
 	const sku = "WSFLOOD-1"
@@ -365,6 +367,7 @@ func TestWSSubscriptionFlood(t *testing.T) {
 // without pause. Each attacker is cut off in time with the right close
 // code; the healthy subscriber converges on every change within budget.
 func TestWSSlowloris(t *testing.T) {
+	testenv.Quiet(t)
 	s := newSystem(t)
 	p := s.start("a")
 	const sku = "WSSLOW-1"
@@ -489,6 +492,7 @@ func TestWSSlowloris(t *testing.T) {
 // trickling bytes is cut off, not before the timeout, while an idle
 // subscriber (which sends nothing at all) is not.
 func TestWSTrickleAfterInit(t *testing.T) {
+	testenv.Quiet(t)
 	s := newSystem(t)
 	const messageTimeout = 3 * time.Second
 	s.Env["DROPLINE_STREAM_WRITE_TIMEOUT"] = messageTimeout.String()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/testenv"
 )
 
 const reserveCartMutation = `mutation($input: ReserveCartInput!) {
@@ -24,6 +26,7 @@ const reserveCartMutation = `mutation($input: ReserveCartInput!) {
 // another buyer gets them through the survivor, and the ledger is left with
 // no line held.
 func TestCartKilledMidway(t *testing.T) {
+	testenv.Quiet(t)
 	t.Parallel()
 	s := newSystem(t)
 	b := s.start("survivor")

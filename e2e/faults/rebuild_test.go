@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -30,6 +31,7 @@ const reservationQuery = `query($token: ID!) { reservation(token: $token) { toke
 // every live hold and a sample of the rest are exactly the ledger's; keys of
 // finished reservations replay them; reserves work at once.
 func TestRebuildOfASKUWith200kReservations(t *testing.T) {
+	testenv.Quiet(t)
 	t.Parallel()
 	testStart := time.Now()
 	s := newSystem(t)

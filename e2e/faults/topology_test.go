@@ -47,6 +47,7 @@ import (
 // prints the acknowledged holds the failover lost and how long reserves
 // failed after the primary died (FIGURES lines).
 func TestProductionTopology(t *testing.T) {
+	testenv.Quiet(t)
 	for _, tc := range []struct {
 		name string
 		wait int

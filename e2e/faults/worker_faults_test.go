@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -132,6 +133,7 @@ func sideTraffic(s *system, skus []string, stop <-chan struct{}) func() []string
 // entries end in the partition's dead-letter stream, counted by reason, and
 // nothing else is lost.
 func TestPoisonOutboxEntryMidDrop(t *testing.T) {
+	testenv.Quiet(t)
 	t.Parallel()
 	s := newSystem(t)
 	a := s.start("a")
@@ -213,6 +215,7 @@ func TestPoisonOutboxEntryMidDrop(t *testing.T) {
 // (measured per hold from Redis: the release time the script stamps minus
 // expiresAt), and the ledger shows exactly one expire per hold.
 func TestInstanceKilledExpiryWithinASecond(t *testing.T) {
+	testenv.Quiet(t)
 	t.Parallel()
 	s := newSystem(t)
 	a := s.start("a")

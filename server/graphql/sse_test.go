@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/server/graphql"
 )
@@ -180,6 +181,7 @@ func TestIdleSSESubscribersHoldOneSmallGoroutineEach(t *testing.T) {
 // stream is busy is disconnected after WriteTimeout, and its subscription
 // ends with it.
 func TestStalledSSEReaderIsDropped(t *testing.T) {
+	testenv.Quiet(t)
 	e := setupLive(t, live.HubConfig{Interval: 10 * time.Millisecond}, func(c *graphql.Config) {
 		c.Streams.WriteTimeout = 300 * time.Millisecond
 	})

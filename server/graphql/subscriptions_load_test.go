@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
@@ -100,6 +101,7 @@ func TestSubscribeDisconnectCyclesLeaveNoGoroutines(t *testing.T) {
 // is busy is disconnected after WriteTimeout, and a healthy client of the
 // same SKUs keeps receiving and converges.
 func TestStalledReaderIsDropped(t *testing.T) {
+	testenv.Quiet(t)
 	e := setupLive(t, live.HubConfig{Interval: 10 * time.Millisecond}, func(c *graphql.Config) {
 		c.Streams.WriteTimeout = 300 * time.Millisecond
 	})
