@@ -303,9 +303,8 @@ func TestOverlappingCartsConcurrently(t *testing.T) {
 // buyers within the deadline and the sweep, counted from the cart's opening,
 // and the caller, waking up, is told the cart was not held and holds nothing.
 //
-// Not parallel: the bound is on the wall clock, and TestExtensionRacingExpiry,
-// beside it in make test's quiet pass, loads Redis and both cores with its
-// sweepers and extensions in the very second this cart is let go.
+// Not parallel: the bound is on the wall clock, so it runs in make test's
+// quiet pass, with nothing else loading Redis and both cores.
 func TestCartWhoseCallerStalledIsLetGo(t *testing.T) {
 	testenv.Quiet(t)
 	forEachBackend(t, func(t *testing.T, backend string) {
