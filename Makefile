@@ -1,6 +1,7 @@
 # Dropline — `make help` lists the targets. `make run` and `make test` are the
 # two commands of the README's quick start; CI runs `make lint` and
-# `make test` (.ci/run).
+# `make test` (.ci/run). `make test` installs what the suite needs
+# (scripts/tools.sh) before it runs it.
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -26,6 +27,10 @@ help: ## show this help
 .PHONY: services
 services: ## make sure Redis and PostgreSQL answer at REDIS_URL / DATABASE_URL (starts them if needed)
 	@bash scripts/services.sh
+
+.PHONY: tools
+tools: ## install what the tests run besides Go and the services: nginx-light, redis-sentinel, chromium (Debian, as root), e2e's npm packages (npm ci)
+	@bash scripts/tools.sh
 
 .PHONY: build
 build: ## build bin/dropline
@@ -54,12 +59,12 @@ run: services build ## start services, migrate, seed the demo and serve in dev m
 # shared with another package's race-enabled tests can miss them. Then the
 # rest of the suite, two packages at a time (go test -p 2), since those
 # tests mostly wait.
-test: services check-generate ## run the whole suite with -race against real services (what CI runs)
+test: tools services check-generate ## install the test tools, then run the whole suite with -race against real services (what CI runs)
 	@GO=$(GO) bash scripts/test.sh
 
 .PHONY: test-topology
 # Part of `make test` too; this runs it alone, with its FIGURES lines.
-test-topology: services ## the production topology test alone: nginx, two instances, Redis under Sentinel (needs nginx-light, redis-sentinel)
+test-topology: tools services ## the production topology test alone: nginx, two instances, Redis under Sentinel
 	$(GO) test -race -count=1 -timeout 20m -run TestProductionTopology -v ./e2e/faults/
 
 .PHONY: check-generate

@@ -34,7 +34,7 @@ import (
 const shopHold = 4 * time.Second
 
 // chromiumPath is the browser Playwright drives: Debian's chromium package
-// (.ci/run installs it), since Playwright's own browser downloads are not
+// (`make tools` installs it), since Playwright's own browser downloads are not
 // available everywhere.
 func chromiumPath() string {
 	if p := os.Getenv("CHROMIUM"); p != "" {
@@ -47,7 +47,7 @@ func TestShopInABrowser(t *testing.T) {
 	t.Parallel()
 	node := requireNode(t)
 	_, err := os.Stat(chromiumPath())
-	require.NoError(t, err, "chromium is required for the browser test: apt-get install -y chromium (or set CHROMIUM)")
+	require.NoError(t, err, "chromium is required for the browser test: `make tools` installs it (or set CHROMIUM)")
 	dir, err := filepath.Abs("browser")
 	require.NoError(t, err)
 	installNodeDeps(t, dir)

@@ -33,28 +33,11 @@ MODE="${DROPLINE_SERVICES:-auto}"
 REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable}"
 
-export DEBIAN_FRONTEND=noninteractive
-
 say() { printf '%s\n' "$*"; }
 die() { printf 'services: %s\n' "$*" >&2; exit 1; }
 
-is_root() { [[ "$(id -u)" == 0 ]]; }
-
-APT_UPDATED=0
-# apt_install PKG... installs Debian packages when we are root, otherwise
-# prints the command to run and exits.
-apt_install() {
-	if ! is_root; then
-		die "missing $*: install with: sudo apt-get update && sudo apt-get install -y $*"
-	fi
-	command -v apt-get >/dev/null 2>&1 || die "missing $* and apt-get is not available: install $* with your package manager"
-	if [[ "$APT_UPDATED" == 0 ]]; then
-		apt-get update -qq >/dev/null
-		APT_UPDATED=1
-	fi
-	apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-	say "packages: installed $*"
-}
+# shellcheck source=scripts/apt.sh
+. "$ROOT/scripts/apt.sh"
 
 # parse_url URL sets U_USER U_PASS U_HOST U_PORT U_PATH (no percent-decoding).
 parse_url() {

@@ -227,7 +227,7 @@ func startNginx(t *testing.T, instances ...*proc) string {
 	if err != nil {
 		path, err = exec.LookPath("/usr/sbin/nginx") // not on a user's PATH
 	}
-	require.NoError(t, err, "nginx is not installed (apt-get install nginx-light)")
+	require.NoError(t, err, "nginx is not installed: `make tools` installs nginx-light")
 	src, err := os.ReadFile("../../deploy/nginx.conf")
 	require.NoError(t, err)
 	dir := t.TempDir()

@@ -162,7 +162,7 @@ type Sentinel struct {
 func startSentinel(dir string, primaryPort int, downAfter time.Duration) (*Sentinel, error) {
 	path, err := exec.LookPath("redis-sentinel")
 	if err != nil {
-		return nil, fmt.Errorf("redis-sentinel is not installed (apt-get install redis-sentinel): %w", err)
+		return nil, fmt.Errorf("redis-sentinel is not installed (`make tools` installs it): %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
