@@ -111,10 +111,12 @@ func TestStartServesAndStops(t *testing.T) {
 			require.NotNil(t, in.Issuer)
 			return app.Services{
 				// Like graphql.NewHandler, the stand-in verifies tokens with in.Issuer.
-				GraphQL: auth.Middleware(in.Issuer)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				GraphQL: auth.Middleware(in.Issuer, func(w http.ResponseWriter, _ *http.Request, err error) {
+					w.WriteHeader(http.StatusUnauthorized)
+					_ = json.NewEncoder(w).Encode(map[string]any{"principal": "", "authError": err != nil})
+				})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					p, _ := auth.PrincipalFrom(r.Context())
-					authErr := auth.AuthErrorFrom(r.Context())
-					_ = json.NewEncoder(w).Encode(map[string]any{"principal": p.ID, "authError": authErr != nil})
+					_ = json.NewEncoder(w).Encode(map[string]any{"principal": p.ID, "authError": false})
 				})),
 				Checks:  []server.Check{{Name: "scripts", Fn: func(context.Context) error { return nil }}},
 				Workers: &recorder{mu: &mu, started: &started, stopped: &stopped},

@@ -12,8 +12,8 @@
 // refused.
 //
 // A request without a token is anonymous. A request with a bad token is not
-// silently downgraded to anonymous: Middleware records the failure
-// (AuthErrorFrom) so the GraphQL layer answers UNAUTHENTICATED.
+// silently downgraded to anonymous: Middleware refuses it with 401 before
+// anything runs.
 package auth
 
 import (

@@ -134,7 +134,6 @@ func TestContextHelpers(t *testing.T) {
 	ctx := context.Background()
 	_, ok := auth.PrincipalFrom(ctx)
 	require.False(t, ok)
-	require.NoError(t, auth.AuthErrorFrom(ctx))
 
 	ctx = auth.WithPrincipal(ctx, auth.Principal{ID: "carol", Admin: true})
 	p, ok := auth.PrincipalFrom(ctx)
@@ -154,21 +153,28 @@ func TestMiddleware(t *testing.T) {
 	require.NoError(t, err)
 
 	type seen struct {
-		p   auth.Principal
-		ok  bool
-		err error
+		p         auth.Principal
+		ok        bool
+		served    bool
+		status    int
+		challenge string
+		err       error
 	}
 	var got seen
-	h := auth.Middleware(iss)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = seen{}
+	refuse := func(w http.ResponseWriter, _ *http.Request, err error) {
+		got.err = err
+		w.WriteHeader(http.StatusUnauthorized)
+	}
+	h := auth.Middleware(iss, refuse)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.served = true
 		got.p, got.ok = auth.PrincipalFrom(r.Context())
-		got.err = auth.AuthErrorFrom(r.Context())
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
 	do := func(header string) seen {
+		got = seen{}
 		req, err := http.NewRequest(http.MethodPost, srv.URL, nil)
 		require.NoError(t, err)
 		if header != "" {
@@ -177,25 +183,30 @@ func TestMiddleware(t *testing.T) {
 		resp, err := srv.Client().Do(req)
 		require.NoError(t, err)
 		require.NoError(t, resp.Body.Close())
-		require.Equal(t, http.StatusNoContent, resp.StatusCode, "a bad token never blocks the request itself")
+		got.status = resp.StatusCode
+		got.challenge = resp.Header.Get("WWW-Authenticate")
 		return got
 	}
 
 	s := do("")
-	require.False(t, s.ok)
-	require.NoError(t, s.err, "no header is anonymous, not an error")
+	require.True(t, s.served)
+	require.False(t, s.ok, "no header is anonymous, not an error")
+	require.Equal(t, http.StatusNoContent, s.status)
+	require.Empty(t, s.challenge)
 
 	s = do("Bearer " + good)
 	require.True(t, s.ok)
 	require.Equal(t, "dave", s.p.ID)
-	require.NoError(t, s.err)
+	require.Equal(t, http.StatusNoContent, s.status)
 
 	s = do("bearer " + good)
 	require.True(t, s.ok, "the scheme is case-insensitive")
 
 	for _, bad := range []string{"Bearer " + good + "x", "Basic ZGF2ZTpwdw==", "Bearer", "Bearer    ", "Token " + good} {
 		s = do(bad)
-		require.False(t, s.ok, bad)
+		require.False(t, s.served, "a bad token is refused before anything runs: %s", bad)
+		require.Equal(t, http.StatusUnauthorized, s.status, bad)
+		require.Equal(t, `Bearer error="invalid_token", error_description="the bearer token is not valid"`, s.challenge, bad)
 		require.ErrorIs(t, s.err, auth.ErrTokenInvalid, bad)
 		require.NotContains(t, s.err.Error(), "\n")
 	}
@@ -203,8 +214,9 @@ func TestMiddleware(t *testing.T) {
 	expired, err := iss.WithClock(func() time.Time { return time.Now().Add(-2 * time.Hour) }).Mint("dave", false, time.Hour)
 	require.NoError(t, err)
 	s = do("Bearer " + expired)
-	require.False(t, s.ok)
+	require.False(t, s.served)
 	require.ErrorIs(t, s.err, auth.ErrTokenExpired)
+	require.Equal(t, `Bearer error="invalid_token", error_description="the bearer token has expired"`, s.challenge)
 }
 
 func TestIssuerAndAudienceChecks(t *testing.T) {

@@ -12,10 +12,7 @@ import (
 // it stores; other packages go through the accessors below.
 type contextKey int
 
-const (
-	principalKey contextKey = iota + 1
-	authErrorKey
-)
+const principalKey contextKey = 1
 
 // WithPrincipal returns a context carrying p. Middleware uses it for HTTP;
 // the websocket init hook and tests use it directly.
@@ -24,29 +21,13 @@ func WithPrincipal(ctx context.Context, p Principal) context.Context {
 }
 
 // PrincipalFrom returns the verified caller and true, or the zero Principal
-// and false for an anonymous request (or one whose token was rejected; see
-// AuthErrorFrom).
+// and false for an anonymous request.
 func PrincipalFrom(ctx context.Context) (Principal, bool) {
 	p, ok := ctx.Value(principalKey).(Principal)
 	if !ok || p.ID == "" {
 		return Principal{}, false
 	}
 	return p, true
-}
-
-// WithAuthError returns a context recording why the caller's credentials
-// were rejected, so the GraphQL layer can answer UNAUTHENTICATED instead of
-// treating the caller as anonymous.
-func WithAuthError(ctx context.Context, err error) context.Context {
-	return context.WithValue(ctx, authErrorKey, err)
-}
-
-// AuthErrorFrom returns the credential failure recorded by Middleware (or
-// WithAuthError), or nil when the caller sent no credentials or valid ones.
-// The error wraps ErrTokenExpired or ErrTokenInvalid.
-func AuthErrorFrom(ctx context.Context) error { //nolint:revive // the name is part of the contract with resolvers/
-	err, _ := ctx.Value(authErrorKey).(error)
-	return err
 }
 
 // Verifier checks a bearer token; *Issuer implements it. Middleware depends
@@ -59,29 +40,49 @@ type Verifier interface {
 // is present but is not "Bearer <token>".
 var errBadScheme = errors.New("authorization header must be \"Bearer <token>\"")
 
+// Refusal answers a request whose credentials did not verify. Middleware
+// has set WWW-Authenticate already; the Refusal writes status 401 and a
+// body in its caller's shape. err wraps ErrTokenExpired or ErrTokenInvalid.
+type Refusal func(w http.ResponseWriter, r *http.Request, err error)
+
 // Middleware reads "Authorization: Bearer <token>" and stores the verified
 // Principal in the request context. No header means anonymous. A header
-// that fails verification does not stop the request (queries that need no
-// identity still work, and GraphQL shapes the error), but it is recorded
-// with WithAuthError so mutations answer UNAUTHENTICATED: a bad token is
-// never silently treated as anonymous.
-func Middleware(v Verifier) func(http.Handler) http.Handler {
+// that does not verify is refused with 401 and "WWW-Authenticate: Bearer"
+// (RFC 6750) before anything runs, whatever the request asks for: a client
+// that sent credentials meant to be someone, and answering it as anonymous
+// would hide a broken sign-in (and serve a public read to a caller who
+// believes it acted as itself).
+func Middleware(v Verifier, refuse Refusal) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, present, err := FromHeader(v, r.Header.Get("Authorization"))
-			if !present {
+			switch {
+			case !present:
 				next.ServeHTTP(w, r)
-				return
+			case err != nil:
+				w.Header().Set("WWW-Authenticate", Challenge(err))
+				refuse(w, r, err)
+			default:
+				next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 			}
-			ctx := r.Context()
-			if err != nil {
-				ctx = WithAuthError(ctx, err)
-			} else {
-				ctx = WithPrincipal(ctx, p)
-			}
-			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
+}
+
+// Challenge is the WWW-Authenticate value that answers a token refused
+// with err: RFC 6750's invalid_token, with a description that says
+// whether signing in again helps.
+func Challenge(err error) string {
+	return `Bearer error="invalid_token", error_description="` + Problem(err) + `"`
+}
+
+// Problem says in a few words why err refused a token, for clients: never
+// the token, never the parser's internals.
+func Problem(err error) string {
+	if errors.Is(err, ErrTokenExpired) {
+		return "the bearer token has expired"
+	}
+	return "the bearer token is not valid"
 }
 
 // FromHeader interprets an Authorization header value (or the same string

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
-	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/internal/requestid"
 	"github.com/dropline/dropline/inventory"
@@ -54,19 +53,11 @@ func (e *apiError) Unwrap() error { return e.cause }
 func internal(err error) error { return &apiError{code: CodeInternal, cause: err} }
 
 // errUnauthenticated is returned by queries that need a principal.
-func errUnauthenticated(ctx context.Context) error {
-	return &apiError{code: CodeUnauthenticated, message: unauthenticatedMessage(ctx)}
-}
+var errUnauthenticated = &apiError{code: CodeUnauthenticated, message: unauthenticatedMessage}
 
-func unauthenticatedMessage(ctx context.Context) string {
-	switch err := auth.AuthErrorFrom(ctx); {
-	case errors.Is(err, auth.ErrTokenExpired):
-		return "the bearer token has expired: sign in again"
-	case err != nil:
-		return "the bearer token is not valid"
-	}
-	return "this needs a bearer token: sign in first"
-}
+// unauthenticatedMessage answers an anonymous caller where a principal is
+// needed.
+const unauthenticatedMessage = "this needs a bearer token: sign in first"
 
 // outcome is how the API reports an engine error: its business code and
 // public message, both from the engine's one vocabulary; ok is false when

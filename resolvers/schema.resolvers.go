@@ -361,12 +361,9 @@ func (r *queryResolver) Products(ctx context.Context, first *int, after *string)
 
 // Reservation is the resolver for the reservation field.
 func (r *queryResolver) Reservation(ctx context.Context, token string) (*model.Reservation, error) {
-	p, ok, err := principal(ctx)
-	if err != nil {
-		return nil, err
-	}
+	p, ok := principal(ctx)
 	if !ok {
-		return nil, errUnauthenticated(ctx)
+		return nil, errUnauthenticated
 	}
 	res, err := r.deps.engine.Reservation(ctx, p, token)
 	switch code := inventory.ErrorCode(err); {
@@ -381,12 +378,9 @@ func (r *queryResolver) Reservation(ctx context.Context, token string) (*model.R
 
 // MyReservations is the resolver for the myReservations field.
 func (r *queryResolver) MyReservations(ctx context.Context, status *model.ReservationStatus, first *int, after *string) (*model.ReservationConnection, error) {
-	p, ok, err := principal(ctx)
-	if err != nil {
-		return nil, err
-	}
+	p, ok := principal(ctx)
 	if !ok {
-		return nil, errUnauthenticated(ctx)
+		return nil, errUnauthenticated
 	}
 	n, err := r.deps.pageSize(first)
 	if err != nil {
@@ -422,12 +416,9 @@ func (r *queryResolver) MyReservations(ctx context.Context, status *model.Reserv
 
 // MyWaitlist is the resolver for the myWaitlist field.
 func (r *queryResolver) MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry, error) {
-	p, ok, err := principal(ctx)
-	if err != nil {
-		return nil, err
-	}
+	p, ok := principal(ctx)
 	if !ok {
-		return nil, errUnauthenticated(ctx)
+		return nil, errUnauthenticated
 	}
 	list, err := r.deps.engine.MyWaitlist(ctx, p)
 	if err != nil {
@@ -442,12 +433,9 @@ func (r *queryResolver) MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry,
 
 // Cart is the resolver for the cart field.
 func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, error) {
-	p, ok, err := principal(ctx)
-	if err != nil {
-		return nil, err
-	}
+	p, ok := principal(ctx)
 	if !ok {
-		return nil, errUnauthenticated(ctx)
+		return nil, errUnauthenticated
 	}
 	c, err := r.deps.engine.CartOf(ctx, p, token)
 	switch code := inventory.ErrorCode(err); {
@@ -474,12 +462,9 @@ func (r *queryResolver) Drop(ctx context.Context, id string) (*model.Drop, error
 
 // MyDrawEntries is the resolver for the myDrawEntries field.
 func (r *queryResolver) MyDrawEntries(ctx context.Context) ([]*model.DrawEntry, error) {
-	p, ok, err := principal(ctx)
-	if err != nil {
-		return nil, err
-	}
+	p, ok := principal(ctx)
 	if !ok {
-		return nil, errUnauthenticated(ctx)
+		return nil, errUnauthenticated
 	}
 	list, err := r.deps.engine.MyDrawEntries(ctx, p)
 	if err != nil {

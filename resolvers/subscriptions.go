@@ -202,12 +202,9 @@ func (d *deps) stockChanged(ctx context.Context, skus []string) (<-chan *model.S
 // was coalesced away or lost. Only changes are sent; the stream completes
 // after a final status has been delivered.
 func (d *deps) reservationChanged(ctx context.Context, token string) (<-chan *model.Reservation, error) {
-	p, ok, err := principal(ctx)
-	if err != nil {
-		return nil, err
-	}
+	p, ok := principal(ctx)
 	if !ok {
-		return nil, errUnauthenticated(ctx)
+		return nil, errUnauthenticated
 	}
 	if d.hub == nil {
 		return nil, errLiveUnavailable

@@ -56,12 +56,9 @@ func waitlistResult(w inventory.WaitlistEntry, err error) (*model.WaitlistPayloa
 // ReservationRecheck in case a message was coalesced away or lost. Only
 // changes are sent.
 func (d *deps) waitlistChanged(ctx context.Context, sku string) (<-chan *model.WaitlistEntry, error) {
-	p, ok, err := principal(ctx)
-	if err != nil {
-		return nil, err
-	}
+	p, ok := principal(ctx)
 	if !ok {
-		return nil, errUnauthenticated(ctx)
+		return nil, errUnauthenticated
 	}
 	if d.hub == nil {
 		return nil, errLiveUnavailable

@@ -7,8 +7,9 @@
 // Order of protections for one request, outermost first (inside the
 // server's request id, access log and recoverer, which give every request
 // the id and the logger, zerolog.Ctx, that errors here quote): CORS
-// allow-list (403 before anything runs), body size (413), auth.Middleware,
-// stream caps (websocket/SSE only), transport (websocket, SSE, then
+// allow-list (403 before anything runs), auth.Middleware (401
+// UNAUTHENTICATED for an Authorization header that does not verify,
+// whatever the request asks), body size (413), stream caps (websocket/SSE only), transport (websocket, SSE, then
 // httpTransport: POST application/json, GET for queries only, 405 for a
 // mutation; a request that never executes answers without a data entry,
 // 200 for application/json and 400 for application/graphql-response+json,
@@ -38,7 +39,8 @@
 // finish it under WriteTimeout), and every connection's keep-alives, pong
 // deadline, init timeout and token expiry are checked by one shared
 // ticker, so ten thousand idle subscribers hold ten thousand goroutines and
-// no timers. Websocket life: the upgrade passes CORS (403) and the per-address cap
+// no timers. Websocket life: the upgrade passes CORS (403), its own
+// Authorization header if it has one (401) and the per-address cap
 // (429); connection_init must come within InitTimeout (else 1002) and its
 // token ("Authorization" or "authToken", else the upgrade's header) must
 // verify (else 4403); a principal over its cap gets 4429; the token's

@@ -28,7 +28,9 @@ type Config struct {
 	// Required.
 	Redis redis.UniversalClient
 	// Verifier checks bearer tokens; NewHandler applies auth.Middleware with
-	// it, so the handler is safe to mount anywhere. Required.
+	// it, so the handler is safe to mount anywhere: a request whose
+	// Authorization header does not verify is answered 401 UNAUTHENTICATED
+	// before anything else runs. Required.
 	Verifier auth.Verifier
 	// Dev enables introspection and "did you mean" suggestions, which
 	// otherwise help an attacker map the schema. Default: false.
@@ -107,7 +109,7 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// NewHandler builds the /graphql handler: CORS, the body limit and auth
+// NewHandler builds the /graphql handler: CORS, auth and the body limit
 // around gqlgen's server with its transports, caches and limits, over the
 // resolvers. It panics when a required dependency is missing, as that is a
 // wiring bug found at start-up.
@@ -191,8 +193,8 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 
 	var h http.Handler = srv
 	h = newStreamTracker(cfg.Streams, sm).middleware(h)
-	h = auth.Middleware(cfg.Verifier)(h)
 	h = limitBody(cfg.Limits.BodyBytes, h)
+	h = auth.Middleware(cfg.Verifier, refuseToken)(h)
 	h = origins.middleware(h)
 	return h
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/resolvers"
 	"github.com/dropline/dropline/server"
 )
@@ -85,6 +86,14 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) 
 	}}})
 }
 
+// refuseToken answers a request whose bearer token did not verify (the
+// auth.Refusal of NewHandler): 401 UNAUTHENTICATED in the GraphQL response
+// shape, on every transport, before a websocket is upgraded or an SSE
+// stream opened.
+func refuseToken(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, r, http.StatusUnauthorized, auth.Problem(err)+": send a valid token, or none to be anonymous")
+}
+
 func httpCode(status int) string {
 	switch status {
 	case http.StatusRequestEntityTooLarge:
@@ -93,6 +102,8 @@ func httpCode(status int) string {
 		return "ORIGIN_NOT_ALLOWED"
 	case http.StatusTooManyRequests:
 		return resolvers.CodeRateLimited
+	case http.StatusUnauthorized:
+		return resolvers.CodeUnauthenticated
 	}
 	return "BAD_REQUEST"
 }

@@ -295,7 +295,6 @@ func TestWebsocketAuth(t *testing.T) {
 	for name, opts := range map[string]wsclient.Options{
 		"garbage in connection_init":       {InitPayload: map[string]any{"Authorization": "Bearer nope"}},
 		"garbage authToken":                {InitPayload: map[string]any{"authToken": "nope"}},
-		"garbage in the upgrade header":    {Header: http.Header{"Authorization": {"Bearer nope"}}},
 		"not a bearer scheme":              {InitPayload: map[string]any{"Authorization": "Basic Zm9vOmJhcg=="}},
 		"legacy protocol, garbage in init": {Subprotocol: wsclient.LegacyWS, InitPayload: map[string]any{"Authorization": "Bearer nope"}},
 	} {
@@ -305,6 +304,23 @@ func TestWebsocketAuth(t *testing.T) {
 			require.Equal(t, websocket.StatusCode(graphql.CloseForbidden), websocket.CloseStatus(err), "%v", err)
 		})
 	}
+
+	t.Run("garbage in the upgrade header is refused before the upgrade", func(t *testing.T) {
+		conn, resp, err := websocket.Dial(context.Background(), e.wsURL, &websocket.DialOptions{
+			Subprotocols: []string{wsclient.TransportWS},
+			HTTPHeader:   http.Header{"Authorization": {"Bearer nope"}},
+		})
+		if conn != nil {
+			_ = conn.CloseNow()
+		}
+		if resp != nil && resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		require.Error(t, err)
+		require.NotNil(t, resp)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Bearer")
+	})
 
 	t.Run("a good token in the upgrade header", func(t *testing.T) {
 		require.NoError(t, dial(wsclient.Options{Header: http.Header{"Authorization": {e.Token(t, "hdr", false)}}}))

@@ -1,0 +1,138 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/internal/wsclient"
+)
+
+// Security findings of an attacker without a token, against the real
+// binary: each test shows one refusal the server makes, from outside.
+
+// answer is one HTTP answer of the binary, headers included.
+type answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// send makes one request and reads the whole answer; it fails the test
+// only when no answer came.
+func send(t *testing.T, method, url string, header http.Header, body []byte) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := quickClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return answer{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// errorCodes returns the extensions.code of each error of a GraphQL
+// answer, and whether it carried data.
+func errorCodes(t *testing.T, a answer) (codes []string, data bool) {
+	t.Helper()
+	var out struct {
+		Data   json.RawMessage `json:"data"`
+		Errors []gqlError      `json:"errors"`
+	}
+	require.NoError(t, json.Unmarshal(a.Body, &out), "status %d, body %.300s", a.Status, a.Body)
+	for _, e := range out.Errors {
+		codes = append(codes, e.code())
+	}
+	return codes, len(out.Data) > 0 && string(out.Data) != "null"
+}
+
+// A request whose Authorization header does not verify is refused with 401,
+// WWW-Authenticate: Bearer and UNAUTHENTICATED, whatever it asks for: a
+// public read, a mutation, a websocket upgrade or an SSE stream. It is never
+// answered as if no token had been sent; no token at all still reads the
+// public catalogue.
+func TestBadBearerTokenIsRefusedWhateverItAsks(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	p := s.start("a")
+	s.createProduct(p, "TOKEN-1", 5, 0)
+	product := `{"query":"{ product(sku: \"TOKEN-1\") { sku stock { available } } }"}`
+	reserve := `{"query":"mutation { reserve(input: {sku: \"TOKEN-1\", quantity: 1}) { userErrors { code } } }"}`
+	jsonHeader := func(authz string) http.Header {
+		h := http.Header{"Content-Type": {"application/json"}}
+		if authz != "" {
+			h.Set("Authorization", authz)
+		}
+		return h
+	}
+
+	anon := send(t, http.MethodPost, p.URL+"/graphql", jsonHeader(""), []byte(product))
+	codes, data := errorCodes(t, anon)
+	require.Equal(t, http.StatusOK, anon.Status)
+	require.Empty(t, codes)
+	require.True(t, data, "the public catalogue answers an anonymous caller")
+
+	for name, authz := range map[string]string{
+		"garbage":          "Bearer garbage",
+		"not a JWT":        "Bearer not.a.jwt",
+		"other scheme":     "Basic YWxpY2U6cHc=",
+		"empty bearer":     "Bearer ",
+		"forged signature": "Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsImV4cCI6NDEwMjQ0NDgwMH0.c2lnbmF0dXJlLW9mLWFub3RoZXItc2VjcmV0",
+	} {
+		t.Run(name, func(t *testing.T) {
+			for what, body := range map[string]string{"public query": product, "mutation": reserve} {
+				a := send(t, http.MethodPost, p.URL+"/graphql", jsonHeader(authz), []byte(body))
+				require.Equal(t, http.StatusUnauthorized, a.Status, "%s: %s", what, a.Body)
+				require.True(t, strings.HasPrefix(a.Header.Get("WWW-Authenticate"), "Bearer"), "%s: %q", what, a.Header.Get("WWW-Authenticate"))
+				codes, data := errorCodes(t, a)
+				require.Equal(t, []string{"UNAUTHENTICATED"}, codes, what)
+				require.False(t, data, "%s: nothing ran", what)
+			}
+			get := send(t, http.MethodGet, p.URL+"/graphql?query="+url.QueryEscape(`{ product(sku: "TOKEN-1") { sku } }`), http.Header{"Authorization": {authz}}, nil)
+			require.Equal(t, http.StatusUnauthorized, get.Status, "GET: %s", get.Body)
+
+			sse := jsonHeader(authz)
+			sse.Set("Accept", "text/event-stream")
+			a := send(t, http.MethodPost, p.URL+"/graphql", sse, []byte(`{"query":"subscription { stockChanged(skus: [\"TOKEN-1\"]) { sku } }"}`))
+			require.Equal(t, http.StatusUnauthorized, a.Status, "SSE: %s", a.Body)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(p.URL, "http")+"/graphql", &websocket.DialOptions{
+				Subprotocols: []string{wsclient.TransportWS},
+				HTTPHeader:   http.Header{"Authorization": {authz}},
+			})
+			if conn != nil {
+				_ = conn.CloseNow()
+			}
+			if resp != nil && resp.Body != nil {
+				_ = resp.Body.Close()
+			}
+			require.Error(t, err, "the websocket is not upgraded")
+			require.NotNil(t, resp)
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "websocket upgrade")
+		})
+	}
+	// The same token in connection_init closes the socket with 4403.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := wsclient.Dial(ctx, "ws"+strings.TrimPrefix(p.URL, "http")+"/graphql", wsclient.Options{InitPayload: map[string]any{"Authorization": "Bearer garbage"}})
+	require.Equal(t, websocket.StatusCode(4403), websocket.CloseStatus(err), "%v", err)
+
+	require.Equal(t, 5, s.stockOf("TOKEN-1").Available, "nothing was reserved")
+}
