@@ -9,7 +9,9 @@
 // Optionally (IssuerConfig) "iss" and "aud" must name this deployment, and a
 // token may not be valid for longer than a maximum lifetime, so a token
 // minted for another system sharing the secret, or a long-lived one, is
-// refused.
+// refused. A token whose header or claims name one key twice is refused
+// whatever its signature: JSON decoders disagree on which of two "role"
+// values counts, and the one that signed it may have meant the other.
 //
 // A request without a token is anonymous. A request with a bad token is not
 // silently downgraded to anonymous: Middleware refuses it with 401 before
@@ -17,8 +19,12 @@
 package auth
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +44,10 @@ var (
 	// ErrInvalidPrincipal means a principal ID is outside 1–128 characters
 	// of [A-Za-z0-9._@-], so it cannot be put into keys and logs safely.
 	ErrInvalidPrincipal = errors.New("invalid principal id")
+	// ErrDuplicateClaim means a token's header or claims name one key
+	// twice ({"role":"buyer","role":"admin"}); it wraps into
+	// ErrTokenInvalid.
+	ErrDuplicateClaim = errors.New("a claim is named twice")
 	// ErrSecretTooShort means the signing secret is shorter than
 	// MinSecretLen bytes.
 	ErrSecretTooShort = errors.New("jwt secret too short")
@@ -270,6 +280,9 @@ func (i *Issuer) verify(token string) (Principal, error) {
 	case err != nil:
 		return Principal{}, fmt.Errorf("verifying token: %w: %s", ErrTokenInvalid, reason(err))
 	}
+	if err := uniqueKeys(token); err != nil {
+		return Principal{}, fmt.Errorf("verifying token: %w: %w", ErrTokenInvalid, err)
+	}
 	if err := ValidatePrincipalID(c.Subject); err != nil {
 		return Principal{}, fmt.Errorf("verifying token: %w: bad subject: %s", ErrTokenInvalid, err.Error())
 	}
@@ -303,4 +316,73 @@ func reason(err error) string {
 		}
 	}
 	return "unverifiable token"
+}
+
+// uniqueKeys refuses a token (one the parser accepted, so its segments are
+// base64url JSON) whose header or claims name a key twice, at any depth.
+// encoding/json, and so the parser, keeps the last of two values; other
+// JWT libraries keep the first or refuse, so such a token means different
+// things to different readers and is never what an honest issuer writes.
+func uniqueKeys(token string) error {
+	header, rest, _ := strings.Cut(token, ".")
+	payload, _, _ := strings.Cut(rest, ".")
+	for _, seg := range []string{header, payload} {
+		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(seg, "="))
+		if err != nil {
+			return fmt.Errorf("%w: unreadable segment", ErrDuplicateClaim)
+		}
+		if key, dup := duplicateKey(b); dup {
+			return fmt.Errorf("%w: %q", ErrDuplicateClaim, key)
+		}
+	}
+	return nil
+}
+
+// duplicateKey returns the first key named twice in one object of the JSON
+// document b. A document it cannot read has none: the parser has read it.
+func duplicateKey(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		object bool
+		keys   map[string]bool
+		key    bool // the next token of an object is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *frame
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		if top != nil && top.object && top.key {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k, _ := tok.(string)
+			if top.keys[k] {
+				return k, true
+			}
+			top.keys[k] = true
+			top.key = false
+			continue
+		}
+		if top != nil && top.object {
+			top.key = true // this token is the value; a key comes next
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, keys: map[string]bool{}, key: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) == 0 {
+			return "", false
+		}
+	}
 }

@@ -2,10 +2,13 @@ package auth_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -362,4 +365,43 @@ func TestVerifyManyTokensConcurrently(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// signRaw signs header and payload exactly as written, so a test can send
+// JSON no encoder would write (a key twice).
+func signRaw(header, payload string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	unsigned := enc([]byte(header)) + "." + enc([]byte(payload))
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(unsigned))
+	return unsigned + "." + enc(mac.Sum(nil))
+}
+
+// A token that names a key twice is refused, whichever value comes last
+// and at any depth, although its signature is good: readers disagree on
+// which value counts. The same token without the repeat is accepted.
+func TestDuplicatedClaimsAreRefused(t *testing.T) {
+	t.Parallel()
+	iss := newIssuer(t)
+	exp := strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	p, err := iss.Verify(signRaw(hs256, `{"sub":"eve","role":"admin","exp":`+exp+`}`))
+	require.NoError(t, err)
+	require.True(t, p.Admin, "the single-claim form is good")
+
+	for name, tok := range map[string]string{
+		"role twice, admin last":  signRaw(hs256, `{"sub":"eve","role":"buyer","role":"admin","exp":`+exp+`}`),
+		"role twice, admin first": signRaw(hs256, `{"sub":"eve","role":"admin","role":"","exp":`+exp+`}`),
+		"sub twice":               signRaw(hs256, `{"sub":"eve","sub":"alice","exp":`+exp+`}`),
+		"exp twice":               signRaw(hs256, `{"sub":"eve","exp":`+exp+`,"exp":99999999999}`),
+		"nested key twice":        signRaw(hs256, `{"sub":"eve","exp":`+exp+`,"ctx":[{"a":1,"a":2}]}`),
+		"header alg twice":        signRaw(`{"alg":"none","alg":"HS256","typ":"JWT"}`, `{"sub":"eve","exp":`+exp+`}`),
+	} {
+		_, err := iss.Verify(tok)
+		require.ErrorIs(t, err, auth.ErrTokenInvalid, name)
+		require.ErrorIs(t, err, auth.ErrDuplicateClaim, name)
+	}
+	// Keys repeated in different objects are not duplicates.
+	_, err = iss.Verify(signRaw(hs256, `{"sub":"eve","exp":`+exp+`,"ctx":[{"a":1},{"a":2}],"more":{"sub":"x"}}`))
+	require.NoError(t, err)
 }

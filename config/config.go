@@ -87,6 +87,7 @@ const (
 	DefaultMutationBurst   = resolvers.DefaultMutationBurst
 	DefaultWaitlistMax     = inventory.DefaultWaitlistMax
 	DefaultShutdownTimeout = 15 * time.Second
+	DefaultJWTMaxLifetime  = 24 * time.Hour
 	DefaultLogLevel        = "info"
 
 	DefaultRedisWaitTimeout   = inventory.DefaultWaitTimeout
@@ -170,8 +171,9 @@ type Config struct {
 
 	// JWTMaxLifetime, when positive, refuses tokens valid for longer: whose
 	// exp - iat, or exp - now, exceeds it (DROPLINE_JWT_MAX_LIFETIME, e.g.
-	// "24h"). `dropline token --ttl` must stay within it. Default: 0, no
-	// limit.
+	// "12h"). `dropline token --ttl` must stay within it. Default: 24h, so
+	// a leaked token is not a standing credential (a token that says it
+	// lasts until the year 9999 is refused); 0 turns the limit off.
 	JWTMaxLifetime time.Duration
 
 	// Dev enables development mode (DROPLINE_DEV: 1/true/yes/on).
@@ -372,6 +374,7 @@ func Default() Config {
 		DatabaseURL:     DefaultDatabaseURL,
 		Addr:            DefaultAddr,
 		KeyPrefix:       DefaultKeyPrefix,
+		JWTMaxLifetime:  DefaultJWTMaxLifetime,
 		HoldDefault:     DefaultHoldDefault,
 		HoldMax:         DefaultHoldMax,
 		HoldExtensions:  DefaultHoldExtensions,

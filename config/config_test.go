@@ -349,7 +349,7 @@ func TestJWTClaimSettings(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, c.JWTIssuer)
 	require.Empty(t, c.JWTAudience)
-	require.Zero(t, c.JWTMaxLifetime, "no limit by default")
+	require.Equal(t, 24*time.Hour, c.JWTMaxLifetime, "a day by default")
 
 	c, err = config.Load(env(map[string]string{
 		"DROPLINE_DEV": "1", "DROPLINE_JWT_ISSUER": " https://login.example ", "DROPLINE_JWT_AUDIENCE": "shop-eu",
@@ -360,6 +360,11 @@ func TestJWTClaimSettings(t *testing.T) {
 	require.Equal(t, "https://login.example", c.JWTIssuer)
 	require.Equal(t, "shop-eu", c.JWTAudience)
 	require.Equal(t, 12*time.Hour, c.JWTMaxLifetime)
+
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_JWT_MAX_LIFETIME": "0"}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Zero(t, c.JWTMaxLifetime, "0 turns the limit off")
 
 	_, err = config.Load(env(map[string]string{"DROPLINE_JWT_MAX_LIFETIME": "forever"}))
 	require.ErrorContains(t, err, config.EnvJWTMaxLifetime)

@@ -94,7 +94,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.JWTMaxLifetime < 0 {
-		add(EnvJWTMaxLifetime, "is %s: set the longest a token may be valid for, such as 24h, or 0 for no limit", c.JWTMaxLifetime)
+		add(EnvJWTMaxLifetime, "is %s: set the longest a token may be valid for (default %s), or 0 for no limit", c.JWTMaxLifetime, DefaultJWTMaxLifetime)
 	}
 
 	switch {

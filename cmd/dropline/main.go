@@ -58,7 +58,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_JWT_SECRET        HS256 secret, at least 32 bytes (required unless DROPLINE_DEV=1)
   DROPLINE_JWT_ISSUER        "iss" every token must carry; token writes it (any)
   DROPLINE_JWT_AUDIENCE      "aud" every token must include; token writes it (none)
-  DROPLINE_JWT_MAX_LIFETIME  refuse tokens valid for longer, e.g. 24h (no limit)
+  DROPLINE_JWT_MAX_LIFETIME  refuse tokens valid for longer; 0 = no limit (24h)
   DROPLINE_DEV               1 = development mode: built-in secret, introspection, loopback only, /dev/token (off)
   DROPLINE_DEV_ALLOW_REMOTE  1 = dev mode may listen on a non-loopback address (off)
   DROPLINE_KEY_PREFIX        (dl:)

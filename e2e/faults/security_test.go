@@ -3,10 +3,14 @@ package faults
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,4 +139,58 @@ func TestBadBearerTokenIsRefusedWhateverItAsks(t *testing.T) {
 	require.Equal(t, websocket.StatusCode(4403), websocket.CloseStatus(err), "%v", err)
 
 	require.Equal(t, 5, s.stockOf("TOKEN-1").Available, "nothing was reserved")
+}
+
+// signJWT signs header and payload exactly as written with the harness'
+// secret, so a test can send tokens Mint would never make.
+func signJWT(header, payload string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	unsigned := enc([]byte(header)) + "." + enc([]byte(payload))
+	mac := hmac.New(sha256.New, []byte(testSecret))
+	mac.Write([]byte(unsigned))
+	return unsigned + "." + enc(mac.Sum(nil))
+}
+
+// With the default configuration a token lives at most 24 hours, whatever
+// its exp says, and a token that names a claim twice is refused: a forged
+// "role" repeat does not make an admin. Both get 401; a day's token is
+// served.
+func TestTokensLiveNoLongerThanTheServerAllows(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	p := s.start("a")
+	now := time.Now()
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	claims := func(extra string, iat, exp time.Time) string {
+		c := `{"iss":"dropline","sub":"mallory"` + extra + `,"exp":` + strconv.FormatInt(exp.Unix(), 10)
+		if !iat.IsZero() {
+			c += `,"iat":` + strconv.FormatInt(iat.Unix(), 10)
+		}
+		return c + `}`
+	}
+	create := []byte(`{"query":"mutation { createProduct(input: {sku: \"FORGED-1\", name: \"x\", stock: 1, price: {amount: 1, currency: \"EUR\"}}) { userErrors { code } } }"}`)
+	as := func(token string) answer {
+		return send(t, http.MethodPost, p.URL+"/graphql", http.Header{
+			"Content-Type": {"application/json"}, "Authorization": {"Bearer " + token},
+		}, create)
+	}
+
+	for name, token := range map[string]string{
+		"exp in the year 9999":    signJWT(hs256, claims(`,"role":"admin"`, time.Time{}, time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))),
+		"issued for 25 hours":     signJWT(hs256, claims(`,"role":"admin"`, now, now.Add(25*time.Hour))),
+		"role twice, admin last":  signJWT(hs256, claims(`,"role":"buyer","role":"admin"`, now, now.Add(time.Hour))),
+		"role twice, admin first": signJWT(hs256, claims(`,"role":"admin","role":"buyer"`, now, now.Add(time.Hour))),
+	} {
+		a := as(token)
+		require.Equal(t, http.StatusUnauthorized, a.Status, "%s: %s", name, a.Body)
+		codes, _ := errorCodes(t, a)
+		require.Equal(t, []string{"UNAUTHENTICATED"}, codes, name)
+	}
+	require.Zero(t, s.scalar(`SELECT count(*)::int FROM products WHERE sku = 'FORGED-1'`), "no forged admin created a product")
+
+	a := as(signJWT(hs256, claims(`,"role":"admin"`, now, now.Add(23*time.Hour))))
+	require.Equal(t, http.StatusOK, a.Status, "a token of less than a day is served: %s", a.Body)
+	codes, _ := errorCodes(t, a)
+	require.Empty(t, codes)
+	require.Equal(t, 1, s.scalar(`SELECT count(*)::int FROM products WHERE sku = 'FORGED-1'`))
 }
