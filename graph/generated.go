@@ -1719,6 +1719,13 @@ input ExtendCartInput {
   token: ID!
   "The cart's new expiresAt is now + holdSeconds (1-3600)."
   holdSeconds: Int!
+  """
+  Send one per attempt and keep it on retries: the same key, cart and
+  holdSeconds from the same principal extend the cart once, and a retry
+  answers the cart as it is. The same key with anything else:
+  IDEMPOTENCY_KEY_REUSED. Absent: every call is another extension.
+  """
+  idempotencyKey: String
 }
 
 input CommitInput {
@@ -1733,6 +1740,13 @@ input ExtendReservationInput {
   token: ID!
   "The hold's new length from now, in seconds: 1 to DROPLINE_HOLD_MAX (3600 by default)."
   holdSeconds: Int!
+  """
+  Send one per attempt and keep it on retries: the same key, token and
+  holdSeconds from the same principal extend the hold once, and a retry
+  answers the reservation as it is. The same key with anything else:
+  IDEMPOTENCY_KEY_REUSED. Absent: every call is another extension.
+  """
+  idempotencyKey: String
 }
 
 input MoneyInput {
@@ -8119,7 +8133,7 @@ func (ec *executionContext) unmarshalInputExtendCartInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"token", "holdSeconds"}
+	fieldsInOrder := [...]string{"token", "holdSeconds", "idempotencyKey"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -8140,6 +8154,13 @@ func (ec *executionContext) unmarshalInputExtendCartInput(ctx context.Context, o
 				return it, err
 			}
 			it.HoldSeconds = data
+		case "idempotencyKey":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKey"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKey = data
 		}
 	}
 	return it, nil
@@ -8168,7 +8189,7 @@ func (ec *executionContext) unmarshalInputExtendReservationInput(ctx context.Con
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"token", "holdSeconds"}
+	fieldsInOrder := [...]string{"token", "holdSeconds", "idempotencyKey"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -8189,6 +8210,13 @@ func (ec *executionContext) unmarshalInputExtendReservationInput(ctx context.Con
 				return it, err
 			}
 			it.HoldSeconds = data
+		case "idempotencyKey":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKey"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKey = data
 		}
 	}
 	return it, nil

@@ -909,19 +909,31 @@ func (e *Engine) abandonCart(ctx context.Context, home int, token string) (int, 
 }
 
 // ExtendCart gives every line of a principal's HELD cart a new expiry, now
-// + holdFor, as Extend does for one hold (the same bounds: MaxExtensions, and
-// never past MaxHold after the lines were made), then records it as the
+// + req.HoldFor, as Extend does for one hold (the same bounds: MaxExtensions,
+// and never past MaxHold after the lines were made), then records it as the
 // cart's (extend_cart.lua). The lines live in several partitions, so they
 // are extended one after the other, oldest first (the one MaxHold would
 // refuse first). A refusal or a crash part-way leaves the cart with its old
 // expiry; at that time the cart sweep lets go of any line still held, so a
 // cart's lines always end together, by the expiry the cart last recorded.
+// With an idempotency key each line records it (as Extend's hold does), so a
+// retry extends only the lines the first call did not, and a call whose
+// every line had been extended by the key answers the cart with Replayed.
 //
 // Refusals: Extend's (*ExtensionLimitError, ErrExpired, ErrAlreadyCancelled,
-// ErrAlreadyCommitted, ErrForbidden, *InvalidInputError, ErrUnavailable),
-// and *NotFoundError for an unknown cart.
-func (e *Engine) ExtendCart(ctx context.Context, p Principal, token string, holdFor time.Duration) (cart Cart, err error) {
+// ErrAlreadyCommitted, ErrForbidden, ErrIdempotencyKeyReused,
+// *InvalidInputError, ErrUnavailable), and *NotFoundError for an unknown
+// cart.
+func (e *Engine) ExtendCart(ctx context.Context, p Principal, token string, req ExtendRequest) (cart Cart, err error) {
 	defer func() { e.metrics.outcome("extend_cart", err) }()
+	home, err := parseCartToken(token)
+	if err != nil {
+		return Cart{}, err
+	}
+	idem, err := e.checkExtension(ctx, p, token, req)
+	if err != nil {
+		return Cart{}, err
+	}
 	cart, err = e.readCart(ctx, p, token)
 	if err != nil {
 		return Cart{}, err
@@ -929,38 +941,54 @@ func (e *Engine) ExtendCart(ctx context.Context, p Principal, token string, hold
 	if cart.Principal != p.ID {
 		return Cart{}, ErrForbidden
 	}
-	switch cart.Status {
-	case StatusCommitted:
-		return Cart{}, ErrAlreadyCommitted
-	case StatusCancelled:
-		return Cart{}, ErrAlreadyCancelled
-	case StatusExpired:
-		return Cart{}, ErrExpired
+	if idem == "" {
+		// With a key the lines answer: the key may have extended them before.
+		switch cart.Status {
+		case StatusCommitted:
+			return Cart{}, ErrAlreadyCommitted
+		case StatusCancelled:
+			return Cart{}, ErrAlreadyCancelled
+		case StatusExpired:
+			return Cart{}, ErrExpired
+		}
 	}
 	lines := slices.Clone(cart.Lines)
 	slices.SortStableFunc(lines, func(a, b Reservation) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	var latest time.Time
+	replayed := idem != ""
 	for _, l := range lines {
-		r, err := e.extendHold(ctx, p, l.Token, holdFor)
+		r, err := e.extendHold(ctx, p, l.Token, req.HoldFor, idem)
 		if err != nil {
 			return Cart{}, err
 		}
+		replayed = replayed && r.Replayed
 		if r.ExpiresAt.After(latest) {
 			latest = r.ExpiresAt
 		}
 	}
-	home, _ := parseCartToken(token)
-	res, err := e.run(ctx, lua.ExtendCart, e.keys.abandonCartKeys(home, token), token, latest.UnixMilli(),
-		int64(e.cfg.Retention.Seconds()))
+	if !replayed || cart.ExpiresAt.Before(latest) {
+		res, err := e.run(ctx, lua.ExtendCart, e.keys.abandonCartKeys(home, token), token, latest.UnixMilli(),
+			int64(e.cfg.Retention.Seconds()))
+		if err != nil {
+			return Cart{}, fmt.Errorf("extending cart %s: %w", token, err)
+		}
+		switch res.code() {
+		case codeOK:
+		case codeNotFound:
+			return Cart{}, cartNotFound(token)
+		default:
+			return Cart{}, ErrExpired
+		}
+	}
+	if idem != "" {
+		if err := e.keepIdempotencyClaim(ctx, idem, extensionClaim(token)); err != nil {
+			return Cart{}, err
+		}
+	}
+	cart, err = e.readCart(ctx, p, token)
 	if err != nil {
-		return Cart{}, fmt.Errorf("extending cart %s: %w", token, err)
+		return Cart{}, err
 	}
-	switch res.code() {
-	case codeOK:
-	case codeNotFound:
-		return Cart{}, cartNotFound(token)
-	default:
-		return Cart{}, ErrExpired
-	}
-	return e.readCart(ctx, p, token)
+	cart.Replayed = replayed
+	return cart, nil
 }

@@ -93,7 +93,7 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 			require.ErrorIs(t, err, inventory.ErrInvalidInput)
 			_, err = b.engine.Cancel(b.ctx, alice, l.Token)
 			require.ErrorIs(t, err, inventory.ErrInvalidInput)
-			_, err = b.engine.Extend(b.ctx, alice, l.Token, time.Minute)
+			_, err = b.engine.Extend(b.ctx, alice, l.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 			require.ErrorIs(t, err, inventory.ErrInvalidInput)
 		}
 		require.Equal(t, map[string]int{"reserve": 3}, b.drainOutbox(t))
@@ -385,11 +385,11 @@ func TestExtendCart(t *testing.T) {
 		alice := buyer(1)
 		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: 30 * time.Second})
 		require.NoError(t, err)
-		_, err = b.engine.ExtendCart(b.ctx, buyer(2), cart.Token, time.Minute)
+		_, err = b.engine.ExtendCart(b.ctx, buyer(2), cart.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 		require.ErrorIs(t, err, inventory.ErrForbidden)
 
 		before := time.Now()
-		longer, err := b.engine.ExtendCart(b.ctx, alice, cart.Token, 20*time.Minute)
+		longer, err := b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
 		require.NoError(t, err)
 		require.WithinDuration(t, before.Add(20*time.Minute), longer.ExpiresAt, 5*time.Second)
 		for _, l := range longer.Lines {
@@ -399,15 +399,15 @@ func TestExtendCart(t *testing.T) {
 			require.WithinDuration(t, longer.ExpiresAt, l.ExpiresAt, time.Second)
 		}
 		require.Equal(t, 3, b.drainOutbox(t)["extend"], "each line's extension reaches the ledger")
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, 20*time.Minute)
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
 		require.NoError(t, err)
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, 20*time.Minute)
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
 		var limit *inventory.ExtensionLimitError
 		require.ErrorAs(t, err, &limit, "two extensions by default, for the cart as for a hold")
 		sold, err := b.engine.CommitCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.Equal(t, inventory.StatusCommitted, sold.Status)
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, time.Minute)
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 		require.ErrorIs(t, err, inventory.ErrAlreadyCommitted)
 
 		// An extension interrupted after one line: that line ends with its

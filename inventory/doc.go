@@ -21,7 +21,7 @@
 // script touching them runs on one Redis Cluster slot:
 //
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
-//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid cart prov
+//	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid x:<hash> cart prov
 //	dl:{p07}:quota:<sku>            hash   principal -> units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
 //	dl:{p07}:expiry                 zset   HELD tokens by expiry, in ms
@@ -49,8 +49,9 @@
 // hold of an earlier life cannot refuse a buyer either. cst identifies the
 // commit attempt under way and cmv says whether it moved the hold out of HELD
 // (see below). ext counts the hold's extensions and xid is the id of the
-// last extension call (see Extending a hold). Every outbox event carries the
-// generation its hold lived in, and the extensions its hold had.
+// last extension call, x:<hash> the idempotency key of each extension a
+// client made with one (see Extending a hold). Every outbox event carries
+// the generation its hold lived in, and the extensions its hold had.
 //
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
 // partition, so a commit finds its hold without a lookup. A line of a cart
@@ -214,7 +215,14 @@
 // hold with it and with its count. Extend also writes the event to the ledger
 // before answering, best effort (as a cancel does), so an extension survives
 // Redis losing its data unless that write failed too. Each call carries its
-// own id (xid), so a script the Redis client sends twice extends once.
+// own id (xid), so a script the Redis client sends twice extends once. A
+// client's retry is another call: with an idempotency key, extend_hold.lua
+// records the key's hash on the hold (x:<hash> = the hold time asked for)
+// in the same step as the extension, and answers a later call with the same
+// key and hold time with the hold as it is (another hold time:
+// IDEMPOTENCY_KEY_REUSED). The key is claimed, as a reserve's is, for
+// "#extend:" and the hold's or cart's token, so using it for anything else
+// is refused too. ExtendCart sends the key with every line.
 //
 // # Drops
 //

@@ -10,47 +10,104 @@ import (
 	"github.com/dropline/dropline/lua"
 )
 
-// Extend gives a principal's HELD hold a new expiry, now + holdFor, when the
-// buyer needs more time (payment has started). A hold may be extended
+// ExtendRequest asks for more time on a hold (Extend) or on every line of a
+// cart (ExtendCart).
+type ExtendRequest struct {
+	// HoldFor is the new length from now: MinHold to MaxHold.
+	HoldFor time.Duration
+	// IdempotencyKey, when set, makes the call safe to retry: the same key
+	// from the same principal, for the same hold (or cart) and HoldFor,
+	// answers the hold as it is, with Replayed, and extends nothing again,
+	// for as long as Redis keeps the hold (Retention after it ends). The key
+	// with another hold, another HoldFor or any other mutation is
+	// ErrIdempotencyKeyReused. Without it a retried call is another
+	// extension, and spends one more of MaxExtensions.
+	IdempotencyKey string
+}
+
+// Extend gives a principal's HELD hold a new expiry, now + req.HoldFor, when
+// the buyer needs more time (payment has started). A hold may be extended
 // MaxExtensions times, and never past MaxHold after its creation: beyond
 // that the answer is *ExtensionLimitError and nothing changes. A hold past
 // its expiry is ErrExpired, even before the sweeper has released it; other
 // refusals: ErrForbidden, ErrAlreadyCancelled, ErrAlreadyCommitted,
-// *NotFoundError, *InvalidInputError, and ErrUnavailable while a commit of
-// the hold is under way.
+// ErrIdempotencyKeyReused, *NotFoundError, *InvalidInputError, and
+// ErrUnavailable while a commit of the hold is under way.
 //
 // The extension is one script (extend_hold.lua), atomic against the expiry
 // sweeper: of an extension and an expiry racing, exactly one wins. Its
 // outbox event is the guarantee that the ledger records it; like a cancel,
 // it is also written to the ledger at once, best effort, so a rebuild after
-// Redis lost its data restores the hold with its new expiry.
-func (e *Engine) Extend(ctx context.Context, p Principal, token string, holdFor time.Duration) (res Reservation, err error) {
+// Redis lost its data restores the hold with its new expiry. An idempotency
+// key is recorded on the hold in the same script, so concurrent duplicates
+// extend once; its claim (as for a reserve) pins it to this hold.
+func (e *Engine) Extend(ctx context.Context, p Principal, token string, req ExtendRequest) (res Reservation, err error) {
 	defer func() { e.metrics.outcome("extend", err) }()
 	if isCartLine(token) {
 		return Reservation{}, errCartLine
 	}
-	return e.extendHold(ctx, p, token, holdFor)
+	if _, err := parseToken(token); err != nil {
+		return Reservation{}, err
+	}
+	idem, err := e.checkExtension(ctx, p, token, req)
+	if err != nil {
+		return Reservation{}, err
+	}
+	res, err = e.extendHold(ctx, p, token, req.HoldFor, idem)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if idem != "" {
+		if err := e.keepIdempotencyClaim(ctx, idem, extensionClaim(token)); err != nil {
+			return Reservation{}, err
+		}
+	}
+	return res, nil
 }
 
-// extendHold is Extend of any hold, a cart's line included.
-func (e *Engine) extendHold(ctx context.Context, p Principal, token string, holdFor time.Duration) (Reservation, error) {
+// extensionClaim is what an idempotency key used to extend the hold or cart
+// token is claimed for, in place of a SKU: no SKU looks like it, so the key
+// serves this extension and nothing else.
+func extensionClaim(token string) string { return "#extend:" + token }
+
+// checkExtension validates an extension of the hold or cart token and, when
+// it carries an idempotency key, claims the key for it. It returns the key's
+// hash, or "" without a key.
+func (e *Engine) checkExtension(ctx context.Context, p Principal, token string, req ExtendRequest) (string, error) {
+	if err := checkPrincipal(p); err != nil {
+		return "", err
+	}
+	if req.HoldFor < e.cfg.MinHold || req.HoldFor > e.cfg.MaxHold {
+		return "", &InvalidInputError{Field: "holdSeconds", Reason: fmt.Sprintf("must be between %d and %d",
+			int(e.cfg.MinHold.Seconds()), int(e.cfg.MaxHold.Seconds()))}
+	}
+	if req.IdempotencyKey == "" {
+		return "", nil
+	}
+	if err := checkIdempotencyKey(req.IdempotencyKey); err != nil {
+		return "", err
+	}
+	idem := idempotencyHash(p.ID, req.IdempotencyKey)
+	return idem, e.claimIdempotencyKey(ctx, idem, extensionClaim(token))
+}
+
+// extendHold is Extend of any hold, a cart's line included, once
+// checkExtension has passed; idem is the idempotency key's hash, or "".
+func (e *Engine) extendHold(ctx context.Context, p Principal, token string, holdFor time.Duration, idem string) (Reservation, error) {
 	partition, err := parseToken(token)
 	if err != nil {
 		return Reservation{}, err
 	}
-	if err := checkPrincipal(p); err != nil {
-		return Reservation{}, err
-	}
-	if holdFor < e.cfg.MinHold || holdFor > e.cfg.MaxHold {
-		return Reservation{}, &InvalidInputError{Field: "holdSeconds", Reason: fmt.Sprintf("must be between %d and %d",
-			int(e.cfg.MinHold.Seconds()), int(e.cfg.MaxHold.Seconds()))}
+	fp := ""
+	if idem != "" {
+		fp = strconv.FormatInt(holdFor.Milliseconds(), 10)
 	}
 	limit := max(e.cfg.MaxExtensions, 0)
 	// One id for this call, sent with every try: a script the Redis client
 	// sends again after a lost reply finds it on the hold and replays.
 	call := newAttemptID()
 	args := []any{e.keys.Base(partition), token, p.ID, holdFor.Milliseconds(), limit,
-		e.cfg.MaxHold.Milliseconds(), call, int64(e.cfg.Retention.Seconds())}
+		e.cfg.MaxHold.Milliseconds(), call, int64(e.cfg.Retention.Seconds()), idem, fp}
 	for try := 0; ; try++ {
 		r, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(partition, token), args...)
 		if err != nil {
@@ -65,6 +122,8 @@ func (e *Engine) extendHold(ctx context.Context, p Principal, token string, hold
 			return res, nil
 		case codeForbidden:
 			return Reservation{}, ErrForbidden
+		case codeIdempotencyKeyReused:
+			return Reservation{}, ErrIdempotencyKeyReused
 		case codeExpired:
 			return Reservation{}, ErrExpired
 		case codeAlreadyCancelled:

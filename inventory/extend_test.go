@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,10 +49,10 @@ func TestExtendHold(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, h.Extensions)
 
-		_, err = b.engine.Extend(b.ctx, bob, h.Token, 20*time.Second)
+		_, err = b.engine.Extend(b.ctx, bob, h.Token, inventory.ExtendRequest{HoldFor: 20 * time.Second})
 		require.ErrorIs(t, err, inventory.ErrForbidden)
 		for _, d := range []time.Duration{0, 500 * time.Millisecond, time.Minute + time.Second} {
-			_, err = b.engine.Extend(b.ctx, alice, h.Token, d)
+			_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: d})
 			var invalid *inventory.InvalidInputError
 			require.ErrorAs(t, err, &invalid, "%s", d)
 			require.Equal(t, "holdSeconds", invalid.Field)
@@ -59,7 +60,7 @@ func TestExtendHold(t *testing.T) {
 		require.Equal(t, h.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token), "refusals change nothing")
 
 		before := time.Now()
-		x1, err := b.engine.Extend(b.ctx, alice, h.Token, 20*time.Second)
+		x1, err := b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 20 * time.Second})
 		require.NoError(t, err)
 		require.False(t, x1.Replayed)
 		require.Equal(t, 1, x1.Extensions)
@@ -69,16 +70,16 @@ func TestExtendHold(t *testing.T) {
 		require.Equal(t, strconv.FormatInt(x1.ExpiresAt.UnixMilli(), 10), b.holdField(t, h.Token, "exp"))
 
 		// Past the longest hold after its creation: refused, nothing changes.
-		_, err = b.engine.Extend(b.ctx, alice, h.Token, time.Minute)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 		var limit *inventory.ExtensionLimitError
 		require.ErrorAs(t, err, &limit)
 		require.Equal(t, inventory.ExtensionLimitError{Limit: 2, Used: 1, Latest: h.CreatedAt.Add(time.Minute)}, *limit)
 		require.Equal(t, inventory.CodeExtensionLimit, inventory.ErrorCode(err))
 
-		x2, err := b.engine.Extend(b.ctx, alice, h.Token, 30*time.Second)
+		x2, err := b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 30 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, 2, x2.Extensions)
-		_, err = b.engine.Extend(b.ctx, alice, h.Token, 5*time.Second)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 5 * time.Second})
 		require.ErrorAs(t, err, &limit)
 		require.Equal(t, 2, limit.Used, "two extensions by default")
 		got, err := b.engine.Reservation(b.ctx, alice, h.Token)
@@ -102,13 +103,13 @@ func TestExtendHold(t *testing.T) {
 		c, err := b.engine.Commit(b.ctx, alice, h.Token)
 		require.NoError(t, err)
 		require.Equal(t, 2, c.Extensions)
-		_, err = b.engine.Extend(b.ctx, alice, h.Token, 5*time.Second)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 5 * time.Second})
 		require.ErrorIs(t, err, inventory.ErrAlreadyCommitted)
 		h2, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-1", Quantity: 1})
 		require.NoError(t, err)
 		_, err = b.engine.Cancel(b.ctx, alice, h2.Token)
 		require.NoError(t, err)
-		_, err = b.engine.Extend(b.ctx, alice, h2.Token, 5*time.Second)
+		_, err = b.engine.Extend(b.ctx, alice, h2.Token, inventory.ExtendRequest{HoldFor: 5 * time.Second})
 		require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
 	})
 }
@@ -125,7 +126,7 @@ func TestExtendAfterExpiryChangesNothing(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(5 * time.Millisecond)) },
 			3*time.Second, 10*time.Millisecond)
-		_, err = b.engine.Extend(b.ctx, alice, h.Token, time.Minute)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 		require.ErrorIs(t, err, inventory.ErrExpired)
 		require.Equal(t, "HELD", b.holdField(t, h.Token, "st"), "nothing sweeps here, and the extension released nothing")
 		require.Equal(t, h.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token))
@@ -133,7 +134,7 @@ func TestExtendAfterExpiryChangesNothing(t *testing.T) {
 		expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("EXT-LATE"), 100)
 		require.NoError(t, err)
 		require.Len(t, expired, 1)
-		_, err = b.engine.Extend(b.ctx, alice, h.Token, time.Minute)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 		require.ErrorIs(t, err, inventory.ErrExpired)
 		require.Zero(t, b.drainOutbox(t)["extend"])
 	})
@@ -205,7 +206,7 @@ func TestExtensionRacingExpiry(t *testing.T) {
 			case band:
 				time.Sleep(time.Until(expires[i].Add(time.Duration(i%511-500) * time.Millisecond)))
 			}
-			x, err := b.engine.Extend(b.ctx, buyer(i), h.Token, 2*time.Minute)
+			x, err := b.engine.Extend(b.ctx, buyer(i), h.Token, inventory.ExtendRequest{HoldFor: 2 * time.Minute})
 			switch {
 			case err == nil:
 				extended[i], newExp[i] = true, x.ExpiresAt
@@ -313,7 +314,7 @@ func TestExtensionSurvivesRedisLoss(t *testing.T) {
 		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-LOSS", Quantity: 1, HoldFor: 30 * time.Second})
 		require.NoError(t, err)
 		b.drainOutbox(t)
-		x, err := b.engine.Extend(b.ctx, alice, h.Token, 20*time.Minute)
+		x, err := b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
 		require.NoError(t, err)
 		// The write-behind has not run: only the extension's own write is in the ledger.
 		b.wipe(t)
@@ -323,11 +324,131 @@ func TestExtensionSurvivesRedisLoss(t *testing.T) {
 		require.Equal(t, x.ExpiresAt, got.ExpiresAt, "rebuilt with the extended expiry")
 		require.Equal(t, 1, got.Extensions)
 		require.Equal(t, x.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token))
-		x2, err := b.engine.Extend(b.ctx, alice, h.Token, 30*time.Minute)
+		x2, err := b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 30 * time.Minute})
 		require.NoError(t, err)
 		require.Equal(t, 2, x2.Extensions)
-		_, err = b.engine.Extend(b.ctx, alice, h.Token, 30*time.Minute)
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 30 * time.Minute})
 		require.ErrorIs(t, err, inventory.ErrExtensionLimit, "the used extensions survive the loss")
 		require.Equal(t, 1, b.requireBalanced(t, "EXT-LOSS").Held)
+	})
+}
+
+// An extension sent with an idempotency key extends once, however often and
+// however concurrently it is sent: a retry answers the hold as it is (even
+// once the extensions are used up, or it was sold), the key with another
+// length or another hold is refused, and so is a key a reserve used. The
+// same for a cart, line by line.
+func TestExtensionIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "EXT-KEY", 5, 0)
+		alice := buyer(1)
+		h, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-KEY", Quantity: 1, HoldFor: 30 * time.Second})
+		require.NoError(t, err)
+
+		// 50 concurrent duplicates: one extension.
+		pay := inventory.ExtendRequest{HoldFor: 2 * time.Minute, IdempotencyKey: "pay-1"}
+		const dups = 50
+		answers := make([]inventory.Reservation, dups)
+		raceCheck(t, dups, func(i int) error {
+			var err error
+			answers[i], err = b.engine.Extend(b.ctx, alice, h.Token, pay)
+			return err
+		})
+		first := 0
+		for _, a := range answers {
+			if !a.Replayed {
+				first++
+			}
+			require.Equal(t, 1, a.Extensions)
+			require.Equal(t, answers[0].ExpiresAt, a.ExpiresAt)
+		}
+		require.Equal(t, 1, first, "one call extended, the others replayed it")
+		require.Equal(t, answers[0].ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token))
+
+		// The retry a frontend sends after a timeout, a moment later.
+		time.Sleep(28 * time.Millisecond)
+		again, err := b.engine.Extend(b.ctx, alice, h.Token, pay)
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, 1, again.Extensions, "the retry burns no extension")
+		require.Equal(t, answers[0].ExpiresAt, again.ExpiresAt, "nor moves the expiry")
+
+		// The second extension, with its own key; then the first key again
+		// still replays, though no extension is left.
+		second, err := b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 3 * time.Minute, IdempotencyKey: "pay-2"})
+		require.NoError(t, err)
+		require.False(t, second.Replayed)
+		require.Equal(t, 2, second.Extensions)
+		again, err = b.engine.Extend(b.ctx, alice, h.Token, pay)
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, second.ExpiresAt, again.ExpiresAt, "the hold as it is now")
+
+		// The key with anything else.
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 5 * time.Minute, IdempotencyKey: "pay-1"})
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused, "another length")
+		other, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "EXT-KEY", Quantity: 1, IdempotencyKey: "buy-1"})
+		require.NoError(t, err)
+		_, err = b.engine.Extend(b.ctx, alice, other.Token, pay)
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused, "another hold")
+		_, err = b.engine.Extend(b.ctx, alice, other.Token, inventory.ExtendRequest{HoldFor: 2 * time.Minute, IdempotencyKey: "buy-1"})
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused, "a reserve's key")
+		_, err = b.engine.Extend(b.ctx, buyer(2), h.Token, pay)
+		require.ErrorIs(t, err, inventory.ErrForbidden, "keys are per principal: another's is a new call, and refused")
+		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: time.Minute, IdempotencyKey: strings.Repeat("k", 129)})
+		require.ErrorIs(t, err, inventory.ErrInvalidInput)
+
+		// Sold, the key still answers the hold.
+		_, err = b.engine.Commit(b.ctx, alice, h.Token)
+		require.NoError(t, err)
+		again, err = b.engine.Extend(b.ctx, alice, h.Token, pay)
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, inventory.StatusCommitted, again.Status)
+
+		require.Equal(t, 2, b.drainOutbox(t)["extend"])
+		require.Equal(t, 2, b.count(t, `SELECT count(*) FROM stock_movements WHERE token = $1 AND kind = 'extend'`, h.Token))
+		require.Equal(t, 2, b.count(t, `SELECT extensions FROM reservations WHERE token = $1`, h.Token))
+
+		// A cart: 50 concurrent duplicates extend each line once.
+		skus := skusInPartitions("EXT-KEY-CART", 3)
+		for _, sku := range skus {
+			b.product(t, sku, 2, 0)
+		}
+		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: 30 * time.Second})
+		require.NoError(t, err)
+		payCart := inventory.ExtendRequest{HoldFor: 10 * time.Minute, IdempotencyKey: "pay-cart"}
+		carts := make([]inventory.Cart, dups)
+		raceCheck(t, dups, func(i int) error {
+			var err error
+			carts[i], err = b.engine.ExtendCart(b.ctx, alice, cart.Token, payCart)
+			return err
+		})
+		extended, err := b.engine.CartOf(b.ctx, alice, cart.Token)
+		require.NoError(t, err)
+		for _, l := range extended.Lines {
+			require.Equal(t, 1, l.Extensions, "line %s extended once", l.SKU)
+			require.False(t, l.ExpiresAt.After(extended.ExpiresAt), "no line outlives its cart")
+		}
+		time.Sleep(28 * time.Millisecond)
+		retried, err := b.engine.ExtendCart(b.ctx, alice, cart.Token, payCart)
+		require.NoError(t, err)
+		require.True(t, retried.Replayed)
+		require.Equal(t, extended.ExpiresAt, retried.ExpiresAt)
+		for _, l := range retried.Lines {
+			require.Equal(t, 1, l.Extensions)
+		}
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute, IdempotencyKey: "pay-cart"})
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
+		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, pay)
+		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused, "a hold's key")
+		b.drainOutbox(t)
+		for _, l := range cart.Lines {
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM stock_movements WHERE token = $1 AND kind = 'extend'`, l.Token),
+				"one extension of line %s in the ledger", l.SKU)
+			require.Equal(t, 1, b.requireBalanced(t, l.SKU).Held)
+		}
 	})
 }

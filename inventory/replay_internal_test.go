@@ -83,7 +83,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	require.NoError(t, err)
 	hp, err := parseToken(held.Token)
 	require.NoError(t, err)
-	extArgs := []any{e.keys.Base(hp), held.Token, "alice", int64(120_000), 2, int64(3_600_000), "call-1", 86400}
+	extArgs := []any{e.keys.Base(hp), held.Token, "alice", int64(120_000), 2, int64(3_600_000), "call-1", 86400, "", ""}
 	x1, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(hp, held.Token), extArgs...)
 	require.NoError(t, err)
 	x2, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(hp, held.Token), extArgs...)

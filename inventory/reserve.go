@@ -82,10 +82,18 @@ func (e *Engine) checkReserve(p Principal, req ReserveRequest) (time.Duration, e
 		return 0, &InvalidInputError{Field: "holdSeconds", Reason: fmt.Sprintf("must be between %d and %d",
 			int(e.cfg.MinHold.Seconds()), int(e.cfg.MaxHold.Seconds()))}
 	}
-	if k := req.IdempotencyKey; k != "" && (len(k) > 128 || !utf8.ValidString(k)) {
-		return 0, &InvalidInputError{Field: "idempotencyKey", Reason: "must be valid UTF-8 of at most 128 bytes"}
+	if err := checkIdempotencyKey(req.IdempotencyKey); err != nil {
+		return 0, err
 	}
 	return hold, nil
+}
+
+// checkIdempotencyKey checks a client's idempotency key ("" is none).
+func checkIdempotencyKey(k string) error {
+	if k != "" && (len(k) > 128 || !utf8.ValidString(k)) {
+		return &InvalidInputError{Field: "idempotencyKey", Reason: "must be valid UTF-8 of at most 128 bytes"}
+	}
+	return nil
 }
 
 // Reserve holds units of a SKU for a principal, or returns why not:

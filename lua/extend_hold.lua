@@ -12,10 +12,14 @@
 -- ARGV[5]  most extensions a hold may have   ARGV[6] longest hold in ms after its creation
 -- ARGV[7]  this call's id, chosen by the caller (unique per call)
 -- ARGV[8]  retention seconds (a hold hash that has a TTL keeps it past its new expiry)
+-- ARGV[9]  idempotency hash of the client's key ("" when it sent none)
+-- ARGV[10] request fingerprint (the hold milliseconds asked for; "" without a key)
 --
 -- Returns hold_reply(code, ...) with code:
 --   OK                 extended now (replayed = 0), or this very call ran before (replayed = 1:
---                      its reply was lost and the client sent it again)
+--                      its reply was lost and the client sent it again), or the client's
+--                      idempotency key extended this hold before (replayed = 1, the hold as it
+--                      is now, whatever happened to it since)
 --   FORBIDDEN          another principal's hold
 --   EXPIRED            past its expiry (the sweeper releases it; nothing changes here)
 --   ALREADY_CANCELLED  cancelled before
@@ -23,6 +27,7 @@
 --   COMMIT_IN_PROGRESS a commit is under way (it cannot expire meanwhile): try again shortly
 --   EXTENSION_LIMIT    no extension left, or the new expiry would pass the longest hold;
 --                      nothing changes
+-- or {'IDEMPOTENCY_KEY_REUSED'} when the key extended this hold for another length,
 -- or {'NOT_FOUND'} when Redis has no such live hold (the caller asks Postgres),
 -- or {'NEEDS_HYDRATION', sku} when the hold's SKU is not loaded.
 --
@@ -32,13 +37,22 @@
 -- The SKU's stock is not changed, but its sequence is bumped and announced, so
 -- a reservationChanged subscriber hears of the new expiry at once.
 --
+-- An extension made with an idempotency key is recorded on the hold itself,
+-- as the field x:<hash> = fingerprint: it lives exactly as long as the hold,
+-- a hold has at most ARGV[5] of them, and the check and the record are in
+-- this script, so concurrent duplicates extend once. Refusals are not
+-- recorded: a refused extension changed nothing, and is refused again.
+--
 -- Why one script: the status and expiry check and the new expiry must be one
 -- step against the sweeper. release_hold.lua expires a hold only when its
 -- expiry has passed, and this script extends it only when it has not, both on
 -- Redis' clock and one after the other on the hold's slot: of an extension and
--- an expiry racing, exactly one wins. A retried call (same id) replays.
+-- an expiry racing, exactly one wins. A retried call (same id) replays, and so
+-- does a call with the same idempotency key and length.
 
 local base, token, who, call = ARGV[1], ARGV[2], ARGV[3], ARGV[7]
+local keyed = ARGV[9] ~= ''
+local record = 'x:' .. ARGV[9]
 if not is_int(ARGV[4], 1000, tonumber(ARGV[6])) or call == '' then
   return { 'INVALID_INPUT', 'holdSeconds', 'out of range' }
 end
@@ -47,6 +61,12 @@ if refusal then
   return refusal
 end
 if h['xid'] == call then
+  return hold_reply('OK', token, h, 1)
+end
+if keyed and h[record] then
+  if h[record] ~= ARGV[10] then
+    return { 'IDEMPOTENCY_KEY_REUSED' }
+  end
   return hold_reply('OK', token, h, 1)
 end
 local st = h['st']
@@ -74,6 +94,9 @@ end
 
 h['exp'], h['ext'] = tostring(exp), tostring(ext + 1)
 redis.call('HSET', KEYS[1], 'exp', h['exp'], 'ext', h['ext'], 'xid', call)
+if keyed then
+  redis.call('HSET', KEYS[1], record, ARGV[10])
+end
 if redis.call('PTTL', KEYS[1]) > 0 then
   -- A restored hold's hash ends some time after its expiry: after the new one.
   redis.call('PEXPIREAT', KEYS[1], exp + tonumber(ARGV[8]) * 1000)

@@ -36,12 +36,23 @@ func extendReservation(t *testing.T, e *graphqltest.Env) {
 	only(t, e.Extend(t, "", token, 300), "UNAUTHENTICATED")
 	only(t, e.Extend(t, alice, "r01.unknown", 300), "INVALID_INPUT")
 
-	x := e.Extend(t, alice, token, 300)
+	keyed := func(secs int, key string) graphqltest.Payload {
+		var out struct{ ExtendReservation graphqltest.Payload }
+		e.MustDo(t, alice, graphqltest.ExtendDoc, map[string]any{"i": map[string]any{"token": token, "holdSeconds": secs, "idempotencyKey": key}}, &out)
+		return out.ExtendReservation
+	}
+	x := keyed(300, "pay-1")
 	require.Empty(t, x.UserErrors)
 	require.Equal(t, "HELD", x.Reservation.Status)
 	require.Equal(t, 1, x.Reservation.Extensions)
 	require.WithinDuration(t, time.Now().Add(300*time.Second), x.Reservation.ExpiresAt, 5*time.Second)
 	require.Equal(t, 1, x.Reservation.Product.Stock.Held, "an extension moves no stock")
+	// The client's retry of that call (its answer timed out) burns no extension.
+	retry := keyed(300, "pay-1")
+	require.Empty(t, retry.UserErrors)
+	require.Equal(t, 1, retry.Reservation.Extensions)
+	require.Equal(t, x.Reservation.ExpiresAt, retry.Reservation.ExpiresAt)
+	only(t, keyed(600, "pay-1"), "IDEMPOTENCY_KEY_REUSED")
 
 	// Past the longest hold (3600 s) after creation, and past the count.
 	ue := only(t, e.Extend(t, alice, token, 3600), "EXTENSION_LIMIT")

@@ -89,7 +89,8 @@ func (r *mutationResolver) Cancel(ctx context.Context, input model.CancelInput) 
 // ExtendReservation is the resolver for the extendReservation field.
 func (r *mutationResolver) ExtendReservation(ctx context.Context, input model.ExtendReservationInput) (*model.ReservationPayload, error) {
 	res, ues, err := r.holdMutation(ctx, func(p inventory.Principal) (inventory.Reservation, error) {
-		return r.deps.engine.Extend(ctx, p, input.Token, time.Duration(input.HoldSeconds)*time.Second)
+		return r.deps.engine.Extend(ctx, p, input.Token, inventory.ExtendRequest{
+			HoldFor: time.Duration(input.HoldSeconds) * time.Second, IdempotencyKey: deref(input.IdempotencyKey)})
 	})
 	if err != nil {
 		return nil, err
@@ -132,7 +133,8 @@ func (r *mutationResolver) CancelCart(ctx context.Context, input model.CancelCar
 // ExtendCart is the resolver for the extendCart field.
 func (r *mutationResolver) ExtendCart(ctx context.Context, input model.ExtendCartInput) (*model.CartPayload, error) {
 	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
-		return r.deps.engine.ExtendCart(ctx, p, input.Token, time.Duration(input.HoldSeconds)*time.Second)
+		return r.deps.engine.ExtendCart(ctx, p, input.Token, inventory.ExtendRequest{
+			HoldFor: time.Duration(input.HoldSeconds) * time.Second, IdempotencyKey: deref(input.IdempotencyKey)})
 	})
 }
 

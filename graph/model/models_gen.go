@@ -180,12 +180,22 @@ type ExtendCartInput struct {
 	Token string `json:"token"`
 	// The cart's new expiresAt is now + holdSeconds (1-3600).
 	HoldSeconds int `json:"holdSeconds"`
+	// Send one per attempt and keep it on retries: the same key, cart and
+	// holdSeconds from the same principal extend the cart once, and a retry
+	// answers the cart as it is. The same key with anything else:
+	// IDEMPOTENCY_KEY_REUSED. Absent: every call is another extension.
+	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 }
 
 type ExtendReservationInput struct {
 	Token string `json:"token"`
 	// The hold's new length from now, in seconds: 1 to DROPLINE_HOLD_MAX (3600 by default).
 	HoldSeconds int `json:"holdSeconds"`
+	// Send one per attempt and keep it on retries: the same key, token and
+	// holdSeconds from the same principal extend the hold once, and a retry
+	// answers the reservation as it is. The same key with anything else:
+	// IDEMPOTENCY_KEY_REUSED. Absent: every call is another extension.
+	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 }
 
 type JoinWaitlistInput struct {
