@@ -100,9 +100,17 @@ BENCH_FLAGS ?=
 bench-http: build ## black-box reserve benchmark of bin/dropline vs raw Redis and PostgreSQL; rewrites its section of docs/benchmarks.md
 	$(GO) run ./cmd/bench-http --bin $(BIN) --doc docs/benchmarks.md $(BENCH_FLAGS)
 
+# Both run against a server, a redis-server and a database of their own
+# (scripts/flashsale.sh), removed afterwards: the products a rehearsal makes
+# never reach the database `make run` serves.
+.PHONY: flashsale
+flashsale: ## rehearse a drop (5,000 buyers) against a fresh server of its own: make flashsale [FLASHSALE_ARGS="--buyers 500 --waitlist 100"]
+	@bash scripts/flashsale.sh
+
+WATCHERS ?= 10000
 .PHONY: watchers
 watchers: ## live availability: WATCHERS (10000) subscribers of the hot SKU against a fresh server: make watchers [WATCHERS=n] [FLASHSALE_ARGS="--watch-transport sse"]
-	@bash scripts/watchers.sh
+	@WATCHERS=$(WATCHERS) REPORT=$${REPORT:-bin/watchers-report.html} bash scripts/flashsale.sh
 
 .PHONY: tidy
 tidy: ## go mod tidy

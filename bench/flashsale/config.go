@@ -24,7 +24,8 @@ const (
 type Config struct {
 	// Targets are the base URLs of the Dropline servers ("http://host:port",
 	// optionally ending in /graphql); buyers are spread round-robin.
-	// Default: http://localhost:8080.
+	// No default: a rehearsal creates its SKUs on the target, so it is
+	// never `make run`'s demo shop unless asked for by name.
 	Targets []string
 	// AllowRemote permits targets that are not loopback addresses. Off by
 	// default: a load test pointed at production by mistake is an outage.
@@ -137,7 +138,6 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		Targets:      []string{"http://localhost:8080"},
 		Buyers:       5000,
 		Concurrency:  64,
 		Stock:        100,
@@ -173,7 +173,7 @@ func (c Config) Validate(ctx context.Context) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(c.Targets) == 0 {
-		bad("no target URL")
+		bad("no target URL: give --url (the rehearsal creates its SKUs on that server), or run `make flashsale`, which starts a server and a database of its own")
 	}
 	for _, t := range c.Targets {
 		if err := checkTarget(ctx, t, c.AllowRemote); err != nil {

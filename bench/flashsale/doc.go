@@ -57,7 +57,8 @@
 // goroutine and a 1 KiB buffer each), so ten thousand of them leave the
 // CPU to the server being measured; it still shares the machine, and the
 // load average during the changes is part of the result. `make watchers`
-// (scripts/watchers.sh) starts a fresh server and runs it in one command.
+// (scripts/flashsale.sh) starts a fresh server, on a redis-server and a
+// database of its own, and runs it in one command.
 //
 // # Waitlist
 //

@@ -106,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "flashsale: rehearse a flash sale against running Dropline servers and check the verdict\n\n"+
-			"Usage: flashsale [flags]   (against `make run`: flashsale)\n\n")
+			"Usage: flashsale --url URL [flags]   (`make flashsale` runs it against a server of its own)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
