@@ -35,11 +35,13 @@ func readmeBlocks(t *testing.T, lang string) []string {
 // TestReadmeQuickStart does what the README's quick start tells a newcomer:
 // what `make run` runs (migrate, seed --demo, serve in dev mode), a token
 // from what `make token` runs, then every GraphQL block of the README,
-// verbatim, against the real server (a block that uses $token gets the token
-// of the cart the last reserveCart made: the README's cart checkout). Each
-// must succeed without errors or userErrors; the hold the README's reserve
-// makes must exist in Redis and, through the write-behind, in Postgres, and
-// the README's cart must end COMMITTED.
+// verbatim, against the real server (a cart block that uses $token gets the
+// token of the cart the last reserveCart made, any other the token of the
+// last hold a reserve made). Each must succeed without errors or userErrors;
+// the single hold's commit and cancel each end one of the README's holds,
+// and every hold must be in Redis and, through the write-behind, in Postgres
+// with the status the examples left it in; the waitlist join is served at
+// once; the README's cart must end COMMITTED.
 func TestReadmeQuickStart(t *testing.T) {
 	t.Parallel()
 	blocks := readmeBlocks(t, "graphql")
@@ -79,7 +81,9 @@ func TestReadmeQuickStart(t *testing.T) {
 	code, tok, errOut := runCmd(t, envm, "token", "--user", "alice")
 	require.Equal(t, 0, code, errOut)
 
-	type hold struct{ token, sku string }
+	// Each hold the README's reserves make, and the status its examples
+	// leave it in: HELD, or what its commit or cancel answered.
+	type hold struct{ token, sku, status string }
 	var holds []hold
 	skuArg := regexp.MustCompile(`sku: "([^"]+)"`)
 	cartToken := "" // the cart the last reserveCart made: a block's $token
@@ -124,6 +128,12 @@ func TestReadmeQuickStart(t *testing.T) {
 					Token  string `json:"token"`
 					Status string `json:"status"`
 				} `json:"cart"`
+				Entry *struct {
+					Status      string `json:"status"`
+					Reservation *struct {
+						Token string `json:"token"`
+					} `json:"reservation"`
+				} `json:"entry"`
 				UserErrors []map[string]any `json:"userErrors"`
 			}
 			require.NoError(t, json.Unmarshal(raw, &payload))
@@ -136,12 +146,25 @@ func TestReadmeQuickStart(t *testing.T) {
 				cartsCommitted++
 			}
 			require.Empty(t, payload.UserErrors, "README example %s:\n%s", field, doc)
-			if field == "reserve" {
+			switch field {
+			case "reserve":
 				require.NotNil(t, payload.Reservation)
 				require.Equal(t, "HELD", payload.Reservation.Status)
 				m := skuArg.FindStringSubmatch(doc)
 				require.NotNil(t, m, "the reserve names its SKU")
-				holds = append(holds, hold{payload.Reservation.Token, m[1]})
+				holds = append(holds, hold{payload.Reservation.Token, m[1], "HELD"})
+			case "joinWaitlist":
+				// Taken where the buyer can be served: handed a unit at once.
+				require.NotNil(t, payload.Entry)
+				require.Equal(t, "OFFERED", payload.Entry.Status, "README example %s:\n%s", field, doc)
+				require.NotNil(t, payload.Entry.Reservation)
+			case "commit", "cancel":
+				want := map[string]string{"commit": "COMMITTED", "cancel": "CANCELLED"}[field]
+				require.NotNil(t, payload.Reservation, "README example %s:\n%s", field, doc)
+				require.Equal(t, want, payload.Reservation.Status, "README example %s:\n%s", field, doc)
+				last := &holds[len(holds)-1]
+				require.Equal(t, last.token, payload.Reservation.Token)
+				last.status = want
 			}
 		}
 	}
@@ -154,9 +177,15 @@ func TestReadmeQuickStart(t *testing.T) {
 	require.NotNil(t, shown, "the README shows the reserve's token")
 	require.True(t, strings.HasPrefix(holds[0].token, string(shown[1])), "the README shows a token %s…, its reserve returns %s", shown[1], holds[0].token)
 	require.Equal(t, 1, cartsCommitted, "the README's cart checkout commits its cart")
+	statuses := map[string]int{}
+	for _, h := range holds {
+		statuses[h.status]++
+	}
+	require.Equal(t, map[string]int{"COMMITTED": 1, "CANCELLED": 1}, statuses,
+		"the README shows the single hold's commit and cancel, each on a hold its reserve made")
 
-	// The hold is real: HELD in Redis now, and HELD in the ledger once the
-	// write-behind has carried it.
+	// The holds are real: in Redis now with the status the examples left
+	// them in, and in the ledger with it once the write-behind has carried it.
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)
 	defer pool.Close()
@@ -164,11 +193,11 @@ func TestReadmeQuickStart(t *testing.T) {
 	for _, h := range holds {
 		status, err := rdb.Client.HGet(context.Background(), keys.Hold(inventory.PartitionOf(h.sku), h.token), "st").Result()
 		require.NoError(t, err)
-		require.Equal(t, "HELD", status)
+		require.Equal(t, h.status, status)
 		require.Eventually(t, func() bool {
 			var st, sku string
 			err := pool.QueryRow(context.Background(), `SELECT status, sku FROM reservations WHERE token = $1`, h.token).Scan(&st, &sku)
-			return err == nil && st == "HELD" && sku == h.sku
-		}, 10*time.Second, 20*time.Millisecond, "the hold reaches the ledger")
+			return err == nil && st == h.status && sku == h.sku
+		}, 10*time.Second, 20*time.Millisecond, "the hold reaches the ledger as %s", h.status)
 	}
 }

@@ -150,9 +150,8 @@ export function ProductCard({ product, stock, signedIn, existingHold, index }) {
   );
 }
 
-// WaitlistSlot is where joining a waitlist for a sold-out SKU will go, once
-// the API has one. Until then it only says how units come back, and offers
-// no button.
+// WaitlistSlot tells the buyer of a sold-out SKU how units come back. The
+// page does not join the API's waitlist (joinWaitlist): it offers no button.
 function WaitlistSlot({ sku }) {
   return (
     <div className="waitlist-slot" data-testid={`waitlist-${sku}`}>
