@@ -61,8 +61,9 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			Registerer:  in.Registry,
 			Streams:     in.Config.StreamLimits(),
 			Limits: graphql.Limits{
-				MutationRate:  in.Config.MutationRate,
-				MutationBurst: in.Config.MutationBurst,
+				MutationRate:    in.Config.MutationRate,
+				MutationBurst:   in.Config.MutationBurst,
+				APQBytesPerAddr: int64(in.Config.APQBytesPerAddr),
 			},
 		}),
 		Checks:  []server.Check{{Name: "scripts", Fn: engine.Ping}},

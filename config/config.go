@@ -60,6 +60,7 @@ const (
 	EnvStreamPingInterval = "DROPLINE_STREAM_PING_INTERVAL"
 	EnvStreamWriteTimeout = "DROPLINE_STREAM_WRITE_TIMEOUT"
 	EnvLiveInterval       = "DROPLINE_LIVE_INTERVAL"
+	EnvAPQBytesPerAddr    = "DROPLINE_APQ_BYTES_PER_ADDR"
 
 	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
 	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
@@ -100,6 +101,7 @@ const (
 	DefaultStreamPingInterval = graphql.DefaultPingInterval
 	DefaultStreamWriteTimeout = graphql.DefaultWriteTimeout
 	DefaultLiveInterval       = live.DefaultInterval
+	DefaultAPQBytesPerAddr    = graphql.DefaultAPQBytesPerAddr
 
 	// DevOrigin is the origin the playground is served from by `make run`;
 	// dev mode allows it for CORS in addition to DROPLINE_CORS_ORIGINS.
@@ -352,6 +354,15 @@ type Config struct {
 	// while a watched SKU changes fast (a write per watcher per delivery).
 	LiveInterval time.Duration
 
+	// APQBytesPerAddr is how many bytes of automatic persisted queries one
+	// client address (IPv6 per /64) may have registered in Redis
+	// (DROPLINE_APQ_BYTES_PER_ADDR), counted until 24 h after its last
+	// registration; beyond it a query still runs but is not registered,
+	// and its client keeps sending it whole. Default: 1048576; between 65536
+	// and 1073741824. A query is registered only once it has run, and only
+	// up to 32 KiB.
+	APQBytesPerAddr int
+
 	// AdminAddr, when set, opens a second listener for operators with the Go
 	// profiler (net/http/pprof under /debug/pprof/) (DROPLINE_ADMIN_ADDR,
 	// host:port). Default: empty, no admin listener. It must be a loopback
@@ -397,6 +408,7 @@ func Default() Config {
 		StreamPingInterval:      DefaultStreamPingInterval,
 		StreamWriteTimeout:      DefaultStreamWriteTimeout,
 		LiveInterval:            DefaultLiveInterval,
+		APQBytesPerAddr:         DefaultAPQBytesPerAddr,
 	}
 }
 
@@ -510,6 +522,7 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvStreamPingInterval, &c.StreamPingInterval)
 	dur(EnvStreamWriteTimeout, &c.StreamWriteTimeout)
 	dur(EnvLiveInterval, &c.LiveInterval)
+	num(EnvAPQBytesPerAddr, &c.APQBytesPerAddr)
 	str(EnvAdminAddr, &c.AdminAddr)
 	boolean(EnvAdminAllowRemote, &c.AdminAllowRemote)
 

@@ -373,6 +373,22 @@ func TestJWTClaimSettings(t *testing.T) {
 	require.ErrorContains(t, c.Validate(), config.EnvJWTMaxLifetime)
 }
 
+func TestAPQBytesPerAddr(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.Equal(t, 1<<20, c.APQBytesPerAddr)
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_APQ_BYTES_PER_ADDR": "262144"}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, 262144, c.APQBytesPerAddr)
+	for _, bad := range []string{"0", "1000", "2000000000"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_APQ_BYTES_PER_ADDR": bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvAPQBytesPerAddr, bad)
+	}
+}
+
 func TestClientAddressAndStreamSettings(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(map[string]string{

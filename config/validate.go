@@ -201,6 +201,10 @@ func (c Config) Validate() error {
 		add(EnvLiveInterval, "is %s: the live delivery interval must be between 1ms and 1s (default %s)", c.LiveInterval, DefaultLiveInterval)
 	}
 
+	if c.APQBytesPerAddr < 64<<10 || c.APQBytesPerAddr > 1<<30 {
+		add(EnvAPQBytesPerAddr, "is %d: the persisted-query bytes one address may register must be between 65536 and 1073741824 (default %d)", c.APQBytesPerAddr, DefaultAPQBytesPerAddr)
+	}
+
 	if len(ps) > 0 {
 		return ps
 	}

@@ -6,7 +6,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -193,4 +195,77 @@ func TestTokensLiveNoLongerThanTheServerAllows(t *testing.T) {
 	codes, _ := errorCodes(t, a)
 	require.Empty(t, codes)
 	require.Equal(t, 1, s.scalar(`SELECT count(*)::int FROM products WHERE sku = 'FORGED-1'`))
+}
+
+// apqBody is a POST body carrying query with its correct sha256Hash.
+func apqBody(query string, withQuery bool) []byte {
+	sum := sha256.Sum256([]byte(query))
+	m := map[string]any{"extensions": map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hex.EncodeToString(sum[:])}}}
+	if withQuery {
+		m["query"] = query
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// apqFootprint counts the persisted queries in Redis and what they use
+// (MEMORY USAGE, the key's overhead included).
+func (s *system) apqFootprint(t *testing.T) (keys int, bytes int64) {
+	t.Helper()
+	ctx := context.Background()
+	iter := s.RDB.Scan(ctx, 0, keyPrefix+"apq:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n, err := s.RDB.MemoryUsage(ctx, iter.Val()).Result()
+		require.NoError(t, err)
+		keys++
+		bytes += n
+	}
+	require.NoError(t, iter.Err())
+	return keys, bytes
+}
+
+// Anonymous clients cannot fill Redis through automatic persisted
+// queries: 20 POSTs of ~1 MiB of junk with their correct hash each get
+// GRAPHQL_PARSE_FAILED and leave no key; 64 distinct valid 30 KiB queries
+// from one address all run, but only about 1 MiB of them is registered;
+// another address still registers.
+func TestJunkPersistedQueriesLeaveNothingInRedis(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	p := s.start("a")
+	header := http.Header{"Content-Type": {"application/json"}}
+
+	junk := make([]byte, 1_000_000)
+	for i := range 20 {
+		for j := range junk {
+			junk[j] = 'a' + byte((i+j)%26)
+		}
+		a := send(t, http.MethodPost, p.URL+"/graphql", header, apqBody(string(junk), true))
+		codes, _ := errorCodes(t, a)
+		require.Equal(t, []string{"GRAPHQL_PARSE_FAILED"}, codes, "junk %d", i)
+	}
+	keys, bytes := s.apqFootprint(t)
+	require.Zero(t, keys, "junk registered nothing (%d bytes)", bytes)
+
+	query := func(i int) string {
+		return fmt.Sprintf("{ __typename } # %d %s", i, strings.Repeat("x", 30<<10))
+	}
+	for i := range 64 {
+		a := send(t, http.MethodPost, p.URL+"/graphql", header, apqBody(query(i), true))
+		codes, data := errorCodes(t, a)
+		require.Empty(t, codes, "query %d runs", i)
+		require.True(t, data)
+	}
+	keys, bytes = s.apqFootprint(t)
+	// Each is charged its 30,740 bytes and 200 for its key: 33 fit in 1 MiB.
+	require.Equal(t, 33, keys, "one address registers about 1 MiB of queries")
+	require.Less(t, bytes, int64(1<<20)*5/4, "what Redis keeps for them")
+
+	from2 := loopbackClient(t, "127.0.0.2")
+	r := postRaw(context.Background(), from2, p.URL, "", "application/json", apqBody(query(64), true))
+	require.NoError(t, r.Err)
+	require.Empty(t, r.Errors)
+	keys2, _ := s.apqFootprint(t)
+	require.Equal(t, keys+1, keys2, "another address has a budget of its own")
+	t.Logf("FIGURES apq: junk_keys=0 junk_bytes=0 valid_sent=64 registered=%d registered_bytes=%d", keys, bytes)
 }

@@ -240,6 +240,37 @@ func Of(req *http.Request) string {
 	return req.RemoteAddr
 }
 
+// Key returns what per-address limits count req under: its client address
+// (Of), an IPv6 address by its /64, since one client commonly has a whole
+// /64 to pick addresses from.
+func Key(req *http.Request) string {
+	if a, ok := From(req.Context()); ok {
+		return group(a)
+	}
+	if a := parseHop(req.RemoteAddr); a.IsValid() {
+		return group(a)
+	}
+	return req.RemoteAddr
+}
+
+// KeyFrom is Key for code that has the request's context only (a GraphQL
+// operation): the key of the address the server resolved, or "" when ctx
+// carries none.
+func KeyFrom(ctx context.Context) string {
+	if a, ok := From(ctx); ok {
+		return group(a)
+	}
+	return ""
+}
+
+func group(a netip.Addr) string {
+	if !a.Is6() {
+		return a.String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}
+
 // Middleware resolves the client address of every request and stores it
 // in the request context.
 func (r Resolver) Middleware(next http.Handler) http.Handler {

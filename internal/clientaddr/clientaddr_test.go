@@ -154,6 +154,28 @@ func strs(ps []netip.Prefix) []string {
 	return out
 }
 
+// Key counts an IPv4 client alone and an IPv6 client by its /64, through
+// the resolved address when the server resolved one.
+func TestKeyGroupsIPv6ByItsSlash64(t *testing.T) {
+	t.Parallel()
+	for peer, want := range map[string]string{
+		"192.0.2.7:5000":                  "192.0.2.7",
+		"[2001:db8:1:2:aaaa::1]:5000":     "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:ffff::9]:443": "2001:db8:1:2::/64",
+		"[2001:db8:1:3::1]:443":           "2001:db8:1:3::/64",
+		"[::ffff:192.0.2.8]:80":           "192.0.2.8",
+		"not an address":                  "not an address",
+	} {
+		require.Equal(t, want, clientaddr.Key(request(peer, nil)), peer)
+	}
+	r := request("10.0.0.1:80", map[string][]string{"X-Forwarded-For": {"2001:db8:9::5"}})
+	var got string
+	resolver(t, clientaddr.XForwardedFor, "10.0.0.0/8").Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		got = clientaddr.Key(r)
+	})).ServeHTTP(httptest.NewRecorder(), r)
+	require.Equal(t, "2001:db8:9::/64", got)
+}
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

@@ -77,5 +77,6 @@
 // dropline_graphql_shared_executions_total.
 //
 // Redis keys, under the engine's prefix P: P+"apq:<sha256>" for persisted
-// queries.
+// queries, registered only once they ran (persistedQueries), and
+// P+"apqbudget:<client address>" for what each address has registered.
 package graphql

@@ -87,7 +87,21 @@ type Limits struct {
 	MutationBurst  int
 	// APQTTL is how long a persisted query is kept in Redis. Default 24 h.
 	APQTTL time.Duration
+	// APQQueryBytes is the longest query registered as a persisted query; a
+	// longer one runs but is not registered. Default DefaultAPQQueryBytes.
+	APQQueryBytes int
+	// APQBytesPerAddr is how many bytes of persisted queries one client
+	// address (IPv6 per /64) may have registered, counted until APQTTL
+	// after its last registration; beyond it a query runs but is not
+	// registered. Default DefaultAPQBytesPerAddr.
+	APQBytesPerAddr int64
 }
+
+// Defaults of the persisted queries' bounds (Limits).
+const (
+	DefaultAPQQueryBytes   = 32 << 10
+	DefaultAPQBytesPerAddr = 1 << 20
+)
 
 func (l Limits) withDefaults() Limits {
 	def := func(v *int, d int) {
@@ -105,6 +119,10 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.APQTTL == 0 {
 		l.APQTTL = 24 * time.Hour
+	}
+	def(&l.APQQueryBytes, DefaultAPQQueryBytes)
+	if l.APQBytesPerAddr == 0 {
+		l.APQBytesPerAddr = DefaultAPQBytesPerAddr
 	}
 	return l
 }
@@ -170,7 +188,7 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	if cfg.Dev {
 		srv.Use(extension.Introspection{})
 	}
-	srv.Use(extension.AutomaticPersistedQuery{Cache: newAPQCache(cfg.Redis, prefix, cfg.Limits.APQTTL)})
+	srv.Use(newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
 	srv.Use(newComplexityLimit(cfg.Limits.Complexity, cfg.Limits.QueryCache))
 	srv.Use(depthLimit{max: cfg.Limits.Depth})
 	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})

@@ -3,7 +3,6 @@ package graphql
 import (
 	"context"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -297,7 +296,7 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ip := capKey(clientaddr.Of(r))
+		ip := clientaddr.Key(r)
 		if !t.acquire(t.byIP, ip, t.limits.ConnsPerIP) {
 			t.m.refused.WithLabelValues("ip_limit").Inc()
 			writeError(w, r, http.StatusTooManyRequests, "too many live connections from this address")
@@ -321,18 +320,6 @@ func (t *streamTracker) middleware(next http.Handler) http.Handler {
 		c.gauge.Inc()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
-}
-
-// capKey is the per-address cap's key for a client address: IPv4
-// addresses count alone, IPv6 addresses by their /64, since one client
-// commonly has a whole /64 to pick addresses from.
-func capKey(addr string) string {
-	a, err := netip.ParseAddr(addr)
-	if err != nil || !a.Is6() {
-		return addr
-	}
-	p, _ := a.Prefix(64)
-	return p.String()
 }
 
 // streamMetrics are the subscription transport's Prometheus series; the
