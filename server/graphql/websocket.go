@@ -14,6 +14,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/websocket"
 )
 
 // Websocket close codes Dropline sends beyond the protocol's own (1000
@@ -82,17 +83,17 @@ func (t *wsTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gra
 		transport.SendErrorf(w, http.StatusBadRequest, "unable to upgrade")
 		return
 	}
-	if err := checkHandshake(w, r); err != nil {
-		var he *handshakeError
+	if err := websocket.CheckHandshake(w, r); err != nil {
+		var he *websocket.HandshakeError
 		if errors.As(err, &he) {
-			http.Error(w, he.msg, he.status)
+			http.Error(w, he.Msg, he.Status)
 		}
 		zerolog.Ctx(ctx).Debug().Err(err).Msg("websocket handshake refused")
 		transport.SendErrorf(w, http.StatusBadRequest, "unable to upgrade")
 		return
 	}
-	proto := selectSubprotocol(r, subprotocols)
-	netConn, br, err := upgrade(w, r, proto)
+	proto := websocket.SelectSubprotocol(r, subprotocols)
+	netConn, br, err := websocket.Upgrade(w, r, proto)
 	if err != nil {
 		zerolog.Ctx(ctx).Debug().Err(err).Msg("websocket upgrade failed")
 		if errors.Is(err, http.ErrNotSupported) {

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/dropline/dropline/internal/websocket"
 )
 
 // answeringExecutor answers every operation with one response at once.
@@ -34,7 +36,7 @@ func (answeringExecutor) DispatchOperation(ctx context.Context, _ *gqlgen.Operat
 // maskedText frames msg as a client does.
 func maskedText(msg string) []byte {
 	mask := [4]byte{1, 2, 3, 4}
-	b := appendFrameHeader(nil, opText, len(msg))
+	b := websocket.AppendHeader(nil, websocket.OpText, len(msg))
 	b[1] |= 0x80
 	b = append(b, mask[:]...)
 	for i := range len(msg) {

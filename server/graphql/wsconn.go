@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/dropline/dropline/internal/websocket"
 	"github.com/dropline/dropline/resolvers"
 )
 
@@ -228,7 +229,7 @@ type wsSub struct {
 type wsConn struct {
 	sockWriter // nc, log and the writing: closeInFlight below is its part
 	t          *wsTransport
-	br         *bufio.Reader
+	rd         *websocket.Reader
 	header     http.Header
 	exec       gqlgen.GraphExecutor
 	proto      string
@@ -267,7 +268,6 @@ func newWSConn(t *wsTransport, nc net.Conn, br *bufio.Reader, r *http.Request, e
 		sockWriter: sockWriter{nc: nc, log: zerolog.Ctx(r.Context()), writers: t.writers,
 			writeTimeout: t.limits.WriteTimeout, what: "websocket write"},
 		t:      t,
-		br:     br,
 		header: r.Header,
 		exec:   exec,
 		proto:  proto,
@@ -276,11 +276,12 @@ func newWSConn(t *wsTransport, nc net.Conn, br *bufio.Reader, r *http.Request, e
 		active: map[string]*wsSub{},
 	}
 	c.owner = c
+	c.rd = websocket.NewReader(br, t.limits.MessageBytes, c)
 	c.drained = sync.NewCond(&c.mu)
 	c.ctx, c.cancel = context.WithCancel(r.Context())
 	c.initDeadline = time.Now().Add(t.limits.InitTimeout)
 	// The server cancels hijacked connections' contexts when it stops.
-	c.stopBase = context.AfterFunc(r.Context(), func() { c.closeWith(closeNormal, "terminated") })
+	c.stopBase = context.AfterFunc(r.Context(), func() { c.closeWith(websocket.CloseNormal, "terminated") })
 	return c
 }
 
@@ -295,7 +296,7 @@ func (c *wsConn) serve() {
 			err = c.run()
 		}
 	default:
-		c.closeWith(closeProtocolError, "unsupported negotiated subprotocol "+c.proto)
+		c.closeWith(websocket.CloseProtocolError, "unsupported negotiated subprotocol "+c.proto)
 		err = errClosing
 	}
 	c.finish(err)
@@ -303,7 +304,7 @@ func (c *wsConn) serve() {
 
 // initialize waits for connection_init and answers it, as gqlgen does.
 func (c *wsConn) initialize() error {
-	data, err := c.readMessage()
+	_, data, err := c.rd.ReadMessage()
 	if err != nil {
 		return err
 	}
@@ -312,7 +313,7 @@ func (c *wsConn) initialize() error {
 		if errors.Is(err, errInvalidMessage) {
 			c.sendConnectionError("invalid json")
 		}
-		c.closeWith(closeProtocolError, "decoding error")
+		c.closeWith(websocket.CloseProtocolError, "decoding error")
 		return errClosing
 	}
 	switch kind {
@@ -345,10 +346,10 @@ func (c *wsConn) initialize() error {
 		c.mu.Unlock()
 		return nil
 	case kindTerminate:
-		c.closeWith(closeNormal, "terminated")
+		c.closeWith(websocket.CloseNormal, "terminated")
 	default:
 		c.sendConnectionError("unexpected message " + kind.String())
-		c.closeWith(closeProtocolError, "unexpected message")
+		c.closeWith(websocket.CloseProtocolError, "unexpected message")
 	}
 	return errClosing
 }
@@ -357,14 +358,14 @@ func (c *wsConn) initialize() error {
 func (c *wsConn) run() error {
 	for {
 		start := gqlgen.Now()
-		data, err := c.readMessage()
+		_, data, err := c.rd.ReadMessage()
 		if err != nil {
 			return err
 		}
 		kind, id, payload, err := decodeMessage(c.legacy, data)
 		if err != nil {
 			c.log.Debug().Err(err).Msg("websocket error")
-			c.closeWith(closeNormal, "terminated")
+			c.closeWith(websocket.CloseNormal, "terminated")
 			return errClosing
 		}
 		switch kind {
@@ -373,7 +374,7 @@ func (c *wsConn) run() error {
 		case kindStop:
 			c.stop(id)
 		case kindTerminate:
-			c.closeWith(closeNormal, "terminated")
+			c.closeWith(websocket.CloseNormal, "terminated")
 			return errClosing
 		case kindPing:
 			c.sendKind(kindPong, "", payload)
@@ -384,7 +385,7 @@ func (c *wsConn) run() error {
 			c.mu.Unlock()
 		default:
 			c.sendConnectionError("unexpected message " + kind.String())
-			c.closeWith(closeProtocolError, "unexpected message")
+			c.closeWith(websocket.CloseProtocolError, "unexpected message")
 			return errClosing
 		}
 	}
@@ -396,20 +397,18 @@ func (c *wsConn) run() error {
 // dropping anything before it, so no unread data turns the close into a
 // reset), then returns for teardown to close the socket.
 func (c *wsConn) finish(err error) {
-	var skip int64
-	var peer *peerCloseError
-	var proto *protocolError
-	var big *tooBigError
+	var peer *websocket.CloseError
+	var proto *websocket.ProtocolError
+	var big *websocket.TooBigError
 	switch {
 	case errors.As(err, &peer):
-		c.closeWith(peer.code, peer.reason)
+		c.closeWith(peer.Code, peer.Reason)
 		c.waitCloseSent()
 		return
 	case errors.As(err, &proto):
-		c.closeWith(proto.code, proto.reason)
+		c.closeWith(proto.Code, proto.Reason)
 	case errors.As(err, &big):
-		c.closeWith(closeMessageTooBig, big.Error())
-		skip = big.left
+		c.closeWith(websocket.CloseMessageTooBig, big.Error())
 	case errors.Is(err, errClosing):
 	default:
 		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -417,95 +416,22 @@ func (c *wsConn) finish(err error) {
 		}
 		return
 	}
-	if skip > 0 {
-		if _, err := io.CopyN(io.Discard, c.br, skip); err != nil {
-			return
-		}
-	}
-	for {
-		h, err := c.readFrameHeader()
-		if err != nil {
-			return
-		}
-		if h.op != opClose {
-			if _, err := io.CopyN(io.Discard, c.br, h.length); err != nil {
-				return
-			}
-			continue
-		}
-		_, _ = readPayload(c.br, nil, h, h.length)
-		return
-	}
+	c.rd.AwaitClose()
 }
 
-// readFrameHeader waits as long as it takes for a frame to begin.
-func (c *wsConn) readFrameHeader() (frameHeader, error) {
-	if _, err := c.br.Peek(1); err != nil {
-		return frameHeader{}, err
-	}
-	return readFrameHeader(c.br)
-}
+// MessageBegins starts the deadline of a message: once its first frame
+// has begun, the message must be complete within WriteTimeout, so a
+// client trickling bytes, or frames, is cut off rather than holding its
+// connection for ever (a subscriber may say nothing for hours between
+// messages). It is the reader's hook (websocket.Hooks).
+func (c *wsConn) MessageBegins() { c.setReadDeadline(time.Now().Add(c.t.limits.WriteTimeout)) }
 
-// readMessage returns the client's next data message, answering pings on
-// the way. It waits as long as it takes for a message to begin (a
-// subscriber may say nothing for hours), but once its first frame has
-// begun, the message must be complete within WriteTimeout: a client
-// trickling bytes, or frames, is cut off rather than holding its
-// connection for ever.
-func (c *wsConn) readMessage() ([]byte, error) {
-	var msg []byte
-	inMessage := false
-	for {
-		if _, err := c.br.Peek(1); err != nil {
-			return nil, err
-		}
-		if !inMessage {
-			// The deadline of a message runs from its first frame: the
-			// frames after it do not move it.
-			c.setReadDeadline(time.Now().Add(c.t.limits.WriteTimeout))
-		}
-		h, err := readFrameHeader(c.br)
-		if err != nil {
-			return nil, err
-		}
-		switch h.op {
-		case opClose, opPing, opPong:
-			p, err := readPayload(c.br, nil, h, h.length)
-			if err != nil {
-				return nil, err
-			}
-			switch h.op {
-			case opClose:
-				code, reason, err := parseClose(p)
-				if err != nil {
-					return nil, err
-				}
-				return nil, &peerCloseError{code: code, reason: reason}
-			case opPing:
-				c.send(appendFrameHeader(nil, opPong, len(p)), p)
-			}
-		default:
-			if (h.op == opContinuation) != inMessage {
-				return nil, &protocolError{closeProtocolError, "unexpected continuation or data frame"}
-			}
-			inMessage = true
-			// Compared this way round, a length near 2^63 cannot
-			// carry the sum past int64 and under the limit.
-			if h.length > c.t.limits.MessageBytes-int64(len(msg)) {
-				return nil, &tooBigError{limit: c.t.limits.MessageBytes, left: h.length}
-			}
-			if msg, err = readPayload(c.br, msg, h, h.length); err != nil {
-				return nil, err
-			}
-			if h.fin {
-				c.setReadDeadline(time.Time{})
-				return msg, nil
-			}
-		}
-		if !inMessage {
-			c.setReadDeadline(time.Time{})
-		}
-	}
+// MessageEnds lifts the deadline MessageBegins set.
+func (c *wsConn) MessageEnds() { c.setReadDeadline(time.Time{}) }
+
+// Ping answers the client's ping.
+func (c *wsConn) Ping(payload []byte) {
+	c.send(websocket.AppendHeader(nil, websocket.OpPong, len(payload)), payload)
 }
 
 func (c *wsConn) setReadDeadline(t time.Time) {
@@ -672,7 +598,7 @@ func (c *wsConn) sendResponse(id string, resp *gqlgen.Response) {
 	idJSON, _ := json.Marshal(id)
 	typ := typeName(c.legacy, kindData)
 	n := dataMessageLen(b, idJSON, typ)
-	frame := appendFrameHeader(make([]byte, 0, n+10), opText, n)
+	frame := websocket.AppendHeader(make([]byte, 0, n+10), websocket.OpText, n)
 	c.send(appendDataMessage(frame, b, idJSON, typ), nil)
 }
 
@@ -706,7 +632,7 @@ func (c *wsConn) sendKind(k wsKind, id string, payload json.RawMessage) {
 	if err != nil {
 		return
 	}
-	c.send(textFrame(b), nil)
+	c.send(websocket.TextFrame(b), nil)
 }
 
 // send queues a frame (header, then payload) for the writers, and waits
@@ -740,7 +666,7 @@ func (c *wsConn) send(header, payload []byte) {
 // a connection whose context ended with 1000; when that was the token
 // expiring, the client is told 4403 instead.
 func (c *wsConn) closeWith(code int, reason string) {
-	if code == closeNormal && c.state.tokenExpired() {
+	if code == websocket.CloseNormal && c.state.tokenExpired() {
 		code, reason = CloseForbidden, "Forbidden: token expired"
 	}
 	c.mu.Lock()
@@ -750,7 +676,7 @@ func (c *wsConn) closeWith(code int, reason string) {
 	}
 	c.closing = true
 	c.closeQueued = true
-	c.outbox = append(c.outbox, closeFrame(code, reason))
+	c.outbox = append(c.outbox, websocket.CloseFrame(code, reason))
 	subs := c.takeSubsLocked()
 	c.mu.Unlock()
 	c.endSubs(subs)
@@ -855,7 +781,7 @@ func (c *wsConn) appendShared(b []byte, s *wsSub, typ string) []byte {
 		switch state {
 		case memberValue:
 			n := dataMessageLen(slot.enc, s.idJSON, typ)
-			b = appendDataMessage(appendFrameHeader(b, opText, n), slot.enc, s.idJSON, typ)
+			b = appendDataMessage(websocket.AppendHeader(b, websocket.OpText, n), slot.enc, s.idJSON, typ)
 			s.member.sent()
 			continue
 		case memberEnded:
@@ -878,7 +804,7 @@ func (c *wsConn) appendKind(b []byte, k wsKind, id string, payload json.RawMessa
 	if err != nil {
 		return b
 	}
-	return append(appendFrameHeader(b, opText, len(m)), m...)
+	return append(websocket.AppendHeader(b, websocket.OpText, len(m)), m...)
 }
 
 // written is called when a batch is fully written; the connection goes on
@@ -913,7 +839,7 @@ type sockWriter struct {
 	dirty, scheduled atomic.Bool
 	// raw writes without waiting; only the writer that owns the
 	// connection uses it.
-	raw rawWriter
+	raw websocket.SocketWriter
 }
 
 // sockOwner is what a sockWriter asks of its connection.
@@ -957,7 +883,7 @@ func (w *sockWriter) flush(scratch []byte, blocking bool, rest []byte) []byte {
 					return scratch
 				}
 			} else {
-				n, err := w.raw.tryWrite(w.nc, b)
+				n, err := w.raw.TryWrite(w.nc, b)
 				if err != nil {
 					w.log.Debug().Err(err).Msg(w.what)
 					w.owner.abort()
@@ -994,14 +920,14 @@ func (c *wsConn) beat(now time.Time) {
 	switch {
 	case !c.initDeadline.IsZero() && !now.Before(c.initDeadline):
 		c.mu.Unlock()
-		c.closeWith(closeProtocolError, "connection initialisation timeout")
+		c.closeWith(websocket.CloseProtocolError, "connection initialisation timeout")
 		return
 	case !c.running:
 		c.mu.Unlock()
 		return
 	case !c.expiresAt.IsZero() && !now.Before(c.expiresAt):
 		c.mu.Unlock()
-		c.closeWith(closeNormal, "terminated")
+		c.closeWith(websocket.CloseNormal, "terminated")
 		return
 	case !c.pongDeadline.IsZero() && !now.Before(c.pongDeadline):
 		// No pong for two intervals: the connection is dead.
@@ -1028,7 +954,7 @@ func (c *wsConn) beat(now time.Time) {
 		m, _ := json.Marshal(&outMessage{Type: typ})
 		c.mu.Lock()
 		if !c.closing && !c.closed {
-			c.outbox = append(c.outbox, textFrame(m))
+			c.outbox = append(c.outbox, websocket.TextFrame(m))
 		}
 		c.mu.Unlock()
 		c.wake()

@@ -1,6 +1,6 @@
 //go:build unix
 
-package graphql
+package websocket
 
 import (
 	"errors"
@@ -8,14 +8,16 @@ import (
 	"syscall"
 )
 
-// rawWriter writes to a connection's socket without waiting. It is the
-// connection's own and used by one writer at a time (the one the
-// connection is scheduled with), so it keeps what a write needs from one
-// write to the next: the socket, taken once, and the function the poller
-// calls with its descriptor. A write then allocates nothing, where taking
-// the socket and making that function for every write cost four small
-// allocations, once per watcher per delivery.
-type rawWriter struct {
+// SocketWriter writes to a connection's socket without waiting, so that a
+// few shared writers can serve many connections and none of them waits
+// for a client that reads slowly. It is the connection's own and used by
+// one writer at a time (the one the connection is scheduled with), so it
+// keeps what a write needs from one write to the next: the socket, taken
+// once, and the function the poller calls with its descriptor. A write
+// then allocates nothing, where taking the socket and making that
+// function for every write cost four small allocations, once per watcher
+// per delivery.
+type SocketWriter struct {
 	taken bool
 	raw   syscall.RawConn // nil: the connection has no descriptor (TLS)
 	write func(fd uintptr) bool
@@ -26,11 +28,11 @@ type rawWriter struct {
 	err error
 }
 
-// tryWrite writes what the socket takes of b without waiting: it returns
+// TryWrite writes what the socket takes of b without waiting: it returns
 // how much that was (0 when the send buffer is full). A connection without
 // a file descriptor (TLS) takes nothing this way, and is written by a
 // blocking write instead.
-func (r *rawWriter) tryWrite(nc net.Conn, b []byte) (int, error) {
+func (r *SocketWriter) TryWrite(nc net.Conn, b []byte) (int, error) {
 	if !r.taken {
 		r.taken = true
 		if sc, ok := nc.(syscall.Conn); ok {
@@ -54,7 +56,7 @@ func (r *rawWriter) tryWrite(nc net.Conn, b []byte) (int, error) {
 }
 
 // writeFD is the poller's callback: it writes until the socket is full.
-func (r *rawWriter) writeFD(fd uintptr) bool {
+func (r *SocketWriter) writeFD(fd uintptr) bool {
 	for r.n < len(r.b) {
 		m, err := syscall.Write(int(fd), r.b[r.n:])
 		switch {

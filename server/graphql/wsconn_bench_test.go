@@ -9,38 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-)
 
-// BenchmarkTryWrite: a shared writer's write of a stock update (about 150
-// bytes) to a loopback socket that is read as fast as it can be. Most of
-// it is the system call; allocs/op is what each write costs the garbage
-// collector, once per watcher per delivery.
-func BenchmarkTryWrite(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(b, err)
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, c)
-		_ = c.Close()
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(b, err)
-	defer nc.Close()
-	var w rawWriter
-	msg := make([]byte, 150)
-	b.ReportAllocs()
-	for b.Loop() {
-		// A full send buffer takes less (the reader is behind): that is
-		// a write too.
-		if _, err := w.tryWrite(nc, msg); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+	"github.com/dropline/dropline/internal/websocket"
+)
 
 // BenchmarkWSWrite: one protocol message through a websocket's whole write
 // path, on the benchmark's goroutine (it plays the shared writer): queued
@@ -68,7 +39,7 @@ func BenchmarkWSWrite(b *testing.B) {
 	tr.writers = writers
 	req := httptest.NewRequest("GET", "/graphql", nil)
 	c := newWSConn(tr, nc, bufio.NewReader(nc), req, nil, subprotocolGraphQLTransportWS)
-	frame := textFrame([]byte(`{"id":"1","type":"next","payload":{"data":{"stockChanged":{"sku":"BENCH-1","available":17,"held":2,"sold":1,"total":20}}}}`))
+	frame := websocket.TextFrame([]byte(`{"id":"1","type":"next","payload":{"data":{"stockChanged":{"sku":"BENCH-1","available":17,"held":2,"sold":1,"total":20}}}}`))
 	var scratch []byte
 	b.ReportAllocs()
 	for b.Loop() {
