@@ -267,3 +267,64 @@ func (c *rawWSClient) readClose() (int, error) {
 		}
 	}
 }
+
+// TestWebsocketReadsCoderClientFrames: coder/websocket's client, as the
+// reference peer, talks to the transport in frames a GraphQL client
+// library seldom sends: connection_init and a subscription split over
+// several frames (one of them empty) with a ping between two of them, a
+// binary message, and its close, which the server answers with the same
+// code.
+func TestWebsocketReadsCoderClientFrames(t *testing.T) {
+	t.Parallel()
+	e := setupLive(t, live.HubConfig{})
+	e.CreateProduct(t, map[string]any{"sku": "FRAMES-1", "stock": 5})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, e.wsURL, &websocket.DialOptions{Subprotocols: []string{wsclient.TransportWS}})
+	require.NoError(t, err)
+	if resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	defer c.CloseNow()
+	msgs := make(chan string, 8)
+	go func() { // coder/websocket reads pongs only while a Read runs
+		defer close(msgs)
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				msgs <- fmt.Sprintf("end %d", websocket.CloseStatus(err))
+				return
+			}
+			msgs <- string(b)
+		}
+	}()
+	read := func() string {
+		select {
+		case m := <-msgs:
+			return m
+		case <-ctx.Done():
+			return "nothing"
+		}
+	}
+	sendFragmented := func(typ websocket.MessageType, parts ...string) {
+		w, err := c.Writer(ctx, typ)
+		require.NoError(t, err)
+		for i, p := range parts {
+			_, err := w.Write([]byte(p))
+			require.NoError(t, err)
+			if i == 0 {
+				require.NoError(t, c.Ping(ctx), "a ping between two frames of a message")
+			}
+		}
+		require.NoError(t, w.Close())
+	}
+	sendFragmented(websocket.MessageText, `{"type":`, ``, `"connection_init"}`)
+	require.Equal(t, `{"type":"connection_ack"}`, read())
+	sendFragmented(websocket.MessageText, `{"id":"1","type":"subscribe","payload":{"query":"subscription($s: [ID!]!) `,
+		`{ stockChanged(skus: $s) { sku available } }",`, `"variables":{"s":["FRAMES-1"]}}}`)
+	require.JSONEq(t, `{"id":"1","type":"next","payload":{"data":{"stockChanged":{"sku":"FRAMES-1","available":5}}}}`, read())
+	require.NoError(t, c.Write(ctx, websocket.MessageBinary, []byte(`{"id":"2","type":"subscribe","payload":{"query":"{ __typename }"}}`)))
+	require.JSONEq(t, `{"id":"2","type":"next","payload":{"data":{"__typename":"Query"}}}`, read())
+	require.JSONEq(t, `{"id":"2","type":"complete"}`, read())
+	require.NoError(t, c.Close(4000, "done"), "the server answers a close with its code")
+}
