@@ -27,8 +27,8 @@ import (
 // grew), its buffers and the request; the stream costs one small goroutine
 // of its own, a reader waiting for the client to go (the client sends
 // nothing after its request), and its events are written by the shared
-// writers, its keep-alives and token expiry checked by the shared ticker,
-// as a websocket's are (wsconn.go). It keeps its slots in the stream caps
+// writers (streamwriters.go), its keep-alives and token expiry checked by
+// the shared ticker (keepaliveticker.go), as a websocket's are. It keeps its slots in the stream caps
 // until it ends, and the server's shutdown ends it. The events are the
 // bytes gqlgen's transport writes, each update encoded once per group
 // (TestSSEAnswersLikeGqlgen). Everything else (queries, mutations and
@@ -38,8 +38,8 @@ type sseTransport struct {
 	inner   transport.SSE
 	limits  StreamLimits
 	groups  *subscriptionGroups // nil: every subscription executed on its own
-	writers *wsWriters
-	beats   *wsKeepalive
+	writers *streamWriters
+	ticker  *keepaliveTicker
 
 	mu sync.Mutex
 	// stopping is, for each server the transport has taken streams from,
@@ -52,8 +52,8 @@ func newSSE(l StreamLimits, groups *subscriptionGroups) *sseTransport {
 		inner:    transport.SSE{KeepAlivePingInterval: l.PingInterval},
 		limits:   l,
 		groups:   groups,
-		writers:  newWSWriters(),
-		beats:    newWSKeepalive(l),
+		writers:  newStreamWriters(),
+		ticker:   newKeepaliveTicker(l),
 		stopping: map[*http.Server]context.Context{},
 	}
 }
@@ -195,7 +195,7 @@ func (t *sseTransport) serveMember(w http.ResponseWriter, r *http.Request, m *gr
 		c.stopServer = context.AfterFunc(stop, c.finish)
 	}
 	c.end = st.keep()
-	t.beats.add(c)
+	t.ticker.add(c)
 	m.watch(c.wake)
 	go c.read()
 }
@@ -264,7 +264,7 @@ func (c *sseConn) read() {
 		}
 	}
 	c.stopServer()
-	c.t.beats.remove(c)
+	c.t.ticker.remove(c)
 	c.mu.Lock()
 	c.closed = true
 	c.outbox = nil

@@ -46,15 +46,15 @@ var subprotocols = []string{subprotocolGraphQLWS, subprotocolGraphQLTransportWS}
 // origin check, auth at connection_init and bounded writes. It is built
 // for tens of thousands of idle subscribers: a connection is one goroutine
 // (its reader) and a small read buffer; writes are made by a few shared
-// writers, and keep-alives, pong deadlines, init timeouts and token
-// expiry by one shared ticker (wsconn.go).
+// writers (streamwriters.go), and keep-alives, pong deadlines, init
+// timeouts and token expiry by one shared ticker (keepaliveticker.go).
 type wsTransport struct {
 	limits  StreamLimits
 	origins cors
 	init    wsInitFunc
 	groups  *subscriptionGroups // nil: every subscription executed on its own
-	writers *wsWriters
-	beats   *wsKeepalive
+	writers *streamWriters
+	ticker  *keepaliveTicker
 }
 
 func newWebsocket(l StreamLimits, origins cors, v auth.Verifier, m *streamMetrics, groups *subscriptionGroups) *wsTransport {
@@ -63,8 +63,8 @@ func newWebsocket(l StreamLimits, origins cors, v auth.Verifier, m *streamMetric
 		origins: origins,
 		init:    wsInit(v, m),
 		groups:  groups,
-		writers: newWSWriters(),
-		beats:   newWSKeepalive(l),
+		writers: newStreamWriters(),
+		ticker:  newKeepaliveTicker(l),
 	}
 }
 

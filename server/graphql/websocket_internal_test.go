@@ -41,7 +41,7 @@ func TestDataMessagesEncodeLikeJSONMarshal(t *testing.T) {
 // empties: a worker that takes one connection while another is scheduled,
 // a hundred thousand times, leaves a queue of one.
 func TestWriterQueueDoesNotGrowWhileItNeverEmpties(t *testing.T) {
-	p := &wsWriters{max: 0} // no worker starts: the test is the worker
+	p := &streamWriters{max: 0} // no worker starts: the test is the worker
 	p.workers = 1
 	a, b := &wsConn{}, &wsConn{}
 	p.schedule(a)

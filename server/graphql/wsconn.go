@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,12 +32,9 @@ import (
 // the outbox, and each shared subscription offers only the newest value of
 // each SKU its group holds, so a connection that is not written to for a
 // while holds at most one value per SKU, however many changes went by.
-// A shared writer (wsWriters) empties the mailbox with a write that never
-// waits; what the socket does not take at once is finished by a goroutine
-// of the connection's own, under WriteTimeout, so a client that stops
-// reading costs that goroutine until it is dropped, and nobody else waits
-// for it. Timed events (init timeout, keep-alives, pong deadline, token
-// expiry) are checked by one shared ticker (wsKeepalive).
+// The shared writers empty the mailbox (streamwriters.go), and one shared
+// ticker checks the timed events: init timeout, keep-alives, pong
+// deadline, token expiry (keepaliveticker.go).
 
 // closeWait is how long a closing connection waits for the client's close
 // frame after sending its own.
@@ -49,170 +45,8 @@ const closeWait = 5 * time.Second
 // is queued (gqlgen's transport writes them synchronously).
 const wsOutboxLimit = 64 << 10
 
-// wsKind is what a protocol message means, whichever protocol named it.
-type wsKind int
-
-const (
-	kindInit wsKind = iota
-	kindAck
-	kindKeepAlive
-	kindConnError
-	kindTerminate
-	kindStart
-	kindStop
-	kindData
-	kindComplete
-	kindError
-	kindPing
-	kindPong
-)
-
-// String names a kind as gqlgen's transport does in "unexpected message".
-func (k wsKind) String() string {
-	return [...]string{"init", "connection ack", "keep alive", "connection error", "connection close",
-		"start", "stop subscription", "data", "complete", "error", "ping", "pong"}[k]
-}
-
-var (
-	errInvalidMessage = errors.New("invalid message received")
-	errBadClientType  = errors.New("invalid client->server message type")
-	errClosing        = errors.New("the connection is closing")
-)
-
-// transportWSType and legacyWSType are the type names each protocol knows;
-// an unknown one fails the decoding of the whole message.
-type (
-	transportWSType string
-	legacyWSType    string
-)
-
-var (
-	transportWSTypes = []string{"connection_init", "connection_ack", "subscribe", "next", "error", "complete", "ping", "pong"}
-	legacyWSTypes    = []string{"connection_init", "connection_terminate", "start", "stop", "connection_ack",
-		"connection_error", "data", "error", "complete", "ka"}
-)
-
-func (t *transportWSType) UnmarshalText(b []byte) error {
-	if !slices.Contains(transportWSTypes, string(b)) {
-		return fmt.Errorf("invalid message type %s", b)
-	}
-	*t = transportWSType(b)
-	return nil
-}
-
-func (t *legacyWSType) UnmarshalText(b []byte) error {
-	if !slices.Contains(legacyWSTypes, string(b)) {
-		return fmt.Errorf("invalid message type %s", b)
-	}
-	*t = legacyWSType(b)
-	return nil
-}
-
-// decodeMessage reads a client message of either protocol.
-func decodeMessage(legacy bool, data []byte) (kind wsKind, id string, payload json.RawMessage, err error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if legacy {
-		var m struct {
-			Payload json.RawMessage `json:"payload,omitempty"`
-			ID      string          `json:"id,omitempty"`
-			Type    legacyWSType    `json:"type"`
-		}
-		if dec.Decode(&m) != nil {
-			return 0, "", nil, errInvalidMessage
-		}
-		k, ok := map[legacyWSType]wsKind{"connection_init": kindInit, "connection_terminate": kindTerminate,
-			"start": kindStart, "stop": kindStop, "connection_ack": kindAck, "connection_error": kindConnError,
-			"data": kindData, "error": kindError, "complete": kindComplete, "ka": kindKeepAlive}[m.Type]
-		if !ok {
-			return 0, m.ID, m.Payload, errBadClientType
-		}
-		return k, m.ID, m.Payload, nil
-	}
-	var m struct {
-		Payload json.RawMessage `json:"payload,omitempty"`
-		ID      string          `json:"id,omitempty"`
-		Type    transportWSType `json:"type"`
-	}
-	if dec.Decode(&m) != nil {
-		return 0, "", nil, errInvalidMessage
-	}
-	k, ok := map[transportWSType]wsKind{"connection_init": kindInit, "subscribe": kindStart,
-		"complete": kindStop, "ping": kindPing, "pong": kindPong}[m.Type]
-	if !ok {
-		return 0, m.ID, m.Payload, errBadClientType
-	}
-	return k, m.ID, m.Payload, nil
-}
-
-// outMessage is a server message as both protocols spell it.
-type outMessage struct {
-	Payload json.RawMessage `json:"payload,omitempty"`
-	ID      string          `json:"id,omitempty"`
-	Type    string          `json:"type"`
-}
-
-// typeName is the protocol's name for a server message of kind k, or ""
-// when the protocol has no such message (it is not sent).
-func typeName(legacy bool, k wsKind) string {
-	if legacy {
-		switch k {
-		case kindAck:
-			return "connection_ack"
-		case kindKeepAlive:
-			return "ka"
-		case kindConnError:
-			return "connection_error"
-		case kindData:
-			return "data"
-		case kindComplete:
-			return "complete"
-		case kindError:
-			return "error"
-		}
-		return ""
-	}
-	switch k {
-	case kindAck:
-		return "connection_ack"
-	case kindData:
-		return "next"
-	case kindComplete:
-		return "complete"
-	case kindError:
-		return "error"
-	case kindPing:
-		return "ping"
-	case kindPong:
-		return "pong"
-	}
-	return ""
-}
-
-// dataMessageLen and appendDataMessage write a data message ("next", or
-// "data" in the legacy protocol) as encoding/json writes outMessage: the
-// payload is json.Marshal's output (compact and escaped already) and id
-// is already JSON, so neither is passed over again, once per subscriber
-// of every update.
-func dataMessageLen(payload, id []byte, typ string) int {
-	n := len(`{"payload":`) + len(payload) + len(`,"type":"`) + len(typ) + len(`"}`)
-	if len(id) > 2 {
-		n += len(`,"id":`) + len(id)
-	}
-	return n
-}
-
-func appendDataMessage(b, payload, id []byte, typ string) []byte {
-	b = append(b, `{"payload":`...)
-	b = append(b, payload...)
-	if len(id) > 2 {
-		b = append(b, `,"id":`...)
-		b = append(b, id...)
-	}
-	b = append(b, `,"type":"`...)
-	b = append(b, typ...)
-	return append(b, `"}`...)
-}
+// errClosing ends the reading of a connection the server is closing.
+var errClosing = errors.New("the connection is closing")
 
 // wsSub is one subscription (or other operation) of a connection.
 type wsSub struct {
@@ -287,7 +121,7 @@ func newWSConn(t *wsTransport, nc net.Conn, br *bufio.Reader, r *http.Request, e
 
 // serve runs the connection to its end.
 func (c *wsConn) serve() {
-	c.t.beats.add(c)
+	c.t.ticker.add(c)
 	defer c.teardown()
 	var err error
 	switch c.proto {
@@ -731,7 +565,7 @@ func (c *wsConn) abort() {
 // teardown releases everything the connection holds.
 func (c *wsConn) teardown() {
 	c.stopBase()
-	c.t.beats.remove(c)
+	c.t.ticker.remove(c)
 	c.mu.Lock()
 	c.closed = true
 	c.outbox = nil
@@ -822,93 +656,6 @@ func (c *wsConn) written() bool {
 	return true
 }
 
-// sockWriter is the write side of a connection the shared writers empty,
-// a websocket or an SSE stream taken from net/http: the connection embeds
-// it and sets owner to itself.
-type sockWriter struct {
-	nc           net.Conn
-	log          *zerolog.Logger
-	writers      *wsWriters
-	writeTimeout time.Duration
-	what         string // how a failed write is logged
-	owner        sockOwner
-
-	// dirty says the mailbox may have something; scheduled that a writer
-	// owns the connection (queued, writing, or its own goroutine finishing
-	// a write).
-	dirty, scheduled atomic.Bool
-	// raw writes without waiting; only the writer that owns the
-	// connection uses it.
-	raw websocket.SocketWriter
-}
-
-// sockOwner is what a sockWriter asks of its connection.
-type sockOwner interface {
-	// collect appends what the mailbox holds, framed, to b.
-	collect(b []byte) []byte
-	// written is called when a batch is fully written; false when that
-	// batch ended the connection (which it has then closed).
-	written() bool
-	abort()
-}
-
-// wake schedules the connection's mailbox for writing.
-func (w *sockWriter) wake() {
-	w.dirty.Store(true)
-	if w.scheduled.CompareAndSwap(false, true) {
-		w.writers.schedule(w)
-	}
-}
-
-// flush empties the mailbox. A writer calls it with blocking false: its
-// writes never wait, and the rest of a write the socket did not take is
-// finished by a goroutine of the connection's own, which goes on with
-// blocking writes under writeTimeout until the mailbox is empty. scratch
-// is the caller's buffer, returned for reuse.
-func (w *sockWriter) flush(scratch []byte, blocking bool, rest []byte) []byte {
-	for {
-		b := rest
-		rest = nil
-		if b == nil {
-			w.dirty.Store(false)
-			scratch = w.owner.collect(scratch[:0])
-			b = scratch
-		}
-		if len(b) > 0 {
-			if blocking {
-				_ = w.nc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
-				if _, err := w.nc.Write(b); err != nil {
-					w.log.Debug().Err(err).Msg(w.what)
-					w.owner.abort()
-					return scratch
-				}
-			} else {
-				n, err := w.raw.TryWrite(w.nc, b)
-				if err != nil {
-					w.log.Debug().Err(err).Msg(w.what)
-					w.owner.abort()
-					return scratch
-				}
-				if n < len(b) {
-					go w.flush(nil, true, bytes.Clone(b[n:]))
-					return scratch
-				}
-			}
-			if !w.owner.written() {
-				return scratch
-			}
-			continue
-		}
-		if blocking {
-			_ = w.nc.SetWriteDeadline(time.Time{})
-		}
-		w.scheduled.Store(false)
-		if !w.dirty.Load() || !w.scheduled.CompareAndSwap(false, true) {
-			return scratch
-		}
-	}
-}
-
 // beat does what is due on the connection at now: it is called by the
 // keep-alive ticker.
 func (c *wsConn) beat(now time.Time) {
@@ -958,133 +705,5 @@ func (c *wsConn) beat(now time.Time) {
 		}
 		c.mu.Unlock()
 		c.wake()
-	}
-}
-
-// mailbox is a connection the shared writers empty: websockets and SSE
-// streams (sseconn.go).
-type mailbox interface {
-	flush(scratch []byte, blocking bool, rest []byte) []byte
-}
-
-// beater is a connection the keep-alive ticker visits.
-type beater interface{ beat(now time.Time) }
-
-// wsWriters are the shared writers: at most GOMAXPROCS goroutines, started
-// when connections have something to write and gone when none has.
-type wsWriters struct {
-	max int
-
-	mu      sync.Mutex
-	queue   []mailbox
-	head    int
-	workers int
-}
-
-func newWSWriters() *wsWriters {
-	return &wsWriters{max: max(2, runtime.GOMAXPROCS(0))}
-}
-
-func (p *wsWriters) schedule(c mailbox) {
-	p.mu.Lock()
-	p.queue = append(p.queue, c)
-	start := p.workers < p.max
-	if start {
-		p.workers++
-	}
-	p.mu.Unlock()
-	if start {
-		go p.work()
-	}
-}
-
-func (p *wsWriters) work() {
-	var scratch []byte
-	for {
-		c := p.next()
-		if c == nil {
-			return
-		}
-		scratch = c.flush(scratch, false, nil)
-		if cap(scratch) > 64<<10 {
-			scratch = nil
-		}
-	}
-}
-
-// next takes the first connection of the queue, or, when it is empty, ends
-// the calling worker (nil). The taken part of the queue is let go of once
-// it is half the queue: under a load that never lets the queue empty, the
-// queue would otherwise grow by every connection ever scheduled.
-func (p *wsWriters) next() mailbox {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.head == len(p.queue) {
-		p.queue, p.head = p.queue[:0], 0
-		p.workers--
-		return nil
-	}
-	c := p.queue[p.head]
-	p.queue[p.head] = nil
-	p.head++
-	if p.head > len(p.queue)/2 {
-		n := copy(p.queue, p.queue[p.head:])
-		p.queue, p.head = p.queue[:n], 0
-	}
-	return c
-}
-
-// wsKeepalive is the one ticker of every connection's timed events. It
-// runs while there are connections.
-type wsKeepalive struct {
-	tick time.Duration
-
-	mu      sync.Mutex
-	conns   map[beater]struct{}
-	running bool
-	due     []beater
-}
-
-func newWSKeepalive(l StreamLimits) *wsKeepalive {
-	tick := min(250*time.Millisecond, l.InitTimeout/4, l.PingInterval/4)
-	return &wsKeepalive{tick: max(tick, time.Millisecond), conns: map[beater]struct{}{}}
-}
-
-func (k *wsKeepalive) add(c beater) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.conns[c] = struct{}{}
-	if !k.running {
-		k.running = true
-		go k.run()
-	}
-}
-
-func (k *wsKeepalive) remove(c beater) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.conns, c)
-}
-
-func (k *wsKeepalive) run() {
-	t := time.NewTicker(k.tick)
-	defer t.Stop()
-	for now := range t.C {
-		k.mu.Lock()
-		if len(k.conns) == 0 {
-			k.running = false
-			k.mu.Unlock()
-			return
-		}
-		due := k.due[:0]
-		for c := range k.conns {
-			due = append(due, c)
-		}
-		k.mu.Unlock()
-		for _, c := range due {
-			c.beat(now)
-		}
-		clear(due)
-		k.due = due
 	}
 }

@@ -35,7 +35,7 @@ func BenchmarkWSWrite(b *testing.B) {
 	limits := StreamLimits{}.withDefaults()
 	m := newStreamMetrics(prometheus.NewRegistry())
 	tr := newWebsocket(limits, newCORS(nil), nil, m, nil)
-	writers := &wsWriters{max: 0, workers: 1} // no worker starts: the benchmark is the writer
+	writers := &streamWriters{max: 0, workers: 1} // no worker starts: the benchmark is the writer
 	tr.writers = writers
 	req := httptest.NewRequest("GET", "/graphql", nil)
 	c := newWSConn(tr, nc, bufio.NewReader(nc), req, nil, subprotocolGraphQLTransportWS)
