@@ -34,7 +34,8 @@ import (
 // while holds at most one value per SKU, however many changes went by.
 // The shared writers empty the mailbox (streamwriters.go), and one shared
 // ticker checks the timed events: init timeout, keep-alives, pong
-// deadline, token expiry (keepaliveticker.go).
+// deadline, token expiry (keepaliveticker.go). What is due when is the
+// connection's state (wsstate.go).
 
 // closeWait is how long a closing connection waits for the client's close
 // frame after sending its own.
@@ -61,40 +62,26 @@ type wsSub struct {
 
 // wsConn is one websocket connection.
 type wsConn struct {
-	sockWriter // nc, log and the writing: closeInFlight below is its part
+	sockWriter // nc, log and the writing
 	t          *wsTransport
 	rd         *websocket.Reader
 	header     http.Header
 	exec       gqlgen.GraphExecutor
 	proto      string
 	legacy     bool
-	state      *streamConn
+	stream     *streamConn
 
 	ctx      context.Context // the connection's, after connection_init
 	cancel   context.CancelFunc
 	stopBase func() bool // the server's shutdown closing the connection
 
-	// closeInFlight is the writer's: the batch being written ends with the
-	// close frame.
-	closeInFlight bool
-
-	mu          sync.Mutex
-	drained     *sync.Cond // the outbox was taken, or the connection closed
-	outbox      [][]byte
-	outBytes    int
-	shared      []*wsSub // copied on change: the writer reads a snapshot
-	active      map[string]*wsSub
-	closing     bool // a close frame was queued: nothing more is
-	closeQueued bool // ... and no writer has taken it yet
-	closeSent   bool
-	closed      bool // the TCP connection is closed
-	// The keep-alive state, under mu.
-	initDeadline time.Time // zero once connection_init was answered
-	running      bool
-	nextBeat     time.Time
-	pongDeadline time.Time
-	receivedPong bool
-	expiresAt    time.Time
+	mu       sync.Mutex
+	state    wsState
+	drained  *sync.Cond // the outbox was taken, or the close frame written, or the socket closed
+	outbox   [][]byte
+	outBytes int
+	shared   []*wsSub // copied on change: the writer reads a snapshot
+	active   map[string]*wsSub
 }
 
 func newWSConn(t *wsTransport, nc net.Conn, br *bufio.Reader, r *http.Request, exec gqlgen.GraphExecutor, proto string) *wsConn {
@@ -106,14 +93,14 @@ func newWSConn(t *wsTransport, nc net.Conn, br *bufio.Reader, r *http.Request, e
 		exec:   exec,
 		proto:  proto,
 		legacy: proto == subprotocolGraphQLWS || proto == "",
-		state:  streamConnFrom(r.Context()),
+		stream: streamConnFrom(r.Context()),
 		active: map[string]*wsSub{},
 	}
 	c.owner = c
 	c.rd = websocket.NewReader(br, t.limits.MessageBytes, c)
 	c.drained = sync.NewCond(&c.mu)
 	c.ctx, c.cancel = context.WithCancel(r.Context())
-	c.initDeadline = time.Now().Add(t.limits.InitTimeout)
+	c.state = newWSState(time.Now().Add(t.limits.InitTimeout))
 	// The server cancels hijacked connections' contexts when it stops.
 	c.stopBase = context.AfterFunc(r.Context(), func() { c.closeWith(websocket.CloseNormal, "terminated") })
 	return c
@@ -168,15 +155,8 @@ func (c *wsConn) initialize() error {
 		c.ctx = ctx
 		c.sendKind(kindAck, "", nil)
 		c.sendKind(kindKeepAlive, "", nil)
-		now := time.Now()
 		c.mu.Lock()
-		c.initDeadline = time.Time{}
-		c.running = true
-		c.expiresAt = expires
-		c.nextBeat = now.Add(c.t.limits.PingInterval)
-		if !c.legacy {
-			c.pongDeadline = now.Add(2 * c.t.limits.PingInterval)
-		}
+		c.state.open(time.Now(), c.t.limits.PingInterval, !c.legacy, expires)
 		c.mu.Unlock()
 		return nil
 	case kindTerminate:
@@ -214,8 +194,7 @@ func (c *wsConn) run() error {
 			c.sendKind(kindPong, "", payload)
 		case kindPong:
 			c.mu.Lock()
-			c.receivedPong = true
-			c.pongDeadline = time.Time{}
+			c.state.ponged()
 			c.mu.Unlock()
 		default:
 			c.sendConnectionError("unexpected message " + kind.String())
@@ -271,7 +250,7 @@ func (c *wsConn) Ping(payload []byte) {
 func (c *wsConn) setReadDeadline(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.closing { // a closing connection's deadline is closeWait's
+	if !c.state.closing() { // a closing connection's deadline is closeWait's
 		_ = c.nc.SetReadDeadline(t)
 	}
 }
@@ -313,7 +292,7 @@ func (c *wsConn) subscribe(start time.Time, id string, payload json.RawMessage) 
 	// client that sends operations without reading their answers is not
 	// read from (and is dropped by WriteTimeout) instead of growing a
 	// goroutine per operation.
-	for c.outBytes > wsOutboxLimit && !c.closed {
+	for c.outBytes > wsOutboxLimit && c.state.phase != wsClosed {
 		c.drained.Wait()
 	}
 	c.active[id] = sub
@@ -381,7 +360,7 @@ func (c *wsConn) subscribeShared(ctx context.Context, rc *gqlgen.OperationContex
 	idJSON, _ := json.Marshal(id)
 	sub := &wsSub{id: id, idJSON: idJSON, member: m}
 	c.mu.Lock()
-	if c.closing || c.closed {
+	if c.state.closing() {
 		c.mu.Unlock()
 		c.endShared(sub, "client")
 		return true
@@ -477,7 +456,7 @@ func (c *wsConn) send(header, payload []byte) {
 		frame = append(slices.Clip(header), payload...)
 	}
 	c.mu.Lock()
-	if c.closing || c.closed {
+	if c.state.closing() {
 		c.mu.Unlock()
 		return
 	}
@@ -488,7 +467,7 @@ func (c *wsConn) send(header, payload []byte) {
 	c.wake()
 	if over {
 		c.mu.Lock()
-		for c.outBytes > wsOutboxLimit && !c.closed {
+		for c.outBytes > wsOutboxLimit && c.state.phase != wsClosed {
 			c.drained.Wait()
 		}
 		c.mu.Unlock()
@@ -500,16 +479,14 @@ func (c *wsConn) send(header, payload []byte) {
 // a connection whose context ended with 1000; when that was the token
 // expiring, the client is told 4403 instead.
 func (c *wsConn) closeWith(code int, reason string) {
-	if code == websocket.CloseNormal && c.state.tokenExpired() {
+	if code == websocket.CloseNormal && c.stream.tokenExpired() {
 		code, reason = CloseForbidden, "Forbidden: token expired"
 	}
 	c.mu.Lock()
-	if c.closing || c.closed {
+	if !c.state.to(wsCloseQueued) {
 		c.mu.Unlock()
 		return
 	}
-	c.closing = true
-	c.closeQueued = true
 	c.outbox = append(c.outbox, websocket.CloseFrame(code, reason))
 	subs := c.takeSubsLocked()
 	c.mu.Unlock()
@@ -548,7 +525,7 @@ func (c *wsConn) endSubs(subs []*wsSub) {
 func (c *wsConn) waitCloseSent() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for !c.closeSent && !c.closed {
+	for c.state.phase < wsCloseSent {
 		c.drained.Wait()
 	}
 }
@@ -556,7 +533,7 @@ func (c *wsConn) waitCloseSent() {
 // abort closes the socket at once.
 func (c *wsConn) abort() {
 	c.mu.Lock()
-	c.closed = true
+	c.state.to(wsClosed)
 	c.drained.Broadcast()
 	c.mu.Unlock()
 	_ = c.nc.Close()
@@ -567,7 +544,7 @@ func (c *wsConn) teardown() {
 	c.stopBase()
 	c.t.ticker.remove(c)
 	c.mu.Lock()
-	c.closed = true
+	c.state.to(wsClosed)
 	c.outbox = nil
 	subs := c.takeSubsLocked()
 	c.drained.Broadcast()
@@ -580,16 +557,15 @@ func (c *wsConn) teardown() {
 // collect takes what the mailbox holds, as frames appended to b.
 func (c *wsConn) collect(b []byte) []byte {
 	c.mu.Lock()
-	if c.closed || c.closeSent {
+	if c.state.phase >= wsCloseSent {
 		c.outbox, c.outBytes = nil, 0
 		c.mu.Unlock()
 		return b
 	}
 	out := c.outbox
 	c.outbox, c.outBytes = nil, 0
-	subs, closing := c.shared, c.closing
-	c.closeInFlight = c.closeQueued
-	c.closeQueued = false
+	subs, closing := c.shared, c.state.closing()
+	c.state.to(wsCloseWriting) // the close frame, when queued, is in out
 	if len(out) > 0 {
 		c.drained.Broadcast()
 	}
@@ -644,15 +620,15 @@ func (c *wsConn) appendKind(b []byte, k wsKind, id string, payload json.RawMessa
 // written is called when a batch is fully written; the connection goes on
 // (the close frame, once written, leaves it to the reader to finish).
 func (c *wsConn) written() bool {
-	if !c.closeInFlight {
-		return true
-	}
-	c.closeInFlight = false
 	c.mu.Lock()
-	c.closeSent = true
-	c.drained.Broadcast()
+	sent := c.state.to(wsCloseSent)
+	if sent {
+		c.drained.Broadcast()
+	}
 	c.mu.Unlock()
-	_ = c.nc.SetReadDeadline(time.Now().Add(closeWait))
+	if sent {
+		_ = c.nc.SetReadDeadline(time.Now().Add(closeWait))
+	}
 	return true
 }
 
@@ -660,50 +636,31 @@ func (c *wsConn) written() bool {
 // keep-alive ticker.
 func (c *wsConn) beat(now time.Time) {
 	c.mu.Lock()
-	if c.closing || c.closed {
-		c.mu.Unlock()
+	due := c.state.due(now)
+	c.mu.Unlock()
+	var kind wsKind
+	switch due {
+	case dueNothing:
 		return
-	}
-	switch {
-	case !c.initDeadline.IsZero() && !now.Before(c.initDeadline):
-		c.mu.Unlock()
+	case dueInitTimeout:
 		c.closeWith(websocket.CloseProtocolError, "connection initialisation timeout")
 		return
-	case !c.running:
-		c.mu.Unlock()
-		return
-	case !c.expiresAt.IsZero() && !now.Before(c.expiresAt):
-		c.mu.Unlock()
+	case dueExpired:
 		c.closeWith(websocket.CloseNormal, "terminated")
 		return
-	case !c.pongDeadline.IsZero() && !now.Before(c.pongDeadline):
-		// No pong for two intervals: the connection is dead.
-		c.mu.Unlock()
+	case dueDead:
 		c.abort()
 		return
+	case dueKeepAlive:
+		kind = kindKeepAlive
+	case duePing:
+		kind = kindPing
 	}
-	var kind wsKind = -1
-	if !now.Before(c.nextBeat) {
-		c.nextBeat = now.Add(c.t.limits.PingInterval)
-		if c.legacy {
-			kind = kindKeepAlive
-		} else {
-			kind = kindPing
-			if c.receivedPong {
-				c.pongDeadline = now.Add(2 * c.t.limits.PingInterval)
-			}
-			c.receivedPong = false
-		}
+	m, _ := json.Marshal(&outMessage{Type: typeName(c.legacy, kind)})
+	c.mu.Lock()
+	if !c.state.closing() {
+		c.outbox = append(c.outbox, websocket.TextFrame(m))
 	}
 	c.mu.Unlock()
-	if kind >= 0 {
-		typ := typeName(c.legacy, kind)
-		m, _ := json.Marshal(&outMessage{Type: typ})
-		c.mu.Lock()
-		if !c.closing && !c.closed {
-			c.outbox = append(c.outbox, websocket.TextFrame(m))
-		}
-		c.mu.Unlock()
-		c.wake()
-	}
+	c.wake()
 }
