@@ -243,9 +243,10 @@ type Config struct {
 	// quota, sale not open) replays for its idempotency key
 	// (DROPLINE_REJECTION_TTL). Default: 5m; between 1s and 24h. Redis keeps
 	// each such rejection (about 530 bytes with its key's claim and Redis'
-	// per-key overhead) this long, so one principal can make Redis keep at
-	// most about (MutationRate x RejectionTTL + MutationBurst) x 530 bytes:
-	// 1.6 MB with the defaults. A hold replays for 24h whatever this says.
+	// per-key overhead; a refused cart at most about 640 per line) this
+	// long, so one principal can make Redis keep at most about
+	// (MutationRate x RejectionTTL + MutationBurst) x 640 bytes: 2 MB with
+	// the defaults. A hold replays for 24h whatever this says.
 	RejectionTTL time.Duration
 
 	// WaitlistMax is how many principals may wait on one SKU at once
@@ -262,7 +263,8 @@ type Config struct {
 	MutationRate int
 
 	// MutationBurst is how many mutations a principal may send at once
-	// before the rate applies (DROPLINE_MUTATION_BURST). Default: 20.
+	// before the rate applies (DROPLINE_MUTATION_BURST); a cart counts one
+	// per line, so it is at least 50, the most lines of a cart. Default: 50.
 	MutationBurst int
 
 	// CORSOrigins lists the browser origins allowed to call the API from

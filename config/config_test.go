@@ -256,6 +256,16 @@ func TestMutationRateLimitSettings(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, c.Validate(), config.EnvMutationRate)
 
+	// A burst smaller than the largest cart would refuse that cart for ever.
+	env[config.EnvMutationRate], env[config.EnvMutationBurst] = "10", "20"
+	c, err = config.Load(get)
+	require.NoError(t, err)
+	require.ErrorContains(t, c.Validate(), config.EnvMutationBurst)
+	env[config.EnvMutationBurst] = "50"
+	c, err = config.Load(get)
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+
 	env[config.EnvMutationRate] = "lots"
 	_, err = config.Load(get)
 	require.ErrorContains(t, err, config.EnvMutationRate)

@@ -151,8 +151,9 @@ func (c Config) Validate() error {
 	if c.MutationRate == 0 {
 		add(EnvMutationRate, "is 0, which would refuse every mutation: set mutations per second per principal (default %d), or a negative number to turn the limit off", DefaultMutationRate)
 	}
-	if c.MutationRate > 0 && c.MutationBurst < 1 {
-		add(EnvMutationBurst, "is %d: set how many mutations a principal may send at once (default %d)", c.MutationBurst, DefaultMutationBurst)
+	if c.MutationRate > 0 && c.MutationBurst < inventory.MaxCartLines {
+		add(EnvMutationBurst, "is %d: a cart spends one mutation per line, so a principal must be able to send at least %d at once, the most lines of a cart (default %d)",
+			c.MutationBurst, inventory.MaxCartLines, DefaultMutationBurst)
 	}
 
 	for _, o := range c.CORSOrigins {

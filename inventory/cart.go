@@ -77,6 +77,13 @@ type CartRequest struct {
 	IdempotencyKey string
 	// HoldFor is how long the cart's lines are held; 0 means the default.
 	HoldFor time.Duration
+	// RateLimit, when set, is the caller's mutation budget: the cart spends
+	// one unit per line it holds (its lines after those of one SKU are
+	// added up), before anything else, and is refused with
+	// *RateLimitedError when they are not left; an invalid request spends
+	// one unit, as any mutation. A cart of more lines than the budget's
+	// burst could never be afforded and is refused with *InvalidInputError.
+	RateLimit *RateLimit
 }
 
 // Cart is a set of holds made, committed and cancelled together: one
@@ -236,6 +243,21 @@ func cartRequestHash(lines []cartLine, holdMillis int64) string {
 func (e *Engine) ReserveCart(ctx context.Context, p Principal, req CartRequest) (cart Cart, err error) {
 	defer func() { e.metrics.outcome("reserve_cart", err) }()
 	hold, lines, err := e.checkCart(p, req)
+	if l := req.RateLimit; l != nil {
+		// What a cart leaves in Redis grows with its lines, so it pays for
+		// each: the budget bounds holds, not calls (docs/design.md, G9).
+		cost := len(lines)
+		if err == nil && cost > l.Burst {
+			err = &InvalidInputError{Field: "lines", Reason: fmt.Sprintf(
+				"a cart spends one mutation per line, and a buyer may send at most %d at once", l.Burst)}
+		}
+		if err != nil {
+			cost = 1 // refused before any script, as any mutation
+		}
+		if lerr := e.spendUnits(ctx, *l, cost); lerr != nil {
+			return Cart{}, lerr
+		}
+	}
 	if err != nil {
 		return Cart{}, err
 	}
@@ -364,7 +386,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	oc := res.openedCart()
 	if oc.token != token {
 		// The key's first call opened another cart: answer what it got.
-		return e.awaitCart(ctx, p, home, oc.token, lines)
+		return e.awaitCart(ctx, p, home, oc.token)
 	}
 	// Phase 1: every partition's lines, held provisionally, all at once.
 	parts := map[int][]cartLine{}
@@ -519,9 +541,10 @@ func (e *Engine) letGoOfLines(ctx context.Context, who string, lines []cartLine)
 }
 
 // awaitCart answers a call whose idempotency key already opened a cart:
-// that cart once it is held or refused; retry when it never held (its
-// caller failed or died), so this call opens a new one.
-func (e *Engine) awaitCart(ctx context.Context, p Principal, home int, token string, lines []cartLine) (Cart, bool, error) {
+// that cart once it is held; retry once it is gone or abandoned, so that
+// this call's open_cart.lua replays the key's refusal or, when the first
+// call never held (its caller failed or died), opens a new cart.
+func (e *Engine) awaitCart(ctx context.Context, p Principal, home int, token string) (Cart, bool, error) {
 	deadline := time.Now().Add(e.cfg.CartSettle + 2*cartSweepMargin + time.Second)
 	for {
 		h, err := e.rdb.HGetAll(ctx, e.keys.Cart(home, token)).Result()
@@ -533,12 +556,6 @@ func (e *Engine) awaitCart(ctx context.Context, p Principal, home int, token str
 			cart, err := e.readCart(ctx, p, token)
 			cart.Replayed = true
 			return cart, false, err
-		case "REFUSED":
-			var refusals []cartRefusal
-			if err := json.Unmarshal([]byte(h["rej"]), &refusals); err != nil {
-				return Cart{}, false, fmt.Errorf("reserving cart: reading a recorded refusal: %w", err)
-			}
-			return Cart{}, false, refusalsError(lines, refusals)
 		case "PENDING":
 		default:
 			return Cart{}, true, nil

@@ -67,12 +67,16 @@
 // as provisional holds: cart = the cart, prov = 1, expiring at the
 // deadline, with no outbox event), confirm_cart_lines.lua per partition
 // (the cart's expiry, prov removed, the reserve event appended; refused
-// after the deadline), finish_cart.lua (HELD, REFUSED or FAILED, only from
-// PENDING). The cart sweep (AbandonStaleCarts) turns a cart still PENDING
+// after the deadline), finish_cart.lua (HELD, only from PENDING; a cart
+// refused or failed is deleted, its key's record keeping a refusal). The
+// cart sweep (AbandonStaleCarts) turns a cart still PENDING
 // past its deadline into ABANDONED, in the step finish_cart.lua also needs,
 // and releases every line it names: after the deadline no line can be held
 // or confirmed, so those are all it has. Provisional holds that are let go
-// emit no event (lib.lua's release) and keep their hash for minutes only.
+// emit no event (lib.lua's release) and keep their hash only as long as a
+// refusal (RejectionTTL). A cart spends its principal's mutation budget one
+// unit per line (CartRequest.RateLimit), so what carts leave in Redis is
+// bounded by the budget as a reserve's is.
 // A HELD cart stays in cartpending, due at its expiry, when the sweep
 // releases any line still held: ExtendCart extends every line and only then
 // moves the cart's expiry (extend_cart.lua), so an extension cut short ends

@@ -63,10 +63,11 @@ type Config struct {
 	// RejectionTTL is how long a rejected reserve (out of stock, over the
 	// quota, sale not open) is replayed for its idempotency key; default 5
 	// minutes, at most IdempotencyTTL. Redis keeps a rejection's record and
-	// its key's claim this long, so it bounds what one principal can make
-	// Redis keep by being refused: about 530 bytes per rejection, times the
-	// principal's mutation rate, times this TTL. After it, the key is a new
-	// request.
+	// its key's claim this long (and a refused cart's, with the lines it
+	// held and let go), so it bounds what one principal can make Redis keep
+	// by being refused: about 530 bytes per rejection (640 per line of a
+	// refused cart), times the principal's mutation rate, times this TTL.
+	// After it, the key is a new request.
 	RejectionTTL time.Duration
 	// Retention is how long a finished hold stays readable in Redis (Postgres
 	// keeps it for ever); default 24 hours.

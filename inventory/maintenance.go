@@ -45,11 +45,11 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 	// One round trip for the whole batch; each release is its own script.
 	cmds := make([]*redis.Cmd, len(tokens))
 	script := e.scripts[lua.ReleaseHold]
-	retention := int64(e.cfg.Retention.Seconds())
+	retention, rejection := int64(e.cfg.Retention.Seconds()), int64(e.cfg.RejectionTTL.Seconds())
 	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, tok := range tokens {
 			cmds[i] = script.EvalSha(ctx, p, e.keys.tokenHoldKeys(partition, tok),
-				e.keys.Base(partition), tok, "", "0", string(StatusExpired), retention, newNonce())
+				e.keys.Base(partition), tok, "", "0", string(StatusExpired), retention, newNonce(), rejection)
 		}
 		return nil
 	})

@@ -71,9 +71,15 @@ func rateLimited(retryAfter string) error {
 // mutation goes ahead, with a warning in the request's log: a limiter outage
 // must not become a full outage (the mutation reports Redis trouble itself).
 // A reserve given its budget (ReserveRequest.RateLimit) spends it itself, in
-// the same run of reserve.lua when it can.
+// the same run of reserve.lua when it can, and so does a cart
+// (CartRequest.RateLimit), one unit per line.
 func (e *Engine) SpendRateLimit(ctx context.Context, l RateLimit) error {
-	err := e.spendRateLimit(ctx, l)
+	return e.spendUnits(ctx, l, 1)
+}
+
+// spendUnits is SpendRateLimit of cost units at once (at most l.Burst).
+func (e *Engine) spendUnits(ctx context.Context, l RateLimit, cost int) error {
+	err := e.spendRateLimit(ctx, l, cost)
 	if err != nil && !errors.Is(err, ErrRateLimited) {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("rate limiter unavailable; allowing the mutation")
 		return nil
@@ -81,9 +87,9 @@ func (e *Engine) SpendRateLimit(ctx context.Context, l RateLimit) error {
 	return err
 }
 
-func (e *Engine) spendRateLimit(ctx context.Context, l RateLimit) error {
+func (e *Engine) spendRateLimit(ctx context.Context, l RateLimit, cost int) error {
 	a := l.args()
-	res, err := e.scripts[lua.RateLimit].Run(ctx, e.hot, []string{l.Key}, a[:]...).Slice()
+	res, err := e.scripts[lua.RateLimit].Run(ctx, e.hot, []string{l.Key}, a[0], a[1], a[2], cost).Slice()
 	if err != nil {
 		return unavailable("running "+lua.RateLimit, err)
 	}

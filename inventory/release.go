@@ -121,5 +121,6 @@ func (e *Engine) release(ctx context.Context, partition int, token string, p Pri
 		admin = "1"
 	}
 	return e.run(ctx, lua.ReleaseHold, e.keys.tokenHoldKeys(partition, token),
-		e.keys.Base(partition), token, p.ID, admin, status, int64(e.cfg.Retention.Seconds()), newNonce())
+		e.keys.Base(partition), token, p.ID, admin, status, int64(e.cfg.Retention.Seconds()), newNonce(),
+		int64(e.cfg.RejectionTTL.Seconds()))
 }

@@ -3,6 +3,11 @@
 -- (a line could not be had; its lines were let go) or FAILED (it could not
 -- be held in time; its lines were let go).
 --
+-- A cart that did not hold is deleted: nothing reads it any more (a call
+-- waiting on the same idempotency key reads the key's record, and a cart
+-- sweep finds nothing to do), and what a refusal keeps in Redis is only its
+-- idempotency record, for the rejection TTL, as a refused reserve's.
+--
 -- KEYS[1]  {h}cart:<token>
 -- KEYS[2]  {h}cartidem:<hash>    the cart idempotency record (a placeholder key when there is none)
 -- KEYS[3]  {h}cartpending        PENDING carts by deadline, HELD carts by expiry (ms)
@@ -10,7 +15,7 @@
 -- ARGV[3]  the refusals, as the caller encodes them ("" unless REFUSED)
 -- ARGV[4]  rejection TTL seconds (how long a refusal replays)   ARGV[5] retention seconds
 --
--- Returns {'OK', replayed} (replayed = 1: the cart had this outcome already),
+-- Returns {'OK', replayed} (replayed = 1: the cart was HELD already),
 -- {'ABANDONED'} (or another status) when the cart is no longer PENDING: the
 -- cart sweep found it past its deadline and let its lines go, so a HELD
 -- outcome is too late; {'NOT_FOUND'} when there is no such cart.
@@ -47,15 +52,13 @@ if outcome == 'HELD' then
     redis.call('HSET', KEYS[2], 'code', 'OK')
   end
 elseif outcome == 'REFUSED' then
-  redis.call('HSET', KEYS[1], 'st', 'REFUSED', 'rej', ARGV[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
+  redis.call('DEL', KEYS[1])
   if ours then
     redis.call('HSET', KEYS[2], 'code', 'REFUSED', 'rej', ARGV[3])
     redis.call('EXPIRE', KEYS[2], ARGV[4])
   end
 else
-  redis.call('HSET', KEYS[1], 'st', 'FAILED')
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
+  redis.call('DEL', KEYS[1])
   if ours then
     -- Nothing was held: the key is a new request next time.
     redis.call('DEL', KEYS[2])

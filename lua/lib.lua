@@ -55,11 +55,12 @@ local function rate_now(t)
   return (t[1] - 1483228800) + (t[2] / 1000000)
 end
 
--- rate_check says whether one more mutation fits the budget at key (burst,
--- rate per period seconds) at time now (rate_now). It writes nothing: it
--- returns true and the new arrival time and reset delay for rate_spend, or
--- false and how many seconds to wait (a string, as redis_rate answers it).
-local function rate_check(key, burst, rate, period, now)
+-- rate_check says whether cost more mutations (1 when nil) fit the budget
+-- at key (burst, rate per period seconds) at time now (rate_now). It writes
+-- nothing: it returns true and the new arrival time and reset delay for
+-- rate_spend, or false and how many seconds to wait (a string, as
+-- redis_rate answers it). A cost above the burst never fits.
+local function rate_check(key, burst, rate, period, now, cost)
   local emission_interval = period / rate
   local burst_offset = emission_interval * burst
   local tat = redis.call('GET', key)
@@ -69,7 +70,7 @@ local function rate_check(key, burst, rate, period, now)
     tat = tonumber(tat)
   end
   tat = math.max(tat, now)
-  local new_tat = tat + emission_interval
+  local new_tat = tat + emission_interval * (cost or 1)
   local diff = now - (new_tat - burst_offset)
   if diff / emission_interval < 0 then
     return false, tostring(diff * -1)
@@ -211,14 +212,16 @@ end
 -- hold is HELD; status is CANCELLED or EXPIRED. k names the keys it touches:
 -- hold, sku, quota, channel, expiry, committing, outbox.
 --
+-- retention is how long the finished hold's hash is kept, in seconds.
+--
 -- A provisional hold (prov = 1: a cart line its cart has not confirmed yet,
 -- see hold_cart_lines.lua) never reached the ledger, so its release emits no
--- event either, and its hash is kept only as long as a refusal is.
+-- event either; release_hold.lua keeps its hash only as long as a refusal.
 local function release(k, token, h, status, now, retention)
   local qty = tonumber(h['qty'])
   local provisional = h['prov'] == '1'
   redis.call('HSET', k.hold, 'st', status, 'end', now)
-  redis.call('EXPIRE', k.hold, provisional and math.min(retention, 300) or retention)
+  redis.call('EXPIRE', k.hold, retention)
   redis.call('ZREM', k.expiry, token)
   redis.call('ZREM', k.committing, token)
   if redis.call('HINCRBY', k.quota, h['who'], -qty) <= 0 then

@@ -17,7 +17,7 @@
 -- again, or the first call with the key: replayed = 1; it may still be PENDING);
 -- {'REFUSED', rejections, 1} when the key's first call was refused (replay it);
 -- {'IDEMPOTENCY_KEY_REUSED'} when the key came with a different request.
--- A key whose cart was ABANDONED or FAILED (it never held) is a new request.
+-- A key whose cart was ABANDONED or is gone (it failed: it never held) is a new request.
 --
 -- Why one script: the idempotency check and the new record must be one step,
 -- or two concurrent duplicates would both open a cart. Safe to run twice:

@@ -13,6 +13,8 @@
 -- ARGV[6]  retention seconds for the finished hold
 -- ARGV[7]  nonce: random characters for the tokens of the holds the freed units
 --          are handed over as (offer_token in lib.lua)
+-- ARGV[8]  rejection TTL seconds: how long a provisional hold (a line of a cart
+--          that never held) keeps its hash, as long as a refused reserve's record
 --
 -- The freed units go to the SKU's waiters first (handoff in lib.lua): their
 -- queue and entries are derived from the SKU too (wait_keys), and so are the
@@ -70,7 +72,7 @@ if now >= tonumber(h['exp']) then
   status = 'EXPIRED'
 end
 k.hold, k.expiry, k.committing, k.outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-release(k, token, h, status, now, tonumber(ARGV[6]))
+release(k, token, h, status, now, tonumber(h['prov'] == '1' and ARGV[8] or ARGV[6]))
 local w = wait_keys(base, h['sku'])
 k.queue, k.entries = w.queue, w.entries
 handoff(k, base, h['sku'], ARGV[7], now)

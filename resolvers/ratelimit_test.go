@@ -2,6 +2,8 @@ package resolvers_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,4 +64,71 @@ func TestReserveIsOneScriptRun(t *testing.T) {
 	require.NotEqual(t, "RATE_LIMITED", cancelled.UserErrors[0].Code, "the third unit")
 	only(t, e.Reserve(t, alice, map[string]any{"sku": "ONE", "quantity": 1}), "RATE_LIMITED")
 	require.Equal(t, 2, e.Truth(t, "ONE").Held)
+}
+
+// A cart spends its principal's budget one unit per line, since what it
+// leaves in Redis grows with its lines: a burst of 20-line carts makes no
+// more holds than the burst allows (it made one cart's worth per unit, 420
+// holds from 21 carts, when a cart counted as one mutation), and the
+// largest cart fits the burst whole.
+func TestCartSpendsTheBudgetPerLine(t *testing.T) {
+	t.Parallel()
+	const burst = 50
+	e := setup(t, func(c *graphql.Config) {
+		// A minute per unit: nothing is refilled while the test runs.
+		c.Limits.MutationRate, c.Limits.MutationPeriod, c.Limits.MutationBurst = 1, time.Minute, burst
+	})
+	var skus []string
+	for i := range 50 {
+		sku := fmt.Sprintf("BUDGET-%02d", i)
+		skus = append(skus, sku)
+		e.CreateProduct(t, map[string]any{"sku": sku, "stock": 100})
+	}
+	cart := func(authz string, n int) cartPayload {
+		lines := make([]any, n)
+		for i := range lines {
+			lines[i] = map[string]any{"sku": skus[i%len(skus)], "quantity": 1}
+		}
+		var out struct{ ReserveCart cartPayload }
+		e.MustDo(t, authz, reserveCartDoc, map[string]any{"i": map[string]any{"lines": lines}}, &out)
+		return out.ReserveCart
+	}
+	held := func() int {
+		n := 0
+		for _, sku := range skus {
+			n += e.Truth(t, sku).Held
+		}
+		return n
+	}
+
+	// 21 concurrent carts of 20 lines from one buyer.
+	alice := e.Token(t, "alice", false)
+	answers := make([]cartPayload, 21)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() { answers[i] = cart(alice, 20) })
+	}
+	wg.Wait()
+	carts, limited := 0, 0
+	for _, a := range answers {
+		switch {
+		case a.Cart != nil:
+			carts++
+		case len(a.UserErrors) == 1 && a.UserErrors[0].Code == "RATE_LIMITED":
+			limited++
+		default:
+			t.Fatalf("unexpected answer %+v", a)
+		}
+	}
+	require.Equal(t, burst/20, carts, "as many 20-line carts as the burst pays for")
+	require.Equal(t, 21-burst/20, limited)
+	require.Equal(t, 20*carts, held(), "holds made by the burst")
+	require.LessOrEqual(t, held(), burst)
+
+	// The largest cart fits a full budget, and spends all of it.
+	bob := e.Token(t, "bob", false)
+	big := cart(bob, 50)
+	require.Empty(t, big.UserErrors)
+	require.Len(t, big.Cart.Lines, 50)
+	only(t, e.Reserve(t, bob, map[string]any{"sku": skus[0], "quantity": 1}), "RATE_LIMITED")
 }

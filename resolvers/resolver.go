@@ -35,9 +35,11 @@ type Config struct {
 // DROPLINE_MUTATION_BURST default to them.
 const (
 	DefaultMutationRate = 10
-	// burstPerRate is the burst a rate gets when no burst is given.
+	// burstPerRate is the burst a rate gets when no burst is given: twice
+	// the rate, and never less than the largest cart, which spends one
+	// unit per line.
 	burstPerRate         = 2
-	DefaultMutationBurst = burstPerRate * DefaultMutationRate
+	DefaultMutationBurst = max(burstPerRate*DefaultMutationRate, inventory.MaxCartLines)
 )
 
 // Limits are what the resolvers themselves bound. Each zero value takes the
@@ -49,9 +51,10 @@ type Limits struct {
 	MaxPageSize int
 	// MutationRate and MutationBurst define the per-principal mutation
 	// limit (GCRA): MutationRate per MutationPeriod on average, bursts of
-	// up to MutationBurst. Defaults DefaultMutationRate per second, and a
-	// burst of twice the rate (DefaultMutationBurst with the default rate).
-	// A negative MutationRate disables the limit.
+	// up to MutationBurst. Each mutation spends one unit, a cart one per
+	// line. Defaults DefaultMutationRate per second, and a burst of twice
+	// the rate but at least inventory.MaxCartLines (DefaultMutationBurst
+	// with the default rate). A negative MutationRate disables the limit.
 	MutationRate   int
 	MutationPeriod time.Duration
 	MutationBurst  int
@@ -66,7 +69,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.PageSize, 20)
 	def(&l.MaxPageSize, 100)
 	def(&l.MutationRate, DefaultMutationRate)
-	def(&l.MutationBurst, burstPerRate*l.MutationRate)
+	def(&l.MutationBurst, max(burstPerRate*l.MutationRate, inventory.MaxCartLines))
 	if l.MutationPeriod == 0 {
 		l.MutationPeriod = time.Second
 	}

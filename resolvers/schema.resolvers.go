@@ -100,20 +100,27 @@ func (r *mutationResolver) ExtendReservation(ctx context.Context, input model.Ex
 
 // ReserveCart is the resolver for the reserveCart field.
 func (r *mutationResolver) ReserveCart(ctx context.Context, input model.ReserveCartInput) (*model.CartPayload, error) {
-	req := inventory.CartRequest{IdempotencyKey: deref(input.IdempotencyKey)}
+	p, refused := r.deps.reserveCaller(ctx)
+	if refused != nil {
+		return &model.CartPayload{UserErrors: []*model.UserError{refused}}, nil
+	}
+	// The engine spends the budget: one unit per line.
+	req := inventory.CartRequest{IdempotencyKey: deref(input.IdempotencyKey), RateLimit: r.deps.limiter.budget(p.ID)}
 	for _, l := range input.Lines {
 		req.Lines = append(req.Lines, inventory.CartLine{SKU: l.Sku, Quantity: l.Quantity})
 	}
 	if input.HoldSeconds != nil {
 		if *input.HoldSeconds < 1 {
+			// Spent as by any mutation, before the input is looked at.
+			if allowed, retry := r.deps.limiter.allow(ctx, p.ID); !allowed {
+				return &model.CartPayload{UserErrors: []*model.UserError{rateLimitedError(retry)}}, nil
+			}
 			// 0 would mean "the default" to the engine; the client asked for none.
 			return cartPayload(inventory.Cart{}, &inventory.InvalidInputError{Field: "holdSeconds", Reason: "must be at least 1"})
 		}
 		req.HoldFor = time.Duration(*input.HoldSeconds) * time.Second
 	}
-	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
-		return r.deps.engine.ReserveCart(ctx, p, req)
-	})
+	return cartPayload(r.deps.engine.ReserveCart(ctx, p, req))
 }
 
 // CommitCart is the resolver for the commitCart field.

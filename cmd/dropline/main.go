@@ -70,7 +70,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_LEASE_TTL         worker lease per partition (10s)
   DROPLINE_REJECTION_TTL     how long a refused reserve replays for its idempotency key (5m)
   DROPLINE_MUTATION_RATE     mutations per second per principal; negative = no limit (10)
-  DROPLINE_MUTATION_BURST    (20)
+  DROPLINE_MUTATION_BURST    mutations one principal may send at once, a cart's lines each count, at least 50 (50)
   DROPLINE_REDIS_WAIT_REPLICAS  replicas each reserve and commit waits for (0)
   DROPLINE_REDIS_WAIT_TIMEOUT   longest such wait, 1ms-1s (50ms)
   DROPLINE_TRUSTED_PROXIES   comma separated CIDRs or addresses of the load balancers (none)

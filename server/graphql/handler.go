@@ -79,9 +79,10 @@ type Limits struct {
 	MaxPageSize int
 	// MutationRate and MutationBurst define the per-principal mutation
 	// limit (GCRA): MutationRate per MutationPeriod on average, bursts of
-	// up to MutationBurst. Defaults resolvers.DefaultMutationRate per
-	// second, and a burst of twice the rate. A negative MutationRate
-	// disables the limit.
+	// up to MutationBurst (a cart spends one unit per line). Defaults
+	// resolvers.DefaultMutationRate per second, and a burst of twice the
+	// rate, at least the largest cart. A negative MutationRate disables the
+	// limit.
 	MutationRate   int
 	MutationPeriod time.Duration
 	MutationBurst  int
