@@ -17,6 +17,7 @@ import (
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/resolvers"
+	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/graphql"
 	"github.com/dropline/dropline/worker"
 )
@@ -61,6 +62,8 @@ const (
 	EnvStreamWriteTimeout = "DROPLINE_STREAM_WRITE_TIMEOUT"
 	EnvLiveInterval       = "DROPLINE_LIVE_INTERVAL"
 	EnvAPQBytesPerAddr    = "DROPLINE_APQ_BYTES_PER_ADDR"
+	EnvBodyTimeout        = "DROPLINE_BODY_TIMEOUT"
+	EnvRequestsPerAddr    = "DROPLINE_REQUESTS_PER_ADDR"
 
 	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
 	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
@@ -102,6 +105,8 @@ const (
 	DefaultStreamWriteTimeout = graphql.DefaultWriteTimeout
 	DefaultLiveInterval       = live.DefaultInterval
 	DefaultAPQBytesPerAddr    = graphql.DefaultAPQBytesPerAddr
+	DefaultBodyTimeout        = server.DefaultBodyTimeout
+	DefaultRequestsPerAddr    = server.DefaultRequestsPerAddr
 
 	// DevOrigin is the origin the playground is served from by `make run`;
 	// dev mode allows it for CORS in addition to DROPLINE_CORS_ORIGINS.
@@ -365,6 +370,18 @@ type Config struct {
 	// up to 32 KiB.
 	APQBytesPerAddr int
 
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body once its headers are in (DROPLINE_BODY_TIMEOUT); a slower body
+	// gets 408 and its connection is closed. Default: 10s; between 1s and
+	// 1m.
+	BodyTimeout time.Duration
+
+	// RequestsPerAddr caps the requests in flight from one client address,
+	// IPv6 counted per /64 (DROPLINE_REQUESTS_PER_ADDR); one more gets 429
+	// with Retry-After at once. Websocket and SSE streams are capped by
+	// StreamConnsPerIP instead. Default: 1024, per instance; at least 1.
+	RequestsPerAddr int
+
 	// AdminAddr, when set, opens a second listener for operators with the Go
 	// profiler (net/http/pprof under /debug/pprof/) (DROPLINE_ADMIN_ADDR,
 	// host:port). Default: empty, no admin listener. It must be a loopback
@@ -411,6 +428,8 @@ func Default() Config {
 		StreamWriteTimeout:      DefaultStreamWriteTimeout,
 		LiveInterval:            DefaultLiveInterval,
 		APQBytesPerAddr:         DefaultAPQBytesPerAddr,
+		BodyTimeout:             DefaultBodyTimeout,
+		RequestsPerAddr:         DefaultRequestsPerAddr,
 	}
 }
 
@@ -525,6 +544,8 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvStreamWriteTimeout, &c.StreamWriteTimeout)
 	dur(EnvLiveInterval, &c.LiveInterval)
 	num(EnvAPQBytesPerAddr, &c.APQBytesPerAddr)
+	dur(EnvBodyTimeout, &c.BodyTimeout)
+	num(EnvRequestsPerAddr, &c.RequestsPerAddr)
 	str(EnvAdminAddr, &c.AdminAddr)
 	boolean(EnvAdminAllowRemote, &c.AdminAllowRemote)
 

@@ -202,6 +202,10 @@ func (c Config) Validate() error {
 		add(EnvLiveInterval, "is %s: the live delivery interval must be between 1ms and 1s (default %s)", c.LiveInterval, DefaultLiveInterval)
 	}
 
+	if c.BodyTimeout < time.Second || c.BodyTimeout > time.Minute {
+		add(EnvBodyTimeout, "is %s: the time to send a request body must be between 1s and 1m (default %s)", c.BodyTimeout, DefaultBodyTimeout)
+	}
+	atLeast(EnvRequestsPerAddr, c.RequestsPerAddr, 1, "the requests in flight allowed per client address")
 	if c.APQBytesPerAddr < 64<<10 || c.APQBytesPerAddr > 1<<30 {
 		add(EnvAPQBytesPerAddr, "is %d: the persisted-query bytes one address may register must be between 65536 and 1073741824 (default %d)", c.APQBytesPerAddr, DefaultAPQBytesPerAddr)
 	}

@@ -49,8 +49,10 @@ func routeOf(path string) string {
 
 // routes builds the mux and wraps it in the middleware chain, outermost
 // first: request id (so every later line has it), the client address
-// (which the access log and the stream caps use), access log and metrics
-// (so they see the final status, including recovered panics), recovery.
+// (which the access log, the caps per address and the stream caps use),
+// access log and metrics (so they see the final status, including
+// recovered panics and refusals), recovery, the cap on requests in flight
+// per address, the deadline of the body.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 
@@ -95,6 +97,8 @@ func (s *Server) routes() http.Handler {
 
 	m := newHTTPMetrics(s.cfg.Registry)
 	var h http.Handler = mux
+	h = bodyDeadline(s.cfg.BodyTimeout, h)
+	h = newInFlight(s.cfg.RequestsPerAddr).middleware(h)
 	h = recoverer(h)
 	h = accessLog(m, h)
 	h = s.cfg.ClientAddr.Middleware(h)

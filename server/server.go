@@ -32,6 +32,8 @@ const (
 	DefaultIdleTimeout       = 120 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultCheckTimeout      = time.Second
+	DefaultBodyTimeout       = 10 * time.Second
+	DefaultRequestsPerAddr   = 1024
 )
 
 // Config is what New needs. Handlers and checks are injected so the server
@@ -76,6 +78,22 @@ type Config struct {
 	// (slowloris protection). Default: 10s.
 	ReadHeaderTimeout time.Duration
 
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body, counted from the end of its headers: a body still incomplete
+	// then is cut off (the GraphQL handler answers 408) and its connection
+	// closed, so a client trickling a byte now and then cannot hold a
+	// request open. Once the body has been read the bound is lifted: it
+	// never cuts a long answer or a stream. Default: 10s.
+	BodyTimeout time.Duration
+
+	// RequestsPerAddr caps the requests in flight from one client address
+	// (ClientAddr, IPv6 per /64); one more is answered 429 with
+	// Retry-After at once, without reading its body. Websocket upgrades and
+	// SSE streams (Accept: text/event-stream) are not counted: they live
+	// long, and the GraphQL handler caps them per address itself. The cap
+	// is per process. Default: 1024.
+	RequestsPerAddr int
+
 	// IdleTimeout closes idle keep-alive connections. Default: 120s.
 	IdleTimeout time.Duration
 
@@ -110,6 +128,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CheckTimeout <= 0 {
 		c.CheckTimeout = DefaultCheckTimeout
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.RequestsPerAddr <= 0 {
+		c.RequestsPerAddr = DefaultRequestsPerAddr
 	}
 	return c
 }
@@ -148,9 +172,9 @@ func New(cfg Config) *Server {
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		// No ReadTimeout/WriteTimeout: they would cut websocket
-		// subscriptions. The GraphQL handler bounds bodies (and checks
-		// origins, since it also serves websockets); ReadHeaderTimeout
-		// bounds slow headers.
+		// subscriptions and SSE streams. ReadHeaderTimeout bounds slow
+		// headers, bodyDeadline slow bodies (BodyTimeout), the GraphQL
+		// handler their size.
 		ErrorLog:    log.New(httpErrorLog{cfg.Logger}, "", 0),
 		BaseContext: func(net.Listener) context.Context { return s.baseCtx },
 	}

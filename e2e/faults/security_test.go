@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -8,8 +9,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 )
 
@@ -268,4 +272,104 @@ func TestJunkPersistedQueriesLeaveNothingInRedis(t *testing.T) {
 	keys2, _ := s.apqFootprint(t)
 	require.Equal(t, keys+1, keys2, "another address has a budget of its own")
 	t.Logf("FIGURES apq: junk_keys=0 junk_bytes=0 valid_sent=64 registered=%d registered_bytes=%d", keys, bytes)
+}
+
+// slowBody is one socket that sent its headers, declaring a body of a
+// million bytes, and then trickles a byte now and then.
+type slowBody struct {
+	status int           // the answer's status, 0 while none came
+	closed time.Duration // when the server closed it, since the start
+}
+
+// Slow bodies are not held open without end: 200 sockets from one address
+// send headers with Content-Length: 1000000 and then a byte every 2 s.
+// With DROPLINE_REQUESTS_PER_ADDR=50, 150 are answered 429 at once; the 50
+// admitted are answered 408 and closed once the default 10 s to send a
+// body have passed. Meanwhile another address is served.
+func TestSlowBodiesAreCutOffAndCappedPerAddress(t *testing.T) {
+	testenv.Quiet(t)
+	s := newSystem(t)
+	s.Env["DROPLINE_REQUESTS_PER_ADDR"] = "50"
+	p := s.start("a")
+	addr := strings.TrimPrefix(p.URL, "http://")
+	const sockets = 200
+	start := time.Now()
+	results := make(chan struct {
+		i int
+		r slowBody
+	}, sockets)
+	stop := make(chan struct{})
+	defer close(stop)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}, Timeout: 5 * time.Second}
+	for i := range sockets {
+		conn, err := d.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		_, err = io.WriteString(conn, "POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{")
+		require.NoError(t, err)
+		go func() { // the trickle, bounded by the test
+			tick := time.NewTicker(2 * time.Second)
+			defer tick.Stop()
+			for range 15 {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if _, err := io.WriteString(conn, " "); err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			var r slowBody
+			_ = conn.SetReadDeadline(time.Now().Add(40 * time.Second))
+			br := bufio.NewReader(conn)
+			if resp, err := http.ReadResponse(br, nil); err == nil {
+				r.status = resp.StatusCode
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			if _, err := br.ReadByte(); errors.Is(err, io.EOF) {
+				r.closed = time.Since(start)
+			}
+			results <- struct {
+				i int
+				r slowBody
+			}{i, r}
+		}()
+	}
+
+	// Another address is served meanwhile.
+	for range 5 {
+		r := post(context.Background(), quickClient, p.URL, "", `{ __typename }`, nil)
+		require.NoError(t, r.Err)
+		require.Equal(t, http.StatusOK, r.Status)
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	byStatus := map[int]int{}
+	var cutAt []time.Duration
+	openAfter15s := 0
+	for range sockets {
+		select {
+		case res := <-results:
+			byStatus[res.r.status]++
+			if res.r.closed == 0 || res.r.closed > 15*time.Second {
+				openAfter15s++
+			}
+			if res.r.status == http.StatusRequestTimeout {
+				cutAt = append(cutAt, res.r.closed)
+			}
+		case <-time.After(45 * time.Second):
+			t.Fatalf("sockets still waiting after 45 s: %v so far", byStatus)
+		}
+	}
+	t.Logf("FIGURES slow bodies: sockets=%d refused_429=%d cut_408=%d open_after_15s=%d", sockets, byStatus[http.StatusTooManyRequests], byStatus[http.StatusRequestTimeout], openAfter15s)
+	require.Equal(t, sockets-50, byStatus[http.StatusTooManyRequests], "over the cap: refused at once")
+	require.Equal(t, 50, byStatus[http.StatusRequestTimeout], "admitted: cut off when their time to send the body ran out")
+	require.Zero(t, openAfter15s, "no socket is open 15 s after it started")
+	for _, at := range cutAt {
+		require.Greater(t, at, 9*time.Second, "cut by the 10 s bound, not before")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -17,7 +18,8 @@ import (
 
 // limitBody reads at most n bytes of the body before GraphQL sees it, so an
 // oversized request gets 413 whether or not it declared its length, and
-// gqlgen never buffers more than n.
+// gqlgen never buffers more than n; a body that does not arrive within the
+// server's BodyTimeout gets 408.
 func limitBody(n int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
@@ -33,6 +35,10 @@ func limitBody(n int64, next http.Handler) http.Handler {
 		switch {
 		case errors.As(err, &tooLarge):
 			writeError(w, r, http.StatusRequestEntityTooLarge, "request body too large")
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The server's bound on the time to send a body (BodyTimeout).
+			writeError(w, r, http.StatusRequestTimeout, "the request body did not arrive in time")
 			return
 		case err != nil:
 			writeError(w, r, http.StatusBadRequest, "could not read request body")
@@ -104,6 +110,8 @@ func httpCode(status int) string {
 		return resolvers.CodeRateLimited
 	case http.StatusUnauthorized:
 		return resolvers.CodeUnauthenticated
+	case http.StatusRequestTimeout:
+		return "REQUEST_TIMEOUT"
 	}
 	return "BAD_REQUEST"
 }
