@@ -438,9 +438,18 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		failure = e.confirmCartLines(ctx, token, oc.exp, order, parts)
 		if failure == nil {
 			out, err := e.finishCart(ctx, home, token, idem, "HELD", "")
+			if err != nil {
+				// The script may have run and its reply been lost (or the
+				// caller gave up): letting the lines go now could leave a
+				// cart recorded HELD without them. finish_cart.lua is safe
+				// to run twice, and says how the cart stands.
+				out, err = e.finishCart(context.WithoutCancel(ctx), home, token, idem, "HELD", "")
+			}
 			switch {
 			case err != nil:
-				failure = err
+				// Still unknown, so the lines stay: with a HELD cart, or
+				// with a PENDING one the cart sweep lets go with them.
+				return Cart{}, false, unavailable("reserving cart", err)
 			case out == codeOK:
 				cart, err := e.readCart(ctx, p, token)
 				return cart, false, err
