@@ -111,8 +111,8 @@ type CartRefusedError struct {
 
 // CartLineError is the refusal of one input line of a cart: Index is its
 // position in CartRequest.Lines, Err one of *OutOfStockError,
-// *QuotaExceededError, *SaleNotActiveError, *NotFoundError or
-// *InvalidInputError.
+// *QuotaExceededError (the SKU's limit, or its drop's), *SaleNotActiveError,
+// *NotFoundError, *InvalidInputError or ErrDrawOnly.
 type CartLineError struct {
 	Index int
 	Err   error
@@ -404,7 +404,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	var wg sync.WaitGroup
 	for i, pt := range order {
 		wg.Go(func() {
-			args := []any{p.ID, token, oc.deadline, e.cfg.MaxQuantity}
+			args := []any{p.ID, token, oc.deadline, e.cfg.MaxQuantity, e.keys.Base(pt)}
 			for _, l := range parts[pt] {
 				args = append(args, l.SKU, l.Quantity, l.Token)
 			}

@@ -78,13 +78,6 @@ func entryFrom(e db.DrawEntry) DrawEntry {
 		Status: e.Status, Place: e.Place, Token: e.Token}
 }
 
-func drawFlag(draw bool) int {
-	if draw {
-		return 1
-	}
-	return 0
-}
-
 // checkDraw validates a new product's draw against its sale window and the
 // hold bounds.
 func (e *Engine) checkDraw(in ProductInput) error {

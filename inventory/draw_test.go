@@ -370,3 +370,41 @@ func BenchmarkDrawOfHundredThousandEntries(b *testing.B) {
 		b.ReportMetric(rep.Apply.Seconds(), "redis-s/draw")
 	}
 }
+
+// TestCartCannotEmptyADraw, on a single Redis and a cluster: a draw product
+// of 3 units is refused to a reserve (DRAW_ONLY) and to a cart line alike, so
+// after the draw every winner holds its units and no one else does.
+func TestCartCannotEmptyADraw(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "DRAW-CART"
+		b.drawProduct(t, sku, 3, time.Hour, time.Minute)
+		b.product(t, "CART-OTHER", 5, 0)
+		cartBuyer := buyer(99)
+
+		_, err := b.engine.Reserve(b.ctx, cartBuyer, inventory.ReserveRequest{SKU: sku, Quantity: 3})
+		require.ErrorIs(t, err, inventory.ErrDrawOnly)
+		_, err = b.engine.ReserveCart(b.ctx, cartBuyer, inventory.CartRequest{Lines: []inventory.CartLine{
+			{SKU: "CART-OTHER", Quantity: 1}, {SKU: sku, Quantity: 3}}})
+		var refused *inventory.CartRefusedError
+		require.ErrorAs(t, err, &refused, "a cart line may not take a draw's units")
+		require.Len(t, refused.Lines, 1)
+		require.Equal(t, 1, refused.Lines[0].Index)
+		require.ErrorIs(t, refused.Lines[0].Err, inventory.ErrDrawOnly)
+		require.Equal(t, inventory.CodeDrawOnly, inventory.ErrorCode(refused.Lines[0].Err))
+		require.Zero(t, b.requireBalanced(t, sku).Held)
+		require.Zero(t, b.requireBalanced(t, "CART-OTHER").Held, "the cart is refused whole")
+
+		for i := range 3 {
+			_, err := b.engine.EnterDraw(b.ctx, buyer(i), sku, 1)
+			require.NoError(t, err)
+		}
+		b.closeDraw(t, sku)
+		rep, err := b.engine.RunDraw(b.ctx, sku)
+		require.NoError(t, err)
+		require.Equal(t, 3, rep.Draw.Stock)
+		require.Equal(t, 3, rep.Holds, "every winner holds its unit")
+		b.requireDrawApplied(t, sku, inventory.DefaultWaitlistMax)
+	})
+}

@@ -198,19 +198,28 @@ func TestDropLimitUnderConcurrency(t *testing.T) {
 }
 
 // Units freed on a SKU of a drop go to a waiter only within the drop's
-// limit: a waiter who holds the limit in another size is passed over.
+// limit: a waiter who holds the limit in another size is passed over, and
+// one who holds it already when it joins is refused (it could never be
+// served).
 func TestWaitlistHandoffKeepsTheDropLimit(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		b := setup(t, backend, inventory.Config{})
 		skus := b.dropWithSizes(t, "PAIR", 1, 1, "A", "B")
-		alice, bob, carol := buyer(1), buyer(2), buyer(3)
-		_, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
-		require.NoError(t, err)
+		alice, bob, carol, dave := buyer(1), buyer(2), buyer(3), buyer(4)
 		hb, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: skus[1], Quantity: 1})
 		require.NoError(t, err)
 		_, err = b.engine.JoinWaitlist(b.ctx, alice, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
 		require.NoError(t, err)
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
+		require.NoError(t, err, "alice waits for B and buys A meanwhile")
+		_, err = b.engine.JoinWaitlist(b.ctx, bob, inventory.JoinWaitlistRequest{SKU: skus[0], Quantity: 1})
+		var quota *inventory.QuotaExceededError
+		require.ErrorAs(t, err, &quota, "bob holds the drop's one pair: he could never be served")
+		require.Equal(t, inventory.QuotaExceededError{Limit: 1, Held: 1}, *quota)
+		_, err = b.engine.JoinWaitlist(b.ctx, dave, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 2})
+		require.ErrorAs(t, err, &quota, "two are above the drop's limit of one")
+		require.Equal(t, inventory.QuotaExceededError{Limit: 1, Held: 0}, *quota)
 		_, err = b.engine.JoinWaitlist(b.ctx, carol, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
 		require.NoError(t, err)
 		_, err = b.engine.Cancel(b.ctx, bob, hb.Token)
@@ -226,22 +235,84 @@ func TestWaitlistHandoffKeepsTheDropLimit(t *testing.T) {
 	})
 }
 
-// A cart does not check a drop's limit, so a SKU of a drop cannot be one of
-// its lines: the cart is refused whole, and nothing is held.
-func TestCartRefusesASKUOfADrop(t *testing.T) {
+// A cart's lines of a drop's SKUs are held to the drop's window and limit,
+// as reserves are: counted with what the buyer holds or bought of the drop
+// and with the cart's other lines of it. A refused cart holds nothing.
+func TestCartKeepsTheDropLimit(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		b := setup(t, backend, inventory.Config{})
-		skus := b.dropWithSizes(t, "NOCART", 1, 5, "A")
+		skus := b.dropWithSizes(t, "CARTDROP", 2, 5, "A", "B", "C")
 		b.product(t, "PLAIN-TEE", 5, 0)
-		_, err := b.engine.ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: []inventory.CartLine{
-			{SKU: "PLAIN-TEE", Quantity: 1}, {SKU: skus[0], Quantity: 2}}})
+		alice, bob := buyer(1), buyer(2)
+		_, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
+		require.NoError(t, err)
+
+		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+			{SKU: "PLAIN-TEE", Quantity: 1}, {SKU: skus[1], Quantity: 1}, {SKU: skus[2], Quantity: 1}}})
 		var refused *inventory.CartRefusedError
 		require.ErrorAs(t, err, &refused)
-		require.Len(t, refused.Lines, 1)
-		require.Equal(t, 1, refused.Lines[0].Index)
-		require.ErrorIs(t, refused.Lines[0].Err, inventory.ErrInvalidInput)
-		require.Zero(t, b.requireBalanced(t, skus[0]).Held)
-		require.Zero(t, b.requireBalanced(t, "PLAIN-TEE").Held)
+		require.Len(t, refused.Lines, 1, "1 held and the cart's first line fill the limit of 2: the second is one too many")
+		require.Equal(t, 2, refused.Lines[0].Index)
+		var quota *inventory.QuotaExceededError
+		require.ErrorAs(t, refused.Lines[0].Err, &quota)
+		require.Equal(t, inventory.QuotaExceededError{Limit: 2, Held: 1}, *quota)
+		require.Equal(t, 1, b.requireBalanced(t, skus[0]).Held, "alice's reserve")
+		for _, sku := range []string{"PLAIN-TEE", skus[1], skus[2]} {
+			require.Zero(t, b.requireBalanced(t, sku).Held, "a refused cart holds nothing (%s)", sku)
+		}
+
+		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+			{SKU: "PLAIN-TEE", Quantity: 1}, {SKU: skus[1], Quantity: 1}}})
+		require.NoError(t, err, "1 held and 1 in the cart are within the limit")
+		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[2], Quantity: 1})
+		require.ErrorAs(t, err, &quota, "the cart's line counts against the drop's limit")
+		require.Equal(t, inventory.QuotaExceededError{Limit: 2, Held: 2}, *quota)
+		_, err = b.engine.ReserveCart(b.ctx, bob, inventory.CartRequest{Lines: []inventory.CartLine{{SKU: skus[2], Quantity: 3}}})
+		require.ErrorAs(t, err, &refused, "a line above the drop's limit on its own")
+		_, err = b.engine.CommitCart(b.ctx, alice, cart.Token)
+		require.NoError(t, err)
+		require.Equal(t, 1, b.requireBalanced(t, skus[1]).Sold)
+	})
+}
+
+// Carts and reserves of one buyer racing over a drop's sizes never take
+// more than the drop's limit: each is decided by may_take in the drop's
+// partition, in one script.
+func TestCartsAndReservesRacingKeepTheDropLimit(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const limit = 3
+		skus := b.dropWithSizes(t, "CARTRACE", limit, 50, "A", "B", "C", "D")
+		alice := buyer(1)
+		var held atomic.Int64
+		raceCheck(t, 200, func(i int) error {
+			units := 1
+			var err error
+			if i%2 == 0 {
+				_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[i%4], Quantity: 1})
+			} else {
+				units = 2
+				_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+					{SKU: skus[i%4], Quantity: 1}, {SKU: skus[(i+1)%4], Quantity: 1}}})
+			}
+			switch {
+			case err == nil:
+				held.Add(int64(units))
+			case !errors.Is(err, inventory.ErrQuotaExceeded):
+				return err
+			}
+			return nil
+		})
+		require.EqualValues(t, limit, held.Load(), "the buyer holds exactly the drop's limit")
+		total := 0
+		for _, sku := range skus {
+			total += b.requireBalanced(t, sku).Held
+		}
+		require.Equal(t, limit, total, "Redis agrees")
+		b.drainOutbox(t)
+		require.Equal(t, limit, b.count(t, `SELECT coalesce(sum(quantity), 0)::int FROM reservations
+			WHERE principal = $1 AND status = 'HELD'`, alice.ID), "and the ledger, row by row")
 	})
 }

@@ -74,8 +74,10 @@ func (e *WaitlistFullError) Is(target error) bool { return target == ErrWaitlist
 // handoff in lua/lib.lua); if units are available now that no waiter ahead
 // can take, the entry is served at once. A principal has one entry per SKU:
 // joining again returns it (Replayed). Refusals: *InvalidInputError,
-// *NotFoundError, *SaleNotActiveError, *QuotaExceededError (the quantity is
-// above the per-principal limit), *WaitlistFullError.
+// *NotFoundError, *SaleNotActiveError, *QuotaExceededError (what the
+// principal holds or bought of the SKU, or of its drop, plus the quantity is
+// above the limit: the join could never be served), *WaitlistFullError,
+// ErrDrawOnly.
 func (e *Engine) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlistRequest) (w WaitlistEntry, err error) {
 	defer func() { e.metrics.outcome("join_waitlist", err) }()
 	hold, err := e.checkReserve(p, ReserveRequest{SKU: req.SKU, Quantity: req.Quantity, HoldFor: req.HoldFor})
@@ -145,7 +147,11 @@ func (e *Engine) runWaitlist(ctx context.Context, script, sku string, args func(
 		if attempt > 0 {
 			return nil, errors.New("SKU still missing after rebuild")
 		}
-		if err := e.Rebuild(ctx, sku); err != nil {
+		missing := r.missingSKU() // the SKU, or another of its drop
+		if missing == "" {
+			missing = sku
+		}
+		if err := e.Rebuild(ctx, missing); err != nil {
 			return nil, err
 		}
 	}

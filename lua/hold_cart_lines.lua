@@ -7,7 +7,10 @@
 -- KEYS[4i+1] {p}avail:<sku>
 -- ARGV[1]  principal   ARGV[2] the cart's token   ARGV[3] the cart's deadline (ms)
 -- ARGV[4]  max quantity per line
--- then, for each line i, three values: ARGV[3i+2] sku, ARGV[3i+3] quantity, ARGV[3i+4] token
+-- ARGV[5]  partition base, for the keys derived here: for a line of a SKU of a drop
+--          (its stock hash names the drop), the drop's hash and the stock and quota
+--          hashes of the drop's SKUs (may_take in lib.lua), as reserve.lua does
+-- then, for each line i, three values: ARGV[3i+3] sku, ARGV[3i+4] quantity, ARGV[3i+5] token
 --
 -- A provisional hold is an ordinary HELD hold (its SKU's counters, its quota
 -- count and the expiry index count it) with two more fields: cart (the
@@ -16,14 +19,22 @@
 -- releases it then. It emits no ledger event: confirm_cart_lines.lua does,
 -- when the cart holds every line (and lib.lua's release emits none for it).
 --
+-- Each line is asked of may_take (lib.lua) on the 'cart' path, the policy
+-- every path that hands out units shares: the product's sale mode must admit
+-- a cart (one sold by draw answers DRAW_ONLY), then the sale window, the
+-- per-person limit, the drop's window and limit, and the stock. The lines of
+-- SKUs of one drop all live in the drop's partition, so in this call: each
+-- is counted against the drop's limit with the cart's earlier lines of that
+-- drop (what the buyer already holds or bought of the drop, plus those lines,
+-- plus this one).
+--
 -- Returns {'OK', replayed} when every line is held (replayed = 1: this very
 -- call again); {'REFUSED', n, then n times: line index, code, a, b} with
 -- every line that cannot be had, and nothing written: OUT_OF_STOCK {available, 0},
 -- QUOTA_EXCEEDED {limit, already}, SALE_NOT_ACTIVE {starts_ms, ends_ms},
--- INVALID_INPUT {field, reason} (also for a SKU of a drop: its limit spans
--- the drop's SKUs, which a cart does not check); {'LATE'} when the deadline has passed (nothing
--- written: the cart is being abandoned); {'NEEDS_HYDRATION', sku} when a SKU is
--- not loaded.
+-- DRAW_ONLY, INVALID_INPUT {field, reason}; {'LATE'} when the deadline has passed (nothing
+-- written: the cart is being abandoned); {'NEEDS_HYDRATION', sku} when a SKU
+-- (or a SKU of its drop, or the drop) is not loaded.
 --
 -- Why one script: the checks of all lines and their deductions must be one
 -- step, so a partition's lines are held together or not at all, with no
@@ -31,8 +42,8 @@
 -- the first write.
 
 local who, cart, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local maxq = tonumber(ARGV[4])
-local n = (#ARGV - 4) / 3
+local maxq, base = tonumber(ARGV[4]), ARGV[5]
+local n = (#ARGV - 5) / 3
 if n < 1 or n ~= math.floor(n) or #KEYS ~= 1 + 4 * n then
   return { 'INVALID_INPUT', 'lines', 'keys and lines do not match' }
 end
@@ -40,7 +51,7 @@ local expiry = KEYS[1]
 
 local lines = {}
 for i = 1, n do
-  local l = { sku = ARGV[3 * i + 2], qty = ARGV[3 * i + 3], tok = ARGV[3 * i + 4],
+  local l = { sku = ARGV[3 * i + 3], qty = ARGV[3 * i + 4], tok = ARGV[3 * i + 5],
     k = { sku = KEYS[4 * i - 2], hold = KEYS[4 * i - 1], quota = KEYS[4 * i], channel = KEYS[4 * i + 1] } }
   lines[i] = l
 end
@@ -72,30 +83,28 @@ local function refuse(i, code, a, b)
   table.insert(refused, tostring(a))
   table.insert(refused, tostring(b))
 end
+local memo, in_drop = {}, {}
 for i = 1, n do
   local l = lines[i]
-  local s = redis.call('HMGET', l.k.sku, 'avail', 'max', 'start', 'end', 'gen', 'drop')
-  if not s[5] then
+  local s = redis.call('HMGET', l.k.sku, 'avail', 'gen', 'max', 'start', 'end', 'drop', 'mode')
+  if not s[2] then
     return { 'NEEDS_HYDRATION', l.sku }
   end
-  l.gen = s[5]
-  if s[6] and s[6] ~= '' then
-    -- A drop's limit spans its SKUs; a cart does not check it, so a SKU of
-    -- a drop is reserved on its own.
-    refuse(i, 'INVALID_INPUT', 'sku', 'a SKU of a drop cannot be in a cart: reserve it on its own')
-  elseif not is_int(l.qty, 1, maxq) then
+  l.gen = s[2]
+  if not is_int(l.qty, 1, maxq) then
     refuse(i, 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. ARGV[4])
   else
     local qty = tonumber(l.qty)
-    local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
-    local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
-    local already = tonumber(redis.call('HGET', l.k.quota, who) or '0')
-    if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
-      refuse(i, 'SALE_NOT_ACTIVE', starts, ends)
-    elseif max > 0 and already + qty > max then
-      refuse(i, 'QUOTA_EXCEEDED', max, already)
-    elseif avail < qty then
-      refuse(i, 'OUT_OF_STOCK', avail, 0)
+    local view = sku_view(l.sku, s, 3, l.k.quota, tonumber(s[1]))
+    local earlier = view.drop and (in_drop[view.drop] or 0) or 0
+    local no = may_take('cart', base, view, who, qty, now, earlier + qty, memo)
+    if no and no[1] == 'NEEDS_HYDRATION' then
+      return no
+    elseif no then
+      refuse(i, no[1], no[2], no[3])
+    end
+    if view.drop then
+      in_drop[view.drop] = earlier + qty
     end
   end
 end

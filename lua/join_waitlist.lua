@@ -4,8 +4,9 @@
 -- KEYS[3]  {p}wait:<sku>      the queue: WAITING principals by seq
 -- KEYS[4]  {p}waiters:<sku>   the entries by principal ('#seq': the last seq)
 -- KEYS[5]  {p}expiry          KEYS[6] {p}outbox   KEYS[7] {p}avail:<sku>
--- ARGV[1]  partition base, for the holds handed over here (derived from the
---          tokens made here)
+-- ARGV[1]  partition base, for the keys derived here: the holds handed over
+--          (from the tokens made here), and for a SKU of a drop, the drop's hash and
+--          the stock and quota hashes of its SKUs (may_take in lib.lua)
 -- ARGV[2]  sku   ARGV[3] principal   ARGV[4] quantity   ARGV[5] hold ms
 -- ARGV[6]  most WAITING entries the SKU may have   ARGV[7] nonce (offer_token)
 -- ARGV[8]  max quantity per call   ARGV[9] min hold ms   ARGV[10] max hold ms
@@ -13,10 +14,22 @@
 -- Returns wait_reply('OK', ...) (lib.lua) for a new entry (replayed 0) or the
 -- principal's entry, WAITING or OFFERED, when it has one (replayed 1; the
 -- quantity and hold asked this time are ignored), or a rejection
--- {code, a, b}: INVALID_INPUT {field, reason}, NEEDS_HYDRATION {sku},
--- SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already} (the
--- quantity exceeds the per-principal limit: no offer could ever be made),
--- WAITLIST_FULL {limit}, DRAW_ONLY (a draw's waitlist is its losers, in draw order).
+-- {code, a, b}: INVALID_INPUT {field, reason}, NEEDS_HYDRATION {sku} (that
+-- SKU, a SKU of its drop or the drop is not loaded), SALE_NOT_ACTIVE
+-- {starts_ms, ends_ms} (the SKU's or its drop's window), QUOTA_EXCEEDED
+-- {limit, already} (what the principal holds or bought of the SKU, or of its
+-- drop, plus the quantity asked is above the limit: no offer could be made),
+-- WAITLIST_FULL {limit}, DRAW_ONLY (a draw's waitlist is its losers, in draw
+-- order).
+--
+-- A new entry is asked of may_take (lib.lua) on the 'join' path, the policy
+-- every path that hands out units shares: the product's sale mode must admit
+-- a join, then the sale window, the SKU's per-person limit and the drop's
+-- window and limit, as an offer would be checked, but not the stock (units
+-- that are not there are what a waiter waits for). A join the limits refuse
+-- could never be offered anything while the principal keeps what it holds,
+-- so it is not queued (a waiter that falls over a limit later, by buying
+-- elsewhere, is passed over by every offer until it no longer does).
 --
 -- A new entry joins at the back; if units are available that no waiter ahead
 -- can take and they fit, it is served at once (handoff in lib.lua), so a
@@ -40,12 +53,9 @@ end
 if sku == '' or who == '' or string.sub(who, 1, 1) == '#' then
   return { 'INVALID_INPUT', 'input', 'sku and principal are required' }
 end
-local s = redis.call('HMGET', k.sku, 'max', 'start', 'end', 'gen', 'draw')
-if not s[4] then
+local s = redis.call('HMGET', k.sku, 'gen', 'max', 'start', 'end', 'drop', 'mode')
+if not s[1] then
   return { 'NEEDS_HYDRATION', sku }
-end
-if s[5] then
-  return { 'DRAW_ONLY', '', '' }
 end
 
 local mine = wait_entry(redis.call('HGET', k.entries, who))
@@ -54,13 +64,10 @@ if mine then
 end
 
 local now = now_ms()
-local max, starts, ends = tonumber(s[1] or '0'), tonumber(s[2] or '0'), tonumber(s[3] or '0')
-if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
-  return { 'SALE_NOT_ACTIVE', starts, ends }
-end
 local qty = tonumber(ARGV[4])
-if max > 0 and qty > max then
-  return { 'QUOTA_EXCEEDED', max, tonumber(redis.call('HGET', k.quota, who) or '0') }
+local no = may_take('join', base, sku_view(sku, s, 2, k.quota, 0), who, qty, now)
+if no then
+  return no
 end
 if redis.call('ZCARD', k.queue) >= tonumber(ARGV[6]) then
   return { 'WAITLIST_FULL', ARGV[6], '' }

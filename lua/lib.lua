@@ -122,40 +122,141 @@ local function sku_gen(sku_key)
   return redis.call('HGET', sku_key, 'gen')
 end
 
--- drop_check says whether who may take qty more units of sku, a SKU of the
--- drop drop: nil when the drop's sale window is open and its per-person
--- limit allows; else {'SALE_NOT_ACTIVE', starts_ms, ends_ms} or
--- {'QUOTA_EXCEEDED', limit, already}, or {'NEEDS_HYDRATION', sku} naming what
--- to rebuild when the drop or one of its SKUs is not loaded (a count would be
--- missing). The buyer's count is the sum of the quota hashes of the drop's
--- SKUs (at most 100, listed in the drop's hash), all in this partition.
-local function drop_check(base, drop, sku, who, qty, now)
-  local d = redis.call('HMGET', drop_key(base, drop), 'max', 'start', 'end', 'skus')
-  if not d[4] then
-    return { 'NEEDS_HYDRATION', sku }
+-- outside says whether now falls outside the window starts..ends (ms; 0 is
+-- an open bound).
+local function outside(now, starts, ends)
+  return (starts > 0 and now < starts) or (ends > 0 and now >= ends)
+end
+
+-- drop_of reads what a decision needs of a drop: {max, starts, ends, list}
+-- (list: its SKUs, at most 100, as the drop's hash lists them), or nil when
+-- the drop is not loaded. memo, a table the caller keeps for one script run,
+-- keeps it for the rest of the run (nothing a run does changes a drop).
+local function drop_of(base, drop, memo)
+  local d = memo and memo['drop:' .. drop]
+  if d then
+    return d
   end
-  local dstart, dend = tonumber(d[2]), tonumber(d[3])
-  if (dstart > 0 and now < dstart) or (dend > 0 and now >= dend) then
-    return { 'SALE_NOT_ACTIVE', dstart, dend }
+  local r = redis.call('HMGET', drop_key(base, drop), 'max', 'start', 'end', 'skus')
+  if not r[4] then
+    return nil
   end
-  local held, listed = 0, false
-  for other in string.gmatch(d[4], '%S+') do
+  d = { max = tonumber(r[1]), starts = tonumber(r[2]), ends = tonumber(r[3]), list = r[4] }
+  if memo then
+    memo['drop:' .. drop] = d
+  end
+  return d
+end
+
+-- drop_quotas returns the quota hashes of the drop d's SKUs, or nil and the
+-- SKU to rebuild when one of them is not loaded (the buyer's count would be
+-- missing its units) or when the drop's copy does not list sku yet (its
+-- rebuild brings the drop up to date). memo keeps the list for the run.
+local function drop_quotas(base, d, sku, memo)
+  local q = memo and memo['quotas:' .. sku]
+  if q then
+    return q
+  end
+  q = {}
+  local listed = false
+  for other in string.gmatch(d.list, '%S+') do
     local k = sku_keys(base, other)
     if other == sku then
       listed = true
     elseif not sku_gen(k.sku) then
-      return { 'NEEDS_HYDRATION', other }
+      return nil, other
     end
-    held = held + tonumber(redis.call('HGET', k.quota, who) or '0')
+    q[#q + 1] = k.quota
   end
   if not listed then
-    -- The drop's copy is older than this SKU: its rebuild brings it up to date.
-    return { 'NEEDS_HYDRATION', sku }
+    return nil, sku
   end
-  if held + qty > tonumber(d[1]) then
-    return { 'QUOTA_EXCEEDED', d[1], held }
+  if memo then
+    memo['quotas:' .. sku] = q
+  end
+  return q
+end
+
+-- may_take is the one decision of who may take units of a SKU, which every
+-- script that hands units out (reserve.lua, hold_cart_lines.lua, handoff
+-- below, apply_draw.lua) and join_waitlist.lua ask before they write. It
+-- follows the policy rendered above from package inventory/policy: the
+-- SKU's sale mode must admit the path (policy_admits, else the mode's
+-- policy_refusal), then each limit of the path is checked in order
+-- (policy_limits). inventory/policy's Check decides the same way.
+--
+-- path is the path's name ('reserve', 'cart', 'offer', 'draw', 'join');
+-- s the SKU as the caller has it: sku, mode, max, starts, ends, drop (nil
+-- for none), quota (its quota hash) and free (the units this path may take
+-- from); who, qty the buyer and the units asked; drop_qty (default qty) the
+-- units counted against the drop (a cart counts its earlier lines of the
+-- drop too); memo a table kept for one script run, or nil.
+--
+-- Returns nil when the path may take the units; else a refusal {code, a, b}:
+-- the mode's own, SALE_NOT_ACTIVE {starts_ms, ends_ms} (the SKU's or its
+-- drop's window), QUOTA_EXCEEDED {limit, already} (the SKU's or its drop's
+-- per-person limit: already is what the buyer holds or bought), OUT_OF_STOCK
+-- {free, 0}; or {'NEEDS_HYDRATION', sku} when the drop or a SKU of it is not
+-- loaded (rebuild that SKU, which brings its drop, and ask again).
+local function may_take(path, base, s, who, qty, now, drop_qty, memo)
+  local mode = s.mode or 'first_come'
+  local admits = policy_admits[mode]
+  if not (admits and admits[path]) then
+    local r = policy_refusal[mode] or policy_refusal['first_come']
+    return { r[1], r[2], r[3] }
+  end
+  local d
+  for _, limit in ipairs(policy_limits[path]) do
+    if limit == 'window' then
+      if outside(now, s.starts, s.ends) then
+        return { 'SALE_NOT_ACTIVE', s.starts, s.ends }
+      end
+    elseif limit == 'sku_limit' then
+      if s.max > 0 then
+        local already = tonumber(redis.call('HGET', s.quota, who) or '0')
+        if already + qty > s.max then
+          return { 'QUOTA_EXCEEDED', s.max, already }
+        end
+      end
+    elseif limit == 'stock' then
+      if s.free < qty then
+        return { 'OUT_OF_STOCK', s.free, 0 }
+      end
+    elseif s.drop then
+      d = d or drop_of(base, s.drop, memo)
+      if not d then
+        return { 'NEEDS_HYDRATION', s.sku }
+      end
+      if limit == 'drop_window' then
+        if outside(now, d.starts, d.ends) then
+          return { 'SALE_NOT_ACTIVE', d.starts, d.ends }
+        end
+      else -- drop_limit: the buyer's units of every SKU of the drop
+        local quotas, missing = drop_quotas(base, d, s.sku, memo)
+        if not quotas then
+          return { 'NEEDS_HYDRATION', missing }
+        end
+        local held = 0
+        for _, q in ipairs(quotas) do
+          held = held + tonumber(redis.call('HGET', q, who) or '0')
+        end
+        if held + (drop_qty or qty) > d.max then
+          return { 'QUOTA_EXCEEDED', d.max, held }
+        end
+      end
+    end
   end
   return nil
+end
+
+-- sku_view is a SKU's stock hash fields as may_take reads them, from an
+-- HMGET of 'max', 'start', 'end', 'drop', 'mode' (r, from position i); quota
+-- is its quota hash, free the units the caller's path may take from.
+local function sku_view(sku, r, i, quota, free)
+  local drop, mode = r[i + 3], r[i + 4]
+  return { sku = sku, max = tonumber(r[i] or '0'), starts = tonumber(r[i + 1] or '0'), ends = tonumber(r[i + 2] or '0'),
+    drop = (drop and drop ~= '') and drop or nil, mode = (mode and mode ~= '') and mode or nil, quota = quota,
+    free = free }
 end
 
 -- announce publishes a SKU's stock to its sharded channel. Subscribers treat
@@ -347,84 +448,89 @@ local function offer_token(base, nonce, i)
   return 'r' .. string.match(base, '{p(%d%d)}:$') .. '.' .. table.concat(out)
 end
 
+-- give_hold makes a HELD hold of qty units of sku for who, under token, for
+-- hold_ms, in the SKU's generation gen: the hold's hash, the buyer's quota
+-- count, the expiry index, the counters and the reserve event. wseq, when
+-- given, is the waitlist entry it was handed to. Callers have asked may_take.
+-- k names the keys: sku, quota, expiry, outbox.
+local function give_hold(k, base, token, sku, who, qty, hold_ms, gen, now, wseq)
+  local h = {
+    sku = sku, who = who, qty = tostring(qty), st = 'HELD', exp = tostring(now + hold_ms),
+    ctd = tostring(now), idem = '', fp = '', gen = gen,
+  }
+  redis.call('HSET', hold_key(base, token), 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
+    'exp', h['exp'], 'ctd', h['ctd'], 'idem', '', 'fp', '', 'gen', gen)
+  if wseq then
+    redis.call('HSET', hold_key(base, token), 'wseq', wseq)
+  end
+  redis.call('HINCRBY', k.quota, who, qty)
+  redis.call('ZADD', k.expiry, h['exp'], token)
+  bump_stock(k.sku, -qty, qty, 0, now)
+  emit(k.outbox, 'reserve', token, h, now)
+end
+
 -- handoff gives a SKU's available units to its waiters, in the order they
--- joined: each WAITING waiter whose quantity fits what is left and whose
--- quota allows it gets a HELD hold of the duration it chose, and its entry
--- becomes OFFERED. Units no waiter can take stay available to everyone. Every
--- script that makes units available (release_hold.lua, begin_commit.lua on a
--- hold past its expiry, finish_commit.lua when the ledger refuses a sale or
--- has the hold as finished, reconcile_hold.lua releasing a hold the ledger
--- has as finished, apply_product.lua, publish_sku.lua) and join_waitlist.lua
--- call it after their own writes, in the same script: no reserve can take a
--- freed unit while a waiter could. A new release path calls it the same way.
--- Nothing is handed out outside the sale window. k names the keys: sku,
--- quota, expiry, outbox, channel, queue, entries; base is the partition base
--- (for the holds' keys) and nonce the caller's random string (offer_token).
--- Returns the number of offers.
+-- joined: each WAITING waiter whom may_take lets take its quantity on the
+-- 'offer' path (it fits what is left, its limits allow) gets a HELD hold of
+-- the duration it chose, and its entry becomes OFFERED. Units no waiter can
+-- take stay available to everyone. Every script that makes units available
+-- (release_hold.lua, begin_commit.lua on a hold past its expiry,
+-- finish_commit.lua when the ledger refuses a sale or has the hold as
+-- finished, reconcile_hold.lua releasing a hold the ledger has as finished,
+-- apply_product.lua, publish_sku.lua, apply_draw.lua once it has queued a
+-- draw's losers) and join_waitlist.lua call it after their own writes, in the
+-- same script: no reserve can take a freed unit while a waiter could. A new
+-- release path calls it the same way. Nothing is handed out outside the sale
+-- window. k names the keys: sku, quota, expiry, outbox, channel, queue,
+-- entries; base is the partition base (for the holds' keys) and nonce the
+-- caller's random string (offer_token). Returns the number of offers.
 --
--- The scan stops as soon as nothing is left; when no waiter fits it walks the
--- whole queue, which its bounded length bounds.
+-- The scan stops as soon as nothing is left, or at a refusal no waiter can
+-- escape (the window, the mode, a drop not loaded); when no waiter fits it
+-- walks the whole queue, which its bounded length bounds.
 local function handoff(k, base, sku, nonce, now)
   if redis.call('ZCARD', k.queue) == 0 then
     return 0
   end
-  local s = redis.call('HMGET', k.sku, 'avail', 'max', 'start', 'end', 'gen', 'drop')
-  if not s[5] then
+  local s = redis.call('HMGET', k.sku, 'avail', 'gen', 'max', 'start', 'end', 'drop', 'mode')
+  if not s[2] then
     return 0
   end
-  local drop = s[6] ~= '' and s[6] or nil
-  local avail, max = tonumber(s[1]), tonumber(s[2] or '0')
-  local starts, ends = tonumber(s[3] or '0'), tonumber(s[4] or '0')
-  if avail <= 0 or (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
-    return 0
-  end
+  local view = sku_view(sku, s, 3, k.quota, tonumber(s[1]))
+  local memo = {}
   local offers, kept, made = 0, 0, 0
-  while avail > 0 do
+  while view.free > 0 do
     local batch = redis.call('ZRANGE', k.queue, kept, kept + 99)
     if #batch == 0 then
       break
     end
     for _, who in ipairs(batch) do
       local e = wait_entry(redis.call('HGET', k.entries, who))
+      local no
       if not e or e.st ~= 'W' then
         redis.call('ZREM', k.queue, who) -- not waiting: cannot be in the queue
       else
-        local fits = e.qty <= avail
-        if fits and max > 0 then
-          fits = tonumber(redis.call('HGET', k.quota, who) or '0') + e.qty <= max
-        end
-        if fits and drop then
-          -- A SKU of a drop: the drop's window and limit too (a drop not
-          -- fully loaded hands nothing to this waiter now).
-          fits = drop_check(base, drop, sku, who, e.qty, now) == nil
-        end
-        if not fits then
-          kept = kept + 1
-        else
+        no = may_take('offer', base, view, who, e.qty, now, nil, memo)
+        if not no then
           local token
           repeat
             made = made + 1
             token = offer_token(base, nonce, made)
           until redis.call('EXISTS', hold_key(base, token)) == 0
-          local h = {
-            sku = sku, who = who, qty = tostring(e.qty), st = 'HELD', exp = tostring(now + e.hold),
-            ctd = tostring(now), idem = '', fp = '', gen = s[5],
-          }
-          redis.call('HSET', hold_key(base, token), 'sku', sku, 'who', who, 'qty', h['qty'], 'st', 'HELD',
-            'exp', h['exp'], 'ctd', h['ctd'], 'idem', '', 'fp', '', 'gen', s[5], 'wseq', e.seq)
-          redis.call('HINCRBY', k.quota, who, e.qty)
-          redis.call('ZADD', k.expiry, h['exp'], token)
-          bump_stock(k.sku, -e.qty, e.qty, 0, now)
-          emit(k.outbox, 'reserve', token, h, now)
+          give_hold(k, base, token, sku, who, e.qty, e.hold, s[2], now, e.seq)
           e.st, e.tok = 'O', token
           redis.call('HSET', k.entries, who, wait_encode(e))
           redis.call('ZREM', k.queue, who)
           emit_wait(k.outbox, 'woffer', sku, who, e, now)
-          avail = avail - e.qty
+          view.free = view.free - e.qty
           offers = offers + 1
+        elseif no[1] == 'QUOTA_EXCEEDED' or no[1] == 'OUT_OF_STOCK' then
+          kept = kept + 1 -- this waiter does not fit: passed over, not removed
+        else
+          view.free = 0 -- no waiter can take anything now
         end
       end
-      if avail <= 0 then
+      if view.free <= 0 then
         break
       end
     end

@@ -7,8 +7,13 @@
 // in that order in one place (inventory/keys.go for the engine's scripts,
 // worker/keys.go for the leases').
 //
-// This package is a leaf: it imports nothing of Dropline's and knows nothing
-// of Redis clients. Package inventory imports it for the engine's scripts and
+// The library starts with the sale policy, rendered from package
+// inventory/policy (policyLua): which modes admit which path, which limits
+// each path is held to, and each mode's refusal. lib.lua's may_take reads it,
+// so the scripts decide with the rules the Go package defines.
+//
+// This package imports nothing of Dropline's but inventory/policy (a leaf
+// that knows nothing of Redis), and knows nothing of Redis clients. Package inventory imports it for the engine's scripts and
 // package worker for its lease scripts (Lease stays in worker, the only user
 // of leases; moving it into inventory would make the engine own the worker
 // group's scheduling). Dependencies keep pointing inward: worker -> inventory
@@ -18,7 +23,10 @@ package lua
 import (
 	"embed"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/dropline/dropline/inventory/policy"
 )
 
 //go:embed *.lua
@@ -92,21 +100,68 @@ var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}
 // All lists every script name, for tests.
 var All = append(append([]string{}, Engine...), Leases...)
 
-// Source returns the full text of a script: lib.lua followed by the script.
+// Source returns the full text of a script: the policy (policyLua), lib.lua,
+// then the script.
 func Source(name string) (string, error) {
-	lib, err := files.ReadFile("lib.lua")
-	if err != nil {
-		return "", fmt.Errorf("reading lib.lua: %w", err)
-	}
 	body, err := files.ReadFile(name + ".lua")
 	if err != nil {
 		return "", fmt.Errorf("reading script %s: %w", name, err)
 	}
+	return withLibrary(string(body))
+}
+
+// withLibrary prepends the policy and lib.lua to a script's body.
+func withLibrary(body string) (string, error) {
+	lib, err := files.ReadFile("lib.lua")
+	if err != nil {
+		return "", fmt.Errorf("reading lib.lua: %w", err)
+	}
 	var b strings.Builder
+	b.WriteString(policyLua())
 	b.Write(lib)
 	b.WriteString("\n")
-	b.Write(body)
+	b.WriteString(body)
 	return b.String(), nil
+}
+
+// policyLua renders package policy's tables as Lua, in the policy's own
+// order (so a script's text, and its SHA, never change between builds):
+//
+//	policy_admits[mode][path]  true when the mode lets the path take units
+//	policy_limits[path]        the limits the path is held to, in order
+//	policy_refusal[mode]       {code, a, b}: how the mode refuses a path it does not admit
+func policyLua() string {
+	var b strings.Builder
+	b.WriteString("-- The sale policy, rendered by lua/lua.go from package inventory/policy\n" +
+		"-- (never edit it here): see may_take in lib.lua.\n")
+	b.WriteString("local policy_admits = {\n")
+	for _, m := range policy.Modes {
+		fmt.Fprintf(&b, "  [%s] = {", strconv.Quote(string(m)))
+		for _, p := range policy.Paths {
+			if policy.Admits(m, p) {
+				fmt.Fprintf(&b, " [%s] = true,", strconv.Quote(string(p)))
+			}
+		}
+		b.WriteString(" },\n")
+	}
+	b.WriteString("}\nlocal policy_limits = {\n")
+	for _, p := range policy.Paths {
+		fmt.Fprintf(&b, "  [%s] = {", strconv.Quote(string(p)))
+		for _, l := range policy.Limits {
+			if policy.Applies(p, l) {
+				fmt.Fprintf(&b, " %s,", strconv.Quote(string(l)))
+			}
+		}
+		b.WriteString(" },\n")
+	}
+	b.WriteString("}\nlocal policy_refusal = {\n")
+	for _, m := range policy.Modes {
+		r := policy.Refuse(m)
+		fmt.Fprintf(&b, "  [%s] = { %s, %s, %s },\n", strconv.Quote(string(m)), strconv.Quote(string(r.Code)),
+			strconv.Quote(r.A), strconv.Quote(r.B))
+	}
+	b.WriteString("}\n\n")
+	return b.String()
 }
 
 // MustSource is Source for a script of this package, which is embedded: it

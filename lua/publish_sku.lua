@@ -17,8 +17,8 @@
 -- ARGV[12] partition base, for the holds handed to waiters (derived from the
 --          tokens made here)   ARGV[13] nonce for those tokens (offer_token)
 -- ARGV[14] the drop the SKU belongs to ("" for none)
--- ARGV[15] 1 for a product sold by draw (its 'draw' field makes reserve.lua
---          and join_waitlist.lua refuse it), else 0
+-- ARGV[15] the product's sale mode (package inventory/policy: first_come or
+--          draw), written to the stock hash's 'mode' for may_take in lib.lua
 --
 -- Returns {'OK'} after publishing, {'EXISTS'} when the SKU is already loaded,
 -- or {'STALE'} when a newer rebuild has staged since or a chunk is missing
@@ -66,10 +66,7 @@ redis.call('DEL', KEYS[2])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'total', ARGV[4], 'sold', ARGV[5], 'held', ARGV[10], 'avail', ARGV[11],
   'max', ARGV[6], 'start', ARGV[7], 'end', ARGV[8], 'ver', ARGV[9], 'seq', gen, 'upd', now_ms(), 'gen', gen,
-  'drop', ARGV[14] or '')
-if ARGV[15] == '1' then
-  redis.call('HSET', KEYS[1], 'draw', '1')
-end
+  'drop', ARGV[14] or '', 'mode', ARGV[15] or '')
 announce(KEYS[1], KEYS[5], sku)
 handoff({ sku = KEYS[1], quota = KEYS[4], channel = KEYS[5], queue = KEYS[8], entries = KEYS[9],
   expiry = KEYS[10], outbox = KEYS[11] }, ARGV[12], sku, ARGV[13], now_ms())

@@ -27,10 +27,13 @@
 --
 -- The new hold carries the SKU's generation (see sku_gen in lib.lua).
 --
--- A SKU of a drop is also held to its drop's sale window and per-person
--- limit: the units the principal holds or bought of every SKU of the drop are
--- summed from their quota hashes, so the drop's count needs no state of its
--- own and is right whatever released, sold or rebuilt any of them.
+-- Whether a request may take its units is may_take's decision (lib.lua), the
+-- one policy every path that hands out units shares: the product's sale mode
+-- must admit a reserve (one sold by draw answers DRAW_ONLY), then the sale
+-- window, the per-person limit, the drop's window and limit (the units the
+-- principal holds or bought of every SKU of the drop, summed from their quota
+-- hashes, so the drop's count needs no state of its own and is right whatever
+-- released, sold or rebuilt any of them) and the stock.
 --
 -- Returns one reply per request, in order: {'HELD', expires_ms, created_ms} for a
 -- hold this run made (its token, SKU, principal and quantity are the request's,
@@ -95,7 +98,7 @@ local function stock_of(sku_key)
   if st then
     return st
   end
-  local s = redis.call('HMGET', sku_key, 'gen', 'avail', 'held', 'seq', 'max', 'start', 'end', 'drop', 'draw',
+  local s = redis.call('HMGET', sku_key, 'gen', 'avail', 'held', 'seq', 'max', 'start', 'end', 'drop', 'mode',
     'total', 'sold')
   if not s[1] then
     return nil
@@ -103,7 +106,8 @@ local function stock_of(sku_key)
   st = {
     gen = s[1], avail = tonumber(s[2]), held = tonumber(s[3] or '0'), seq = tonumber(s[4] or ''),
     max = tonumber(s[5] or '0'), starts = tonumber(s[6] or '0'), ends = tonumber(s[7] or '0'),
-    drop = s[8], draw = s[9], total = s[10], sold = s[11], moved = false,
+    drop = (s[8] and s[8] ~= '') and s[8] or nil, mode = (s[9] and s[9] ~= '') and s[9] or nil,
+    total = s[10], sold = s[11], moved = false,
   }
   stock[sku_key] = st
   return st
@@ -166,41 +170,22 @@ local function reserve_new(ki, ai, qty)
   if not st then
     return { 'NEEDS_HYDRATION', sku, '', 0 }
   end
-  if st.draw then
-    return reject(fp, idem_rec, 'DRAW_ONLY', '', '')
-  end
-  local starts, ends = st.starts, st.ends
 
-  -- 4. Sale window, on Redis' clock: every server agrees on it.
-  if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
-    return reject(fp, idem_rec, 'SALE_NOT_ACTIVE', starts, ends)
-  end
-
-  -- 5. Per-principal quota: units held plus units bought (read only when
-  -- the SKU has a limit).
-  if st.max > 0 then
-    local already = tonumber(redis.call('HGET', quota, who) or '0')
-    if already + qty > st.max then
-      return reject(fp, idem_rec, 'QUOTA_EXCEEDED', st.max, already)
-    end
+  -- 4. The policy (may_take in lib.lua): the product's sale mode must admit
+  -- a reserve, then the sale window on Redis' clock (every server agrees on
+  -- it), the per-person limit (units held plus bought), the drop's window
+  -- and limit across every SKU of the drop, and the stock, in that order.
+  local no = may_take('reserve', base, {
+    sku = sku, mode = st.mode, max = st.max, starts = st.starts, ends = st.ends, drop = st.drop, quota = quota,
+    free = st.avail,
+  }, who, qty, now)
+  if no and no[1] == 'NEEDS_HYDRATION' then
+    return { 'NEEDS_HYDRATION', no[2], '', 0 }
+  elseif no then
+    return reject(fp, idem_rec, no[1], no[2], no[3])
   end
 
-  -- 5b. The drop's window and limit, across every SKU of the drop.
-  if st.drop and st.drop ~= '' then
-    local no = drop_check(base, st.drop, sku, who, qty, now)
-    if no and no[1] == 'NEEDS_HYDRATION' then
-      return { 'NEEDS_HYDRATION', no[2], '', 0 }
-    elseif no then
-      return reject(fp, idem_rec, no[1], no[2], no[3])
-    end
-  end
-
-  -- 6. Stock.
-  if st.avail < qty then
-    return reject(fp, idem_rec, 'OUT_OF_STOCK', st.avail, 0)
-  end
-
-  -- 7. Every check passed: write.
+  -- 5. Every check passed: write.
   local exp = now + tonumber(hold_ms)
   local qty_s, exp_s = tostring(qty), tostring(exp)
   redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', qty_s, 'st', 'HELD',
