@@ -38,7 +38,7 @@ type Draw struct {
 	Seed     []byte
 	SeedHash string
 	Status   string
-	// Stock is the units the draw gave out (total less sold when it ran);
+	// Stock is the units the draw gave out (total less sold and held when it ran);
 	// Entries and Winners are counted when it ran (Entries live until then).
 	Stock, Entries, Winners int
 	DrawnAt, AppliedAt      *time.Time
@@ -223,8 +223,16 @@ type DrawDecider func(seed []byte, stock int, entries []DrawEntry) ([]DrawOutcom
 // it is not due yet, ErrInvalid.
 func (l *Ledger) RunDraw(ctx context.Context, sku string, decide DrawDecider) (d Draw, drawn bool, err error) {
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var total, sold int
+		var total, sold, held int
 		if err := tx.QueryRow(ctx, `SELECT total, sold FROM products WHERE sku = $1 FOR UPDATE`, sku).Scan(&total, &sold); err != nil {
+			return interpret(err)
+		}
+		// Units held when the draw runs are not the draw's to give: no path
+		// may hold a draw's units before it (the policy refuses them all),
+		// so this is 0 unless something did, and then the draw still gives
+		// out only what is free.
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(quantity), 0) FROM reservations WHERE sku = $1 AND status = 'HELD'`, sku).
+			Scan(&held); err != nil {
 			return interpret(err)
 		}
 		var (
@@ -248,7 +256,7 @@ func (l *Ledger) RunDraw(ctx context.Context, sku string, decide DrawDecider) (d
 		if err != nil {
 			return err
 		}
-		stock := max(total-sold, 0)
+		stock := max(total-sold-held, 0)
 		out, err := decide(seed, stock, entries)
 		if err != nil {
 			return err
@@ -290,4 +298,105 @@ func (l *Ledger) DrawResult(ctx context.Context, sku string) ([]DrawEntry, error
 func (l *Ledger) MarkDrawApplied(ctx context.Context, sku string) error {
 	_, err := l.pool.Exec(ctx, `UPDATE draws SET applied_at = clock_timestamp() WHERE sku = $1 AND status = 'DRAWN' AND applied_at IS NULL`, sku)
 	return interpret(err)
+}
+
+// RecordDrawUnheld records, for winners of a drawn SKU whose hold could not
+// be made in Redis (by token), why: the refusal the policy gave. A winner
+// recorded before is left as it is; the tokens recorded now are returned, so
+// a caller that runs again after a crash reports each winner once.
+func (l *Ledger) RecordDrawUnheld(ctx context.Context, sku string, unheld map[string]string) ([]string, error) {
+	if len(unheld) == 0 {
+		return nil, nil
+	}
+	tokens := make([]string, 0, len(unheld))
+	codes := make([]string, 0, len(unheld))
+	for t, c := range unheld {
+		tokens = append(tokens, t)
+		codes = append(codes, c)
+	}
+	rows, err := l.pool.Query(ctx, `
+		UPDATE draw_results r SET unheld = v.code FROM unnest($2::text[], $3::text[]) AS v(token, code)
+		WHERE r.sku = $1 AND r.won AND r.token = v.token AND r.unheld IS NULL RETURNING r.token`, sku, tokens, codes)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, interpret(err)
+}
+
+// DrawHandout is what a drawn SKU's draw handed out, as the ledger records
+// it: what a verifier checks besides the shuffle.
+type DrawHandout struct {
+	// Total is the product's total when the draw ran: its creation and the
+	// restocks recorded up to drawn_at.
+	Total int
+	// Others is the units that reservations other than the winners' held
+	// or had sold when the draw ran (made before it, not released before it).
+	Others int
+	// Winners are the winning entries in draw order, each with what the
+	// ledger has under its token.
+	Winners []WinnerHandout
+}
+
+// WinnerHandout is one winner of a draw and its reservation.
+type WinnerHandout struct {
+	Entry DrawEntry
+	// Unheld is why its hold could not be made ("" when it was).
+	Unheld string
+	// Held is its reservation in the ledger; nil when there is none.
+	Held *Reservation
+}
+
+// DrawHandout reads what a drawn SKU's draw handed out (see DrawHandout).
+func (l *Ledger) DrawHandout(ctx context.Context, sku string) (DrawHandout, error) {
+	var h DrawHandout
+	// One snapshot for every read.
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err := pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error {
+		var drawn *time.Time
+		if err := tx.QueryRow(ctx, `SELECT drawn_at FROM draws WHERE sku = $1`, sku).Scan(&drawn); err != nil {
+			return interpret(err)
+		}
+		if drawn == nil {
+			return fmt.Errorf("draw of %s: %w: not drawn", sku, ErrInvalid)
+		}
+		if err := tx.QueryRow(ctx, `
+			SELECT coalesce(sum(quantity), 0) FROM stock_movements
+			WHERE sku = $1 AND kind IN ('create', 'restock') AND occurred_at <= $2`, sku, *drawn).Scan(&h.Total); err != nil {
+			return interpret(err)
+		}
+		if err := tx.QueryRow(ctx, `
+			SELECT coalesce(sum(v.quantity), 0) FROM reservations v
+			WHERE v.sku = $1 AND v.created_at <= $2 AND (v.status IN ('HELD', 'COMMITTED') OR v.ended_at > $2)
+			  AND NOT EXISTS (SELECT 1 FROM draw_results r WHERE r.sku = $1 AND r.won AND r.token = v.token)`,
+			sku, *drawn).Scan(&h.Others); err != nil {
+			return interpret(err)
+		}
+		rows, err := tx.Query(ctx, `SELECT `+entryColumns+`, coalesce(r.unheld, ''), v.token IS NOT NULL,
+				coalesce(v.principal, ''), coalesce(v.quantity, 0), coalesce(v.status, ''), coalesce(v.created_at, 'epoch')
+			FROM draw_results r JOIN draw_entries e ON e.id = r.entry_id LEFT JOIN reservations v ON v.token = r.token
+			WHERE r.sku = $1 AND r.won ORDER BY r.place`, sku)
+		if err != nil {
+			return interpret(err)
+		}
+		h.Winners, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (WinnerHandout, error) {
+			var (
+				w   WinnerHandout
+				has bool
+				v   Reservation
+			)
+			err := row.Scan(&w.Entry.ID, &w.Entry.SKU, &w.Entry.Principal, &w.Entry.Quantity, &w.Entry.EnteredAt,
+				&w.Entry.Status, &w.Entry.Place, &w.Entry.Token, &w.Unheld, &has, &v.Principal, &v.Quantity, &v.Status, &v.CreatedAt)
+			if has {
+				v.Token, v.SKU = w.Entry.Token, sku
+				w.Held = &v
+			}
+			return w, err
+		})
+		return interpret(err)
+	})
+	if err != nil {
+		return DrawHandout{}, fmt.Errorf("reading what the draw of %s handed out: %w", sku, err)
+	}
+	return h, nil
 }

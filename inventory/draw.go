@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/lua"
@@ -238,9 +241,10 @@ type DrawReport struct {
 	Draw Draw
 	// Drew is true when this call drew (false: it was drawn before).
 	Drew bool
-	// Holds and Queued are the winners' holds and losers' waitlist places
-	// this call wrote to Redis.
-	Holds, Queued int
+	// Holds and Queued are the winners' holds and waitlist places this call
+	// wrote to Redis; Unheld the winners whose hold could not be made, which
+	// it recorded in the ledger (they wait first in the waitlist).
+	Holds, Queued, Unheld int
 	// Decide is the time the Postgres transaction took (draw and record),
 	// Apply the time carrying the result to Redis took.
 	Decide, Apply time.Duration
@@ -354,13 +358,13 @@ func (e *Engine) RunDrawSteps(ctx context.Context, sku string, step func(stage D
 	if err != nil {
 		return rep, ledgerError("reading the draw's result", sku, err)
 	}
-	result = result[:drawApplyCut(result, e.cfg.WaitlistMax)]
+	result = drawApplyOrder(result, e.cfg.WaitlistMax)
 	base, keys := e.keys.Base(partition), e.keys.applyDrawKeys(sku)
 	done := 0
 	for done < len(result) {
 		end := min(done+drawApplyBatch, len(result))
-		args := make([]any, 0, 6+4*(end-done))
-		args = append(args, base, sku, done, d.WinnerHoldMillis, e.cfg.WaitlistMax, end-done)
+		args := make([]any, 0, 7+4*(end-done))
+		args = append(args, base, sku, done, d.WinnerHoldMillis, e.cfg.WaitlistMax, newNonce(), end-done)
 		for _, en := range result[done:end] {
 			kind := "L"
 			if en.Status == db.EntryWon {
@@ -374,7 +378,7 @@ func (e *Engine) RunDrawSteps(ctx context.Context, sku string, step func(stage D
 		}
 		switch r.code() {
 		case codeOK:
-			holds, queued := r.drawApplied()
+			holds, queued, _ := r.drawApplied()
 			rep.Holds += holds
 			rep.Queued += queued
 			done = end
@@ -392,6 +396,9 @@ func (e *Engine) RunDrawSteps(ctx context.Context, sku string, step func(stage D
 			return rep, err
 		}
 	}
+	if rep.Unheld, err = e.recordDrawHolds(ctx, sku, result); err != nil {
+		return rep, err
+	}
 	if err := e.ledger.MarkDrawApplied(ctx, sku); err != nil {
 		return rep, ledgerError("marking the draw applied", sku, err)
 	}
@@ -399,22 +406,94 @@ func (e *Engine) RunDrawSteps(ctx context.Context, sku string, step func(stage D
 	return rep, nil
 }
 
-// drawApplyCut is how much of a result (by place) Redis needs: up to the
-// last winner or the loser that fills the waitlist, whichever comes later.
-// Losers after that would find the waitlist full (a draw's waitlist starts
-// empty: joins are refused), so they are not sent.
-func drawApplyCut(result []db.DrawEntry, waitlistMax int) int {
-	cut, losers := 0, 0
-	for i, en := range result {
+// drawApplyOrder is the order in which a result (by place) goes to Redis:
+// every winner in draw order, then the losers in draw order, as many as the
+// waitlist keeps (a draw's waitlist starts empty: joins are refused; losers
+// after those would find it full, so they are not sent). The winners come
+// first so that the units of a winner not yet applied can never go to a
+// waiter, and a winner whose hold cannot be made waits ahead of every loser
+// (apply_draw.lua).
+func drawApplyOrder(result []db.DrawEntry, waitlistMax int) []db.DrawEntry {
+	out := make([]db.DrawEntry, 0, len(result))
+	losers := make([]db.DrawEntry, 0, min(len(result), waitlistMax))
+	for _, en := range result {
 		switch {
 		case en.Status == db.EntryWon:
-			cut = i + 1
-		case losers < waitlistMax:
-			losers++
-			cut = max(cut, i+1)
+			out = append(out, en)
+		case len(losers) < waitlistMax:
+			losers = append(losers, en)
 		}
 	}
-	return cut
+	return append(out, losers...)
+}
+
+// recordDrawHolds ends carrying a draw to Redis by bringing the ledger up to
+// what Redis has, before the draw is marked applied: a winner whose hold
+// could not be made (apply_draw.lua recorded the policy's refusal in the
+// draw's progress and put it first in the waitlist) is recorded in the
+// ledger's result, logged and counted, never dropped silently; and every
+// winner's hold is written to the ledger at once (the write-behind would
+// also bring it, later), so that once a draw is applied the ledger holds
+// what it handed out and `dropline verify-draw` can check it. It returns how
+// many winners were recorded as not held by this call.
+func (e *Engine) recordDrawHolds(ctx context.Context, sku string, result []db.DrawEntry) (int, error) {
+	progress, err := e.rdb.HGetAll(ctx, e.keys.DrawProgress(sku)).Result()
+	if err != nil {
+		return 0, unavailable("reading the draw's progress", err)
+	}
+	unheld := map[string]string{}
+	for f, code := range progress {
+		if tok, ok := strings.CutPrefix(f, "short:"); ok {
+			unheld[tok] = code
+		}
+	}
+	recorded, err := e.ledger.RecordDrawUnheld(ctx, sku, unheld)
+	if err != nil {
+		return 0, ledgerError("recording the draw's winners not held", sku, err)
+	}
+	who := map[string]string{}
+	var tokens []string
+	for _, en := range result {
+		if en.Status == db.EntryWon {
+			who[en.Token] = en.Principal
+			tokens = append(tokens, en.Token)
+		}
+	}
+	for _, tok := range recorded {
+		e.metrics.drawUnheld.Inc()
+		e.log.Error().Str("sku", sku).Str("principal", who[tok]).Str("token", tok).Str("refusal", unheld[tok]).
+			Msg("a draw's winner could not be held: the units the draw counted were not there; it waits first in the waitlist")
+	}
+	p := e.keys.PartitionOf(sku)
+	for len(tokens) > 0 {
+		chunk := tokens[:min(drawApplyBatch, len(tokens))]
+		tokens = tokens[len(chunk):]
+		cmds := make([]*redis.MapStringStringCmd, len(chunk))
+		_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, tok := range chunk {
+				cmds[i] = pipe.HGetAll(ctx, e.keys.Hold(p, tok))
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, unavailable("reading the draw's holds", err)
+		}
+		events := make([]db.Event, 0, len(chunk))
+		for i, c := range cmds {
+			h := holdFromHash(chunk[i], c.Val())
+			if h.sku != sku {
+				continue // not held (recorded above)
+			}
+			events = append(events, db.Event{
+				ID: "reserve:" + h.token, Kind: "reserve", Token: h.token, SKU: sku, Principal: h.who, Quantity: h.qty,
+				ExpiresAt: msTime(h.exp), CreatedAt: msTime(h.ctd), At: msTime(h.ctd), Extensions: h.ext,
+			})
+		}
+		if err := e.ledger.ApplyEvents(ctx, nil, events); err != nil {
+			return 0, ledgerError("recording the draw's holds", sku, err)
+		}
+	}
+	return len(recorded), nil
 }
 
 // DueDraws lists up to limit SKUs whose draw should run now (closed and not

@@ -4,6 +4,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
+
+	"github.com/dropline/dropline/inventory/policy"
 )
 
 // The draw's shuffle, exactly as docs/design.md (G14) spells it out so that
@@ -73,7 +75,10 @@ func DrawOrder(seed []byte, n int) []int {
 
 // DrawWinners applies step 4: quantities are the entries' in id order, stock
 // the units given out. It returns the order (as DrawOrder) and, per entry in
-// id order, whether it won.
+// id order, whether it won. Whether an entry's quantity fits what is left is
+// the policy's decision on the draw's path (policy.Check), the one
+// apply_draw.lua asks again of what Redis has when it gives the winner its
+// hold.
 func DrawWinners(seed []byte, stock int, quantities []int) (order []int, won []bool) {
 	order = DrawOrder(seed, len(quantities))
 	won = make([]bool, len(quantities))
@@ -82,7 +87,7 @@ func DrawWinners(seed []byte, stock int, quantities []int) (order []int, won []b
 		if left == 0 {
 			break
 		}
-		if quantities[i] <= left {
+		if policy.Check(policy.Draw, policy.DrawResult, policy.State{Free: left, Qty: quantities[i]}) == nil {
 			won[i] = true
 			left -= quantities[i]
 		}

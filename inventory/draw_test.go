@@ -3,14 +3,18 @@ package inventory_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/drawverify"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -406,5 +410,121 @@ func TestCartCannotEmptyADraw(t *testing.T) {
 		require.Equal(t, 3, rep.Draw.Stock)
 		require.Equal(t, 3, rep.Holds, "every winner holds its unit")
 		b.requireDrawApplied(t, sku, inventory.DefaultWaitlistMax)
+	})
+}
+
+// TestDrawGivesOutOnlyUnitsNotHeld: a draw product of 5 units of which 2 are
+// held when the draw runs (a hold the ledger knows, restored into Redis by a
+// rebuild) draws for 3, so every winner gets its hold and the verifier
+// accepts the result.
+func TestDrawGivesOutOnlyUnitsNotHeld(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	const sku = "DRAW-HELD"
+	b.drawProduct(t, sku, 5, time.Hour, time.Minute)
+	p := b.engine.Keys().PartitionOf(sku)
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
+		VALUES ($1, $2, 'earlier', 2, 'HELD', now() + interval '1 hour', now())`, fmt.Sprintf("r%02d.%s", p, "aaaaaaaaaaaaaaaaaaaaaaaaaa"), sku)
+	require.NoError(t, err)
+	b.wipe(t)
+	require.Equal(t, 2, b.stock(t, sku).Held, "the rebuild restored the hold")
+	for i := range 5 {
+		_, err := b.engine.EnterDraw(b.ctx, buyer(i), sku, 1)
+		require.NoError(t, err)
+	}
+	b.closeDraw(t, sku)
+	rep, err := b.engine.RunDraw(b.ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, 3, rep.Draw.Stock, "the draw gives out what is not held")
+	require.Equal(t, 3, rep.Holds)
+	require.Zero(t, rep.Unheld)
+	result, err := b.engine.Ledger().DrawResult(b.ctx, sku)
+	require.NoError(t, err)
+	for _, e := range result {
+		if e.Status == db.EntryWon {
+			r, err := b.engine.Reservation(b.ctx, inventory.Principal{ID: e.Principal}, e.Token)
+			require.NoError(t, err)
+			require.Equal(t, inventory.StatusHeld, r.Status)
+		}
+	}
+	require.Equal(t, 5, b.requireBalanced(t, sku).Held, "the earlier hold and the winners'")
+	var out strings.Builder
+	require.NoError(t, drawverify.Verify(b.ctx, &out, b.engine.Ledger(), sku), out.String())
+}
+
+// TestDrawWinnerNotHeldWaitsFirst, on a single Redis and a cluster: when the
+// units a draw counted are not all in Redis as it carries the result (made
+// here by taking 2 of 5 away in Redis after the draw decided), the winners
+// who do not fit are not skipped: each is recorded in the ledger's result
+// with the policy's refusal, counted, and put in the waitlist ahead of every
+// loser, so the first unit freed is theirs; and the verifier rejects the
+// draw, naming them.
+func TestDrawWinnerNotHeldWaitsFirst(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		reg := prometheus.NewRegistry()
+		b := setup(t, backend, inventory.Config{Registerer: reg})
+		const sku, stock, entrants = "DRAW-SHORT", 5, 8
+		b.drawProduct(t, sku, stock, time.Hour, time.Minute)
+		for i := range entrants {
+			_, err := b.engine.EnterDraw(b.ctx, buyer(i), sku, 1)
+			require.NoError(t, err)
+		}
+		b.closeDraw(t, sku)
+		rep, err := b.engine.RunDrawSteps(b.ctx, sku, func(st inventory.DrawStage, _ int) error {
+			if st == inventory.DrawDecided {
+				key := b.engine.Keys().SKU(sku)
+				if err := b.rdb.HIncrBy(b.ctx, key, "avail", -2).Err(); err != nil {
+					return err
+				}
+				return b.rdb.HIncrBy(b.ctx, key, "held", 2).Err()
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, stock, rep.Draw.Winners)
+		require.Equal(t, 3, rep.Holds)
+		require.Equal(t, 2, rep.Unheld, "two winners could not be held, and say so")
+		require.EqualValues(t, 2, testutil.ToFloat64(collectorOf(t, reg, "dropline_draw_winners_unheld_total")))
+
+		result, err := b.engine.Ledger().DrawResult(b.ctx, sku)
+		require.NoError(t, err)
+		var held, short, losers []db.DrawEntry
+		for _, e := range result {
+			switch {
+			case e.Status == db.EntryLost:
+				losers = append(losers, e)
+			case b.rdb.Exists(b.ctx, b.engine.Keys().Hold(inventory.PartitionOf(sku), e.Token)).Val() == 1:
+				held = append(held, e)
+			default:
+				short = append(short, e)
+			}
+		}
+		require.Len(t, held, 3)
+		require.Len(t, short, 2)
+		require.Equal(t, 2, b.count(t, `SELECT count(*) FROM draw_results WHERE sku = $1 AND won AND unheld = 'OUT_OF_STOCK'`, sku))
+		require.Equal(t, 3, b.count(t, `SELECT count(*) FROM reservations v JOIN draw_results r ON r.token = v.token
+			WHERE r.sku = $1 AND v.status = 'HELD'`, sku), "the winners' holds are in the ledger once the draw is applied")
+		queue, err := b.rdb.ZRange(b.ctx, b.engine.Keys().WaitQueue(sku), 0, -1).Result()
+		require.NoError(t, err)
+		var want []string
+		for _, e := range append(short, losers...) {
+			want = append(want, e.Principal)
+		}
+		require.Equal(t, want, queue, "the winners not held wait first, in draw order, then the losers")
+
+		var out strings.Builder
+		err = drawverify.Verify(b.ctx, &out, b.engine.Ledger(), sku)
+		require.ErrorContains(t, err, "does NOT verify")
+		require.Contains(t, out.String(), "its hold could not be made (OUT_OF_STOCK)")
+
+		_, err = b.engine.Cancel(b.ctx, inventory.Principal{ID: held[0].Principal}, held[0].Token)
+		require.NoError(t, err)
+		w, err := b.engine.Waitlist(b.ctx, inventory.Principal{ID: short[0].Principal}, sku)
+		require.NoError(t, err)
+		require.Equal(t, inventory.WaitOffered, w.Status, "the first unit freed goes to the first winner not held")
+		w, err = b.engine.Waitlist(b.ctx, inventory.Principal{ID: losers[0].Principal}, sku)
+		require.NoError(t, err)
+		require.Equal(t, inventory.WaitWaiting, w.Status)
 	})
 }

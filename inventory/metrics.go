@@ -17,6 +17,8 @@ type metrics struct {
 	short    prometheus.Counter
 	// reserveBatch is the number of reserves each run of reserve.lua decided.
 	reserveBatch prometheus.Histogram
+	// drawUnheld counts draws' winners whose hold could not be made.
+	drawUnheld prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,6 +44,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "dropline_reserve_batch_size",
 			Help:    "Reserves decided by one run of reserve.lua (concurrent reserves of a partition go together).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		})),
+		drawUnheld: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_draw_winners_unheld_total",
+			Help: "Draws' winners whose hold could not be made (the units the draw counted were not there); each waits first in the waitlist and is recorded in the ledger's result.",
 		})),
 	}
 }

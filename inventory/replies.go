@@ -289,9 +289,11 @@ func msTimePtr(ms int64) *time.Time {
 	return &t
 }
 
-// drawApplied decodes apply_draw.lua's replies: {OK, holds, queued} or
-// {SKIP, done}.
-func (r reply) drawApplied() (holds, queued int) { return int(r.int(1)), int(r.int(2)) }
+// drawApplied decodes apply_draw.lua's OK reply: {OK, holds, queued,
+// winners not held}.
+func (r reply) drawApplied() (holds, queued, unheld int) {
+	return int(r.int(1)), int(r.int(2)), int(r.int(3))
+}
 
 // drawDone decodes apply_draw.lua's SKIP reply: the entries applied so far.
 func (r reply) drawDone() int { return int(r.int(1)) }

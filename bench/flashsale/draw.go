@@ -294,19 +294,23 @@ func p99(ms []float64) float64 {
 }
 
 // VerifyDraw recomputes sku's draw from the ledger with the verification
-// `dropline verify-draw` runs (drawverify.Check), reading the draw and its
-// entries as that command does; its report goes to out.
+// `dropline verify-draw` runs (drawverify.Verify); its report goes to out.
+// The winners may hold their reservations a moment before the server has
+// recorded the draw as applied (the last step of carrying it to them), so it
+// waits for that first, up to 10 seconds.
 func (r *LedgerReader) VerifyDraw(ctx context.Context, sku string, out *strings.Builder) error {
 	l := db.NewLedger(r.pool)
-	d, err := l.Draw(ctx, sku)
-	if err != nil {
-		return fmt.Errorf("reading the draw of %s: %w", sku, err)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d, err := l.Draw(ctx, sku)
+		if err != nil {
+			return fmt.Errorf("reading the draw of %s: %w", sku, err)
+		}
+		if d.AppliedAt != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	entries, err := l.DrawEntries(ctx, sku)
-	if err != nil {
-		return fmt.Errorf("reading the entries of %s: %w", sku, err)
-	}
-	return drawverify.Check(out, d, entries)
+	return drawverify.Verify(ctx, out, l, sku)
 }
 
 // JudgeDraw checks a draw rehearsal: one entry per buyer (replays answer

@@ -13,8 +13,9 @@ import (
 )
 
 // verifyDraw recomputes a drawn SKU's result from its revealed seed and its
-// entries, as read from the ledger (DATABASE_URL), and compares it with the
-// result the ledger records (drawverify.Check).
+// entries, as read from the ledger (DATABASE_URL), compares it with the
+// result the ledger records, and checks what the draw handed out
+// (drawverify.Verify).
 func (e env) verifyDraw(ctx context.Context, args []string) error {
 	fs := e.flags("verify-draw", "verify-draw --sku S")
 	sku := fs.String("sku", "", "the SKU whose draw to verify")
@@ -33,17 +34,5 @@ func (e env) verifyDraw(ctx context.Context, args []string) error {
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
 	defer pool.Close()
-	l := db.NewLedger(pool)
-	d, err := l.Draw(ctx, *sku)
-	if err != nil {
-		return fmt.Errorf("reading the draw of %s: %w", *sku, err)
-	}
-	if d.Status != db.DrawDrawn {
-		return fmt.Errorf("the draw of %s is %s: its seed is revealed only once it is drawn", *sku, d.Status)
-	}
-	entries, err := l.DrawEntries(ctx, *sku)
-	if err != nil {
-		return fmt.Errorf("reading the entries of %s: %w", *sku, err)
-	}
-	return drawverify.Check(e.stdout, d, entries)
+	return drawverify.Verify(ctx, e.stdout, db.NewLedger(pool), *sku)
 }

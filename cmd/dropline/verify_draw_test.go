@@ -15,8 +15,10 @@ import (
 
 // TestVerifyDraw runs the verifier against a real draw of 5,000 entries
 // (the engine's, carried to Redis) and then against the same draw tampered
-// with in the ledger three ways: two entries' places swapped, a loser
-// recorded as a winner, and another seed. Only the real one verifies.
+// with in the ledger: two entries' places swapped, a loser recorded as a
+// winner, a winner's reservation missing, a winner's reservation for more
+// units, units held by another buyer when the draw ran, and another seed.
+// Only the real one verifies.
 func TestVerifyDraw(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -81,6 +83,29 @@ func TestVerifyDraw(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "does NOT verify")
 	tamper(t, `UPDATE draw_results SET won = false, token = NULL WHERE token = 'forged'`)
+
+	// What the draw handed out: a winner without its reservation, one whose
+	// reservation is for more units, and units held by someone else when the
+	// draw ran, which it gave out as if they were free.
+	tamper(t, `UPDATE reservations SET token = token || '-gone' WHERE token = (SELECT token FROM draw_results WHERE won AND place = (SELECT min(place) FROM draw_results WHERE won))`)
+	code, out, errOut = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, errOut, "does NOT verify")
+	require.Contains(t, out, "no reservation under its token")
+	tamper(t, `UPDATE reservations SET token = left(token, -5) WHERE token LIKE '%-gone'`)
+	tamper(t, `UPDATE reservations SET quantity = quantity + 1 WHERE token = (SELECT token FROM draw_results WHERE won AND place = (SELECT max(place) FROM draw_results WHERE won))`)
+	code, out, _ = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "its reservation is")
+	tamper(t, `UPDATE reservations SET quantity = quantity - 1 WHERE token = (SELECT token FROM draw_results WHERE won AND place = (SELECT max(place) FROM draw_results WHERE won))`)
+	tamper(t, `INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
+		SELECT 'cart-line', 'VERIFY-1', 'cart-buyer', 3, 'COMMITTED', drawn_at, drawn_at - interval '1 minute' FROM draws WHERE sku = 'VERIFY-1'`)
+	code, out, _ = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "the draw gave out 700 units, but 697 were free when it ran")
+	tamper(t, `DELETE FROM reservations WHERE token = 'cart-line'`)
+	code, _, errOut = runCmd(t, envm, "verify-draw", "--sku", sku)
+	require.Equal(t, 0, code, errOut, "put back, it verifies again")
 
 	// Another seed: it no longer hashes to what was published.
 	tamper(t, `UPDATE draws SET seed = sha256(seed) WHERE sku = 'VERIFY-1'`)
