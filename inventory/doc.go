@@ -20,7 +20,7 @@
 // crc32(drop) % 16 (see Drops); every key of that SKU carries the tag, so a
 // script touching them runs on one Redis Cluster slot:
 //
-//	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen
+//	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen drop mode
 //	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid x:<hash> cart prov
 //	dl:{p07}:quota:<sku>            hash   principal -> units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
@@ -33,7 +33,8 @@
 //	dl:{p07}:rebuild:<sku>:quota    hash   the quota hash that rebuild stages
 //	dl:{p07}:wait:<sku>             zset   the waitlist's queue: WAITING principals by entry seq
 //	dl:{p07}:waiters:<sku>          hash   principal -> "seq|qty|hold_ms|W or O|token|joined_ms"; #seq: the last seq
-//	dl:{p07}:draw:<sku>             hash   done: entries of a draw's result apply_draw.lua has written
+//	dl:{p07}:draw:<sku>             hash   done: entries of a draw's result apply_draw.lua has written;
+//	                                       short:<token>: why a winner could not be held
 //	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages (and :waiters, its entries)
 //	dl:{pNN}:cart:<token>           hash   who st ctd dl exp lines idem fp rej: a cart, in its home partition
 //	dl:{pNN}:cartidem:<hash>        hash   first outcome of a cart's idempotency key (in the key's partition)
@@ -94,8 +95,9 @@
 // partition base only from data it has just read, through lib.lua's hold_key,
 // idem_key, sku_keys, wait_keys and drop_key, and says so in its header.
 // These do: reserve.lua (the hold an idempotency record names, and for a SKU
-// of a drop the drop's hash and its SKUs' stock and quota hashes),
-// begin_commit.lua,
+// of a drop the drop's hash and its SKUs' stock and quota hashes, which
+// may_take reads for every path: hold_cart_lines.lua, join_waitlist.lua and
+// every handoff read them too), begin_commit.lua,
 // release_hold.lua and extend_hold.lua (the stock hash, quota hash and
 // channel of the SKU of a hold the caller knows by token only, and for
 // release_hold.lua its waitlist), hydrate_sku.lua (the hash and idempotency
@@ -106,15 +108,32 @@
 // hold it makes, from a token it makes), and apply_draw.lua (the hash of each
 // winner's hold, from the token the ledger gave it).
 //
+// # Who may take a unit
+//
+// Package policy says which sale modes admit which path (a reserve, a cart
+// line, a waitlist offer, a draw's result, a waitlist join, and an admission
+// pass to come) and which limits each path is held to; lua/lua.go renders
+// its tables into the scripts' library, and lib.lua's may_take, which every
+// script that hands units out calls before its first write (reserve.lua,
+// hold_cart_lines.lua, handoff, apply_draw.lua) and join_waitlist.lua,
+// decides with them. A SKU's mode is its stock hash's 'mode' (first_come or
+// draw), written by every rebuild from the ledger (products.draw).
+//
 // # Draws
 //
-// A product created with a draw (draw.go) has 'draw' set in its stock hash,
-// and reserve.lua and join_waitlist.lua refuse it (DRAW_ONLY). Its entries
-// live in Postgres only; the draw is decided there (db.Ledger.RunDraw, the
-// shuffle in draw_shuffle.go) and carried to Redis by apply_draw.lua in
-// batches, in draw order: a winner's HELD hold (a reserve event, like any
-// other), a loser's waitlist entry (a wjoin event). The progress hash makes
-// each batch apply once.
+// A product created with a draw (draw.go) has the mode draw, which admits
+// only a draw's result and waitlist offers: a reserve, a cart line and a
+// join are refused (DRAW_ONLY). Its entries live in Postgres only; the draw
+// is decided there (db.Ledger.RunDraw, the shuffle in draw_shuffle.go, for
+// the units neither sold nor held) and carried to Redis by apply_draw.lua in
+// batches, every winner in draw order and then the losers in draw order: a
+// winner's HELD hold (a reserve event, like any other), a loser's waitlist
+// entry (a wjoin event). The progress hash makes each batch apply once. A
+// winner may_take refuses (the units the draw counted were not there) is
+// recorded in the progress hash and put in the waitlist, ahead of the
+// losers; RunDraw then records it in the ledger (draw_results.unheld), logs
+// and counts it, writes every winner's hold to the ledger, and only then
+// marks the draw applied.
 //
 // # Waitlist
 //
