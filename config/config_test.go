@@ -200,6 +200,8 @@ func TestRedisCluster(t *testing.T) {
 	require.Equal(t, "s3cret", opts.Cluster.Password)
 	require.Equal(t, 3*time.Second, opts.Cluster.DialTimeout)
 	require.Nil(t, opts.Cluster.TLSConfig)
+	// What the engine requires: a promoted replica's slots within a second.
+	require.Equal(t, inventory.ClusterStateReloadInterval, opts.Cluster.ClusterStateReloadInterval)
 
 	c.RedisURL = "rediss-cluster://10.0.0.1:7000/"
 	opts, err = c.RedisOptions()

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/inventory"
 )
 
 // RedisOptions is the parsed form of REDIS_URL / REDIS_CLUSTER_ADDRS:
@@ -240,6 +242,8 @@ func clusterOptions(scheme string, user *url.Userinfo, hosts []string, query str
 	if err != nil {
 		return RedisOptions{}, fmt.Errorf("cannot parse cluster options (%s)", redactErr(err, u.String()))
 	}
+	// Within a second of a failover, not go-redis' minute.
+	opts.ClusterStateReloadInterval = inventory.ClusterStateReloadInterval
 	return RedisOptions{Cluster: opts}, nil
 }
 

@@ -202,6 +202,17 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// ClusterStateReloadInterval is the longest a Redis Cluster client may go
+// without reading the cluster's slot map again (go-redis' ClusterOptions,
+// whose default is a minute); NewEngine refuses a client with a longer one.
+// go-redis reads it again at once only on a MOVED or READONLY reply, which
+// a master that died never sends: after the cluster promotes its replica,
+// every command for its slots goes on to the dead address until the next
+// reading. At the default that was 52 s after the promotion
+// (TestClusterFailoverMidDrop); at a second it costs each process one
+// CLUSTER SLOTS a second while commands flow.
+const ClusterStateReloadInterval = time.Second
+
 // Principal is who is calling: the subject of a verified token.
 type Principal struct {
 	ID    string
@@ -239,8 +250,13 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool), keys: NewKeys(cfg.KeyPrefix),
 		scripts: map[string]*redis.Script{}, log: log, metrics: newMetrics(cfg.Registerer),
 	}
-	if _, cluster := rdb.(*redis.ClusterClient); cluster && cfg.WaitReplicas > 0 {
-		return nil, fmt.Errorf("inventory config: waiting for replicas needs a single primary (redis:// or redis-sentinel://), not a cluster")
+	if cc, cluster := rdb.(*redis.ClusterClient); cluster {
+		if cfg.WaitReplicas > 0 {
+			return nil, fmt.Errorf("inventory config: waiting for replicas needs a single primary (redis:// or redis-sentinel://), not a cluster")
+		}
+		if every := cc.Options().ClusterStateReloadInterval; every > ClusterStateReloadInterval {
+			return nil, fmt.Errorf("inventory config: the cluster client reads the slot map every %s; at most %s, or the slots of a promoted replica stay out of reach that long", every, ClusterStateReloadInterval)
+		}
 	}
 	e.hot = rdb
 	if ap, err := rdb.AutoPipeline(); err == nil {

@@ -141,3 +141,19 @@ func TestReserveCommitCancelLifecycle(t *testing.T) {
 		require.Equal(t, inventory.StatusCommitted, got.Status)
 	})
 }
+
+// A cluster client that reads the slot map only every minute (go-redis'
+// default) would send a promoted replica's commands to its dead master for
+// that long: the engine refuses it, and takes one at the bound.
+func TestEngineRefusesAClusterClientSlowToFollowAFailover(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	slow := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = slow.Close() })
+	_, err := inventory.NewEngine(context.Background(), inventory.Config{}, slow, pool, zerolog.Nop())
+	require.ErrorContains(t, err, "reads the slot map every 1m0s")
+
+	env := testenv.RedisCluster(t)
+	_, err = inventory.NewEngine(context.Background(), inventory.Config{KeyPrefix: env.Prefix}, env.Client, pool, zerolog.Nop())
+	require.NoError(t, err)
+}

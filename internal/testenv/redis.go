@@ -187,7 +187,8 @@ func freePort(args []string) (int, error) {
 	return 0, fmt.Errorf("no free loopback port found")
 }
 
-// Cluster is a three-master Redis Cluster made of test-owned processes.
+// Cluster is a three-master Redis Cluster made of test-owned processes,
+// with a replica per master when it was started with them.
 type Cluster struct {
 	Servers []*Server
 	Addrs   []string
@@ -201,9 +202,26 @@ var (
 
 // StartCluster starts three redis-server processes in cluster mode on free
 // loopback ports and joins them with `redis-cli --cluster create`.
-func StartCluster(dir string) (*Cluster, error) {
+func StartCluster(dir string) (*Cluster, error) { return startCluster(dir, 0) }
+
+// StartReplicatedCluster starts a three-master Redis Cluster with one
+// replica per master (six processes), for failover tests: SIGKILL a master
+// (its Server's Stop) and the other masters elect its replica in its place
+// a few seconds later (the node timeout is 2 s). It waits until every
+// replica is in sync; everything stops when the test ends.
+func StartReplicatedCluster(t testing.TB) *Cluster {
+	t.Helper()
+	c, err := startCluster(t.TempDir(), 1)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+func startCluster(dir string, replicas int) (*Cluster, error) {
 	c := &Cluster{}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 3*(1+replicas); i++ {
 		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", i))
 		if err := os.MkdirAll(nodeDir, 0o750); err != nil {
 			return nil, err
@@ -218,7 +236,7 @@ func StartCluster(dir string) (*Cluster, error) {
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil { //nolint:gosec // our own arguments
 		c.Stop()
 		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
@@ -231,8 +249,10 @@ func StartCluster(dir string) (*Cluster, error) {
 		for _, addr := range c.Addrs {
 			n := redis.NewClient(&redis.Options{Addr: addr})
 			info, err := n.ClusterInfo(context.Background()).Result()
+			repl, rerr := n.Info(context.Background(), "replication").Result()
 			_ = n.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+			if err != nil || rerr != nil || !strings.Contains(info, "cluster_state:ok") ||
+				(strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up")) {
 				ok = false
 			}
 		}
@@ -241,14 +261,55 @@ func StartCluster(dir string) (*Cluster, error) {
 		}
 		if time.Now().After(deadline) {
 			c.Stop()
-			return nil, fmt.Errorf("redis cluster on %v did not reach cluster_state:ok", c.Addrs)
+			return nil, fmt.Errorf("redis cluster on %v did not reach cluster_state:ok with its replicas in sync", c.Addrs)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
+// Client is a cluster client of c, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	client := c.client()
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// Server returns the process listening on addr (host:port), or nil.
+func (c *Cluster) Server(addr string) *Server {
+	for _, s := range c.Servers {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	return nil
+}
+
+// ReplicaOf returns the process replicating master, as the replicas' INFO
+// says now.
+func (c *Cluster) ReplicaOf(ctx context.Context, master *Server) (*Server, error) {
+	for _, s := range c.Servers {
+		if s == master || s.cmd == nil {
+			continue
+		}
+		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+		info, err := n.Info(ctx, "replication").Result()
+		_ = n.Close()
+		if err != nil {
+			return nil, fmt.Errorf("INFO replication of %s: %w", s.Addr, err)
+		}
+		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+strconv.Itoa(master.Port)+"\r") {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("no replica of %s", master.Addr)
+}
+
+// client is a cluster client of c, with the slot map read again every second
+// (inventory.ClusterStateReloadInterval, which the engine requires; what
+// dropline serve's client does).
 func (c *Cluster) client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, PoolSize: 64})
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, PoolSize: 64, ClusterStateReloadInterval: time.Second})
 }
 
 // Stop kills every node.
