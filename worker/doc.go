@@ -115,18 +115,19 @@
 //   - Redis failover to a replica that missed the last writes (or a primary
 //     restarted from its files): the data is there, the epochs too, but the
 //     primary's replication id is new. <prefix>{p00}:primary holds the id
-//     of the primary the SKUs were last reloaded for; when the id differs,
-//     the first instance to claim the reload (SET NX, with an expiry it
-//     renews as it goes) reloads every SKU from Postgres although Redis has
-//     it (inventory.Engine.RebuildStale), lists each SKU it reloaded, and
+//     of the primary the SKUs were last reloaded for (on Redis Cluster,
+//     whose shards have an id each, <prefix>{pNN}:primary holds the id of
+//     partition NN's master); when the id differs, the first instance to
+//     claim the reload (SET NX, with an expiry it renews as it goes) reloads
+//     every SKU the record covers from Postgres although Redis has it
+//     (inventory.Engine.RebuildStale), lists each SKU it reloaded, and
 //     records the new id only once all are done. An instance that dies
 //     mid-way leaves the old id recorded; its claim expires, and another
 //     instance claims the reload and does the SKUs it left. Each claimer
-//     counts dropline_redis_failovers_total. A sale the new primary never saw
-//     is then sold in Redis; holds it had whose events were still in its
-//     outbox are applied to the ledger just before their SKU is reloaded,
-//     so the reload keeps them. Redis Cluster has an id per shard and is
-//     not followed.
+//     counts dropline_redis_failovers_total once per new id. A sale the new
+//     primary never saw is then sold in Redis; holds it had whose events
+//     were still in its outbox are applied to the ledger just before their
+//     SKU is reloaded, so the reload keeps them.
 //   - An entry no batch can apply: one that does not decode, or of a kind
 //     this version does not know (a newer version wrote it during a rolling
 //     upgrade), is moved before the batch to the partition's dead-letter

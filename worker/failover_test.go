@@ -31,7 +31,7 @@ func TestPromotedReplicaMissingWrites(t *testing.T) {
 	g, reg := b.startGroup(t, fastConfig("promoted"))
 	k := newKeys(b.engine.Keys())
 	g.Rebuilder.checked.Wait(t, 5*time.Second)
-	n, err := rdb.Exists(b.ctx, k.primary()).Result()
+	n, err := rdb.Exists(b.ctx, k.primary(0)).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the rebuilder's first check recorded the primary")
 
@@ -108,7 +108,7 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 	})
 	k := newKeys(b.engine.Keys())
 	x.Rebuilder.checked.Wait(t, 5*time.Second)
-	oldID, err := rdb.Get(b.ctx, k.primary()).Result()
+	oldID, err := rdb.Get(b.ctx, k.primary(0)).Result()
 	require.NoError(t, err, "the rebuilder's first check recorded the primary")
 
 	early := b.reserveMany(t, sku, 2, time.Minute)
@@ -130,7 +130,7 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("x never saw the promotion")
 	}
-	recorded, err := rdb.Get(b.ctx, k.primary()).Result()
+	recorded, err := rdb.Get(b.ctx, k.primary(0)).Result()
 	require.NoError(t, err)
 	require.Equal(t, oldID, recorded, "the new primary is not recorded before its reload is done")
 	x.crash(errCrashed)
@@ -151,7 +151,7 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 	r, err := b.engine.Reservation(b.ctx, buyer, early[0])
 	require.NoError(t, err)
 	require.Equal(t, inventory.StatusCommitted, r.Status, "the sale is a sale in Redis too")
-	recorded, err = rdb.Get(b.ctx, k.primary()).Result()
+	recorded, err = rdb.Get(b.ctx, k.primary(0)).Result()
 	require.NoError(t, err)
 	require.NotEqual(t, oldID, recorded, "the reload is recorded as done")
 	require.Equal(t, newID, recorded, "for the new primary")

@@ -30,18 +30,20 @@ func (k keys) members(kind string) string { return k.inv.Base(0) + "members:" + 
 // restart without persistence, failover to an empty replica).
 func (k keys) epoch(p int) string { return k.inv.Base(p) + "epoch" }
 
-// primary records the replication id of the Redis primary the partitions
-// were last served by (in partition 0; only a single primary has one). A
-// new id under the same data means a replica was promoted, or the primary
-// restarted from its persistence files: writes of the last moments before
-// may be missing while everything else is there.
-func (k keys) primary() string { return k.inv.Base(0) + "primary" }
+// primary records the replication id of the Redis primary the SKUs were
+// last reloaded for: in partition 0 for a single primary (or Sentinel's),
+// which serves every partition; in each partition on a cluster, whose
+// shards have an id each. A new id under the same data means a replica was
+// promoted, or the primary restarted from its persistence files: writes of
+// the last moments before may be missing while everything else is there.
+func (k keys) primary(p int) string { return k.inv.Base(p) + "primary" }
 
-// reloadClaim names the process reloading every SKU for the primary of
-// replication id (in partition 0, like primary), with an expiry its owner
-// renews as it goes.
-func (k keys) reloadClaim(id string) string { return k.inv.Base(0) + "primary:reload:" + id }
+// reloadClaim names the process reloading the SKUs recorded in partition p
+// for the primary of replication id, with an expiry its owner renews as it
+// goes.
+func (k keys) reloadClaim(p int, id string) string { return k.primary(p) + ":reload:" + id }
 
-// reloaded lists the SKUs reloaded for the primary of replication id, so a
-// process that takes over a dead one's reload does not reload them again.
-func (k keys) reloaded(id string) string { return k.inv.Base(0) + "primary:reloaded:" + id }
+// reloaded lists the SKUs reloaded for the primary of replication id
+// (recorded in partition p), so a process that takes over a dead one's
+// reload does not reload them again.
+func (k keys) reloaded(p int, id string) string { return k.primary(p) + ":reloaded:" + id }

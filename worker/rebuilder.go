@@ -69,12 +69,14 @@ type Rebuilder struct {
 	losses   prometheus.Counter
 	failures prometheus.Counter
 
-	mu     sync.Mutex // guards seen, owed, stale, reload and retry across loop restarts
-	seen   [inventory.Partitions]string
-	owed   [inventory.Partitions]bool // a rebuild was due and has not completed
-	stale  bool                       // reloading after a promotion: rebuild SKUs even when present
-	reload string                     // the replication id of the primary this process reloads for
-	retry  partitionBackoff           // after a rebuild that left SKUs out
+	mu   sync.Mutex // guards seen, owed, reload and retry across loop restarts
+	seen [inventory.Partitions]string
+	owed [inventory.Partitions]bool // a rebuild was due and has not completed
+	// reload is, per partition, the replication id of the new primary this
+	// process reloads the partition's SKUs for, after a promotion (rebuilt
+	// even when present); "" when it reloads none.
+	reload [inventory.Partitions]string
+	retry  partitionBackoff // after a rebuild that left SKUs out
 
 	failovers prometheus.Counter
 	hooks     rebuilderHooks
@@ -111,7 +113,7 @@ func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.Unive
 		failures: partitionFailuresVec(reg).WithLabelValues("rebuilder"),
 		failovers: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_redis_failovers_total",
-			Help: "Changes of the Redis primary's replication id (a promoted replica, or a primary restarted from its files) for which this instance claimed the reload of every SKU from Postgres.",
+			Help: "Changes of a Redis primary's replication id (a promoted replica, or a primary restarted from its files) for which this instance claimed the reload of its SKUs from Postgres (every SKU; on a cluster, those of the shard's partitions).",
 		})),
 	}
 	w.service = newService("rebuilder", cfg.Options, log, reg, nil, w.run)
@@ -183,15 +185,15 @@ func (w *Rebuilder) check(ctx context.Context) error {
 		w.log.Warn().Ints("partitions", lostNow).
 			Msg("Redis is new or lost its data (epoch missing or changed); rebuilding these partitions' SKUs from Postgres")
 	}
-	id, claimed, err := w.checkPrimary(sctx)
+	claims, err := w.checkPrimaries(sctx)
 	if err != nil {
 		return err
 	}
-	if claimed {
-		if w.reload != id {
-			w.reload = id
+	for p, id := range claims {
+		if id != "" && !slices.Contains(w.reload[:], id) && !slices.Contains(claims[:p], id) {
 			w.failovers.Inc()
-			w.log.Warn().Str("primary", id).Msg("the Redis primary changed (a replica was promoted, or it restarted from its files): it may lack the last writes before the switch, so every SKU is rebuilt from Postgres")
+			w.log.Warn().Str("primary", id).Ints("partitions", partitionsOf(claims, id)).
+				Msg("the Redis primary of these partitions changed (a replica was promoted, or it restarted from its files): it may lack the last writes before the switch, so their SKUs are rebuilt from Postgres")
 			if h := w.hooks.claimedReload; h != nil {
 				h()
 			}
@@ -199,15 +201,15 @@ func (w *Rebuilder) check(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		w.stale = true
-		for p := range w.owed {
-			if !w.owed[p] {
-				w.owed[p] = true
-				lostNow = append(lostNow, p)
-			}
+	}
+	// A partition without a claim has nothing to reload, or another process
+	// reloads it.
+	w.reload = claims
+	for p, id := range claims {
+		if id != "" && !w.owed[p] {
+			w.owed[p] = true
+			lostNow = append(lostNow, p)
 		}
-	} else {
-		w.reload, w.stale = "", false // nothing to reload, or another process does it
 	}
 	var lost []bool
 	for _, owed := range w.owed {
@@ -228,18 +230,36 @@ func (w *Rebuilder) check(ctx context.Context) error {
 	for p := range w.owed {
 		w.owed[p] = failed[p]
 	}
-	if w.stale && !slices.Contains(failed[:], true) {
-		// Only now is the reload recorded as done: a process that dies
-		// before this leaves the record as it was, and its claim expires,
-		// so another process reloads what it left.
+	// Only now is a reload recorded as done, per record (one for a single
+	// primary, one per partition on a cluster), once every partition it
+	// covers is: a process that dies before this leaves the record as it
+	// was, and its claim expires, so another process reloads what it left.
+	for p, id := range w.reload {
+		scope := w.scope(p)
+		if id == "" || p != scope {
+			continue
+		}
+		done := true
+		for q, qid := range w.reload {
+			if qid == id && w.scope(q) == scope && failed[q] {
+				done = false
+			}
+		}
+		if !done {
+			continue
+		}
 		fctx, fcancel := stepContext(ctx, w.cfg.StepTimeout)
-		err := w.finishReload(fctx, w.reload)
+		err := w.finishReload(fctx, scope, id)
 		fcancel()
 		if err != nil {
 			return err
 		}
-		w.reloaded.Signal(w.reload)
-		w.stale, w.reload = false, ""
+		for q, qid := range w.reload {
+			if qid == id && w.scope(q) == scope {
+				w.reload[q] = ""
+			}
+		}
+		w.reloaded.Signal(id)
 	}
 	if slices.Contains(failed[:], true) {
 		delay := w.retry.fail(w.cfg.Options)
@@ -272,12 +292,10 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 				continue
 			}
 			sku := prod.SKU
-			reload := ""
-			if w.stale {
-				reload = w.reload
-			}
+			p := w.engine.Keys().PartitionOf(sku)
+			reload, scope := w.reload[p], w.scope(p)
 			g.Go(func() error {
-				rebuilt, err := w.rebuildSKU(ctx, sku, reload)
+				rebuilt, err := w.rebuildSKU(ctx, sku, scope, reload)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -309,13 +327,14 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 
 // rebuildSKU reloads one SKU unless it is present already, and says whether
 // it did. During the reload after a promotion to the primary reload (its
-// replication id), it reloads the SKU although it is present, unless a
-// process reloaded it for that primary already, and renews the claim.
-func (w *Rebuilder) rebuildSKU(ctx context.Context, sku, reload string) (bool, error) {
+// replication id, recorded in partition scope), it reloads the SKU although
+// it is present, unless a process reloaded it for that primary already, and
+// renews the claim.
+func (w *Rebuilder) rebuildSKU(ctx context.Context, sku string, scope int, reload string) (bool, error) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	if reload != "" {
-		done, err := w.rdb.SIsMember(sctx, w.keys.reloaded(reload), sku).Result()
+		done, err := w.rdb.SIsMember(sctx, w.keys.reloaded(scope, reload), sku).Result()
 		if err != nil {
 			return false, fmt.Errorf("reading the SKUs reloaded for the new primary: %w", err)
 		}
@@ -327,9 +346,9 @@ func (w *Rebuilder) rebuildSKU(ctx context.Context, sku, reload string) (bool, e
 		}
 		w.rebuilds.Inc()
 		_, err = w.rdb.TxPipelined(sctx, func(p redis.Pipeliner) error {
-			p.SAdd(sctx, w.keys.reloaded(reload), sku)
-			p.Expire(sctx, w.keys.reloaded(reload), reloadRecordTTL)
-			p.PExpire(sctx, w.keys.reloadClaim(reload), w.claimTTL())
+			p.SAdd(sctx, w.keys.reloaded(scope, reload), sku)
+			p.Expire(sctx, w.keys.reloaded(scope, reload), reloadRecordTTL)
+			p.PExpire(sctx, w.keys.reloadClaim(scope, reload), w.claimTTL())
 			return nil
 		})
 		if err != nil {
@@ -347,72 +366,143 @@ func (w *Rebuilder) rebuildSKU(ctx context.Context, sku, reload string) (bool, e
 	return rebuilt, nil
 }
 
-// checkPrimary reads the replication id of the Redis primary and compares
-// it with the one recorded in Redis, which is the id of the primary the
-// SKUs were last reloaded for. A first sight records the id. When the id is
-// new, the SKUs must be reloaded from Postgres, by one process: the first to
-// claim the reload for that id (SET NX with an expiry, renewed as each SKU
-// is reloaded) does it, and records the id only once every SKU is reloaded
-// (finishReload). A process that dies meanwhile leaves the record as it
-// was: its claim expires and another process claims it and reloads the
-// SKUs the first did not (those it did are listed per id). claimed says
-// whether this process holds the claim now; id is the primary's. Redis
-// Cluster has an id per shard and is not followed here (an empty shard is
-// still found by its epochs).
-func (w *Rebuilder) checkPrimary(ctx context.Context) (id string, claimed bool, err error) {
-	if _, cluster := w.rdb.(*redis.ClusterClient); cluster {
-		return "", false, nil
-	}
-	info, err := w.rdb.Info(ctx, "replication").Result()
-	if err != nil {
-		return "", false, fmt.Errorf("reading the primary's replication id: %w", err)
-	}
-	id, role := infoField(info, "master_replid"), infoField(info, "role")
-	if id == "" || role != "master" {
-		return "", false, nil // not a primary (yet): the client follows the switch
-	}
-	prev, err := w.rdb.Get(ctx, w.keys.primary()).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return id, false, w.rdb.SetNX(ctx, w.keys.primary(), id, 0).Err()
-	case err != nil:
-		return "", false, fmt.Errorf("reading the recorded primary: %w", err)
-	case prev == id:
-		return id, false, nil
-	}
-	won, err := w.rdb.SetNX(ctx, w.keys.reloadClaim(id), w.cfg.Owner, w.claimTTL()).Result()
-	if err != nil {
-		return "", false, fmt.Errorf("claiming the reload for the new primary: %w", err)
-	}
-	if !won {
-		owner, err := w.rdb.Get(ctx, w.keys.reloadClaim(id)).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return "", false, fmt.Errorf("reading the reload claim: %w", err)
+// checkPrimaries reads the replication id of the Redis primary of every
+// partition and compares it with the one recorded in Redis, which is the id
+// of the primary the partition's SKUs were last reloaded for. A single
+// primary (or Sentinel's) serves every partition: its id is recorded once,
+// in partition 0, and a new one reloads every SKU. On a cluster each shard's
+// master has its own id, recorded per partition, and a promotion reloads
+// the SKUs of the partitions that master serves. A first sight records the
+// id. When the id is new, the SKUs must be reloaded from Postgres by one
+// process: the first to claim the reload for that id (SET NX with an
+// expiry, renewed as each SKU is reloaded) does it, and records the id only
+// once every SKU is reloaded (finishReload). A process that dies meanwhile
+// leaves the record as it was: its claim expires and another process claims
+// it and reloads the SKUs the first did not (those it did are listed per
+// id). claims holds, per partition, the id this process claimed the reload
+// for, or "".
+func (w *Rebuilder) checkPrimaries(ctx context.Context) (claims [inventory.Partitions]string, err error) {
+	cc, cluster := w.rdb.(*redis.ClusterClient)
+	if !cluster {
+		id, err := replicationID(ctx, w.rdb)
+		if err != nil || id == "" {
+			return claims, err
 		}
-		if owner != w.cfg.Owner {
-			return id, false, nil // another process reloads; its claim expires if it dies
+		claimed, err := w.claimReload(ctx, 0, id)
+		if err != nil || !claimed {
+			return claims, err
 		}
-		if err := w.rdb.PExpire(ctx, w.keys.reloadClaim(id), w.claimTTL()).Err(); err != nil {
-			return "", false, fmt.Errorf("renewing the reload claim: %w", err)
+		for p := range claims {
+			claims[p] = id
+		}
+		return claims, nil
+	}
+	ids := map[string]string{} // master address -> its replication id
+	for p := range claims {
+		master, err := cc.MasterForKey(ctx, w.keys.primary(p))
+		if err != nil {
+			return claims, fmt.Errorf("finding the master of partition %d: %w", p, err)
+		}
+		addr := master.Options().Addr
+		id, seen := ids[addr]
+		if !seen {
+			if id, err = replicationID(ctx, master); err != nil {
+				return claims, err
+			}
+			ids[addr] = id
+		}
+		if id == "" {
+			continue
+		}
+		claimed, err := w.claimReload(ctx, p, id)
+		if err != nil {
+			return claims, err
+		}
+		if claimed {
+			claims[p] = id
 		}
 	}
-	return id, true, nil
+	return claims, nil
 }
 
-// finishReload records that every SKU was reloaded for the primary id.
-func (w *Rebuilder) finishReload(ctx context.Context, id string) error {
-	if id == "" {
-		return nil
+// replicationID reads the replication id of a primary; "" when the server
+// is not a primary (yet: the client follows the switch).
+func replicationID(ctx context.Context, c redis.Cmdable) (string, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return "", fmt.Errorf("reading the primary's replication id: %w", err)
 	}
+	if infoField(info, "role") != "master" {
+		return "", nil
+	}
+	return infoField(info, "master_replid"), nil
+}
+
+// claimReload compares id with the primary recorded in partition scope and
+// says whether this process holds the claim to reload for it: recording id
+// when nothing is recorded, claiming (or renewing its own claim) when the
+// recorded id differs.
+func (w *Rebuilder) claimReload(ctx context.Context, scope int, id string) (bool, error) {
+	prev, err := w.rdb.Get(ctx, w.keys.primary(scope)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, w.rdb.SetNX(ctx, w.keys.primary(scope), id, 0).Err()
+	case err != nil:
+		return false, fmt.Errorf("reading the recorded primary: %w", err)
+	case prev == id:
+		return false, nil
+	}
+	won, err := w.rdb.SetNX(ctx, w.keys.reloadClaim(scope, id), w.cfg.Owner, w.claimTTL()).Result()
+	if err != nil {
+		return false, fmt.Errorf("claiming the reload for the new primary: %w", err)
+	}
+	if !won {
+		owner, err := w.rdb.Get(ctx, w.keys.reloadClaim(scope, id)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, fmt.Errorf("reading the reload claim: %w", err)
+		}
+		if owner != w.cfg.Owner {
+			return false, nil // another process reloads; its claim expires if it dies
+		}
+		if err := w.rdb.PExpire(ctx, w.keys.reloadClaim(scope, id), w.claimTTL()).Err(); err != nil {
+			return false, fmt.Errorf("renewing the reload claim: %w", err)
+		}
+	}
+	return true, nil
+}
+
+// scope is the partition whose keys record partition p's primary: 0 for a
+// single primary, which serves them all, p itself on a cluster.
+func (w *Rebuilder) scope(p int) int {
+	if _, cluster := w.rdb.(*redis.ClusterClient); cluster {
+		return p
+	}
+	return 0
+}
+
+// partitionsOf lists the partitions claimed for id.
+func partitionsOf(claims [inventory.Partitions]string, id string) []int {
+	var out []int
+	for p, c := range claims {
+		if c == id {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// finishReload records that every SKU recorded in partition scope was
+// reloaded for the primary id.
+func (w *Rebuilder) finishReload(ctx context.Context, scope int, id string) error {
 	_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, w.keys.primary(), id, 0)
-		p.Del(ctx, w.keys.reloadClaim(id))
+		p.Set(ctx, w.keys.primary(scope), id, 0)
+		p.Del(ctx, w.keys.reloadClaim(scope, id))
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("recording the reload for the new primary: %w", err)
 	}
-	w.log.Info().Str("primary", id).Msg("every SKU is reloaded from Postgres for the new Redis primary")
+	w.log.Info().Str("primary", id).Int("record", scope).Msg("the SKUs are reloaded from Postgres for the new Redis primary")
 	return nil
 }
 
