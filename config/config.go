@@ -330,8 +330,9 @@ type Config struct {
 	// 32, per instance.
 	StreamConnsPerPrincipal int
 
-	// StreamSubsPerConn caps the concurrent subscriptions of one websocket
-	// (DROPLINE_STREAM_SUBS_PER_CONN). Default: 32.
+	// StreamSubsPerConn caps the operations in flight on one websocket:
+	// its subscriptions, and its queries and mutations until they are
+	// answered (DROPLINE_STREAM_SUBS_PER_CONN). Default: 32.
 	StreamSubsPerConn int
 
 	// StreamMessageBytes caps a message a websocket client sends

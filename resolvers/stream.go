@@ -14,10 +14,13 @@ import (
 // the request context with WithStream; a subscription outside any stream
 // (a test calling the schema directly) is not capped.
 type Stream interface {
-	// AdmitSubscription counts one more subscription against the
-	// connection's cap; release gives it back and may be called more than
-	// once. ok is false when the connection is at its cap.
-	AdmitSubscription() (release func(), ok bool)
+	// AdmitOperation counts one more operation in flight against the
+	// connection's cap (a websocket counts every operation it carries,
+	// and its resolvers' admissions then count nothing more; SSE carries
+	// one subscription per connection); release gives it back and may be
+	// called more than once. ok is false when the connection is at its
+	// cap: the operation is refused with ErrTooManyOperations.
+	AdmitOperation() (release func(), ok bool)
 	// Websocket reports whether the connection can carry an error message
 	// for a subscription that ends without the client asking (SSE cannot:
 	// its stream just completes).

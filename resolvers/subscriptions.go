@@ -17,7 +17,8 @@ import (
 // Codes of subscription refusals.
 const (
 	// CodeTooManySubscriptions: the connection has SubscriptionsPerConn
-	// subscriptions open.
+	// operations in flight (subscriptions, and over a websocket queries
+	// and mutations until they are answered).
 	CodeTooManySubscriptions = "TOO_MANY_SUBSCRIPTIONS"
 	// CodeUnavailable: live updates are not running here (or stopped).
 	CodeUnavailable = "UNAVAILABLE"
@@ -30,6 +31,12 @@ const (
 )
 
 var errLiveUnavailable = &apiError{code: CodeUnavailable, message: "live updates are not available on this server"}
+
+// ErrTooManyOperations refuses an operation over its connection's cap on
+// operations in flight (Stream.AdmitOperation): a subscription its
+// resolver refuses, or any operation a websocket refuses before it runs
+// (the error presenter gives it its code).
+var ErrTooManyOperations error = &apiError{code: CodeTooManySubscriptions, message: "too many operations in flight on this connection"}
 
 // subscription is the bookkeeping every subscription resolver shares: the
 // per-connection cap, the active gauge, and how the stream ended.
@@ -50,8 +57,8 @@ func (d *deps) admit(ctx context.Context, field string) (*subscription, error) {
 	release := func() {}
 	if st != nil {
 		var ok bool
-		if release, ok = st.AdmitSubscription(); !ok {
-			return nil, &apiError{code: CodeTooManySubscriptions, message: "too many subscriptions on this connection"}
+		if release, ok = st.AdmitOperation(); !ok {
+			return nil, ErrTooManyOperations
 		}
 	}
 	shared := stockObserverFrom(ctx) != nil

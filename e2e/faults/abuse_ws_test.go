@@ -525,20 +525,93 @@ func TestWSTrickleAfterInit(t *testing.T) {
 	}
 }
 
+// TestWSOperationsInFlight: the cap on one websocket counts every operation
+// in flight, not only subscriptions. An anonymous connection holding its 32
+// subscriptions is refused a query, a mutation and a burst of queries with
+// TOO_MANY_SUBSCRIPTIONS, before any of them runs (the anonymous mutation
+// would otherwise be UNAUTHENTICATED), and stays open; once one
+// subscription ends, a query is answered.
+func TestWSOperationsInFlight(t *testing.T) {
+	s := newSystem(t)
+	p := s.start("a")
+	const sku = "WSOPS-1"
+	s.createProduct(p, sku, 5, 0)
+	initial := s.stockOf(sku)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vars := map[string]any{"s": []string{sku}}
+	const query = `{ __typename }`
+	const mutation = `mutation($sku: ID!) { reserve(input: {sku: $sku, quantity: 1}) { userErrors { code } } }`
+	for _, proto := range []string{wsclient.TransportWS, wsclient.LegacyWS} {
+		c, err := wsclient.Dial(ctx, wsEndpoint(p), wsclient.Options{Subprotocol: proto, HTTPClient: loopbackClient(t, "127.0.0.41")})
+		require.NoError(t, err)
+		defer c.CloseNow()
+		subs := make([]*wsclient.Subscription, 0, wsSubsPerConn)
+		watchers := make([]*stockWatcher, 0, wsSubsPerConn)
+		for range wsSubsPerConn {
+			sub, err := c.Subscribe(ctx, wsStockDoc, vars)
+			require.NoError(t, err)
+			subs = append(subs, sub)
+			watchers = append(watchers, watchStock(sub))
+		}
+		for i, w := range watchers {
+			_, err := w.waitFor(initial, 10*time.Second)
+			require.NoError(t, err, "%s: subscription %d of %d", proto, i+1, wsSubsPerConn)
+		}
+		requireOperationRefused(ctx, t, c, query, nil, "TOO_MANY_SUBSCRIPTIONS")
+		requireOperationRefused(ctx, t, c, mutation, map[string]any{"sku": sku}, "TOO_MANY_SUBSCRIPTIONS")
+		burst := make([]*wsclient.Subscription, 40)
+		for i := range burst {
+			burst[i], err = c.Subscribe(ctx, query, nil)
+			require.NoError(t, err)
+		}
+		for i, sub := range burst {
+			m, ok, err := sub.Next(ctx)
+			require.NoError(t, err)
+			require.True(t, ok, "%s: query %d of the burst got a message", proto, i+1)
+			require.Len(t, m.Errors, 1, "%s: query %d of the burst was answered: %s", proto, i+1, m.Data)
+			require.Equal(t, "TOO_MANY_SUBSCRIPTIONS", m.Errors[0].Code())
+		}
+		require.False(t, isClosed(c.Done()), "%s: refusing operations leaves the connection open", proto)
+
+		require.NoError(t, subs[0].Stop(ctx))
+		select {
+		case <-watchers[0].ended:
+		case <-ctx.Done():
+			t.Fatalf("%s: a stopped subscription never completed", proto)
+		}
+		sub, err := c.Subscribe(ctx, query, nil)
+		require.NoError(t, err)
+		m, ok, err := sub.Next(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Empty(t, m.Errors, "%s: a freed place serves a query", proto)
+		require.JSONEq(t, `{"__typename":"Query"}`, string(m.Data))
+	}
+	requireStockUntouched(t, s, sku, initial)
+}
+
 // requireSubscriptionRefused subscribes once more and requires one message
 // carrying one error with code, then the end of the stream.
 func requireSubscriptionRefused(ctx context.Context, t *testing.T, c *wsclient.Client, vars map[string]any, code string) {
 	t.Helper()
-	sub, err := c.Subscribe(ctx, wsStockDoc, vars)
+	requireOperationRefused(ctx, t, c, wsStockDoc, vars, code)
+}
+
+// requireOperationRefused sends doc as an operation and requires one
+// message carrying one error with code, then the end of the stream.
+func requireOperationRefused(ctx context.Context, t *testing.T, c *wsclient.Client, doc string, vars map[string]any, code string) {
+	t.Helper()
+	sub, err := c.Subscribe(ctx, doc, vars)
 	require.NoError(t, err)
 	m, ok, err := sub.Next(ctx)
 	require.NoError(t, err)
-	require.True(t, ok, "the refused subscription got a message")
+	require.True(t, ok, "the refused operation got a message")
 	require.Len(t, m.Errors, 1, "%s", m.Data)
 	require.Equal(t, code, m.Errors[0].Code(), m.Errors[0].Message)
 	_, ok, err = sub.Next(ctx)
 	require.NoError(t, err)
-	require.False(t, ok, "the refused subscription ends")
+	require.False(t, ok, "the refused operation ends")
 }
 
 // requireStockUntouched checks that the abuse changed nothing: the stock

@@ -48,8 +48,10 @@
 // reconnects with fresh connectionParams). Messages above MessageBytes
 // close it with 1009, an unanswered ping after two PingIntervals ends it,
 // and a write that cannot complete within WriteTimeout (a client that
-// stopped reading) drops it. Subscriptions beyond SubscriptionsPerConn get
-// TOO_MANY_SUBSCRIPTIONS. Caps are per process.
+// stopped reading) drops it. Operations in flight beyond SubscriptionsPerConn
+// (subscriptions, and queries and mutations until they are answered) get
+// TOO_MANY_SUBSCRIPTIONS before they run. Caps are per process. The
+// protocol's frames are package internal/websocket's.
 //
 // # Shared subscriptions
 //

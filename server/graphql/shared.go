@@ -62,7 +62,7 @@ func (e sharingExecutor) DispatchOperation(ctx context.Context, rc *gqlgen.Opera
 	}
 	release := func() {}
 	if st := resolvers.StreamFrom(ctx); st != nil {
-		r, ok := st.AdmitSubscription()
+		r, ok := st.AdmitOperation()
 		if !ok {
 			// The resolver refuses it too, in its own words.
 			return e.GraphExecutor.DispatchOperation(ctx, rc)

@@ -143,7 +143,7 @@ func (t *sseTransport) joinShared(r *http.Request, exec gqlgen.GraphExecutor, bo
 	}
 	release := func() {}
 	if st := resolvers.StreamFrom(ctx); st != nil {
-		r, ok := st.AdmitSubscription()
+		r, ok := st.AdmitOperation()
 		if !ok {
 			return nil // the resolver refuses it in its own words
 		}

@@ -44,8 +44,10 @@ type StreamLimits struct {
 	// principal. A websocket over the cap is closed with 4429 after
 	// connection_init; an SSE request gets 429. Default 32.
 	ConnsPerPrincipal int
-	// SubscriptionsPerConn caps the concurrent subscriptions of one
-	// websocket; one more is refused with TOO_MANY_SUBSCRIPTIONS. Default 32.
+	// SubscriptionsPerConn caps the operations in flight on one websocket:
+	// its subscriptions, and the queries and mutations it sent that are not
+	// answered yet. One more is refused before it runs, with
+	// TOO_MANY_SUBSCRIPTIONS. Default 32.
 	SubscriptionsPerConn int
 	// MessageBytes caps a message read from a websocket client; a larger
 	// one closes the connection with 1009. Default 64 KiB.
@@ -209,9 +211,9 @@ func (c *streamConn) handlerReturned() {
 	}
 }
 
-// AdmitSubscription counts a subscription against the connection's
+// AdmitOperation counts an operation in flight against the connection's
 // SubscriptionsPerConn; the returned func gives it back.
-func (c *streamConn) AdmitSubscription() (release func(), ok bool) {
+func (c *streamConn) AdmitOperation() (release func(), ok bool) {
 	if int(c.subs.Add(1)) > c.tracker.limits.SubscriptionsPerConn {
 		c.subs.Add(-1)
 		c.tracker.m.refused.WithLabelValues("subscription_limit").Inc()
@@ -234,6 +236,12 @@ func (c *streamConn) SubscriptionError(ctx context.Context, err *gqlerror.Error)
 }
 
 var _ resolvers.Stream = (*streamConn)(nil)
+
+// admittedStream is the stream of an operation its websocket counted
+// already: a resolver's admission of it counts nothing more.
+type admittedStream struct{ *streamConn }
+
+func (admittedStream) AdmitOperation() (release func(), ok bool) { return func() {}, true }
 
 // streamTracker counts open stream connections per client address and per
 // principal, in this process. Counts are local: with N instances behind a
@@ -338,7 +346,7 @@ func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
 		}, []string{"transport"})),
 		refused: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_graphql_stream_refused_total",
-			Help: "Subscription connections or subscriptions refused, by reason (ip_limit, principal_limit, subscription_limit, bad_token).",
+			Help: "Subscription connections or operations refused, by reason (ip_limit, principal_limit, subscription_limit: the operations in flight on a connection, bad_token).",
 		}, []string{"reason"})),
 	}
 	return m

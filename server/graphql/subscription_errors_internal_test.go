@@ -60,7 +60,7 @@ func TestSubscriptionErrorWhileTheSubscriptionEnds(t *testing.T) {
 		exec := droppingExecutor{checked: make(chan struct{})}
 		c, client := wsConnOverPipe(tr, m, exec)
 		ctx, cancel := context.WithCancel(c.ctx)
-		sub := &wsSub{id: "1", cancel: cancel}
+		sub := &wsSub{id: "1", cancel: cancel, release: func() {}}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

@@ -33,6 +33,10 @@ func (answeringExecutor) DispatchOperation(ctx context.Context, _ *gqlgen.Operat
 	}, ctx
 }
 
+func (answeringExecutor) DispatchError(_ context.Context, list gqlerror.List) *gqlgen.Response {
+	return &gqlgen.Response{Errors: list}
+}
+
 // maskedText frames msg as a client does.
 func maskedText(msg string) []byte {
 	mask := [4]byte{1, 2, 3, 4}

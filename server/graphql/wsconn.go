@@ -53,11 +53,13 @@ var errClosing = errors.New("the connection is closing")
 type wsSub struct {
 	id     string
 	idJSON []byte
-	// cancel ends an operation executed on its own; member is a shared
-	// subscription's place in its group.
-	cancel context.CancelFunc
-	member *groupMember
-	ended  atomic.Bool // a shared subscription's end was decided
+	// cancel ends an operation executed on its own, and release gives
+	// back its place among the operations in flight; member is a shared
+	// subscription's place in its group (whose end gives it back).
+	cancel  context.CancelFunc
+	release func()
+	member  *groupMember
+	ended   atomic.Bool // a shared subscription's end was decided
 }
 
 // wsConn is one websocket connection.
@@ -256,7 +258,9 @@ func (c *wsConn) setReadDeadline(t time.Time) {
 }
 
 // subscribe starts an operation, as gqlgen's transport does; identical
-// shareable subscriptions join their group instead of executing.
+// shareable subscriptions join their group instead of executing. An
+// operation over the connection's cap on operations in flight (queries
+// and mutations as well as subscriptions) is refused before it runs.
 func (c *wsConn) subscribe(start time.Time, id string, payload json.RawMessage) {
 	ctx := gqlgen.StartOperationTrace(c.ctx)
 	params := &gqlgen.RawParams{}
@@ -281,11 +285,22 @@ func (c *wsConn) subscribe(start time.Time, id string, payload json.RawMessage) 
 		return
 	}
 	ctx = gqlgen.WithOperationContext(ctx, rc)
-	if c.t.groups != nil && c.subscribeShared(ctx, rc, id) {
+	release := func() {}
+	if c.stream != nil {
+		var ok bool
+		if release, ok = c.stream.AdmitOperation(); !ok {
+			refused := gqlerror.List{gqlerror.WrapPath(nil, resolvers.ErrTooManyOperations)}
+			c.sendResponse(id, c.exec.DispatchError(ctx, refused))
+			c.sendKind(kindComplete, id, nil)
+			return
+		}
+		ctx = resolvers.WithStream(ctx, admittedStream{c.stream})
+	}
+	if c.t.groups != nil && c.subscribeShared(ctx, rc, id, release) {
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	sub := &wsSub{id: id, cancel: cancel}
+	sub := &wsSub{id: id, cancel: cancel, release: release}
 	c.mu.Lock()
 	// An operation of its own is a goroutine until its answers are
 	// queued: none is started while the outbox is over its bound, so a
@@ -304,6 +319,7 @@ func (c *wsConn) subscribe(start time.Time, id string, payload json.RawMessage) 
 func (c *wsConn) execute(ctx context.Context, rc *gqlgen.OperationContext, sub *wsSub) {
 	ctx, se := withSubscriptionErrors(ctx)
 	defer func() {
+		sub.release() // before the end is sent: the client may start another at once
 		if r := recover(); r != nil {
 			err := rc.Recover(ctx, r)
 			var gqlerr *gqlerror.Error
@@ -338,22 +354,14 @@ func (c *wsConn) execute(ctx context.Context, rc *gqlgen.OperationContext, sub *
 	}
 }
 
-// subscribeShared joins the group of a shareable subscription; it reports
-// false, leaving the operation to execute on its own, when the operation
-// is not shareable or the connection is at its subscription cap (the
-// resolver then refuses it in its own words).
-func (c *wsConn) subscribeShared(ctx context.Context, rc *gqlgen.OperationContext, id string) bool {
+// subscribeShared joins the group of a shareable subscription, which
+// calls release when the member ends; it reports false, leaving the
+// operation (and release) to execute on its own, when the operation is not
+// shareable.
+func (c *wsConn) subscribeShared(ctx context.Context, rc *gqlgen.OperationContext, id string, release func()) bool {
 	key, field, ok := shareKey(rc)
 	if !ok {
 		return false
-	}
-	release := func() {}
-	if st := resolvers.StreamFrom(ctx); st != nil {
-		r, ok := st.AdmitSubscription()
-		if !ok {
-			return false
-		}
-		release = r
 	}
 	m := c.t.groups.join(key, field, rc, c.exec) //nolint:contextcheck // a group outlives its first member: it runs on its own context
 	m.release = release
