@@ -213,11 +213,11 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))
 	}
 	if a.Config.AdminAddr != "" {
-		a.admin = server.NewAdmin(server.AdminConfig{Addr: a.Config.AdminAddr, Logger: a.Log})
+		a.admin = server.NewAdmin(server.AdminConfig{Addr: a.Config.AdminAddr, Logger: a.Log, Checks: a.checks()})
 		if err := a.admin.Start(ctx); err != nil {
 			return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change %s", config.EnvAdminAddr, a.Config.AdminAddr, errors.Unwrap(err), config.EnvAdminAddr)
 		}
-		a.Log.Info().Str("admin_addr", a.admin.Addr()).Msg("admin listener (pprof under /debug/pprof/) is open")
+		a.Log.Info().Str("admin_addr", a.admin.Addr()).Msg("admin listener (pprof under /debug/pprof/, /readyz with reasons) is open")
 	}
 	a.running = true
 	a.Log.Info().

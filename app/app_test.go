@@ -267,11 +267,16 @@ func TestStartWithoutWiring(t *testing.T) {
 
 func TestReadyzReportsPendingMigrations(t *testing.T) {
 	t.Parallel()
-	a := app.New(testConfig(t), zerolog.Nop())
+	cfg := testConfig(t)
+	cfg.AdminAddr = "127.0.0.1:0"
+	a := app.New(cfg, zerolog.Nop())
 	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 2, nil }}
 	require.NoError(t, a.Start(context.Background()))
 	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 	code, body := get(t, "http://"+a.Addr()+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.JSONEq(t, `{"status":"unavailable"}`, body)
+	code, body = get(t, "http://"+a.AdminAddr()+"/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.JSONEq(t, `{"status":"unavailable","failed":{"migrations":"2 migration(s) pending: run `+"`dropline migrate`"+`"}}`, body)
 }
@@ -371,6 +376,7 @@ func TestReadyzFollowsRedisOutage(t *testing.T) {
 
 	cfg := testConfig(t)
 	cfg.RedisURL = "redis://" + p.Addr + "/" + strconv.Itoa(opts.Single.DB)
+	cfg.AdminAddr = "127.0.0.1:0"
 	a := app.New(cfg, zerolog.Nop())
 	a.Deps = app.Deps{}
 	require.NoError(t, a.Start(context.Background()))
@@ -382,6 +388,9 @@ func TestReadyzFollowsRedisOutage(t *testing.T) {
 
 	p.Cut()
 	code, body := get(t, ready)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.JSONEq(t, `{"status":"unavailable"}`, body)
+	code, body = get(t, "http://"+a.AdminAddr()+"/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	var got struct {
 		Status string            `json:"status"`

@@ -384,7 +384,8 @@ type Config struct {
 	RequestsPerAddr int
 
 	// AdminAddr, when set, opens a second listener for operators with the Go
-	// profiler (net/http/pprof under /debug/pprof/) (DROPLINE_ADMIN_ADDR,
+	// profiler (net/http/pprof under /debug/pprof/) and a /readyz that names
+	// each failure, which the public one does not (DROPLINE_ADMIN_ADDR,
 	// host:port). Default: empty, no admin listener. It must be a loopback
 	// address (127.0.0.0/8, ::1, localhost) unless AdminAllowRemote is set:
 	// a profile shows the program's internals and costs CPU while it runs,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -23,10 +24,17 @@ type AdminConfig struct {
 	Addr string
 	// Logger receives net/http's own messages.
 	Logger zerolog.Logger
+	// Checks are the readiness checks of the public /readyz; the admin
+	// listener's /readyz runs them too and names each failure. Empty
+	// means always ready.
+	Checks []Check
+	// CheckTimeout bounds each check. Default: DefaultCheckTimeout.
+	CheckTimeout time.Duration
 }
 
 // AdminServer is the operators' listener, apart from the public one: the Go
-// profiler (net/http/pprof) under /debug/pprof/. It is a separate listener
+// profiler (net/http/pprof) under /debug/pprof/, and /readyz with the
+// reason of each failure, which the public /readyz keeps to itself. It is a separate listener
 // so that the profiler is never reachable through the public port, whatever
 // a proxy in front forwards, and so that it can stay on loopback while the
 // API listens everywhere. It serves its own mux, not http.DefaultServeMux.
@@ -51,6 +59,10 @@ func NewAdmin(cfg AdminConfig) *AdminServer {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if cfg.CheckTimeout <= 0 {
+		cfg.CheckTimeout = DefaultCheckTimeout
+	}
+	mux.Handle("GET /readyz", readyHandler(cfg.Checks, cfg.CheckTimeout, true))
 	return &AdminServer{
 		cfg: cfg,
 		http: &http.Server{

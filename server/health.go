@@ -6,19 +6,23 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Check is one readiness condition, such as "Redis answers PING" or "no
 // migrations are pending". Fn gets a context bounded by the check timeout
-// and returns an error that explains the failure to an operator.
+// and returns an error that explains the failure to an operator (in the
+// log and on the admin listener's /readyz, never on the public port).
 type Check struct {
-	// Name is the key of the failure in /readyz's "failed" object.
+	// Name is the key of the failure in the admin /readyz's "failed" object.
 	Name string
 	// Fn returns nil when the dependency is ready.
 	Fn func(ctx context.Context) error
 }
 
-// readyBody is the JSON answer of /readyz.
+// readyBody is the JSON answer of /readyz. Failed is set on the admin
+// listener only.
 type readyBody struct {
 	Status string            `json:"status"`
 	Failed map[string]string `json:"failed,omitempty"`
@@ -27,14 +31,26 @@ type readyBody struct {
 // readyHandler runs all checks concurrently, each under timeout, on every
 // request: readiness must recover by itself as soon as a dependency comes
 // back, so nothing is cached.
-func readyHandler(checks []Check, timeout time.Duration) http.Handler {
+//
+// With details (the admin listener) the answer names each failure. Without
+// (the public port) it says only whether the process is ready: a failure
+// names internal hosts and ports ("dial tcp 10.0.3.7:6379: connection
+// refused"), which are nobody's business on the internet, so they go to
+// the log instead, on a warning "not ready" with the request's id.
+func readyHandler(checks []Check, timeout time.Duration, details bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		failed := RunChecks(r.Context(), checks, timeout)
-		if len(failed) > 0 {
-			writeJSON(w, r, http.StatusServiceUnavailable, readyBody{Status: "unavailable", Failed: failed})
+		if len(failed) == 0 {
+			writeJSON(w, r, http.StatusOK, readyBody{Status: "ready"})
 			return
 		}
-		writeJSON(w, r, http.StatusOK, readyBody{Status: "ready"})
+		body := readyBody{Status: "unavailable"}
+		if details {
+			body.Failed = failed
+		} else {
+			zerolog.Ctx(r.Context()).Warn().Interface("failed", failed).Msg("not ready")
+		}
+		writeJSON(w, r, http.StatusServiceUnavailable, body)
 	})
 }
 

@@ -69,7 +69,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.Handle("GET /readyz", readyHandler(s.cfg.Checks, s.cfg.CheckTimeout))
+	mux.Handle("GET /readyz", readyHandler(s.cfg.Checks, s.cfg.CheckTimeout, false))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{
 		ErrorLog: promLogger{s.log},
 		// Serve what could be gathered rather than nothing when one

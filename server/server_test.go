@@ -110,25 +110,40 @@ func TestHealthz(t *testing.T) {
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 }
 
+// adminReadyz starts an admin listener with checks and returns the URL of
+// its /readyz.
+func adminReadyz(t *testing.T, checks []server.Check, timeout time.Duration) string {
+	t.Helper()
+	a := server.NewAdmin(server.AdminConfig{Addr: "127.0.0.1:0", Checks: checks, CheckTimeout: timeout})
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, a.Stop(context.Background())) })
+	return "http://" + a.Addr() + "/readyz"
+}
+
+// The public /readyz says whether the process is ready and nothing more:
+// the reason of a failure, which names internal addresses, goes to the log
+// and to the admin listener's /readyz.
 func TestReadyz(t *testing.T) {
 	t.Parallel()
 
 	var redisDown sync.Mutex
 	down := false
+	checks := []server.Check{
+		{Name: "postgres", Fn: func(context.Context) error { return nil }},
+		{Name: "redis", Fn: func(context.Context) error {
+			redisDown.Lock()
+			defer redisDown.Unlock()
+			if down {
+				return errors.New("dial tcp 10.0.3.7:6379: connect: connection refused")
+			}
+			return nil
+		}},
+	}
 	b := setup(t, func(c *server.Config) {
 		c.CheckTimeout = 100 * time.Millisecond
-		c.Checks = []server.Check{
-			{Name: "postgres", Fn: func(context.Context) error { return nil }},
-			{Name: "redis", Fn: func(context.Context) error {
-				redisDown.Lock()
-				defer redisDown.Unlock()
-				if down {
-					return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
-				}
-				return nil
-			}},
-		}
+		c.Checks = checks
 	})
+	admin := adminReadyz(t, checks, 100*time.Millisecond)
 
 	resp, body := b.do(t, http.MethodGet, "/readyz", nil, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -139,7 +154,14 @@ func TestReadyz(t *testing.T) {
 	redisDown.Unlock()
 	resp, body = b.do(t, http.MethodGet, "/readyz", nil, nil)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	require.JSONEq(t, `{"status":"unavailable","failed":{"redis":"dial tcp 127.0.0.1:6379: connect: connection refused"}}`, body)
+	require.JSONEq(t, `{"status":"unavailable"}`, body, "the public port names no reason")
+	adminResp, err := http.Get(admin)
+	require.NoError(t, err)
+	adminBody, err := io.ReadAll(adminResp.Body)
+	require.NoError(t, err)
+	require.NoError(t, adminResp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, adminResp.StatusCode)
+	require.JSONEq(t, `{"status":"unavailable","failed":{"redis":"dial tcp 10.0.3.7:6379: connect: connection refused"}}`, string(adminBody))
 
 	// Recovers without a restart: nothing is cached.
 	redisDown.Lock()
@@ -148,37 +170,42 @@ func TestReadyz(t *testing.T) {
 	resp, _ = b.do(t, http.MethodGet, "/readyz", nil, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	// A failing probe is logged at warn, a passing one only at debug.
+	// A failing probe is logged at warn, with its reasons, a passing one
+	// only at debug.
 	var levels []string
+	var reasons []any
 	for _, l := range b.logs.Lines(t) {
 		if l["path"] == "/readyz" {
 			levels = append(levels, l["level"].(string))
 		}
+		if l["message"] == "not ready" {
+			reasons = append(reasons, l["failed"])
+		}
 	}
 	require.Equal(t, []string{"debug", "warn", "debug"}, levels)
+	require.Equal(t, []any{map[string]any{"redis": "dial tcp 10.0.3.7:6379: connect: connection refused"}}, reasons)
 }
 
 func TestReadyzTimeoutAndPanic(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	b := setup(t, func(c *server.Config) {
-		c.CheckTimeout = 50 * time.Millisecond
-		c.Checks = []server.Check{
-			{Name: "respects-ctx", Fn: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
-			{Name: "ignores-ctx", Fn: func(context.Context) error { <-release; return nil }},
-			{Name: "panics", Fn: func(context.Context) error { panic("boom") }},
-		}
-	})
+	admin := adminReadyz(t, []server.Check{
+		{Name: "respects-ctx", Fn: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+		{Name: "ignores-ctx", Fn: func(context.Context) error { <-release; return nil }},
+		{Name: "panics", Fn: func(context.Context) error { panic("boom") }},
+	}, 50*time.Millisecond)
 	start := time.Now()
-	resp, body := b.do(t, http.MethodGet, "/readyz", nil, nil)
+	resp, err := http.Get(admin)
+	require.NoError(t, err)
+	defer resp.Body.Close()
 	require.Less(t, time.Since(start), 2*time.Second)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	var got struct {
 		Status string            `json:"status"`
 		Failed map[string]string `json:"failed"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(body), &got))
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
 	require.Equal(t, "unavailable", got.Status)
 	require.Contains(t, got.Failed["respects-ctx"], "timed out after 50ms")
 	require.Contains(t, got.Failed["ignores-ctx"], "timed out after 50ms")

@@ -89,7 +89,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_SHUTDOWN_TIMEOUT  (15s)
   DROPLINE_LOG_LEVEL         (info)
   DROPLINE_LOG_FORMAT        json|console (json; console in dev mode)
-  DROPLINE_ADMIN_ADDR        loopback host:port of the admin listener, pprof under /debug/pprof/ (none)
+  DROPLINE_ADMIN_ADDR        loopback host:port of the admin listener: pprof, /readyz with reasons (none)
   DROPLINE_ADMIN_ALLOW_REMOTE 1 = the admin listener may use a non-loopback address (off)
   GOGC                       the Go garbage collector's target (400 for serve; Go's own default is 100)
 `

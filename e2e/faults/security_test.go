@@ -373,3 +373,61 @@ func TestSlowBodiesAreCutOffAndCappedPerAddress(t *testing.T) {
 		require.Greater(t, at, 9*time.Second, "cut by the 10 s bound, not before")
 	}
 }
+
+// adminURL returns the base URL of p's admin listener, read from its log.
+func adminURL(t *testing.T, p *proc) string {
+	t.Helper()
+	for _, line := range strings.Split(p.log.String(), "\n") {
+		var m struct {
+			AdminAddr string `json:"admin_addr"`
+		}
+		if json.Unmarshal([]byte(line), &m) == nil && m.AdminAddr != "" {
+			return "http://" + m.AdminAddr
+		}
+	}
+	t.Fatalf("dropline %s logged no admin_addr:\n%s", p.Name, p.log.String())
+	return ""
+}
+
+// With Redis down, the public /readyz answers 503 and names nothing: no
+// dependency, no internal address. The reason goes to the log and to the
+// admin listener's /readyz.
+func TestReadyzTellsReasonsOnlyToTheAdminListener(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.Env["DROPLINE_ADMIN_ADDR"] = "127.0.0.1:0"
+	p := s.start("a")
+	admin := adminURL(t, p)
+	_, redisPort, err := net.SplitHostPort(s.Redis.Addr)
+	require.NoError(t, err)
+
+	s.Redis.Stop()
+	public := send(t, http.MethodGet, p.URL+"/readyz", nil, nil)
+	require.Equal(t, http.StatusServiceUnavailable, public.Status)
+	require.JSONEq(t, `{"status":"unavailable"}`, string(public.Body))
+	require.NotContains(t, string(public.Body), redisPort)
+
+	reasons := send(t, http.MethodGet, admin+"/readyz", nil, nil)
+	require.Equal(t, http.StatusServiceUnavailable, reasons.Status)
+	var body struct {
+		Failed map[string]string `json:"failed"`
+	}
+	require.NoError(t, json.Unmarshal(reasons.Body, &body), string(reasons.Body))
+	require.NotEmpty(t, body.Failed["redis"], "the admin listener names the failure: %s", reasons.Body)
+	t.Logf("public /readyz: %s; admin /readyz: %s", public.Body, reasons.Body)
+	eventually(t, 5*time.Second, "the log names the failure", func() (bool, string) {
+		for _, line := range strings.Split(p.log.String(), "\n") {
+			var m struct {
+				Message string            `json:"message"`
+				Failed  map[string]string `json:"failed"`
+			}
+			if json.Unmarshal([]byte(line), &m) == nil && m.Message == "not ready" && m.Failed["redis"] != "" {
+				return true, ""
+			}
+		}
+		return false, "no \"not ready\" line naming Redis"
+	})
+
+	require.NoError(t, s.Redis.Start())
+	s.waitReady(p, 30*time.Second)
+}
