@@ -206,8 +206,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 		Logger:     a.Log,
 		ClientAddr: a.Config.ClientAddr(),
 
-		BodyTimeout:     a.Config.BodyTimeout,
-		RequestsPerAddr: a.Config.RequestsPerAddr,
+		LoopbackHostOnly: a.Config.Dev,
+		BodyTimeout:      a.Config.BodyTimeout,
+		RequestsPerAddr:  a.Config.RequestsPerAddr,
 	})
 	if err := a.server.Start(ctx); err != nil {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))

@@ -187,7 +187,10 @@ type Config struct {
 	// Default: false. Dev mode allows the built-in DevJWTSecret, enables
 	// GraphQL introspection, allows DevOrigin for CORS, defaults the log
 	// format to "console", serves POST /dev/token (buyer tokens for the demo
-	// shop's sign-in) and listens on loopback only (see Addr).
+	// shop's sign-in), listens on loopback only (see Addr) and answers only
+	// requests whose Host is a loopback name (localhost, 127.0.0.1, [::1]),
+	// so a web page cannot reach it by rebinding a name of its own to
+	// 127.0.0.1.
 	Dev bool
 
 	// DevAllowRemote lets dev mode listen on a non-loopback address

@@ -37,7 +37,9 @@ const devSignInUsage = `POST {"user": NAME} for a buyer token`
 // devTokenHandler serves POST /dev/token {"user": NAME} -> {"token": …}.
 //
 // It is mounted only in dev mode, where anyone who reaches the (loopback)
-// port could mint tokens with `dropline token` anyway; still, it only mints
+// port could mint tokens with `dropline token` anyway, and where the
+// server refuses a Host that is not loopback (Config.LoopbackHostOnly), so
+// a page cannot reach it by rebinding its own name; still, it only mints
 // buyer tokens, and refuses requests a browser would send from another
 // site: those carry an Origin that is not this host, and a cross-site
 // fetch with Content-Type: application/json needs a CORS preflight that is

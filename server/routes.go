@@ -51,8 +51,9 @@ func routeOf(path string) string {
 // first: request id (so every later line has it), the client address
 // (which the access log, the caps per address and the stream caps use),
 // access log and metrics (so they see the final status, including
-// recovered panics and refusals), recovery, the cap on requests in flight
-// per address, the deadline of the body.
+// recovered panics and refusals), recovery, in dev mode the refusal of a
+// Host that is not loopback, the cap on requests in flight per address,
+// the deadline of the body.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 
@@ -99,6 +100,9 @@ func (s *Server) routes() http.Handler {
 	var h http.Handler = mux
 	h = bodyDeadline(s.cfg.BodyTimeout, h)
 	h = newInFlight(s.cfg.RequestsPerAddr).middleware(h)
+	if s.cfg.LoopbackHostOnly {
+		h = loopbackHostOnly(h)
+	}
 	h = recoverer(h)
 	h = accessLog(m, h)
 	h = s.cfg.ClientAddr.Middleware(h)

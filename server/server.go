@@ -78,6 +78,15 @@ type Config struct {
 	// (slowloris protection). Default: 10s.
 	ReadHeaderTimeout time.Duration
 
+	// LoopbackHostOnly refuses, with 403, every request whose Host is not
+	// a loopback name: localhost, an address of 127.0.0.0/8 or [::1], with
+	// any port. Dev mode sets it: a web page the developer visits can point
+	// a name of its own at 127.0.0.1 (DNS rebinding) and so reach a dev
+	// server listening on loopback from the browser, same-origin, with the
+	// Host of that name; a dev server mints tokens (/dev/token) and trusts
+	// a public secret, so such a page could act as an admin. Default: false.
+	LoopbackHostOnly bool
+
 	// BodyTimeout bounds how long a client may take to send a request's
 	// body, counted from the end of its headers: a body still incomplete
 	// then is cut off (the GraphQL handler answers 408) and its connection

@@ -464,3 +464,40 @@ func TestAccessLogNamesTheClient(t *testing.T) {
 		require.Contains(t, line["remote"], "127.0.0.1:")
 	}
 }
+
+// With LoopbackHostOnly (dev mode) a request for a name that is not
+// loopback is refused before anything runs, whatever the path: a page
+// that rebinds its own name to 127.0.0.1 reaches the port but not the
+// server. Loopback names, with or without a port, are served.
+func TestLoopbackHostOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) { c.LoopbackHostOnly = true })
+	status := func(host, path string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, b.url+path, nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := b.client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp.StatusCode
+	}
+	for _, host := range []string{"localhost", "localhost:8080", "LocalHost:1", "127.0.0.1", "127.0.0.1:8080", "127.3.4.5:9", "[::1]", "[::1]:8080"} {
+		require.Equal(t, http.StatusOK, status(host, "/healthz"), host)
+	}
+	for _, host := range []string{"evil.example", "evil.example:8080", "127.0.0.1.nip.io:8080", "localhost.evil.example", "10.0.0.1:8080", "[::2]:8080", "0.0.0.0:8080"} {
+		for _, path := range []string{"/healthz", "/graphql", "/"} {
+			require.Equal(t, http.StatusForbidden, status(host, path), "%s%s", host, path)
+		}
+	}
+	// Without the option any Host is served.
+	open := setup(t, nil)
+	req, err := http.NewRequest(http.MethodGet, open.url+"/healthz", nil)
+	require.NoError(t, err)
+	req.Host = "evil.example"
+	resp, err := open.client.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

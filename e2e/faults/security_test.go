@@ -23,6 +23,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/config"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 )
@@ -430,4 +432,60 @@ func TestReadyzTellsReasonsOnlyToTheAdminListener(t *testing.T) {
 
 	require.NoError(t, s.Redis.Start())
 	s.waitReady(p, 30*time.Second)
+}
+
+// A dev-mode server answers only requests for a loopback name: a page that
+// rebinds its own name to 127.0.0.1 (DNS rebinding) reaches the port with
+// Host: its name, and is refused before it can mint a token or run an
+// admin mutation signed with the public dev secret. localhost,
+// 127.0.0.1 and [::1] are served.
+func TestDevModeAnswersOnlyLoopbackHosts(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.Env["DROPLINE_DEV"] = "1"
+	s.Env["DROPLINE_JWT_SECRET"] = "" // the public development secret
+	p := s.start("dev")
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(p.URL, "http://"))
+	require.NoError(t, err)
+	public, err := auth.NewIssuer([]byte(config.DevJWTSecret))
+	require.NoError(t, err)
+	admin, err := public.Mint("rebinder", true, time.Hour)
+	require.NoError(t, err)
+
+	as := func(host, path, authz, body string) answer {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		if authz != "" {
+			req.Header.Set("Authorization", "Bearer "+authz)
+		}
+		resp, err := quickClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return answer{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}
+	create := `{"query":"mutation { createProduct(input: {sku: \"REBOUND-1\", name: \"x\", stock: 1, price: {amount: 1, currency: \"EUR\"}}) { userErrors { code } } }"}`
+
+	for _, host := range []string{"rebind.example:" + port, "rebind.example", "127.0.0.1.nip.io:" + port} {
+		a := as(host, "/dev/token", "", `{"user":"rebinder"}`)
+		require.Equal(t, http.StatusForbidden, a.Status, "%s /dev/token: %s", host, a.Body)
+		require.NotContains(t, string(a.Body), "token\":", host)
+		a = as(host, "/graphql", admin, create)
+		require.Equal(t, http.StatusForbidden, a.Status, "%s /graphql: %s", host, a.Body)
+	}
+	require.Zero(t, s.scalar(`SELECT count(*)::int FROM products WHERE sku = 'REBOUND-1'`), "no rebinding page created a product")
+
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port} {
+		a := as(host, "/dev/token", "", `{"user":"developer"}`)
+		require.Equal(t, http.StatusOK, a.Status, "%s /dev/token: %s", host, a.Body)
+	}
+	a := as("localhost:"+port, "/graphql", admin, create)
+	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
+	require.Equal(t, 1, s.scalar(`SELECT count(*)::int FROM products WHERE sku = 'REBOUND-1'`))
 }
