@@ -126,6 +126,21 @@ func (l *Ledger) Draw(ctx context.Context, sku string) (Draw, error) {
 	return scanDraw(l.pool.QueryRow(ctx, `SELECT `+drawColumns+` FROM draws d WHERE d.sku = $1`, sku))
 }
 
+// DrawsBySKU returns the draws of several products in one statement; a
+// product sold first come, first served (or unknown) has no entry. It
+// exists for per-request batching.
+func (l *Ledger) DrawsBySKU(ctx context.Context, skus []string) ([]Draw, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+drawColumns+` FROM draws d WHERE d.sku = ANY($1)`, skus)
+	if err != nil {
+		return nil, fmt.Errorf("reading draws: %w", interpret(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Draw, error) { return scanDraw(r) })
+	if err != nil {
+		return nil, fmt.Errorf("reading draws: %w", err)
+	}
+	return out, nil
+}
+
 // EnterDraw records a principal's entry in a SKU's draw, or returns the
 // entry it has (replayed true; the quantity asked this time is ignored).
 // The window is checked on Postgres' clock under a share lock of the draw's

@@ -54,15 +54,35 @@ func (l *Ledger) CreateDrop(ctx context.Context, d Drop) (Drop, error) {
 // Drop returns a drop with its SKUs, read in one statement (one view of
 // the drop and its members); ErrNotFound when there is none.
 func (l *Ledger) Drop(ctx context.Context, id string) (Drop, error) {
-	var d Drop
-	err := l.pool.QueryRow(ctx, `SELECT `+dropColumns+`, coalesce(
-			(SELECT array_agg(sku ORDER BY sku) FROM products WHERE drop_id = $1), '{}')
-		FROM drops WHERE id = $1`, id).
-		Scan(&d.ID, &d.Name, &d.MaxPerUser, &d.SaleStartsAt, &d.SaleEndsAt, &d.Version, &d.CreatedAt, &d.SKUs)
+	list, err := l.DropsByID(ctx, []string{id})
 	if err != nil {
-		return Drop{}, fmt.Errorf("reading drop %s: %w", id, interpret(err))
+		return Drop{}, fmt.Errorf("reading drop %s: %w", id, err)
 	}
-	return d, nil
+	if len(list) == 0 {
+		return Drop{}, fmt.Errorf("reading drop %s: %w", id, ErrNotFound)
+	}
+	return list[0], nil
+}
+
+// DropsByID returns the drops of several ids with their SKUs, in one
+// statement; an unknown id has no entry. It exists for per-request
+// batching.
+func (l *Ledger) DropsByID(ctx context.Context, ids []string) ([]Drop, error) {
+	rows, err := l.pool.Query(ctx, `SELECT `+dropColumns+`, coalesce(
+			(SELECT array_agg(p.sku ORDER BY p.sku) FROM products p WHERE p.drop_id = drops.id), '{}')
+		FROM drops WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading drops: %w", interpret(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Drop, error) {
+		var d Drop
+		err := r.Scan(&d.ID, &d.Name, &d.MaxPerUser, &d.SaleStartsAt, &d.SaleEndsAt, &d.Version, &d.CreatedAt, &d.SKUs)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading drops: %w", interpret(err))
+	}
+	return out, nil
 }
 
 // joinDrop locks a drop's row for a SKU joining it and raises its version,

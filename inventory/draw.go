@@ -115,15 +115,38 @@ func (e *Engine) DrawOf(ctx context.Context, sku string) (*Draw, error) {
 	if !ValidSKU(sku) {
 		return nil, productNotFound(sku)
 	}
-	d, err := e.ledger.Draw(ctx, sku)
-	if errors.Is(err, db.ErrNotFound) {
-		return nil, nil
-	}
+	list, err := e.DrawsOf(ctx, []string{sku})
 	if err != nil {
-		return nil, ledgerError("reading the draw", sku, err)
+		return nil, err
 	}
-	out := drawFrom(d)
-	return &out, nil
+	return list[0], nil
+}
+
+// DrawsOf returns the draws of several products in one Postgres query; a
+// nil entry is a product not sold by draw (or an unknown SKU). It exists
+// for per-request batching.
+func (e *Engine) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
+	valid := make([]string, 0, len(skus))
+	for _, s := range skus {
+		if ValidSKU(s) {
+			valid = append(valid, s)
+		}
+	}
+	rows, err := e.ledger.DrawsBySKU(ctx, valid)
+	if err != nil {
+		return nil, ledgerError("reading draws", "", err)
+	}
+	bySKU := make(map[string]Draw, len(rows))
+	for _, r := range rows {
+		bySKU[r.SKU] = drawFrom(r)
+	}
+	out := make([]*Draw, len(skus))
+	for i, s := range skus {
+		if d, ok := bySKU[s]; ok {
+			out[i] = &d
+		}
+	}
+	return out, nil
 }
 
 // DrawEntries returns every entry of a SKU's draw by id, as the shuffle
@@ -179,8 +202,9 @@ func (e *Engine) EnterDraw(ctx context.Context, p Principal, sku string, quantit
 	return e.withDrawReservation(ctx, p, w), nil
 }
 
-// maxMyDrawEntries bounds the entries MyDrawEntries lists.
-const maxMyDrawEntries = 100
+// MaxMyDrawEntries bounds the entries MyDrawEntries lists (and so what the
+// API prices the list at).
+const MaxMyDrawEntries = 100
 
 // MyDrawEntries lists the principal's draw entries, newest first, with a
 // winner's reservation.
@@ -188,7 +212,7 @@ func (e *Engine) MyDrawEntries(ctx context.Context, p Principal) ([]DrawEntry, e
 	if err := checkPrincipal(p); err != nil {
 		return nil, err
 	}
-	rows, err := e.ledger.DrawEntriesOf(ctx, p.ID, maxMyDrawEntries)
+	rows, err := e.ledger.DrawEntriesOf(ctx, p.ID, MaxMyDrawEntries)
 	if err != nil {
 		return nil, ledgerError("listing draw entries", "", err)
 	}

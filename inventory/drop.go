@@ -26,6 +26,9 @@ type Drop struct {
 	SKUs []string
 }
 
+// MaxDropSKUs is the most SKUs one drop may have.
+const MaxDropSKUs = db.MaxDropSKUs
+
 // DropInput creates a drop.
 type DropInput struct {
 	ID           string
@@ -73,20 +76,44 @@ func (e *Engine) CreateDrop(ctx context.Context, p Principal, in DropInput) (Dro
 // Drop returns a drop with its SKUs, from the ledger; *NotFoundError when
 // there is none.
 func (e *Engine) Drop(ctx context.Context, id string) (Drop, error) {
-	if !ValidSKU(id) {
-		return Drop{}, &NotFoundError{Kind: "drop", Key: id, Field: "id"}
-	}
-	row, err := e.ledger.Drop(ctx, id)
-	if errors.Is(err, db.ErrNotFound) {
-		return Drop{}, &NotFoundError{Kind: "drop", Key: id, Field: "id"}
-	}
+	list, err := e.DropsByID(ctx, []string{id})
 	if err != nil {
-		return Drop{}, unavailable("reading drop", err)
+		return Drop{}, err
 	}
-	for _, sku := range row.SKUs {
-		e.keys.place(sku, id)
+	if list[0] == nil {
+		return Drop{}, &NotFoundError{Kind: "drop", Key: id, Field: "id"}
 	}
-	return dropFrom(row), nil
+	return *list[0], nil
+}
+
+// DropsByID returns the drops of several ids with their SKUs in one
+// Postgres query; a nil entry is an unknown id. It exists for per-request
+// batching.
+func (e *Engine) DropsByID(ctx context.Context, ids []string) ([]*Drop, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if ValidSKU(id) {
+			valid = append(valid, id)
+		}
+	}
+	rows, err := e.ledger.DropsByID(ctx, valid)
+	if err != nil {
+		return nil, unavailable("reading drops", err)
+	}
+	byID := make(map[string]Drop, len(rows))
+	for _, row := range rows {
+		for _, sku := range row.SKUs {
+			e.keys.place(sku, row.ID)
+		}
+		byID[row.ID] = dropFrom(row)
+	}
+	out := make([]*Drop, len(ids))
+	for i, id := range ids {
+		if d, ok := byID[id]; ok {
+			out[i] = &d
+		}
+	}
+	return out, nil
 }
 
 // applyDrop writes the ledger's drop, with its SKUs, to Redis under its

@@ -156,7 +156,7 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 	case in.Drop != "" && errors.Is(err, db.ErrNotFound):
 		return Product{}, &NotFoundError{Kind: "drop", Key: in.Drop, Field: "drop"}
 	case errors.Is(err, db.ErrDropFull):
-		return Product{}, &InvalidInputError{Field: "drop", Reason: fmt.Sprintf("a drop has at most %d SKUs", db.MaxDropSKUs)}
+		return Product{}, &InvalidInputError{Field: "drop", Reason: fmt.Sprintf("a drop has at most %d SKUs", MaxDropSKUs)}
 	}
 	if err != nil {
 		return Product{}, ledgerError("creating product", in.SKU, err)

@@ -254,8 +254,9 @@ func parseWaitEntry(raw string) (WaitlistEntry, bool) {
 		Status: st, Token: f[4], JoinedAt: msTime(num(f[5]))}, true
 }
 
-// maxMyWaitlist bounds the entries MyWaitlist lists.
-const maxMyWaitlist = 100
+// MaxMyWaitlist bounds the entries MyWaitlist lists (and so what the API
+// prices the list at).
+const MaxMyWaitlist = 100
 
 // MyWaitlist lists the principal's waitlist entries, one per SKU, newest
 // first: the SKUs from the ledger, each entry's live state from Redis (so an
@@ -265,7 +266,7 @@ func (e *Engine) MyWaitlist(ctx context.Context, p Principal) ([]WaitlistEntry, 
 	if err := checkPrincipal(p); err != nil {
 		return nil, err
 	}
-	rows, err := e.ledger.WaitlistOf(ctx, p.ID, maxMyWaitlist)
+	rows, err := e.ledger.WaitlistOf(ctx, p.ID, MaxMyWaitlist)
 	if err != nil {
 		return nil, ledgerError("listing the waitlist", "", err)
 	}
