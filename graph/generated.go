@@ -94,7 +94,7 @@ type ComplexityRoot struct {
 		ID           func(childComplexity int) int
 		MaxPerUser   func(childComplexity int) int
 		Name         func(childComplexity int) int
-		Products     func(childComplexity int) int
+		Products     func(childComplexity int, first *int) int
 		SaleEndsAt   func(childComplexity int) int
 		SaleStartsAt func(childComplexity int) int
 	}
@@ -252,7 +252,7 @@ type ComplexityRoot struct {
 // region    ************************** generated!.gotpl **************************
 
 type DropResolver interface {
-	Products(ctx context.Context, obj *model.Drop) ([]*model.Product, error)
+	Products(ctx context.Context, obj *model.Drop, first *int) ([]*model.Product, error)
 }
 type MutationResolver interface {
 	Reserve(ctx context.Context, input model.ReserveInput) (*model.ReservePayload, error)
@@ -512,7 +512,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			break
 		}
 
-		return e.ComplexityRoot.Drop.Products(childComplexity), true
+		args, err := ec.field_Drop_products_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Drop.Products(childComplexity, args["first"].(*int)), true
 	case "Drop.saleEndsAt":
 		if e.ComplexityRoot.Drop.SaleEndsAt == nil {
 			break
@@ -1502,8 +1507,14 @@ type Drop implements Node {
   saleStartsAt: Time
   "From it on, no SKU of the drop can be reserved (SALE_NOT_ACTIVE)."
   saleEndsAt: Time
-  "The drop's SKUs, in SKU order."
-  products: [Product!]!
+  """
+  The drop's SKUs, in SKU order: the first ` + "`" + `first` + "`" + ` of them (1-100), or all
+  of them when absent. A query's cost counts a list at the most items it can
+  return, and a drop has at most 100 SKUs: without ` + "`" + `first` + "`" + ` the field is
+  priced as 100 products, so a client that knows its drop is smaller asks
+  for fewer and pays for fewer.
+  """
+  products(first: Int): [Product!]!
 }
 
 "A SKU's live counters: available + held + sold == total."
@@ -2335,6 +2346,20 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 // endregion ************************** internal!.gotpl ***************************
 
 // region    ***************************** args.gotpl *****************************
+
+func (ec *executionContext) field_Drop_products_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	return args, nil
+}
 
 func (ec *executionContext) field_Mutation_cancelCart_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
@@ -3656,7 +3681,8 @@ func (ec *executionContext) _Drop_products(ctx context.Context, field graphql.Co
 			return ec.fieldContext_Drop_products(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Drop().Products(ctx, obj)
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Drop().Products(ctx, obj, fc.Args["first"].(*int))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.Product) graphql.Marshaler {
@@ -3666,7 +3692,7 @@ func (ec *executionContext) _Drop_products(ctx context.Context, field graphql.Co
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Drop_products(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+func (ec *executionContext) fieldContext_Drop_products(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "Drop",
 		Field:      field,
@@ -3675,6 +3701,17 @@ func (ec *executionContext) fieldContext_Drop_products(_ context.Context, field 
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Product(ctx, field)
 		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Drop_products_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }

@@ -11,18 +11,22 @@ import (
 	"github.com/dropline/dropline/inventory"
 )
 
-// loaders are per request: they batch the stock of every product on a page
-// into one StockMany call (one Redis round trip) and cache it for the
-// request only, so no request sees another's data. Each is made when a
-// resolver first asks for it: most operations (a reserve, a commit) use
-// none.
+// loaders are per request: every read a field makes once per item of a
+// list (a product's stock, draw and drop, a drop's products, a
+// reservation's product) goes through one of them, so a page of a hundred
+// products costs one read of each kind, not a hundred: one Redis round
+// trip for the stock, one Postgres query for each of the rest. Each caches
+// for the request only, so no request sees another's data, and each is
+// made when a resolver first asks for it: most operations (a reserve, a
+// commit) use none.
 type loaders struct {
 	engine *inventory.Engine
 
-	stockOnce, productOnce, dropOnce sync.Once
-	stockL                           *dataloadgen.Loader[string, *inventory.Stock]
-	productL                         *dataloadgen.Loader[string, *inventory.Product]
-	dropL                            *dataloadgen.Loader[string, *inventory.Drop]
+	stockOnce, productOnce, dropOnce, drawOnce sync.Once
+	stockL                                     *dataloadgen.Loader[string, *inventory.Stock]
+	productL                                   *dataloadgen.Loader[string, *inventory.Product]
+	dropL                                      *dataloadgen.Loader[string, *inventory.Drop]
+	drawL                                      *dataloadgen.Loader[string, *inventory.Draw]
 }
 
 type loadersKey struct{}
@@ -35,60 +39,40 @@ func withLoaders(ctx context.Context, e *inventory.Engine) context.Context {
 	return context.WithValue(ctx, loadersKey{}, &loaders{engine: e})
 }
 
+// stock loads SKUs' live stock from Redis (nil: no such SKU).
 func (l *loaders) stock() *dataloadgen.Loader[string, *inventory.Stock] {
-	l.stockOnce.Do(func() { l.stockL = l.newStock() })
+	l.stockOnce.Do(func() { l.stockL = batched("stock", l.engine.StockMany) })
 	return l.stockL
 }
 
+// product loads products by SKU from Postgres (nil: no such SKU).
 func (l *loaders) product() *dataloadgen.Loader[string, *inventory.Product] {
-	l.productOnce.Do(func() { l.productL = l.newProduct() })
+	l.productOnce.Do(func() { l.productL = batched("products", l.engine.ProductsBySKU) })
 	return l.productL
 }
 
+// drop loads drops, with their SKUs, from Postgres (nil: no such drop).
 func (l *loaders) drop() *dataloadgen.Loader[string, *inventory.Drop] {
-	l.dropOnce.Do(func() { l.dropL = l.newDrop() })
+	l.dropOnce.Do(func() { l.dropL = batched("drops", l.engine.DropsByID) })
 	return l.dropL
 }
 
-func (l *loaders) newStock() *dataloadgen.Loader[string, *inventory.Stock] {
-	e := l.engine
-	return dataloadgen.NewLoader(func(ctx context.Context, skus []string) ([]*inventory.Stock, []error) {
-		out, err := e.StockMany(ctx, skus)
+// draw loads products' draws from Postgres (nil: not sold by draw).
+func (l *loaders) draw() *dataloadgen.Loader[string, *inventory.Draw] {
+	l.drawOnce.Do(func() { l.drawL = batched("draws", l.engine.DrawsOf) })
+	return l.drawL
+}
+
+// batched is a loader over one of the engine's batch reads, which answer
+// every key in one call (a nil entry for a key that names nothing).
+func batched[V any](what string, read func(context.Context, []string) ([]*V, error)) *dataloadgen.Loader[string, *V] {
+	return dataloadgen.NewLoader(func(ctx context.Context, keys []string) ([]*V, []error) {
+		out, err := read(ctx, keys)
 		if err != nil {
-			return nil, []error{fmt.Errorf("loading stock: %w", err)}
+			return nil, []error{fmt.Errorf("loading %s: %w", what, err)}
 		}
 		return out, nil
 	}, dataloadgen.WithWait(loaderWait))
-}
-
-// newProduct: the engine has no batch product read yet, so this loader only
-// de-duplicates (a page of reservations of one SKU reads it once).
-func (l *loaders) newProduct() *dataloadgen.Loader[string, *inventory.Product] {
-	return dataloadgen.NewLoader(oneByOne(l.engine.Product), dataloadgen.WithWait(loaderWait))
-}
-
-// newDrop: drops are few, so this loader de-duplicates (a page of one
-// drop's products reads it once).
-func (l *loaders) newDrop() *dataloadgen.Loader[string, *inventory.Drop] {
-	return dataloadgen.NewLoader(oneByOne(l.engine.Drop), dataloadgen.WithWait(loaderWait))
-}
-
-// oneByOne is a loader's fetch that reads each key on its own with read,
-// for what the engine cannot read in batches.
-func oneByOne[V any](read func(context.Context, string) (V, error)) func(context.Context, []string) ([]*V, []error) {
-	return func(ctx context.Context, keys []string) ([]*V, []error) {
-		out := make([]*V, len(keys))
-		errs := make([]error, len(keys))
-		for i, k := range keys {
-			v, err := read(ctx, k)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			out[i] = &v
-		}
-		return out, errs
-	}
 }
 
 func loadersFrom(ctx context.Context) *loaders {

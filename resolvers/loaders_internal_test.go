@@ -9,12 +9,13 @@ import (
 
 // An operation's loaders are made when a resolver first asks for one, and
 // that one serves the rest of the operation: an operation that reads no
-// stock, product or drop (a reserve, a commit) builds none.
+// stock, product, drop or draw (a reserve, a commit) builds none.
 func TestLoadersAreMadeOnFirstUse(t *testing.T) {
 	l := loadersFrom(withLoaders(context.Background(), nil))
 	require.Nil(t, l.stockL)
 	require.Nil(t, l.productL)
 	require.Nil(t, l.dropL)
+	require.Nil(t, l.drawL)
 	s := l.stock()
 	require.NotNil(t, s)
 	require.Same(t, s, l.stock())
@@ -22,4 +23,5 @@ func TestLoadersAreMadeOnFirstUse(t *testing.T) {
 	require.Nil(t, l.dropL)
 	require.Same(t, l.product(), l.product())
 	require.Same(t, l.drop(), l.drop())
+	require.Same(t, l.draw(), l.draw())
 }

@@ -8,6 +8,7 @@ package resolvers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dropline/dropline/graph"
@@ -16,12 +17,22 @@ import (
 )
 
 // Products is the resolver for the products field.
-func (r *dropResolver) Products(ctx context.Context, obj *model.Drop) ([]*model.Product, error) {
+func (r *dropResolver) Products(ctx context.Context, obj *model.Drop, first *int) ([]*model.Product, error) {
+	if first != nil && (*first < 1 || *first > inventory.MaxDropSKUs) {
+		return nil, queryError(&inventory.InvalidInputError{Field: "first", Reason: fmt.Sprintf("must be between 1 and %d", inventory.MaxDropSKUs)})
+	}
 	d, err := loadersFrom(ctx).drop().Load(ctx, obj.DropID)
 	if err != nil {
 		return nil, queryError(err)
 	}
-	list, err := r.deps.engine.ProductsBySKU(ctx, d.SKUs)
+	if d == nil {
+		return nil, internal(errors.New("drop " + obj.DropID + " is missing"))
+	}
+	skus := d.SKUs
+	if first != nil && *first < len(skus) {
+		skus = skus[:*first]
+	}
+	list, err := loadersFrom(ctx).product().LoadAll(ctx, skus)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -267,12 +278,15 @@ func (r *productResolver) Drop(ctx context.Context, obj *model.Product) (*model.
 	if err != nil {
 		return nil, queryError(err)
 	}
+	if d == nil {
+		return nil, internal(errors.New("drop " + obj.DropID + " is missing"))
+	}
 	return dropModel(*d), nil
 }
 
 // Draw is the resolver for the draw field.
 func (r *productResolver) Draw(ctx context.Context, obj *model.Product) (*model.Draw, error) {
-	d, err := r.deps.engine.DrawOf(ctx, obj.Sku)
+	d, err := loadersFrom(ctx).draw().Load(ctx, obj.Sku)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -296,14 +310,14 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 		}
 		return p, nil
 	case typeStock:
-		s, err := r.deps.engine.Stock(ctx, key)
-		if errors.Is(err, inventory.ErrNotFound) {
-			return nil, nil
-		}
+		s, err := loadersFrom(ctx).stock().Load(ctx, key)
 		if err != nil {
 			return nil, queryError(err)
 		}
-		return stockModel(s), nil
+		if s == nil {
+			return nil, nil
+		}
+		return stockModel(*s), nil
 	case typeDrop:
 		d, err := r.Query().Drop(ctx, key)
 		if d == nil || err != nil {
@@ -328,14 +342,14 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 
 // Product is the resolver for the product field.
 func (r *queryResolver) Product(ctx context.Context, sku string) (*model.Product, error) {
-	p, err := r.deps.engine.Product(ctx, sku)
-	if errors.Is(err, inventory.ErrNotFound) {
-		return nil, nil
-	}
+	p, err := loadersFrom(ctx).product().Load(ctx, sku)
 	if err != nil {
 		return nil, queryError(err)
 	}
-	return productModel(p), nil
+	if p == nil {
+		return nil, nil
+	}
+	return productModel(*p), nil
 }
 
 // Products is the resolver for the products field.
@@ -460,11 +474,11 @@ func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, er
 // Drop is the resolver for the drop field.
 func (r *queryResolver) Drop(ctx context.Context, id string) (*model.Drop, error) {
 	d, err := loadersFrom(ctx).drop().Load(ctx, id)
-	if errors.Is(err, inventory.ErrNotFound) {
-		return nil, nil
-	}
 	if err != nil {
 		return nil, queryError(err)
+	}
+	if d == nil {
+		return nil, nil
 	}
 	return dropModel(*d), nil
 }
@@ -491,6 +505,9 @@ func (r *reservationResolver) Product(ctx context.Context, obj *model.Reservatio
 	p, err := loadersFrom(ctx).product().Load(ctx, obj.Sku)
 	if err != nil {
 		return nil, internal(err)
+	}
+	if p == nil {
+		return nil, internal(errors.New("product " + obj.Sku + " is missing"))
 	}
 	return productModel(*p), nil
 }

@@ -159,7 +159,11 @@ type Drop struct {
 	SaleStartsAt *time.Time `json:"saleStartsAt,omitempty"`
 	// From it on, no SKU of the drop can be reserved (SALE_NOT_ACTIVE).
 	SaleEndsAt *time.Time `json:"saleEndsAt,omitempty"`
-	// The drop's SKUs, in SKU order.
+	// The drop's SKUs, in SKU order: the first `first` of them (1-100), or all
+	// of them when absent. A query's cost counts a list at the most items it can
+	// return, and a drop has at most 100 SKUs: without `first` the field is
+	// priced as 100 products, so a client that knows its drop is smaller asks
+	// for fewer and pays for fewer.
 	Products []*Product `json:"products"`
 }
 
