@@ -44,6 +44,10 @@ const (
 	EnvRejectionTTL      = "DROPLINE_REJECTION_TTL"
 	EnvWaitlistMax       = "DROPLINE_WAITLIST_MAX"
 	EnvMutationBurst     = "DROPLINE_MUTATION_BURST"
+	EnvCostLimit         = "DROPLINE_COST_LIMIT"
+	EnvCostRate          = "DROPLINE_COST_RATE"
+	EnvCostBurst         = "DROPLINE_COST_BURST"
+	EnvResponseMaxBytes  = "DROPLINE_RESPONSE_MAX_BYTES"
 	EnvCORSOrigins       = "DROPLINE_CORS_ORIGINS"
 	EnvShutdownTimeout   = "DROPLINE_SHUTDOWN_TIMEOUT"
 	EnvLogLevel          = "DROPLINE_LOG_LEVEL"
@@ -77,22 +81,26 @@ const (
 // Defaults, exported so the README table and the tests can refer to them.
 // Those of settings a package owns are that package's defaults.
 const (
-	DefaultRedisURL        = "redis://127.0.0.1:6379/0"
-	DefaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable"
-	DefaultAddr            = ":8080"
-	DefaultDevAddr         = "127.0.0.1:8080"
-	DefaultKeyPrefix       = inventory.DefaultKeyPrefix
-	DefaultHoldDefault     = inventory.DefaultHoldDuration
-	DefaultHoldMax         = inventory.DefaultMaxHold
-	DefaultHoldExtensions  = inventory.DefaultMaxExtensions
-	DefaultLeaseTTL        = worker.DefaultLeaseTTL
-	DefaultRejectionTTL    = inventory.DefaultRejectionTTL
-	DefaultMutationRate    = resolvers.DefaultMutationRate
-	DefaultMutationBurst   = resolvers.DefaultMutationBurst
-	DefaultWaitlistMax     = inventory.DefaultWaitlistMax
-	DefaultShutdownTimeout = 15 * time.Second
-	DefaultJWTMaxLifetime  = 24 * time.Hour
-	DefaultLogLevel        = "info"
+	DefaultRedisURL         = "redis://127.0.0.1:6379/0"
+	DefaultDatabaseURL      = "postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable"
+	DefaultAddr             = ":8080"
+	DefaultDevAddr          = "127.0.0.1:8080"
+	DefaultKeyPrefix        = inventory.DefaultKeyPrefix
+	DefaultHoldDefault      = inventory.DefaultHoldDuration
+	DefaultHoldMax          = inventory.DefaultMaxHold
+	DefaultHoldExtensions   = inventory.DefaultMaxExtensions
+	DefaultLeaseTTL         = worker.DefaultLeaseTTL
+	DefaultRejectionTTL     = inventory.DefaultRejectionTTL
+	DefaultMutationRate     = resolvers.DefaultMutationRate
+	DefaultMutationBurst    = resolvers.DefaultMutationBurst
+	DefaultCostLimit        = graphql.DefaultComplexity
+	DefaultCostRate         = graphql.DefaultCostRate
+	DefaultCostBurst        = graphql.DefaultCostBurst
+	DefaultResponseMaxBytes = graphql.DefaultResponseBytes
+	DefaultWaitlistMax      = inventory.DefaultWaitlistMax
+	DefaultShutdownTimeout  = 15 * time.Second
+	DefaultJWTMaxLifetime   = 24 * time.Hour
+	DefaultLogLevel         = "info"
 
 	DefaultRedisWaitTimeout   = inventory.DefaultWaitTimeout
 	DefaultClientAddrHeader   = string(clientaddr.XForwardedFor)
@@ -275,6 +283,27 @@ type Config struct {
 	// per line, so it is at least 50, the most lines of a cart. Default: 50.
 	MutationBurst int
 
+	// CostLimit is the most one operation may cost (DROPLINE_COST_LIMIT):
+	// one per field, a list's selection times the most items the list can
+	// return. Default: 2000; at least 100. Over it, an operation is
+	// refused before it runs.
+	CostLimit int
+
+	// CostRate and CostBurst are each caller's budget of cost points
+	// (DROPLINE_COST_RATE, DROPLINE_COST_BURST): one per signed-in
+	// principal and one per client address for anonymous requests, kept in
+	// each instance. A budget holds CostBurst points and gets CostRate
+	// back per second; every query and mutation spends its cost. Defaults:
+	// 1000 and 10000. A negative CostRate turns the budgets off; 0 is
+	// refused; CostBurst must be at least CostLimit.
+	CostRate  int
+	CostBurst int
+
+	// ResponseMaxBytes bounds one response (DROPLINE_RESPONSE_MAX_BYTES):
+	// a response growing past it stops being built and is answered
+	// RESPONSE_TOO_LARGE. Default: 1048576 (1 MiB); 1024 to 67108864.
+	ResponseMaxBytes int
+
 	// CORSOrigins lists the browser origins allowed to call the API from
 	// another origin (DROPLINE_CORS_ORIGINS, comma separated, e.g.
 	// "https://shop.example.com,https://admin.example.com"; "*" allows any).
@@ -418,6 +447,9 @@ func Default() Config {
 		WaitlistMax:     DefaultWaitlistMax,
 		MutationRate:    DefaultMutationRate,
 		MutationBurst:   DefaultMutationBurst,
+		CostLimit:       DefaultCostLimit,
+		CostRate:        DefaultCostRate,
+		CostBurst:       DefaultCostBurst,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		LogLevel:        DefaultLogLevel,
 		LogFormat:       LogFormatJSON,
@@ -428,6 +460,7 @@ func Default() Config {
 		StreamConnsPerPrincipal: DefaultStreamConnsPerPrin,
 		StreamSubsPerConn:       DefaultStreamSubsPerConn,
 		StreamMessageBytes:      DefaultStreamMessageBytes,
+		ResponseMaxBytes:        DefaultResponseMaxBytes,
 		StreamInitTimeout:       DefaultStreamInitTimeout,
 		StreamPingInterval:      DefaultStreamPingInterval,
 		StreamWriteTimeout:      DefaultStreamWriteTimeout,
@@ -524,6 +557,10 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	num(EnvMutationRate, &c.MutationRate)
 	num(EnvMutationBurst, &c.MutationBurst)
+	num(EnvCostLimit, &c.CostLimit)
+	num(EnvCostRate, &c.CostRate)
+	num(EnvCostBurst, &c.CostBurst)
+	num(EnvResponseMaxBytes, &c.ResponseMaxBytes)
 	c.CORSOrigins = splitList(getenv(EnvCORSOrigins))
 	dur(EnvShutdownTimeout, &c.ShutdownTimeout)
 	str(EnvLogLevel, &c.LogLevel)

@@ -238,6 +238,38 @@ func TestRedactURL(t *testing.T) {
 	require.Equal(t, config.DefaultDatabaseURL, config.RedactURL(config.DefaultDatabaseURL))
 }
 
+func TestCostSettings(t *testing.T) {
+	env := map[string]string{"DROPLINE_DEV": "1"}
+	get := func(k string) string { return env[k] }
+	c, err := config.Load(get)
+	require.NoError(t, err)
+	require.Equal(t, 2000, c.CostLimit)
+	require.Equal(t, 1000, c.CostRate)
+	require.Equal(t, 10000, c.CostBurst)
+	require.Equal(t, 1<<20, c.ResponseMaxBytes)
+	require.NoError(t, c.Validate())
+
+	env[config.EnvCostRate], env[config.EnvCostBurst] = "-1", "0"
+	c, err = config.Load(get)
+	require.NoError(t, err)
+	require.NoError(t, c.Validate(), "a negative rate turns the budgets off")
+
+	for name, bad := range map[string]map[string]string{
+		config.EnvCostRate:         {config.EnvCostRate: "0"},
+		config.EnvCostBurst:        {config.EnvCostLimit: "5000", config.EnvCostBurst: "4999"},
+		config.EnvCostLimit:        {config.EnvCostLimit: "10"},
+		config.EnvResponseMaxBytes: {config.EnvResponseMaxBytes: "100"},
+	} {
+		env = map[string]string{"DROPLINE_DEV": "1"}
+		for k, v := range bad {
+			env[k] = v
+		}
+		c, err = config.Load(get)
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), name)
+	}
+}
+
 func TestMutationRateLimitSettings(t *testing.T) {
 	env := map[string]string{"DROPLINE_DEV": "1"}
 	get := func(k string) string { return env[k] }

@@ -155,6 +155,18 @@ func (c Config) Validate() error {
 		add(EnvMutationBurst, "is %d: a cart spends one mutation per line, so a principal must be able to send at least %d at once, the most lines of a cart (default %d)",
 			c.MutationBurst, inventory.MaxCartLines, DefaultMutationBurst)
 	}
+	if c.CostLimit < 100 {
+		add(EnvCostLimit, "is %d: set the most one operation may cost, at least 100 (default %d)", c.CostLimit, DefaultCostLimit)
+	}
+	if c.CostRate == 0 {
+		add(EnvCostRate, "is 0, which would refuse every operation once a budget is spent: set cost points per second per caller (default %d), or a negative number to turn the budgets off", DefaultCostRate)
+	}
+	if c.CostRate > 0 && c.CostBurst < c.CostLimit {
+		add(EnvCostBurst, "is %d, less than %s (%d): an operation costing the limit could never run; set at least that (default %d)", c.CostBurst, EnvCostLimit, c.CostLimit, DefaultCostBurst)
+	}
+	if c.ResponseMaxBytes < 1<<10 || c.ResponseMaxBytes > 64<<20 {
+		add(EnvResponseMaxBytes, "is %d: a response bound must be between 1024 and 67108864 bytes (default %d)", c.ResponseMaxBytes, DefaultResponseMaxBytes)
+	}
 
 	for _, o := range c.CORSOrigins {
 		if err := checkOrigin(o); err != nil {

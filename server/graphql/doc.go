@@ -14,8 +14,11 @@
 // mutation; a request that never executes answers without a data entry,
 // 200 for application/json and 400 for application/graphql-response+json,
 // as the GraphQL over HTTP specification asks), parser token limit,
-// validation, then before any resolver: complexity, depth and the cap on
-// root mutation fields, so an aliased mutation bomb is refused whole.
+// validation, then before any resolver: depth, the cap on root mutation
+// fields (so an aliased mutation bomb is refused whole), the price against
+// the cost limit, and when the operation is dispatched, its caller's
+// cost budget (429 over HTTP). While it runs, the response's size is
+// bounded. Every priced response carries extensions.cost (cost.go).
 //
 // # Websockets and SSE
 //

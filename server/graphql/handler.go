@@ -58,9 +58,23 @@ type Config struct {
 // Limits protect the service from expensive or abusive requests. Each zero
 // value takes the default named on the field.
 type Limits struct {
-	// Complexity caps an operation's cost (one per field, list fields
-	// multiplied by their page size). Default 1000.
+	// Complexity caps an operation's cost: one per field, and a list's
+	// selection times the most items the list can return (resolvers'
+	// complexity.go). Default DefaultComplexity.
 	Complexity int
+	// CostRate and CostBurst are each caller's budget of cost points (one
+	// per signed-in principal, one per client address for anonymous
+	// requests, per process): it holds up to CostBurst points and gets
+	// CostRate back per second. Every query and mutation spends its cost
+	// before it runs and gets back what it did not use. Defaults
+	// DefaultCostRate and DefaultCostBurst; a negative CostRate turns the
+	// budgets off. CostBurst must be at least Complexity.
+	CostRate  int
+	CostBurst int
+	// ResponseBytes bounds the size of one response: one growing past it
+	// stops being built and is answered RESPONSE_TOO_LARGE. Default
+	// DefaultResponseBytes.
+	ResponseBytes int64
 	// Depth caps how deeply fields nest (introspection fields excluded).
 	// Default 10.
 	Depth int
@@ -104,19 +118,38 @@ const (
 	DefaultAPQBytesPerAddr = 1 << 20
 )
 
+// The cost limits' defaults. An operation may cost 2000: a hundred
+// reservations with every field, a full cart's payload, a drop page. A
+// budget holds five such operations at once and gets one back every two
+// seconds.
+const (
+	DefaultComplexity = 2000
+	DefaultCostRate   = 1000
+	DefaultCostBurst  = 5 * DefaultComplexity
+	// DefaultResponseBytes is 1 MiB, many times the largest response
+	// within DefaultComplexity (a hundred products with every field is
+	// about 60 KB).
+	DefaultResponseBytes = 1 << 20
+)
+
 func (l Limits) withDefaults() Limits {
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
 		}
 	}
-	def(&l.Complexity, 1000)
+	def(&l.Complexity, DefaultComplexity)
+	def(&l.CostRate, DefaultCostRate)
+	def(&l.CostBurst, DefaultCostBurst)
 	def(&l.Depth, 10)
 	def(&l.RootMutationFields, 10)
 	def(&l.ParserTokens, 15000)
 	def(&l.QueryCache, 1000)
 	if l.BodyBytes == 0 {
 		l.BodyBytes = 1 << 20
+	}
+	if l.ResponseBytes == 0 {
+		l.ResponseBytes = DefaultResponseBytes
 	}
 	if l.APQTTL == 0 {
 		l.APQTTL = 24 * time.Hour
@@ -189,10 +222,20 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	if cfg.Dev {
 		srv.Use(extension.Introspection{})
 	}
-	srv.Use(newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
-	srv.Use(newComplexityLimit(cfg.Limits.Complexity, cfg.Limits.QueryCache))
 	srv.Use(depthLimit{max: cfg.Limits.Depth})
 	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})
+	// After the limits, so that only an operation nothing else refuses
+	// spends its cost.
+	cost := queryCost{price: newComplexityLimit(cfg.Limits.Complexity, cfg.Limits.QueryCache),
+		maxBytes: cfg.Limits.ResponseBytes, refused: newCostRefusals(cfg.Registerer)}
+	if cfg.Limits.CostRate > 0 {
+		cost.budgets = newCostBudgets(cfg.Limits.CostRate, cfg.Limits.CostBurst, cfg.Now)
+	}
+	srv.Use(cost)
+	// After the cost, whose budget may refuse an operation when it is
+	// dispatched: a persisted query is registered only once it runs. Its
+	// hash is looked up before any of the above (parameters come first).
+	srv.Use(newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
 	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {
 		return next(res.WithLoaders(ctx))
 	})

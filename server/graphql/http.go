@@ -135,6 +135,13 @@ var corsAllowHeaders = strings.Join([]string{
 	"traceparent", "tracestate", "baggage", "sentry-trace",
 }, ", ")
 
+// corsExposeHeaders are the response headers a cross-origin browser client
+// may read: our request id, and the cost budget's RateLimit fields and
+// Retry-After, so a client can pace itself.
+var corsExposeHeaders = strings.Join([]string{
+	server.RequestIDHeader, "RateLimit", "RateLimit-Policy", "Retry-After",
+}, ", ")
+
 // cors is the allow-list of browser origins. Tokens travel in the
 // Authorization header, never cookies, so credentials are never allowed.
 // The same list should drive the websocket origin check.
@@ -190,7 +197,7 @@ func (c cors) middleware(next http.Handler) http.Handler {
 			return
 		}
 		h.Set("Access-Control-Allow-Origin", origin)
-		h.Set("Access-Control-Expose-Headers", server.RequestIDHeader)
+		h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 			h.Set("Access-Control-Allow-Headers", corsAllowHeaders)

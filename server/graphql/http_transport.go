@@ -85,10 +85,14 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 	opCtx, errs := exec.CreateOperationContext(ctx, params)
 	if errs != nil {
 		// Nothing executed: no data entry at all, not even null.
+		resp := exec.DispatchError(gqlgen.WithOperationContext(ctx, opCtx), errs)
+		if m := meterOf(opCtx); m != nil {
+			m.writeHeaders(w.Header())
+		}
 		if mediaType == mediaGraphQLResponse {
 			w.WriteHeader(http.StatusBadRequest)
 		}
-		writeResponse(w, exec.DispatchError(gqlgen.WithOperationContext(ctx, opCtx), errs))
+		writeResponse(w, resp)
 		return
 	}
 	if t.method == http.MethodGet && opCtx.Operation.Operation != ast.Query {
@@ -104,6 +108,11 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 		// ended: the client is gone (it gave up, or this process was
 		// paused past its timeout), and there is no one to write to.
 		return
+	}
+	// The caller's budget refused it: nothing executed, and the client is
+	// told when to come back.
+	if m := meterOf(opCtx); m != nil && m.writeHeaders(w.Header()) && m.throttled() {
+		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	writeResponse(w, resp)
 }
@@ -174,16 +183,23 @@ func responseMediaType(accept string) string {
 
 // writeResponse writes one GraphQL response; a response that never executed
 // has no data entry (gqlgen.Response always writes one, null when empty).
-// A response of data alone whose bytes encoding/json would leave as they
-// are (plainJSON) is written around them without marshaling them again.
+// A response of data alone (and its cost) whose bytes encoding/json would
+// leave as they are (plainJSON) is written around them without marshaling
+// them again.
 func writeResponse(w io.Writer, resp *gqlgen.Response) {
 	var b []byte
 	var err error
+	cost, costOnly := resp.Extensions["cost"].(*costReport)
+	costOnly = costOnly && len(resp.Extensions) == 1
 	switch {
 	case len(resp.Errors) == 0 && resp.Label == "" && len(resp.Path) == 0 && resp.HasNext == nil &&
-		len(resp.Extensions) == 0 && plainJSON(resp.Data):
-		b = make([]byte, 0, len(`{"data":}`)+len(resp.Data))
-		b = append(append(append(b, `{"data":`...), resp.Data...), '}')
+		(len(resp.Extensions) == 0 || costOnly) && plainJSON(resp.Data):
+		b = make([]byte, 0, len(`{"data":,"extensions":{"cost":}}`)+len(resp.Data)+costReportBytes)
+		b = append(append(b, `{"data":`...), resp.Data...)
+		if costOnly {
+			b = append(cost.appendJSON(append(b, `,"extensions":{"cost":`...)), '}')
+		}
+		b = append(b, '}')
 	case resp.Data == nil:
 		b, err = json.Marshal(struct {
 			Errors     gqlerror.List  `json:"errors,omitempty"`
