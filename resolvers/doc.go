@@ -13,8 +13,12 @@
 // detail goes to the log only (Resolver.ErrorPresenter, Resolver.Recover).
 //
 // Each mutation needs a verified principal and a unit of that principal's
-// GCRA budget in Redis; connections price their page in the schema's
-// complexity (Resolver.Schema) and refuse a `first` above MaxPageSize.
+// GCRA budget in Redis. Every list of the schema is priced at the most
+// items it can return (complexity.go: connections by their `first`, up to
+// MaxPageSize; a drop's products by theirs, up to 100), and every read a
+// field makes once per item of a list goes through a per-request
+// dataloader (loaders.go), so a request costs one read per kind, not one
+// per item.
 //
 // # Subscriptions
 //

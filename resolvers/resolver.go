@@ -104,10 +104,10 @@ func New(cfg Config) *Resolver {
 	}}
 }
 
-// Schema is the executable schema over these resolvers, with connections
-// priced by the page they ask for.
+// Schema is the executable schema over these resolvers, every list priced
+// at the most items it can return (complexity.go).
 func (r *Resolver) Schema() gqlgen.ExecutableSchema {
-	return graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: complexity(r.deps.limits)})
+	return pricedSchema{ExecutableSchema: graph.NewExecutableSchema(graph.Config{Resolvers: r}), limits: r.deps.limits}
 }
 
 // WithLoaders gives an operation, or one response of a subscription, its
