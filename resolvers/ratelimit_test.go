@@ -77,6 +77,9 @@ func TestCartSpendsTheBudgetPerLine(t *testing.T) {
 	e := setup(t, func(c *graphql.Config) {
 		// A minute per unit: nothing is refilled while the test runs.
 		c.Limits.MutationRate, c.Limits.MutationPeriod, c.Limits.MutationBurst = 1, time.Minute, burst
+		// The mutation budget alone: 21 carts at once would spend the
+		// cost budget (their price is 1558 each) before it.
+		c.Limits.CostRate = -1
 	})
 	var skus []string
 	for i := range 50 {

@@ -324,7 +324,8 @@ func TestWebsocketReadsCoderClientFrames(t *testing.T) {
 		`{ stockChanged(skus: $s) { sku available } }",`, `"variables":{"s":["FRAMES-1"]}}}`)
 	require.JSONEq(t, `{"id":"1","type":"next","payload":{"data":{"stockChanged":{"sku":"FRAMES-1","available":5}}}}`, read())
 	require.NoError(t, c.Write(ctx, websocket.MessageBinary, []byte(`{"id":"2","type":"subscribe","payload":{"query":"{ __typename }"}}`)))
-	require.JSONEq(t, `{"id":"2","type":"next","payload":{"data":{"__typename":"Query"}}}`, read())
+	require.JSONEq(t, `{"id":"2","type":"next","payload":{"data":{"__typename":"Query"},"extensions":{"cost":{"requestedQueryCost":1,`+
+		`"actualQueryCost":0,"throttleStatus":{"maximumAvailable":10000,"currentlyAvailable":10000,"restoreRate":1000}}}}}`, read())
 	require.JSONEq(t, `{"id":"2","type":"complete"}`, read())
 	require.NoError(t, c.Close(4000, "done"), "the server answers a close with its code")
 }
