@@ -14,7 +14,8 @@
 // # Lifecycle
 //
 // The App is a startstop.Service, like each part it starts. Start connects
-// (failing with one clear line when a service is unreachable), builds,
+// (failing with one clear line when a service is unreachable, or when a
+// Redis server evicts keys: see evictionGuard), builds,
 // starts the live hub and the workers, then the HTTP server, and returns
 // once it listens. Stop ends the live subscriptions, stops accepting and
 // drains in-flight requests, stops the workers (which flush and
@@ -434,7 +435,7 @@ func (a *App) connect(ctx context.Context, postgres, rds bool) error {
 		a.pool = pool
 	}
 	if rds && a.rdb == nil {
-		rdb, err := connectRedis(ctx, a.Config)
+		rdb, err := connectRedis(ctx, a.Config, a.Log)
 		if err != nil {
 			return err
 		}

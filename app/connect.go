@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/config"
 )
@@ -59,13 +60,16 @@ func describePostgresError(where, database string, err error) error {
 	return fmt.Errorf("cannot reach PostgreSQL at %s: %s — %s", where, networkCause(err), startHint)
 }
 
-// connectRedis builds the client REDIS_URL describes (single node or
-// cluster) and proves it with PING on every node it knows.
-func connectRedis(ctx context.Context, cfg config.Config) (redis.UniversalClient, error) {
+// connectRedis builds the client REDIS_URL describes (single node,
+// Sentinel or cluster), with the eviction guard on every connection it
+// opens, and proves it with PING on every node it knows: a server that
+// evicts keys fails here, naming its maxmemory-policy.
+func connectRedis(ctx context.Context, cfg config.Config, log zerolog.Logger) (redis.UniversalClient, error) {
 	opts, err := cfg.RedisOptions()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", config.EnvRedisURL, err)
 	}
+	newEvictionGuard(log.With().Str("component", "redis").Logger()).install(opts)
 	rdb := opts.NewClient()
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -98,6 +102,10 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient) error {
 }
 
 func describeRedisError(where string, err error) error {
+	var evicting *EvictingRedisError
+	if errors.As(err, &evicting) {
+		return fmt.Errorf("refusing to serve: %w", evicting)
+	}
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"):

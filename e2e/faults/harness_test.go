@@ -96,9 +96,8 @@ type proc struct {
 	done chan struct{}
 }
 
-// start runs `dropline serve` on a free port and waits for /readyz.
-func (s *system) start(name string) *proc {
-	s.t.Helper()
+// environ is the environment of a `dropline` process of this system.
+func (s *system) environ() []string {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.TempDir(),
@@ -114,8 +113,14 @@ func (s *system) start(name string) *proc {
 	for k, v := range s.Env {
 		env = append(env, k+"="+v)
 	}
+	return env
+}
+
+// start runs `dropline serve` on a free port and waits for /readyz.
+func (s *system) start(name string) *proc {
+	s.t.Helper()
 	cmd := exec.Command(binary, "serve")
-	cmd.Env = env
+	cmd.Env = s.environ()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(s.t, err)
 	p := &proc{Name: name, cmd: cmd, log: &testenv.LogBuffer{}, done: make(chan struct{})}

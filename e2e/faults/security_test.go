@@ -15,12 +15,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/auth"
@@ -488,4 +490,102 @@ func TestDevModeAnswersOnlyLoopbackHosts(t *testing.T) {
 	a := as("localhost:"+port, "/graphql", admin, create)
 	require.Equal(t, http.StatusOK, a.Status, "%s", a.Body)
 	require.Equal(t, 1, s.scalar(`SELECT count(*)::int FROM products WHERE sku = 'REBOUND-1'`))
+}
+
+// serveFails runs `dropline serve`, expecting it to refuse to start, and
+// returns what it wrote.
+func (s *system) serveFails(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "serve")
+	cmd.Env = s.environ()
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "dropline serve did not fail (%v):\n%s", err, out)
+	require.NotEqual(t, 0, exit.ExitCode())
+	return string(out)
+}
+
+// Dropline refuses to serve from a Redis that evicts keys, on every
+// topology: at start (a single server, a Sentinel primary, any master of
+// a cluster) with one line naming the server and the setting, and when a
+// server's policy turns evicting while it serves, from its next
+// connection on, until it is noeviction again. A server that does not let
+// the policy be read is served, with a warning.
+func TestServeRefusesAnEvictingRedis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const warning = "cannot read Redis' maxmemory-policy"
+
+	t.Run("single, at start and on reconnect", func(t *testing.T) {
+		t.Parallel()
+		s := newSystem(t)
+		require.NoError(t, s.RDB.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+		out := s.serveFails(t)
+		require.Contains(t, out, "maxmemory-policy allkeys-lru")
+		require.Contains(t, out, s.Redis.Addr)
+		require.Contains(t, out, "set maxmemory-policy noeviction")
+		t.Logf("refused at start: %s", strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]))
+
+		require.NoError(t, s.RDB.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+		p := s.start("a")
+		s.createProduct(p, "EVICT-1", 5, 0)
+		require.NoError(t, s.RDB.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
+		require.NoError(t, s.RDB.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err())
+		eventually(t, 10*time.Second, "not ready while Redis evicts", func() (bool, string) {
+			a := send(t, http.MethodGet, p.URL+"/readyz", nil, nil)
+			return a.Status == http.StatusServiceUnavailable, fmt.Sprint(a.Status)
+		})
+		r := post(ctx, quickClient, p.URL, s.token("buyer", false), reserveMutation, map[string]any{"input": map[string]any{"sku": "EVICT-1", "quantity": 1}})
+		require.NoError(t, r.Err)
+		require.NotContains(t, string(r.Data), `"token"`, "no hold is made on an evicting Redis: %s %v", r.Data, r.Errors)
+		require.Contains(t, p.log.String(), `"maxmemory_policy":"volatile-lru"`)
+
+		require.NoError(t, s.RDB.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+		s.waitReady(p, 30*time.Second)
+		require.Equal(t, 5, s.stockOf("EVICT-1").Available)
+		require.NotContains(t, p.log.String(), warning)
+	})
+
+	t.Run("CONFIG renamed", func(t *testing.T) {
+		t.Parallel()
+		s := newSystem(t)
+		s.RedisVia = testenv.StartServer(t, "--rename-command", "CONFIG", "").Addr
+		p := s.start("a")
+		s.createProduct(p, "EVICT-2", 5, 0)
+		require.Equal(t, 1, strings.Count(p.log.String(), warning), "warned once:\n%s", p.log.String())
+	})
+
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		s := newSystem(t)
+		set := testenv.StartReplicated(t, time.Second)
+		s.Env["REDIS_URL"] = set.URL()
+		primary := redis.NewClient(&redis.Options{Addr: set.Primary.Addr})
+		t.Cleanup(func() { _ = primary.Close() })
+		require.NoError(t, primary.ConfigSet(ctx, "maxmemory-policy", "allkeys-lfu").Err())
+		out := s.serveFails(t)
+		require.Contains(t, out, "maxmemory-policy allkeys-lfu")
+		require.Contains(t, out, set.Primary.Addr)
+
+		require.NoError(t, primary.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+		p := s.start("a")
+		require.NotContains(t, p.log.String(), warning, "sentinels are not asked for a policy")
+	})
+
+	t.Run("cluster, every master", func(t *testing.T) {
+		t.Parallel()
+		s := newSystem(t)
+		c, err := testenv.StartCluster(t.TempDir())
+		require.NoError(t, err)
+		t.Cleanup(c.Stop)
+		s.Env["REDIS_URL"] = "redis-cluster://" + strings.Join(c.Addrs, ",")
+		last := redis.NewClient(&redis.Options{Addr: c.Addrs[2]})
+		t.Cleanup(func() { _ = last.Close() })
+		require.NoError(t, last.ConfigSet(ctx, "maxmemory-policy", "allkeys-random").Err())
+		out := s.serveFails(t)
+		require.Contains(t, out, "maxmemory-policy allkeys-random")
+		require.Contains(t, out, c.Addrs[2], "the master that evicts is named, not the seed")
+	})
 }
