@@ -88,6 +88,7 @@ func TestShopInABrowser(t *testing.T) {
 		FallMs       int64  `json:"fallMs"`
 		ExpiryBackMs int64  `json:"expiryBackMs"`
 		RetryKey     string `json:"retryKey"`
+		ExtendKey    string `json:"extendKey"`
 	}
 	b, err := os.ReadFile(resultFile)
 	require.NoError(t, err)
@@ -105,6 +106,10 @@ func TestShopInABrowser(t *testing.T) {
 		return fmt.Sprint(got) == fmt.Sprint(want)
 	}, 10*time.Second, 50*time.Millisecond, "reservations of %s in Postgres: %v, want %v", sku, got, want)
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM reservations WHERE sku = $1 AND principal = 'alice' AND status = 'COMMITTED'`, last))
+	require.Eventually(t, func() bool {
+		return s.scalar(t, `SELECT extensions FROM reservations WHERE sku = $1 AND principal = 'bob' AND status = 'COMMITTED'`, sku) == 1
+	}, 10*time.Second, 50*time.Millisecond, "bob's Pay extended the hold once, though the page sent the extension twice")
+	require.NotEmpty(t, res.ExtendKey)
 	require.Equal(t, stock{Available: 4, Held: 0, Sold: 1, Total: 5}, s.stock(t, sku))
 	require.Equal(t, stock{Available: 0, Held: 0, Sold: 1, Total: 1}, s.stock(t, last))
 	require.NotEmpty(t, res.RetryKey)

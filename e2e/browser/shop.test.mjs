@@ -152,13 +152,42 @@ test('two buyers watch one drop', async (t) => {
       assert.ok(result.expiryBackMs < 2000, `the unit came back ${result.expiryBackMs} ms after expiresAt`);
     }));
 
-  await t.test('bob buys and pays: a sale', () =>
+  await t.test('bob buys and pays: the hold is extended once for the payment, then a sale', () =>
     step('pay', async () => {
       await bob.page.getByTestId(`buy-${sku}`).click();
+      const hold = bob.page.getByTestId(`hold-${sku}`);
+      const before = Date.parse(await hold.getAttribute('data-expires-at'));
+      // The first extension's answer is lost: the page asks again with the
+      // same key, and the server extends once.
+      const keys = [];
+      await bob.page.route('**/graphql', async (route) => {
+        const body = route.request().postDataJSON();
+        if (body?.query?.includes('extendReservation(')) {
+          keys.push(body.variables.input.idempotencyKey);
+          if (keys.length === 1) {
+            resetExpected = true;
+            await route.fetch();
+            return route.abort('connectionreset');
+          }
+        }
+        return route.continue();
+      });
       await bob.page.getByTestId(`pay-${sku}`).click();
+      const extended = bob.page.getByTestId(`hold-extend-${sku}`);
+      await extended.waitFor();
+      assert.equal(await extended.getAttribute('data-extensions'), '1', 'one extension, not two');
+      const after = Date.parse(await hold.getAttribute('data-expires-at'));
+      assert.ok(after - before > holdMs, `the countdown moved from ${before} to ${after}`);
+      assert.match(await hold.textContent(), /^[45]:\d\d$/, 'the countdown shows the extension');
       await bob.page.locator(`[data-testid="status-${sku}"][data-state="paid"]`).waitFor();
+      await bob.page.unroute('**/graphql');
+      resetExpected = false;
+      assert.equal(keys.length, 2);
+      assert.match(keys[0], /^pay-/);
+      assert.equal(keys[0], keys[1], 'the retried extension sent the same idempotency key');
       await waitAvailable(alice.page, sku, total - 1);
       result.paidBy = 'bob';
+      result.extendKey = keys[0];
     }));
 
   await t.test('alice buys and cancels: the unit is back at once', () =>

@@ -81,7 +81,7 @@ export const CATALOGUE = `
 export const MY_HOLDS = `
   query MyHolds {
     myReservations(status: HELD, first: 50) {
-      edges { node { token sku quantity status expiresAt createdAt } }
+      edges { node { token sku quantity status expiresAt createdAt extensions } }
     }
   }`;
 
@@ -92,7 +92,7 @@ export const STOCK = `
 
 export const WATCH = `
   subscription Watch($token: ID!) {
-    reservationChanged(token: $token) { token sku status expiresAt committedAt }
+    reservationChanged(token: $token) { token sku status expiresAt committedAt extensions }
   }`;
 
 export const RESERVATION = `
@@ -100,14 +100,16 @@ export const RESERVATION = `
     reservation(token: $token) { token sku status expiresAt committedAt }
   }`;
 
-const fields = 'reservation { token sku quantity status expiresAt createdAt committedAt } userErrors { code message retryAfterSeconds }';
+const fields = 'reservation { token sku quantity status expiresAt createdAt committedAt extensions } userErrors { code message retryAfterSeconds }';
 export const RESERVE = `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { ${fields} } }`;
+export const EXTEND = `mutation Extend($input: ExtendReservationInput!) { extendReservation(input: $input) { reservation { token sku quantity status expiresAt createdAt committedAt extensions } userErrors { code message retryAfterSeconds } } }`;
 export const COMMIT = `mutation Commit($input: CommitInput!) { commit(input: $input) { ${fields} } }`;
 export const CANCEL = `mutation Cancel($input: CancelInput!) { cancel(input: $input) { ${fields} } }`;
 
-// newIdempotencyKey returns a random key for one press of "Buy". It does not
-// need crypto.randomUUID, which only exists on https and localhost.
-export function newIdempotencyKey() {
+// newIdempotencyKey returns a random key for one user action (a press of
+// "Buy", "Pay" or "Check out"). It does not need crypto.randomUUID, which
+// only exists on https and localhost.
+export function newIdempotencyKey(kind = 'shop') {
   const b = crypto.getRandomValues(new Uint8Array(16));
-  return 'shop-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+  return `${kind}-` + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }

@@ -1,10 +1,18 @@
 // One product card: live stock, and the buyer's path through a drop:
 // Buy (reserve, with one idempotency key per press, reused on retry) ->
-// a hold with a countdown to expiresAt -> Pay (commit) or Cancel, or the
-// hold expires and its unit goes back on sale.
+// a hold with a countdown to expiresAt -> Pay (the hold is extended once
+// for the payment step, then commit) or Cancel, or the hold expires and its
+// unit goes back on sale.
 import { useEffect, useRef, useState } from 'react';
 import { useClient, useSubscription } from 'urql';
-import { CANCEL, COMMIT, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
+import { CANCEL, COMMIT, EXTEND, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
+
+// PAY_HOLD_SECONDS is how long "Pay" extends the hold for: the time the
+// payment step may take. PAYMENT_STEP_MS stands in for the payment
+// provider's answer (the demo takes no money).
+const PAY_HOLD_SECONDS = 300;
+const PAYMENT_STEP_MS = 2000;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const ACTIVE = new Set(['held', 'paying', 'cancelling']);
 
@@ -54,8 +62,34 @@ export function ProductCard({ product, stock, signedIn, existingHold, index }) {
     setOrder({ phase: 'held', key, reservation: payload.reservation, offset: clockOffset(payload.reservation, sent) });
   };
 
-  const settle = async (doc, field, busy) => {
+  // pay extends the hold once for the payment step (one idempotency key per
+  // press, kept when the extension is retried, so a lost answer never
+  // spends a second extension), waits for the payment, then commits.
+  const pay = async () => {
     const token = order.reservation.token;
+    const key = newIdempotencyKey('pay');
+    update({ phase: 'paying', message: null });
+    const ext = await extendHold(client, token, key);
+    if (ext.reservation) {
+      setOrder((o) =>
+        o.reservation?.token === token
+          ? { ...o, extended: true, reservation: { ...o.reservation, ...ext.reservation } }
+          : o,
+      );
+    } else if (ext.code === 'EXPIRED') {
+      setOrder((o) => ({ ...o, phase: 'expired', message: null }));
+      return;
+    } else if (ext.code === 'ALREADY_COMMITTED') {
+      setOrder((o) => ({ ...o, phase: 'paid', message: null }));
+      return;
+    }
+    // EXTENSION_LIMIT or an extension that could not be sent: pay within
+    // the time the hold has left.
+    await sleep(PAYMENT_STEP_MS);
+    await settle(COMMIT, 'commit', 'paying', token);
+  };
+
+  const settle = async (doc, field, busy, token = order.reservation.token) => {
     update({ phase: busy, message: null });
     const res = await client.mutation(doc, { input: { token } }).toPromise();
     const payload = res.data?.[field];
@@ -93,6 +127,10 @@ export function ProductCard({ product, stock, signedIn, existingHold, index }) {
       if (r.status === 'EXPIRED') return { ...o, phase: 'expired', message: null };
       if (r.status === 'COMMITTED') return { ...o, phase: 'paid', message: null };
       if (r.status === 'CANCELLED') return { ...o, phase: 'cancelled', message: null };
+      if (r.status === 'HELD' && r.expiresAt !== o.reservation.expiresAt) {
+        // An extension (this page's or another window's) moves the countdown.
+        return { ...o, reservation: { ...o.reservation, expiresAt: r.expiresAt, extensions: r.extensions } };
+      }
       return o;
     });
   };
@@ -125,7 +163,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, index }) {
             order={order}
             sku={sku}
             price={product.price}
-            onPay={() => settle(COMMIT, 'commit', 'paying')}
+            onPay={pay}
             onCancel={() => settle(CANCEL, 'cancel', 'cancelling')}
             onReservation={onReservation}
           />
@@ -208,11 +246,16 @@ function Hold({ order, sku, price, onPay, onCancel, onReservation }) {
   return (
     <div className="hold">
       <div className="hold-head">
-        <span>Reserved for you</span>
-        <span className="countdown" data-testid={`hold-${sku}`} data-expires-at={r.expiresAt}>
+        <span>{order.phase === 'paying' ? 'Paying: held while the payment runs' : 'Reserved for you'}</span>
+        <span className="countdown" data-testid={`hold-${sku}`} data-expires-at={r.expiresAt} role="timer" aria-live="off">
           {left > 0 ? formatLeft(left) : '0:00'}
         </span>
       </div>
+      {order.extended && (
+        <p className="extend-note" data-testid={`hold-extend-${sku}`} data-extensions={r.extensions ?? 1}>
+          More time to pay: the hold now lasts until {formatClock(r.expiresAt)}.
+        </p>
+      )}
       <div className="hold-actions">
         <button type="button" className="btn primary" data-testid={`pay-${sku}`} disabled={busy || left <= 0} onClick={onPay}>
           {order.phase === 'paying' ? 'Paying…' : `Pay ${formatMoney(price)}`}
@@ -236,7 +279,11 @@ function statusOf(order, soldOut, sale, product) {
         ? { state: 'held', tone: 'warn', text: order.message }
         : { state: 'held', tone: 'muted', text: 'Held for you: pay before the timer runs out.' };
     case 'paying':
-      return { state: 'paying', tone: 'muted', text: 'Paying…' };
+      return {
+        state: 'paying',
+        tone: 'muted',
+        text: order.extended ? 'Paying… the hold was extended while the payment runs.' : 'Paying…',
+      };
     case 'cancelling':
       return { state: 'cancelling', tone: 'muted', text: 'Cancelling…' };
     case 'paid':
@@ -286,6 +333,22 @@ function userErrorMessage(ue, product) {
   }
 }
 
+// extendHold gives the hold PAY_HOLD_SECONDS more, with key; an answer lost
+// in transit is asked again once with the same key, which extends once.
+async function extendHold(client, token, key) {
+  const input = { token, holdSeconds: PAY_HOLD_SECONDS, idempotencyKey: key };
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const res = await client.mutation(EXTEND, { input }).toPromise();
+    const payload = res.data?.extendReservation;
+    if (payload) {
+      const ue = payload.userErrors[0];
+      return ue ? { code: ue.code } : { reservation: payload.reservation };
+    }
+    await sleep(300);
+  }
+  return { code: 'UNREACHABLE' };
+}
+
 function transportMessage(error) {
   if (error?.graphQLErrors?.length) return error.graphQLErrors[0].message;
   return 'Could not reach the shop: try again.';
@@ -322,6 +385,10 @@ function saleWindow(p) {
 
 function formatWhen(t) {
   return new Date(t).toLocaleString('en-GB', { day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit' });
+}
+
+function formatClock(t) {
+  return new Date(t).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', second: '2-digit' });
 }
 
 function formatLeft(ms) {
