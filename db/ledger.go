@@ -79,6 +79,10 @@ type Product struct {
 	// Draw is true for a product sold by draw (draws.go): Redis refuses its
 	// reserves. It is set at creation only.
 	Draw bool
+	// Queued is true for a product sold behind an admission queue (its own,
+	// or its drop's: queues.go): Redis asks a reserve of it for a pass. Set
+	// at creation only.
+	Queued bool
 }
 
 // ProductUpdate changes some settings of a product; nil fields stay as they are.
@@ -94,12 +98,12 @@ type ProductUpdate struct {
 }
 
 const productColumns = `sku, name, price_amount, price_currency, total, sold, coalesce(max_per_user, 0),
-	sale_starts_at, sale_ends_at, version, created_at, updated_at, coalesce(drop_id, ''), draw`
+	sale_starts_at, sale_ends_at, version, created_at, updated_at, coalesce(drop_id, ''), draw, queued`
 
 func scanProduct(row pgx.Row) (Product, error) {
 	var p Product
 	err := row.Scan(&p.SKU, &p.Name, &p.PriceAmount, &p.PriceCurrency, &p.Total, &p.Sold, &p.MaxPerUser,
-		&p.SaleStartsAt, &p.SaleEndsAt, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.DropID, &p.Draw)
+		&p.SaleStartsAt, &p.SaleEndsAt, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.DropID, &p.Draw, &p.Queued)
 	return p, interpret(err)
 }
 
@@ -182,6 +186,15 @@ func (l *Ledger) CreateProduct(ctx context.Context, p Product) (Product, error) 
 // CreateProductWithDraw is CreateProduct for a product sold by draw when d
 // is not nil: the product and its draw are one transaction.
 func (l *Ledger) CreateProductWithDraw(ctx context.Context, p Product, d *NewDraw) (Product, error) {
+	return l.CreateProductWith(ctx, p, d, nil)
+}
+
+// CreateProductWith is CreateProduct for a product sold by draw when d is
+// not nil, or behind its own admission queue when q is not nil (queues.go):
+// the product and its draw or queue are one transaction. A product that
+// joins a queued drop is queued too (its drop's queue), and may not be sold
+// by draw.
+func (l *Ledger) CreateProductWith(ctx context.Context, p Product, d *NewDraw, q *NewQueue) (Product, error) {
 	var out Product
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if p.DropID != "" {
@@ -191,15 +204,22 @@ func (l *Ledger) CreateProductWithDraw(ctx context.Context, p Product, d *NewDra
 		}
 		var err error
 		out, err = scanProduct(tx.QueryRow(ctx, `
-			INSERT INTO products (sku, name, price_amount, price_currency, total, max_per_user, sale_starts_at, sale_ends_at, drop_id, draw)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, ''), $10)
+			INSERT INTO products (sku, name, price_amount, price_currency, total, max_per_user, sale_starts_at, sale_ends_at, drop_id, draw, queued)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, ''), $10,
+				$11 OR EXISTS (SELECT 1 FROM queues WHERE drop_id = nullif($9, '')))
 			RETURNING `+productColumns,
-			p.SKU, p.Name, p.PriceAmount, p.PriceCurrency, p.Total, nullInt(p.MaxPerUser), p.SaleStartsAt, p.SaleEndsAt, p.DropID, d != nil))
+			p.SKU, p.Name, p.PriceAmount, p.PriceCurrency, p.Total, nullInt(p.MaxPerUser), p.SaleStartsAt, p.SaleEndsAt, p.DropID, d != nil,
+			q != nil))
 		if err != nil {
 			return err
 		}
 		if d != nil {
 			if err := insertDraw(ctx, tx, p.SKU, *d); err != nil {
+				return err
+			}
+		}
+		if q != nil {
+			if err := insertQueue(ctx, tx, "sku", p.SKU, *q); err != nil {
 				return err
 			}
 		}

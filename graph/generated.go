@@ -1884,6 +1884,12 @@ enum ErrorCode {
   WAITLIST_FULL
   "The product is sold by draw: enter the draw (enterDraw) instead."
   DRAW_ONLY
+  "The product (or its drop) is sold through an admission queue: join it, and bring the pass it gives (admissionPass)."
+  QUEUE_REQUIRED
+  "The admission pass has expired."
+  PASS_EXPIRED
+  "The admission pass is not this caller's for this product, or was spent already."
+  PASS_INVALID
 }
 `, BuiltIn: false},
 }

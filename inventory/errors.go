@@ -25,6 +25,14 @@ var (
 	ErrWaitlistFull = errors.New("the waitlist is full")
 	// ErrDrawOnly means the product is sold by draw: enter its draw instead.
 	ErrDrawOnly = errors.New("this product is sold by draw: enter the draw instead")
+	// ErrQueueRequired means the product (or its drop) is sold behind an
+	// admission queue: join it, and come back with the pass it gives.
+	ErrQueueRequired = errors.New("this product is sold through a queue: join it and use the pass it gives")
+	// ErrPassExpired means the admission pass presented is past its expiry.
+	ErrPassExpired = errors.New("the admission pass has expired")
+	// ErrPassInvalid means the admission pass presented is not the
+	// caller's current pass of this product's queue, or is spent already.
+	ErrPassInvalid = errors.New("the admission pass is not valid for this caller and product")
 	// ErrUnavailable means a store could not be reached; the call may be retried.
 	ErrUnavailable = errors.New("temporarily unavailable, retry")
 )
@@ -164,6 +172,9 @@ const (
 	CodeWaitlistFull         Code = "WAITLIST_FULL"
 	CodeDrawOnly             Code = "DRAW_ONLY"
 	CodeRateLimited          Code = "RATE_LIMITED"
+	CodeQueueRequired        Code = "QUEUE_REQUIRED"
+	CodePassExpired          Code = "PASS_EXPIRED"
+	CodePassInvalid          Code = "PASS_INVALID"
 )
 
 // outcomes is the one table of business outcomes: each sentinel, its code,
@@ -192,6 +203,9 @@ var outcomes = []struct {
 	{ErrWaitlistFull, CodeWaitlistFull, ErrWaitlistFull.Error()},
 	{ErrDrawOnly, CodeDrawOnly, ErrDrawOnly.Error()},
 	{ErrRateLimited, CodeRateLimited, ErrRateLimited.Error()},
+	{ErrQueueRequired, CodeQueueRequired, ErrQueueRequired.Error()},
+	{ErrPassExpired, CodePassExpired, ErrPassExpired.Error()},
+	{ErrPassInvalid, CodePassInvalid, ErrPassInvalid.Error()},
 }
 
 // ErrorCode returns the business code of err, or "" when err is not a

@@ -253,7 +253,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		return err
 	}
 	r, err = e.run(ctx, lua.PublishSKU, e.keys.publishKeys(p.SKU), p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
-		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(e.keys.PartitionOf(p.SKU)), newNonce(), p.DropID, string(policy.ModeOf(p.Draw)))
+		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(e.keys.PartitionOf(p.SKU)), newNonce(), p.DropID, string(policy.ModeOf(p.Draw, p.Queued)))
 	if err != nil {
 		return err
 	}

@@ -22,8 +22,8 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	p := PartitionOf("TWICE")
 	token, other := newToken(p), newToken(p)
 	calls := []*reserveCall{
-		{keys: e.keys.reserveRequestKeys(p, "TWICE", token, "", ""), args: [10]any{"TWICE", "alice", 2, int64(60_000), token, "", "", "", "", ""}},
-		{keys: e.keys.reserveRequestKeys(p, "TWICE", other, "", ""), args: [10]any{"TWICE", "bob", 1, int64(60_000), other, "", "", "", "", ""}},
+		{keys: e.keys.reserveRequestKeys(p, "TWICE", token, "", ""), args: [11]any{"TWICE", "alice", 2, int64(60_000), token, "", "", "", "", "", ""}},
+		{keys: e.keys.reserveRequestKeys(p, "TWICE", other, "", ""), args: [11]any{"TWICE", "bob", 1, int64(60_000), other, "", "", "", "", "", ""}},
 	}
 	keys, args := e.reserveScriptArgs(p, calls)
 	first, err := e.run(ctx, lua.Reserve, keys, args...)

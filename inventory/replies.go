@@ -50,6 +50,11 @@ const (
 	codeWaitlistFull replyCode = "WAITLIST_FULL"
 	// reserve.lua and join_waitlist.lua: the product is sold by draw.
 	codeDrawOnly replyCode = "DRAW_ONLY"
+	// may_take's admission pass limit (reserve.lua, hold_cart_lines.lua,
+	// join_waitlist.lua): a queued product, and no valid pass.
+	codeQueueRequired replyCode = "QUEUE_REQUIRED"
+	codePassExpired   replyCode = "PASS_EXPIRED"
+	codePassInvalid   replyCode = "PASS_INVALID"
 	// apply_draw.lua: the batch was applied before, {code, done}.
 	codeSkip replyCode = "SKIP"
 
@@ -149,6 +154,12 @@ func (r reply) rejection() error {
 		return &WaitlistFullError{Limit: int(r.int(1))}
 	case codeDrawOnly:
 		return ErrDrawOnly
+	case codeQueueRequired:
+		return ErrQueueRequired
+	case codePassExpired:
+		return ErrPassExpired
+	case codePassInvalid:
+		return ErrPassInvalid
 	}
 	return nil
 }

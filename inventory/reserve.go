@@ -30,6 +30,10 @@ type ReserveRequest struct {
 	// in the same run of reserve.lua that decides the reserve; otherwise
 	// (see SpendRateLimit) in its own script just before.
 	RateLimit *RateLimit
+	// AdmissionPass is the pass the caller's admission queue gave it, for
+	// a queued product (or a SKU of a queued drop); "" for none. The hold
+	// spends it.
+	AdmissionPass string
 }
 
 // ValidSKU reports whether s may name a product: 1–64 of A–Z a–z 0–9 . _ -
@@ -146,7 +150,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		l := budget.args()
 		return &reserveCall{
 			keys: e.keys.reserveRequestKeys(partition, req.SKU, token, idem, budgetKey),
-			args: [10]any{req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem, l[0], l[1], l[2]},
+			args: [11]any{req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem, l[0], l[1], l[2], req.AdmissionPass},
 		}
 	}
 	// A SKU of a drop may need the drop's other SKUs rebuilt too: each at

@@ -57,7 +57,7 @@ type reserveQueue struct {
 // its caller stopped waiting: a batch that has not left yet drops it.
 type reserveCall struct {
 	keys [6]string
-	args [10]any
+	args [11]any
 	done chan struct{}
 	res  reply
 	err  error
@@ -132,7 +132,7 @@ func (e *Engine) drainReserves(ctx context.Context, p int, q *reserveQueue) {
 // reserveScriptArgs is reserve.lua's KEYS and ARGV for a batch of partition p.
 func (e *Engine) reserveScriptArgs(p int, calls []*reserveCall) ([]string, []any) {
 	keys := e.keys.reserveBatchKeys(p, len(calls))
-	args := make([]any, 0, 5+10*len(calls))
+	args := make([]any, 0, 5+11*len(calls))
 	args = append(args, e.keys.Base(p), int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity,
 		e.cfg.MaxHold.Milliseconds(), int64(e.cfg.RejectionTTL.Seconds()))
 	for _, c := range calls {

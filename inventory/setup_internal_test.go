@@ -29,5 +29,5 @@ func engineWithProduct(t *testing.T, product ProductInput) (*Engine, testenv.Red
 func plainReserveCall(e *Engine, p int, sku, who string, qty int) *reserveCall {
 	tok := newToken(p)
 	return &reserveCall{keys: e.keys.reserveRequestKeys(p, sku, tok, "", ""),
-		args: [10]any{sku, who, qty, int64(60_000), tok, "", "", "", "", ""}}
+		args: [11]any{sku, who, qty, int64(60_000), tok, "", "", "", "", "", ""}}
 }

@@ -177,6 +177,57 @@ local function drop_quotas(base, d, sku, memo)
   return q
 end
 
+-- The admission queue of a queued product, or of the drop a queued SKU is
+-- in (inventory/queue builds the same keys): queue_scope names it, and its
+-- passes are a hash by principal of "id|expires_ms|state|number" (state A:
+-- not spent yet, U: spent by a hold or a join) and a sorted set of the
+-- principals whose pass is not spent, by expiry (what the admission counts
+-- against the free units).
+local function queue_scope(s)
+  if s.drop then
+    return 'drop:' .. s.drop
+  end
+  return 'sku:' .. s.sku
+end
+
+local function pass_keys(base, scope)
+  return { passes = base .. 'qpass:' .. scope, live = base .. 'qlive:' .. scope }
+end
+
+-- pass_check is the admission pass limit: s.pass is the pass who presents
+-- ('' or nil: none). Returns nil for the principal's own pass, not spent,
+-- not expired, else a refusal QUEUE_REQUIRED, PASS_INVALID or PASS_EXPIRED
+-- (policy.PassState).
+local function pass_check(base, s, who, now)
+  if not s.pass or s.pass == '' then
+    return { 'QUEUE_REQUIRED', '', '' }
+  end
+  local raw = redis.call('HGET', pass_keys(base, queue_scope(s)).passes, who)
+  local id, exp, st = string.match(raw or '', '^([^|]+)|(%d+)|(%a)|')
+  if not id or id ~= s.pass or st ~= 'A' then
+    return { 'PASS_INVALID', '', '' }
+  end
+  if tonumber(exp) <= now then
+    return { 'PASS_EXPIRED', '', '' }
+  end
+  return nil
+end
+
+-- spend_pass marks who's pass spent, once a path held to the pass limit has
+-- written what it bought (a hold, or a waitlist entry): a pass buys one.
+-- Nothing when the SKU's mode takes no pass.
+local function spend_pass(base, s, who)
+  if not policy_pass[s.mode or 'first_come'] then
+    return
+  end
+  local k = pass_keys(base, queue_scope(s))
+  local raw = redis.call('HGET', k.passes, who)
+  if raw then
+    redis.call('HSET', k.passes, who, (string.gsub(raw, '^([^|]+|%d+|)A|', '%1U|')))
+  end
+  redis.call('ZREM', k.live, who)
+end
+
 -- may_take is the one decision of who may take units of a SKU, which every
 -- script that hands units out (reserve.lua, hold_cart_lines.lua, handoff
 -- below, apply_draw.lua) and join_waitlist.lua ask before they write. It
@@ -185,15 +236,17 @@ end
 -- policy_refusal), then each limit of the path is checked in order
 -- (policy_limits). inventory/policy's Check decides the same way.
 --
--- path is the path's name ('reserve', 'cart', 'offer', 'draw', 'join');
--- s the SKU as the caller has it: sku, mode, max, starts, ends, drop (nil
--- for none), quota (its quota hash) and free (the units this path may take
--- from); who, qty the buyer and the units asked; drop_qty (default qty) the
+-- path is the path's name ('reserve', 'cart', 'offer', 'draw', 'join',
+-- 'pass'); s the SKU as the caller has it: sku, mode, max, starts, ends, drop
+-- (nil for none), quota (its quota hash), free (the units this path may take
+-- from) and pass (the admission pass presented, for a queued SKU: see
+-- pass_check); who, qty the buyer and the units asked; drop_qty (default qty) the
 -- units counted against the drop (a cart counts its earlier lines of the
 -- drop too); memo a table kept for one script run, or nil.
 --
 -- Returns nil when the path may take the units; else a refusal {code, a, b}:
--- the mode's own, SALE_NOT_ACTIVE {starts_ms, ends_ms} (the SKU's or its
+-- the mode's own, QUEUE_REQUIRED, PASS_EXPIRED or PASS_INVALID (a queued
+-- SKU's pass), SALE_NOT_ACTIVE {starts_ms, ends_ms} (the SKU's or its
 -- drop's window), QUOTA_EXCEEDED {limit, already} (the SKU's or its drop's
 -- per-person limit: already is what the buyer holds or bought), OUT_OF_STOCK
 -- {free, 0}; or {'NEEDS_HYDRATION', sku} when the drop or a SKU of it is not
@@ -207,7 +260,14 @@ local function may_take(path, base, s, who, qty, now, drop_qty, memo)
   end
   local d
   for _, limit in ipairs(policy_limits[path]) do
-    if limit == 'window' then
+    if limit == 'pass' then
+      if policy_pass[mode] then
+        local no = pass_check(base, s, who, now)
+        if no then
+          return no
+        end
+      end
+    elseif limit == 'window' then
       if outside(now, s.starts, s.ends) then
         return { 'SALE_NOT_ACTIVE', s.starts, s.ends }
       end

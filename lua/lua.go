@@ -130,6 +130,7 @@ func withLibrary(body string) (string, error) {
 //	policy_admits[mode][path]  true when the mode lets the path take units
 //	policy_limits[path]        the limits the path is held to, in order
 //	policy_refusal[mode]       {code, a, b}: how the mode refuses a path it does not admit
+//	policy_pass[mode]          true when the mode holds paths to the admission pass limit
 func policyLua() string {
 	var b strings.Builder
 	b.WriteString("-- The sale policy, rendered by lua/lua.go from package inventory/policy\n" +
@@ -160,7 +161,13 @@ func policyLua() string {
 		fmt.Fprintf(&b, "  [%s] = { %s, %s, %s },\n", strconv.Quote(string(m)), strconv.Quote(string(r.Code)),
 			strconv.Quote(r.A), strconv.Quote(r.B))
 	}
-	b.WriteString("}\n\n")
+	b.WriteString("}\nlocal policy_pass = {")
+	for _, m := range policy.Modes {
+		if policy.NeedsPass(m) {
+			fmt.Fprintf(&b, " [%s] = true,", strconv.Quote(string(m)))
+		}
+	}
+	b.WriteString(" }\n\n")
 	return b.String()
 }
 

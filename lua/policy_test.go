@@ -23,7 +23,8 @@ local function str(v)
   return tostring(v)
 end
 local view = { sku = ARGV[3], mode = ARGV[4], max = tonumber(ARGV[5]), starts = tonumber(ARGV[6]),
-  ends = tonumber(ARGV[7]), drop = ARGV[8] ~= '' and ARGV[8] or nil, quota = KEYS[1], free = tonumber(ARGV[9]) }
+  ends = tonumber(ARGV[7]), drop = ARGV[8] ~= '' and ARGV[8] or nil, quota = KEYS[1], free = tonumber(ARGV[9]),
+  pass = ARGV[14] }
 local r = may_take(ARGV[2], ARGV[1], view, ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]))
 if not r then
   return { 'OK' }
@@ -69,6 +70,11 @@ func TestPolicyInLuaAnswersAsInGo(t *testing.T) {
 	edit("drop not open", dropped, func(s *policy.State) { s.DropStarts, s.DropEnds = now+5, now+50 })
 	edit("above the drop's limit", dropped, func(s *policy.State) { s.DropHeld = 3 })
 	edit("a cart's other lines fill the drop", dropped, func(s *policy.State) { s.DropQty = 3 })
+	edit("a valid pass", open, func(s *policy.State) { s.Pass = policy.PassValid })
+	edit("a valid pass, in a drop", dropped, func(s *policy.State) { s.Pass = policy.PassValid })
+	edit("a valid pass, out of stock", open, func(s *policy.State) { s.Pass, s.Free = policy.PassValid, 1 })
+	edit("an expired pass", open, func(s *policy.State) { s.Pass = policy.PassExpired })
+	edit("another pass, before the sale", open, func(s *policy.State) { s.Pass, s.Starts = policy.PassInvalid, now+1 })
 	edit("every limit at once", dropped, func(s *policy.State) {
 		s.Starts, s.Held, s.DropStarts, s.DropHeld, s.Free = now+1, 3, now+1, 9, 0
 	})
@@ -98,12 +104,29 @@ func TestPolicyInLuaAnswersAsInGo(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				// The buyer's pass of the queue (the SKU's or its drop's),
+				// as admit_queue.lua records it, and the pass presented.
+				pass, scope := "", "sku:"+sku
+				if drop != "" {
+					scope = "drop:" + drop
+				}
+				record := map[policy.PassState]string{
+					policy.PassValid:   fmt.Sprintf("P-%d|%d|A|7", asked, st.Now+1),
+					policy.PassExpired: fmt.Sprintf("P-%d|%d|A|7", asked, st.Now),
+					policy.PassInvalid: fmt.Sprintf("P-%d|%d|U|7", asked, st.Now+1),
+				}[st.Pass]
+				if st.Pass != policy.PassNone {
+					pass = fmt.Sprintf("P-%d", asked)
+					if err := r.Client.HSet(ctx, base+"qpass:"+scope, who, record).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
 				dropQty := st.DropQty
 				if dropQty == 0 {
 					dropQty = st.Qty
 				}
 				got, err := probe.Run(ctx, r.Client, []string{quota}, base, string(path), sku, string(mode), st.Max, st.Starts,
-					st.Ends, drop, st.Free, who, st.Qty, st.Now, dropQty).StringSlice()
+					st.Ends, drop, st.Free, who, st.Qty, st.Now, dropQty, pass).StringSlice()
 				if err != nil {
 					t.Fatalf("%s, %s, %s: %v", name, mode, path, err)
 				}

@@ -20,16 +20,18 @@
 --          and quota hashes of each of the drop's SKUs (at most 100, listed in the drop's hash)
 -- ARGV[2]  idempotency TTL seconds    ARGV[3] max quantity per call
 -- ARGV[4]  max hold milliseconds      ARGV[5] rejection TTL seconds (how long a rejection replays)
--- then ten arguments per request i, at ARGV[6+10i] .. ARGV[15+10i]:
+-- then eleven arguments per request i, at ARGV[6+11i] .. ARGV[16+11i]:
 --          sku, principal, quantity, hold milliseconds, token,
 --          request fingerprint ("" when the call has no idempotency key), idempotency hash ("" when none),
---          the budget's burst, rate and period in seconds ("" "" "" when this run does not spend it)
+--          the budget's burst, rate and period in seconds ("" "" "" when this run does not spend it),
+--          the admission pass presented ("" when none; only a queued SKU asks for one)
 --
 -- The new hold carries the SKU's generation (see sku_gen in lib.lua).
 --
 -- Whether a request may take its units is may_take's decision (lib.lua), the
 -- one policy every path that hands out units shares: the product's sale mode
--- must admit a reserve (one sold by draw answers DRAW_ONLY), then the sale
+-- must admit a reserve (one sold by draw answers DRAW_ONLY), a queued one
+-- asks for its buyer's admission pass (pass_check), then the sale
 -- window, the per-person limit, the drop's window and limit (the units the
 -- principal holds or bought of every SKU of the drop, summed from their quota
 -- hashes, so the drop's count needs no state of its own and is right whatever
@@ -43,7 +45,8 @@
 -- IDEMPOTENCY_KEY_REUSED, NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop
 -- itself, is not in Redis: rebuild the SKU named from Postgres, which brings its drop too, and
 -- retry), SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
--- OUT_OF_STOCK {available}, DRAW_ONLY (the product is sold by draw), or ERR {message} when
+-- OUT_OF_STOCK {available}, DRAW_ONLY (the product is sold by draw), QUEUE_REQUIRED,
+-- PASS_EXPIRED, PASS_INVALID (a queued product: no pass, or not a valid one), or ERR {message} when
 -- deciding that request raised an error (the others are answered all the same).
 --
 -- Why one script: the checks and the deduction must be one step. Anything in
@@ -137,12 +140,13 @@ local function reject(fp, idem_rec, code, ra, rb)
 end
 
 -- reserve_new decides a request that made no hold yet, after its budget
--- allowed it: its six keys start at KEYS[ki], its ten arguments at ARGV[ai],
+-- allowed it: its six keys start at KEYS[ki], its eleven arguments at ARGV[ai],
 -- and qty is its quantity. It returns the request's reply, and its SKU's
 -- stock hash and channel when it changed the stock.
 local function reserve_new(ki, ai, qty)
   local sku_key, hold, quota, idem_rec, channel = KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4]
   local sku, who, hold_ms, token, fp, idem = ARGV[ai], ARGV[ai + 1], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6]
+  local pass = ARGV[ai + 10]
 
   -- 2. Idempotency: replay the first outcome, refuse a different request.
   if fp ~= '' then
@@ -175,12 +179,17 @@ local function reserve_new(ki, ai, qty)
   -- a reserve, then the sale window on Redis' clock (every server agrees on
   -- it), the per-person limit (units held plus bought), the drop's window
   -- and limit across every SKU of the drop, and the stock, in that order.
-  local no = may_take('reserve', base, {
+  local view = {
     sku = sku, mode = st.mode, max = st.max, starts = st.starts, ends = st.ends, drop = st.drop, quota = quota,
-    free = st.avail,
-  }, who, qty, now)
+    free = st.avail, pass = pass,
+  }
+  local no = may_take('reserve', base, view, who, qty, now)
   if no and no[1] == 'NEEDS_HYDRATION' then
     return { 'NEEDS_HYDRATION', no[2], '', 0 }
+  elseif no and (no[1] == 'QUEUE_REQUIRED' or no[1] == 'PASS_EXPIRED' or no[1] == 'PASS_INVALID') then
+    -- Not recorded for replay: it answers the pass, not the request, and
+    -- the same request with the pass it lacked must be decided anew.
+    return { no[1], no[2], no[3], 0 }
   elseif no then
     return reject(fp, idem_rec, no[1], no[2], no[3])
   end
@@ -192,6 +201,7 @@ local function reserve_new(ki, ai, qty)
     'exp', exp_s, 'ctd', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen)
   redis.call('HINCRBY', quota, who, qty_s)
   redis.call('ZADD', expiry, exp_s, token)
+  spend_pass(base, view, who)
   if exact(st) then
     st.avail, st.held, st.seq, st.moved = st.avail - qty, st.held + qty, st.seq + 1, true
   else
@@ -207,7 +217,7 @@ local function reserve_new(ki, ai, qty)
   return { 'HELD', exp, now }, sku_key, channel
 end
 
--- reserve_one decides one request, whose six keys start at KEYS[ki] and ten
+-- reserve_one decides one request, whose six keys start at KEYS[ki] and eleven
 -- arguments at ARGV[ai]. It returns what reserve_new returns.
 local function reserve_one(ki, ai)
   local hold, budget = KEYS[ki + 1], KEYS[ki + 5]
@@ -252,7 +262,7 @@ end
 local replies, changed, order = {}, {}, {}
 local n = (#KEYS - 2) / 6
 for i = 0, n - 1 do
-  local ki, ai = 3 + 6 * i, 6 + 10 * i
+  local ki, ai = 3 + 6 * i, 6 + 11 * i
   local ok, r, sku_key, channel = pcall(reserve_one, ki, ai)
   if not ok then
     -- An error fails this request alone; the requests before it are

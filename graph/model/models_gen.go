@@ -542,6 +542,12 @@ const (
 	ErrorCodeWaitlistFull ErrorCode = "WAITLIST_FULL"
 	// The product is sold by draw: enter the draw (enterDraw) instead.
 	ErrorCodeDrawOnly ErrorCode = "DRAW_ONLY"
+	// The product (or its drop) is sold through an admission queue: join it, and bring the pass it gives (admissionPass).
+	ErrorCodeQueueRequired ErrorCode = "QUEUE_REQUIRED"
+	// The admission pass has expired.
+	ErrorCodePassExpired ErrorCode = "PASS_EXPIRED"
+	// The admission pass is not this caller's for this product, or was spent already.
+	ErrorCodePassInvalid ErrorCode = "PASS_INVALID"
 )
 
 var AllErrorCode = []ErrorCode{
@@ -561,11 +567,14 @@ var AllErrorCode = []ErrorCode{
 	ErrorCodeUnavailable,
 	ErrorCodeWaitlistFull,
 	ErrorCodeDrawOnly,
+	ErrorCodeQueueRequired,
+	ErrorCodePassExpired,
+	ErrorCodePassInvalid,
 }
 
 func (e ErrorCode) IsValid() bool {
 	switch e {
-	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable, ErrorCodeWaitlistFull, ErrorCodeDrawOnly:
+	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable, ErrorCodeWaitlistFull, ErrorCodeDrawOnly, ErrorCodeQueueRequired, ErrorCodePassExpired, ErrorCodePassInvalid:
 		return true
 	}
 	return false

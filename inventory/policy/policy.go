@@ -24,8 +24,7 @@ import (
 // Mode is how a product is sold.
 type Mode string
 
-// The sale modes. An admission queue, when it comes, is one more: its mode,
-// the paths it admits (Pass, Offer) and its refusal.
+// The sale modes.
 const (
 	// FirstCome sells to whoever reserves first: reserves, carts and the
 	// waitlist.
@@ -33,15 +32,24 @@ const (
 	// Draw sells to the winners of a draw; its losers wait in the waitlist,
 	// which units the winners free go to.
 	Draw Mode = "draw"
+	// Queue sells like FirstCome, but a reserve, a cart line or a join is
+	// held to the AdmissionPass limit: only a holder of a valid pass, handed
+	// out by the product's (or its drop's) admission queue in ticket order,
+	// takes units. The admission itself is the Pass path.
+	Queue Mode = "queue"
 )
 
 // Modes lists every mode, in a fixed order.
-var Modes = []Mode{FirstCome, Draw}
+var Modes = []Mode{FirstCome, Draw, Queue}
 
-// ModeOf is the mode of a product, from the ledger's flag.
-func ModeOf(byDraw bool) Mode {
-	if byDraw {
+// ModeOf is the mode of a product, from the ledger's flags (a product is
+// never both sold by draw and queued: the ledger refuses it).
+func ModeOf(byDraw, queued bool) Mode {
+	switch {
+	case byDraw:
 		return Draw
+	case queued:
+		return Queue
 	}
 	return FirstCome
 }
@@ -63,7 +71,10 @@ const (
 	// Join is joining a waitlist: it takes no unit, but is refused when the
 	// joiner could never be served (join_waitlist.lua).
 	Join Path = "join"
-	// Pass is an admission pass of a queued product; no mode admits it yet.
+	// Pass is the admission queue handing out a pass: a right to take units
+	// for a short while, which it gives only while free units outnumber the
+	// passes not yet spent (admit_queue.lua). It names no buyer, so it is
+	// held to no per-person limit.
 	Pass Path = "pass"
 )
 
@@ -75,6 +86,10 @@ type Limit string
 
 // The limits, in the order they are checked.
 const (
+	// AdmissionPass: in a mode that NeedsPass, the buyer presents a pass
+	// of the product's (or its drop's) queue, issued to it, not spent, not
+	// expired. Other modes pass it.
+	AdmissionPass Limit = "pass"
 	// SaleWindow: now within the SKU's saleStartsAt..saleEndsAt.
 	SaleWindow Limit = "window"
 	// SKULimit: what the buyer holds or bought of the SKU, plus the units
@@ -90,13 +105,18 @@ const (
 )
 
 // Limits lists every limit, in the order Check checks them.
-var Limits = []Limit{SaleWindow, SKULimit, DropWindow, DropLimit, Stock}
+var Limits = []Limit{AdmissionPass, SaleWindow, SKULimit, DropWindow, DropLimit, Stock}
 
 // admits says which paths each mode lets take units.
 var admits = map[Mode][]Path{
 	FirstCome: {Reserve, Cart, Offer, Join},
 	Draw:      {DrawResult, Offer},
+	Queue:     {Reserve, Cart, Offer, Join, Pass},
 }
+
+// NeedsPass reports whether mode holds its paths to the AdmissionPass limit.
+// A waitlist's offer is not: its waiter presented a pass to join.
+func NeedsPass(mode Mode) bool { return mode == Queue }
 
 // limits says which limits each path is held to. A draw's result is not
 // held to a sale window: the draw's window is its entries' (checked when
@@ -104,12 +124,12 @@ var admits = map[Mode][]Path{
 // takes nothing yet, so it is not held to the stock; it is held to the
 // limits because a joiner they refuse could never be served.
 var limits = map[Path][]Limit{
-	Reserve:    {SaleWindow, SKULimit, DropWindow, DropLimit, Stock},
-	Cart:       {SaleWindow, SKULimit, DropWindow, DropLimit, Stock},
+	Reserve:    {AdmissionPass, SaleWindow, SKULimit, DropWindow, DropLimit, Stock},
+	Cart:       {AdmissionPass, SaleWindow, SKULimit, DropWindow, DropLimit, Stock},
 	Offer:      {SaleWindow, SKULimit, DropWindow, DropLimit, Stock},
 	DrawResult: {SKULimit, DropLimit, Stock},
-	Join:       {SaleWindow, SKULimit, DropWindow, DropLimit},
-	Pass:       {SaleWindow, SKULimit, DropWindow, DropLimit, Stock},
+	Join:       {AdmissionPass, SaleWindow, SKULimit, DropWindow, DropLimit},
+	Pass:       {SaleWindow, DropWindow, Stock},
 }
 
 // Admits reports whether mode lets path take units.
@@ -128,6 +148,13 @@ const (
 	CodeSaleNotActive Code = "SALE_NOT_ACTIVE"
 	CodeQuotaExceeded Code = "QUOTA_EXCEEDED"
 	CodeOutOfStock    Code = "OUT_OF_STOCK"
+	// CodeQueueRequired: a queued product, and no pass presented.
+	CodeQueueRequired Code = "QUEUE_REQUIRED"
+	// CodePassExpired: the buyer's pass, past its expiry.
+	CodePassExpired Code = "PASS_EXPIRED"
+	// CodePassInvalid: a pass that is not the buyer's current one for this
+	// queue (forged, another's, another queue's, or spent already).
+	CodePassInvalid Code = "PASS_INVALID"
 )
 
 // Refusal is why a path may not take units: a code and two details, as the
@@ -150,6 +177,21 @@ func Refuse(mode Mode) Refusal {
 	return Refusal{Code: CodeInvalidInput, A: "sku", B: "this product is sold first come, first served"}
 }
 
+// PassState is what the buyer's presented pass is, as lib.lua's pass_check
+// finds it against the queue's record of the buyer.
+type PassState int
+
+// The states of a presented pass.
+const (
+	PassNone PassState = iota
+	PassValid
+	PassExpired
+	PassInvalid
+)
+
+// passRefusal is how the AdmissionPass limit refuses each state but PassValid.
+var passRefusal = map[PassState]Code{PassNone: CodeQueueRequired, PassExpired: CodePassExpired, PassInvalid: CodePassInvalid}
+
 // State is what a decision looks at: the SKU's settings and counters, its
 // drop's, the buyer's counts and the request. Times are milliseconds since
 // the epoch; a zero bound or limit is none.
@@ -166,6 +208,7 @@ type State struct {
 	Free         int // units the path may take from
 	Qty          int // units asked
 	DropQty      int // units counted against the drop; 0 means Qty
+	Pass         PassState
 }
 
 // Check decides whether path may take st.Qty units of a product sold in
@@ -183,6 +226,8 @@ func Check(mode Mode, path Path, st State) *Refusal {
 	}
 	for _, l := range limits[path] {
 		switch {
+		case l == AdmissionPass && NeedsPass(mode) && st.Pass != PassValid:
+			return &Refusal{Code: passRefusal[st.Pass]}
 		case l == SaleWindow && outside(st.Now, st.Starts, st.Ends):
 			return &Refusal{Code: CodeSaleNotActive, A: itoa(st.Starts), B: itoa(st.Ends)}
 		case l == SKULimit && st.Max > 0 && st.Held+st.Qty > st.Max:
