@@ -35,6 +35,15 @@
 // never changed; its id orders the shuffle) and draw_results (one row per
 // entry, written by COPY in the transaction that sets the draw DRAWN).
 //
+// The webhook outbox is here too (webhooks.go, migration 0014): endpoints,
+// one webhook_events row per event and one webhook_deliveries row per event
+// and subscribed endpoint, written by triggers on sales, products,
+// stock_movements and draws in the transaction of the ledger write that
+// records the event, so an event exists exactly when its record does. The
+// delivery worker claims the oldest pending delivery of each product and
+// endpoint (SKIP LOCKED, with a claim that outlasts one attempt) and
+// records each attempt's outcome.
+//
 // Errors from pgx are translated here (ErrNotFound, ErrExists,
 // ErrWouldOversell, ErrInvalid, ErrFenced) so callers never see driver types.
 package db

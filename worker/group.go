@@ -22,11 +22,12 @@ type GroupConfig struct {
 	Reconciler CommitReconcilerConfig
 	Rebuilder  RebuilderConfig
 	Drawer     DrawerConfig
+	Webhooks   WebhookDispatcherConfig
 }
 
 // Group is the embedded worker group of one server process: the hold
 // sweeper, the write-behind flusher, the commit reconciler, the rebuilder
-// and the drawer. Each worker supervises its own loop (restart with backoff on an
+// the drawer and the webhook dispatcher. Each worker supervises its own loop (restart with backoff on an
 // error or a panic); the group starts them in dependency order and stops them
 // in reverse, the flusher last, so that the events the others emit while
 // stopping still reach Postgres before the pools close.
@@ -36,6 +37,7 @@ type Group struct {
 	Reconciler *CommitReconciler
 	Rebuilder  *Rebuilder
 	Drawer     *Drawer
+	Webhooks   *WebhookDispatcher
 }
 
 // NewGroup builds the group. One Owner is chosen for the process (unless
@@ -49,19 +51,22 @@ func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClie
 	cfg.Reconciler.inherit(cfg.Options)
 	cfg.Rebuilder.inherit(cfg.Options)
 	cfg.Drawer.inherit(cfg.Options)
+	cfg.Webhooks.inherit(cfg.Options)
 	return &Group{
 		Sweeper:    NewHoldSweeper(cfg.Sweeper, engine, rdb, log, reg),
 		Flusher:    NewFlusher(cfg.Flusher, engine, rdb, log, reg),
 		Reconciler: NewCommitReconciler(cfg.Reconciler, engine, rdb, log, reg),
 		Rebuilder:  NewRebuilder(cfg.Rebuilder, engine, rdb, log, reg),
 		Drawer:     NewDrawer(cfg.Drawer, engine, rdb, log, reg),
+		Webhooks:   NewWebhookDispatcher(cfg.Webhooks, engine.Ledger(), log, reg),
 	}
 }
 
 // workers in start order: the flusher first, so no event waits; the
-// rebuilder before the workers that act on holds.
+// rebuilder before the workers that act on holds; the webhook dispatcher,
+// which reads only the ledger, last (and so stopped first).
 func (g *Group) workers() []startstop.Service {
-	return []startstop.Service{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper, g.Drawer}
+	return []startstop.Service{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper, g.Drawer, g.Webhooks}
 }
 
 // Start starts every worker; when one fails to start, the ones started are

@@ -1,0 +1,374 @@
+package worker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/internal/webhooktest"
+	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/webhook"
+)
+
+// fastWebhooks shortens the dispatcher's clock so tests finish in seconds.
+func fastWebhooks(owner string) WebhookDispatcherConfig {
+	return WebhookDispatcherConfig{
+		Options: Options{Owner: owner, StepTimeout: 5 * time.Second},
+		Poll:    20 * time.Millisecond, Timeout: 200 * time.Millisecond,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 80 * time.Millisecond, MaxAttempts: 50,
+		BacklogInterval: 50 * time.Millisecond,
+	}
+}
+
+// startDispatcher starts a dispatcher on the bundle's ledger, with its test
+// signal, and stops it when the test ends.
+func (b *bundle) startDispatcher(t *testing.T, cfg WebhookDispatcherConfig) (*WebhookDispatcher, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	d := NewWebhookDispatcher(cfg, b.engine.Ledger(), b.log.With().Str("dispatcher", cfg.Owner).Logger(), reg)
+	d.attempted.Init()
+	require.NoError(t, d.Start(b.ctx))
+	t.Cleanup(func() { stop(t, d) })
+	return d, reg
+}
+
+// subscribe creates an endpoint for every event type.
+func (b *bundle) subscribe(t *testing.T, url, secret string) db.WebhookEndpoint {
+	t.Helper()
+	e, err := webhook.NewService(b.engine.Ledger()).CreateEndpoint(b.ctx, admin, webhook.EndpointInput{
+		URL: url, Secret: secret, EventTypes: webhook.Types})
+	require.NoError(t, err)
+	return e
+}
+
+// waitSettled waits, on the dispatchers' signals, until no delivery of the
+// endpoint is pending.
+func (b *bundle) waitSettled(t *testing.T, endpoint int64, within time.Duration, ds ...*WebhookDispatcher) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		n, err := b.engine.Ledger().WebhookDeliveries(b.ctx, endpoint, db.WebhookPending, 0, 1)
+		require.NoError(t, err)
+		if len(n) == 0 {
+			return
+		}
+		select {
+		case <-ds[0].attempted.C():
+		case <-signalOf(ds[1:]):
+		case <-deadline.C:
+			t.Fatalf("deliveries of endpoint %d still pending after %s (first: %d)", endpoint, within, n[0].EventID)
+		}
+	}
+}
+
+func signalOf(ds []*WebhookDispatcher) <-chan WebhookAttemptReport {
+	if len(ds) == 0 {
+		return nil
+	}
+	return ds[0].attempted.C()
+}
+
+// sell reserves and commits one unit of sku for each buyer, concurrently,
+// and returns how many sold.
+func (b *bundle) sell(t *testing.T, sku string, buyers int) int {
+	t.Helper()
+	sold, err := b.trySell(sku, buyers)
+	require.NoError(t, err)
+	return sold
+}
+
+// trySell is sell for any goroutine: an error instead of a failed test.
+func (b *bundle) trySell(sku string, buyers int) (int, error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, buyers)
+	for i := range buyers {
+		wg.Go(func() {
+			who := inventory.Principal{ID: fmt.Sprintf("buyer-%s-%d", sku, i)}
+			r, err := b.engine.Reserve(b.ctx, who, inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+			if err != nil {
+				errs <- err
+				return
+			}
+			_, err = b.engine.Commit(b.ctx, who, r.Token)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	sold := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			sold++
+		case !errors.Is(err, inventory.ErrOutOfStock):
+			return sold, err
+		}
+	}
+	return sold, nil
+}
+
+// webhookOutbox is an endpoint's deliveries as the ledger has them, by event id.
+func (b *bundle) webhookOutbox(t *testing.T, endpoint int64, status string) []db.WebhookDelivery {
+	t.Helper()
+	var out []db.WebhookDelivery
+	after := int64(0)
+	for {
+		page, err := b.engine.Ledger().WebhookDeliveries(b.ctx, endpoint, status, after, 100)
+		require.NoError(t, err)
+		out = append(out, page...)
+		if len(page) < 100 {
+			return out
+		}
+		after = page[len(page)-1].EventID
+	}
+}
+
+// requireReceivedAsRecorded checks what a receiver accepted against the
+// ledger: every recorded event arrived, byte for byte, none that was not
+// recorded, and each product's events in the order of their ids.
+func requireReceivedAsRecorded(t *testing.T, recorded []db.WebhookDelivery, got []webhooktest.Received) (duplicates int) {
+	t.Helper()
+	byID := map[string]db.WebhookDelivery{}
+	for _, d := range recorded {
+		byID[webhook.MessageID(d.EventID)] = d
+	}
+	seen := map[string]bool{}
+	lastBySKU := map[string]int64{}
+	for _, r := range got {
+		d, ok := byID[r.ID]
+		require.True(t, ok, "received %s, which the ledger did not record", r.ID)
+		require.True(t, bytes.Equal(d.Payload, r.Body), "%s arrived as %s, recorded as %s", r.ID, r.Body, d.Payload)
+		if seen[r.ID] {
+			duplicates++
+			continue
+		}
+		seen[r.ID] = true
+		require.Greater(t, d.EventID, lastBySKU[d.SKU], "%s (%s of %s) arrived after a later event of its product", r.ID, d.Type, d.SKU)
+		lastBySKU[d.SKU] = d.EventID
+	}
+	require.Len(t, seen, len(recorded), "every recorded event arrives")
+	return duplicates
+}
+
+// flaky fails a third of first attempts with 500 and hangs a sixth, by a
+// hash of the id, and accepts every fourth attempt.
+func flaky(id string, attempt int) webhooktest.Answer {
+	if attempt >= 4 {
+		return webhooktest.Accept
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id + "/" + strconv.Itoa(attempt)))
+	switch h.Sum32() % 6 {
+	case 0, 1:
+		return webhooktest.Fail
+	case 2:
+		return webhooktest.Hang
+	}
+	return webhooktest.Accept
+}
+
+// TestWebhooksArriveAsRecordedInOrderThroughFailures sells three products
+// out (one restocked and sold out again) while two dispatchers, as two
+// processes would, deliver to a receiver that fails and hangs on purpose:
+// every event the ledger recorded arrives, signed, byte for byte, each
+// product's in order, and the events are exactly the ledger's sales,
+// sell-outs and restocks.
+func TestWebhooksArriveAsRecordedInOrderThroughFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	secret := webhook.NewSecret()
+	recv := webhooktest.New(t, secret, flaky)
+	ep := b.subscribe(t, recv.URL, secret)
+	skus := []string{"WH-A", "WH-B", "WH-C"}
+	for _, sku := range skus {
+		_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: sku, Name: sku,
+			Price: inventory.Money{Amount: 1500, Currency: "EUR"}, Stock: 8})
+		require.NoError(t, err)
+	}
+	d1, _ := b.startDispatcher(t, fastWebhooks("one"))
+	d2, _ := b.startDispatcher(t, fastWebhooks("two"))
+
+	var wg sync.WaitGroup
+	sold := make([]int, len(skus))
+	errs := make([]error, len(skus))
+	for i, sku := range skus {
+		wg.Go(func() { sold[i], errs[i] = b.trySell(sku, 12) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	_, err := b.engine.Restock(b.ctx, admin, "WH-A", 3, "po-1")
+	require.NoError(t, err)
+	sold[0] += b.sell(t, "WH-A", 5)
+	require.Equal(t, []int{11, 8, 8}, sold)
+
+	b.waitSettled(t, ep.ID, 60*time.Second, d1, d2)
+	recorded := b.webhookOutbox(t, ep.ID, db.WebhookDelivered)
+	dups := requireReceivedAsRecorded(t, recorded, recv.Accepted())
+	require.Empty(t, recv.BadSignatures())
+	require.Empty(t, b.webhookOutbox(t, ep.ID, db.WebhookDead))
+
+	// The events are the ledger's: one sale.committed per sale, the
+	// sell-outs and the restock in their places.
+	var sales int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM sales`).Scan(&sales))
+	types := map[string][]string{}
+	for _, d := range recorded {
+		types[d.SKU] = append(types[d.SKU], d.Type)
+		if d.Type == webhook.SaleCommitted {
+			sales--
+		}
+	}
+	require.Zero(t, sales, "one sale.committed per sale")
+	require.Equal(t, []string{webhook.ProductSoldOut, webhook.Restock, webhook.ProductBackInStock, webhook.ProductSoldOut},
+		without(types["WH-A"], webhook.SaleCommitted), "WH-A: %v", types["WH-A"])
+	for _, sku := range skus[1:] {
+		require.Equal(t, []string{webhook.ProductSoldOut}, without(types[sku], webhook.SaleCommitted), "%s: %v", sku, types[sku])
+	}
+	// Each sell-out comes right after the sale that made it.
+	for sku, ts := range types {
+		for i, ty := range ts {
+			if ty == webhook.ProductSoldOut {
+				require.Equal(t, webhook.SaleCommitted, ts[i-1], "%s: %v", sku, ts)
+			}
+		}
+	}
+	t.Logf("%d events, %d requests to the receiver, %d duplicates", len(recorded), recv.Requests(), dups)
+}
+
+func without(ts []string, drop string) []string {
+	var out []string
+	for _, t := range ts {
+		if t != drop {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// TestWebhookDeadLettersAndRedelivery: an endpoint that always fails gets
+// each delivery MaxAttempts times, then has it as a dead letter (counted in
+// the metrics), and a redelivery sends the dead letters once it answers.
+func TestWebhookDeadLettersAndRedelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	secret := webhook.NewSecret()
+	var mu sync.Mutex
+	down := true
+	recv := webhooktest.New(t, secret, func(string, int) webhooktest.Answer {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return webhooktest.Fail
+		}
+		return webhooktest.Accept
+	})
+	ep := b.subscribe(t, recv.URL, secret)
+	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: "WH-DEAD", Name: "dead",
+		Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 3})
+	require.NoError(t, err)
+	cfg := fastWebhooks("one")
+	cfg.MaxAttempts = 3
+	d, reg := b.startDispatcher(t, cfg)
+	require.Equal(t, 3, b.sell(t, "WH-DEAD", 3))
+
+	// 3 sales and the sell-out, each tried three times.
+	deadline := time.After(30 * time.Second)
+	for len(b.webhookOutbox(t, ep.ID, db.WebhookDead)) < 4 {
+		select {
+		case <-d.attempted.C():
+		case <-deadline:
+			t.Fatal("the deliveries did not become dead letters")
+		}
+	}
+	dead := b.webhookOutbox(t, ep.ID, db.WebhookDead)
+	for _, l := range dead {
+		require.Equal(t, 3, l.Attempts)
+		require.Equal(t, 500, l.LastStatus)
+		require.Contains(t, l.LastError, "failing on purpose")
+	}
+	require.Equal(t, 12, recv.Requests())
+	endpoint := strconv.FormatInt(ep.ID, 10)
+	require.InDelta(t, 4, testutil.ToFloat64(d.dead.WithLabelValues(endpoint)), 0)
+	require.InDelta(t, 4, testutil.ToFloat64(d.attempts.WithLabelValues(endpoint, "dead")), 0)
+	require.InDelta(t, 8, testutil.ToFloat64(d.attempts.WithLabelValues(endpoint, "failed")), 0)
+	n, err := testutil.GatherAndCount(reg, "dropline_webhook_dead_letters_total", "dropline_webhook_attempt_seconds")
+	require.NoError(t, err)
+	require.Positive(t, n)
+
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	svc := webhook.NewService(b.engine.Ledger())
+	revived, err := svc.Redeliver(b.ctx, admin, endpoint, []string{webhook.MessageID(dead[0].EventID)})
+	require.NoError(t, err)
+	require.Equal(t, 1, revived)
+	revived, err = svc.Redeliver(b.ctx, admin, endpoint, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, revived)
+	b.waitSettled(t, ep.ID, 30*time.Second, d)
+	requireReceivedAsRecorded(t, b.webhookOutbox(t, ep.ID, db.WebhookDelivered), recv.Accepted())
+	_, err = svc.Redeliver(b.ctx, inventory.Principal{ID: "buyer"}, endpoint, nil)
+	require.ErrorIs(t, err, inventory.ErrForbidden)
+}
+
+// TestHangingEndpointDoesNotHoldUpAnother: one endpoint hangs every
+// request until the sender's timeout, another answers at once; the second
+// receives every event long before the first's first attempt has timed
+// out, and the first still gets them all once it answers.
+func TestHangingEndpointDoesNotHoldUpAnother(t *testing.T) {
+	testenv.Quiet(t)
+	b := setup(t)
+	var mu sync.Mutex
+	hang := true
+	slowSecret, fastSecret := webhook.NewSecret(), webhook.NewSecret()
+	slow := webhooktest.New(t, slowSecret, func(string, int) webhooktest.Answer {
+		mu.Lock()
+		defer mu.Unlock()
+		if hang {
+			return webhooktest.Hang
+		}
+		return webhooktest.Accept
+	})
+	fast := webhooktest.New(t, fastSecret, nil)
+	slowEP := b.subscribe(t, slow.URL, slowSecret)
+	fastEP := b.subscribe(t, fast.URL, fastSecret)
+	skus := []string{"WH-H1", "WH-H2", "WH-H3", "WH-H4", "WH-H5", "WH-H6"}
+	for _, sku := range skus {
+		_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: sku, Name: sku,
+			Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 5})
+		require.NoError(t, err)
+	}
+	cfg := fastWebhooks("one")
+	cfg.Timeout = 3 * time.Second
+	d, _ := b.startDispatcher(t, cfg)
+	began := time.Now()
+	for _, sku := range skus {
+		require.Equal(t, 5, b.sell(t, sku, 5))
+	}
+	b.waitSettled(t, fastEP.ID, 10*time.Second, d)
+	took := time.Since(began)
+	require.Less(t, took, cfg.Timeout, "the answering endpoint waited for the hanging one")
+	requireReceivedAsRecorded(t, b.webhookOutbox(t, fastEP.ID, db.WebhookDelivered), fast.Accepted())
+	require.Empty(t, slow.Accepted())
+	t.Logf("36 events reached the answering endpoint %s after the first sale, while the other hung", took.Round(time.Millisecond))
+
+	mu.Lock()
+	hang = false
+	mu.Unlock()
+	b.waitSettled(t, slowEP.ID, 30*time.Second, d)
+	requireReceivedAsRecorded(t, b.webhookOutbox(t, slowEP.ID, db.WebhookDelivered), slow.Accepted())
+}
