@@ -50,16 +50,24 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 	}
 	group := worker.NewGroup(worker.GroupConfig{Options: worker.Options{LeaseTTL: in.Config.LeaseTTL}}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
 	hub := live.NewHub(live.HubConfig{Interval: in.Config.LiveInterval}, engine, in.Redis, in.Log, in.Registry)
+	var trusted *graphql.TrustedDocuments
+	if path := in.Config.TrustedDocuments; path != "" {
+		if trusted, err = graphql.LoadTrustedDocuments(path); err != nil {
+			return Services{}, err
+		}
+		in.Log.Info().Str("manifest", path).Int("documents", trusted.Len()).Msg("running trusted documents only")
+	}
 	return Services{
 		GraphQL: graphql.NewHandler(graphql.Config{
-			Engine:      engine,
-			Redis:       in.Redis,
-			Verifier:    in.Issuer,
-			Dev:         in.Config.Dev,
-			CORSOrigins: in.Config.AllowedOrigins(),
-			Live:        hub,
-			Registerer:  in.Registry,
-			Streams:     in.Config.StreamLimits(),
+			Engine:           engine,
+			Redis:            in.Redis,
+			Verifier:         in.Issuer,
+			Dev:              in.Config.Dev,
+			CORSOrigins:      in.Config.AllowedOrigins(),
+			Live:             hub,
+			Registerer:       in.Registry,
+			Streams:          in.Config.StreamLimits(),
+			TrustedDocuments: trusted,
 			Limits: graphql.Limits{
 				MutationRate:    in.Config.MutationRate,
 				MutationBurst:   in.Config.MutationBurst,

@@ -66,6 +66,7 @@ const (
 	EnvStreamWriteTimeout = "DROPLINE_STREAM_WRITE_TIMEOUT"
 	EnvLiveInterval       = "DROPLINE_LIVE_INTERVAL"
 	EnvAPQBytesPerAddr    = "DROPLINE_APQ_BYTES_PER_ADDR"
+	EnvTrustedDocuments   = "DROPLINE_TRUSTED_DOCUMENTS"
 	EnvBodyTimeout        = "DROPLINE_BODY_TIMEOUT"
 	EnvRequestsPerAddr    = "DROPLINE_REQUESTS_PER_ADDR"
 
@@ -403,6 +404,16 @@ type Config struct {
 	// up to 32 KiB.
 	APQBytesPerAddr int
 
+	// TrustedDocuments is the path of a manifest of the only documents the
+	// server runs (DROPLINE_TRUSTED_DOCUMENTS): Apollo's persisted query
+	// manifest, or the map of id to document Relay's compiler and
+	// graphql-codegen's client preset write. Clients name a document by its
+	// id (extensions.persistedQuery.sha256Hash, documentId or doc_id);
+	// anything else is refused with PERSISTED_QUERY_NOT_ALLOWED, except a
+	// document sent as text in dev mode (the playground), and automatic
+	// persisted queries are off. Default: empty, meaning any document runs.
+	TrustedDocuments string
+
 	// BodyTimeout bounds how long a client may take to send a request's
 	// body once its headers are in (DROPLINE_BODY_TIMEOUT); a slower body
 	// gets 408 and its connection is closed. Default: 10s; between 1s and
@@ -586,6 +597,7 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvStreamWriteTimeout, &c.StreamWriteTimeout)
 	dur(EnvLiveInterval, &c.LiveInterval)
 	num(EnvAPQBytesPerAddr, &c.APQBytesPerAddr)
+	str(EnvTrustedDocuments, &c.TrustedDocuments)
 	dur(EnvBodyTimeout, &c.BodyTimeout)
 	num(EnvRequestsPerAddr, &c.RequestsPerAddr)
 	str(EnvAdminAddr, &c.AdminAddr)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -91,6 +90,11 @@ func (*persistedQueries) Validate(gqlgen.ExecutableSchema) error { return nil }
 func (p *persistedQueries) MutateOperationParameters(ctx context.Context, raw *gqlgen.RawParams) *gqlerror.Error {
 	ext, present := raw.Extensions["persistedQuery"]
 	if !present || ext == nil {
+		if raw.Query == "" && raw.Extensions[extDocumentID] != nil {
+			// An id alone names a trusted document, which only a server
+			// with a manifest knows (trustedOnly).
+			return persistedQueryNotFound()
+		}
 		return nil
 	}
 	pq, _ := ext.(map[string]any)
@@ -105,9 +109,7 @@ func (p *persistedQueries) MutateOperationParameters(ctx context.Context, raw *g
 	if raw.Query == "" {
 		q, ok := p.get(ctx, hash)
 		if !ok {
-			err := gqlerror.Errorf("PersistedQueryNotFound")
-			errcode.Set(err, CodePersistedQueryNotFound)
-			return err
+			return persistedQueryNotFound()
 		}
 		raw.Query = q
 	} else {

@@ -53,6 +53,10 @@ type Config struct {
 	// Registerer receives the subscription transport's metrics. Nil: not
 	// exported.
 	Registerer prometheus.Registerer
+	// TrustedDocuments, when set, are the only documents that run, named
+	// by their id, and automatic persisted queries are off (trustedOnly).
+	// Nil: any document runs, and APQ registers them.
+	TrustedDocuments *TrustedDocuments
 }
 
 // Limits protect the service from expensive or abusive requests. Each zero
@@ -234,8 +238,13 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	srv.Use(cost)
 	// After the cost, whose budget may refuse an operation when it is
 	// dispatched: a persisted query is registered only once it runs. Its
-	// hash is looked up before any of the above (parameters come first).
-	srv.Use(newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
+	// hash is looked up before any of the above (parameters come first),
+	// as is a trusted document's id.
+	if cfg.TrustedDocuments != nil {
+		srv.Use(newTrustedOnly(cfg.TrustedDocuments, cfg.Dev, cfg.Registerer))
+	} else {
+		srv.Use(newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
+	}
 	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {
 		return next(res.WithLoaders(ctx))
 	})

@@ -75,7 +75,7 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 	}
 	params.Headers = r.Header
 	params.ReadTime = gqlgen.TraceTiming{Start: start, End: gqlgen.Now()}
-	if params.Query == "" && params.Extensions["persistedQuery"] == nil {
+	if !hasDocument(params) {
 		w.WriteHeader(http.StatusBadRequest)
 		writeResponse(w, &gqlgen.Response{Errors: gqlerror.List{badRequest("the request has no query")}})
 		return
@@ -117,29 +117,30 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 	writeResponse(w, resp)
 }
 
-// params reads the request's query, operationName, variables and
-// extensions from the URL (GET) or the JSON body (POST).
+// params reads the request's query, operationName, variables, extensions
+// and document id from the URL (GET) or the JSON body (POST).
 func (t httpTransport) params(r *http.Request) (*gqlgen.RawParams, error) {
-	p := &gqlgen.RawParams{}
+	p := &requestParams{}
 	if t.method == http.MethodPost {
 		body, err := bodyBytes(r)
 		if err != nil {
 			return nil, fmt.Errorf("could not read the request body: %w", err)
 		}
 		if decodeParams(body, p) {
-			return p, nil
+			return p.params(), nil
 		}
-		p = &gqlgen.RawParams{}
+		p = &requestParams{}
 		if err := decodeJSON(bytes.NewReader(body), p); err != nil {
 			return nil, fmt.Errorf("the body is not a GraphQL request (a JSON object with a string query): %w", err)
 		}
-		return p, nil
+		return p.params(), nil
 	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, fmt.Errorf("the URL's parameters cannot be decoded: %w", err)
 	}
 	p.Query, p.OperationName = q.Get("query"), q.Get("operationName")
+	p.DocumentID, p.DocID = q.Get("documentId"), q.Get("doc_id")
 	for name, dst := range map[string]any{"variables": &p.Variables, "extensions": &p.Extensions} {
 		if v := q.Get(name); v != "" {
 			if err := decodeJSON(strings.NewReader(v), dst); err != nil {
@@ -147,7 +148,7 @@ func (t httpTransport) params(r *http.Request) (*gqlgen.RawParams, error) {
 			}
 		}
 	}
-	return p, nil
+	return p.params(), nil
 }
 
 // decodeJSON keeps numbers as json.Number, as gqlgen's transports do, so

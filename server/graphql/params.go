@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	gqlgen "github.com/99designs/gqlgen/graphql"
 )
 
 // maxParamsDepth is how deeply decodeParams follows nested variables before
@@ -15,13 +13,14 @@ const maxParamsDepth = 64
 // decodeParams decodes a POST body into p without reflection, with what
 // decodeJSON would give: numbers as json.Number, only the first JSON value
 // read. It takes the shape clients send, an object of query,
-// operationName, variables and extensions, each at most once, spelled so,
+// operationName, variables, extensions, documentId and doc_id, each at
+// most once, spelled so,
 // and strings that are valid UTF-8 without surrogate escapes. For anything
 // else (or anything that is not JSON) it reports false and p may be half
 // written: decodeJSON then decodes a fresh p and answers as it always has.
-func decodeParams(b []byte, p *gqlgen.RawParams) bool {
+func decodeParams(b []byte, p *requestParams) bool {
 	d := paramsDecoder{b: b}
-	var seen [4]bool
+	var seen [6]bool
 	d.space()
 	return d.members(func(key string) bool {
 		i, str, obj := param(p, key)
@@ -55,7 +54,7 @@ func decodeParams(b []byte, p *gqlgen.RawParams) bool {
 // param is the field of p that key names, a string or an object, and its
 // place in decodeParams' seen; i is -1 for a key decodeParams leaves to
 // encoding/json.
-func param(p *gqlgen.RawParams, key string) (i int, str *string, obj *map[string]any) {
+func param(p *requestParams, key string) (i int, str *string, obj *map[string]any) {
 	switch key {
 	case "query":
 		return 0, &p.Query, nil
@@ -65,6 +64,10 @@ func param(p *gqlgen.RawParams, key string) (i int, str *string, obj *map[string
 		return 2, nil, &p.Variables
 	case "extensions":
 		return 3, nil, &p.Extensions
+	case "documentId":
+		return 4, &p.DocumentID, nil
+	case "doc_id":
+		return 5, &p.DocID, nil
 	}
 	return -1, nil, nil
 }

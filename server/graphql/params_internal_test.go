@@ -29,6 +29,8 @@ var paramsBodies = []string{
 	`{"variables":{"n":tru}}`, `{"variables":[1]}`, `{"operationName":{}}`, `{"query":"\u00"}`,
 	`{"variables":` + strings.Repeat(`{"a":`, 80) + `1` + strings.Repeat(`}`, 80) + `}`,
 	"{\"query\":\"caf\u00e9 \u2028\"}",
+	`{"documentId":"sha256:abc","variables":{"n":1}}`, `{"doc_id":"42","query":null}`,
+	`{"documentId":"a","documentId":"b"}`, `{"documentId":7}`, `{"doc_id":null,"documentId":"x"}`,
 }
 
 // decodeParams decodes a body exactly as decodeJSON does, or declines it:
@@ -41,7 +43,7 @@ func TestDecodeParamsDecodesLikeEncodingJSON(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, took, 8, "the fast decoder should take the ordinary bodies")
-	require.True(t, decodeParams([]byte(paramsBodies[0]), &gqlgen.RawParams{}), "the reserve body")
+	require.True(t, decodeParams([]byte(paramsBodies[0]), &requestParams{}), "the reserve body")
 }
 
 func FuzzDecodeParams(f *testing.F) {
@@ -55,11 +57,11 @@ func FuzzDecodeParams(f *testing.F) {
 // result than decodeJSON; it reports whether decodeParams took it.
 func sameParams(t *testing.T, body []byte) bool {
 	t.Helper()
-	var got gqlgen.RawParams
+	var got requestParams
 	if !decodeParams(body, &got) {
 		return false
 	}
-	var want gqlgen.RawParams
+	var want requestParams
 	require.NoError(t, decodeJSON(bytes.NewReader(body), &want), "%q", body)
 	require.Equal(t, want, got, "%q", body)
 	return true

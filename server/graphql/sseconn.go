@@ -84,18 +84,26 @@ func (t *sseTransport) serverStopping(ctx context.Context) context.Context {
 
 func (t *sseTransport) Supports(r *http.Request) bool { return t.inner.Supports(r) }
 
+// Do reads the body first: gqlgen's transport decodes only its own
+// parameters, so a document id the body names (documentId, doc_id) is
+// given to the operation by the executor (withDocumentID).
 func (t *sseTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor) {
-	if t.groups == nil {
+	if r.Body == nil {
 		t.inner.Do(w, r, exec)
-		return
-	}
-	if r.ProtoMajor != 1 || r.Body == nil {
-		t.inner.Do(w, r, sharingExecutor{GraphExecutor: exec, groups: t.groups})
 		return
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
+		t.inner.Do(w, r, exec)
+		return
+	}
+	exec = withDocumentID(exec, body)
+	if t.groups == nil || r.ProtoMajor != 1 {
+		if t.groups != nil {
+			exec = sharingExecutor{GraphExecutor: exec, groups: t.groups}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		t.inner.Do(w, r, exec)
 		return
 	}

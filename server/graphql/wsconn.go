@@ -263,14 +263,15 @@ func (c *wsConn) setReadDeadline(t time.Time) {
 // and mutations as well as subscriptions) is refused before it runs.
 func (c *wsConn) subscribe(start time.Time, id string, payload json.RawMessage) {
 	ctx := gqlgen.StartOperationTrace(c.ctx)
-	params := &gqlgen.RawParams{}
+	req := &requestParams{}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
-	if err := dec.Decode(params); err != nil {
+	if err := dec.Decode(req); err != nil {
 		c.sendError(id, &gqlerror.Error{Message: "invalid json"})
 		c.sendKind(kindComplete, id, nil)
 		return
 	}
+	params := req.params()
 	params.ReadTime = gqlgen.TraceTiming{Start: start, End: gqlgen.Now()}
 	params.Headers = c.header
 	rc, errs := c.exec.CreateOperationContext(ctx, params)
