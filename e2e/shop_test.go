@@ -57,13 +57,18 @@ func TestShopInABrowser(t *testing.T) {
 		"DROPLINE_HOLD_DEFAULT": shopHold.String(),
 	})
 	s := &system{URL: srv.URL, Issuer: devIssuer(t), Pool: srv.Pool}
-	const sku, last = "SHOP-HOT", "SHOP-LAST"
+	const sku, last, wait = "SHOP-HOT", "SHOP-LAST", "SHOP-WAIT"
 	s.createProduct(t, sku, 5, 0)
 	s.createProduct(t, last, 1, 0)
+	s.createProduct(t, wait, 1, 0)
+	// dave holds the waitlist SKU's one unit; the browser test lets it go
+	// once bob and carol are in line.
+	dave := s.token(t, "dave", false)
+	daveHold := s.reserveHTTP(t, dave, wait, 600)
 
 	artifacts := t.TempDir()
 	resultFile := filepath.Join(artifacts, "result.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", filepath.Join(dir, "shop.test.mjs"))
 	cmd.Dir = dir
@@ -72,6 +77,9 @@ func TestShopInABrowser(t *testing.T) {
 		"SHOP_SKU="+sku,
 		"SHOP_LAST_SKU="+last,
 		"SHOP_HOLD_MS="+strconv.FormatInt(shopHold.Milliseconds(), 10),
+		"SHOP_WAIT_SKU="+wait,
+		"SHOP_WAIT_HOLD="+daveHold,
+		"SHOP_DAVE_TOKEN="+dave,
 		"SHOP_RESULT="+resultFile,
 		"SHOP_ARTIFACTS="+artifacts,
 		"CHROMIUM="+chromiumPath(),
@@ -98,7 +106,8 @@ func TestShopInABrowser(t *testing.T) {
 	// answers; reservations arrive through the write-behind, so wait.
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'bob' AND quantity = 1`, sku), "bob's Pay made a sale")
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'alice'`, last), "alice bought the last unit")
-	require.Equal(t, 2, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'carol'`, wait), "carol bought the unit the waitlist handed her")
+	require.Equal(t, 3, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
 	want := map[string]int{"bob/COMMITTED": 1, "alice/EXPIRED": 1, "alice/CANCELLED": 3}
 	var got map[string]int
 	require.Eventually(t, func() bool {
@@ -110,12 +119,40 @@ func TestShopInABrowser(t *testing.T) {
 		return s.scalar(t, `SELECT extensions FROM reservations WHERE sku = $1 AND principal = 'bob' AND status = 'COMMITTED'`, sku) == 1
 	}, 10*time.Second, 50*time.Millisecond, "bob's Pay extended the hold once, though the page sent the extension twice")
 	require.NotEmpty(t, res.ExtendKey)
+	// The waitlist: dave's unit went to bob (first in line), bob's cancel
+	// to carol, and it was never on sale in between.
+	wantWait := map[string]int{"dave/CANCELLED": 1, "bob/CANCELLED": 1, "carol/COMMITTED": 1}
+	require.Eventually(t, func() bool {
+		got = ledgerStatuses(t, srv.Pool, wait)
+		return fmt.Sprint(got) == fmt.Sprint(wantWait)
+	}, 10*time.Second, 50*time.Millisecond, "reservations of %s in Postgres: %v, want %v", wait, got, wantWait)
+	require.Eventually(t, func() bool {
+		return s.scalar(t, `SELECT count(*) FROM waitlist_entries WHERE sku = $1 AND status = 'OFFERED' AND principal IN ('bob', 'carol')`, wait) == 2
+	}, 10*time.Second, 50*time.Millisecond, "bob's and carol's waitlist entries were each offered a unit")
+	require.Equal(t, stock{Available: 0, Held: 0, Sold: 1, Total: 1}, s.stock(t, wait))
 	require.Equal(t, stock{Available: 4, Held: 0, Sold: 1, Total: 5}, s.stock(t, sku))
 	require.Equal(t, stock{Available: 0, Held: 0, Sold: 1, Total: 1}, s.stock(t, last))
 	require.NotEmpty(t, res.RetryKey)
 
 	t.Logf("browser test took %s; bob's page showed alice's Buy after %d ms; an expired hold was back on both pages %d ms after expiresAt",
 		time.Since(began).Round(time.Millisecond), res.FallMs, res.ExpiryBackMs)
+}
+
+// reserveHTTP holds units of sku for the holder of token for holdSeconds
+// and returns the reservation's token.
+func (s *system) reserveHTTP(t *testing.T, token, sku string, holdSeconds int) string {
+	t.Helper()
+	var out struct {
+		Reserve struct {
+			Reservation *reservation `json:"reservation"`
+			UserErrors  []userError  `json:"userErrors"`
+		} `json:"reserve"`
+	}
+	r := s.gql(t, http.DefaultClient, token, reserveMutation,
+		map[string]any{"input": map[string]any{"sku": sku, "quantity": 1, "holdSeconds": holdSeconds}}, &out)
+	require.Empty(t, r.Errors)
+	require.Empty(t, out.Reserve.UserErrors)
+	return out.Reserve.Reservation.Token
 }
 
 // ledgerStatuses counts the reservations of sku in Postgres by principal and status.

@@ -9,6 +9,9 @@
 //   SHOP_SKU        a SKU with a few units (each hold lasts SHOP_HOLD_MS)
 //   SHOP_LAST_SKU   a SKU with exactly one unit
 //   SHOP_HOLD_MS    the server's default hold, in milliseconds
+//   SHOP_WAIT_SKU   a SKU whose one unit dave holds (10 minutes)
+//   SHOP_WAIT_HOLD  dave's hold, and SHOP_DAVE_TOKEN his bearer token: the
+//                   test cancels it when the waitlist is ready
 //   SHOP_RESULT     file to write the measurements to (JSON)
 //   SHOP_ARTIFACTS  directory for screenshots taken when a step fails
 //   CHROMIUM        the browser (default /usr/bin/chromium)
@@ -27,6 +30,7 @@ const url = env('SHOP_URL');
 const sku = env('SHOP_SKU');
 const lastSku = env('SHOP_LAST_SKU');
 const holdMs = Number(env('SHOP_HOLD_MS'));
+const waitSku = env('SHOP_WAIT_SKU');
 const artifacts = env('SHOP_ARTIFACTS');
 const result = {};
 
@@ -54,8 +58,15 @@ before(async () => {
     ],
     timeout: 30_000,
   });
-  for (const name of ['alice', 'bob']) {
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  // alice and bob on a desktop; carol on a phone (390 wide) that asks for
+  // reduced motion.
+  for (const name of ['alice', 'bob', 'carol']) {
+    const phone = name === 'carol';
+    const context = await browser.newContext(
+      phone
+        ? { viewport: { width: 390, height: 844 }, reducedMotion: 'reduce' }
+        : { viewport: { width: 1280, height: 900 } },
+    );
     const page = await context.newPage();
     page.setDefaultTimeout(10_000);
     page.on('console', (m) => {
@@ -73,20 +84,41 @@ after(async () => {
   await browser?.close();
 });
 
-// step runs one part of the story; when it fails, both pages are
-// photographed and the failure names the files.
+// step runs one part of the story; when it fails, every page is
+// photographed at 1280 and at 390 wide and the failure names the files.
 async function step(name, fn) {
   try {
     await fn();
   } catch (err) {
     const shots = [];
     for (const [who, { page }] of Object.entries(buyers)) {
-      const file = path.join(artifacts, `${name.replace(/\W+/g, '-')}-${who}.png`);
-      await page.screenshot({ path: file, fullPage: true }).then(() => shots.push(file), () => {});
+      const size = page.viewportSize();
+      for (const width of [1280, 390]) {
+        const file = path.join(artifacts, `${name.replace(/\W+/g, '-')}-${who}-${width}.png`);
+        await page
+          .setViewportSize({ width, height: width > 600 ? 900 : 844 })
+          .then(() => page.screenshot({ path: file, fullPage: true }))
+          .then(() => shots.push(file), () => {});
+      }
+      await page.setViewportSize(size).catch(() => {});
     }
     err.message += `\n  screenshots: ${shots.join(', ') || '(none could be taken)'} (in ${artifacts})`;
     throw err;
   }
+}
+
+// gql sends one GraphQL request as the holder of token (for what a
+// person outside these browsers does).
+async function gql(token, query, variables) {
+  const res = await fetch(new URL('/graphql', url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  const body = await res.json();
+  assert.equal(res.status, 200, JSON.stringify(body));
+  assert.equal(body.errors, undefined, JSON.stringify(body.errors));
+  return body.data;
 }
 
 const available = async (page, s) => Number(await page.getByTestId(`stock-available-${s}`).textContent());
@@ -107,7 +139,7 @@ async function waitAvailable(page, s, n, timeout = 10_000) {
 }
 
 test('two buyers watch one drop', async (t) => {
-  const { alice, bob } = buyers;
+  const { alice, bob, carol } = buyers;
   let total;
 
   await t.test('both sign in and see the live stock', () =>
@@ -260,6 +292,36 @@ test('two buyers watch one drop', async (t) => {
       await alice.page.getByTestId(`pay-${lastSku}`).click();
       await alice.page.locator(`[data-testid="status-${lastSku}"][data-state="paid"]`).waitFor();
       assert.equal(await state(bob.page, lastSku), 'soldout');
+    }));
+
+  await t.test('the waitlist: positions live, a returned unit arrives as a hold', () =>
+    step('waitlist', async () => {
+      for (const { page } of [bob, carol]) {
+        await page.locator(`[data-testid="status-${waitSku}"][data-state="soldout"]`).waitFor();
+        await page.getByTestId(`waitlist-${waitSku}`).waitFor();
+      }
+      await bob.page.getByTestId(`waitlist-join-${waitSku}`).click();
+      await bob.page.getByTestId(`waitlist-position-${waitSku}`).getByText('#1').waitFor();
+      await carol.page.getByTestId(`waitlist-join-${waitSku}`).click();
+      await carol.page.getByTestId(`waitlist-position-${waitSku}`).getByText('#2').waitFor();
+      // dave lets his unit go: it is bob's at once, and carol moves up.
+      const cancelled = await gql(env('SHOP_DAVE_TOKEN'), 'mutation($t: ID!) { cancel(input: {token: $t}) { userErrors { code } } }', {
+        t: env('SHOP_WAIT_HOLD'),
+      });
+      assert.deepEqual(cancelled.cancel.userErrors, []);
+      await bob.page.getByTestId(`waitlist-offer-${waitSku}`).waitFor();
+      await bob.page.getByTestId(`hold-${waitSku}`).waitFor();
+      assert.equal(await state(bob.page, waitSku), 'held');
+      assert.match(await bob.page.getByTestId(`hold-${waitSku}`).textContent(), /^[45]:\d\d$/);
+      await carol.page.getByTestId(`waitlist-position-${waitSku}`).getByText('#1').waitFor();
+      assert.equal(await available(alice.page, waitSku), 0, 'the returned unit never went back on sale');
+      // bob does not want it after all: it goes to carol, who pays.
+      await bob.page.getByTestId(`cancel-${waitSku}`).click();
+      await bob.page.locator(`[data-testid="status-${waitSku}"][data-state="cancelled"]`).waitFor();
+      await carol.page.getByTestId(`waitlist-offer-${waitSku}`).waitFor();
+      await carol.page.getByTestId(`pay-${waitSku}`).click();
+      await carol.page.locator(`[data-testid="status-${waitSku}"][data-state="paid"]`).waitFor();
+      assert.equal(await available(alice.page, waitSku), 0);
     }));
 
   await t.test('no page logged an error or a CSP violation', () => {

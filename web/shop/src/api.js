@@ -67,7 +67,7 @@ export function createShopClient(token, onLive) {
 
 export const CATALOGUE = `
   query Catalogue {
-    products(first: 50) {
+    products(first: 24) {
       edges {
         node {
           id sku name maxPerUser saleStartsAt saleEndsAt
@@ -113,3 +113,14 @@ export function newIdempotencyKey(kind = 'shop') {
   const b = crypto.getRandomValues(new Uint8Array(16));
   return `${kind}-` + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
+
+const resFields = 'token sku quantity status expiresAt createdAt committedAt extensions';
+const entryFields = `sku quantity position status holdSeconds joinedAt reservation { ${resFields} }`;
+
+export const MY_WAITLIST = `query MyWaitlist { myWaitlist { ${entryFields} } }`;
+export const JOIN_WAITLIST = `mutation JoinWaitlist($input: JoinWaitlistInput!) {
+  joinWaitlist(input: $input) { entry { ${entryFields} } userErrors { code message retryAfterSeconds } } }`;
+export const LEAVE_WAITLIST = `mutation LeaveWaitlist($input: LeaveWaitlistInput!) {
+  leaveWaitlist(input: $input) { entry { ${entryFields} } userErrors { code message retryAfterSeconds } } }`;
+export const WAITLIST = `subscription Waitlist($sku: ID!) { waitlistChanged(sku: $sku) { ${entryFields} } }`;
+

@@ -4,7 +4,7 @@
 import { StrictMode, useEffect, useMemo, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Provider, useQuery, useSubscription } from 'urql';
-import { CATALOGUE, MY_HOLDS, STOCK, createShopClient } from './api.js';
+import { CATALOGUE, MY_HOLDS, MY_WAITLIST, STOCK, createShopClient } from './api.js';
 import { loadToken, principalOf, saveToken } from './auth.js';
 import { ProductCard } from './product.jsx';
 import { SignIn } from './signin.jsx';
@@ -79,6 +79,14 @@ function Catalogue({ signedIn }) {
     return m;
   }, [mine]);
 
+  // Waitlist entries this buyer already has, by SKU.
+  const [{ data: lines }] = useQuery({ query: MY_WAITLIST, pause: !signedIn });
+  const entries = useMemo(() => {
+    const m = {};
+    for (const e of lines?.myWaitlist ?? []) m[e.sku] = e;
+    return m;
+  }, [lines]);
+
   if (error && !data) {
     return <p className="notice error">Could not load the catalogue: {error.message}</p>;
   }
@@ -102,6 +110,7 @@ function Catalogue({ signedIn }) {
           stock={live?.[p.sku] ?? p.stock}
           signedIn={signedIn}
           existingHold={holds[p.sku]}
+          existingEntry={entries[p.sku]}
         />
       ))}
     </div>

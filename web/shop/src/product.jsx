@@ -6,6 +6,7 @@
 import { useEffect, useRef, useState } from 'react';
 import { useClient, useSubscription } from 'urql';
 import { CANCEL, COMMIT, EXTEND, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
+import { WaitlistPanel } from './waitlist.jsx';
 
 // PAY_HOLD_SECONDS is how long "Pay" extends the hold for: the time the
 // payment step may take. PAYMENT_STEP_MS stands in for the payment
@@ -21,10 +22,26 @@ const ACTIVE = new Set(['held', 'paying', 'cancelling']);
 // expired, refused (a business outcome such as out of stock).
 const idle = { phase: 'idle' };
 
-export function ProductCard({ product, stock, signedIn, existingHold, index }) {
+export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, index }) {
   const client = useClient();
   const [order, setOrder] = useState(idle);
+  const [entry, setEntry] = useState(existingEntry ?? null);
   const sku = product.sku;
+
+  // A waitlist entry made before a reload comes back with the page too.
+  useEffect(() => {
+    if (existingEntry && !entry) setEntry(existingEntry);
+  }, [existingEntry]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  // A unit handed over from the waitlist is a hold like one from Buy; how
+  // it came is kept to say so.
+  const handed = (how) => (r) =>
+    setOrder((o) => {
+      if (o.reservation?.token === r.token) return ACTIVE.has(o.phase) ? { ...o, [how]: true } : o;
+      if (ACTIVE.has(o.phase)) return o;
+      return { phase: 'held', reservation: r, offset: 0, [how]: true };
+    });
+  const onOffer = handed('offer');
 
   // A hold made before a reload comes back with the page.
   useEffect(() => {
@@ -182,19 +199,11 @@ export function ProductCard({ product, stock, signedIn, existingHold, index }) {
         <p className={`status status-${status.tone}`} data-testid={`status-${sku}`} data-state={status.state} role="status">
           {status.text}
         </p>
-        {soldOut && <WaitlistSlot sku={sku} />}
+        {!active && (soldOut || entry?.status === 'WAITING') && (
+          <WaitlistPanel sku={sku} signedIn={signedIn} entry={entry} onEntry={setEntry} onOffer={onOffer} />
+        )}
       </div>
     </article>
-  );
-}
-
-// WaitlistSlot tells the buyer of a sold-out SKU how units come back. The
-// page does not join the API's waitlist (joinWaitlist): it offers no button.
-function WaitlistSlot({ sku }) {
-  return (
-    <div className="waitlist-slot" data-testid={`waitlist-${sku}`}>
-      Holds that expire or are cancelled come back here: keep this page open.
-    </div>
   );
 }
 
@@ -251,6 +260,11 @@ function Hold({ order, sku, price, onPay, onCancel, onReservation }) {
           {left > 0 ? formatLeft(left) : '0:00'}
         </span>
       </div>
+      {order.offer && (
+        <p className="offer-note" data-testid={`waitlist-offer-${sku}`}>
+          A unit came back and the waitlist handed it to you: it is held for you until the timer runs out.
+        </p>
+      )}
       {order.extended && (
         <p className="extend-note" data-testid={`hold-extend-${sku}`} data-extensions={r.extensions ?? 1}>
           More time to pay: the hold now lasts until {formatClock(r.expiresAt)}.
