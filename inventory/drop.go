@@ -36,6 +36,9 @@ type DropInput struct {
 	MaxPerUser   int
 	SaleStartsAt *time.Time
 	SaleEndsAt   *time.Time
+	// Queue, when set, sells every SKU of the drop behind one admission
+	// queue: one pass buys any of them.
+	Queue *QueueSettings
 }
 
 func dropFrom(d db.Drop) Drop {
@@ -58,8 +61,12 @@ func (e *Engine) CreateDrop(ctx context.Context, p Principal, in DropInput) (Dro
 	if in.MaxPerUser < 1 || in.MaxPerUser > maxStock {
 		return Drop{}, &InvalidInputError{Field: "maxPerUser", Reason: fmt.Sprintf("must be between 1 and %d", maxStock)}
 	}
-	row, err := e.ledger.CreateDrop(ctx, db.Drop{ID: in.ID, Name: in.Name, MaxPerUser: in.MaxPerUser,
-		SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt})
+	queue, err := newQueue(in.Queue, "queue")
+	if err != nil {
+		return Drop{}, err
+	}
+	row, err := e.ledger.CreateDropWith(ctx, db.Drop{ID: in.ID, Name: in.Name, MaxPerUser: in.MaxPerUser,
+		SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt}, queue)
 	if errors.Is(err, db.ErrExists) {
 		return Drop{}, &InvalidInputError{Field: "id", Reason: "a drop with this id exists"}
 	}

@@ -33,6 +33,14 @@ var (
 	// ErrPassInvalid means the admission pass presented is not the
 	// caller's current pass of this product's queue, or is spent already.
 	ErrPassInvalid = errors.New("the admission pass is not valid for this caller and product")
+	// ErrProofInvalid means a queue that asks joiners for proof of work got
+	// none, or one that does not answer a live challenge of this caller.
+	ErrProofInvalid = errors.New("the queue asks for a proof of work: solve a fresh queueChallenge")
+	// ErrAccessCodeInvalid means a presale queue got no access code, or one
+	// that is not the queue's or another principal's already.
+	ErrAccessCodeInvalid = errors.New("the access code is not valid for this queue")
+	// ErrQueueFull means a queue has as many tickets as it may.
+	ErrQueueFull = errors.New("the queue is full")
 	// ErrUnavailable means a store could not be reached; the call may be retried.
 	ErrUnavailable = errors.New("temporarily unavailable, retry")
 )
@@ -175,6 +183,9 @@ const (
 	CodeQueueRequired        Code = "QUEUE_REQUIRED"
 	CodePassExpired          Code = "PASS_EXPIRED"
 	CodePassInvalid          Code = "PASS_INVALID"
+	CodeProofInvalid         Code = "PROOF_INVALID"
+	CodeAccessCodeInvalid    Code = "ACCESS_CODE_INVALID"
+	CodeQueueFull            Code = "QUEUE_FULL"
 )
 
 // outcomes is the one table of business outcomes: each sentinel, its code,
@@ -206,6 +217,9 @@ var outcomes = []struct {
 	{ErrQueueRequired, CodeQueueRequired, ErrQueueRequired.Error()},
 	{ErrPassExpired, CodePassExpired, ErrPassExpired.Error()},
 	{ErrPassInvalid, CodePassInvalid, ErrPassInvalid.Error()},
+	{ErrProofInvalid, CodeProofInvalid, ErrProofInvalid.Error()},
+	{ErrAccessCodeInvalid, CodeAccessCodeInvalid, ErrAccessCodeInvalid.Error()},
+	{ErrQueueFull, CodeQueueFull, ErrQueueFull.Error()},
 }
 
 // ErrorCode returns the business code of err, or "" when err is not a

@@ -27,7 +27,10 @@ type Product struct {
 	SaleStartsAt *time.Time
 	SaleEndsAt   *time.Time
 	// Draw is true for a product sold by draw (see DrawOf).
-	Draw      bool
+	Draw bool
+	// Queued is true for a product sold behind an admission queue, its own
+	// or its drop's.
+	Queued    bool
 	Version   int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -50,6 +53,9 @@ type ProductInput struct {
 	Drop string
 	// Draw, when set, sells the product by draw instead of first come.
 	Draw *DrawInput
+	// Queue, when set, sells the product behind an admission queue. A
+	// product of a drop is queued when its drop is, never on its own.
+	Queue *QueueSettings
 }
 
 // ProductUpdate changes a product; nil fields stay as they are. A pointer to 0
@@ -79,7 +85,7 @@ func (e *Engine) productFrom(p db.Product) Product {
 		SKU: p.SKU, Name: p.Name, Price: Money{Amount: p.PriceAmount, Currency: p.PriceCurrency},
 		MaxPerUser: p.MaxPerUser, SaleStartsAt: utcPtr(p.SaleStartsAt), SaleEndsAt: utcPtr(p.SaleEndsAt),
 		Version: p.Version, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(), Drop: p.DropID,
-		Draw: p.Draw,
+		Draw: p.Draw, Queued: p.Queued,
 	}
 }
 
@@ -145,11 +151,18 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 		}
 		draw = newDraw(*in.Draw)
 	}
-	row, err := e.ledger.CreateProductWithDraw(ctx, db.Product{
+	if in.Queue != nil && (in.Drop != "" || in.Draw != nil) {
+		return Product{}, &InvalidInputError{Field: "queue", Reason: "a product of a drop is queued by its drop's queue, and a draw is no queue"}
+	}
+	queue, err := newQueue(in.Queue, "queue")
+	if err != nil {
+		return Product{}, err
+	}
+	row, err := e.ledger.CreateProductWith(ctx, db.Product{
 		SKU: in.SKU, Name: in.Name, PriceAmount: in.Price.Amount, PriceCurrency: in.Price.Currency,
 		Total: in.Stock, MaxPerUser: in.MaxPerUser, SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt,
 		DropID: in.Drop,
-	}, draw)
+	}, draw, queue)
 	switch {
 	case errors.Is(err, db.ErrExists):
 		return Product{}, &InvalidInputError{Field: "sku", Reason: "a product with this SKU exists"}

@@ -228,6 +228,23 @@ local function spend_pass(base, s, who)
   redis.call('ZREM', k.live, who)
 end
 
+-- queue_close closes a queue's pre-queue once its opening time has come: the
+-- pre-queue's size is frozen (its members get numbers 1..pre from the
+-- shuffle, number_queue.lua) and later joins are numbered after it. q is the
+-- queue's hash, pre its pre-queue set. Returns the queue's state after:
+-- 'pre' (not open yet), 'numbering' (the shuffle's numbers are being
+-- written) or 'open'.
+local function queue_close(q, pre, now)
+  local h = redis.call('HMGET', q, 'opens', 'state')
+  if h[2] == 'pre' and now >= tonumber(h[1]) then
+    local n = redis.call('SCARD', pre)
+    local state = n > 0 and 'numbering' or 'open'
+    redis.call('HSET', q, 'state', state, 'pre', n, 'next', n, 'numbered', 0, 'seq', redis.call('HINCRBY', q, 'seq', 1))
+    return state
+  end
+  return h[2]
+end
+
 -- may_take is the one decision of who may take units of a SKU, which every
 -- script that hands units out (reserve.lua, hold_cart_lines.lua, handoff
 -- below, apply_draw.lua) and join_waitlist.lua ask before they write. It

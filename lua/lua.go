@@ -78,6 +78,21 @@ const (
 	RateLimit = "rate_limit"
 )
 
+// Names of the admission queue's scripts (package inventory/queue).
+const (
+	// LoadQueue writes a queue's settings into Redis, unless it is there.
+	LoadQueue = "load_queue"
+	// JoinQueue gives a principal its ticket, or its ticket again.
+	JoinQueue = "join_queue"
+	// NumberQueue writes a batch of a shuffled pre-queue's numbers.
+	NumberQueue = "number_queue"
+	// AdmitQueue admits the next tickets, as the rate and the stock allow.
+	AdmitQueue = "admit_queue"
+)
+
+// Queue lists the admission queue's scripts.
+var Queue = []string{LoadQueue, JoinQueue, NumberQueue, AdmitQueue}
+
 // Names of the worker group's lease scripts.
 const (
 	// LeaseAcquire takes a lease and draws its fencing token.
@@ -98,7 +113,7 @@ var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHol
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}
 
 // All lists every script name, for tests.
-var All = append(append([]string{}, Engine...), Leases...)
+var All = append(append(append([]string{}, Engine...), Queue...), Leases...)
 
 // Source returns the full text of a script: the policy (policyLua), lib.lua,
 // then the script.

@@ -1,0 +1,181 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dropline/dropline/lua"
+)
+
+// The queue's scripts, each called through one function with its arguments
+// and its reply as structs: the positions of KEYS, ARGV and the reply are
+// written here once, as each script's header gives them.
+type scripts struct {
+	load, join, number, admit *redis.Script
+}
+
+func newScripts() scripts {
+	return scripts{
+		load:   redis.NewScript(lua.MustSource(lua.LoadQueue)),
+		join:   redis.NewScript(lua.MustSource(lua.JoinQueue)),
+		number: redis.NewScript(lua.MustSource(lua.NumberQueue)),
+		admit:  redis.NewScript(lua.MustSource(lua.AdmitQueue)),
+	}
+}
+
+// reply is a script's reply, read by position in this file only.
+type reply []any
+
+func (r reply) str(i int) string {
+	if i >= len(r) {
+		return ""
+	}
+	switch v := r[i].(type) {
+	case string:
+		return v
+	case int64:
+		return fmt.Sprint(v)
+	}
+	return ""
+}
+
+func (r reply) int(i int) int64 {
+	if i >= len(r) {
+		return 0
+	}
+	switch v := r[i].(type) {
+	case int64:
+		return v
+	case string:
+		var n int64
+		_, _ = fmt.Sscan(v, &n)
+		return n
+	}
+	return 0
+}
+
+func run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) (reply, error) {
+	v, err := s.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) == 0 {
+		return nil, fmt.Errorf("unexpected script reply %v", v)
+	}
+	return reply(r), nil
+}
+
+// loadArgs are load_queue.lua's ARGV.
+type loadArgs struct {
+	OpensAt        time.Time
+	AdmitPerMinute int
+	PassLife       time.Duration
+}
+
+// load runs load_queue.lua: true when it wrote the queue.
+func (s scripts) runLoad(ctx context.Context, rdb redis.UniversalClient, k keys, a loadArgs) (bool, error) {
+	r, err := run(ctx, rdb, s.load, []string{k.queue}, a.OpensAt.UnixMilli(), a.AdmitPerMinute, a.PassLife.Milliseconds())
+	if err != nil {
+		return false, err
+	}
+	return r.str(0) == "OK", nil
+}
+
+// joinArgs are join_queue.lua's ARGV.
+type joinArgs struct {
+	Principal  string
+	MaxTickets int
+}
+
+// joinReply is join_queue.lua's reply.
+type joinReply struct {
+	Code        string // OK, NEEDS_LOAD, QUEUE_FULL, INVALID_INPUT
+	Number      int64
+	Through     int64
+	State       string // pre, numbering, open
+	Status      string
+	Pass        string
+	PassExpires int64 // ms
+	PassState   string
+	Replayed    bool
+}
+
+func (s scripts) runJoin(ctx context.Context, rdb redis.UniversalClient, k keys, a joinArgs) (joinReply, error) {
+	r, err := run(ctx, rdb, s.join, []string{k.queue, k.pre, k.who, k.num, k.pass}, a.Principal, a.MaxTickets)
+	if err != nil {
+		return joinReply{}, err
+	}
+	return joinReply{Code: r.str(0), Number: r.int(1), Through: r.int(2), State: r.str(3), Status: r.str(4),
+		Pass: r.str(5), PassExpires: r.int(6), PassState: r.str(7), Replayed: r.int(8) == 1}, nil
+}
+
+// numberArgs are number_queue.lua's ARGV: principals get First, First+1, ...
+type numberArgs struct {
+	First      int
+	Principals []string
+}
+
+// numberReply is number_queue.lua's reply.
+type numberReply struct {
+	Code          string // OK, NOT_NUMBERING, INVALID_INPUT
+	Numbered, Pre int
+}
+
+func (s scripts) runNumber(ctx context.Context, rdb redis.UniversalClient, k keys, a numberArgs) (numberReply, error) {
+	args := make([]any, 0, 1+len(a.Principals))
+	args = append(args, a.First)
+	for _, p := range a.Principals {
+		args = append(args, p)
+	}
+	r, err := run(ctx, rdb, s.number, []string{k.queue, k.who, k.num}, args...)
+	if err != nil {
+		return numberReply{}, err
+	}
+	return numberReply{Code: r.str(0), Numbered: int(r.int(1)), Pre: int(r.int(2))}, nil
+}
+
+// admitArgs are admit_queue.lua's ARGV (besides the base and the queue).
+type admitArgs struct {
+	Nonce string
+	Most  int
+}
+
+// admitReply is admit_queue.lua's reply.
+type admitReply struct {
+	Code      string // OK, PRE, NUMBER, NEEDS_LOAD, NEEDS_HYDRATION
+	Status    Status
+	Through   int64
+	Next      int64
+	Admitted  int
+	Unspent   int
+	Available int
+	Seq       int64
+	// Pre and Numbered: NUMBER's; SKU: NEEDS_HYDRATION's.
+	Pre, Numbered int
+	SKU           string
+}
+
+func (s scripts) runAdmit(ctx context.Context, rdb redis.UniversalClient, k keys, r Ref, a admitArgs) (admitReply, error) {
+	rep, err := run(ctx, rdb, s.admit, []string{k.queue, k.pre, k.num, k.pass, k.live, k.stock},
+		k.base, string(r.Kind), r.ID, a.Nonce, a.Most)
+	if err != nil {
+		return admitReply{}, err
+	}
+	out := admitReply{Code: rep.str(0)}
+	switch out.Code {
+	case "OK":
+		out.Status, out.Through, out.Next = Status(rep.str(1)), rep.int(2), rep.int(3)
+		out.Admitted, out.Unspent, out.Available, out.Seq = int(rep.int(4)), int(rep.int(5)), int(rep.int(6)), rep.int(7)
+	case "PRE":
+		out.Status, out.Seq = StatusPreQueue, rep.int(1)
+	case "NUMBER":
+		out.Status, out.Pre, out.Numbered = StatusPreQueue, int(rep.int(1)), int(rep.int(2))
+	case "NEEDS_HYDRATION":
+		out.SKU = rep.str(1)
+	}
+	return out, nil
+}
