@@ -70,6 +70,12 @@ const (
 	EnvBodyTimeout        = "DROPLINE_BODY_TIMEOUT"
 	EnvRequestsPerAddr    = "DROPLINE_REQUESTS_PER_ADDR"
 
+	EnvWebhookTimeout     = "DROPLINE_WEBHOOK_TIMEOUT"
+	EnvWebhookConcurrency = "DROPLINE_WEBHOOK_CONCURRENCY"
+	EnvWebhookMaxAttempts = "DROPLINE_WEBHOOK_MAX_ATTEMPTS"
+	EnvWebhookBackoff     = "DROPLINE_WEBHOOK_BACKOFF"
+	EnvWebhookBackoffMax  = "DROPLINE_WEBHOOK_BACKOFF_MAX"
+
 	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
 	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
 
@@ -116,6 +122,12 @@ const (
 	DefaultAPQBytesPerAddr    = graphql.DefaultAPQBytesPerAddr
 	DefaultBodyTimeout        = server.DefaultBodyTimeout
 	DefaultRequestsPerAddr    = server.DefaultRequestsPerAddr
+
+	DefaultWebhookTimeout     = worker.DefaultWebhookTimeout
+	DefaultWebhookConcurrency = worker.DefaultWebhookConcurrency
+	DefaultWebhookMaxAttempts = worker.DefaultWebhookMaxAttempts
+	DefaultWebhookBackoff     = worker.DefaultWebhookBackoff
+	DefaultWebhookBackoffMax  = worker.DefaultWebhookBackoffMax
 
 	// DevOrigin is the origin the playground is served from by `make run`;
 	// dev mode allows it for CORS in addition to DROPLINE_CORS_ORIGINS.
@@ -395,6 +407,23 @@ type Config struct {
 	// while a watched SKU changes fast (a write per watcher per delivery).
 	LiveInterval time.Duration
 
+	// WebhookTimeout bounds one delivery attempt to one webhook endpoint
+	// (DROPLINE_WEBHOOK_TIMEOUT). Default: 10s; between 100ms and 1m.
+	WebhookTimeout time.Duration
+	// WebhookConcurrency is how many deliveries one process sends to one
+	// endpoint at once, each of another product
+	// (DROPLINE_WEBHOOK_CONCURRENCY). Default: 4; between 1 and 64.
+	WebhookConcurrency int
+	// WebhookMaxAttempts is how many attempts a delivery gets before it is a
+	// dead letter (DROPLINE_WEBHOOK_MAX_ATTEMPTS). Default: 12; between 1
+	// and 100.
+	WebhookMaxAttempts int
+	// WebhookBackoff and WebhookBackoffMax bound the wait before a retry,
+	// which doubles per failed attempt (DROPLINE_WEBHOOK_BACKOFF,
+	// DROPLINE_WEBHOOK_BACKOFF_MAX). Defaults: 1s and 1h.
+	WebhookBackoff    time.Duration
+	WebhookBackoffMax time.Duration
+
 	// APQBytesPerAddr is how many bytes of automatic persisted queries one
 	// client address (IPv6 per /64) may have registered in Redis
 	// (DROPLINE_APQ_BYTES_PER_ADDR), counted until 24 h after its last
@@ -479,6 +508,11 @@ func Default() Config {
 		APQBytesPerAddr:         DefaultAPQBytesPerAddr,
 		BodyTimeout:             DefaultBodyTimeout,
 		RequestsPerAddr:         DefaultRequestsPerAddr,
+		WebhookTimeout:          DefaultWebhookTimeout,
+		WebhookConcurrency:      DefaultWebhookConcurrency,
+		WebhookMaxAttempts:      DefaultWebhookMaxAttempts,
+		WebhookBackoff:          DefaultWebhookBackoff,
+		WebhookBackoffMax:       DefaultWebhookBackoffMax,
 	}
 }
 
@@ -600,6 +634,11 @@ func Load(getenv func(string) string) (Config, error) {
 	str(EnvTrustedDocuments, &c.TrustedDocuments)
 	dur(EnvBodyTimeout, &c.BodyTimeout)
 	num(EnvRequestsPerAddr, &c.RequestsPerAddr)
+	dur(EnvWebhookTimeout, &c.WebhookTimeout)
+	num(EnvWebhookConcurrency, &c.WebhookConcurrency)
+	num(EnvWebhookMaxAttempts, &c.WebhookMaxAttempts)
+	dur(EnvWebhookBackoff, &c.WebhookBackoff)
+	dur(EnvWebhookBackoffMax, &c.WebhookBackoffMax)
 	str(EnvAdminAddr, &c.AdminAddr)
 	boolean(EnvAdminAllowRemote, &c.AdminAllowRemote)
 

@@ -222,6 +222,22 @@ func (c Config) Validate() error {
 		add(EnvAPQBytesPerAddr, "is %d: the persisted-query bytes one address may register must be between 65536 and 1073741824 (default %d)", c.APQBytesPerAddr, DefaultAPQBytesPerAddr)
 	}
 
+	if c.WebhookTimeout < 100*time.Millisecond || c.WebhookTimeout > time.Minute {
+		add(EnvWebhookTimeout, "is %s: a webhook attempt's bound must be between 100ms and 1m (default %s)", c.WebhookTimeout, DefaultWebhookTimeout)
+	}
+	if c.WebhookConcurrency < 1 || c.WebhookConcurrency > 64 {
+		add(EnvWebhookConcurrency, "is %d: the deliveries in flight per endpoint must be between 1 and 64 (default %d)", c.WebhookConcurrency, DefaultWebhookConcurrency)
+	}
+	if c.WebhookMaxAttempts < 1 || c.WebhookMaxAttempts > 100 {
+		add(EnvWebhookMaxAttempts, "is %d: a delivery's attempts must be between 1 and 100 (default %d)", c.WebhookMaxAttempts, DefaultWebhookMaxAttempts)
+	}
+	if c.WebhookBackoff < 10*time.Millisecond || c.WebhookBackoff > c.WebhookBackoffMax {
+		add(EnvWebhookBackoff, "is %s: the first retry's wait must be at least 10ms and at most %s (%s; default %s)", c.WebhookBackoff, EnvWebhookBackoffMax, c.WebhookBackoffMax, DefaultWebhookBackoff)
+	}
+	if c.WebhookBackoffMax > 24*time.Hour {
+		add(EnvWebhookBackoffMax, "is %s: the longest wait between retries must be at most 24h (default %s)", c.WebhookBackoffMax, DefaultWebhookBackoffMax)
+	}
+
 	if len(ps) > 0 {
 		return ps
 	}

@@ -8,6 +8,7 @@ import (
 	gqlgen "github.com/99designs/gqlgen/graphql"
 
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/webhook"
 )
 
 // The cost of an operation is the sum of its fields' costs, one rule for
@@ -47,15 +48,20 @@ var listLengths = map[string]listLength{
 	"Cart.lines":                  {max: items(inventory.MaxCartLines)},
 	// A refused cart has a userError per refused line; every other
 	// mutation refuses with one.
-	"CartPayload.userErrors":        {max: items(inventory.MaxCartLines)},
-	"ReservePayload.userErrors":     {max: items(1)},
-	"CommitPayload.userErrors":      {max: items(1)},
-	"CancelPayload.userErrors":      {max: items(1)},
-	"ReservationPayload.userErrors": {max: items(1)},
-	"ProductPayload.userErrors":     {max: items(1)},
-	"DropPayload.userErrors":        {max: items(1)},
-	"WaitlistPayload.userErrors":    {max: items(1)},
-	"DrawEntryPayload.userErrors":   {max: items(1)},
+	"CartPayload.userErrors":              {max: items(inventory.MaxCartLines)},
+	"ReservePayload.userErrors":           {max: items(1)},
+	"CommitPayload.userErrors":            {max: items(1)},
+	"CancelPayload.userErrors":            {max: items(1)},
+	"ReservationPayload.userErrors":       {max: items(1)},
+	"ProductPayload.userErrors":           {max: items(1)},
+	"DropPayload.userErrors":              {max: items(1)},
+	"WaitlistPayload.userErrors":          {max: items(1)},
+	"DrawEntryPayload.userErrors":         {max: items(1)},
+	"Query.webhookEndpoints":              {max: items(webhook.MaxEndpoints)},
+	"Query.webhookDeliveries":             {max: maxPage, first: "first", def: defaultPage},
+	"WebhookEndpoint.eventTypes":          {max: items(len(webhook.Types))},
+	"WebhookEndpointPayload.userErrors":   {max: items(1)},
+	"RedeliverWebhooksPayload.userErrors": {max: items(1)},
 	// ["input", "lines", "<index>", "quantity"] at most; a list of
 	// scalars costs 1 whatever its length.
 	"UserError.field": {max: items(4)},

@@ -52,7 +52,7 @@ func TestEveryListIsPriced(t *testing.T) {
 		require.NotNil(t, arg, name)
 		require.Equal(t, "Int", arg.Type.Name(), name)
 	}
-	require.Equal(t, []string{"Drop.products", "Query.myReservations", "Query.products"}, PricedFields)
+	require.Equal(t, []string{"Drop.products", "Query.myReservations", "Query.products", "Query.webhookDeliveries"}, PricedFields)
 }
 
 // Nested lists multiply: each list costs its selection times the most

@@ -9,6 +9,7 @@ import (
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
+	"github.com/dropline/dropline/webhook"
 )
 
 // deps are the resolvers' injected collaborators.
@@ -19,6 +20,7 @@ type deps struct {
 	hub     *live.Hub     // nil: subscriptions answer UNAVAILABLE
 	recheck time.Duration // how often reservationChanged re-reads
 	sm      *subscriptionMetrics
+	hooks   *webhook.Service // the webhook endpoints and their deliveries
 }
 
 // principal returns the verified caller of a query, or false for an

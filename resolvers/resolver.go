@@ -10,6 +10,7 @@ import (
 	"github.com/dropline/dropline/graph"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
+	"github.com/dropline/dropline/webhook"
 )
 
 // Config is what New needs. Engine is required; every limit has a default
@@ -101,6 +102,7 @@ func New(cfg Config) *Resolver {
 		hub:     cfg.Live,
 		recheck: cfg.ReservationRecheck,
 		sm:      newSubscriptionMetrics(cfg.Registerer),
+		hooks:   webhook.NewService(cfg.Engine.Ledger()),
 	}}
 }
 

@@ -223,6 +223,26 @@ func (r *mutationResolver) Restock(ctx context.Context, input model.RestockInput
 	return productResult(r.deps.engine.Restock(ctx, p, input.Sku, input.Quantity, input.EventID))
 }
 
+// CreateWebhookEndpoint is the resolver for the createWebhookEndpoint field.
+func (r *mutationResolver) CreateWebhookEndpoint(ctx context.Context, input model.CreateWebhookEndpointInput) (*model.WebhookEndpointPayload, error) {
+	return r.deps.createWebhookEndpoint(ctx, input)
+}
+
+// UpdateWebhookEndpoint is the resolver for the updateWebhookEndpoint field.
+func (r *mutationResolver) UpdateWebhookEndpoint(ctx context.Context, input model.UpdateWebhookEndpointInput) (*model.WebhookEndpointPayload, error) {
+	return r.deps.updateWebhookEndpoint(ctx, input)
+}
+
+// DeleteWebhookEndpoint is the resolver for the deleteWebhookEndpoint field.
+func (r *mutationResolver) DeleteWebhookEndpoint(ctx context.Context, input model.DeleteWebhookEndpointInput) (*model.WebhookEndpointPayload, error) {
+	return r.deps.deleteWebhookEndpoint(ctx, input)
+}
+
+// RedeliverWebhooks is the resolver for the redeliverWebhooks field.
+func (r *mutationResolver) RedeliverWebhooks(ctx context.Context, input model.RedeliverWebhooksInput) (*model.RedeliverWebhooksPayload, error) {
+	return r.deps.redeliverWebhooks(ctx, input)
+}
+
 // JoinWaitlist is the resolver for the joinWaitlist field.
 func (r *mutationResolver) JoinWaitlist(ctx context.Context, input model.JoinWaitlistInput) (*model.WaitlistPayload, error) {
 	p, refused := r.deps.mutationCaller(ctx)
@@ -498,6 +518,16 @@ func (r *queryResolver) MyDrawEntries(ctx context.Context) ([]*model.DrawEntry, 
 		out[i] = drawEntryModel(e)
 	}
 	return out, nil
+}
+
+// WebhookEndpoints is the resolver for the webhookEndpoints field.
+func (r *queryResolver) WebhookEndpoints(ctx context.Context) ([]*model.WebhookEndpoint, error) {
+	return r.deps.webhookEndpoints(ctx)
+}
+
+// WebhookDeliveries is the resolver for the webhookDeliveries field.
+func (r *queryResolver) WebhookDeliveries(ctx context.Context, endpointID string, status *model.WebhookDeliveryStatus, first *int, after *string) ([]*model.WebhookDelivery, error) {
+	return r.deps.webhookDeliveries(ctx, endpointID, status, first, after)
 }
 
 // Product is the resolver for the product field.

@@ -24,6 +24,22 @@ func NewService(ledger *db.Ledger) *Service {
 	return &Service{ledger: ledger}
 }
 
+// Endpoint is one subscriber, as the ledger keeps it.
+type Endpoint = db.WebhookEndpoint
+
+// Delivery is one event on its way to one endpoint, as the ledger keeps it.
+type Delivery = db.WebhookDelivery
+
+// The statuses of a delivery.
+const (
+	Pending   = db.WebhookPending
+	Delivered = db.WebhookDelivered
+	Dead      = db.WebhookDead
+)
+
+// MaxEndpoints is how many endpoints may exist.
+const MaxEndpoints = db.MaxWebhookEndpoints
+
 // EndpointInput is a new endpoint.
 type EndpointInput struct {
 	// URL receives POSTs: http or https, at most 2048 bytes.

@@ -15,6 +15,16 @@ import (
 	"github.com/dropline/dropline/webhook"
 )
 
+// The webhook dispatcher's defaults, exported so the program's configuration
+// refers to them instead of repeating them.
+const (
+	DefaultWebhookTimeout     = 10 * time.Second
+	DefaultWebhookConcurrency = 4
+	DefaultWebhookMaxAttempts = 12
+	DefaultWebhookBackoff     = time.Second
+	DefaultWebhookBackoffMax  = time.Hour
+)
+
 // WebhookDispatcherConfig tunes the webhook dispatcher. Zero values take the
 // defaults named on each field.
 type WebhookDispatcherConfig struct {
@@ -46,19 +56,19 @@ func (c *WebhookDispatcherConfig) setDefaults() {
 		c.Poll = 200 * time.Millisecond
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = 10 * time.Second
+		c.Timeout = DefaultWebhookTimeout
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 4
+		c.Concurrency = DefaultWebhookConcurrency
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 12
+		c.MaxAttempts = DefaultWebhookMaxAttempts
 	}
 	if c.MinBackoff <= 0 {
-		c.MinBackoff = time.Second
+		c.MinBackoff = DefaultWebhookBackoff
 	}
 	if c.MaxBackoff < c.MinBackoff {
-		c.MaxBackoff = max(time.Hour, c.MinBackoff)
+		c.MaxBackoff = max(DefaultWebhookBackoffMax, c.MinBackoff)
 	}
 	if c.BacklogInterval <= 0 {
 		c.BacklogInterval = 5 * time.Second

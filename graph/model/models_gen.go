@@ -98,6 +98,23 @@ type CreateProductInput struct {
 	Draw *DrawInput `json:"draw,omitempty"`
 }
 
+type CreateWebhookEndpointInput struct {
+	// http or https, without credentials, at most 2048 bytes.
+	URL string `json:"url"`
+	// "whsec_" and 24-64 bytes in base64; omitted, a fresh one is made.
+	Secret *string `json:"secret,omitempty"`
+	// At least one of sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn.
+	EventTypes []string `json:"eventTypes"`
+	// At most 200 characters.
+	Description *string `json:"description,omitempty"`
+	// Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+type DeleteWebhookEndpointInput struct {
+	ID string `json:"id"`
+}
+
 // A product's draw. The seed is fixed when the product is created and its
 // SHA-256 published at once as seedHash; the seed itself is revealed after the
 // draw, and with the entries (sorted by id) anyone can recompute the winners:
@@ -274,6 +291,18 @@ type ProductPayload struct {
 type Query struct {
 }
 
+type RedeliverWebhooksInput struct {
+	EndpointID string `json:"endpointId"`
+	// The webhookIds of the dead letters to send again; omitted, all of them.
+	WebhookIds []string `json:"webhookIds,omitempty"`
+}
+
+type RedeliverWebhooksPayload struct {
+	// How many dead letters are pending again.
+	Redelivered int          `json:"redelivered"`
+	UserErrors  []*UserError `json:"userErrors"`
+}
+
 type Reservation struct {
 	ID       string            `json:"id"`
 	Token    string            `json:"token"`
@@ -372,6 +401,15 @@ type UpdateProductInput struct {
 	SaleEndsAt   graphql.Omittable[*time.Time] `json:"saleEndsAt,omitempty"`
 }
 
+type UpdateWebhookEndpointInput struct {
+	ID          string   `json:"id"`
+	URL         *string  `json:"url,omitempty"`
+	Secret      *string  `json:"secret,omitempty"`
+	EventTypes  []string `json:"eventTypes,omitempty"`
+	Description *string  `json:"description,omitempty"`
+	Enabled     *bool    `json:"enabled,omitempty"`
+}
+
 // A business outcome that stopped a mutation; nothing was changed.
 type UserError struct {
 	Code ErrorCode `json:"code"`
@@ -401,6 +439,51 @@ type WaitlistEntry struct {
 type WaitlistPayload struct {
 	Entry      *WaitlistEntry `json:"entry,omitempty"`
 	UserErrors []*UserError   `json:"userErrors"`
+}
+
+// One event on its way to one endpoint.
+type WebhookDelivery struct {
+	// The webhook-id header: the same for every attempt at this event.
+	WebhookID string `json:"webhookId"`
+	Type      string `json:"type"`
+	Sku       string `json:"sku"`
+	// The body sent, exactly as recorded.
+	Payload  string                `json:"payload"`
+	Status   WebhookDeliveryStatus `json:"status"`
+	Attempts int                   `json:"attempts"`
+	// When the next attempt is due (PENDING only).
+	NextAttemptAt *time.Time `json:"nextAttemptAt,omitempty"`
+	LastAttemptAt *time.Time `json:"lastAttemptAt,omitempty"`
+	// The HTTP status of the last attempt; null when there was no answer.
+	LastStatus *int `json:"lastStatus,omitempty"`
+	// Why the last attempt failed.
+	LastError   *string    `json:"lastError,omitempty"`
+	DeliveredAt *time.Time `json:"deliveredAt,omitempty"`
+	// When the ledger recorded the event.
+	RecordedAt time.Time `json:"recordedAt"`
+}
+
+// A URL that receives webhook events: POSTs of a JSON body {type, timestamp,
+// data}, signed per Standard Webhooks (webhook-id, webhook-timestamp,
+// webhook-signature).
+type WebhookEndpoint struct {
+	// The endpoint's id: what the other webhook fields and mutations take.
+	ID  string `json:"id"`
+	URL string `json:"url"`
+	// The signing secret, "whsec_" and base64.
+	Secret string `json:"secret"`
+	// What it receives: sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn.
+	EventTypes  []string `json:"eventTypes"`
+	Description string   `json:"description"`
+	// A disabled endpoint is sent nothing, and no event is recorded for it.
+	Enabled   bool      `json:"enabled"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+type WebhookEndpointPayload struct {
+	Endpoint   *WebhookEndpoint `json:"endpoint,omitempty"`
+	UserErrors []*UserError     `json:"userErrors"`
 }
 
 type DrawEntryStatus string
@@ -729,6 +812,66 @@ func (e *WaitlistStatus) UnmarshalJSON(b []byte) error {
 }
 
 func (e WaitlistStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type WebhookDeliveryStatus string
+
+const (
+	// Waiting to be sent, or for its next attempt.
+	WebhookDeliveryStatusPending WebhookDeliveryStatus = "PENDING"
+	// The endpoint answered 2xx.
+	WebhookDeliveryStatusDelivered WebhookDeliveryStatus = "DELIVERED"
+	// Out of attempts: a dead letter, until redeliverWebhooks.
+	WebhookDeliveryStatusDead WebhookDeliveryStatus = "DEAD"
+)
+
+var AllWebhookDeliveryStatus = []WebhookDeliveryStatus{
+	WebhookDeliveryStatusPending,
+	WebhookDeliveryStatusDelivered,
+	WebhookDeliveryStatusDead,
+}
+
+func (e WebhookDeliveryStatus) IsValid() bool {
+	switch e {
+	case WebhookDeliveryStatusPending, WebhookDeliveryStatusDelivered, WebhookDeliveryStatusDead:
+		return true
+	}
+	return false
+}
+
+func (e WebhookDeliveryStatus) String() string {
+	return string(e)
+}
+
+func (e *WebhookDeliveryStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = WebhookDeliveryStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid WebhookDeliveryStatus", str)
+	}
+	return nil
+}
+
+func (e WebhookDeliveryStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *WebhookDeliveryStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e WebhookDeliveryStatus) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil
