@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -65,6 +67,11 @@ func TestShopInABrowser(t *testing.T) {
 	// once bob and carol are in line.
 	dave := s.token(t, "dave", false)
 	daveHold := s.reserveHTTP(t, dave, wait, 600)
+	// The draw closes a minute from now: the buyers enter first, the other
+	// steps run, then the browser test waits for the result.
+	const drawSKU = "SHOP-DRAW"
+	s.createDrawProduct(t, drawSKU, 1, time.Now().Add(time.Minute))
+	seedHash := s.draw(t, drawSKU).SeedHash
 
 	artifacts := t.TempDir()
 	resultFile := filepath.Join(artifacts, "result.json")
@@ -78,6 +85,8 @@ func TestShopInABrowser(t *testing.T) {
 		"SHOP_LAST_SKU="+last,
 		"SHOP_HOLD_MS="+strconv.FormatInt(shopHold.Milliseconds(), 10),
 		"SHOP_WAIT_SKU="+wait,
+		"SHOP_DRAW_SKU="+drawSKU,
+		"SHOP_DRAW_SEED_HASH="+seedHash,
 		"SHOP_WAIT_HOLD="+daveHold,
 		"SHOP_DAVE_TOKEN="+dave,
 		"SHOP_RESULT="+resultFile,
@@ -97,6 +106,7 @@ func TestShopInABrowser(t *testing.T) {
 		ExpiryBackMs int64  `json:"expiryBackMs"`
 		RetryKey     string `json:"retryKey"`
 		ExtendKey    string `json:"extendKey"`
+		DrawWinner   string `json:"drawWinner"`
 	}
 	b, err := os.ReadFile(resultFile)
 	require.NoError(t, err)
@@ -107,7 +117,17 @@ func TestShopInABrowser(t *testing.T) {
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'bob' AND quantity = 1`, sku), "bob's Pay made a sale")
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'alice'`, last), "alice bought the last unit")
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'carol'`, wait), "carol bought the unit the waitlist handed her")
-	require.Equal(t, 3, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
+	require.Contains(t, []string{"alice", "bob"}, res.DrawWinner)
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = $2`, drawSKU, res.DrawWinner), "the draw's winner paid")
+	require.Equal(t, 4, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
+	drawn := s.draw(t, drawSKU)
+	require.Equal(t, "DRAWN", drawn.Status)
+	require.Equal(t, 2, drawn.Entries)
+	require.NotNil(t, drawn.Seed)
+	seed, err := hex.DecodeString(*drawn.Seed)
+	require.NoError(t, err)
+	sum := sha256.Sum256(seed)
+	require.Equal(t, seedHash, hex.EncodeToString(sum[:]), "the seed the page showed hashes to the hash it showed before")
 	want := map[string]int{"bob/COMMITTED": 1, "alice/EXPIRED": 1, "alice/CANCELLED": 3}
 	var got map[string]int
 	require.Eventually(t, func() bool {
@@ -153,6 +173,23 @@ func (s *system) reserveHTTP(t *testing.T, token, sku string, holdSeconds int) s
 	require.Empty(t, r.Errors)
 	require.Empty(t, out.Reserve.UserErrors)
 	return out.Reserve.Reservation.Token
+}
+
+// createDrawProduct creates sku with units sold by draw, entries open now
+// and closing at closes; winners' holds last two minutes.
+func (s *system) createDrawProduct(t *testing.T, sku string, units int, closes time.Time) {
+	t.Helper()
+	var out struct {
+		CreateProduct struct {
+			UserErrors []userError `json:"userErrors"`
+		} `json:"createProduct"`
+	}
+	r := s.gql(t, http.DefaultClient, s.token(t, "ops", true),
+		`mutation($input: CreateProductInput!) { createProduct(input: $input) { userErrors { code message } } }`,
+		map[string]any{"input": map[string]any{"sku": sku, "name": "E2E " + sku, "price": map[string]any{"amount": 9900, "currency": "EUR"},
+			"stock": units, "draw": map[string]any{"closesAt": closes.UTC().Format(time.RFC3339Nano), "winnerHoldSeconds": 120}}}, &out)
+	require.Empty(t, r.Errors)
+	require.Empty(t, out.CreateProduct.UserErrors)
 }
 
 // ledgerStatuses counts the reservations of sku in Postgres by principal and status.

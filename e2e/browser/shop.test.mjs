@@ -9,6 +9,8 @@
 //   SHOP_SKU        a SKU with a few units (each hold lasts SHOP_HOLD_MS)
 //   SHOP_LAST_SKU   a SKU with exactly one unit
 //   SHOP_HOLD_MS    the server's default hold, in milliseconds
+//   SHOP_DRAW_SKU   a SKU with one unit sold by draw, closing a minute after
+//                   the test starts; SHOP_DRAW_SEED_HASH its published hash
 //   SHOP_WAIT_SKU   a SKU whose one unit dave holds (10 minutes)
 //   SHOP_WAIT_HOLD  dave's hold, and SHOP_DAVE_TOKEN his bearer token: the
 //                   test cancels it when the waitlist is ready
@@ -31,6 +33,7 @@ const sku = env('SHOP_SKU');
 const lastSku = env('SHOP_LAST_SKU');
 const holdMs = Number(env('SHOP_HOLD_MS'));
 const waitSku = env('SHOP_WAIT_SKU');
+const drawSku = env('SHOP_DRAW_SKU');
 const artifacts = env('SHOP_ARTIFACTS');
 const result = {};
 
@@ -154,6 +157,18 @@ test('two buyers watch one drop', async (t) => {
       total = await available(alice.page, sku);
       assert.ok(total >= 3, `${sku} has ${total} units`);
       assert.equal(await available(bob.page, sku), total);
+    }));
+
+  await t.test('alice and bob enter the draw: a countdown and the published seed hash', () =>
+    step('draw-enter', async () => {
+      for (const { page } of [alice, bob]) {
+        await page.locator(`[data-testid="draw-status-${drawSku}"][data-state="open"]`).waitFor();
+        assert.equal(await page.getByTestId(`buy-${drawSku}`).count(), 0, 'no Buy on a draw');
+        await page.getByTestId(`draw-enter-${drawSku}`).click();
+        await page.locator(`[data-testid="draw-status-${drawSku}"][data-state="entered"]`).waitFor();
+        assert.match(await page.getByTestId(`draw-countdown-${drawSku}`).textContent(), /^\d+:\d\d$/);
+        assert.equal(await page.getByTestId(`draw-seed-hash-${drawSku}`).textContent(), env('SHOP_DRAW_SEED_HASH'));
+      }
     }));
 
   await t.test("alice buys: bob's page shows the stock fall within 1 s", () =>
@@ -322,6 +337,28 @@ test('two buyers watch one drop', async (t) => {
       await carol.page.getByTestId(`pay-${waitSku}`).click();
       await carol.page.locator(`[data-testid="status-${waitSku}"][data-state="paid"]`).waitFor();
       assert.equal(await available(alice.page, waitSku), 0);
+    }));
+
+  await t.test('the draw runs: one wins and pays, the other sees the seed and how to check it', () =>
+    step('draw-result', async () => {
+      const outcome = async (page) => {
+        const el = page.locator(`[data-testid="draw-status-${drawSku}"][data-state="won"], [data-testid="draw-status-${drawSku}"][data-state="lost"]`);
+        await el.waitFor({ timeout: 90_000 });
+        return el.getAttribute('data-state');
+      };
+      const [a, b] = await Promise.all([outcome(alice.page), outcome(bob.page)]);
+      assert.deepEqual([a, b].sort(), ['lost', 'won'], `alice ${a}, bob ${b}`);
+      const [winner, loser] = a === 'won' ? [alice, bob] : [bob, alice];
+      result.drawWinner = a === 'won' ? 'alice' : 'bob';
+      for (const { page } of [winner, loser]) {
+        await page.getByTestId(`draw-seed-${drawSku}`).waitFor();
+        await page.getByTestId(`draw-seed-check-${drawSku}`).waitFor();
+      }
+      assert.match(await loser.page.getByTestId(`draw-status-${drawSku}`).textContent(), /Not this time/);
+      assert.match(await loser.page.getByTestId(`draw-${drawSku}`).textContent(), /verify-draw --sku/);
+      await winner.page.getByTestId(`hold-${drawSku}`).waitFor();
+      await winner.page.getByTestId(`pay-${drawSku}`).click();
+      await winner.page.locator(`[data-testid="status-${drawSku}"][data-state="paid"]`).waitFor();
     }));
 
   await t.test('no page logged an error or a CSP violation', () => {

@@ -65,6 +65,8 @@ export function createShopClient(token, onLive) {
   };
 }
 
+const drawFields = 'closesAt status entries seedHash seed winners winnerHoldSeconds';
+
 export const CATALOGUE = `
   query Catalogue {
     products(first: 24) {
@@ -73,6 +75,7 @@ export const CATALOGUE = `
           id sku name maxPerUser saleStartsAt saleEndsAt
           price { amount currency }
           stock { id sku available held sold total }
+          draw { ${drawFields} }
         }
       }
     }
@@ -123,4 +126,10 @@ export const JOIN_WAITLIST = `mutation JoinWaitlist($input: JoinWaitlistInput!) 
 export const LEAVE_WAITLIST = `mutation LeaveWaitlist($input: LeaveWaitlistInput!) {
   leaveWaitlist(input: $input) { entry { ${entryFields} } userErrors { code message retryAfterSeconds } } }`;
 export const WAITLIST = `subscription Waitlist($sku: ID!) { waitlistChanged(sku: $sku) { ${entryFields} } }`;
+
+const drawEntryFields = `sku quantity status enteredAt place reservation { ${resFields} }`;
+export const DRAW_INFO = `query DrawInfo($sku: ID!) { product(sku: $sku) { sku draw { ${drawFields} } } }`;
+export const MY_DRAW_ENTRIES = `query MyDrawEntries { myDrawEntries { ${drawEntryFields} } }`;
+export const ENTER_DRAW = `mutation EnterDraw($input: EnterDrawInput!) {
+  enterDraw(input: $input) { entry { ${drawEntryFields} } userErrors { code message retryAfterSeconds } } }`;
 

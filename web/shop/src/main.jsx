@@ -4,7 +4,7 @@
 import { StrictMode, useEffect, useMemo, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Provider, useQuery, useSubscription } from 'urql';
-import { CATALOGUE, MY_HOLDS, MY_WAITLIST, STOCK, createShopClient } from './api.js';
+import { CATALOGUE, MY_DRAW_ENTRIES, MY_HOLDS, MY_WAITLIST, STOCK, createShopClient } from './api.js';
 import { loadToken, principalOf, saveToken } from './auth.js';
 import { ProductCard } from './product.jsx';
 import { SignIn } from './signin.jsx';
@@ -87,6 +87,14 @@ function Catalogue({ signedIn }) {
     return m;
   }, [lines]);
 
+  // Draw entries, by SKU.
+  const [{ data: draws }] = useQuery({ query: MY_DRAW_ENTRIES, pause: !signedIn });
+  const drawEntries = useMemo(() => {
+    const m = {};
+    for (const e of draws?.myDrawEntries ?? []) if (!m[e.sku]) m[e.sku] = e;
+    return m;
+  }, [draws]);
+
   if (error && !data) {
     return <p className="notice error">Could not load the catalogue: {error.message}</p>;
   }
@@ -111,6 +119,7 @@ function Catalogue({ signedIn }) {
           signedIn={signedIn}
           existingHold={holds[p.sku]}
           existingEntry={entries[p.sku]}
+          existingDrawEntry={drawEntries[p.sku]}
         />
       ))}
     </div>

@@ -6,6 +6,7 @@
 import { useEffect, useRef, useState } from 'react';
 import { useClient, useSubscription } from 'urql';
 import { CANCEL, COMMIT, EXTEND, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
+import { DrawPanel } from './draw.jsx';
 import { WaitlistPanel } from './waitlist.jsx';
 
 // PAY_HOLD_SECONDS is how long "Pay" extends the hold for: the time the
@@ -22,19 +23,23 @@ const ACTIVE = new Set(['held', 'paying', 'cancelling']);
 // expired, refused (a business outcome such as out of stock).
 const idle = { phase: 'idle' };
 
-export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, index }) {
+export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, existingDrawEntry, index }) {
   const client = useClient();
   const [order, setOrder] = useState(idle);
   const [entry, setEntry] = useState(existingEntry ?? null);
+  const [drawEntry, setDrawEntry] = useState(existingDrawEntry ?? null);
   const sku = product.sku;
 
-  // A waitlist entry made before a reload comes back with the page too.
+  // A waitlist or draw entry made before a reload comes back with the page too.
   useEffect(() => {
     if (existingEntry && !entry) setEntry(existingEntry);
   }, [existingEntry]); // eslint-disable-line react-hooks/exhaustive-deps
+  useEffect(() => {
+    if (existingDrawEntry && !drawEntry) setDrawEntry(existingDrawEntry);
+  }, [existingDrawEntry]); // eslint-disable-line react-hooks/exhaustive-deps
 
-  // A unit handed over from the waitlist is a hold like one from Buy; how
-  // it came is kept to say so.
+  // A unit handed over from the waitlist, or won in a draw, is a hold like
+  // one from Buy; how it came is kept to say so (offer, won).
   const handed = (how) => (r) =>
     setOrder((o) => {
       if (o.reservation?.token === r.token) return ACTIVE.has(o.phase) ? { ...o, [how]: true } : o;
@@ -42,6 +47,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
       return { phase: 'held', reservation: r, offset: 0, [how]: true };
     });
   const onOffer = handed('offer');
+  const onWon = handed('won');
 
   // A hold made before a reload comes back with the page.
   useEffect(() => {
@@ -155,7 +161,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
   const active = ACTIVE.has(order.phase);
   const sale = saleWindow(product);
   const soldOut = stock.available === 0 && !active;
-  const status = statusOf(order, soldOut, sale, product);
+  const status = statusOf(order, soldOut && !product.draw, sale, product);
 
   return (
     <article className={`card${soldOut ? ' sold-out' : ''}`} data-testid={`product-${sku}`}>
@@ -175,6 +181,17 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
         </p>
         <StockBar stock={stock} sku={sku} />
 
+        {product.draw && (
+          <DrawPanel
+            product={product}
+            signedIn={signedIn}
+            entry={drawEntry}
+            onEntry={setDrawEntry}
+            onWon={onWon}
+            holding={active}
+          />
+        )}
+
         {active ? (
           <Hold
             order={order}
@@ -184,7 +201,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
             onCancel={() => settle(CANCEL, 'cancel', 'cancelling')}
             onReservation={onReservation}
           />
-        ) : (
+        ) : product.draw ? null : (
           <button
             type="button"
             className="btn primary wide"
@@ -199,7 +216,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
         <p className={`status status-${status.tone}`} data-testid={`status-${sku}`} data-state={status.state} role="status">
           {status.text}
         </p>
-        {!active && (soldOut || entry?.status === 'WAITING') && (
+        {!active && !product.draw && (soldOut || entry?.status === 'WAITING') && (
           <WaitlistPanel sku={sku} signedIn={signedIn} entry={entry} onEntry={setEntry} onOffer={onOffer} />
         )}
       </div>
@@ -311,6 +328,7 @@ function statusOf(order, soldOut, sale, product) {
       return { state: 'refused', tone: 'bad', text: order.message };
     default:
       if (soldOut) return { state: 'soldout', tone: 'bad', text: 'Sold out' };
+      if (product.draw) return { state: 'draw', tone: 'muted', text: '' };
       if (!sale.open) return { state: 'closed', tone: 'muted', text: sale.label };
       return { state: 'idle', tone: 'muted', text: product.maxPerUser ? `Limit ${product.maxPerUser} per person.` : 'In stock.' };
   }

@@ -1,0 +1,205 @@
+// A product sold by draw: enter (enterDraw) while entries are open, a
+// countdown to the draw, the SHA-256 of the seed published before anyone
+// entered, then the outcome: won (a hold to pay, which the card shows) or
+// lost, with the revealed seed and how anyone can check the result.
+import { useEffect, useState } from 'react';
+import { useClient } from 'urql';
+import { DRAW_INFO, ENTER_DRAW, MY_DRAW_ENTRIES } from './api.js';
+
+// DrawPanel is the card's buying part for a draw product. entry is the
+// buyer's entry as the page last saw it (null: not entered).
+export function DrawPanel({ product, signedIn, entry, onEntry, onWon, holding }) {
+  const client = useClient();
+  const now = useNow(1000);
+  const sku = product.sku;
+  const [draw, setDraw] = useState(product.draw);
+  const [busy, setBusy] = useState(false);
+  const [message, setMessage] = useState(null);
+  const closesAt = new Date(draw.closesAt).getTime();
+  const closed = now >= closesAt;
+  const drawn = draw.status === 'DRAWN';
+  // Until the outcome has reached the stock, a winner has no reservation yet.
+  const pending = !!entry && (entry.status === 'ENTERED' || (entry.status === 'WON' && !entry.reservation));
+
+  // There is no subscription for draws: the page asks for the draw (and,
+  // once it has run, for the buyer's entry) every few seconds until the
+  // outcome is known; every second once the entries have closed.
+  const wantDraw = !drawn;
+  const wantEntry = signedIn && pending && (closed || drawn);
+  useEffect(() => {
+    if (!wantDraw && !wantEntry) return undefined;
+    let stop = false;
+    const tick = async () => {
+      if (wantDraw) {
+        const res = await client.query(DRAW_INFO, { sku }).toPromise();
+        const d = res.data?.product?.draw;
+        if (d && !stop) setDraw(d);
+      }
+      if (wantEntry) {
+        const res = await client.query(MY_DRAW_ENTRIES, {}).toPromise();
+        const mine = res.data?.myDrawEntries?.find((e) => e.sku === sku);
+        if (mine && !stop) onEntry(mine);
+      }
+    };
+    const id = setInterval(tick, closed ? 1000 : 5000);
+    return () => {
+      stop = true;
+      clearInterval(id);
+    };
+  }, [wantDraw, wantEntry, closed, sku]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  useEffect(() => {
+    if (entry?.status === 'WON' && entry.reservation?.status === 'HELD') onWon(entry.reservation);
+  }, [entry?.status, entry?.reservation?.token]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  const enter = async () => {
+    setBusy(true);
+    setMessage(null);
+    const res = await client.mutation(ENTER_DRAW, { input: { sku, quantity: 1 } }).toPromise();
+    setBusy(false);
+    const payload = res.data?.enterDraw;
+    if (!payload) {
+      // Entering again returns the same entry: pressing again is safe.
+      setMessage('Could not reach the shop: try again.');
+      return;
+    }
+    const ue = payload.userErrors[0];
+    if (ue) {
+      setMessage(
+        ue.code === 'SALE_NOT_ACTIVE' ? 'Entries are closed.' : ue.code === 'RATE_LIMITED' ? 'Too many tries: wait a moment.' : ue.message,
+      );
+      return;
+    }
+    onEntry(payload.entry);
+    setDraw((d) => ({ ...d, entries: Math.max(d.entries, 1) }));
+  };
+
+  const state = !entry ? (closed ? 'closed' : 'open') : entry.status === 'WON' ? 'won' : entry.status === 'LOST' ? 'lost' : closed ? 'drawing' : 'entered';
+
+  return (
+    <div className="draw" data-testid={`draw-${sku}`}>
+      <div className="draw-head">
+        <span className="draw-badge">Draw</span>
+        <span className="draw-when">
+          {'Drawn at '}
+          <time dateTime={draw.closesAt}>{formatClock(closesAt)}</time>
+          {!closed && (
+            <>
+              {' · in '}
+              <span className="countdown small" data-testid={`draw-countdown-${sku}`} role="timer">
+                {formatLeft(closesAt - now)}
+              </span>
+            </>
+          )}
+        </span>
+      </div>
+      <p className="draw-status" data-testid={`draw-status-${sku}`} data-state={state} aria-live="polite">
+        {drawText(state, entry, draw, product, holding)}
+      </p>
+      {!entry && !closed && (
+        <button type="button" className="btn primary wide" data-testid={`draw-enter-${sku}`} disabled={!signedIn || busy} onClick={enter}>
+          {signedIn ? (busy ? 'Entering…' : 'Enter the draw') : 'Sign in to enter'}
+        </button>
+      )}
+      {message && (
+        <p className="status status-warn" role="status">
+          {message}
+        </p>
+      )}
+      <SeedProof sku={sku} draw={draw} />
+    </div>
+  );
+}
+
+function drawText(state, entry, draw, product, holding) {
+  const units = product.stock?.total;
+  switch (state) {
+    case 'open':
+      return `No rush: everyone who enters before the draw has the same chance. ${draw.entries} entered so far${units ? ` for ${units} units` : ''}; one entry per person.`;
+    case 'closed':
+      return draw.status === 'DRAWN' ? `Drawn: ${draw.winners ?? 0} of ${draw.entries} entries won.` : 'Entries are closed: the draw is running.';
+    case 'entered':
+      return `You're in the draw (${draw.entries} entries so far). Winners get a unit held for them to pay; keep this page open.`;
+    case 'drawing':
+      return 'Entries are closed: drawing…';
+    case 'won':
+      return `You won (place ${entry.place} of ${draw.entries})${holding ? ': a unit is held for you below. Pay before the timer runs out.' : '.'}`;
+    case 'lost':
+      return `Not this time: place ${entry.place} of ${draw.entries}, and ${draw.winners ?? 0} won. You stay in line for this product in draw order: a unit a winner lets go comes to you.`;
+    default:
+      return '';
+  }
+}
+
+// SeedProof shows the seed's hash, published when the product was created,
+// and once drawn the seed itself and whether it hashes to what was
+// published (checked here with Web Crypto where the page has it: https and
+// localhost).
+function SeedProof({ sku, draw }) {
+  const [check, setCheck] = useState(null);
+  useEffect(() => {
+    if (!draw.seed || !globalThis.crypto?.subtle) return;
+    const bytes = new Uint8Array(draw.seed.match(/../g).map((h) => parseInt(h, 16)));
+    crypto.subtle.digest('SHA-256', bytes).then((d) => {
+      const hex = Array.from(new Uint8Array(d), (x) => x.toString(16).padStart(2, '0')).join('');
+      setCheck(hex === draw.seedHash);
+    });
+  }, [draw.seed, draw.seedHash]);
+  return (
+    <details className="seed" data-testid={`draw-proof-${sku}`} open={!!draw.seed}>
+      <summary>{draw.seed ? 'The draw is fair: check it' : 'How the draw stays fair'}</summary>
+      <dl>
+        <dt>Seed hash, published before the first entry</dt>
+        <dd>
+          <code data-testid={`draw-seed-hash-${sku}`}>{draw.seedHash}</code>
+        </dd>
+        {draw.seed && (
+          <>
+            <dt>Seed, revealed after the draw</dt>
+            <dd>
+              <code data-testid={`draw-seed-${sku}`}>{draw.seed}</code>
+            </dd>
+          </>
+        )}
+      </dl>
+      {draw.seed ? (
+        <p>
+          {check === true && (
+            <strong className="ok" data-testid={`draw-seed-check-${sku}`}>
+              ✓ SHA-256 of the seed is the published hash.{' '}
+            </strong>
+          )}
+          {check === false && <strong className="bad">✗ The seed does not hash to the published hash. </strong>}
+          Check it yourself: <code>echo {draw.seed} | xxd -r -p | sha256sum</code> gives the hash above;{' '}
+          <code>dropline verify-draw --sku {sku}</code> recomputes every place from the seed and the entries.
+        </p>
+      ) : (
+        <p>
+          The seed that orders the entries was fixed before anyone entered; only its SHA-256 is public. After the draw the
+          seed is revealed here, so anyone can check that it hashes to this value and recompute the winners.
+        </p>
+      )}
+    </details>
+  );
+}
+
+function useNow(every) {
+  const [now, setNow] = useState(Date.now);
+  useEffect(() => {
+    const id = setInterval(() => setNow(Date.now()), every);
+    return () => clearInterval(id);
+  }, [every]);
+  return now;
+}
+
+function formatClock(t) {
+  return new Date(t).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+}
+
+function formatLeft(ms) {
+  const s = Math.max(0, Math.ceil(ms / 1000));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const ss = String(s % 60).padStart(2, '0');
+  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${ss}` : `${m}:${ss}`;
+}
