@@ -63,6 +63,8 @@ func TestShopInABrowser(t *testing.T) {
 	s.createProduct(t, sku, 5, 0)
 	s.createProduct(t, last, 1, 0)
 	s.createProduct(t, wait, 1, 0)
+	const cartSKU = "SHOP-CART"
+	s.createProduct(t, cartSKU, 2, 0)
 	// dave holds the waitlist SKU's one unit; the browser test lets it go
 	// once bob and carol are in line.
 	dave := s.token(t, "dave", false)
@@ -85,6 +87,7 @@ func TestShopInABrowser(t *testing.T) {
 		"SHOP_LAST_SKU="+last,
 		"SHOP_HOLD_MS="+strconv.FormatInt(shopHold.Milliseconds(), 10),
 		"SHOP_WAIT_SKU="+wait,
+		"SHOP_CART_SKU="+cartSKU,
 		"SHOP_DRAW_SKU="+drawSKU,
 		"SHOP_DRAW_SEED_HASH="+seedHash,
 		"SHOP_WAIT_HOLD="+daveHold,
@@ -114,12 +117,13 @@ func TestShopInABrowser(t *testing.T) {
 
 	// What the clicks did, in the ledger. Sales are written before commit
 	// answers; reservations arrive through the write-behind, so wait.
-	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'bob' AND quantity = 1`, sku), "bob's Pay made a sale")
+	require.Equal(t, 2, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'bob' AND quantity = 1`, sku), "bob's Pay made a sale, and so did his cart")
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'bob' AND quantity = 2`, cartSKU), "bob's cart bought both units")
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'alice'`, last), "alice bought the last unit")
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'carol'`, wait), "carol bought the unit the waitlist handed her")
 	require.Contains(t, []string{"alice", "bob"}, res.DrawWinner)
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = $2`, drawSKU, res.DrawWinner), "the draw's winner paid")
-	require.Equal(t, 4, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
+	require.Equal(t, 6, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
 	drawn := s.draw(t, drawSKU)
 	require.Equal(t, "DRAWN", drawn.Status)
 	require.Equal(t, 2, drawn.Entries)
@@ -128,7 +132,7 @@ func TestShopInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	sum := sha256.Sum256(seed)
 	require.Equal(t, seedHash, hex.EncodeToString(sum[:]), "the seed the page showed hashes to the hash it showed before")
-	want := map[string]int{"bob/COMMITTED": 1, "alice/EXPIRED": 1, "alice/CANCELLED": 3}
+	want := map[string]int{"bob/COMMITTED": 2, "alice/EXPIRED": 1, "alice/CANCELLED": 3}
 	var got map[string]int
 	require.Eventually(t, func() bool {
 		got = ledgerStatuses(t, srv.Pool, sku)
@@ -136,7 +140,8 @@ func TestShopInABrowser(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "reservations of %s in Postgres: %v, want %v", sku, got, want)
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM reservations WHERE sku = $1 AND principal = 'alice' AND status = 'COMMITTED'`, last))
 	require.Eventually(t, func() bool {
-		return s.scalar(t, `SELECT extensions FROM reservations WHERE sku = $1 AND principal = 'bob' AND status = 'COMMITTED'`, sku) == 1
+		return s.scalar(t, `SELECT count(*) FROM reservations r WHERE sku = $1 AND principal = 'bob' AND status = 'COMMITTED' AND extensions = 1
+			AND NOT EXISTS (SELECT 1 FROM sales s WHERE s.token = r.token AND s.cart IS NOT NULL)`, sku) == 1
 	}, 10*time.Second, 50*time.Millisecond, "bob's Pay extended the hold once, though the page sent the extension twice")
 	require.NotEmpty(t, res.ExtendKey)
 	// The waitlist: dave's unit went to bob (first in line), bob's cancel
@@ -150,7 +155,10 @@ func TestShopInABrowser(t *testing.T) {
 		return s.scalar(t, `SELECT count(*) FROM waitlist_entries WHERE sku = $1 AND status = 'OFFERED' AND principal IN ('bob', 'carol')`, wait) == 2
 	}, 10*time.Second, 50*time.Millisecond, "bob's and carol's waitlist entries were each offered a unit")
 	require.Equal(t, stock{Available: 0, Held: 0, Sold: 1, Total: 1}, s.stock(t, wait))
-	require.Equal(t, stock{Available: 4, Held: 0, Sold: 1, Total: 5}, s.stock(t, sku))
+	require.Equal(t, stock{Available: 3, Held: 0, Sold: 2, Total: 5}, s.stock(t, sku))
+	require.Equal(t, stock{Available: 0, Held: 0, Sold: 2, Total: 2}, s.stock(t, cartSKU))
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM carts WHERE principal = 'bob' AND lines = 2`), "one cart sold; the refused one held nothing")
+	require.Zero(t, s.scalar(t, `SELECT count(*) FROM reservations WHERE extensions > 1`), "every Pay extended once")
 	require.Equal(t, stock{Available: 0, Held: 0, Sold: 1, Total: 1}, s.stock(t, last))
 	require.NotEmpty(t, res.RetryKey)
 

@@ -11,6 +11,7 @@
 //   SHOP_HOLD_MS    the server's default hold, in milliseconds
 //   SHOP_DRAW_SKU   a SKU with one unit sold by draw, closing a minute after
 //                   the test starts; SHOP_DRAW_SEED_HASH its published hash
+//   SHOP_CART_SKU   a SKU with two units, for the cart
 //   SHOP_WAIT_SKU   a SKU whose one unit dave holds (10 minutes)
 //   SHOP_WAIT_HOLD  dave's hold, and SHOP_DAVE_TOKEN his bearer token: the
 //                   test cancels it when the waitlist is ready
@@ -34,6 +35,7 @@ const lastSku = env('SHOP_LAST_SKU');
 const holdMs = Number(env('SHOP_HOLD_MS'));
 const waitSku = env('SHOP_WAIT_SKU');
 const drawSku = env('SHOP_DRAW_SKU');
+const cartSku = env('SHOP_CART_SKU');
 const artifacts = env('SHOP_ARTIFACTS');
 const result = {};
 
@@ -337,6 +339,32 @@ test('two buyers watch one drop', async (t) => {
       await carol.page.getByTestId(`pay-${waitSku}`).click();
       await carol.page.locator(`[data-testid="status-${waitSku}"][data-state="paid"]`).waitFor();
       assert.equal(await available(alice.page, waitSku), 0);
+    }));
+
+  await t.test('a cart is held all or nothing: a short line is shown on its own, with how many could be had', () =>
+    step('cart', async () => {
+      const hot = await available(alice.page, sku);
+      assert.equal(await available(alice.page, cartSku), 2);
+      await bob.page.getByTestId(`cart-add-${sku}`).click();
+      for (let i = 0; i < 3; i++) await bob.page.getByTestId(`cart-add-${cartSku}`).click();
+      assert.equal(await bob.page.getByTestId(`cart-qty-${cartSku}`).textContent(), '3');
+      await bob.page.getByTestId('cart-checkout').click();
+      const short = bob.page.getByTestId(`cart-line-error-${cartSku}`);
+      await short.waitFor();
+      assert.equal(await short.getAttribute('data-available'), '2');
+      assert.match(await short.textContent(), /Only 2 are left/);
+      assert.equal(await bob.page.getByTestId(`cart-line-error-${sku}`).count(), 0, 'the line that could be had has no error');
+      assert.equal(await bob.page.getByTestId('cart-status').getAttribute('data-state'), 'refused');
+      assert.equal(await available(alice.page, sku), hot, 'nothing was held');
+      assert.equal(await available(alice.page, cartSku), 2, 'nothing was held');
+      await bob.page.getByTestId(`cart-minus-${cartSku}`).click();
+      assert.equal(await short.count(), 0, 'the error goes with the change');
+      await bob.page.getByTestId('cart-checkout').click();
+      await bob.page.locator('[data-testid="cart-status"][data-state="held"]').waitFor();
+      await bob.page.getByTestId('cart-pay').click();
+      await Promise.all([waitAvailable(alice.page, sku, hot - 1), waitAvailable(alice.page, cartSku, 0)]);
+      await bob.page.locator('[data-testid="cart-status"][data-state="paid"]').waitFor({ timeout: 15_000 });
+      await carol.page.locator(`[data-testid="status-${cartSku}"][data-state="soldout"]`).waitFor();
     }));
 
   await t.test('the draw runs: one wins and pays, the other sees the seed and how to check it', () =>

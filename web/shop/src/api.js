@@ -133,3 +133,8 @@ export const MY_DRAW_ENTRIES = `query MyDrawEntries { myDrawEntries { ${drawEntr
 export const ENTER_DRAW = `mutation EnterDraw($input: EnterDrawInput!) {
   enterDraw(input: $input) { entry { ${drawEntryFields} } userErrors { code message retryAfterSeconds } } }`;
 
+const cartFields = 'cart { token status expiresAt createdAt lines { token sku quantity status expiresAt } } userErrors { code message field available retryAfterSeconds }';
+export const RESERVE_CART = `mutation ReserveCart($input: ReserveCartInput!) { reserveCart(input: $input) { ${cartFields} } }`;
+export const COMMIT_CART = `mutation CommitCart($input: CommitCartInput!) { commitCart(input: $input) { ${cartFields} } }`;
+export const CANCEL_CART = `mutation CancelCart($input: CancelCartInput!) { cancelCart(input: $input) { ${cartFields} } }`;
+export const EXTEND_CART = `mutation ExtendCart($input: ExtendCartInput!) { extendCart(input: $input) { ${cartFields} } }`;

@@ -6,6 +6,7 @@ import { createRoot } from 'react-dom/client';
 import { Provider, useQuery, useSubscription } from 'urql';
 import { CATALOGUE, MY_DRAW_ENTRIES, MY_HOLDS, MY_WAITLIST, STOCK, createShopClient } from './api.js';
 import { loadToken, principalOf, saveToken } from './auth.js';
+import { CartPanel, CartProvider } from './cart.jsx';
 import { ProductCard } from './product.jsx';
 import { SignIn } from './signin.jsx';
 import './shop.css';
@@ -49,7 +50,10 @@ function App() {
             {live ? 'Live' : 'Connecting…'}
           </span>
         </section>
-        <Catalogue signedIn={!!token} key={token ?? 'anonymous'} />
+        <CartProvider key={token ?? 'anonymous'}>
+          <CartPanel signedIn={!!token} />
+          <Catalogue signedIn={!!token} />
+        </CartProvider>
       </main>
       <footer className="footer">
         A demo storefront served by Dropline. GraphQL at <code>/graphql</code>, playground at <a href="/">/</a>.

@@ -6,6 +6,7 @@
 import { useEffect, useRef, useState } from 'react';
 import { useClient, useSubscription } from 'urql';
 import { CANCEL, COMMIT, EXTEND, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
+import { useCart } from './cart.jsx';
 import { DrawPanel } from './draw.jsx';
 import { WaitlistPanel } from './waitlist.jsx';
 
@@ -25,6 +26,7 @@ const idle = { phase: 'idle' };
 
 export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, existingDrawEntry, index }) {
   const client = useClient();
+  const cart = useCart();
   const [order, setOrder] = useState(idle);
   const [entry, setEntry] = useState(existingEntry ?? null);
   const [drawEntry, setDrawEntry] = useState(existingDrawEntry ?? null);
@@ -202,15 +204,27 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
             onReservation={onReservation}
           />
         ) : product.draw ? null : (
-          <button
-            type="button"
-            className="btn primary wide"
-            data-testid={`buy-${sku}`}
-            disabled={!signedIn || soldOut || order.phase === 'reserving' || !sale.open}
-            onClick={buy}
-          >
-            {buyLabel(order, soldOut, signedIn, sale)}
-          </button>
+          <div className="buy-row">
+            <button
+              type="button"
+              className="btn primary"
+              data-testid={`buy-${sku}`}
+              disabled={!signedIn || soldOut || order.phase === 'reserving' || !sale.open}
+              onClick={buy}
+            >
+              {buyLabel(order, soldOut, signedIn, sale)}
+            </button>
+            <button
+              type="button"
+              className="btn ghost"
+              data-testid={`cart-add-${sku}`}
+              disabled={!signedIn || soldOut || !sale.open}
+              onClick={() => cart.add(product)}
+              aria-label={`Add ${product.name} to the cart`}
+            >
+              {cart.count(sku) > 0 ? `In cart (${cart.count(sku)}) +1` : 'Add to cart'}
+            </button>
+          </div>
         )}
 
         <p className={`status status-${status.tone}`} data-testid={`status-${sku}`} data-state={status.state} role="status">
