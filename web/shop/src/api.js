@@ -2,6 +2,7 @@
 // queries and mutations over HTTP (POST /graphql) and subscriptions over
 // graphql-transport-ws (the graphql-ws library) on the same path.
 import { Client, fetchExchange, subscriptionExchange } from '@urql/core';
+import { createContext } from 'react';
 import { createClient as createWSClient } from 'graphql-ws';
 
 const httpURL = new URL('/graphql', window.location.href);
@@ -130,6 +131,29 @@ export const WAITLIST = `subscription Waitlist($sku: ID!) { waitlistChanged(sku:
 const drawEntryFields = `sku quantity status enteredAt place reservation { ${resFields} }`;
 export const DRAW_INFO = `query DrawInfo($sku: ID!) { product(sku: $sku) { sku draw { ${drawFields} } } }`;
 export const MY_DRAW_ENTRIES = `query MyDrawEntries { myDrawEntries { ${drawEntryFields} } }`;
+
+// TokenContext carries the buyer's token (null: anonymous) to what asks the
+// API outside urql.
+export const TokenContext = createContext(null);
+
+// poll sends one query over HTTP outside urql and returns its data, or
+// null on any failure: for questions asked again and again on a timer
+// (a draw's outcome), where urql's one-shot queries, torn down when
+// answered, may cut a request off and leave an unhandled abort behind.
+export async function poll(token, query, variables) {
+  try {
+    const res = await fetch(httpURL.href, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}) },
+      body: JSON.stringify({ query, variables }),
+    });
+    if (!res.ok) return null;
+    const body = await res.json();
+    return body.data ?? null;
+  } catch {
+    return null;
+  }
+}
 export const ENTER_DRAW = `mutation EnterDraw($input: EnterDrawInput!) {
   enterDraw(input: $input) { entry { ${drawEntryFields} } userErrors { code message retryAfterSeconds } } }`;
 

@@ -2,14 +2,15 @@
 // countdown to the draw, the SHA-256 of the seed published before anyone
 // entered, then the outcome: won (a hold to pay, which the card shows) or
 // lost, with the revealed seed and how anyone can check the result.
-import { useEffect, useState } from 'react';
+import { useContext, useEffect, useRef, useState } from 'react';
 import { useClient } from 'urql';
-import { DRAW_INFO, ENTER_DRAW, MY_DRAW_ENTRIES } from './api.js';
+import { DRAW_INFO, ENTER_DRAW, MY_DRAW_ENTRIES, TokenContext, poll } from './api.js';
 
 // DrawPanel is the card's buying part for a draw product. entry is the
 // buyer's entry as the page last saw it (null: not entered).
 export function DrawPanel({ product, signedIn, entry, onEntry, onWon, holding }) {
   const client = useClient();
+  const token = useContext(TokenContext);
   const now = useNow(1000);
   const sku = product.sku;
   const [draw, setDraw] = useState(product.draw);
@@ -24,29 +25,37 @@ export function DrawPanel({ product, signedIn, entry, onEntry, onWon, holding })
   // There is no subscription for draws: the page asks for the draw (and,
   // once it has run, for the buyer's entry) every few seconds until the
   // outcome is known; every second once the entries have closed.
+  // One ask at a time: a poll is sent only once the last one has been
+  // answered.
   const wantDraw = !drawn;
   const wantEntry = signedIn && pending && (closed || drawn);
+  const inFlight = useRef(Promise.resolve());
   useEffect(() => {
     if (!wantDraw && !wantEntry) return undefined;
     let stop = false;
+    let timer;
     const tick = async () => {
       if (wantDraw) {
-        const res = await client.query(DRAW_INFO, { sku }).toPromise();
-        const d = res.data?.product?.draw;
+        const d = (await poll(token, DRAW_INFO, { sku }))?.product?.draw;
         if (d && !stop) setDraw(d);
       }
-      if (wantEntry) {
-        const res = await client.query(MY_DRAW_ENTRIES, {}).toPromise();
-        const mine = res.data?.myDrawEntries?.find((e) => e.sku === sku);
+      if (wantEntry && !stop) {
+        const mine = (await poll(token, MY_DRAW_ENTRIES, {}))?.myDrawEntries?.find((e) => e.sku === sku);
         if (mine && !stop) onEntry(mine);
       }
     };
-    const id = setInterval(tick, closed ? 1000 : 5000);
+    const next = () => {
+      timer = setTimeout(() => {
+        inFlight.current = inFlight.current.then(() => (stop ? undefined : tick())).catch(() => {});
+        inFlight.current.then(() => !stop && next());
+      }, closed ? 1000 : 5000);
+    };
+    next();
     return () => {
       stop = true;
-      clearInterval(id);
+      clearTimeout(timer);
     };
-  }, [wantDraw, wantEntry, closed, sku]); // eslint-disable-line react-hooks/exhaustive-deps
+  }, [wantDraw, wantEntry, closed, sku, token]); // eslint-disable-line react-hooks/exhaustive-deps
 
   useEffect(() => {
     if (entry?.status === 'WON' && entry.reservation?.status === 'HELD') onWon(entry.reservation);

@@ -4,7 +4,7 @@
 import { StrictMode, useEffect, useMemo, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Provider, useQuery, useSubscription } from 'urql';
-import { CATALOGUE, MY_DRAW_ENTRIES, MY_HOLDS, MY_WAITLIST, STOCK, createShopClient } from './api.js';
+import { CATALOGUE, MY_DRAW_ENTRIES, MY_HOLDS, MY_WAITLIST, STOCK, TokenContext, createShopClient } from './api.js';
 import { loadToken, principalOf, saveToken } from './auth.js';
 import { CartPanel, CartProvider } from './cart.jsx';
 import { ProductCard } from './product.jsx';
@@ -27,37 +27,39 @@ function App() {
 
   return (
     <Provider value={shop.client}>
-      <header className="topbar">
-        <div className="topbar-inner">
-          <a className="brand" href="./">
-            <span className="brand-mark" aria-hidden="true" />
-            Dropline <span className="brand-sub">demo shop</span>
-          </a>
-          <SignIn user={user} onToken={signIn} />
-        </div>
-      </header>
-      <main className="page">
-        <section className="hero">
-          <div>
-            <h1>Today’s drop</h1>
-            <p>
-              Stock is live: every window sees it fall the moment someone buys. “Buy” holds a unit for you
-              until the timer runs out; pay before it does, or it goes back on sale.
-            </p>
+      <TokenContext.Provider value={token}>
+        <header className="topbar">
+          <div className="topbar-inner">
+            <a className="brand" href="./">
+              <span className="brand-mark" aria-hidden="true" />
+              Dropline <span className="brand-sub">demo shop</span>
+            </a>
+            <SignIn user={user} onToken={signIn} />
           </div>
-          <span className={live ? 'live on' : 'live'} data-testid="live">
-            <span className="dot" aria-hidden="true" />
-            {live ? 'Live' : 'Connecting…'}
-          </span>
-        </section>
-        <CartProvider key={token ?? 'anonymous'}>
-          <CartPanel signedIn={!!token} />
-          <Catalogue signedIn={!!token} />
-        </CartProvider>
-      </main>
-      <footer className="footer">
-        A demo storefront served by Dropline. GraphQL at <code>/graphql</code>, playground at <a href="/">/</a>.
-      </footer>
+        </header>
+        <main className="page">
+          <section className="hero">
+            <div>
+              <h1>Today’s drop</h1>
+              <p>
+                Stock is live: every window sees it fall the moment someone buys. “Buy” holds a unit for you
+                until the timer runs out; pay before it does, or it goes back on sale.
+              </p>
+            </div>
+            <span className={live ? 'live on' : 'live'} data-testid="live">
+              <span className="dot" aria-hidden="true" />
+              {live ? 'Live' : 'Connecting…'}
+            </span>
+          </section>
+          <CartProvider key={token ?? 'anonymous'}>
+            <CartPanel signedIn={!!token} />
+            <Catalogue signedIn={!!token} />
+          </CartProvider>
+        </main>
+        <footer className="footer">
+          A demo storefront served by Dropline. GraphQL at <code>/graphql</code>, playground at <a href="/">/</a>.
+        </footer>
+      </TokenContext.Provider>
     </Provider>
   );
 }
