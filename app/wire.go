@@ -90,6 +90,9 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 	}, nil
 }
 
+// demoDrawCloses is how long after seeding the demo draw takes entries.
+const demoDrawCloses = 5 * time.Minute
+
 func seedDemo(ctx context.Context, in Infra) error {
 	engine, err := newEngine(ctx, in)
 	if err != nil {
@@ -99,10 +102,17 @@ func seedDemo(ctx context.Context, in Infra) error {
 	// The hot SKU's sale window opens now: a drop the quick start can try at once.
 	now := time.Now().UTC()
 	end := now.Add(30 * 24 * time.Hour)
+	// One product of each kind, so the demo shop shows every way Dropline
+	// sells: a limited drop, plenty (for carts), a poster of two units that
+	// sells out (its waitlist), and a jacket sold by draw, drawn a few
+	// minutes after `make run` seeds it.
 	for _, p := range []inventory.ProductInput{
 		{SKU: "DROP-SNEAKER-01", Name: "Limited sneaker", Price: inventory.Money{Amount: 19900, Currency: "EUR"}, Stock: 20, MaxPerUser: 1, SaleStartsAt: &now, SaleEndsAt: &end},
 		{SKU: "TEE-BLACK-M", Name: "Black tee (M)", Price: inventory.Money{Amount: 2500, Currency: "EUR"}, Stock: 500},
 		{SKU: "CAP-LOGO", Name: "Logo cap", Price: inventory.Money{Amount: 1800, Currency: "EUR"}, Stock: 200},
+		{SKU: "POSTER-SIGNED", Name: "Signed poster", Price: inventory.Money{Amount: 4500, Currency: "EUR"}, Stock: 2, MaxPerUser: 1},
+		{SKU: "DRAW-JACKET", Name: "Jacket, by draw", Price: inventory.Money{Amount: 24900, Currency: "EUR"}, Stock: 3, MaxPerUser: 1,
+			Draw: &inventory.DrawInput{ClosesAt: now.Add(demoDrawCloses), WinnerHold: 10 * time.Minute}},
 	} {
 		if _, err := engine.Product(ctx, p.SKU); err == nil {
 			continue

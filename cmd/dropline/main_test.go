@@ -213,7 +213,11 @@ func TestSeedBeforeMigrate(t *testing.T) {
 	require.NoError(t, err)
 	skus, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"CAP-LOGO", "DROP-SNEAKER-01", "TEE-BLACK-M"}, skus)
+	require.Equal(t, []string{"CAP-LOGO", "DRAW-JACKET", "DROP-SNEAKER-01", "POSTER-SIGNED", "TEE-BLACK-M"}, skus)
+	var draws int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM draws WHERE sku = 'DRAW-JACKET' AND closes_at BETWEEN now() + interval '1 minute' AND now() + interval '10 minutes'`).Scan(&draws))
+	require.Equal(t, 1, draws, "the demo draw closes a few minutes after the seed")
 }
 
 // TestServeAndSignal runs the real serve command against the real services
