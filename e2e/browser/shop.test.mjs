@@ -89,24 +89,34 @@ after(async () => {
   await browser?.close();
 });
 
+// photograph takes every page at 1280 and at 390 wide into dir and returns
+// the files.
+async function photograph(dir, name) {
+  const shots = [];
+  for (const [who, { page }] of Object.entries(buyers)) {
+    const size = page.viewportSize();
+    for (const width of [1280, 390]) {
+      const file = path.join(dir, `${name.replace(/\W+/g, '-')}-${who}-${width}.png`);
+      await page
+        .setViewportSize({ width, height: width > 600 ? 900 : 844 })
+        .then(() => page.screenshot({ path: file, fullPage: true }))
+        .then(() => shots.push(file), () => {});
+    }
+    await page.setViewportSize(size).catch(() => {});
+  }
+  return shots;
+}
+
 // step runs one part of the story; when it fails, every page is
 // photographed at 1280 and at 390 wide and the failure names the files.
+// With SHOP_SHOTS set to a directory, every step is photographed there
+// when it passes too (to see how the shop looks now).
 async function step(name, fn) {
   try {
     await fn();
+    if (process.env.SHOP_SHOTS) await photograph(process.env.SHOP_SHOTS, name);
   } catch (err) {
-    const shots = [];
-    for (const [who, { page }] of Object.entries(buyers)) {
-      const size = page.viewportSize();
-      for (const width of [1280, 390]) {
-        const file = path.join(artifacts, `${name.replace(/\W+/g, '-')}-${who}-${width}.png`);
-        await page
-          .setViewportSize({ width, height: width > 600 ? 900 : 844 })
-          .then(() => page.screenshot({ path: file, fullPage: true }))
-          .then(() => shots.push(file), () => {});
-      }
-      await page.setViewportSize(size).catch(() => {});
-    }
+    const shots = await photograph(artifacts, name);
     err.message += `\n  screenshots: ${shots.join(', ') || '(none could be taken)'} (in ${artifacts})`;
     throw err;
   }
@@ -295,6 +305,44 @@ test('two buyers watch one drop', async (t) => {
       assert.notEqual(next[0], keys[0], 'a new press, a new key');
       await alice.page.getByTestId(`cancel-${sku}`).click();
       await waitAvailable(bob.page, sku, total - 1);
+    }));
+
+  await t.test('on a phone, with the keyboard alone and reduced motion: buy and cancel', () =>
+    step('phone-keyboard', async () => {
+      const { page } = carol;
+      // Nothing wider than the phone's 390 px.
+      const widths = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+      assert.ok(widths[0] <= widths[1], `the page is ${widths[0]} px wide on a ${widths[1]} px screen`);
+      // Reduced motion asked for: no transitions; on a desktop that did not ask, the stock bar moves.
+      const transition = (p) => p.evaluate(() => getComputedStyle(document.querySelector('.bar-fill')).transitionDuration);
+      assert.equal(await transition(page), '0s');
+      assert.notEqual(await transition(alice.page), '0s');
+      // Tab to Buy, press Enter; Tab to Cancel, press Space. Every stop shows where the focus is.
+      const tabTo = async (id) => {
+        for (let i = 0; i < 80; i++) {
+          await page.keyboard.press('Tab');
+          const at = await page.evaluate(() => {
+            const el = document.activeElement;
+            return [el?.getAttribute('data-testid'), el ? getComputedStyle(el).outlineStyle : 'none'];
+          });
+          if (at[0] === id) {
+            assert.notEqual(at[1], 'none', `${id} shows its focus`);
+            return;
+          }
+        }
+        assert.fail(`Tab never reached ${id}`);
+      };
+      const before = await available(alice.page, sku);
+      await page.evaluate(() => document.activeElement?.blur());
+      await tabTo(`buy-${sku}`);
+      await page.keyboard.press('Enter');
+      await page.getByTestId(`hold-${sku}`).waitFor();
+      assert.equal(await page.evaluate(() => document.activeElement?.getAttribute('data-testid')), `pay-${sku}`, 'the focus moved to Pay');
+      await tabTo(`cancel-${sku}`);
+      await waitAvailable(alice.page, sku, before - 1);
+      await page.keyboard.press('Space');
+      await page.locator(`[data-testid="status-${sku}"][data-state="cancelled"]`).waitFor();
+      await waitAvailable(alice.page, sku, before);
     }));
 
   await t.test('the last unit: the other page shows Sold out', () =>

@@ -43,7 +43,9 @@ function App() {
               <h1>Today’s drop</h1>
               <p>
                 Stock is live: every window sees it fall the moment someone buys. “Buy” holds a unit for you
-                until the timer runs out; pay before it does, or it goes back on sale.
+                until the timer runs out; pay before it does, or it goes back on sale. Put several in the cart to
+                hold them all or none, queue for a sold-out product to be handed the next unit that comes back, or
+                enter a draw, whose winners are drawn from a seed published before it opens.
               </p>
             </div>
             <span className={live ? 'live on' : 'live'} data-testid="live">

@@ -282,6 +282,14 @@ function Hold({ order, sku, price, onPay, onCancel, onReservation }) {
     }
   }, [left < -3000]); // eslint-disable-line react-hooks/exhaustive-deps
 
+  // Buy is gone once the hold is there: keyboard users land on Pay, not at
+  // the top of the page.
+  const payRef = useRef(null);
+  useEffect(() => {
+    const at = document.activeElement;
+    if (!at || at === document.body) payRef.current?.focus();
+  }, []);
+
   const busy = order.phase !== 'held';
   return (
     <div className="hold">
@@ -302,7 +310,7 @@ function Hold({ order, sku, price, onPay, onCancel, onReservation }) {
         </p>
       )}
       <div className="hold-actions">
-        <button type="button" className="btn primary" data-testid={`pay-${sku}`} disabled={busy || left <= 0} onClick={onPay}>
+        <button type="button" className="btn primary" data-testid={`pay-${sku}`} ref={payRef} disabled={busy || left <= 0} onClick={onPay}>
           {order.phase === 'paying' ? 'Paying…' : `Pay ${formatMoney(price)}`}
         </button>
         <button type="button" className="btn ghost" data-testid={`cancel-${sku}`} disabled={busy || left <= 0} onClick={onCancel}>
