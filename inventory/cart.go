@@ -77,6 +77,10 @@ type CartRequest struct {
 	IdempotencyKey string
 	// HoldFor is how long the cart's lines are held; 0 means the default.
 	HoldFor time.Duration
+	// AdmissionPass is the caller's admission pass, for lines of a queued
+	// product or drop: one pass serves the lines of its queue, and holding
+	// them spends it. "" for none.
+	AdmissionPass string
 	// RateLimit, when set, is the caller's mutation budget: the cart spends
 	// one unit per line it holds (its lines after those of one SKU are
 	// added up), before anything else, and is refused with
@@ -275,7 +279,7 @@ func (e *Engine) ReserveCart(ctx context.Context, p Principal, req CartRequest) 
 		return Cart{}, err
 	}
 	for attempt := 0; attempt < 3; attempt++ {
-		cart, retry, err := e.tryCart(ctx, p, home, lines, hold, idem, fp)
+		cart, retry, err := e.tryCart(ctx, p, home, lines, hold, idem, fp, req.AdmissionPass)
 		if !retry {
 			if err == nil && idem != "" && !cart.Replayed {
 				if err := e.keepIdempotencyClaim(ctx, idem, cartClaim); err != nil {
@@ -355,7 +359,7 @@ func refusalsError(lines []cartLine, refusals []cartRefusal) error {
 
 // tryCart makes one attempt at a cart; retry says a new attempt may work
 // (the key's earlier cart never held, or a SKU had to be rebuilt).
-func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []cartLine, hold time.Duration, idem, fp string) (Cart, bool, error) {
+func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []cartLine, hold time.Duration, idem, fp, pass string) (Cart, bool, error) {
 	token := newTokenOf(tokenCart, home)
 	for i := range lines {
 		lines[i].Token = newTokenOf(tokenLine, e.keys.PartitionOf(lines[i].SKU))
@@ -404,7 +408,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	var wg sync.WaitGroup
 	for i, pt := range order {
 		wg.Go(func() {
-			args := []any{p.ID, token, oc.deadline, e.cfg.MaxQuantity, e.keys.Base(pt)}
+			args := []any{p.ID, token, oc.deadline, e.cfg.MaxQuantity, e.keys.Base(pt), pass}
 			for _, l := range parts[pt] {
 				args = append(args, l.SKU, l.Quantity, l.Token)
 			}

@@ -54,6 +54,9 @@ type JoinWaitlistRequest struct {
 	// HoldFor is how long the reservation handed over lasts; 0 means the
 	// configured default hold.
 	HoldFor time.Duration
+	// AdmissionPass is the caller's pass of the product's (or its drop's)
+	// admission queue, for a queued product; "" for none. Joining spends it.
+	AdmissionPass string
 }
 
 // WaitlistFullError says a SKU's waitlist has reached its bound.
@@ -88,7 +91,7 @@ func (e *Engine) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlist
 	r, err := e.runWaitlist(ctx, lua.JoinWaitlist, req.SKU, func() []any {
 		// The base is read again after a rebuild, which places a SKU of a drop.
 		return []any{e.keys.Base(e.keys.PartitionOf(req.SKU)), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), e.cfg.WaitlistMax,
-			nonce, e.cfg.MaxQuantity, e.cfg.MinHold.Milliseconds(), e.cfg.MaxHold.Milliseconds()}
+			nonce, e.cfg.MaxQuantity, e.cfg.MinHold.Milliseconds(), e.cfg.MaxHold.Milliseconds(), req.AdmissionPass}
 	})
 	if err != nil {
 		return WaitlistEntry{}, fmt.Errorf("joining the waitlist of %s: %w", req.SKU, err)

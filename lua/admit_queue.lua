@@ -22,7 +22,7 @@
 -- missing (number_queue.lua); {'NEEDS_LOAD'}; {'NEEDS_HYDRATION', sku}.
 --
 -- A step admits at most the rate's credit (admissions per minute, earned
--- since the last step, at most 10 s of it), and never so many that the
+-- since the last step, at most 1 s of it), and never so many that the
 -- passes not spent nor expired outnumber the units available: an admitted
 -- ticket's holder can always find a unit, unless a pass holder ahead of it
 -- buys more than one. Whether the queue may hand out a pass at all is
@@ -81,7 +81,7 @@ redis.call('ZREMRANGEBYSCORE', live, '-inf', now)
 local unspent = redis.call('ZCARD', live)
 local through, last_num = tonumber(h['through']), tonumber(h['next'])
 local rate = tonumber(h['rate'])
-local cap = math.max(1, rate / 6)
+local cap = math.max(1, rate / 60)
 local credit = math.min(cap, tonumber(h['credit']) + math.max(0, now - tonumber(h['last'])) * rate / 60000)
 
 local status = 'OPEN'

@@ -10,7 +10,8 @@
 -- ARGV[5]  partition base, for the keys derived here: for a line of a SKU of a drop
 --          (its stock hash names the drop), the drop's hash and the stock and quota
 --          hashes of the drop's SKUs (may_take in lib.lua), as reserve.lua does
--- then, for each line i, three values: ARGV[3i+3] sku, ARGV[3i+4] quantity, ARGV[3i+5] token
+-- ARGV[6]  the admission pass presented ("" when none), for lines of a queued product or drop
+-- then, for each line i, three values: ARGV[3i+4] sku, ARGV[3i+5] quantity, ARGV[3i+6] token
 --
 -- A provisional hold is an ordinary HELD hold (its SKU's counters, its quota
 -- count and the expiry index count it) with two more fields: cart (the
@@ -21,7 +22,9 @@
 --
 -- Each line is asked of may_take (lib.lua) on the 'cart' path, the policy
 -- every path that hands out units shares: the product's sale mode must admit
--- a cart (one sold by draw answers DRAW_ONLY), then the sale window, the
+-- a cart (one sold by draw answers DRAW_ONLY), a queued one asks for the
+-- buyer's admission pass (pass_check: one pass serves every line of its
+-- queue, and holding the lines spends it), then the sale window, the
 -- per-person limit, the drop's window and limit, and the stock. The lines of
 -- SKUs of one drop all live in the drop's partition, so in this call: each
 -- is counted against the drop's limit with the cart's earlier lines of that
@@ -32,7 +35,7 @@
 -- call again); {'REFUSED', n, then n times: line index, code, a, b} with
 -- every line that cannot be had, and nothing written: OUT_OF_STOCK {available, 0},
 -- QUOTA_EXCEEDED {limit, already}, SALE_NOT_ACTIVE {starts_ms, ends_ms},
--- DRAW_ONLY, INVALID_INPUT {field, reason}; {'LATE'} when the deadline has passed (nothing
+-- DRAW_ONLY, QUEUE_REQUIRED, PASS_EXPIRED, PASS_INVALID, INVALID_INPUT {field, reason}; {'LATE'} when the deadline has passed (nothing
 -- written: the cart is being abandoned); {'NEEDS_HYDRATION', sku} when a SKU
 -- (or a SKU of its drop, or the drop) is not loaded.
 --
@@ -42,8 +45,8 @@
 -- the first write.
 
 local who, cart, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local maxq, base = tonumber(ARGV[4]), ARGV[5]
-local n = (#ARGV - 5) / 3
+local maxq, base, pass = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local n = (#ARGV - 6) / 3
 if n < 1 or n ~= math.floor(n) or #KEYS ~= 1 + 4 * n then
   return { 'INVALID_INPUT', 'lines', 'keys and lines do not match' }
 end
@@ -51,7 +54,7 @@ local expiry = KEYS[1]
 
 local lines = {}
 for i = 1, n do
-  local l = { sku = ARGV[3 * i + 3], qty = ARGV[3 * i + 4], tok = ARGV[3 * i + 5],
+  local l = { sku = ARGV[3 * i + 4], qty = ARGV[3 * i + 5], tok = ARGV[3 * i + 6],
     k = { sku = KEYS[4 * i - 2], hold = KEYS[4 * i - 1], quota = KEYS[4 * i], channel = KEYS[4 * i + 1] } }
   lines[i] = l
 end
@@ -96,6 +99,8 @@ for i = 1, n do
   else
     local qty = tonumber(l.qty)
     local view = sku_view(l.sku, s, 3, l.k.quota, tonumber(s[1]))
+    view.pass = pass
+    l.view = view
     local earlier = view.drop and (in_drop[view.drop] or 0) or 0
     local no = may_take('cart', base, view, who, qty, now, earlier + qty, memo)
     if no and no[1] == 'NEEDS_HYDRATION' then
@@ -126,5 +131,6 @@ for i = 1, n do
   redis.call('ZADD', expiry, deadline, l.tok)
   bump_stock(l.k.sku, -qty, qty, 0, now)
   announce(l.k.sku, l.k.channel, l.sku)
+  spend_pass(base, l.view, who)
 end
 return { 'OK', 0 }

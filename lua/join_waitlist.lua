@@ -10,6 +10,7 @@
 -- ARGV[2]  sku   ARGV[3] principal   ARGV[4] quantity   ARGV[5] hold ms
 -- ARGV[6]  most WAITING entries the SKU may have   ARGV[7] nonce (offer_token)
 -- ARGV[8]  max quantity per call   ARGV[9] min hold ms   ARGV[10] max hold ms
+-- ARGV[11] the admission pass presented ("" when none; only a queued SKU asks for one)
 --
 -- Returns wait_reply('OK', ...) (lib.lua) for a new entry (replayed 0) or the
 -- principal's entry, WAITING or OFFERED, when it has one (replayed 1; the
@@ -20,7 +21,8 @@
 -- {limit, already} (what the principal holds or bought of the SKU, or of its
 -- drop, plus the quantity asked is above the limit: no offer could be made),
 -- WAITLIST_FULL {limit}, DRAW_ONLY (a draw's waitlist is its losers, in draw
--- order).
+-- order), QUEUE_REQUIRED, PASS_EXPIRED, PASS_INVALID (a queued SKU: joining
+-- its waitlist takes the buyer's admission pass, and spends it).
 --
 -- A new entry is asked of may_take (lib.lua) on the 'join' path, the policy
 -- every path that hands out units shares: the product's sale mode must admit
@@ -65,7 +67,9 @@ end
 
 local now = now_ms()
 local qty = tonumber(ARGV[4])
-local no = may_take('join', base, sku_view(sku, s, 2, k.quota, 0), who, qty, now)
+local view = sku_view(sku, s, 2, k.quota, 0)
+view.pass = ARGV[11]
+local no = may_take('join', base, view, who, qty, now)
 if no then
   return no
 end
@@ -78,6 +82,7 @@ local seq = string.format('%d', redis.call('HINCRBY', k.entries, '#seq', 1))
 local e = { seq = seq, qty = qty, hold = tonumber(ARGV[5]), st = 'W', tok = '', joined = tostring(now) }
 redis.call('HSET', k.entries, who, wait_encode(e))
 redis.call('ZADD', k.queue, seq, who)
+spend_pass(base, view, who)
 emit_wait(k.outbox, 'wjoin', sku, who, e, now)
 -- Positions are pushed by the SKU's announcements: a waitlist change moves seq.
 bump_stock(k.sku, 0, 0, 0, now)

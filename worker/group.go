@@ -23,6 +23,7 @@ type GroupConfig struct {
 	Rebuilder  RebuilderConfig
 	Drawer     DrawerConfig
 	Webhooks   WebhookDispatcherConfig
+	Admitter   AdmitterConfig
 }
 
 // Group is the embedded worker group of one server process: the hold
@@ -38,6 +39,7 @@ type Group struct {
 	Rebuilder  *Rebuilder
 	Drawer     *Drawer
 	Webhooks   *WebhookDispatcher
+	Admitter   *Admitter
 }
 
 // NewGroup builds the group. One Owner is chosen for the process (unless
@@ -52,6 +54,7 @@ func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClie
 	cfg.Rebuilder.inherit(cfg.Options)
 	cfg.Drawer.inherit(cfg.Options)
 	cfg.Webhooks.inherit(cfg.Options)
+	cfg.Admitter.inherit(cfg.Options)
 	return &Group{
 		Sweeper:    NewHoldSweeper(cfg.Sweeper, engine, rdb, log, reg),
 		Flusher:    NewFlusher(cfg.Flusher, engine, rdb, log, reg),
@@ -59,6 +62,7 @@ func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClie
 		Rebuilder:  NewRebuilder(cfg.Rebuilder, engine, rdb, log, reg),
 		Drawer:     NewDrawer(cfg.Drawer, engine, rdb, log, reg),
 		Webhooks:   NewWebhookDispatcher(cfg.Webhooks, engine.Ledger(), log, reg),
+		Admitter:   NewAdmitter(cfg.Admitter, engine, rdb, log, reg),
 	}
 }
 
@@ -66,7 +70,7 @@ func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClie
 // rebuilder before the workers that act on holds; the webhook dispatcher,
 // which reads only the ledger, last (and so stopped first).
 func (g *Group) workers() []startstop.Service {
-	return []startstop.Service{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper, g.Drawer, g.Webhooks}
+	return []startstop.Service{g.Flusher, g.Rebuilder, g.Reconciler, g.Sweeper, g.Drawer, g.Admitter, g.Webhooks}
 }
 
 // Start starts every worker; when one fails to start, the ones started are

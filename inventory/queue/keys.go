@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"strings"
+
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -53,4 +55,22 @@ func keysOf(k inventory.Keys, r Ref) keys {
 	id := r.String()
 	return keys{base: b, queue: b + "q:" + id, pre: b + "qpre:" + id, who: b + "qwho:" + id, num: b + "qnum:" + id,
 		pass: b + "qpass:" + id, live: b + "qlive:" + id, stock: stock, partition: p}
+}
+
+// Partition is the Redis partition every key of the queue lives in: its
+// product's, or its drop's.
+func (r Ref) Partition() int {
+	if r.Kind == OfDrop {
+		return inventory.DropPartition(r.ID)
+	}
+	return inventory.PartitionOf(r.ID)
+}
+
+// ParseRef reads a queue's id ("sku:<sku>" or "drop:<drop>").
+func ParseRef(id string) (Ref, bool) {
+	kind, rest, ok := strings.Cut(id, ":")
+	if !ok || rest == "" || (Kind(kind) != OfProduct && Kind(kind) != OfDrop) {
+		return Ref{}, false
+	}
+	return Ref{Kind: Kind(kind), ID: rest}, true
 }

@@ -319,6 +319,22 @@ type StepResult struct {
 	Seq int64
 }
 
+// Queues lists every queue, from the ledger, after the id given ("" from
+// the start), at most limit.
+func (s *Service) Queues(ctx context.Context, after string, limit int) ([]Ref, error) {
+	ids, err := s.ledger.QueueIDs(ctx, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	out := make([]Ref, 0, len(ids))
+	for _, id := range ids {
+		if r, ok := ParseRef(id); ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // Step runs one admission step of queue r: before the opening nothing; at
 // the opening it numbers the pre-queue (in bounded batches, from the
 // revealed seed); after, it admits the next tickets as admit_queue.lua

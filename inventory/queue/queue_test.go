@@ -306,3 +306,56 @@ func sha256Hex(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
+
+// TestCartsAndWaitlistAskForThePass: a cart line and a waitlist join of a
+// queued product are held to the pass like a reserve, and spend it.
+func TestCartsAndWaitlistAskForThePass(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend)
+		r := b.queuedProduct(t, "Q-CART", 2, inventory.QueueSettings{OpensAt: time.Now().Add(-time.Second), AdmitPerMinute: 600_000})
+		b.product(t, "PLAIN", 5)
+		for i := 1; i <= 3; i++ {
+			_, err := b.queues.Join(b.ctx, buyer(i).ID, r, queue.JoinInput{})
+			require.NoError(t, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		require.Equal(t, int64(2), b.step(t, r).Through)
+		pass := func(i int) string {
+			tk, _, err := b.queues.MyTicket(b.ctx, buyer(i).ID, r)
+			require.NoError(t, err)
+			return tk.Pass
+		}
+		lines := []inventory.CartLine{{SKU: "Q-CART", Quantity: 1}, {SKU: "PLAIN", Quantity: 1}}
+		_, err := b.engine.ReserveCart(b.ctx, buyer(3), inventory.CartRequest{Lines: lines})
+		require.ErrorIs(t, err, inventory.ErrQueueRequired, "a cart line needs the pass")
+		_, err = b.engine.ReserveCart(b.ctx, buyer(3), inventory.CartRequest{Lines: lines, AdmissionPass: pass(1)})
+		require.ErrorIs(t, err, inventory.ErrPassInvalid, "another's pass")
+		cart, err := b.engine.ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines, AdmissionPass: pass(1)})
+		require.NoError(t, err)
+		require.Len(t, cart.Lines, 2)
+		_, err = b.engine.ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines[:1], AdmissionPass: "spent"})
+		require.ErrorIs(t, err, inventory.ErrPassInvalid)
+
+		_, err = b.engine.JoinWaitlist(b.ctx, buyer(3), inventory.JoinWaitlistRequest{SKU: "Q-CART", Quantity: 1})
+		require.ErrorIs(t, err, inventory.ErrQueueRequired, "a waitlist join needs the pass")
+		w, err := b.engine.JoinWaitlist(b.ctx, buyer(2), inventory.JoinWaitlistRequest{SKU: "Q-CART", Quantity: 1, AdmissionPass: pass(2)})
+		require.NoError(t, err)
+		require.Equal(t, inventory.WaitOffered, w.Status, "a unit is there: served at once")
+		tk, _, err := b.queues.MyTicket(b.ctx, buyer(2).ID, r)
+		require.NoError(t, err)
+		require.Equal(t, queue.TicketUsed, tk.Status, "the join spent the pass")
+		s, err := b.engine.Stock(b.ctx, "Q-CART")
+		require.NoError(t, err)
+		require.Equal(t, 0, s.Available)
+		require.Equal(t, 2, s.Held)
+	})
+}
+
+func (b *bundle) product(t testing.TB, sku string, stock int) {
+	t.Helper()
+	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		SKU: sku, Name: "Product " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: stock,
+	})
+	require.NoError(t, err)
+}
