@@ -46,6 +46,10 @@ func chromiumPath() string {
 }
 
 func TestShopInABrowser(t *testing.T) {
+	// Its pages must see a buy within a second and an expiry within two:
+	// bounds three browsers on a core shared with another package's race
+	// tests can miss.
+	testenv.Quiet(t)
 	t.Parallel()
 	node := requireNode(t)
 	_, err := os.Stat(chromiumPath())

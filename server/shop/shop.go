@@ -1,7 +1,8 @@
 // Package shop serves the demo storefront at /shop: what a drop looks like
 // from a buyer's side (the catalogue with live stock, Buy -> a hold with its
-// countdown -> Pay or Cancel), built on urql and graphql-ws against the
-// server's own /graphql. Like the playground it is embedded in the binary and
+// countdown -> Pay, which extends it for the payment, or Cancel; the
+// waitlist of a sold-out product, a cart held all or nothing, a draw),
+// built on urql and graphql-ws against the server's own /graphql. Like the playground it is embedded in the binary and
 // fetches nothing from any other host.
 //
 // The files in dist/ are built from web/shop (React, urql and graphql-ws
@@ -31,7 +32,8 @@ const Prefix = "/shop/"
 // <style> elements (React sets the stock bar's width through the CSSOM,
 // which CSP does not govern), so styles come from its own stylesheet only.
 // The page connects only to its own origin, plus WebSockets (ws:/wss:) for
-// the stockChanged and reservationChanged subscriptions on /graphql.
+// the stockChanged, reservationChanged and waitlistChanged subscriptions on
+// /graphql.
 const ContentSecurityPolicy = "default-src 'none'; " +
 	"script-src 'self'; " +
 	"style-src 'self'; " +
