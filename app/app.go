@@ -37,11 +37,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
 	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/internal/startstop"
+	"github.com/dropline/dropline/internal/tracing"
 	"github.com/dropline/dropline/server"
 	"github.com/dropline/dropline/server/playground"
 	"github.com/dropline/dropline/server/shop"
@@ -67,6 +70,9 @@ type Infra struct {
 	Registry *prometheus.Registry
 	// Issuer verifies bearer tokens (and mints them for seeding and tests).
 	Issuer *auth.Issuer
+	// Tracer makes the spans of traced work; nil when tracing is off
+	// (Config.Traces), and then no part makes any span.
+	Tracer trace.TracerProvider
 }
 
 // Services is what Deps.Build returns: the parts of Dropline that depend on
@@ -114,6 +120,8 @@ type App struct {
 	Log zerolog.Logger
 	// Deps connects the domain packages; New sets DefaultDeps().
 	Deps Deps
+	// Version is recorded on every span as service.version. Default: "dev".
+	Version string
 
 	registry *prometheus.Registry
 	issuer   *auth.Issuer
@@ -122,6 +130,7 @@ type App struct {
 	services Services
 	server   *server.Server
 	admin    *server.AdminServer
+	tracing  *tracing.Provider
 
 	running   bool
 	closeOnce sync.Once
@@ -131,7 +140,7 @@ type App struct {
 // New returns an App for cfg, which the caller has validated. Nothing is
 // connected until Start (or Migrate / SeedDemo).
 func New(cfg config.Config, log zerolog.Logger) *App {
-	return &App{Config: cfg, Log: log, Deps: DefaultDeps()}
+	return &App{Config: cfg, Log: log, Deps: DefaultDeps(), Version: "dev"}
 }
 
 // Start connects to Redis and PostgreSQL, builds the services, starts the
@@ -152,6 +161,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}()
 
 	if err := a.setup(); err != nil {
+		return err
+	}
+	if err := a.startTracing(ctx); err != nil {
 		return err
 	}
 	if err := a.connect(ctx, true, true); err != nil {
@@ -196,6 +208,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	if a.Config.Dev {
 		devToken = a.devToken
 	}
+	metricsOnAdmin := a.Config.MetricsListener == config.MetricsAdmin
 	a.server = server.New(server.Config{
 		Addr:       a.Config.Addr,
 		GraphQL:    a.services.GraphQL,
@@ -206,7 +219,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 		Registry:   a.registry,
 		Logger:     a.Log,
 		ClientAddr: a.Config.ClientAddr(),
+		Tracer:     a.tracing.TracerProvider(),
 
+		NoMetrics:        metricsOnAdmin,
 		LoopbackHostOnly: a.Config.Dev,
 		BodyTimeout:      a.Config.BodyTimeout,
 		RequestsPerAddr:  a.Config.RequestsPerAddr,
@@ -215,11 +230,15 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change DROPLINE_ADDR", config.EnvAddr, a.Config.Addr, errors.Unwrap(err))
 	}
 	if a.Config.AdminAddr != "" {
-		a.admin = server.NewAdmin(server.AdminConfig{Addr: a.Config.AdminAddr, Logger: a.Log, Checks: a.checks()})
+		adminCfg := server.AdminConfig{Addr: a.Config.AdminAddr, Logger: a.Log, Checks: a.checks()}
+		if metricsOnAdmin {
+			adminCfg.Registry = a.registry
+		}
+		a.admin = server.NewAdmin(adminCfg)
 		if err := a.admin.Start(ctx); err != nil {
 			return fmt.Errorf("cannot listen on %s (%s): %w — free the port or change %s", config.EnvAdminAddr, a.Config.AdminAddr, errors.Unwrap(err), config.EnvAdminAddr)
 		}
-		a.Log.Info().Str("admin_addr", a.admin.Addr()).Msg("admin listener (pprof under /debug/pprof/, /readyz with reasons) is open")
+		a.Log.Info().Str("admin_addr", a.admin.Addr()).Bool("metrics", metricsOnAdmin).Msg("admin listener (pprof under /debug/pprof/, /readyz with reasons) is open")
 	}
 	a.running = true
 	a.Log.Info().
@@ -375,6 +394,11 @@ func (a *App) Stop(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("closing Redis client: %w", err))
 			}
 		}
+		// The last spans (the workers' final flush) go out before the
+		// stores close; a collector that is gone costs at most 5 s.
+		if err := a.tracing.Shutdown(ctx); err != nil {
+			a.Log.Warn().Err(err).Msg("traces of the last moments may be lost")
+		}
 		if a.pool != nil {
 			closed := make(chan struct{})
 			go func() { a.pool.Close(); close(closed) }()
@@ -422,20 +446,43 @@ func (a *App) infra() Infra {
 		Postgres: a.pool,
 		Registry: a.registry,
 		Issuer:   a.issuer,
+		Tracer:   a.tracing.TracerProvider(),
 	}
+}
+
+// startTracing starts the OTLP trace exporter when the configuration asks
+// for traces (Config.Traces), and routes the OpenTelemetry SDK's own
+// errors (an unreachable collector) to the log.
+func (a *App) startTracing(ctx context.Context) error {
+	if a.tracing != nil {
+		return nil
+	}
+	tp, err := tracing.New(ctx, a.Config.Traces, a.Version)
+	if err != nil {
+		return err
+	}
+	a.tracing = tp
+	if a.Config.Traces {
+		log := a.Log.With().Str("component", "tracing").Logger()
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			log.Warn().Err(err).Msg("exporting traces failed")
+		}))
+		a.Log.Info().Msg("exporting OpenTelemetry traces over OTLP/HTTP")
+	}
+	return nil
 }
 
 // connect opens the requested stores, each verified with a round trip.
 func (a *App) connect(ctx context.Context, postgres, rds bool) error {
 	if postgres && a.pool == nil {
-		pool, err := connectPostgres(ctx, a.Config.DatabaseURL)
+		pool, err := connectPostgres(ctx, a.Config.DatabaseURL, a.tracing.TracerProvider())
 		if err != nil {
 			return err
 		}
 		a.pool = pool
 	}
 	if rds && a.rdb == nil {
-		rdb, err := connectRedis(ctx, a.Config, a.Log)
+		rdb, err := connectRedis(ctx, a.Config, a.Log, a.tracing.TracerProvider())
 		if err != nil {
 			return err
 		}

@@ -460,3 +460,24 @@ func TestNoAdminListenerUnlessConfigured(t *testing.T) {
 	code, _ := get(t, "http://"+a.Addr()+"/debug/pprof/")
 	require.NotEqual(t, http.StatusOK, code)
 }
+
+// TestMetricsOnTheAdminListener: with DROPLINE_METRICS_LISTENER=admin the
+// metrics are served on the admin listener and no longer on the API's port.
+func TestMetricsOnTheAdminListener(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.AdminAddr = "127.0.0.1:0"
+	cfg.MetricsListener = config.MetricsAdmin
+	require.NoError(t, cfg.Validate())
+	a := app.New(cfg, zerolog.Nop())
+	a.Deps = app.Deps{PendingMigrations: func(context.Context, *pgxpool.Pool) (int, error) { return 0, nil }}
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+
+	code, body := get(t, "http://"+a.AdminAddr()+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "go_goroutines")
+	code, body = get(t, "http://"+a.Addr()+"/metrics")
+	require.Equal(t, http.StatusNotFound, code)
+	require.NotContains(t, body, "go_goroutines")
+}

@@ -9,12 +9,16 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/tracing"
 )
 
 // startHint ends every "cannot reach" message: the one command that fixes
@@ -23,11 +27,21 @@ const startHint = `start it with "make services"`
 
 // connectPostgres opens the pool and proves it with a round trip, so a
 // wrong DATABASE_URL fails at start, not on the first sale.
-func connectPostgres(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+//
+// With tp (tracing on), every query, batch and transaction statement run
+// inside a traced operation gets a span (otelpgx), without its parameters.
+func connectPostgres(ctx context.Context, dsn string, tp trace.TracerProvider) (*pgxpool.Pool, error) {
 	where := config.RedactURL(dsn)
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%s cannot be parsed: %s", config.EnvDatabaseURL, oneLine(err))
+	}
+	if tp != nil {
+		pcfg.ConnConfig.Tracer = otelpgx.NewTracer(
+			otelpgx.WithTracerProvider(tracing.ChildOnly(tp)),
+			otelpgx.WithTrimSQLInSpanName(),
+			otelpgx.WithDisableConnectionDetailsInAttributes(),
+		)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -64,13 +78,27 @@ func describePostgresError(where, database string, err error) error {
 // Sentinel or cluster), with the eviction guard on every connection it
 // opens, and proves it with PING on every node it knows: a server that
 // evicts keys fails here, naming its maxmemory-policy.
-func connectRedis(ctx context.Context, cfg config.Config, log zerolog.Logger) (redis.UniversalClient, error) {
+//
+// With tp (tracing on), every command and pipeline run inside a traced
+// operation gets a span (redisotel): a reserve's script run among them.
+// Command arguments are left out (they name buyers and tokens).
+func connectRedis(ctx context.Context, cfg config.Config, log zerolog.Logger, tp trace.TracerProvider) (redis.UniversalClient, error) {
 	opts, err := cfg.RedisOptions()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", config.EnvRedisURL, err)
 	}
 	newEvictionGuard(log.With().Str("component", "redis").Logger()).install(opts)
 	rdb := opts.NewClient()
+	if tp != nil {
+		if err := redisotel.InstrumentTracing(rdb,
+			redisotel.WithTracerProvider(tracing.ChildOnly(tp)),
+			redisotel.WithDBStatement(false),
+			redisotel.WithDialFilter(true),
+		); err != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("tracing Redis commands: %w", err)
+		}
+	}
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := pingRedis(pctx, rdb); err != nil {

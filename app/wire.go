@@ -40,6 +40,7 @@ func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 		CartPause:     in.Config.TestCartPause,
 		DrawPause:     in.Config.TestDrawPause,
 		Registerer:    in.Registry,
+		Tracer:        in.Tracer,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }
 
@@ -49,7 +50,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 		return Services{}, err
 	}
 	group := worker.NewGroup(worker.GroupConfig{
-		Options: worker.Options{LeaseTTL: in.Config.LeaseTTL},
+		Options: worker.Options{LeaseTTL: in.Config.LeaseTTL, Tracer: in.Tracer},
 		Webhooks: worker.WebhookDispatcherConfig{
 			Timeout: in.Config.WebhookTimeout, Concurrency: in.Config.WebhookConcurrency, MaxAttempts: in.Config.WebhookMaxAttempts,
 			MinBackoff: in.Config.WebhookBackoff, MaxBackoff: in.Config.WebhookBackoffMax,
@@ -74,6 +75,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			Registerer:       in.Registry,
 			Streams:          in.Config.StreamLimits(),
 			TrustedDocuments: trusted,
+			Tracer:           in.Tracer,
 			Limits: graphql.Limits{
 				MutationRate:    in.Config.MutationRate,
 				MutationBurst:   in.Config.MutationBurst,

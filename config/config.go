@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/internal/clientaddr"
+	"github.com/dropline/dropline/internal/tracing"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/resolvers"
@@ -78,6 +79,12 @@ const (
 
 	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
 	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
+	EnvMetricsListener  = "DROPLINE_METRICS_LISTENER"
+
+	// The standard OpenTelemetry variables that turn traces on (Traces);
+	// the exporter reads the others (headers, sampler, resource) itself.
+	EnvOTLPEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 
 	// EnvTestCartPause is for the fault tests only (see TestCartPause).
 	EnvTestCartPause = "DROPLINE_TEST_CART_PAUSE"
@@ -468,7 +475,30 @@ type Config struct {
 	// (DROPLINE_ADMIN_ALLOW_REMOTE: 1/true/yes/on). Default: false. Only
 	// behind a firewall that lets nobody but operators reach the port.
 	AdminAllowRemote bool
+
+	// MetricsListener says which listener serves /metrics
+	// (DROPLINE_METRICS_LISTENER): MetricsPublic, the API's own port, or
+	// MetricsAdmin, the admin listener only (AdminAddr must then be set).
+	// Default: MetricsPublic, so that an existing scrape keeps working and
+	// a deployment without an admin listener still has metrics. The sales
+	// and reserve rates it shows are business data: where clients reach
+	// the API port directly, serve them on the admin listener.
+	MetricsListener string
+
+	// Traces is whether OpenTelemetry traces are exported: set by Load
+	// when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// is set (and OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none do not
+	// turn it off; see internal/tracing). The exporter reads its other
+	// settings from the standard OTEL_* variables itself. Default: false,
+	// and then no span is made at all.
+	Traces bool
 }
+
+// The listeners /metrics can be served on (Config.MetricsListener).
+const (
+	MetricsPublic = "public"
+	MetricsAdmin  = "admin"
+)
 
 // Default returns the configuration of an empty environment. It is the
 // starting point of Load and a convenient base for tests.
@@ -513,6 +543,7 @@ func Default() Config {
 		WebhookMaxAttempts:      DefaultWebhookMaxAttempts,
 		WebhookBackoff:          DefaultWebhookBackoff,
 		WebhookBackoffMax:       DefaultWebhookBackoffMax,
+		MetricsListener:         MetricsPublic,
 	}
 }
 
@@ -641,6 +672,10 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvWebhookBackoffMax, &c.WebhookBackoffMax)
 	str(EnvAdminAddr, &c.AdminAddr)
 	boolean(EnvAdminAllowRemote, &c.AdminAllowRemote)
+	if v := strings.ToLower(strings.TrimSpace(getenv(EnvMetricsListener))); v != "" {
+		c.MetricsListener = v
+	}
+	c.Traces = tracing.Enabled(getenv)
 
 	if len(problems) > 0 {
 		return c, problems

@@ -538,6 +538,36 @@ func TestAdminListenerIsOptInAndLoopbackOnly(t *testing.T) {
 	require.ErrorContains(t, err, config.EnvAdminAllowRemote)
 }
 
+func TestMetricsListenerAndTraces(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret}))
+	require.NoError(t, err)
+	require.Equal(t, config.MetricsPublic, c.MetricsListener, "the API's port serves /metrics by default")
+	require.False(t, c.Traces, "no traces unless an OTLP endpoint is set")
+
+	c, err = config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "DROPLINE_METRICS_LISTENER": "admin"}))
+	require.NoError(t, err)
+	err = c.Validate()
+	var ps config.Problems
+	require.ErrorAs(t, err, &ps)
+	require.Equal(t, []string{config.EnvMetricsListener}, varsOf(ps), "admin needs an admin listener")
+	require.ErrorContains(t, err, config.EnvAdminAddr)
+
+	c, err = config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "DROPLINE_METRICS_LISTENER": "Admin", "DROPLINE_ADMIN_ADDR": "127.0.0.1:6060"}))
+	require.NoError(t, err)
+	require.Equal(t, config.MetricsAdmin, c.MetricsListener)
+	require.NoError(t, c.Validate())
+
+	c, err = config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "DROPLINE_METRICS_LISTENER": "both"}))
+	require.NoError(t, err)
+	require.ErrorAs(t, c.Validate(), &ps)
+	require.Equal(t, []string{config.EnvMetricsListener}, varsOf(ps))
+
+	c, err = config.Load(env(map[string]string{"DROPLINE_JWT_SECRET": goodSecret, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}))
+	require.NoError(t, err)
+	require.True(t, c.Traces)
+}
+
 func TestRedisSentinel(t *testing.T) {
 	t.Parallel()
 	c := config.Default()

@@ -93,6 +93,15 @@ func (c Config) Validate() error {
 			add(EnvAdminAddr, "%q is reachable from other hosts, and the profiler it serves has no authentication: listen on loopback (e.g. 127.0.0.1:6060), or set %s=1 if only operators can reach this network", c.AdminAddr, EnvAdminAllowRemote)
 		}
 	}
+	switch c.MetricsListener {
+	case MetricsPublic:
+	case MetricsAdmin:
+		if c.AdminAddr == "" {
+			add(EnvMetricsListener, "is %q, but there is no admin listener: set %s too (e.g. 127.0.0.1:6060), or serve /metrics on the API's port with %q", c.MetricsListener, EnvAdminAddr, MetricsPublic)
+		}
+	default:
+		add(EnvMetricsListener, "is %q: use %q (the API's port, the default) or %q (the admin listener, %s)", c.MetricsListener, MetricsPublic, MetricsAdmin, EnvAdminAddr)
+	}
 	if c.JWTMaxLifetime < 0 {
 		add(EnvJWTMaxLifetime, "is %s: set the longest a token may be valid for (default %s), or 0 for no limit", c.JWTMaxLifetime, DefaultJWTMaxLifetime)
 	}

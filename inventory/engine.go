@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/tracing"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -113,6 +115,11 @@ type Config struct {
 	DrawPause DrawPause
 	// Registerer receives the engine's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Tracer, when set, gives each script run inside a traced operation a
+	// span, and each run of reserve.lua links the reserves it decided
+	// (and carries their trace into the outbox). Nil: tracing off, and no
+	// span, link or trace context is made.
+	Tracer trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -237,6 +244,8 @@ type Engine struct {
 	rebuild singleflight.Group
 	metrics *metrics
 	batches reserveBatcher
+	// tracer is nil when tracing is off (Config.Tracer).
+	tracer trace.Tracer
 }
 
 // NewEngine builds the engine and loads its scripts into Redis (every node of a
@@ -249,6 +258,7 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 	e := &Engine{
 		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool), keys: NewKeys(cfg.KeyPrefix),
 		scripts: map[string]*redis.Script{}, log: log, metrics: newMetrics(cfg.Registerer),
+		tracer: tracing.Tracer(cfg.Tracer, tracerName),
 	}
 	if cc, cluster := rdb.(*redis.ClusterClient); cluster {
 		if cfg.WaitReplicas > 0 {
@@ -330,10 +340,14 @@ func (e *Engine) Config() Config { return e.cfg }
 // run executes a script by SHA (EVAL on NOSCRIPT) and returns its reply as a
 // list. A Redis error is never a business outcome: it is reported as
 // ErrUnavailable with its cause.
-func (e *Engine) run(ctx context.Context, name string, keys []string, args ...any) (reply, error) {
+func (e *Engine) run(ctx context.Context, name string, keys []string, args ...any) (_ reply, err error) {
 	var c redis.Scripter = e.rdb
 	if name == lua.Reserve {
 		c = e.hot
+	} else if e.tracer != nil {
+		var span trace.Span
+		ctx, span = e.startScript(ctx, name)
+		defer func() { endSpan(span, err) }()
 	}
 	res, err := e.scripts[name].Run(ctx, c, keys, args...).Slice()
 	if err != nil {

@@ -46,6 +46,9 @@ type OutboxEntry struct {
 	ID string
 	// Event is the ledger event the entry carries; set only when Err is nil.
 	Event db.Event
+	// Traceparent is the W3C traceparent of the request that caused the
+	// event, when it was traced (reserve.lua's tp field); "" otherwise.
+	Traceparent string
 	// Err is why the entry cannot be applied: it does not decode, or its
 	// event fails db.Event.Validate (db.ErrUnknownKind for a kind this
 	// version does not know, e.g. written by a newer version mid-upgrade).
@@ -64,7 +67,8 @@ func decodeEntries(msgs []redis.XMessage) []OutboxEntry {
 		if err != nil {
 			ev = db.Event{}
 		}
-		out[i] = OutboxEntry{ID: m.ID, Event: ev, Err: err, fields: m.Values}
+		tp, _ := m.Values["tp"].(string)
+		out[i] = OutboxEntry{ID: m.ID, Event: ev, Err: err, Traceparent: tp, fields: m.Values}
 	}
 	return out
 }

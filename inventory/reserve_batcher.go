@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dropline/dropline/lua"
 )
 
@@ -62,6 +64,11 @@ type reserveCall struct {
 	res  reply
 	err  error
 	left atomic.Bool
+	// span and traceparent are the caller's, when tracing is on and the
+	// caller is traced (traceOf): the batch links to the span, and
+	// reserve.lua writes the traceparent into the hold's event.
+	span        trace.Span
+	traceparent string
 }
 
 // token is the token of the hold the request makes (its ARGV's fifth).
@@ -75,6 +82,7 @@ func (c *reserveCall) token() string { s, _ := c.args[4].(string); return s }
 // replays the hold on a retry).
 func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (reply, error) {
 	c.done = make(chan struct{})
+	e.traceOf(ctx, c)
 	b := &e.batches
 	b.mu.Lock()
 	if b.parts == nil {
@@ -129,15 +137,30 @@ func (e *Engine) drainReserves(ctx context.Context, p int, q *reserveQueue) {
 	}
 }
 
-// reserveScriptArgs is reserve.lua's KEYS and ARGV for a batch of partition p.
+// reserveScriptArgs is reserve.lua's KEYS and ARGV for a batch of partition
+// p. When a request of the batch is traced, the requests' traceparents
+// follow the requests' arguments, one each ("" for one that is not).
 func (e *Engine) reserveScriptArgs(p int, calls []*reserveCall) ([]string, []any) {
 	keys := e.keys.reserveBatchKeys(p, len(calls))
-	args := make([]any, 0, 5+11*len(calls))
+	traced := false
+	for _, c := range calls {
+		traced = traced || c.traceparent != ""
+	}
+	n := 5 + 11*len(calls)
+	if traced {
+		n += len(calls)
+	}
+	args := make([]any, 0, n)
 	args = append(args, e.keys.Base(p), int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity,
 		e.cfg.MaxHold.Milliseconds(), int64(e.cfg.RejectionTTL.Seconds()))
 	for _, c := range calls {
 		keys = append(keys, c.keys[:]...)
 		args = append(args, c.args[:]...)
+	}
+	if traced {
+		for _, c := range calls {
+			args = append(args, c.traceparent)
+		}
 	}
 	return keys, args
 }
@@ -145,9 +168,11 @@ func (e *Engine) reserveScriptArgs(p int, calls []*reserveCall) ([]string, []any
 // runReserveBatch runs one batch and hands each request its reply.
 func (e *Engine) runReserveBatch(ctx context.Context, p int, calls []*reserveCall) {
 	keys, args := e.reserveScriptArgs(p, calls)
+	ctx, span := e.startBatch(ctx, p, calls)
 	ctx, cancel := context.WithTimeout(ctx, reserveBatchTimeout)
 	res, err := e.runReplicated(ctx, lua.Reserve, keys, args...)
 	cancel()
+	endBatch(span, calls, err)
 	e.metrics.reserveBatch.Observe(float64(len(calls)))
 	if err == nil && len(res) != len(calls) {
 		err = fmt.Errorf("script %s answered %d replies for %d requests", lua.Reserve, len(res), len(calls))

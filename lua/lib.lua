@@ -374,7 +374,19 @@ end
 --
 -- emit_event writes the event from its fields as strings: emit takes them
 -- from a hold's hash, reserve.lua from the hold it has just written.
-local function emit_event(outbox, id, kind, token, sku, who, qty, exp, ctd, at, idem, fp, gen, ext)
+--
+-- tp, when given and not empty, is the W3C traceparent of the request that
+-- caused the event (reserve.lua passes it for a traced reserve): the
+-- write-behind continues that trace when it records the event. A version
+-- that does not know the field ignores it.
+local function emit_event(outbox, id, kind, token, sku, who, qty, exp, ctd, at, idem, fp, gen, ext, tp)
+  if tp and tp ~= '' then
+    redis.call('XADD', outbox, '*',
+      'id', id, 'type', kind, 'tok', token, 'sku', sku, 'who', who,
+      'qty', qty, 'exp', exp, 'ctd', ctd, 'at', at,
+      'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext, 'tp', tp)
+    return
+  end
   redis.call('XADD', outbox, '*',
     'id', id, 'type', kind, 'tok', token, 'sku', sku, 'who', who,
     'qty', qty, 'exp', exp, 'ctd', ctd, 'at', at,

@@ -25,6 +25,9 @@
 --          request fingerprint ("" when the call has no idempotency key), idempotency hash ("" when none),
 --          the budget's burst, rate and period in seconds ("" "" "" when this run does not spend it),
 --          the admission pass presented ("" when none; only a queued SKU asks for one)
+-- then, optionally (only when a request of the batch is traced), one more argument per
+-- request i, at ARGV[6+11n+i]: its W3C traceparent, or "" when it is not traced. A hold's
+-- event carries it (field tp), so the write-behind that records the hold continues its trace.
 --
 -- The new hold carries the SKU's generation (see sku_gen in lib.lua).
 --
@@ -143,7 +146,7 @@ end
 -- allowed it: its six keys start at KEYS[ki], its eleven arguments at ARGV[ai],
 -- and qty is its quantity. It returns the request's reply, and its SKU's
 -- stock hash and channel when it changed the stock.
-local function reserve_new(ki, ai, qty)
+local function reserve_new(ki, ai, qty, tp)
   local sku_key, hold, quota, idem_rec, channel = KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4]
   local sku, who, hold_ms, token, fp, idem = ARGV[ai], ARGV[ai + 1], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6]
   local pass = ARGV[ai + 10]
@@ -213,13 +216,14 @@ local function reserve_new(ki, ai, qty)
     redis.call('HSET', idem_rec, 'fp', fp, 'code', 'OK', 'tok', token)
     redis.call('EXPIRE', idem_rec, idem_ttl)
   end
-  emit_event(outbox, 'reserve:' .. token, 'reserve', token, sku, who, qty_s, exp_s, now_s, now_s, idem, fp, st.gen, '0')
+  emit_event(outbox, 'reserve:' .. token, 'reserve', token, sku, who, qty_s, exp_s, now_s, now_s, idem, fp, st.gen, '0', tp)
   return { 'HELD', exp, now }, sku_key, channel
 end
 
 -- reserve_one decides one request, whose six keys start at KEYS[ki] and eleven
--- arguments at ARGV[ai]. It returns what reserve_new returns.
-local function reserve_one(ki, ai)
+-- arguments at ARGV[ai]; tp is its traceparent (nil or "" when untraced). It
+-- returns what reserve_new returns.
+local function reserve_one(ki, ai, tp)
   local hold, budget = KEYS[ki + 1], KEYS[ki + 5]
   local sku, who, qty, token = ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 4]
   local burst, rate, period = ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9]
@@ -246,13 +250,13 @@ local function reserve_one(ki, ai)
 
   -- 1b. The principal's budget, when this run spends it.
   if burst == '' then
-    return reserve_new(ki, ai, tonumber(qty))
+    return reserve_new(ki, ai, tonumber(qty), tp)
   end
   local ok, tat, reset = rate_check(budget, burst, rate, period, rate_clock)
   if not ok then
     return { 'RATE_LIMITED', tat, '', 0 }
   end
-  local r, sku_key, channel = reserve_new(ki, ai, tonumber(qty))
+  local r, sku_key, channel = reserve_new(ki, ai, tonumber(qty), tp)
   if r[1] ~= 'NEEDS_HYDRATION' then
     rate_spend(budget, tat, reset)
   end
@@ -261,9 +265,10 @@ end
 
 local replies, changed, order = {}, {}, {}
 local n = (#KEYS - 2) / 6
+local tps = 6 + 11 * n
 for i = 0, n - 1 do
   local ki, ai = 3 + 6 * i, 6 + 11 * i
-  local ok, r, sku_key, channel = pcall(reserve_one, ki, ai)
+  local ok, r, sku_key, channel = pcall(reserve_one, ki, ai, ARGV[tps + i])
   if not ok then
     -- An error fails this request alone; the requests before it are
     -- decided and written, and keep their replies.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/internal/startstop"
@@ -30,6 +31,10 @@ type AdminConfig struct {
 	Checks []Check
 	// CheckTimeout bounds each check. Default: DefaultCheckTimeout.
 	CheckTimeout time.Duration
+	// Registry, when set, is served on /metrics here (and the public
+	// listener is then told NoMetrics): the sales and reserve rates stay
+	// off the API's port. Nil: no /metrics here.
+	Registry *prometheus.Registry
 }
 
 // AdminServer is the operators' listener, apart from the public one: the Go
@@ -63,6 +68,9 @@ func NewAdmin(cfg AdminConfig) *AdminServer {
 		cfg.CheckTimeout = DefaultCheckTimeout
 	}
 	mux.Handle("GET /readyz", readyHandler(cfg.Checks, cfg.CheckTimeout, true))
+	if cfg.Registry != nil {
+		mux.Handle("GET /metrics", metricsHandler(cfg.Registry, cfg.Logger))
+	}
 	return &AdminServer{
 		cfg: cfg,
 		http: &http.Server{

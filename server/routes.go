@@ -6,8 +6,12 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/dropline/dropline/internal/tracing"
 )
 
 // Route names used as the "route" metric label. Fixed names keep the label
@@ -71,12 +75,9 @@ func (s *Server) routes() http.Handler {
 		writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.Handle("GET /readyz", readyHandler(s.cfg.Checks, s.cfg.CheckTimeout, false))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{
-		ErrorLog: promLogger{s.log},
-		// Serve what could be gathered rather than nothing when one
-		// collector fails.
-		ErrorHandling: promhttp.ContinueOnError,
-	}))
+	if !s.cfg.NoMetrics {
+		mux.Handle("GET /metrics", metricsHandler(s.cfg.Registry, s.log))
+	}
 	// The shop lives under /shop/; the mux redirects "/shop" there, so its
 	// relative asset URLs resolve under /shop/assets/.
 	if s.cfg.Shop != nil {
@@ -107,7 +108,33 @@ func (s *Server) routes() http.Handler {
 	h = accessLog(m, h)
 	h = s.cfg.ClientAddr.Middleware(h)
 	h = RequestID(s.log, h)
+	if s.cfg.Tracer != nil {
+		h = continueTrace(h)
+	}
 	return h
+}
+
+// metricsHandler serves reg in Prometheus' text format.
+func metricsHandler(reg prometheus.Gatherer, log zerolog.Logger) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: promLogger{log},
+		// Serve what could be gathered rather than nothing when one
+		// collector fails.
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// continueTrace puts the remote span a request's traceparent names in its
+// context, so the spans made while serving it (the GraphQL operation's and
+// what it causes) join the caller's trace. A request without one, or with a
+// malformed one, starts a new trace there.
+func continueTrace(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("traceparent") != "" {
+			r = r.WithContext(tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // errorBody is the JSON shape of errors this package writes itself.

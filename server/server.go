@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dropline/dropline/internal/clientaddr"
 	"github.com/dropline/dropline/internal/startstop"
@@ -111,6 +112,16 @@ type Config struct {
 
 	// CheckTimeout bounds each readiness check. Default: 1s.
 	CheckTimeout time.Duration
+
+	// Tracer, when set, makes every request continue the trace its W3C
+	// traceparent header names (the GraphQL handler makes the operation's
+	// span under it). Nil (tracing off) leaves the header alone and adds
+	// nothing to a request. Default: nil.
+	Tracer trace.TracerProvider
+
+	// NoMetrics leaves /metrics off this listener (to the catch-all's
+	// 404): the admin listener serves it instead. Default: false.
+	NoMetrics bool
 
 	// ClientAddr decides each request's client address (for the access log
 	// and the GraphQL stream caps), believing forwarding headers only from

@@ -7,9 +7,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/internal/testsignal"
+	"github.com/dropline/dropline/internal/tracing"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -77,6 +79,8 @@ type Flusher struct {
 	// refusals counts, per outbox entry, how often Postgres refused it
 	// alone; loop goroutine only.
 	refusals map[string]int
+	// tracer is nil when tracing is off (Options.Tracer).
+	tracer trace.Tracer
 }
 
 // flusherHooks let tests interrupt a batch; nil hooks do nothing.
@@ -98,6 +102,7 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.Universal
 		leases:   newLeaseSet("flusher", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
 		refusals: map[string]int{},
 		m:        newFlusherMetrics(reg),
+		tracer:   tracing.Tracer(cfg.Tracer, "github.com/dropline/dropline/worker"),
 	}
 	f.service = newService("flusher", cfg.Options, log, reg, f.leases, f.run)
 	return f

@@ -46,6 +46,15 @@ func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEn
 	if h := f.hooks.beforeApply; h != nil {
 		h(p, events(batch))
 	}
+	wctx, tr := f.startApply(wctx, p, batch)
+	n, err := f.applyBatch(wctx, p, fence, batch, began)
+	f.endApply(tr, n, err)
+	return n, err
+}
+
+// applyBatch applies a batch of decodable entries (apply), acknowledges
+// what Postgres took and refuses what it would not.
+func (f *Flusher) applyBatch(wctx context.Context, p int, fence db.Fence, batch []inventory.OutboxEntry, began time.Time) (int, error) {
 	done, refused, err := f.applySplit(wctx, p, fence, batch)
 	if errors.Is(err, db.ErrFenced) {
 		f.leases.Lost(p)

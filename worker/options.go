@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultLeaseTTL is Options.LeaseTTL's default, exported so the program's
@@ -38,6 +40,10 @@ type Options struct {
 	// Defaults 100 milliseconds and 10 seconds.
 	MinRestartBackoff time.Duration
 	MaxRestartBackoff time.Duration
+	// Tracer, when set, gives each write-behind batch a span that
+	// continues the traces its events carry (Flusher). Nil: tracing off,
+	// no span.
+	Tracer trace.TracerProvider
 }
 
 // inherit fills o's zero fields from parent.
@@ -59,6 +65,9 @@ func (o *Options) inherit(parent Options) {
 	}
 	if o.MaxRestartBackoff == 0 {
 		o.MaxRestartBackoff = parent.MaxRestartBackoff
+	}
+	if o.Tracer == nil {
+		o.Tracer = parent.Tracer
 	}
 }
 

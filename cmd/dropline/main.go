@@ -95,6 +95,9 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_LOG_FORMAT        json|console (json; console in dev mode)
   DROPLINE_ADMIN_ADDR        loopback host:port of the admin listener: pprof, /readyz with reasons (none)
   DROPLINE_ADMIN_ALLOW_REMOTE 1 = the admin listener may use a non-loopback address (off)
+  DROPLINE_METRICS_LISTENER  public|admin: the listener that serves /metrics (public)
+  OTEL_EXPORTER_OTLP_ENDPOINT         OTLP/HTTP collector: turns traces on; the other OTEL_* variables apply (none)
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  the same, for traces alone, with its path (none)
   GOGC                       the Go garbage collector's target (400 for serve; Go's own default is 100)
 `
 
@@ -218,6 +221,7 @@ func (e env) serve(ctx context.Context, args []string) error {
 	}
 
 	a := app.New(cfg, log)
+	a.Version = version
 	if err := a.Start(ctx); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/vektah/gqlparser/v2/ast"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/inventory"
@@ -57,6 +58,9 @@ type Config struct {
 	// by their id, and automatic persisted queries are off (trustedOnly).
 	// Nil: any document runs, and APQ registers them.
 	TrustedDocuments *TrustedDocuments
+	// Tracer, when set, gives every query and mutation (and each event of
+	// a subscription) a span (operationTracer). Nil: tracing off, no span.
+	Tracer trace.TracerProvider
 }
 
 // Limits protect the service from expensive or abusive requests. Each zero
@@ -223,6 +227,10 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	srv.SetDisableSuggestion(!cfg.Dev)
 	srv.SetErrorPresenter(res.ErrorPresenter())
 	srv.SetRecoverFunc(res.Recover())
+	// First, so that its span covers what every other extension does.
+	if cfg.Tracer != nil {
+		srv.Use(operationTracer{tracer: cfg.Tracer.Tracer("github.com/dropline/dropline/server/graphql")})
+	}
 	if cfg.Dev {
 		srv.Use(extension.Introspection{})
 	}
