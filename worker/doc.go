@@ -26,6 +26,11 @@
 //     crash left half carried over to Redis. The lease only saves work: the
 //     draw is one Postgres transaction that finds it OPEN, and each batch
 //     carried to Redis checks the progress it moves.
+//   - Webhooks: the WebhookDispatcher sends the ledger's webhook outbox to
+//     the subscribed endpoints, claiming deliveries in Postgres (SKIP
+//     LOCKED) rather than by lease, so every process runs one; each attempt
+//     runs in a goroutine of its own under a timeout, so an endpoint that
+//     hangs holds up nothing but its own deliveries.
 //
 // # Lifecycle
 //

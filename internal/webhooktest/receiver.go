@@ -7,8 +7,8 @@ package webhooktest
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
