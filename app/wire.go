@@ -3,6 +3,8 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -69,6 +71,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			Engine:           engine,
 			Redis:            in.Redis,
 			Verifier:         in.Issuer,
+			QueueSecret:      queueSecret(in.Config.JWTKey()),
 			Dev:              in.Config.Dev,
 			CORSOrigins:      in.Config.AllowedOrigins(),
 			Live:             hub,
@@ -126,4 +129,13 @@ func seedDemo(ctx context.Context, in Infra) error {
 		}
 	}
 	return nil
+}
+
+// queueSecret is the key that signs the admission queues' challenges: the
+// JWT secret, hashed with a purpose of its own, so one key never signs two
+// kinds of thing.
+func queueSecret(jwt []byte) []byte {
+	m := hmac.New(sha256.New, jwt)
+	m.Write([]byte("dropline admission queue challenges"))
+	return m.Sum(nil)
 }

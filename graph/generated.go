@@ -95,6 +95,7 @@ type ComplexityRoot struct {
 		MaxPerUser   func(childComplexity int) int
 		Name         func(childComplexity int) int
 		Products     func(childComplexity int, first *int) int
+		Queue        func(childComplexity int) int
 		SaleEndsAt   func(childComplexity int) int
 		SaleStartsAt func(childComplexity int) int
 	}
@@ -121,6 +122,7 @@ type ComplexityRoot struct {
 		EnterDraw             func(childComplexity int, input model.EnterDrawInput) int
 		ExtendCart            func(childComplexity int, input model.ExtendCartInput) int
 		ExtendReservation     func(childComplexity int, input model.ExtendReservationInput) int
+		JoinQueue             func(childComplexity int, input model.JoinQueueInput) int
 		JoinWaitlist          func(childComplexity int, input model.JoinWaitlistInput) int
 		LeaveWaitlist         func(childComplexity int, input model.LeaveWaitlistInput) int
 		RedeliverWebhooks     func(childComplexity int, input model.RedeliverWebhooksInput) int
@@ -145,6 +147,7 @@ type ComplexityRoot struct {
 		MaxPerUser   func(childComplexity int) int
 		Name         func(childComplexity int) int
 		Price        func(childComplexity int) int
+		Queue        func(childComplexity int) int
 		SaleEndsAt   func(childComplexity int) int
 		SaleStartsAt func(childComplexity int) int
 		Sku          func(childComplexity int) int
@@ -170,14 +173,49 @@ type ComplexityRoot struct {
 		Cart              func(childComplexity int, token string) int
 		Drop              func(childComplexity int, id string) int
 		MyDrawEntries     func(childComplexity int) int
+		MyQueueTicket     func(childComplexity int, sku *string, drop *string) int
 		MyReservations    func(childComplexity int, status *model.ReservationStatus, first *int, after *string) int
 		MyWaitlist        func(childComplexity int) int
 		Node              func(childComplexity int, id string) int
 		Product           func(childComplexity int, sku string) int
 		Products          func(childComplexity int, first *int, after *string) int
+		QueueChallenge    func(childComplexity int, sku *string, drop *string) int
 		Reservation       func(childComplexity int, token string) int
 		WebhookDeliveries func(childComplexity int, endpointID string, status *model.WebhookDeliveryStatus, first *int, after *string) int
 		WebhookEndpoints  func(childComplexity int) int
+	}
+
+	Queue struct {
+		AdmitPerMinute  func(childComplexity int) int
+		AdmittedThrough func(childComplexity int) int
+		ID              func(childComplexity int) int
+		OpensAt         func(childComplexity int) int
+		Seed            func(childComplexity int) int
+		SeedHash        func(childComplexity int) int
+		Status          func(childComplexity int) int
+		Waiting         func(childComplexity int) int
+	}
+
+	QueueChallenge struct {
+		Bits      func(childComplexity int) int
+		Challenge func(childComplexity int) int
+		ExpiresAt func(childComplexity int) int
+	}
+
+	QueueTicket struct {
+		EtaSeconds       func(childComplexity int) int
+		Number           func(childComplexity int) int
+		Pass             func(childComplexity int) int
+		PassExpiresAt    func(childComplexity int) int
+		PollAfterSeconds func(childComplexity int) int
+		Position         func(childComplexity int) int
+		Queue            func(childComplexity int) int
+		Status           func(childComplexity int) int
+	}
+
+	QueueTicketPayload struct {
+		Ticket     func(childComplexity int) int
+		UserErrors func(childComplexity int) int
 	}
 
 	RedeliverWebhooksPayload struct {
@@ -295,9 +333,11 @@ type ComplexityRoot struct {
 
 type DropResolver interface {
 	Products(ctx context.Context, obj *model.Drop, first *int) ([]*model.Product, error)
+	Queue(ctx context.Context, obj *model.Drop) (*model.Queue, error)
 }
 type MutationResolver interface {
 	Reserve(ctx context.Context, input model.ReserveInput) (*model.ReservePayload, error)
+	JoinQueue(ctx context.Context, input model.JoinQueueInput) (*model.QueueTicketPayload, error)
 	Commit(ctx context.Context, input model.CommitInput) (*model.CommitPayload, error)
 	Cancel(ctx context.Context, input model.CancelInput) (*model.CancelPayload, error)
 	ExtendReservation(ctx context.Context, input model.ExtendReservationInput) (*model.ReservationPayload, error)
@@ -321,6 +361,7 @@ type ProductResolver interface {
 	Stock(ctx context.Context, obj *model.Product) (*model.Stock, error)
 	Drop(ctx context.Context, obj *model.Product) (*model.Drop, error)
 	Draw(ctx context.Context, obj *model.Product) (*model.Draw, error)
+	Queue(ctx context.Context, obj *model.Product) (*model.Queue, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id string) (model.Node, error)
@@ -331,6 +372,8 @@ type QueryResolver interface {
 	MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry, error)
 	Cart(ctx context.Context, token string) (*model.Cart, error)
 	Drop(ctx context.Context, id string) (*model.Drop, error)
+	QueueChallenge(ctx context.Context, sku *string, drop *string) (*model.QueueChallenge, error)
+	MyQueueTicket(ctx context.Context, sku *string, drop *string) (*model.QueueTicket, error)
 	MyDrawEntries(ctx context.Context) ([]*model.DrawEntry, error)
 	WebhookEndpoints(ctx context.Context) ([]*model.WebhookEndpoint, error)
 	WebhookDeliveries(ctx context.Context, endpointID string, status *model.WebhookDeliveryStatus, first *int, after *string) ([]*model.WebhookDelivery, error)
@@ -566,6 +609,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Drop.Products(childComplexity, args["first"].(*int)), true
+	case "Drop.queue":
+		if e.ComplexityRoot.Drop.Queue == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Drop.Queue(childComplexity), true
 	case "Drop.saleEndsAt":
 		if e.ComplexityRoot.Drop.SaleEndsAt == nil {
 			break
@@ -726,6 +775,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ExtendReservation(childComplexity, args["input"].(model.ExtendReservationInput)), true
+	case "Mutation.joinQueue":
+		if e.ComplexityRoot.Mutation.JoinQueue == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_joinQueue_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.JoinQueue(childComplexity, args["input"].(model.JoinQueueInput)), true
 	case "Mutation.joinWaitlist":
 		if e.ComplexityRoot.Mutation.JoinWaitlist == nil {
 			break
@@ -876,6 +936,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Product.Price(childComplexity), true
+	case "Product.queue":
+		if e.ComplexityRoot.Product.Queue == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Product.Queue(childComplexity), true
 	case "Product.saleEndsAt":
 		if e.ComplexityRoot.Product.SaleEndsAt == nil {
 			break
@@ -969,6 +1035,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.MyDrawEntries(childComplexity), true
+	case "Query.myQueueTicket":
+		if e.ComplexityRoot.Query.MyQueueTicket == nil {
+			break
+		}
+
+		args, err := ec.field_Query_myQueueTicket_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.MyQueueTicket(childComplexity, args["sku"].(*string), args["drop"].(*string)), true
 	case "Query.myReservations":
 		if e.ComplexityRoot.Query.MyReservations == nil {
 			break
@@ -1019,6 +1096,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Products(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "Query.queueChallenge":
+		if e.ComplexityRoot.Query.QueueChallenge == nil {
+			break
+		}
+
+		args, err := ec.field_Query_queueChallenge_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.QueueChallenge(childComplexity, args["sku"].(*string), args["drop"].(*string)), true
 	case "Query.reservation":
 		if e.ComplexityRoot.Query.Reservation == nil {
 			break
@@ -1047,6 +1135,136 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.WebhookEndpoints(childComplexity), true
+
+	case "Queue.admitPerMinute":
+		if e.ComplexityRoot.Queue.AdmitPerMinute == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.AdmitPerMinute(childComplexity), true
+	case "Queue.admittedThrough":
+		if e.ComplexityRoot.Queue.AdmittedThrough == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.AdmittedThrough(childComplexity), true
+	case "Queue.id":
+		if e.ComplexityRoot.Queue.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.ID(childComplexity), true
+	case "Queue.opensAt":
+		if e.ComplexityRoot.Queue.OpensAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.OpensAt(childComplexity), true
+	case "Queue.seed":
+		if e.ComplexityRoot.Queue.Seed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.Seed(childComplexity), true
+	case "Queue.seedHash":
+		if e.ComplexityRoot.Queue.SeedHash == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.SeedHash(childComplexity), true
+	case "Queue.status":
+		if e.ComplexityRoot.Queue.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.Status(childComplexity), true
+	case "Queue.waiting":
+		if e.ComplexityRoot.Queue.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Queue.Waiting(childComplexity), true
+
+	case "QueueChallenge.bits":
+		if e.ComplexityRoot.QueueChallenge.Bits == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueChallenge.Bits(childComplexity), true
+	case "QueueChallenge.challenge":
+		if e.ComplexityRoot.QueueChallenge.Challenge == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueChallenge.Challenge(childComplexity), true
+	case "QueueChallenge.expiresAt":
+		if e.ComplexityRoot.QueueChallenge.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueChallenge.ExpiresAt(childComplexity), true
+
+	case "QueueTicket.etaSeconds":
+		if e.ComplexityRoot.QueueTicket.EtaSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.EtaSeconds(childComplexity), true
+	case "QueueTicket.number":
+		if e.ComplexityRoot.QueueTicket.Number == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.Number(childComplexity), true
+	case "QueueTicket.pass":
+		if e.ComplexityRoot.QueueTicket.Pass == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.Pass(childComplexity), true
+	case "QueueTicket.passExpiresAt":
+		if e.ComplexityRoot.QueueTicket.PassExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.PassExpiresAt(childComplexity), true
+	case "QueueTicket.pollAfterSeconds":
+		if e.ComplexityRoot.QueueTicket.PollAfterSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.PollAfterSeconds(childComplexity), true
+	case "QueueTicket.position":
+		if e.ComplexityRoot.QueueTicket.Position == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.Position(childComplexity), true
+	case "QueueTicket.queue":
+		if e.ComplexityRoot.QueueTicket.Queue == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.Queue(childComplexity), true
+	case "QueueTicket.status":
+		if e.ComplexityRoot.QueueTicket.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicket.Status(childComplexity), true
+
+	case "QueueTicketPayload.ticket":
+		if e.ComplexityRoot.QueueTicketPayload.Ticket == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicketPayload.Ticket(childComplexity), true
+	case "QueueTicketPayload.userErrors":
+		if e.ComplexityRoot.QueueTicketPayload.UserErrors == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueueTicketPayload.UserErrors(childComplexity), true
 
 	case "RedeliverWebhooksPayload.redelivered":
 		if e.ComplexityRoot.RedeliverWebhooksPayload.Redelivered == nil {
@@ -1495,9 +1713,11 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("EnterDrawInput", ec.unmarshalInputEnterDrawInput),
 			graphql.NewInputUnmarshaler("ExtendCartInput", ec.unmarshalInputExtendCartInput),
 			graphql.NewInputUnmarshaler("ExtendReservationInput", ec.unmarshalInputExtendReservationInput),
+			graphql.NewInputUnmarshaler("JoinQueueInput", ec.unmarshalInputJoinQueueInput),
 			graphql.NewInputUnmarshaler("JoinWaitlistInput", ec.unmarshalInputJoinWaitlistInput),
 			graphql.NewInputUnmarshaler("LeaveWaitlistInput", ec.unmarshalInputLeaveWaitlistInput),
 			graphql.NewInputUnmarshaler("MoneyInput", ec.unmarshalInputMoneyInput),
+			graphql.NewInputUnmarshaler("QueueInput", ec.unmarshalInputQueueInput),
 			graphql.NewInputUnmarshaler("RedeliverWebhooksInput", ec.unmarshalInputRedeliverWebhooksInput),
 			graphql.NewInputUnmarshaler("ReserveCartInput", ec.unmarshalInputReserveCartInput),
 			graphql.NewInputUnmarshaler("ReserveInput", ec.unmarshalInputReserveInput),
@@ -1631,6 +1851,20 @@ type Query {
   cart(token: ID!): Cart
   "A drop by its id (` + "`" + `dropId` + "`" + `); null when there is none."
   drop(id: ID!): Drop
+  """
+  A proof-of-work challenge for joining the queue of a product (` + "`" + `sku` + "`" + `) or a
+  drop (` + "`" + `drop` + "`" + `; give one of them): find a ` + "`" + `proof` + "`" + ` such that
+  SHA-256(challenge + ":" + proof) starts with ` + "`" + `bits` + "`" + ` zero bits, and send both
+  to joinQueue before ` + "`" + `expiresAt` + "`" + `. ` + "`" + `bits` + "`" + ` is 0 when the queue asks for none.
+  Bound to the caller and the queue. Needs a principal.
+  """
+  queueChallenge(sku: ID, drop: ID): QueueChallenge!
+  """
+  The caller's ticket of the queue of a product or a drop; null when it has
+  none. Clients that cannot subscribe poll it every ` + "`" + `pollAfterSeconds` + "`" + `.
+  Needs a principal.
+  """
+  myQueueTicket(sku: ID, drop: ID): QueueTicket
   "The caller's draw entries, newest first; at most 100. Needs a principal."
   myDrawEntries: [DrawEntry!]!
   "Admin only: every webhook endpoint (at most 100), oldest first."
@@ -1687,6 +1921,8 @@ type Product implements Node {
   drop: Drop
   "How the product is sold by draw; null for a product sold first come, first served."
   draw: Draw
+  "The admission queue in front of the product (its own, or its drop's); null when it has none."
+  queue: Queue
 }
 
 enum DrawStatus {
@@ -1785,6 +2021,8 @@ type Drop implements Node {
   for fewer and pays for fewer.
   """
   products(first: Int): [Product!]!
+  "The admission queue in front of the drop's SKUs; null when it has none."
+  queue: Queue
 }
 
 "A SKU's live counters: available + held + sold == total."
@@ -1871,6 +2109,12 @@ type Subscription {
 type Mutation {
   "Hold units of a SKU. Needs a principal."
   reserve(input: ReserveInput!): ReservePayload!
+  """
+  Take a ticket of the queue of a product or a drop (one per principal: joining
+  again returns it). Refusals: PROOF_INVALID (the queue asks for proof of work),
+  ACCESS_CODE_INVALID (a presale queue), QUEUE_FULL, NOT_FOUND. Needs a principal.
+  """
+  joinQueue(input: JoinQueueInput!): QueueTicketPayload!
   "Turn the caller's hold into a sale; durable before it returns."
   commit(input: CommitInput!): CommitPayload!
   "Release the caller's hold (an admin may release anyone's)."
@@ -1944,6 +2188,8 @@ type Mutation {
 input JoinWaitlistInput {
   sku: ID!
   quantity: Int!
+  "The caller's admission pass, for a queued product or drop; joining spends it."
+  admissionPass: String
   "How long the reservation handed over lasts; 600 when absent, allowed 1-3600."
   holdSeconds: Int
 }
@@ -1983,6 +2229,8 @@ type WaitlistEntry {
 input ReserveInput {
   sku: ID!
   quantity: Int!
+  "The caller's pass from the product's (or its drop's) admission queue; required when it has one (QUEUE_REQUIRED, PASS_EXPIRED, PASS_INVALID). The hold spends it."
+  admissionPass: String
   "Same key, same principal: the same outcome for 24 h. Absent: every call is a new attempt."
   idempotencyKey: String
   "How long the hold lasts; 600 when absent, allowed 1-3600."
@@ -1997,6 +2245,8 @@ input CartLineInput {
 input ReserveCartInput {
   "1-50 lines; lines of the same SKU are added up before anything is checked."
   lines: [CartLineInput!]!
+  "The caller's admission pass, for lines of a queued product or drop: it serves every line of its queue, and holding them spends it."
+  admissionPass: String
   "Same key, same principal: the same cart (or refusal) for 24 h. Absent: every call is a new attempt."
   idempotencyKey: String
   "How long every line is held; 600 when absent, allowed 1-3600."
@@ -2066,6 +2316,102 @@ input CreateProductInput {
   drop: ID
   "Sell by draw: entries from saleStartsAt to draw.closesAt instead of reserves (which are refused with DRAW_ONLY)."
   draw: DrawInput
+  "Sell behind an admission queue: a reserve needs the pass it gives. Not with draw, nor for a SKU of a drop (queue the drop)."
+  queue: QueueInput
+}
+
+"An admission queue in front of a product or a drop."
+input QueueInput {
+  "Joins before this enter a pre-queue, shuffled at this time; after it, first come, first served."
+  opensAt: Time!
+  "Tickets admitted per minute (1-1000000), never more unspent passes than units available."
+  admitPerMinute: Int!
+  "How long a pass is valid: 120 when absent, allowed 10-3600."
+  passSeconds: Int
+  "Leading zero bits a join's proof of work must have (0-32; 0 or absent: none)."
+  proofOfWorkBits: Int
+  "Presale codes: a join must bring one, each is used by one principal."
+  accessCodes: [String!]
+}
+
+"An admission queue, as every waiter sees it."
+type Queue {
+  "sku:<sku> or drop:<dropId>"
+  id: ID!
+  status: QueueStatus!
+  opensAt: Time!
+  "The last ticket number admitted: a ticket's position is its number minus this."
+  admittedThrough: Int!
+  "Tickets given and not yet admitted."
+  waiting: Int!
+  admitPerMinute: Int!
+  "Hex SHA-256 of the seed that shuffles the pre-queue, public from creation."
+  seedHash: String!
+  "The seed (hex), once the queue has opened: anyone can recompute the pre-queue's order."
+  seed: String
+}
+
+enum QueueStatus {
+  PRE_QUEUE
+  OPEN
+  "Every unit is held: holds may come back."
+  PAUSED
+  SOLD_OUT
+  "The sale window has ended."
+  CLOSED
+}
+
+type QueueChallenge {
+  challenge: String!
+  bits: Int!
+  expiresAt: Time!
+}
+
+input JoinQueueInput {
+  "The product whose queue to join; or drop."
+  sku: ID
+  drop: ID
+  "The queueChallenge answered, and its proof, when the queue asks for proof of work."
+  challenge: String
+  proof: String
+  "A presale code, when the queue has them."
+  accessCode: String
+}
+
+enum QueueTicketStatus {
+  "Joined before the opening: no number until the pre-queue is shuffled."
+  PRE_QUEUE
+  WAITING
+  "Holds a pass (see pass, passExpiresAt)."
+  ADMITTED
+  "The pass bought a hold, a cart or a waitlist place."
+  USED
+  "The pass expired unused."
+  EXPIRED
+  "Waiting, and every unit is sold."
+  SOLD_OUT
+}
+
+"A principal's place in a queue."
+type QueueTicket {
+  "The ticket's number; null in the pre-queue."
+  number: Int
+  "Tickets ahead of this one, plus one; null unless WAITING."
+  position: Int
+  "A rough wait from the queue's rate; null unless WAITING."
+  etaSeconds: Int
+  status: QueueTicketStatus!
+  "The admission pass, while ADMITTED: give it as admissionPass."
+  pass: String
+  passExpiresAt: Time
+  "When to poll myQueueTicket again."
+  pollAfterSeconds: Int!
+  queue: Queue!
+}
+
+type QueueTicketPayload {
+  ticket: QueueTicket
+  userErrors: [UserError!]!
 }
 
 input CreateDropInput {
@@ -2076,6 +2422,8 @@ input CreateDropInput {
   maxPerUser: Int!
   saleStartsAt: Time
   saleEndsAt: Time
+  "Sell every SKU of the drop behind one admission queue: one pass buys any of them."
+  queue: QueueInput
 }
 
 "Absent fields stay as they are; null maxPerUser, saleStartsAt or saleEndsAt removes that limit or bound."
@@ -2175,6 +2523,12 @@ enum ErrorCode {
   PASS_EXPIRED
   "The admission pass is not this caller's for this product, or was spent already."
   PASS_INVALID
+  "The queue asks for a proof of work: solve a fresh queueChallenge."
+  PROOF_INVALID
+  "The access code is not this queue's, or another principal's already."
+  ACCESS_CODE_INVALID
+  "The queue has as many tickets as it may."
+  QUEUE_FULL
 }
 
 """
@@ -2390,6 +2744,8 @@ func (ec *executionContext) childFields_Drop(ctx context.Context, field graphql.
 		return ec.fieldContext_Drop_saleEndsAt(ctx, field)
 	case "products":
 		return ec.fieldContext_Drop_products(ctx, field)
+	case "queue":
+		return ec.fieldContext_Drop_queue(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Drop", field.Name)
 }
@@ -2450,6 +2806,8 @@ func (ec *executionContext) childFields_Product(ctx context.Context, field graph
 		return ec.fieldContext_Product_drop(ctx, field)
 	case "draw":
 		return ec.fieldContext_Product_draw(ctx, field)
+	case "queue":
+		return ec.fieldContext_Product_queue(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Product", field.Name)
 }
@@ -2482,6 +2840,72 @@ func (ec *executionContext) childFields_ProductPayload(ctx context.Context, fiel
 		return ec.fieldContext_ProductPayload_userErrors(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ProductPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_Queue(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Queue_id(ctx, field)
+	case "status":
+		return ec.fieldContext_Queue_status(ctx, field)
+	case "opensAt":
+		return ec.fieldContext_Queue_opensAt(ctx, field)
+	case "admittedThrough":
+		return ec.fieldContext_Queue_admittedThrough(ctx, field)
+	case "waiting":
+		return ec.fieldContext_Queue_waiting(ctx, field)
+	case "admitPerMinute":
+		return ec.fieldContext_Queue_admitPerMinute(ctx, field)
+	case "seedHash":
+		return ec.fieldContext_Queue_seedHash(ctx, field)
+	case "seed":
+		return ec.fieldContext_Queue_seed(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Queue", field.Name)
+}
+
+func (ec *executionContext) childFields_QueueChallenge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "challenge":
+		return ec.fieldContext_QueueChallenge_challenge(ctx, field)
+	case "bits":
+		return ec.fieldContext_QueueChallenge_bits(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_QueueChallenge_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type QueueChallenge", field.Name)
+}
+
+func (ec *executionContext) childFields_QueueTicket(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "number":
+		return ec.fieldContext_QueueTicket_number(ctx, field)
+	case "position":
+		return ec.fieldContext_QueueTicket_position(ctx, field)
+	case "etaSeconds":
+		return ec.fieldContext_QueueTicket_etaSeconds(ctx, field)
+	case "status":
+		return ec.fieldContext_QueueTicket_status(ctx, field)
+	case "pass":
+		return ec.fieldContext_QueueTicket_pass(ctx, field)
+	case "passExpiresAt":
+		return ec.fieldContext_QueueTicket_passExpiresAt(ctx, field)
+	case "pollAfterSeconds":
+		return ec.fieldContext_QueueTicket_pollAfterSeconds(ctx, field)
+	case "queue":
+		return ec.fieldContext_QueueTicket_queue(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type QueueTicket", field.Name)
+}
+
+func (ec *executionContext) childFields_QueueTicketPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "ticket":
+		return ec.fieldContext_QueueTicketPayload_ticket(ctx, field)
+	case "userErrors":
+		return ec.fieldContext_QueueTicketPayload_userErrors(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type QueueTicketPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_RedeliverWebhooksPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2972,6 +3396,20 @@ func (ec *executionContext) field_Mutation_extendReservation_args(ctx context.Co
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_joinQueue_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.JoinQueueInput, error) {
+			return ec.unmarshalNJoinQueueInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐJoinQueueInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_joinWaitlist_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3126,6 +3564,28 @@ func (ec *executionContext) field_Query_drop_args(ctx context.Context, rawArgs m
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_myQueueTicket_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "sku",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sku"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "drop",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["drop"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_myReservations_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3203,6 +3663,28 @@ func (ec *executionContext) field_Query_products_args(ctx context.Context, rawAr
 		return nil, err
 	}
 	args["after"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_queueChallenge_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "sku",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sku"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "drop",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["drop"] = arg1
 	return args, nil
 }
 
@@ -4267,6 +4749,38 @@ func (ec *executionContext) fieldContext_Drop_products(ctx context.Context, fiel
 	return fc, nil
 }
 
+func (ec *executionContext) _Drop_queue(ctx context.Context, field graphql.CollectedField, obj *model.Drop) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Drop_queue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Drop().Queue(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Queue) graphql.Marshaler {
+			return ec.marshalOQueue2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueue(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Drop_queue(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Drop",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Queue(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _DropPayload_drop(ctx context.Context, field graphql.CollectedField, obj *model.DropPayload) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4415,6 +4929,50 @@ func (ec *executionContext) fieldContext_Mutation_reserve(ctx context.Context, f
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_reserve_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_joinQueue(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_joinQueue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().JoinQueue(ctx, fc.Args["input"].(model.JoinQueueInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueueTicketPayload) graphql.Marshaler {
+			return ec.marshalNQueueTicketPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicketPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_joinQueue(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueueTicketPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_joinQueue_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -5571,6 +6129,38 @@ func (ec *executionContext) fieldContext_Product_draw(_ context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _Product_queue(ctx context.Context, field graphql.CollectedField, obj *model.Product) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Product_queue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Product().Queue(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Queue) graphql.Marshaler {
+			return ec.marshalOQueue2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueue(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Product_queue(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Product",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Queue(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _ProductConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.ProductConnection) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6094,6 +6684,94 @@ func (ec *executionContext) fieldContext_Query_drop(ctx context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_queueChallenge(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_queueChallenge(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().QueueChallenge(ctx, fc.Args["sku"].(*string), fc.Args["drop"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueueChallenge) graphql.Marshaler {
+			return ec.marshalNQueueChallenge2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueChallenge(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_queueChallenge(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueueChallenge(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_queueChallenge_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_myQueueTicket(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_myQueueTicket(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().MyQueueTicket(ctx, fc.Args["sku"].(*string), fc.Args["drop"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueueTicket) graphql.Marshaler {
+			return ec.marshalOQueueTicket2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicket(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_myQueueTicket(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueueTicket(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_myQueueTicket_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_myDrawEntries(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6273,6 +6951,516 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields___Schema(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Queue_id(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Queue_status(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.QueueStatus) graphql.Marshaler {
+			return ec.marshalNQueueStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "QueueStatus")
+}
+
+func (ec *executionContext) _Queue_opensAt(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_opensAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OpensAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_opensAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Queue_admittedThrough(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_admittedThrough(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AdmittedThrough, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_admittedThrough(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Queue_waiting(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Queue_admitPerMinute(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_admitPerMinute(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AdmitPerMinute, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_admitPerMinute(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Queue_seedHash(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_seedHash(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SeedHash, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_seedHash(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "String")
+}
+
+func (ec *executionContext) _Queue_seed(ctx context.Context, field graphql.CollectedField, obj *model.Queue) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Queue_seed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Seed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Queue_seed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Queue", field, false, false, "String")
+}
+
+func (ec *executionContext) _QueueChallenge_challenge(ctx context.Context, field graphql.CollectedField, obj *model.QueueChallenge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueChallenge_challenge(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Challenge, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueueChallenge_challenge(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueChallenge", field, false, false, "String")
+}
+
+func (ec *executionContext) _QueueChallenge_bits(ctx context.Context, field graphql.CollectedField, obj *model.QueueChallenge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueChallenge_bits(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Bits, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueueChallenge_bits(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueChallenge", field, false, false, "Int")
+}
+
+func (ec *executionContext) _QueueChallenge_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.QueueChallenge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueChallenge_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueueChallenge_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueChallenge", field, false, false, "Time")
+}
+
+func (ec *executionContext) _QueueTicket_number(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_number(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Number, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_number(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueTicket", field, false, false, "Int")
+}
+
+func (ec *executionContext) _QueueTicket_position(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_position(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Position, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_position(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueTicket", field, false, false, "Int")
+}
+
+func (ec *executionContext) _QueueTicket_etaSeconds(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_etaSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EtaSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_etaSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueTicket", field, false, false, "Int")
+}
+
+func (ec *executionContext) _QueueTicket_status(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.QueueTicketStatus) graphql.Marshaler {
+			return ec.marshalNQueueTicketStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicketStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueTicket", field, false, false, "QueueTicketStatus")
+}
+
+func (ec *executionContext) _QueueTicket_pass(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_pass(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Pass, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_pass(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueTicket", field, false, false, "String")
+}
+
+func (ec *executionContext) _QueueTicket_passExpiresAt(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_passExpiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PassExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_passExpiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueTicket", field, false, false, "Time")
+}
+
+func (ec *executionContext) _QueueTicket_pollAfterSeconds(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_pollAfterSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PollAfterSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_pollAfterSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueueTicket", field, false, false, "Int")
+}
+
+func (ec *executionContext) _QueueTicket_queue(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicket_queue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Queue, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Queue) graphql.Marshaler {
+			return ec.marshalNQueue2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueue(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicket_queue(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "QueueTicket",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Queue(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _QueueTicketPayload_ticket(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicketPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicketPayload_ticket(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Ticket, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueueTicket) graphql.Marshaler {
+			return ec.marshalOQueueTicket2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicket(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicketPayload_ticket(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "QueueTicketPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueueTicket(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _QueueTicketPayload_userErrors(ctx context.Context, field graphql.CollectedField, obj *model.QueueTicketPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueueTicketPayload_userErrors(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserErrors, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.UserError) graphql.Marshaler {
+			return ec.marshalNUserError2ᚕᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐUserErrorᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueueTicketPayload_userErrors(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "QueueTicketPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UserError(ctx, field)
 		},
 	}
 	return fc, nil
@@ -9286,7 +10474,7 @@ func (ec *executionContext) unmarshalInputCreateDropInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"id", "name", "maxPerUser", "saleStartsAt", "saleEndsAt"}
+	fieldsInOrder := [...]string{"id", "name", "maxPerUser", "saleStartsAt", "saleEndsAt", "queue"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -9328,6 +10516,13 @@ func (ec *executionContext) unmarshalInputCreateDropInput(ctx context.Context, o
 				return it, err
 			}
 			it.SaleEndsAt = data
+		case "queue":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queue"))
+			data, err := ec.unmarshalOQueueInput2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Queue = data
 		}
 	}
 	return it, nil
@@ -9356,7 +10551,7 @@ func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"sku", "name", "price", "stock", "maxPerUser", "saleStartsAt", "saleEndsAt", "drop", "draw"}
+	fieldsInOrder := [...]string{"sku", "name", "price", "stock", "maxPerUser", "saleStartsAt", "saleEndsAt", "drop", "draw", "queue"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -9426,6 +10621,13 @@ func (ec *executionContext) unmarshalInputCreateProductInput(ctx context.Context
 				return it, err
 			}
 			it.Draw = data
+		case "queue":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("queue"))
+			data, err := ec.unmarshalOQueueInput2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Queue = data
 		}
 	}
 	return it, nil
@@ -9765,6 +10967,76 @@ func UnmarshalExtendReservationInput(ctx context.Context, raw any) (model.Extend
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputJoinQueueInput(ctx context.Context, obj any) (model.JoinQueueInput, error) {
+	var it model.JoinQueueInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"sku", "drop", "challenge", "proof", "accessCode"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalOID2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "drop":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("drop"))
+			data, err := ec.unmarshalOID2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Drop = data
+		case "challenge":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("challenge"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Challenge = data
+		case "proof":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("proof"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Proof = data
+		case "accessCode":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("accessCode"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AccessCode = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalJoinQueueInput unmarshals raw into the JoinQueueInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalJoinQueueInput(ctx context.Context, raw any) (model.JoinQueueInput, error) {
+	var out model.JoinQueueInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "JoinQueueInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputJoinWaitlistInput(ctx context.Context, obj any) (model.JoinWaitlistInput, error) {
 	var it model.JoinWaitlistInput
 	if obj == nil {
@@ -9776,7 +11048,7 @@ func (ec *executionContext) unmarshalInputJoinWaitlistInput(ctx context.Context,
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"sku", "quantity", "holdSeconds"}
+	fieldsInOrder := [...]string{"sku", "quantity", "admissionPass", "holdSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -9797,6 +11069,13 @@ func (ec *executionContext) unmarshalInputJoinWaitlistInput(ctx context.Context,
 				return it, err
 			}
 			it.Quantity = data
+		case "admissionPass":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("admissionPass"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AdmissionPass = data
 		case "holdSeconds":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("holdSeconds"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -9912,6 +11191,76 @@ func UnmarshalMoneyInput(ctx context.Context, raw any) (model.MoneyInput, error)
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputQueueInput(ctx context.Context, obj any) (model.QueueInput, error) {
+	var it model.QueueInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"opensAt", "admitPerMinute", "passSeconds", "proofOfWorkBits", "accessCodes"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "opensAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("opensAt"))
+			data, err := ec.unmarshalNTime2timeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.OpensAt = data
+		case "admitPerMinute":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("admitPerMinute"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AdmitPerMinute = data
+		case "passSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("passSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PassSeconds = data
+		case "proofOfWorkBits":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("proofOfWorkBits"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ProofOfWorkBits = data
+		case "accessCodes":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("accessCodes"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AccessCodes = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalQueueInput unmarshals raw into the QueueInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalQueueInput(ctx context.Context, raw any) (model.QueueInput, error) {
+	var out model.QueueInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "QueueInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputRedeliverWebhooksInput(ctx context.Context, obj any) (model.RedeliverWebhooksInput, error) {
 	var it model.RedeliverWebhooksInput
 	if obj == nil {
@@ -9972,7 +11321,7 @@ func (ec *executionContext) unmarshalInputReserveCartInput(ctx context.Context, 
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"lines", "idempotencyKey", "holdSeconds"}
+	fieldsInOrder := [...]string{"lines", "admissionPass", "idempotencyKey", "holdSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -9986,6 +11335,13 @@ func (ec *executionContext) unmarshalInputReserveCartInput(ctx context.Context, 
 				return it, err
 			}
 			it.Lines = data
+		case "admissionPass":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("admissionPass"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AdmissionPass = data
 		case "idempotencyKey":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKey"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -10028,7 +11384,7 @@ func (ec *executionContext) unmarshalInputReserveInput(ctx context.Context, obj 
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"sku", "quantity", "idempotencyKey", "holdSeconds"}
+	fieldsInOrder := [...]string{"sku", "quantity", "admissionPass", "idempotencyKey", "holdSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -10049,6 +11405,13 @@ func (ec *executionContext) unmarshalInputReserveInput(ctx context.Context, obj 
 				return it, err
 			}
 			it.Quantity = data
+		case "admissionPass":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("admissionPass"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AdmissionPass = data
 		case "idempotencyKey":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKey"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -10724,6 +12087,12 @@ func (ec *executionContext) _Drop(ctx context.Context, sel ast.SelectionSet, obj
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Drop_products(ctx, field, obj)
 				})
+		case "queue":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Drop_queue(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -10839,6 +12208,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "reserve":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_reserve(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "joinQueue":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_joinQueue(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -11098,6 +12474,12 @@ func (ec *executionContext) _Product(ctx context.Context, sel ast.SelectionSet, 
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Product_draw(ctx, field, obj)
 				})
+		case "queue":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Product_queue(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11296,6 +12678,18 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_drop(ctx, field)
 				})
+		case "queueChallenge":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_queueChallenge(ctx, field)
+				})
+		case "myQueueTicket":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_myQueueTicket(ctx, field)
+				})
 		case "myDrawEntries":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, true,
@@ -11327,6 +12721,223 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			})
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var queueImplementors = []string{"Queue"}
+
+func (ec *executionContext) _Queue(ctx context.Context, sel ast.SelectionSet, obj *model.Queue) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, queueImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Queue")
+		case "id":
+			out.Values[i] = ec._Queue_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._Queue_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "opensAt":
+			out.Values[i] = ec._Queue_opensAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "admittedThrough":
+			out.Values[i] = ec._Queue_admittedThrough(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._Queue_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "admitPerMinute":
+			out.Values[i] = ec._Queue_admitPerMinute(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "seedHash":
+			out.Values[i] = ec._Queue_seedHash(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "seed":
+			out.Values[i] = ec._Queue_seed(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var queueChallengeImplementors = []string{"QueueChallenge"}
+
+func (ec *executionContext) _QueueChallenge(ctx context.Context, sel ast.SelectionSet, obj *model.QueueChallenge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, queueChallengeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("QueueChallenge")
+		case "challenge":
+			out.Values[i] = ec._QueueChallenge_challenge(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "bits":
+			out.Values[i] = ec._QueueChallenge_bits(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._QueueChallenge_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var queueTicketImplementors = []string{"QueueTicket"}
+
+func (ec *executionContext) _QueueTicket(ctx context.Context, sel ast.SelectionSet, obj *model.QueueTicket) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, queueTicketImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("QueueTicket")
+		case "number":
+			out.Values[i] = ec._QueueTicket_number(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "position":
+			out.Values[i] = ec._QueueTicket_position(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "etaSeconds":
+			out.Values[i] = ec._QueueTicket_etaSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._QueueTicket_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pass":
+			out.Values[i] = ec._QueueTicket_pass(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "passExpiresAt":
+			out.Values[i] = ec._QueueTicket_passExpiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "pollAfterSeconds":
+			out.Values[i] = ec._QueueTicket_pollAfterSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "queue":
+			out.Values[i] = ec._QueueTicket_queue(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var queueTicketPayloadImplementors = []string{"QueueTicketPayload"}
+
+func (ec *executionContext) _QueueTicketPayload(ctx context.Context, sel ast.SelectionSet, obj *model.QueueTicketPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, queueTicketPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("QueueTicketPayload")
+		case "ticket":
+			out.Values[i] = ec._QueueTicketPayload_ticket(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "userErrors":
+			out.Values[i] = ec._QueueTicketPayload_userErrors(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -12650,6 +14261,11 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
+func (ec *executionContext) unmarshalNJoinQueueInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐJoinQueueInput(ctx context.Context, v any) (model.JoinQueueInput, error) {
+	res, err := ec.unmarshalInputJoinQueueInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNJoinWaitlistInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐJoinWaitlistInput(ctx context.Context, v any) (model.JoinWaitlistInput, error) {
 	res, err := ec.unmarshalInputJoinWaitlistInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -12743,6 +14359,50 @@ func (ec *executionContext) marshalNProductPayload2ᚖgithubᚗcomᚋdroplineᚋ
 		return graphql.Null
 	}
 	return ec._ProductPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNQueue2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueue(ctx context.Context, sel ast.SelectionSet, v *model.Queue) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Queue!")
+		return graphql.Null
+	}
+	return ec._Queue(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNQueueChallenge2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueChallenge(ctx context.Context, sel ast.SelectionSet, v *model.QueueChallenge) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "QueueChallenge!")
+		return graphql.Null
+	}
+	return ec._QueueChallenge(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNQueueStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueStatus(ctx context.Context, v any) (model.QueueStatus, error) {
+	var res model.QueueStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNQueueStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueStatus(ctx context.Context, sel ast.SelectionSet, v model.QueueStatus) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) marshalNQueueTicketPayload2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicketPayload(ctx context.Context, sel ast.SelectionSet, v *model.QueueTicketPayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "QueueTicketPayload!")
+		return graphql.Null
+	}
+	return ec._QueueTicketPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNQueueTicketStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicketStatus(ctx context.Context, v any) (model.QueueTicketStatus, error) {
+	var res model.QueueTicketStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNQueueTicketStatus2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicketStatus(ctx context.Context, sel ast.SelectionSet, v model.QueueTicketStatus) graphql.Marshaler {
+	return v
 }
 
 func (ec *executionContext) unmarshalNRedeliverWebhooksInput2githubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐRedeliverWebhooksInput(ctx context.Context, v any) (model.RedeliverWebhooksInput, error) {
@@ -13361,6 +15021,28 @@ func (ec *executionContext) marshalOProduct2ᚖgithubᚗcomᚋdroplineᚋdroplin
 		return graphql.Null
 	}
 	return ec._Product(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOQueue2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueue(ctx context.Context, sel ast.SelectionSet, v *model.Queue) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Queue(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOQueueInput2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueInput(ctx context.Context, v any) (*model.QueueInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputQueueInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOQueueTicket2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueueTicket(ctx context.Context, sel ast.SelectionSet, v *model.QueueTicket) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._QueueTicket(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalOReservation2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐReservation(ctx context.Context, sel ast.SelectionSet, v *model.Reservation) graphql.Marshaler {

@@ -324,6 +324,10 @@ func (e *Engine) Ping(ctx context.Context) error {
 // Keys exposes the key layout to the worker group and to tests.
 func (e *Engine) Keys() Keys { return e.keys }
 
+// Redis is the engine's Redis client, for the packages beside the engine
+// that keep their keys in its partitions (inventory/queue).
+func (e *Engine) Redis() redis.UniversalClient { return e.rdb }
+
 // Ledger exposes the Postgres ledger to tests.
 func (e *Engine) Ledger() *db.Ledger { return e.ledger }
 

@@ -56,6 +56,7 @@ var listLengths = map[string]listLength{
 	"ProductPayload.userErrors":           {max: items(1)},
 	"DropPayload.userErrors":              {max: items(1)},
 	"WaitlistPayload.userErrors":          {max: items(1)},
+	"QueueTicketPayload.userErrors":       {max: items(1)},
 	"DrawEntryPayload.userErrors":         {max: items(1)},
 	"Query.webhookEndpoints":              {max: items(webhook.MaxEndpoints)},
 	"Query.webhookDeliveries":             {max: maxPage, first: "first", def: defaultPage},

@@ -8,6 +8,7 @@ import (
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/inventory/queue"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/webhook"
 )
@@ -21,6 +22,7 @@ type deps struct {
 	recheck time.Duration // how often reservationChanged re-reads
 	sm      *subscriptionMetrics
 	hooks   *webhook.Service // the webhook endpoints and their deliveries
+	queues  *queue.Service   // the admission queues
 }
 
 // principal returns the verified caller of a query, or false for an

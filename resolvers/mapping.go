@@ -19,6 +19,7 @@ func productModel(p inventory.Product) *model.Product {
 		out.MaxPerUser = &n
 	}
 	out.DropID = p.Drop
+	out.Queued = p.Queued
 	return out
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dropline/dropline/graph"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/inventory/queue"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/webhook"
 )
@@ -30,6 +31,10 @@ type Config struct {
 	ReservationRecheck time.Duration
 	// Registerer receives the subscription metrics. Nil: not exported.
 	Registerer prometheus.Registerer
+	// QueueSecret signs the admission queues' proof-of-work challenges;
+	// every instance must share it. Nil: a random one, so a challenge
+	// verifies only on the instance that gave it.
+	QueueSecret []byte
 }
 
 // The mutation limit's defaults; config's DROPLINE_MUTATION_RATE and
@@ -103,6 +108,7 @@ func New(cfg Config) *Resolver {
 		recheck: cfg.ReservationRecheck,
 		sm:      newSubscriptionMetrics(cfg.Registerer),
 		hooks:   webhook.NewService(cfg.Engine.Ledger()),
+		queues:  queue.New(queue.Config{Secret: cfg.QueueSecret}, cfg.Engine.Redis(), cfg.Engine),
 	}}
 }
 

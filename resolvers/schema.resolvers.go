@@ -14,6 +14,7 @@ import (
 	"github.com/dropline/dropline/graph"
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/inventory/queue"
 )
 
 // Products is the resolver for the products field.
@@ -45,6 +46,11 @@ func (r *dropResolver) Products(ctx context.Context, obj *model.Drop, first *int
 	return out, nil
 }
 
+// Queue is the resolver for the queue field.
+func (r *dropResolver) Queue(ctx context.Context, obj *model.Drop) (*model.Queue, error) {
+	return r.queueOf(ctx, queue.Ref{Kind: queue.OfDrop, ID: obj.DropID})
+}
+
 // Reserve is the resolver for the reserve field.
 func (r *mutationResolver) Reserve(ctx context.Context, input model.ReserveInput) (*model.ReservePayload, error) {
 	out := &model.ReservePayload{UserErrors: []*model.UserError{}}
@@ -54,7 +60,7 @@ func (r *mutationResolver) Reserve(ctx context.Context, input model.ReserveInput
 		return out, nil
 	}
 	req := inventory.ReserveRequest{SKU: input.Sku, Quantity: input.Quantity, IdempotencyKey: deref(input.IdempotencyKey),
-		RateLimit: r.deps.limiter.budget(p.ID)}
+		RateLimit: r.deps.limiter.budget(p.ID), AdmissionPass: deref(input.AdmissionPass)}
 	if input.HoldSeconds != nil {
 		if *input.HoldSeconds < 1 {
 			// Spent as by any mutation, before the input is looked at.
@@ -73,6 +79,11 @@ func (r *mutationResolver) Reserve(ctx context.Context, input model.ReserveInput
 	}
 	out.Reservation = reservationModel(res)
 	return out, nil
+}
+
+// JoinQueue is the resolver for the joinQueue field.
+func (r *mutationResolver) JoinQueue(ctx context.Context, input model.JoinQueueInput) (*model.QueueTicketPayload, error) {
+	return r.joinQueue(ctx, input)
 }
 
 // Commit is the resolver for the commit field.
@@ -116,7 +127,8 @@ func (r *mutationResolver) ReserveCart(ctx context.Context, input model.ReserveC
 		return &model.CartPayload{UserErrors: []*model.UserError{refused}}, nil
 	}
 	// The engine spends the budget: one unit per line.
-	req := inventory.CartRequest{IdempotencyKey: deref(input.IdempotencyKey), RateLimit: r.deps.limiter.budget(p.ID)}
+	req := inventory.CartRequest{IdempotencyKey: deref(input.IdempotencyKey), RateLimit: r.deps.limiter.budget(p.ID),
+		AdmissionPass: deref(input.AdmissionPass)}
 	for _, l := range input.Lines {
 		req.Lines = append(req.Lines, inventory.CartLine{SKU: l.Sku, Quantity: l.Quantity})
 	}
@@ -169,6 +181,7 @@ func (r *mutationResolver) CreateProduct(ctx context.Context, input model.Create
 	if d := input.Draw; d != nil {
 		in.Draw = &inventory.DrawInput{ClosesAt: d.ClosesAt, WinnerHold: time.Duration(d.WinnerHoldSeconds) * time.Second}
 	}
+	in.Queue = queueSettings(input.Queue)
 	if m := moneyInput(input.Price); m != nil {
 		in.Price = *m
 	}
@@ -183,7 +196,7 @@ func (r *mutationResolver) CreateDrop(ctx context.Context, input model.CreateDro
 	}
 	d, err := r.deps.engine.CreateDrop(ctx, p, inventory.DropInput{
 		ID: input.ID, Name: input.Name, MaxPerUser: input.MaxPerUser,
-		SaleStartsAt: input.SaleStartsAt, SaleEndsAt: input.SaleEndsAt,
+		SaleStartsAt: input.SaleStartsAt, SaleEndsAt: input.SaleEndsAt, Queue: queueSettings(input.Queue),
 	})
 	if err != nil {
 		ue, err := userError(err)
@@ -249,7 +262,7 @@ func (r *mutationResolver) JoinWaitlist(ctx context.Context, input model.JoinWai
 	if refused != nil {
 		return waitlistRefused(refused), nil
 	}
-	req := inventory.JoinWaitlistRequest{SKU: input.Sku, Quantity: input.Quantity}
+	req := inventory.JoinWaitlistRequest{SKU: input.Sku, Quantity: input.Quantity, AdmissionPass: deref(input.AdmissionPass)}
 	if input.HoldSeconds != nil {
 		if *input.HoldSeconds < 1 {
 			return waitlistResult(inventory.WaitlistEntry{}, &inventory.InvalidInputError{Field: "holdSeconds", Reason: "must be at least 1"})
@@ -314,6 +327,17 @@ func (r *productResolver) Draw(ctx context.Context, obj *model.Product) (*model.
 		return nil, nil
 	}
 	return drawModel(*d), nil
+}
+
+// Queue is the resolver for the queue field.
+func (r *productResolver) Queue(ctx context.Context, obj *model.Product) (*model.Queue, error) {
+	if !obj.Queued {
+		return nil, nil
+	}
+	if obj.DropID != "" {
+		return r.queueOf(ctx, queue.Ref{Kind: queue.OfDrop, ID: obj.DropID})
+	}
+	return r.queueOf(ctx, queue.Ref{Kind: queue.OfProduct, ID: obj.Sku})
 }
 
 // Node is the resolver for the node field.
@@ -501,6 +525,16 @@ func (r *queryResolver) Drop(ctx context.Context, id string) (*model.Drop, error
 		return nil, nil
 	}
 	return dropModel(*d), nil
+}
+
+// QueueChallenge is the resolver for the queueChallenge field.
+func (r *queryResolver) QueueChallenge(ctx context.Context, sku *string, drop *string) (*model.QueueChallenge, error) {
+	return r.queueChallenge(ctx, sku, drop)
+}
+
+// MyQueueTicket is the resolver for the myQueueTicket field.
+func (r *queryResolver) MyQueueTicket(ctx context.Context, sku *string, drop *string) (*model.QueueTicket, error) {
+	return r.myQueueTicket(ctx, sku, drop)
 }
 
 // MyDrawEntries is the resolver for the myDrawEntries field.

@@ -80,6 +80,8 @@ type CreateDropInput struct {
 	MaxPerUser   int        `json:"maxPerUser"`
 	SaleStartsAt *time.Time `json:"saleStartsAt,omitempty"`
 	SaleEndsAt   *time.Time `json:"saleEndsAt,omitempty"`
+	// Sell every SKU of the drop behind one admission queue: one pass buys any of them.
+	Queue *QueueInput `json:"queue,omitempty"`
 }
 
 type CreateProductInput struct {
@@ -96,6 +98,8 @@ type CreateProductInput struct {
 	Drop *string `json:"drop,omitempty"`
 	// Sell by draw: entries from saleStartsAt to draw.closesAt instead of reserves (which are refused with DRAW_ONLY).
 	Draw *DrawInput `json:"draw,omitempty"`
+	// Sell behind an admission queue: a reserve needs the pass it gives. Not with draw, nor for a SKU of a drop (queue the drop).
+	Queue *QueueInput `json:"queue,omitempty"`
 }
 
 type CreateWebhookEndpointInput struct {
@@ -182,6 +186,8 @@ type Drop struct {
 	// priced as 100 products, so a client that knows its drop is smaller asks
 	// for fewer and pays for fewer.
 	Products []*Product `json:"products"`
+	// The admission queue in front of the drop's SKUs; null when it has none.
+	Queue *Queue `json:"queue,omitempty"`
 }
 
 func (Drop) IsNode()            {}
@@ -219,9 +225,22 @@ type ExtendReservationInput struct {
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 }
 
+type JoinQueueInput struct {
+	// The product whose queue to join; or drop.
+	Sku  *string `json:"sku,omitempty"`
+	Drop *string `json:"drop,omitempty"`
+	// The queueChallenge answered, and its proof, when the queue asks for proof of work.
+	Challenge *string `json:"challenge,omitempty"`
+	Proof     *string `json:"proof,omitempty"`
+	// A presale code, when the queue has them.
+	AccessCode *string `json:"accessCode,omitempty"`
+}
+
 type JoinWaitlistInput struct {
 	Sku      string `json:"sku"`
 	Quantity int    `json:"quantity"`
+	// The caller's admission pass, for a queued product or drop; joining spends it.
+	AdmissionPass *string `json:"admissionPass,omitempty"`
 	// How long the reservation handed over lasts; 600 when absent, allowed 1-3600.
 	HoldSeconds *int `json:"holdSeconds,omitempty"`
 }
@@ -266,8 +285,11 @@ type Product struct {
 	// The drop this SKU belongs to, if any: its limit and sale window apply on top of the SKU's own.
 	Drop *Drop `json:"drop,omitempty"`
 	// How the product is sold by draw; null for a product sold first come, first served.
-	Draw   *Draw  `json:"draw,omitempty"`
+	Draw *Draw `json:"draw,omitempty"`
+	// The admission queue in front of the product (its own, or its drop's); null when it has none.
+	Queue  *Queue `json:"queue,omitempty"`
 	DropID string `json:"-"`
+	Queued bool   `json:"-"`
 }
 
 func (Product) IsNode()            {}
@@ -289,6 +311,65 @@ type ProductPayload struct {
 }
 
 type Query struct {
+}
+
+// An admission queue, as every waiter sees it.
+type Queue struct {
+	// sku:<sku> or drop:<dropId>
+	ID      string      `json:"id"`
+	Status  QueueStatus `json:"status"`
+	OpensAt time.Time   `json:"opensAt"`
+	// The last ticket number admitted: a ticket's position is its number minus this.
+	AdmittedThrough int `json:"admittedThrough"`
+	// Tickets given and not yet admitted.
+	Waiting        int `json:"waiting"`
+	AdmitPerMinute int `json:"admitPerMinute"`
+	// Hex SHA-256 of the seed that shuffles the pre-queue, public from creation.
+	SeedHash string `json:"seedHash"`
+	// The seed (hex), once the queue has opened: anyone can recompute the pre-queue's order.
+	Seed *string `json:"seed,omitempty"`
+}
+
+type QueueChallenge struct {
+	Challenge string    `json:"challenge"`
+	Bits      int       `json:"bits"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// An admission queue in front of a product or a drop.
+type QueueInput struct {
+	// Joins before this enter a pre-queue, shuffled at this time; after it, first come, first served.
+	OpensAt time.Time `json:"opensAt"`
+	// Tickets admitted per minute (1-1000000), never more unspent passes than units available.
+	AdmitPerMinute int `json:"admitPerMinute"`
+	// How long a pass is valid: 120 when absent, allowed 10-3600.
+	PassSeconds *int `json:"passSeconds,omitempty"`
+	// Leading zero bits a join's proof of work must have (0-32; 0 or absent: none).
+	ProofOfWorkBits *int `json:"proofOfWorkBits,omitempty"`
+	// Presale codes: a join must bring one, each is used by one principal.
+	AccessCodes []string `json:"accessCodes,omitempty"`
+}
+
+// A principal's place in a queue.
+type QueueTicket struct {
+	// The ticket's number; null in the pre-queue.
+	Number *int `json:"number,omitempty"`
+	// Tickets ahead of this one, plus one; null unless WAITING.
+	Position *int `json:"position,omitempty"`
+	// A rough wait from the queue's rate; null unless WAITING.
+	EtaSeconds *int              `json:"etaSeconds,omitempty"`
+	Status     QueueTicketStatus `json:"status"`
+	// The admission pass, while ADMITTED: give it as admissionPass.
+	Pass          *string    `json:"pass,omitempty"`
+	PassExpiresAt *time.Time `json:"passExpiresAt,omitempty"`
+	// When to poll myQueueTicket again.
+	PollAfterSeconds int    `json:"pollAfterSeconds"`
+	Queue            *Queue `json:"queue"`
+}
+
+type QueueTicketPayload struct {
+	Ticket     *QueueTicket `json:"ticket,omitempty"`
+	UserErrors []*UserError `json:"userErrors"`
 }
 
 type RedeliverWebhooksInput struct {
@@ -340,6 +421,8 @@ type ReservationPayload struct {
 type ReserveCartInput struct {
 	// 1-50 lines; lines of the same SKU are added up before anything is checked.
 	Lines []*CartLineInput `json:"lines"`
+	// The caller's admission pass, for lines of a queued product or drop: it serves every line of its queue, and holding them spends it.
+	AdmissionPass *string `json:"admissionPass,omitempty"`
 	// Same key, same principal: the same cart (or refusal) for 24 h. Absent: every call is a new attempt.
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 	// How long every line is held; 600 when absent, allowed 1-3600.
@@ -349,6 +432,8 @@ type ReserveCartInput struct {
 type ReserveInput struct {
 	Sku      string `json:"sku"`
 	Quantity int    `json:"quantity"`
+	// The caller's pass from the product's (or its drop's) admission queue; required when it has one (QUEUE_REQUIRED, PASS_EXPIRED, PASS_INVALID). The hold spends it.
+	AdmissionPass *string `json:"admissionPass,omitempty"`
 	// Same key, same principal: the same outcome for 24 h. Absent: every call is a new attempt.
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 	// How long the hold lasts; 600 when absent, allowed 1-3600.
@@ -631,6 +716,12 @@ const (
 	ErrorCodePassExpired ErrorCode = "PASS_EXPIRED"
 	// The admission pass is not this caller's for this product, or was spent already.
 	ErrorCodePassInvalid ErrorCode = "PASS_INVALID"
+	// The queue asks for a proof of work: solve a fresh queueChallenge.
+	ErrorCodeProofInvalid ErrorCode = "PROOF_INVALID"
+	// The access code is not this queue's, or another principal's already.
+	ErrorCodeAccessCodeInvalid ErrorCode = "ACCESS_CODE_INVALID"
+	// The queue has as many tickets as it may.
+	ErrorCodeQueueFull ErrorCode = "QUEUE_FULL"
 )
 
 var AllErrorCode = []ErrorCode{
@@ -653,11 +744,14 @@ var AllErrorCode = []ErrorCode{
 	ErrorCodeQueueRequired,
 	ErrorCodePassExpired,
 	ErrorCodePassInvalid,
+	ErrorCodeProofInvalid,
+	ErrorCodeAccessCodeInvalid,
+	ErrorCodeQueueFull,
 }
 
 func (e ErrorCode) IsValid() bool {
 	switch e {
-	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable, ErrorCodeWaitlistFull, ErrorCodeDrawOnly, ErrorCodeQueueRequired, ErrorCodePassExpired, ErrorCodePassInvalid:
+	case ErrorCodeOutOfStock, ErrorCodeQuotaExceeded, ErrorCodeSaleNotActive, ErrorCodeExpired, ErrorCodeAlreadyCancelled, ErrorCodeAlreadyCommitted, ErrorCodeIdempotencyKeyReused, ErrorCodeNotFound, ErrorCodeInvalidInput, ErrorCodeForbidden, ErrorCodeExtensionLimit, ErrorCodeUnauthenticated, ErrorCodeRateLimited, ErrorCodeUnavailable, ErrorCodeWaitlistFull, ErrorCodeDrawOnly, ErrorCodeQueueRequired, ErrorCodePassExpired, ErrorCodePassInvalid, ErrorCodeProofInvalid, ErrorCodeAccessCodeInvalid, ErrorCodeQueueFull:
 		return true
 	}
 	return false
@@ -693,6 +787,137 @@ func (e *ErrorCode) UnmarshalJSON(b []byte) error {
 }
 
 func (e ErrorCode) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type QueueStatus string
+
+const (
+	QueueStatusPreQueue QueueStatus = "PRE_QUEUE"
+	QueueStatusOpen     QueueStatus = "OPEN"
+	// Every unit is held: holds may come back.
+	QueueStatusPaused  QueueStatus = "PAUSED"
+	QueueStatusSoldOut QueueStatus = "SOLD_OUT"
+	// The sale window has ended.
+	QueueStatusClosed QueueStatus = "CLOSED"
+)
+
+var AllQueueStatus = []QueueStatus{
+	QueueStatusPreQueue,
+	QueueStatusOpen,
+	QueueStatusPaused,
+	QueueStatusSoldOut,
+	QueueStatusClosed,
+}
+
+func (e QueueStatus) IsValid() bool {
+	switch e {
+	case QueueStatusPreQueue, QueueStatusOpen, QueueStatusPaused, QueueStatusSoldOut, QueueStatusClosed:
+		return true
+	}
+	return false
+}
+
+func (e QueueStatus) String() string {
+	return string(e)
+}
+
+func (e *QueueStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = QueueStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid QueueStatus", str)
+	}
+	return nil
+}
+
+func (e QueueStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *QueueStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e QueueStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type QueueTicketStatus string
+
+const (
+	// Joined before the opening: no number until the pre-queue is shuffled.
+	QueueTicketStatusPreQueue QueueTicketStatus = "PRE_QUEUE"
+	QueueTicketStatusWaiting  QueueTicketStatus = "WAITING"
+	// Holds a pass (see pass, passExpiresAt).
+	QueueTicketStatusAdmitted QueueTicketStatus = "ADMITTED"
+	// The pass bought a hold, a cart or a waitlist place.
+	QueueTicketStatusUsed QueueTicketStatus = "USED"
+	// The pass expired unused.
+	QueueTicketStatusExpired QueueTicketStatus = "EXPIRED"
+	// Waiting, and every unit is sold.
+	QueueTicketStatusSoldOut QueueTicketStatus = "SOLD_OUT"
+)
+
+var AllQueueTicketStatus = []QueueTicketStatus{
+	QueueTicketStatusPreQueue,
+	QueueTicketStatusWaiting,
+	QueueTicketStatusAdmitted,
+	QueueTicketStatusUsed,
+	QueueTicketStatusExpired,
+	QueueTicketStatusSoldOut,
+}
+
+func (e QueueTicketStatus) IsValid() bool {
+	switch e {
+	case QueueTicketStatusPreQueue, QueueTicketStatusWaiting, QueueTicketStatusAdmitted, QueueTicketStatusUsed, QueueTicketStatusExpired, QueueTicketStatusSoldOut:
+		return true
+	}
+	return false
+}
+
+func (e QueueTicketStatus) String() string {
+	return string(e)
+}
+
+func (e *QueueTicketStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = QueueTicketStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid QueueTicketStatus", str)
+	}
+	return nil
+}
+
+func (e QueueTicketStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *QueueTicketStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e QueueTicketStatus) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

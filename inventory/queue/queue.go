@@ -91,6 +91,9 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if len(c.Secret) == 0 {
+		c.Secret = []byte(nonce())
+	}
 }
 
 // Stock is what the queue needs of the engine: its keys, its ledger, and
@@ -463,4 +466,50 @@ func nonce() string {
 		panic(fmt.Sprintf("crypto/rand failed: %v", err))
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// State is a queue as every waiter sees it.
+type State struct {
+	Ref             Ref
+	Status          Status
+	OpensAt         time.Time
+	AdmittedThrough int64
+	// Waiting is the tickets given and not admitted yet.
+	Waiting        int64
+	AdmitPerMinute int
+	SeedHash       string
+	// Seed is nil until the opening.
+	Seed []byte
+}
+
+// State returns queue r's state: its settings from memory, its counters
+// from Redis in one read.
+func (s *Service) State(ctx context.Context, r Ref) (State, error) {
+	q, err := s.Settings(ctx, r)
+	if err != nil {
+		return State{}, err
+	}
+	st := State{Ref: r, Status: StatusPreQueue, OpensAt: q.OpensAt.UTC(), AdmitPerMinute: q.AdmitPerMinute,
+		SeedHash: q.SeedHash, Seed: q.Seed}
+	v, err := s.rdb.HMGet(ctx, keysOf(s.keys, r).queue, "through", "next", "status", "state").Result()
+	if err != nil {
+		return State{}, fmt.Errorf("reading queue %s: %w: %w", r, errUnavailable, err)
+	}
+	if v[0] != nil {
+		st.AdmittedThrough = toInt(v[0])
+		st.Waiting = toInt(v[1]) - st.AdmittedThrough
+		if v[3] == "open" {
+			st.Status = Status(v[2].(string))
+		} else {
+			st.Waiting = 0
+		}
+	}
+	if st.Status == StatusPreQueue && st.Waiting == 0 {
+		// The pre-queue's members wait too, without numbers.
+		n, err := s.rdb.SCard(ctx, keysOf(s.keys, r).pre).Result()
+		if err == nil && v[0] != nil && v[3] == "pre" {
+			st.Waiting = n
+		}
+	}
+	return st, nil
 }

@@ -33,6 +33,10 @@ type Config struct {
 	// Authorization header does not verify is answered 401 UNAUTHENTICATED
 	// before anything else runs. Required.
 	Verifier auth.Verifier
+	// QueueSecret signs the admission queues' proof-of-work challenges,
+	// shared by every instance (app derives it from the JWT secret). Nil:
+	// a random one per process.
+	QueueSecret []byte
 	// Dev enables introspection and "did you mean" suggestions, which
 	// otherwise help an attacker map the schema. Default: false.
 	Dev bool
@@ -210,6 +214,7 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		},
 		ReservationRecheck: cfg.Streams.ReservationRecheck,
 		Registerer:         cfg.Registerer,
+		QueueSecret:        cfg.QueueSecret,
 	})
 
 	srv := handler.New(res.Schema())
