@@ -59,13 +59,19 @@ run: services build ## start services, migrate, seed the demo and serve in dev m
 # shared with another package's race-enabled tests can miss them. Then the
 # rest of the suite, two packages at a time (go test -p 2), since those
 # tests mostly wait.
-test: tools services check-generate ## install the test tools, then run the whole suite with -race against real services (what CI runs)
+test: tools services check-generate check-deploy ## install the test tools, then run the whole suite with -race against real services (what CI runs)
 	@GO=$(GO) bash scripts/test.sh
 
 .PHONY: test-topology
 # Part of `make test` too; this runs it alone, with its FIGURES lines.
 test-topology: tools services ## the production topology test alone: nginx, two instances, Redis under Sentinel
 	$(GO) test -race -count=1 -timeout 20m -run TestProductionTopology -v ./e2e/faults/
+
+.PHONY: check-deploy
+# promtool comes from Debian's prometheus package (make tools installs it).
+check-deploy: ## check deploy/alerts.yml with promtool and run its unit tests (deploy/alerts_test.yml)
+	promtool check rules deploy/alerts.yml
+	promtool test rules deploy/alerts_test.yml
 
 .PHONY: check-generate
 check-generate: ## fail if `go generate` changes anything (generated code must be committed)

@@ -17,6 +17,8 @@ type metrics struct {
 	short    prometheus.Counter
 	// reserveBatch is the number of reserves each run of reserve.lua decided.
 	reserveBatch prometheus.Histogram
+	// reserveDur is how long each Reserve took, whatever its outcome.
+	reserveDur prometheus.Histogram
 	// drawUnheld counts draws' winners whose hold could not be made.
 	drawUnheld prometheus.Counter
 }
@@ -44,6 +46,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "dropline_reserve_batch_size",
 			Help:    "Reserves decided by one run of reserve.lua (concurrent reserves of a partition go together).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		})),
+		reserveDur: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dropline_reserve_duration_seconds",
+			Help:    "Time of one reserve in the engine, whatever its outcome: the idempotency claim, the wait for its batch, its run of reserve.lua and any rebuild (deploy/alerts.yml watches its 99th percentile).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		})),
 		drawUnheld: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_draw_winners_unheld_total",

@@ -107,7 +107,11 @@ func checkIdempotencyKey(k string) error {
 // batch of the partition's concurrent reserves at once (reserveBatcher);
 // Postgres is only touched when the SKU must first be rebuilt from it.
 func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (res Reservation, err error) {
-	defer func() { e.metrics.outcome("reserve", err) }()
+	began := time.Now()
+	defer func() {
+		e.metrics.outcome("reserve", err)
+		e.metrics.reserveDur.Observe(time.Since(began).Seconds())
+	}()
 	hold, err := e.checkReserve(p, req)
 	if err != nil {
 		// Refused before any script: the budget is spent on its own.

@@ -7,6 +7,9 @@
 #   nginx-light      /usr/sbin/nginx: e2e/faults' TestProductionTopology puts
 #                    it in front of two instances (deploy/nginx.conf)
 #   redis-sentinel   the same test's three sentinels
+#   prometheus       for /usr/bin/promtool: `make check-deploy` checks the
+#                    alert rules of deploy/alerts.yml and runs their unit
+#                    tests (the package's server is not started here)
 #   chromium         /usr/bin/chromium: e2e's TestShopInABrowser drives the
 #                    demo shop in it with Playwright (playwright-core; its own
 #                    browser downloads are not used). $CHROMIUM overrides it.
@@ -37,6 +40,7 @@ ensure_packages() {
 	local pkgs=()
 	command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || pkgs+=(nginx-light)
 	command -v redis-sentinel >/dev/null 2>&1 || pkgs+=(redis-sentinel)
+	command -v promtool >/dev/null 2>&1 || pkgs+=(prometheus)
 	[[ -n "${CHROMIUM:-}" || -x /usr/bin/chromium ]] || pkgs+=(chromium)
 	if ((${#pkgs[@]} > 0)); then
 		apt_install "${pkgs[@]}"
@@ -69,4 +73,4 @@ ensure_packages
 ensure_node
 npm_ci e2e/node
 npm_ci e2e/browser
-say "tools: nginx, redis-sentinel, chromium, node $(node --version) and e2e's npm packages are in place"
+say "tools: nginx, redis-sentinel, promtool, chromium, node $(node --version) and e2e's npm packages are in place"

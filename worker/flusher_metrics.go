@@ -23,7 +23,7 @@ type flusherMetrics struct {
 }
 
 func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
-	return flusherMetrics{
+	m := flusherMetrics{
 
 		lag: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dropline_writebehind_lag_seconds",
@@ -69,4 +69,10 @@ func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
 			Help: "Holds of SKUs rebuilt while their events were in flight that Redis was told the ledger's state of (released, adopted or closed).",
 		})),
 	}
+	// Every reason's series exists from the start, at 0, so that a
+	// dashboard's rate() and an alert see the first dead letter.
+	for _, reason := range []string{deadMalformed, deadUnknownKind, deadRefused} {
+		m.deadLettered.WithLabelValues(reason)
+	}
+	return m
 }
