@@ -419,6 +419,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	var refusals []cartRefusal
 	var failure error
 	var lost []string
+	walking := map[string]int{} // SKUs whose waitlist walk is unfinished, by partition
 	for i, pt := range order {
 		switch {
 		case errs[i] != nil:
@@ -431,13 +432,15 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 			}
 		case results[i].code() == codeNeedsHydration:
 			lost = append(lost, results[i].missingSKU())
+		case results[i].code() == codeWalkPending:
+			walking[results[i].missingSKU()] = pt
 		case results[i].code() == codeLate:
 			failure = errCartLate
 		default:
 			failure = fmt.Errorf("holding lines: script reply %q", results[i].code())
 		}
 	}
-	if failure == nil && len(lost) == 0 && len(refusals) == 0 {
+	if failure == nil && len(lost) == 0 && len(walking) == 0 && len(refusals) == 0 {
 		e.cartPause(CartPauseHeld, "provisional holds made")
 		failure = e.confirmCartLines(ctx, token, oc.exp, order, parts)
 		if failure == nil {
@@ -465,7 +468,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	// Not held: let go of every line before answering.
 	e.letGoOfLines(ctx, p.ID, lines)
 	outcome, rej := "FAILED", ""
-	if failure == nil && len(lost) == 0 {
+	if failure == nil && len(lost) == 0 && len(walking) == 0 {
 		outcome = "REFUSED"
 		b, err := json.Marshal(refusals)
 		if err != nil {
@@ -479,6 +482,16 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	if len(lost) > 0 {
 		for _, sku := range lost {
 			if err := e.Rebuild(ctx, sku); err != nil {
+				return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
+			}
+		}
+		return Cart{}, true, nil
+	}
+	if failure == nil && len(walking) > 0 {
+		// Units a line could have may still be a waiter's: the walks
+		// decide, then a new cart asks again.
+		for sku, pt := range walking {
+			if _, err := e.finishWalk(ctx, pt, sku); err != nil {
 				return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
 			}
 		}

@@ -21,6 +21,7 @@
 // script touching them runs on one Redis Cluster slot:
 //
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen drop mode
+//	                                       walk walkq: where an unfinished waitlist walk stopped (see walk.go)
 //	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid x:<hash> cart prov
 //	dl:{p07}:quota:<sku>            hash   principal -> units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)
@@ -33,6 +34,7 @@
 //	dl:{p07}:rebuild:<sku>:quota    hash   the quota hash that rebuild stages
 //	dl:{p07}:wait:<sku>             zset   the waitlist's queue: WAITING principals by entry seq
 //	dl:{p07}:waiters:<sku>          hash   principal -> "seq|qty|hold_ms|W or O|token|joined_ms"; #seq: the last seq
+//	dl:{p07}:walks                  zset   SKUs whose waitlist walk is unfinished, by when it was left (ms)
 //	dl:{p07}:draw:<sku>             hash   done: entries of a draw's result apply_draw.lua has written;
 //	                                       short:<token>: why a winner could not be held
 //	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages (and :waiters, its entries)

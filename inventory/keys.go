@@ -261,6 +261,17 @@ func (k Keys) waitlistKeys(sku string) []string {
 	return []string{k.SKU(sku), k.Quota(sku), k.WaitQueue(sku), k.WaitEntries(sku), k.Expiry(p), k.Outbox(p), k.Channel(sku)}
 }
 
+// Walks is the sorted set of a partition's SKUs whose waitlist walk is
+// unfinished, by when it was left (ms); lib.lua's walks_key builds the same
+// name. The walk sweep continues each (ContinueWalks).
+func (k Keys) Walks(p int) string { return k.Base(p) + "walks" }
+
+// continueWalkKeys is continue_walk.lua's KEYS, for a SKU of partition p.
+func (k Keys) continueWalkKeys(p int, sku string) []string {
+	return []string{k.skuIn(p, sku), k.quotaIn(p, sku), k.waitQueueIn(p, sku), k.waitEntriesIn(p, sku), k.Expiry(p),
+		k.Outbox(p), k.channelIn(p, sku), k.Walks(p)}
+}
+
 // DrawProgress is the hash of a draw's progress into Redis: 'done', the
 // entries apply_draw.lua has written.
 func (k Keys) DrawProgress(sku string) string { return k.Base(k.PartitionOf(sku)) + "draw:" + sku }

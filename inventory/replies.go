@@ -55,6 +55,12 @@ const (
 	codeQueueRequired replyCode = "QUEUE_REQUIRED"
 	codePassExpired   replyCode = "PASS_EXPIRED"
 	codePassInvalid   replyCode = "PASS_INVALID"
+	// reserve.lua and hold_cart_lines.lua: the units are there but the
+	// SKU's waitlist walk is unfinished, {code, sku}: finish it, ask again.
+	codeWalkPending replyCode = "WALK_PENDING"
+	// continue_walk.lua: the walk is still unfinished after this run, {code, offers}
+	// (DONE: it ended).
+	codePending replyCode = "PENDING"
 	// apply_draw.lua: the batch was applied before, {code, done}.
 	codeSkip replyCode = "SKIP"
 

@@ -105,7 +105,9 @@ func checkIdempotencyKey(k string) error {
 // *QuotaExceededError, *OutOfStockError, or ErrUnavailable when Redis is down.
 // The decision and the deduction are one Lua script (reserve.lua), run for a
 // batch of the partition's concurrent reserves at once (reserveBatcher);
-// Postgres is only touched when the SKU must first be rebuilt from it.
+// Postgres is only touched when the SKU must first be rebuilt from it. When
+// the SKU's waitlist walk is unfinished (walk.go), the units may still be a
+// waiter's: Reserve finishes the walk, then asks again.
 func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (res Reservation, err error) {
 	began := time.Now()
 	defer func() {
@@ -160,6 +162,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 	// A SKU of a drop may need the drop's other SKUs rebuilt too: each at
 	// most once per call.
 	rebuilt := map[string]bool{}
+	walks := 0
 	for c := prepare(); ; c = prepare() {
 		res, err := e.reserveInBatch(ctx, partition, c)
 		if err != nil {
@@ -187,6 +190,15 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 			}
 			rebuilt[missing] = true
 			if err := e.Rebuild(ctx, missing); err != nil {
+				return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
+			}
+		case codeWalkPending:
+			// The units may still be a waiter's: the walk decides, then
+			// the same request is asked again.
+			if walks++; walks > maxWalkRetries {
+				return Reservation{}, unavailable("reserving "+req.SKU, errWalkRestarts)
+			}
+			if _, err := e.finishWalk(ctx, partition, req.SKU); err != nil {
 				return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 			}
 		default:

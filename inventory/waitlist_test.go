@@ -152,9 +152,16 @@ func TestWaitlistTakesFreedUnitsBeforeAnyone(t *testing.T) {
 		require.Equal(t, stock, kinds["cancel"])
 		b.requireLedgerWaitlist(t, sku, waiters, tokens)
 
-		// A restock goes to the next waiters too.
+		// A restock goes to the next waiters too: as many as the restock's
+		// run has room for, the rest by the walk sweep (as the worker group
+		// runs it); meanwhile no outsider can take them.
 		_, err = b.engine.Restock(b.ctx, admin, sku, 50, "po-1")
 		require.NoError(t, err)
+		if b.walkPending(t, sku) {
+			_, err = b.engine.Reserve(b.ctx, buyer(20_000), inventory.ReserveRequest{SKU: sku, Quantity: 1})
+			require.ErrorIs(t, err, inventory.ErrOutOfStock, "the walk decides first, and gives every unit to a waiter")
+		}
+		b.finishWalks(t, sku)
 		tokens = b.requireWaitlist(t, sku, waiters, stock+50, 1)
 		s = b.requireBalanced(t, sku)
 		require.Equal(t, 0, s.Available)

@@ -87,7 +87,7 @@ if now >= tonumber(h['exp']) then
   release(k, token, h, 'EXPIRED', now, tonumber(ARGV[4]))
   local w = wait_keys(ARGV[1], h['sku'])
   k.queue, k.entries = w.queue, w.entries
-  handoff(k, ARGV[1], h['sku'], ARGV[6], now)
+  handoff(k, ARGV[1], h['sku'], ARGV[6], now, h['who'])
   return hold_reply('EXPIRED', token, h, 0)
 end
 redis.call('HSET', KEYS[1], 'st', 'COMMITTING', 'cst', attempt, 'cmv', '1')

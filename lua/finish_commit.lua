@@ -96,7 +96,7 @@ end
 if outcome == 'CANCELLED' or outcome == 'EXPIRED' then
   if st == 'COMMITTING' or st == 'HELD' then
     release(k, token, h, outcome, now, retention)
-    handoff(k, ARGV[9], sku, ARGV[10], now)
+    handoff(k, ARGV[9], sku, ARGV[10], now, h['who'])
     return hold_reply('OK', token, h, 0)
   end
   redis.call('ZREM', k.committing, token)
@@ -121,5 +121,5 @@ if outcome == 'RESTORE' then
 end
 -- REFUSED
 release(k, token, h, 'CANCELLED', now, retention)
-handoff(k, ARGV[9], sku, ARGV[10], now)
+handoff(k, ARGV[9], sku, ARGV[10], now, h['who'])
 return hold_reply('OK', token, h, 0)

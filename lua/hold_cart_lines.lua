@@ -37,7 +37,10 @@
 -- QUOTA_EXCEEDED {limit, already}, SALE_NOT_ACTIVE {starts_ms, ends_ms},
 -- DRAW_ONLY, QUEUE_REQUIRED, PASS_EXPIRED, PASS_INVALID, INVALID_INPUT {field, reason}; {'LATE'} when the deadline has passed (nothing
 -- written: the cart is being abandoned); {'NEEDS_HYDRATION', sku} when a SKU
--- (or a SKU of its drop, or the drop) is not loaded.
+-- (or a SKU of its drop, or the drop) is not loaded; {'WALK_PENDING', sku}
+-- when a line could be had but its SKU's waitlist walk is unfinished (walk
+-- in lib.lua: the units may still be a waiter's; nothing written: finish
+-- the walk with continue_walk.lua and try again).
 --
 -- Why one script: the checks of all lines and their deductions must be one
 -- step, so a partition's lines are held together or not at all, with no
@@ -89,7 +92,7 @@ end
 local memo, in_drop = {}, {}
 for i = 1, n do
   local l = lines[i]
-  local s = redis.call('HMGET', l.k.sku, 'avail', 'gen', 'max', 'start', 'end', 'drop', 'mode')
+  local s = redis.call('HMGET', l.k.sku, 'avail', 'gen', 'max', 'start', 'end', 'drop', 'mode', 'walk')
   if not s[2] then
     return { 'NEEDS_HYDRATION', l.sku }
   end
@@ -107,6 +110,10 @@ for i = 1, n do
       return no
     elseif no then
       refuse(i, no[1], no[2], no[3])
+    elseif s[8] then
+      -- The units are there, but the SKU's waitlist walk is unfinished
+      -- (walk in lib.lua): they may still be a waiter's.
+      return { 'WALK_PENDING', l.sku }
     end
     if view.drop then
       in_drop[view.drop] = earlier + qty

@@ -5,8 +5,9 @@
 -- KEYS[4]  {p}waiters:<sku>   the entries by principal ('#seq': the last seq)
 -- KEYS[5]  {p}expiry          KEYS[6] {p}outbox   KEYS[7] {p}avail:<sku>
 -- ARGV[1]  partition base, for the keys derived here: the holds handed over
---          (from the tokens made here), and for a SKU of a drop, the drop's hash and
---          the stock and quota hashes of its SKUs (may_take in lib.lua)
+--          (from the tokens made here), the partition's unfinished walks (walks_key),
+--          and for a SKU of a drop, the drop's hash and the stock and quota hashes
+--          of its SKUs (may_take in lib.lua)
 -- ARGV[2]  sku   ARGV[3] principal   ARGV[4] quantity   ARGV[5] hold ms
 -- ARGV[6]  most WAITING entries the SKU may have   ARGV[7] nonce (offer_token)
 -- ARGV[8]  max quantity per call   ARGV[9] min hold ms   ARGV[10] max hold ms
@@ -34,8 +35,10 @@
 -- elsewhere, is passed over by every offer until it no longer does).
 --
 -- A new entry joins at the back; if units are available that no waiter ahead
--- can take and they fit, it is served at once (handoff in lib.lua), so a
--- join never leaves a waiter waiting for units that are there.
+-- can take and they fit, it is served at once (join_handoff in lib.lua), so
+-- a join never leaves a waiter waiting for units that are there. While the
+-- SKU's walk is unfinished the join takes it one run further instead, and
+-- the new entry is served when the walk reaches it.
 --
 -- Why one script: the one-entry check, the length bound and the append must
 -- be one step, or two joins could both take the last place, or one principal
@@ -87,5 +90,5 @@ emit_wait(k.outbox, 'wjoin', sku, who, e, now)
 -- Positions are pushed by the SKU's announcements: a waitlist change moves seq.
 bump_stock(k.sku, 0, 0, 0, now)
 announce(k.sku, k.channel, sku)
-handoff(k, base, sku, ARGV[7], now)
+join_handoff(k, base, sku, ARGV[7], now, seq)
 return wait_reply('OK', k.queue, sku, who, wait_entry(redis.call('HGET', k.entries, who)), 0)

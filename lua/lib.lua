@@ -6,7 +6,8 @@
 -- below take those keys as parameters. A script derives a key itself only
 -- from data it has just read: the hold an idempotency record points at, the
 -- SKU of a hold its caller knows by token only, the holds of a rebuild chunk,
--- the drop a SKU's stock hash names and the SKUs that drop lists.
+-- the drop a SKU's stock hash names and the SKUs that drop lists, the
+-- partition's set of unfinished waitlist walks (walks_key).
 -- Each such script names that exception in its header and derives through
 -- the functions below, which mirror inventory/keys.go. They start from the
 -- partition base ("<prefix>{pNN}:", passed in ARGV), so a derived key carries
@@ -558,48 +559,79 @@ local function give_hold(k, base, token, sku, who, qty, hold_ms, gen, now, wseq)
   emit(k.outbox, 'reserve', token, h, now)
 end
 
--- handoff gives a SKU's available units to its waiters, in the order they
--- joined: each WAITING waiter whom may_take lets take its quantity on the
--- 'offer' path (it fits what is left, its limits allow) gets a HELD hold of
--- the duration it chose, and its entry becomes OFFERED. Units no waiter can
--- take stay available to everyone. Every script that makes units available
--- (release_hold.lua, begin_commit.lua on a hold past its expiry,
--- finish_commit.lua when the ledger refuses a sale or has the hold as
--- finished, reconcile_hold.lua releasing a hold the ledger has as finished,
--- apply_product.lua, publish_sku.lua, apply_draw.lua once it has queued a
--- draw's losers) and join_waitlist.lua call it after their own writes, in the
--- same script: no reserve can take a freed unit while a waiter could. A new
--- release path calls it the same way. Nothing is handed out outside the sale
--- window. k names the keys: sku, quota, expiry, outbox, channel, queue,
--- entries; base is the partition base (for the holds' keys) and nonce the
--- caller's random string (offer_token). Returns the number of offers.
+-- The walk. Handing units to waiters means walking the queue in join order
+-- until the units are gone; a long queue whose waiters do not fit (they ask
+-- for more than is free, or are over a limit) would be walked whole, in one
+-- script, blocking Redis. So one script run does at most walk_budget units
+-- of work, about a microsecond each: an entry examined costs 3 (reading and
+-- decoding it), plus 1 per quota hash may_take reads for it (about 100 for a
+-- SKU of a 100-SKU drop), plus 15 for an offer (the hold, the entry and
+-- their events); about 160 plain entries, or 4 of such a drop, per run,
+-- about half a millisecond on an idle Redis. A walk left unfinished records where it stopped in the SKU's
+-- stock hash: 'walk', the seq (score) of the last entry it examined ('0'
+-- before the first), and 'walkq', the smallest quantity it passed over for
+-- want of units ('' for none). The SKU is then in the partition's set of
+-- unfinished walks (walks_key, by when it was left, ms), and the worker
+-- group's walk sweep (continue_walk.lua) takes it on from there, run after
+-- run, until it ends.
 --
--- The scan stops as soon as nothing is left, or at a refusal no waiter can
--- escape (the window, the mode, a drop not loaded); when no waiter fits it
--- walks the whole queue, which its bounded length bounds.
-local function handoff(k, base, sku, nonce, now)
-  if redis.call('ZCARD', k.queue) == 0 then
-    return 0
-  end
+-- While a SKU's walk is unfinished its available units may still be a
+-- waiter's: reserve.lua and hold_cart_lines.lua answer WALK_PENDING instead
+-- of taking them (their caller finishes the walk, then asks again), and a
+-- join goes on with the walk instead of being served ahead of it. So no unit
+-- is taken past a waiter ahead that could take it, and no one is told
+-- OUT_OF_STOCK while a unit is only waiting for the walk to pass everyone by.
+local walk_budget = 500
+
+-- walks_key is the partition's set of SKUs whose walk is unfinished.
+local function walks_key(base)
+  return base .. 'walks'
+end
+
+-- walk gives a SKU's available units to its WAITING entries in join order,
+-- from the entry after seq after ('0': the head), within walk_budget: each
+-- waiter whom may_take lets take its quantity on the 'offer' path (it fits
+-- what is left, its limits allow) gets a HELD hold of the duration it chose,
+-- and its entry becomes OFFERED; the others are passed over, not removed.
+-- minq is the smallest quantity the walk passed over for want of units in
+-- its earlier runs (nil for none); had says the SKU has walk state to clear.
+-- The walk ends when no unit is left, the queue is walked to its end, or at a
+-- refusal no waiter can escape (the window, the mode, a drop not loaded):
+-- then units no waiter took are available to everyone. Otherwise it records
+-- where it stopped (see above). k names the keys: sku, quota, expiry,
+-- outbox, channel, queue, entries; base is the partition base (for the
+-- holds' keys and walks_key) and nonce the caller's random string
+-- (offer_token). Returns the number of offers and whether the walk is left
+-- unfinished.
+local function walk(k, base, sku, nonce, now, after, minq, had)
   local s = redis.call('HMGET', k.sku, 'avail', 'gen', 'max', 'start', 'end', 'drop', 'mode')
   if not s[2] then
-    return 0
+    return 0, false
   end
   local view = sku_view(sku, s, 3, k.quota, tonumber(s[1]))
   local memo = {}
-  local offers, kept, made = 0, 0, 0
-  while view.free > 0 do
-    local batch = redis.call('ZRANGE', k.queue, kept, kept + 99)
+  local offers, made, cost = 0, 0, 0
+  local function quota_reads()
+    local q = memo['quotas:' .. sku]
+    return q and #q or 0
+  end
+  while view.free > 0 and cost < walk_budget do
+    local batch = redis.call('ZRANGEBYSCORE', k.queue, '(' .. after, '+inf', 'WITHSCORES', 'LIMIT', 0, 64)
     if #batch == 0 then
       break
     end
-    for _, who in ipairs(batch) do
+    for i = 1, #batch, 2 do
+      local who = batch[i]
+      after = batch[i + 1]
+      cost = cost + 3
       local e = wait_entry(redis.call('HGET', k.entries, who))
-      local no
       if not e or e.st ~= 'W' then
         redis.call('ZREM', k.queue, who) -- not waiting: cannot be in the queue
+      elseif e.qty > view.free then
+        minq = math.min(minq or e.qty, e.qty) -- passed over: more than is free
       else
-        no = may_take('offer', base, view, who, e.qty, now, nil, memo)
+        local no = may_take('offer', base, view, who, e.qty, now, nil, memo)
+        cost = cost + 1 + quota_reads()
         if not no then
           local token
           repeat
@@ -613,19 +645,76 @@ local function handoff(k, base, sku, nonce, now)
           emit_wait(k.outbox, 'woffer', sku, who, e, now)
           view.free = view.free - e.qty
           offers = offers + 1
-        elseif no[1] == 'QUOTA_EXCEEDED' or no[1] == 'OUT_OF_STOCK' then
-          kept = kept + 1 -- this waiter does not fit: passed over, not removed
-        else
+          cost = cost + 15 -- the hold, the entry, their events
+        elseif no[1] ~= 'QUOTA_EXCEEDED' and no[1] ~= 'OUT_OF_STOCK' then
           view.free = 0 -- no waiter can take anything now
-        end
+        end -- else over a limit: passed over
       end
-      if view.free <= 0 then
+      if view.free <= 0 or cost >= walk_budget then
         break
       end
     end
   end
+  local pending = view.free > 0 and #redis.call('ZRANGEBYSCORE', k.queue, '(' .. after, '+inf', 'LIMIT', 0, 1) > 0
+  if pending then
+    redis.call('HSET', k.sku, 'walk', after, 'walkq', minq and tostring(minq) or '')
+    redis.call('ZADD', walks_key(base), 'NX', now, sku)
+  elseif had then
+    redis.call('HDEL', k.sku, 'walk', 'walkq')
+    redis.call('ZREM', walks_key(base), sku)
+  end
   if offers > 0 then
     announce(k.sku, k.channel, sku)
   end
-  return offers
+  return offers, pending
+end
+
+-- handoff gives a SKU's available units to its waiters, in the order they
+-- joined (walk, above). Every script that makes units available
+-- (release_hold.lua, begin_commit.lua on a hold past its expiry,
+-- finish_commit.lua when the ledger refuses a sale or has the hold as
+-- finished, reconcile_hold.lua releasing a hold the ledger has as finished,
+-- apply_product.lua, publish_sku.lua, apply_draw.lua once it has queued a
+-- draw's losers) calls it after its own writes, in the same script: no
+-- reserve can take a freed unit while a waiter could. A new release path
+-- calls it the same way. Nothing is handed out outside the sale window. k,
+-- base and nonce are walk's; who is the principal whose hold the caller
+-- released, or nil when the caller changed the SKU itself (stock, limits,
+-- window, a rebuild): then the walk starts again from the head.
+--
+-- A walk left unfinished goes on from where it stopped when nothing the
+-- caller did can make an entry it passed over fit: the units now free are
+-- fewer than the smallest quantity it passed over for want of units, and
+-- the released hold's principal is not a waiter it passed over (whose limit
+-- the release may have made room in). Otherwise it starts again from the
+-- head, so every waiter that fits is still served in join order. Returns
+-- the number of offers made in this run.
+local function handoff(k, base, sku, nonce, now, who)
+  if redis.call('ZCARD', k.queue) == 0 then
+    return 0
+  end
+  local w = redis.call('HMGET', k.sku, 'walk', 'walkq', 'avail')
+  local after, minq = '0', nil
+  if w[1] and who then
+    local q = tonumber(w[2] or '')
+    local mine = wait_entry(redis.call('HGET', k.entries, who))
+    local passed = mine and mine.st == 'W' and tonumber(mine.seq) <= tonumber(w[1])
+    if not passed and not (q and q <= tonumber(w[3] or '0')) then
+      after, minq = w[1], q
+    end
+  end
+  return (walk(k, base, sku, nonce, now, after, minq, w[1] ~= nil))
+end
+
+-- join_handoff serves a new entry (seq) at once when units are available
+-- that no waiter ahead can take and they fit: a finished walk passed every
+-- waiter ahead by with these units, so only the new entry is examined. While
+-- a walk is unfinished the join goes on with it instead (the new entry is
+-- at the back, where the walk will reach it).
+local function join_handoff(k, base, sku, nonce, now, seq)
+  local w = redis.call('HMGET', k.sku, 'walk', 'walkq')
+  if w[1] then
+    return (walk(k, base, sku, nonce, now, w[1], tonumber(w[2] or ''), true))
+  end
+  return (walk(k, base, sku, nonce, now, string.format('%d', tonumber(seq) - 1), nil, false))
 end

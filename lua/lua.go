@@ -76,6 +76,8 @@ const (
 	ApplyDraw = "apply_draw"
 	// RateLimit spends one unit of a principal's mutation budget.
 	RateLimit = "rate_limit"
+	// ContinueWalk takes a SKU's unfinished waitlist walk one bounded run further.
+	ContinueWalk = "continue_walk"
 )
 
 // Names of the admission queue's scripts (package inventory/queue).
@@ -107,7 +109,7 @@ const (
 
 // Engine lists the inventory engine's scripts, which it loads at start-up.
 var Engine = []string{Reserve, BeginCommit, FinishCommit, ReleaseHold, ExtendHold, StageRebuild, HydrateSKU, PublishSKU, ApplyProduct, ApplyDrop, DueHolds,
-	ReconcileHold, AckApplied, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart, ApplyDraw, RateLimit}
+	ReconcileHold, AckApplied, ClaimIdempotencyKey, StageWaitlist, JoinWaitlist, LeaveWaitlist, OpenCart, HoldCartLines, ConfirmCartLines, FinishCart, AbandonCart, ExtendCart, ApplyDraw, RateLimit, ContinueWalk}
 
 // Leases lists the worker group's lease scripts.
 var Leases = []string{LeaseAcquire, LeaseRenew, LeaseRelease, LeaseMembers}

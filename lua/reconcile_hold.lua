@@ -62,7 +62,7 @@ local retention = tonumber(ARGV[10])
 if status == 'CANCELLED' or status == 'EXPIRED' then
   if live and h['st'] == 'HELD' then
     release(k, token, h, status, now, retention)
-    handoff(k, ARGV[13], sku, ARGV[14], now)
+    handoff(k, ARGV[13], sku, ARGV[14], now, h['who'])
     return { 'RELEASED' }
   end
   return { 'AGREES' }

@@ -75,5 +75,5 @@ k.hold, k.expiry, k.committing, k.outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 release(k, token, h, status, now, tonumber(h['prov'] == '1' and ARGV[8] or ARGV[6]))
 local w = wait_keys(base, h['sku'])
 k.queue, k.entries = w.queue, w.entries
-handoff(k, base, h['sku'], ARGV[7], now)
+handoff(k, base, h['sku'], ARGV[7], now, h['who'])
 return hold_reply('OK', token, h, 0)

@@ -47,7 +47,9 @@
 -- (the budget is spent: nothing else was looked at), INVALID_INPUT {field, reason},
 -- IDEMPOTENCY_KEY_REUSED, NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop
 -- itself, is not in Redis: rebuild the SKU named from Postgres, which brings its drop too, and
--- retry), SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
+-- retry), WALK_PENDING {sku} (the units are there, but the SKU's waitlist walk is unfinished
+-- and they may still be a waiter's: finish the walk with continue_walk.lua and retry),
+-- SALE_NOT_ACTIVE {starts_ms, ends_ms}, QUOTA_EXCEEDED {limit, already},
 -- OUT_OF_STOCK {available}, DRAW_ONLY (the product is sold by draw), QUEUE_REQUIRED,
 -- PASS_EXPIRED, PASS_INVALID (a queued product: no pass, or not a valid one), or ERR {message} when
 -- deciding that request raised an error (the others are answered all the same).
@@ -73,8 +75,8 @@
 -- RATE_LIMITED and nothing else happens), so a reserve is one script run
 -- and not two. Every decided request spends one unit, as a mutation does;
 -- one that finds its hold made already (a retried batch) or must wait for a
--- rebuild (NEEDS_HYDRATION: the engine calls again, and that call spends)
--- does not.
+-- rebuild or a waitlist walk (NEEDS_HYDRATION, WALK_PENDING: the engine
+-- calls again, and that call spends) does not.
 
 local base = ARGV[1]
 local expiry, outbox = KEYS[1], KEYS[2]
@@ -105,7 +107,7 @@ local function stock_of(sku_key)
     return st
   end
   local s = redis.call('HMGET', sku_key, 'gen', 'avail', 'held', 'seq', 'max', 'start', 'end', 'drop', 'mode',
-    'total', 'sold')
+    'total', 'sold', 'walk')
   if not s[1] then
     return nil
   end
@@ -113,7 +115,7 @@ local function stock_of(sku_key)
     gen = s[1], avail = tonumber(s[2]), held = tonumber(s[3] or '0'), seq = tonumber(s[4] or ''),
     max = tonumber(s[5] or '0'), starts = tonumber(s[6] or '0'), ends = tonumber(s[7] or '0'),
     drop = (s[8] and s[8] ~= '') and s[8] or nil, mode = (s[9] and s[9] ~= '') and s[9] or nil,
-    total = s[10], sold = s[11], moved = false,
+    total = s[10], sold = s[11], walk = s[12], moved = false,
   }
   stock[sku_key] = st
   return st
@@ -196,6 +198,12 @@ local function reserve_new(ki, ai, qty, tp)
   elseif no then
     return reject(fp, idem_rec, no[1], no[2], no[3])
   end
+  -- 4b. The units are there, but the SKU's waitlist walk is unfinished
+  -- (walk in lib.lua): they may still be a waiter's. Not recorded: the
+  -- caller finishes the walk and asks again.
+  if st.walk then
+    return { 'WALK_PENDING', sku, '', 0 }
+  end
 
   -- 5. Every check passed: write.
   local exp = now + tonumber(hold_ms)
@@ -257,7 +265,7 @@ local function reserve_one(ki, ai, tp)
     return { 'RATE_LIMITED', tat, '', 0 }
   end
   local r, sku_key, channel = reserve_new(ki, ai, tonumber(qty), tp)
-  if r[1] ~= 'NEEDS_HYDRATION' then
+  if r[1] ~= 'NEEDS_HYDRATION' and r[1] ~= 'WALK_PENDING' then
     rate_spend(budget, tat, reset)
   end
   return r, sku_key, channel

@@ -85,6 +85,8 @@ type HoldSweeper struct {
 	expired   prometheus.Counter
 	late      prometheus.Counter
 	abandoned prometheus.Counter
+	// walkOffers counts the offers the walk sweep made.
+	walkOffers prometheus.Counter
 	// swept signals, to a test, the holds this sweeper has released so far
 	// (a running total), once they are counted.
 	swept testsignal.Signal[int64]
@@ -115,6 +117,10 @@ func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.U
 			Name: "dropline_carts_abandoned_total",
 			Help: "Carts left unfinished past their deadline (their caller died or stalled mid-way) whose lines the cart sweep let go.",
 		})),
+		walkOffers: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_waitlist_walk_offers_total",
+			Help: "Waitlist offers made by the walk sweep, continuing walks a release's bounded run left unfinished.",
+		})),
 	}
 	w.service = newService("hold_sweeper", cfg.Options, log, reg, w.leases, w.run)
 	return w
@@ -127,7 +133,34 @@ func (w *HoldSweeper) run(ctx context.Context) error {
 		g.Go(func() error { w.lateLoop(gctx); return nil })
 	}
 	g.Go(func() error { w.cartLoop(gctx); return nil })
+	g.Go(func() error { w.walkLoop(gctx); return nil })
 	return g.Wait()
+}
+
+// walkLoop is the walk sweep: every Interval it takes each SKU's unfinished
+// waitlist walk (a queue too long to walk in one bounded script run) on to
+// its end (inventory.Engine.ContinueWalks), so the waiters beyond where a
+// release's run stopped get their offers about one Interval later. Like the
+// cart sweep it takes no lease (one pipelined read of every partition's
+// walks per tick; every run atomic), so it does not wait for a dead owner's
+// lease. Its failures are logged; it runs until ctx ends.
+func (w *HoldSweeper) walkLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+		n, err := w.engine.ContinueWalks(sctx, w.cfg.BatchSize)
+		cancel()
+		w.walkOffers.Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("continuing unfinished waitlist walks failed; trying again")
+		}
+	}
 }
 
 // cartLoop is the cart sweep: every Interval it lets go of carts whose
