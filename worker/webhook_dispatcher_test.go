@@ -2,6 +2,8 @@ package worker
 
 import (
 	"bytes"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -371,4 +373,51 @@ func TestHangingEndpointDoesNotHoldUpAnother(t *testing.T) {
 	mu.Unlock()
 	b.waitSettled(t, slowEP.ID, 30*time.Second, d)
 	requireReceivedAsRecorded(t, b.webhookOutbox(t, slowEP.ID, db.WebhookDelivered), slow.Accepted())
+}
+
+// TestDrawDrawnWebhookRevealsTheSeed: a draw run once sends one draw.drawn,
+// with the counts and the seed the ledger has, whose SHA-256 is the hash
+// published before entries opened; running the draw again sends nothing.
+func TestDrawDrawnWebhookRevealsTheSeed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	secret := webhook.NewSecret()
+	recv := webhooktest.New(t, secret, nil)
+	ep := b.subscribe(t, recv.URL, secret)
+	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		SKU: "WH-DRAW", Name: "Draw", Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: 2,
+		Draw: &inventory.DrawInput{ClosesAt: time.Now().Add(time.Hour), WinnerHold: time.Minute},
+	})
+	require.NoError(t, err)
+	for i := range 5 {
+		_, err := b.engine.EnterDraw(b.ctx, inventory.Principal{ID: fmt.Sprintf("entrant-%d", i)}, "WH-DRAW", 1)
+		require.NoError(t, err)
+	}
+	_, err = b.pool.Exec(b.ctx, `UPDATE draws SET closes_at = clock_timestamp() WHERE sku = 'WH-DRAW'`)
+	require.NoError(t, err)
+	d, _ := b.startDispatcher(t, fastWebhooks("one"))
+	for range 2 {
+		_, err = b.engine.RunDraw(b.ctx, "WH-DRAW")
+		require.NoError(t, err)
+	}
+	b.waitSettled(t, ep.ID, 30*time.Second, d)
+	recorded := b.webhookOutbox(t, ep.ID, db.WebhookDelivered)
+	requireReceivedAsRecorded(t, recorded, recv.Accepted())
+	require.Len(t, recorded, 1, "one draw, one event")
+	require.Equal(t, webhook.DrawDrawn, recorded[0].Type)
+	var msg struct {
+		Data struct {
+			SKU, Seed, SeedHash     string
+			Entries, Winners, Stock int
+		}
+	}
+	require.NoError(t, json.Unmarshal(recorded[0].Payload, &msg))
+	draw, err := b.engine.Ledger().Draw(b.ctx, "WH-DRAW")
+	require.NoError(t, err)
+	require.Equal(t, hex.EncodeToString(draw.Seed), msg.Data.Seed)
+	require.Equal(t, draw.SeedHash, msg.Data.SeedHash)
+	require.Equal(t, db.SeedHash(draw.Seed), msg.Data.SeedHash)
+	require.Equal(t, 5, msg.Data.Entries)
+	require.Equal(t, 2, msg.Data.Winners)
+	require.Equal(t, 2, msg.Data.Stock)
 }
