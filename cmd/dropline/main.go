@@ -46,6 +46,7 @@ Usage:
   dropline token --user ID [--admin] [--ttl 24h]
                                       print a signed bearer token
   dropline verify-draw --sku S        recompute a drawn SKU's winners from its seed and entries
+  dropline verify-queue --sku S|--drop D  recompute a queue's pre-queue order from its seed
                                       (DATABASE_URL) and check them against the recorded result
   dropline version                    print the version
   dropline help                       show this help
@@ -140,6 +141,8 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		err = e.token(rest)
 	case "verify-draw":
 		err = e.verifyDraw(ctx, rest)
+	case "verify-queue":
+		err = e.verifyQueue(ctx, rest)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return exitOK

@@ -224,6 +224,14 @@ func TestPreQueueIsShuffledAsAnyoneRecomputes(t *testing.T) {
 			require.Equal(t, int64(i+1), tk.Number, "%s", who)
 		}
 		require.NotEqual(t, members[:10], want[:10], "shuffled")
+		v, err := b.queues.VerifyPreQueue(b.ctx, r)
+		require.NoError(t, err)
+		require.Equal(t, pre, v.PreQueue)
+		// Two numbers swapped: the verifier says so.
+		num := base + "qnum:" + r.String()
+		require.NoError(t, b.rdb.HSet(b.ctx, num, "1", want[1], "2", want[0]).Err())
+		_, err = b.queues.VerifyPreQueue(b.ctx, r)
+		require.ErrorIs(t, err, queue.ErrNotVerified)
 		t.Logf("%d pre-queue tickets numbered as recomputed", pre)
 	})
 }
