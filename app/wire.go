@@ -95,8 +95,13 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 	}, nil
 }
 
-// demoDrawCloses is how long after seeding the demo draw takes entries.
-const demoDrawCloses = 5 * time.Minute
+// demoDrawCloses is how long after seeding the demo draw takes entries, and
+// demoQueueOpens when the queued drop opens: everyone who joins before is
+// in its pre-queue.
+const (
+	demoDrawCloses = 5 * time.Minute
+	demoQueueOpens = time.Minute
+)
 
 func seedDemo(ctx context.Context, in Infra) error {
 	engine, err := newEngine(ctx, in)
@@ -109,8 +114,9 @@ func seedDemo(ctx context.Context, in Infra) error {
 	end := now.Add(30 * 24 * time.Hour)
 	// One product of each kind, so the demo shop shows every way Dropline
 	// sells: a limited drop, plenty (for carts), a poster of two units that
-	// sells out (its waitlist), and a jacket sold by draw, drawn a few
-	// minutes after `make run` seeds it.
+	// sells out (its waitlist), a jacket sold by draw, drawn a few minutes
+	// after `make run` seeds it, and a hoodie behind an admission queue that
+	// opens a minute after.
 	for _, p := range []inventory.ProductInput{
 		{SKU: "DROP-SNEAKER-01", Name: "Limited sneaker", Price: inventory.Money{Amount: 19900, Currency: "EUR"}, Stock: 20, MaxPerUser: 1, SaleStartsAt: &now, SaleEndsAt: &end},
 		{SKU: "TEE-BLACK-M", Name: "Black tee (M)", Price: inventory.Money{Amount: 2500, Currency: "EUR"}, Stock: 500},
@@ -118,6 +124,8 @@ func seedDemo(ctx context.Context, in Infra) error {
 		{SKU: "POSTER-SIGNED", Name: "Signed poster", Price: inventory.Money{Amount: 4500, Currency: "EUR"}, Stock: 2, MaxPerUser: 1},
 		{SKU: "DRAW-JACKET", Name: "Jacket, by draw", Price: inventory.Money{Amount: 24900, Currency: "EUR"}, Stock: 3, MaxPerUser: 1,
 			Draw: &inventory.DrawInput{ClosesAt: now.Add(demoDrawCloses), WinnerHold: 10 * time.Minute}},
+		{SKU: "DROP-HOODIE", Name: "Hoodie, queued drop", Price: inventory.Money{Amount: 8900, Currency: "EUR"}, Stock: 10, MaxPerUser: 1,
+			Queue: &inventory.QueueSettings{OpensAt: now.Add(demoQueueOpens), AdmitPerMinute: 6, ProofOfWorkBits: 14}},
 	} {
 		if _, err := engine.Product(ctx, p.SKU); err == nil {
 			continue

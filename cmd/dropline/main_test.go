@@ -213,7 +213,7 @@ func TestSeedBeforeMigrate(t *testing.T) {
 	require.NoError(t, err)
 	skus, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"CAP-LOGO", "DRAW-JACKET", "DROP-SNEAKER-01", "POSTER-SIGNED", "TEE-BLACK-M"}, skus)
+	require.Equal(t, []string{"CAP-LOGO", "DRAW-JACKET", "DROP-HOODIE", "DROP-SNEAKER-01", "POSTER-SIGNED", "TEE-BLACK-M"}, skus)
 	var draws int
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM draws WHERE sku = 'DRAW-JACKET' AND closes_at BETWEEN now() + interval '1 minute' AND now() + interval '10 minutes'`).Scan(&draws))
