@@ -78,6 +78,10 @@ func TestShopInABrowser(t *testing.T) {
 	const drawSKU = "SHOP-DRAW"
 	s.createDrawProduct(t, drawSKU, 1, time.Now().Add(time.Minute))
 	seedHash := s.draw(t, drawSKU).SeedHash
+	// The queued drop opens 45 s from now, lets one ticket in every 10 s
+	// and asks each join for 10 bits of proof of work.
+	const queueSKU = "SHOP-QUEUE"
+	s.createQueuedProduct(t, queueSKU, 2, time.Now().Add(45*time.Second))
 
 	artifacts := t.TempDir()
 	resultFile := filepath.Join(artifacts, "result.json")
@@ -92,6 +96,7 @@ func TestShopInABrowser(t *testing.T) {
 		"SHOP_HOLD_MS="+strconv.FormatInt(shopHold.Milliseconds(), 10),
 		"SHOP_WAIT_SKU="+wait,
 		"SHOP_CART_SKU="+cartSKU,
+		"SHOP_QUEUE_SKU="+queueSKU,
 		"SHOP_DRAW_SKU="+drawSKU,
 		"SHOP_DRAW_SEED_HASH="+seedHash,
 		"SHOP_WAIT_HOLD="+daveHold,
@@ -109,11 +114,13 @@ func TestShopInABrowser(t *testing.T) {
 		t.Fatalf("the browser test failed (%v); screenshots in %s\n%s\nserver log:\n%s", err, kept, out, srv.log.String())
 	}
 	var res struct {
-		FallMs       int64  `json:"fallMs"`
-		ExpiryBackMs int64  `json:"expiryBackMs"`
-		RetryKey     string `json:"retryKey"`
-		ExtendKey    string `json:"extendKey"`
-		DrawWinner   string `json:"drawWinner"`
+		FallMs       int64    `json:"fallMs"`
+		ExpiryBackMs int64    `json:"expiryBackMs"`
+		RetryKey     string   `json:"retryKey"`
+		ExtendKey    string   `json:"extendKey"`
+		DrawWinner   string   `json:"drawWinner"`
+		QueueOrder   []string `json:"queueOrder"`
+		QueueSeen    []int    `json:"queuePositions"`
 	}
 	b, err := os.ReadFile(resultFile)
 	require.NoError(t, err)
@@ -127,7 +134,18 @@ func TestShopInABrowser(t *testing.T) {
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'carol'`, wait), "carol bought the unit the waitlist handed her")
 	require.Contains(t, []string{"alice", "bob"}, res.DrawWinner)
 	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = $2`, drawSKU, res.DrawWinner), "the draw's winner paid")
-	require.Equal(t, 6, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
+	// The queue let in its first two tickets, in order, and each bought
+	// one unit; the third was told SOLD_OUT.
+	require.Len(t, res.QueueOrder, 3)
+	for i, who := range res.QueueOrder {
+		want := 0
+		if i < 2 {
+			want = 1
+		}
+		require.Equal(t, want, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = $2`, queueSKU, who), "%s, let in %d", who, i+1)
+	}
+	require.Equal(t, stock{Available: 0, Held: 0, Sold: 2, Total: 2}, s.stock(t, queueSKU))
+	require.Equal(t, 8, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
 	drawn := s.draw(t, drawSKU)
 	require.Equal(t, "DRAWN", drawn.Status)
 	require.Equal(t, 2, drawn.Entries)
@@ -200,6 +218,24 @@ func (s *system) createDrawProduct(t *testing.T, sku string, units int, closes t
 		`mutation($input: CreateProductInput!) { createProduct(input: $input) { userErrors { code message } } }`,
 		map[string]any{"input": map[string]any{"sku": sku, "name": "E2E " + sku, "price": map[string]any{"amount": 9900, "currency": "EUR"},
 			"stock": units, "draw": map[string]any{"closesAt": closes.UTC().Format(time.RFC3339Nano), "winnerHoldSeconds": 120}}}, &out)
+	require.Empty(t, r.Errors)
+	require.Empty(t, out.CreateProduct.UserErrors)
+}
+
+// createQueuedProduct creates sku with units sold behind an admission
+// queue that opens at opens, lets a ticket in every 10 seconds and asks
+// each join for 10 bits of proof of work.
+func (s *system) createQueuedProduct(t *testing.T, sku string, units int, opens time.Time) {
+	t.Helper()
+	var out struct {
+		CreateProduct struct {
+			UserErrors []userError `json:"userErrors"`
+		} `json:"createProduct"`
+	}
+	r := s.gql(t, http.DefaultClient, s.token(t, "ops", true),
+		`mutation($input: CreateProductInput!) { createProduct(input: $input) { userErrors { code message } } }`,
+		map[string]any{"input": map[string]any{"sku": sku, "name": "E2E " + sku, "price": map[string]any{"amount": 15900, "currency": "EUR"},
+			"stock": units, "queue": map[string]any{"opensAt": opens.UTC().Format(time.RFC3339Nano), "admitPerMinute": 6, "passSeconds": 120, "proofOfWorkBits": 10}}}, &out)
 	require.Empty(t, r.Errors)
 	require.Empty(t, out.CreateProduct.UserErrors)
 }

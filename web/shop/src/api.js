@@ -67,6 +67,7 @@ export function createShopClient(token, onLive) {
 }
 
 const drawFields = 'closesAt status entries seedHash seed winners winnerHoldSeconds';
+const queueFields = 'id status opensAt admittedThrough waiting admitPerMinute seedHash seed';
 
 export const CATALOGUE = `
   query Catalogue {
@@ -77,6 +78,7 @@ export const CATALOGUE = `
           price { amount currency }
           stock { id sku available held sold total }
           draw { ${drawFields} }
+          queue { ${queueFields} }
         }
       }
     }
@@ -162,3 +164,10 @@ export const RESERVE_CART = `mutation ReserveCart($input: ReserveCartInput!) { r
 export const COMMIT_CART = `mutation CommitCart($input: CommitCartInput!) { commitCart(input: $input) { ${cartFields} } }`;
 export const CANCEL_CART = `mutation CancelCart($input: CancelCartInput!) { cancelCart(input: $input) { ${cartFields} } }`;
 export const EXTEND_CART = `mutation ExtendCart($input: ExtendCartInput!) { extendCart(input: $input) { ${cartFields} } }`;
+
+const ticketFields = `number position etaSeconds status pass passExpiresAt pollAfterSeconds queue { ${queueFields} }`;
+export const QUEUE_INFO = `query QueueInfo($sku: ID!) { product(sku: $sku) { sku queue { ${queueFields} } } }`;
+export const MY_QUEUE_TICKET = `query MyQueueTicket($sku: ID!) { myQueueTicket(sku: $sku) { ${ticketFields} } }`;
+export const QUEUE_CHALLENGE = `query QueueChallenge($sku: ID!) { queueChallenge(sku: $sku) { challenge bits expiresAt } }`;
+export const JOIN_QUEUE = `mutation JoinQueue($input: JoinQueueInput!) {
+  joinQueue(input: $input) { ticket { ${ticketFields} } userErrors { code message retryAfterSeconds } } }`;

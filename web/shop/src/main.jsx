@@ -1,10 +1,10 @@
 // Entry point of the Dropline demo shop: what a drop looks like from a
 // buyer's side. Everything is bundled by build.mjs into server/shop/dist and
 // embedded in the Go binary; nothing here may reference another host.
-import { StrictMode, useEffect, useMemo, useState } from 'react';
+import { StrictMode, useContext, useEffect, useMemo, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Provider, useQuery, useSubscription } from 'urql';
-import { CATALOGUE, MY_DRAW_ENTRIES, MY_HOLDS, MY_WAITLIST, STOCK, TokenContext, createShopClient } from './api.js';
+import { CATALOGUE, MY_DRAW_ENTRIES, MY_HOLDS, MY_QUEUE_TICKET, MY_WAITLIST, STOCK, TokenContext, createShopClient, poll } from './api.js';
 import { loadToken, principalOf, saveToken } from './auth.js';
 import { CartPanel, CartProvider } from './cart.jsx';
 import { ProductCard } from './product.jsx';
@@ -103,6 +103,9 @@ function Catalogue({ signedIn }) {
     return m;
   }, [draws]);
 
+  // Queue tickets: asked for once per queued product on the page.
+  const tickets = useTickets(signedIn, products);
+
   if (error && !data) {
     return <p className="notice error">Could not load the catalogue: {error.message}</p>;
   }
@@ -128,10 +131,31 @@ function Catalogue({ signedIn }) {
           existingHold={holds[p.sku]}
           existingEntry={entries[p.sku]}
           existingDrawEntry={drawEntries[p.sku]}
+          existingTicket={tickets[p.sku]}
         />
       ))}
     </div>
   );
+}
+
+function useTickets(signedIn, products) {
+  const token = useContext(TokenContext);
+  const queued = products.filter((p) => p.queue).map((p) => p.sku).join(',');
+  const [tickets, setTickets] = useState({});
+  useEffect(() => {
+    if (!signedIn || !queued) return;
+    let stop = false;
+    (async () => {
+      for (const sku of queued.split(',')) {
+        const t = (await poll(token, MY_QUEUE_TICKET, { sku }))?.myQueueTicket;
+        if (t && !stop) setTickets((m) => ({ ...m, [sku]: t }));
+      }
+    })();
+    return () => {
+      stop = true;
+    };
+  }, [signedIn, queued, token]);
+  return tickets;
 }
 
 createRoot(document.getElementById('shop')).render(

@@ -8,6 +8,7 @@ import { useClient, useSubscription } from 'urql';
 import { CANCEL, COMMIT, EXTEND, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
 import { useCart } from './cart.jsx';
 import { DrawPanel } from './draw.jsx';
+import { QueuePanel } from './queue.jsx';
 import { WaitlistPanel } from './waitlist.jsx';
 
 // PAY_HOLD_SECONDS is how long "Pay" extends the hold for: the time the
@@ -24,12 +25,13 @@ const ACTIVE = new Set(['held', 'paying', 'cancelling']);
 // expired, refused (a business outcome such as out of stock).
 const idle = { phase: 'idle' };
 
-export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, existingDrawEntry, index }) {
+export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, existingDrawEntry, existingTicket, index }) {
   const client = useClient();
   const cart = useCart();
   const [order, setOrder] = useState(idle);
   const [entry, setEntry] = useState(existingEntry ?? null);
   const [drawEntry, setDrawEntry] = useState(existingDrawEntry ?? null);
+  const [ticket, setTicket] = useState(existingTicket ?? null);
   const sku = product.sku;
 
   // A waitlist or draw entry made before a reload comes back with the page too.
@@ -39,6 +41,9 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
   useEffect(() => {
     if (existingDrawEntry && !drawEntry) setDrawEntry(existingDrawEntry);
   }, [existingDrawEntry]); // eslint-disable-line react-hooks/exhaustive-deps
+  useEffect(() => {
+    if (existingTicket && !ticket) setTicket(existingTicket);
+  }, [existingTicket]); // eslint-disable-line react-hooks/exhaustive-deps
 
   // A unit handed over from the waitlist, or won in a draw, is a hold like
   // one from Buy; how it came is kept to say so (offer, won).
@@ -67,8 +72,10 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
     const key = order.phase === 'retry' ? order.key : newIdempotencyKey();
     setOrder({ phase: 'reserving', key });
     const sent = Date.now();
+    // A queued product is bought with the pass the queue gave.
+    const pass = product.queue && ticket?.status === 'ADMITTED' ? { admissionPass: ticket.pass } : {};
     const res = await client
-      .mutation(RESERVE, { input: { sku, quantity: 1, idempotencyKey: key } })
+      .mutation(RESERVE, { input: { sku, quantity: 1, idempotencyKey: key, ...pass } })
       .toPromise();
     const payload = res.data?.reserve;
     if (!payload) {
@@ -85,6 +92,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
       return;
     }
     setOrder({ phase: 'held', key, reservation: payload.reservation, offset: clockOffset(payload.reservation, sent) });
+    if (pass.admissionPass) setTicket((t) => ({ ...t, status: 'USED' }));
   };
 
   // pay extends the hold once for the payment step (one idempotency key per
@@ -194,6 +202,10 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
           />
         )}
 
+        {product.queue && !active && (
+          <QueuePanel product={product} signedIn={signedIn} ticket={ticket} onTicket={setTicket} />
+        )}
+
         {active ? (
           <Hold
             order={order}
@@ -209,16 +221,16 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
               type="button"
               className="btn primary"
               data-testid={`buy-${sku}`}
-              disabled={!signedIn || soldOut || order.phase === 'reserving' || !sale.open}
+              disabled={!signedIn || soldOut || order.phase === 'reserving' || !sale.open || (product.queue && ticket?.status !== 'ADMITTED')}
               onClick={buy}
             >
-              {buyLabel(order, soldOut, signedIn, sale)}
+              {product.queue && ticket?.status !== 'ADMITTED' && !soldOut ? 'Buy on your turn' : buyLabel(order, soldOut, signedIn, sale)}
             </button>
             <button
               type="button"
               className="btn ghost"
               data-testid={`cart-add-${sku}`}
-              disabled={!signedIn || soldOut || !sale.open}
+              disabled={!signedIn || soldOut || !sale.open || !!product.queue}
               onClick={() => cart.add(product)}
               aria-label={`Add ${product.name} to the cart`}
             >
@@ -230,7 +242,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
         <p className={`status status-${status.tone}`} data-testid={`status-${sku}`} data-state={status.state} role="status">
           {status.text}
         </p>
-        {!active && !product.draw && (soldOut || entry?.status === 'WAITING') && (
+        {!active && !product.draw && !product.queue && (soldOut || entry?.status === 'WAITING') && (
           <WaitlistPanel sku={sku} signedIn={signedIn} entry={entry} onEntry={setEntry} onOffer={onOffer} />
         )}
       </div>
