@@ -45,6 +45,13 @@ func TestDashboardAndAlertsNameRealMetrics(t *testing.T) {
 	r := s.reserveOver(t, alice, "DASH-1", 1, 0)
 	s.cancelOver(t, alice, r.Token)
 	s.reserveOver(t, alice, "DASH-1", 1, 0)
+	// The webhook gauges are per endpoint: one endpoint makes them exported.
+	var hook struct {
+		CreateWebhookEndpoint struct{ UserErrors []userError }
+	}
+	s.gql(t, http.DefaultClient, s.token(t, "ops", true), `mutation { createWebhookEndpoint(input: {
+		url: "http://127.0.0.1:9/hooks", eventTypes: ["restock"]}) { userErrors { code message } } }`, nil, &hook)
+	require.Empty(t, hook.CreateWebhookEndpoint.UserErrors)
 
 	var exported map[string]bool
 	var missing []string
