@@ -36,6 +36,7 @@ func main() {
 		serverEnv = append(serverEnv, v)
 		return nil
 	})
+	traces := fs.Bool("traces", false, "turn the server's tracing on, exporting every span over OTLP/HTTP to a receiver on loopback that decodes and counts them (to measure what tracing costs)")
 	doc := fs.String("doc", "", "rewrite the bench-http section of this file (docs/benchmarks.md)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -51,6 +52,16 @@ func main() {
 	if url == "" {
 		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
+	var sink *otlpSink
+	if *traces {
+		var err error
+		if sink, err = startOTLPSink(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench-http: starting the OTLP receiver: %v\n", err)
+			os.Exit(1)
+		}
+		defer sink.Close()
+		serverEnv = append(serverEnv, "OTEL_EXPORTER_OTLP_ENDPOINT="+sink.URL)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := httpbench.Run(ctx, httpbench.Config{
@@ -61,6 +72,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench-http: %v\n", err)
 		stop()
 		os.Exit(1) //nolint:gocritic // the deferred stop has run
+	}
+	if sink != nil {
+		fmt.Fprintf(os.Stderr, "bench-http: traces: %d spans received in %d OTLP exports\n", sink.spans.Load(), sink.exports.Load())
 	}
 	if *reserveOnly {
 		return
