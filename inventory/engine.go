@@ -366,6 +366,65 @@ func (e *Engine) run(ctx context.Context, name string, keys []string, args ...an
 	return reply(res), nil
 }
 
+// scriptCall is one run of a script among many sent together (runMany).
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runManyChunk is how many runs one round trip of runMany carries.
+const runManyChunk = 500
+
+// runMany runs calls of one script, pipelined in chunks of runManyChunk
+// (one round trip each), and returns each call's reply or error. Every
+// call is its own atomic run, as with run; only the transport is shared.
+// A call refused NOSCRIPT (a SCRIPT FLUSH under way) is sent once more after
+// the scripts are loaded again: it did not run.
+func (e *Engine) runMany(ctx context.Context, name string, calls []scriptCall) ([]reply, []error) {
+	replies := make([]reply, len(calls))
+	errs := make([]error, len(calls))
+	script := e.scripts[name]
+	for start := 0; start < len(calls); start += runManyChunk {
+		todo := make([]int, 0, runManyChunk)
+		for i := start; i < min(start+runManyChunk, len(calls)); i++ {
+			todo = append(todo, i)
+		}
+		for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
+			cmds := make([]*redis.Cmd, len(todo))
+			_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for j, i := range todo {
+					cmds[j] = script.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
+				}
+				return nil
+			})
+			var again []int
+			for j, i := range todo {
+				vals, err := cmds[j].Slice()
+				switch {
+				case err != nil && isNoScript(err) && attempt == 0:
+					again = append(again, i)
+				case err != nil:
+					errs[i] = unavailable("running "+name, err)
+				case len(vals) == 0:
+					errs[i] = fmt.Errorf("script %s returned nothing", name)
+				default:
+					replies[i], errs[i] = reply(vals), nil
+				}
+			}
+			if len(again) > 0 {
+				if err := e.LoadScripts(ctx); err != nil {
+					for _, i := range again {
+						errs[i] = err
+					}
+					break
+				}
+			}
+			todo = again
+		}
+	}
+	return replies, errs
+}
+
 // runReplicated is run for the steps whose loss in a failover a buyer would
 // notice (a reserve, a commit's last step): with WaitReplicas set, it sends
 // the script and WAIT in one pipeline, so they run on one connection and

@@ -180,12 +180,23 @@ func (w *HoldSweeper) cartLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
-		n, err := w.engine.AbandonStaleCarts(sctx, w.cfg.BatchSize)
-		cancel()
-		w.abandoned.Add(float64(n))
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn().Err(err).Msg("letting go of unfinished carts failed; trying again")
+		// Each call takes about BatchSize lines (carts of up to 50 lines,
+		// one pipelined round trip for their lines), so a step never
+		// outgrows its timeout however many carts fall due together; the
+		// loop goes on at once while carts are left.
+		for more := true; more && ctx.Err() == nil; {
+			sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+			var n int
+			var err error
+			n, more, err = w.engine.SweepCarts(sctx, w.cfg.BatchSize, max(1, w.cfg.BatchSize/inventory.MaxCartLines))
+			cancel()
+			w.abandoned.Add(float64(n))
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn().Err(err).Msg("letting go of unfinished carts failed; trying again")
+				}
+				break
+			}
 		}
 	}
 }
