@@ -499,6 +499,10 @@ test('two buyers watch one drop', async (t) => {
       const third = rest.find((b) => b !== second);
       await turn(second, 1_000);
       await third.page.locator(`[data-testid="queue-status-${queueSku}"][data-state="soldout"]`).waitFor({ timeout: 15_000 });
+      // The seed that shuffled the pre-queue is revealed (in a box the
+      // buyer opens), and hashes to the hash every page showed before.
+      await third.page.getByTestId(`queue-seed-check-${queueSku}`).waitFor({ state: 'attached' });
+      assert.match(await third.page.getByTestId(`queue-seed-hash-${queueSku}`).textContent(), /^[0-9a-f]{64}$/);
       const seen = await third.page.evaluate(() => window.positions);
       assert.ok(seen.length >= 2 && seen[0] > seen.at(-1), `the third's position fell: ${seen}`);
       const names = new Map([[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]);

@@ -45,7 +45,8 @@ function App() {
                 Stock is live: every window sees it fall the moment someone buys. “Buy” holds a unit for you
                 until the timer runs out; pay before it does, or it goes back on sale. Put several in the cart to
                 hold them all or none, queue for a sold-out product to be handed the next unit that comes back, or
-                enter a draw, whose winners are drawn from a seed published before it opens.
+                enter a draw, whose winners are drawn from a seed published before it opens, or join the queue of a
+                queued drop and buy on your turn.
               </p>
             </div>
             <span className={live ? 'live on' : 'live'} data-testid="live">

@@ -152,7 +152,54 @@ export function QueuePanel({ product, signedIn, ticket, onTicket }) {
           {message}
         </p>
       )}
+      <QueueSeed sku={sku} queue={queue} />
     </div>
+  );
+}
+
+// QueueSeed shows the hash of the seed that shuffles the pre-queue, public
+// from the product's creation, and once the queue has opened the seed, with
+// a check made here (Web Crypto, where the page has it) and the command
+// that recomputes the order.
+function QueueSeed({ sku, queue }) {
+  const [check, setCheck] = useState(null);
+  useEffect(() => {
+    if (!queue.seed || !globalThis.crypto?.subtle) return;
+    const bytes = new Uint8Array(queue.seed.match(/../g).map((h) => parseInt(h, 16)));
+    crypto.subtle.digest('SHA-256', bytes).then((d) => {
+      const hex = Array.from(new Uint8Array(d), (x) => x.toString(16).padStart(2, '0')).join('');
+      setCheck(hex === queue.seedHash);
+    });
+  }, [queue.seed, queue.seedHash]);
+  return (
+    <details className="seed" data-testid={`queue-proof-${sku}`}>
+      <summary>How the pre-queue is shuffled</summary>
+      <dl>
+        <dt>Seed hash, published when the drop was created</dt>
+        <dd>
+          <code data-testid={`queue-seed-hash-${sku}`}>{queue.seedHash}</code>
+        </dd>
+        {queue.seed && (
+          <>
+            <dt>Seed, revealed at the opening</dt>
+            <dd>
+              <code data-testid={`queue-seed-${sku}`}>{queue.seed}</code>
+            </dd>
+          </>
+        )}
+      </dl>
+      <p>
+        {check === true && (
+          <strong className="ok" data-testid={`queue-seed-check-${sku}`}>
+            ✓ SHA-256 of the seed is the published hash.{' '}
+          </strong>
+        )}
+        {check === false && <strong className="bad">✗ The seed does not hash to the published hash. </strong>}
+        Everyone who joins before the opening gets a place drawn from this seed, fixed before anyone joined;{' '}
+        <code>dropline verify-queue --sku {sku}</code> recomputes the order once it is revealed. After the opening,
+        first come, first served.
+      </p>
+    </details>
   );
 }
 
