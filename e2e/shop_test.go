@@ -29,7 +29,9 @@ import (
 
 // The demo shop in a real browser: Playwright (e2e/browser/shop.test.mjs)
 // drives Chromium as two buyers against the real `dropline serve` binary in
-// dev mode, and this test checks in Postgres what their clicks did.
+// dev mode, running the shop's trusted documents
+// (web/shop/persisted-query-manifest.json), and this test checks in
+// Postgres what their clicks did.
 
 // shopHold is the server's default hold in this test: long enough to click
 // Pay, short enough to watch a hold expire.
@@ -58,9 +60,12 @@ func TestShopInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	installNodeDeps(t, dir)
 
+	manifest, err := filepath.Abs("../web/shop/persisted-query-manifest.json")
+	require.NoError(t, err)
 	srv := startBinary(t, map[string]string{
-		"DROPLINE_DEV":          "1",
-		"DROPLINE_HOLD_DEFAULT": shopHold.String(),
+		"DROPLINE_DEV":               "1",
+		"DROPLINE_HOLD_DEFAULT":      shopHold.String(),
+		"DROPLINE_TRUSTED_DOCUMENTS": manifest,
 	})
 	s := &system{URL: srv.URL, Issuer: devIssuer(t), Pool: srv.Pool}
 	const sku, last, wait = "SHOP-HOT", "SHOP-LAST", "SHOP-WAIT"
@@ -114,6 +119,8 @@ func TestShopInABrowser(t *testing.T) {
 		t.Fatalf("the browser test failed (%v); screenshots in %s\n%s\nserver log:\n%s", err, kept, out, srv.log.String())
 	}
 	var res struct {
+		ByID         int      `json:"byId"`
+		AsText       int      `json:"asText"`
 		FallMs       int64    `json:"fallMs"`
 		ExpiryBackMs int64    `json:"expiryBackMs"`
 		RetryKey     string   `json:"retryKey"`
@@ -183,9 +190,12 @@ func TestShopInABrowser(t *testing.T) {
 	require.Zero(t, s.scalar(t, `SELECT count(*) FROM reservations WHERE extensions > 1`), "every Pay extended once")
 	require.Equal(t, stock{Available: 0, Held: 0, Sold: 1, Total: 1}, s.stock(t, last))
 	require.NotEmpty(t, res.RetryKey)
+	// Dev mode would run a document sent as text; the shop sent none.
+	require.Zero(t, res.AsText, "operations the shop sent as text")
+	require.Positive(t, res.ByID)
 
-	t.Logf("browser test took %s; bob's page showed alice's Buy after %d ms; an expired hold was back on both pages %d ms after expiresAt",
-		time.Since(began).Round(time.Millisecond), res.FallMs, res.ExpiryBackMs)
+	t.Logf("browser test took %s; %d operations sent by id, %d as text; bob's page showed alice's Buy after %d ms; an expired hold was back on both pages %d ms after expiresAt",
+		time.Since(began).Round(time.Millisecond), res.ByID, res.AsText, res.FallMs, res.ExpiryBackMs)
 }
 
 // reserveHTTP holds units of sku for the holder of token for holdSeconds

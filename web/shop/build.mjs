@@ -9,10 +9,14 @@ import * as esbuild from 'esbuild';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeManifest } from './manifest.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const outdir = path.resolve(here, '../../server/shop/dist');
 const assetsDir = path.join(outdir, 'assets');
+
+// The trusted documents first: the bundle imports their ids.
+await writeManifest();
 
 await rm(outdir, { recursive: true, force: true });
 await mkdir(assetsDir, { recursive: true });
