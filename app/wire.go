@@ -79,6 +79,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			Streams:          in.Config.StreamLimits(),
 			TrustedDocuments: trusted,
 			Tracer:           in.Tracer,
+			Subgraph:         in.Config.Subgraph,
 			Limits: graphql.Limits{
 				MutationRate:    in.Config.MutationRate,
 				MutationBurst:   in.Config.MutationBurst,

@@ -68,6 +68,7 @@ const (
 	EnvLiveInterval       = "DROPLINE_LIVE_INTERVAL"
 	EnvAPQBytesPerAddr    = "DROPLINE_APQ_BYTES_PER_ADDR"
 	EnvTrustedDocuments   = "DROPLINE_TRUSTED_DOCUMENTS"
+	EnvSubgraph           = "DROPLINE_SUBGRAPH"
 	EnvBodyTimeout        = "DROPLINE_BODY_TIMEOUT"
 	EnvRequestsPerAddr    = "DROPLINE_REQUESTS_PER_ADDR"
 
@@ -450,6 +451,12 @@ type Config struct {
 	// persisted queries are off. Default: empty, meaning any document runs.
 	TrustedDocuments string
 
+	// Subgraph makes the server an Apollo Federation v2 subgraph
+	// (DROPLINE_SUBGRAPH: 1/true/yes/on): it answers _service { sdl } and
+	// _entities for a gateway. Default: false, and both are refused, since
+	// the SDL maps the schema as introspection (off outside dev mode) would.
+	Subgraph bool
+
 	// BodyTimeout bounds how long a client may take to send a request's
 	// body once its headers are in (DROPLINE_BODY_TIMEOUT); a slower body
 	// gets 408 and its connection is closed. Default: 10s; between 1s and
@@ -663,6 +670,7 @@ func Load(getenv func(string) string) (Config, error) {
 	dur(EnvLiveInterval, &c.LiveInterval)
 	num(EnvAPQBytesPerAddr, &c.APQBytesPerAddr)
 	str(EnvTrustedDocuments, &c.TrustedDocuments)
+	boolean(EnvSubgraph, &c.Subgraph)
 	dur(EnvBodyTimeout, &c.BodyTimeout)
 	num(EnvRequestsPerAddr, &c.RequestsPerAddr)
 	dur(EnvWebhookTimeout, &c.WebhookTimeout)

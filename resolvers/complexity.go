@@ -31,7 +31,16 @@ type listLength struct {
 	// nil).
 	first string
 	def   func(Limits) int
+	// each, when set, is the list argument the field answers item by
+	// item: the list is as long as it (more than max is priced as max,
+	// and refused before it runs: server/graphql's subgraph extension).
+	each string
 }
+
+// MaxEntities is the most representations one _entities field resolves
+// (a federation gateway asks for the entities of one query plan step in
+// one field): a page of products, as Query.products at most.
+const MaxEntities = 100
 
 // listLengths prices every list field of the schema
 // (TestEveryListIsPriced holds it to the schema). A connection is priced
@@ -45,7 +54,10 @@ var listLengths = map[string]listLength{
 	"Query.myWaitlist":            {max: items(inventory.MaxMyWaitlist)},
 	"Query.myDrawEntries":         {max: items(inventory.MaxMyDrawEntries)},
 	"Drop.products":               {max: items(inventory.MaxDropSKUs), first: "first"},
-	"Cart.lines":                  {max: items(inventory.MaxCartLines)},
+	// A gateway's entity fetch costs what each entity's selection costs,
+	// once per representation.
+	"Query._entities": {max: items(MaxEntities), each: "representations"},
+	"Cart.lines":      {max: items(inventory.MaxCartLines)},
 	// A refused cart has a userError per refused line; every other
 	// mutation refuses with one.
 	"CartPayload.userErrors":              {max: items(inventory.MaxCartLines)},
@@ -80,6 +92,16 @@ func counted(Limits) int { return 1 }
 // length is how many items the field returns at most, given its arguments.
 func (ll listLength) length(l Limits, args map[string]any) int {
 	most := ll.max(l)
+	if ll.each != "" {
+		n := 0
+		switch v := args[ll.each].(type) {
+		case []any: // as the document or its variables give it
+			n = len(v)
+		case []map[string]any:
+			n = len(v)
+		}
+		return min(n, most)
+	}
 	if ll.first == "" {
 		return most
 	}
@@ -126,7 +148,7 @@ var PricedFields = pricedFields()
 func pricedFields() []string {
 	var out []string
 	for name, ll := range listLengths {
-		if ll.first != "" {
+		if ll.first != "" || ll.each != "" {
 			out = append(out, name)
 		}
 	}

@@ -45,14 +45,22 @@ func TestEveryListIsPriced(t *testing.T) {
 	slices.Sort(priced)
 	require.Equal(t, lists, priced)
 
-	// A field priced by an argument has it, as an Int.
+	// A field priced by an argument has it, as an Int (first) or a list
+	// (each).
 	for _, name := range PricedFields {
 		typ, field, _ := strings.Cut(name, ".")
-		arg := schema.Types[typ].Fields.ForName(field).Arguments.ForName(listLengths[name].first)
+		ll := listLengths[name]
+		if ll.each != "" {
+			arg := schema.Types[typ].Fields.ForName(field).Arguments.ForName(ll.each)
+			require.NotNil(t, arg, name)
+			require.NotNil(t, arg.Type.Elem, name)
+			continue
+		}
+		arg := schema.Types[typ].Fields.ForName(field).Arguments.ForName(ll.first)
 		require.NotNil(t, arg, name)
 		require.Equal(t, "Int", arg.Type.Name(), name)
 	}
-	require.Equal(t, []string{"Drop.products", "Query.myReservations", "Query.products", "Query.webhookDeliveries"}, PricedFields)
+	require.Equal(t, []string{"Drop.products", "Query._entities", "Query.myReservations", "Query.products", "Query.webhookDeliveries"}, PricedFields)
 }
 
 // Nested lists multiply: each list costs its selection times the most

@@ -16,8 +16,9 @@
 #   node 20+, npm    e2e's Node client tests and the browser test; Debian 12's
 #                    nodejs is 18, so a missing or older node is reported,
 #                    not installed
-#   e2e/node, e2e/browser
-#                    their npm packages, with `npm ci` from the committed
+#   e2e/node, e2e/browser, e2e/gateway
+#                    their npm packages (e2e/gateway: Apollo's gateway and
+#                    server for the federation test), with `npm ci` from the committed
 #                    package-lock.json, when node_modules does not already
 #                    hold exactly that lockfile (the stamp the e2e tests
 #                    write and check too: they install the same way when run
@@ -73,4 +74,5 @@ ensure_packages
 ensure_node
 npm_ci e2e/node
 npm_ci e2e/browser
+npm_ci e2e/gateway
 say "tools: nginx, redis-sentinel, promtool, chromium, node $(node --version) and e2e's npm packages are in place"

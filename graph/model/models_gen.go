@@ -193,6 +193,8 @@ type Drop struct {
 func (Drop) IsNode()            {}
 func (this Drop) GetID() string { return this.ID }
 
+func (Drop) IsEntity() {}
+
 type DropPayload struct {
 	Drop       *Drop        `json:"drop,omitempty"`
 	UserErrors []*UserError `json:"userErrors"`
@@ -294,6 +296,8 @@ type Product struct {
 
 func (Product) IsNode()            {}
 func (this Product) GetID() string { return this.ID }
+
+func (Product) IsEntity() {}
 
 type ProductConnection struct {
 	Edges    []*ProductEdge `json:"edges"`
@@ -401,6 +405,8 @@ type Reservation struct {
 
 func (Reservation) IsNode()            {}
 func (this Reservation) GetID() string { return this.ID }
+
+func (Reservation) IsEntity() {}
 
 type ReservationConnection struct {
 	Edges    []*ReservationEdge `json:"edges"`

@@ -65,6 +65,10 @@ type Config struct {
 	// Tracer, when set, gives every query and mutation (and each event of
 	// a subscription) a span (operationTracer). Nil: tracing off, no span.
 	Tracer trace.TracerProvider
+	// Subgraph serves Apollo Federation's _service and _entities, for a
+	// gateway that composes Dropline into a supergraph. Default: false,
+	// and both are refused with SUBGRAPH_DISABLED.
+	Subgraph bool
 }
 
 // Limits protect the service from expensive or abusive requests. Each zero
@@ -239,6 +243,7 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	if cfg.Dev {
 		srv.Use(extension.Introspection{})
 	}
+	srv.Use(newSubgraph(cfg.Subgraph))
 	srv.Use(depthLimit{max: cfg.Limits.Depth})
 	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})
 	// After the limits, so that only an operation nothing else refuses

@@ -20,10 +20,11 @@ import (
 )
 
 type httpResult struct {
-	status int
-	header http.Header
-	Data   map[string]any `json:"data"`
-	Errors []gqlError     `json:"errors"`
+	status     int
+	header     http.Header
+	Data       map[string]any `json:"data"`
+	Errors     []gqlError     `json:"errors"`
+	Extensions map[string]any `json:"extensions"`
 }
 
 // post sends a raw JSON body to the handler over a real HTTP connection.
