@@ -220,7 +220,7 @@ test('two buyers watch one drop', async (t) => {
       const joins = [];
       await alice.page.route('**/graphql', async (route) => {
         const body = route.request().postDataJSON();
-        if (body?.query?.includes('joinQueue(')) joins.push(body.variables.input);
+        if (body?.operationName === 'JoinQueue') joins.push(body.variables.input);
         return route.continue();
       });
       for (const { page } of [alice, bob, carol]) {
