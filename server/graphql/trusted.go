@@ -101,7 +101,7 @@ func ParseTrustedDocuments(b []byte) (*TrustedDocuments, error) {
 	}
 	schema := graph.NewExecutableSchema(graph.Config{}).Schema()
 	for id, body := range byID {
-		if _, errs := gqlparser.LoadQuery(schema, body); len(errs) > 0 {
+		if _, errs := gqlparser.LoadQueryWithRules(schema, body, nil); len(errs) > 0 {
 			return nil, fmt.Errorf("document %s: %w", id, errs)
 		}
 	}
@@ -236,7 +236,7 @@ type requestParams struct {
 // params returns the request's parameters with its document id, if any,
 // moved into the extensions, where the mutators read it.
 func (p *requestParams) params() *gqlgen.RawParams {
-	p.documentIDs.moveTo(&p.RawParams)
+	p.moveTo(&p.RawParams)
 	return &p.RawParams
 }
 

@@ -99,8 +99,7 @@ func TestTrustedDocumentsOnly(t *testing.T) {
 	req, err := http.NewRequest(http.MethodGet, le.srv.URL+"?documentId="+sha(trustedProduct)+"&variables="+url.QueryEscape(`{"sku":"TRUST-1"}`), nil)
 	require.NoError(t, err)
 	product(send(t, req))
-	var reserved httpResult
-	reserved = postJSON(map[string]any{"documentId": sha(trustedReserve), "variables": map[string]any{"input": map[string]any{"sku": "TRUST-1", "quantity": 1, "idempotencyKey": "t-1"}}}, nil)
+	reserved := postJSON(map[string]any{"documentId": sha(trustedReserve), "variables": map[string]any{"input": map[string]any{"sku": "TRUST-1", "quantity": 1, "idempotencyKey": "t-1"}}}, nil)
 	require.Empty(t, reserved.Errors)
 	require.Equal(t, "TRUST-1", reserved.Data["reserve"].(map[string]any)["reservation"].(map[string]any)["sku"])
 
