@@ -375,7 +375,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
 	}
 	switch res.code() {
-	case codeIdempotencyKeyReused:
+	case replyOf(ErrIdempotencyKeyReused):
 		return Cart{}, false, ErrIdempotencyKeyReused
 	case codeRefused:
 		var refusals []cartRefusal
@@ -739,18 +739,18 @@ func (e *Engine) CommitCart(ctx context.Context, p Principal, token string) (car
 			if h.Status != StatusCommitted {
 				taken = append(taken, begun{line: h, a: res.attempt()})
 			}
-		case codeExpired:
+		case replyOf(ErrExpired):
 			return undo(ErrExpired)
-		case codeAlreadyCancelled:
+		case replyOf(ErrAlreadyCancelled):
 			return undo(ErrAlreadyCancelled)
-		case codeForbidden:
+		case replyOf(ErrForbidden):
 			return undo(ErrForbidden)
 		case codeNeedsHydration:
 			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
 				return undo(fmt.Errorf("committing cart %s: %w", token, err))
 			}
 			return undo(unavailable("committing cart "+token, errors.New("a SKU was rebuilt")))
-		case codeNotFound:
+		case replyOf(ErrNotFound):
 			return undo(cartNotFound(token))
 		default:
 			return undo(fmt.Errorf("committing cart %s: unexpected script reply %q", token, res.code()))
@@ -847,11 +847,11 @@ func (e *Engine) CancelCart(ctx context.Context, p Principal, token string) (car
 				}
 			case codeCommitInProgress:
 				again = append(again, l)
-			case codeAlreadyCommitted:
+			case replyOf(ErrAlreadyCommitted):
 				return Cart{}, ErrAlreadyCommitted
-			case codeForbidden:
+			case replyOf(ErrForbidden):
 				return Cart{}, ErrForbidden
-			case codeNotFound, codeNeedsHydration:
+			case replyOf(ErrNotFound), codeNeedsHydration:
 			default:
 				return Cart{}, fmt.Errorf("cancelling cart %s: unexpected script reply %q", token, res.code())
 			}
@@ -949,11 +949,11 @@ func (e *Engine) SweepCarts(ctx context.Context, perPartition, carts int) (n int
 		case errs[i] != nil:
 			c.err = fmt.Errorf("abandoning cart %s: %w", c.token, errs[i])
 			continue
-		case replies[i].code() != codeOK && replies[i].code() != codeExpired:
+		case replies[i].code() != codeOK && replies[i].code() != replyOf(ErrExpired):
 			c.busy = true // finished meanwhile, or not due: nothing to let go, and it is not ours to unlist
 			continue
 		}
-		c.expired = replies[i].code() == codeExpired
+		c.expired = replies[i].code() == replyOf(ErrExpired)
 		var enc string
 		c.who, enc = replies[i].abandonedCart()
 		if err := json.Unmarshal([]byte(enc), &c.lines); err != nil {
@@ -1081,7 +1081,7 @@ func (e *Engine) ExtendCart(ctx context.Context, p Principal, token string, req 
 		}
 		switch res.code() {
 		case codeOK:
-		case codeNotFound:
+		case replyOf(ErrNotFound):
 			return Cart{}, cartNotFound(token)
 		default:
 			return Cart{}, ErrExpired

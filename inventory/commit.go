@@ -56,9 +56,9 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 				return h, nil
 			}
 			return e.writeSale(ctx, token, h, res.attempt())
-		case codeForbidden:
+		case replyOf(ErrForbidden):
 			return Reservation{}, ErrForbidden
-		case codeExpired, codeAlreadyCancelled:
+		case replyOf(ErrExpired), replyOf(ErrAlreadyCancelled):
 			return e.refusedUnlessSold(ctx, token, res.code())
 		case codeNeedsHydration:
 			if try > 0 {
@@ -67,7 +67,7 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
 				return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 			}
-		case codeNotFound:
+		case replyOf(ErrNotFound):
 			if try > 0 {
 				return Reservation{}, reservationNotFound(token)
 			}
@@ -116,7 +116,7 @@ func (e *Engine) refusedUnlessSold(ctx context.Context, token string, code reply
 	if !errors.Is(err, db.ErrNotFound) {
 		return Reservation{}, unavailable("checking sale", err)
 	}
-	if code == codeExpired {
+	if code == replyOf(ErrExpired) {
 		return Reservation{}, ErrExpired
 	}
 	return Reservation{}, ErrAlreadyCancelled
@@ -206,7 +206,7 @@ func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, 
 		}
 		h.Replayed = false
 		return h, nil
-	case codeNotFound:
+	case replyOf(ErrNotFound):
 		return h, nil
 	}
 	return Reservation{}, fmt.Errorf("finishing commit of %s: unexpected script reply %q", token, res.code())

@@ -185,7 +185,8 @@
 // script) it is spent first by rate_limit.lua, as every other mutation's.
 //
 // Replies are read in one place, replies.go: every code a script can answer
-// is a replyCode constant, and each reply shape has one decoder (a hold_reply,
+// is a business outcome of package outcome or a protocol code of its own,
+// and each reply shape has one decoder (a hold_reply,
 // begin_commit's attempt, reserve's rejections, ...). A hold, whether a
 // script returned it or its hash was read, becomes a Reservation through
 // storedHold.reservation; holdFromLedger is the same for a ledger row.

@@ -157,7 +157,7 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 
 	_, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: sku, Quantity: 1})
 	require.ErrorIs(t, err, inventory.ErrDrawOnly)
-	require.Equal(t, inventory.CodeDrawOnly, inventory.ErrorCode(err))
+	require.Equal(t, inventory.ErrDrawOnly.Code(), inventory.ErrorCode(err))
 	_, err = b.engine.JoinWaitlist(b.ctx, buyer(1), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
 	require.ErrorIs(t, err, inventory.ErrDrawOnly, "a draw's waitlist is its losers only")
 
@@ -396,7 +396,7 @@ func TestCartCannotEmptyADraw(t *testing.T) {
 		require.Len(t, refused.Lines, 1)
 		require.Equal(t, 1, refused.Lines[0].Index)
 		require.ErrorIs(t, refused.Lines[0].Err, inventory.ErrDrawOnly)
-		require.Equal(t, inventory.CodeDrawOnly, inventory.ErrorCode(refused.Lines[0].Err))
+		require.Equal(t, inventory.ErrDrawOnly.Code(), inventory.ErrorCode(refused.Lines[0].Err))
 		require.Zero(t, b.requireBalanced(t, sku).Held)
 		require.Zero(t, b.requireBalanced(t, "CART-OTHER").Held, "the cart is refused whole")
 

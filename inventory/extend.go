@@ -120,22 +120,22 @@ func (e *Engine) extendHold(ctx context.Context, p Principal, token string, hold
 				e.recordExtension(ctx, res)
 			}
 			return res, nil
-		case codeForbidden:
+		case replyOf(ErrForbidden):
 			return Reservation{}, ErrForbidden
-		case codeIdempotencyKeyReused:
+		case replyOf(ErrIdempotencyKeyReused):
 			return Reservation{}, ErrIdempotencyKeyReused
-		case codeExpired:
+		case replyOf(ErrExpired):
 			return Reservation{}, ErrExpired
-		case codeAlreadyCancelled:
+		case replyOf(ErrAlreadyCancelled):
 			return Reservation{}, ErrAlreadyCancelled
-		case codeAlreadyCommitted:
+		case replyOf(ErrAlreadyCommitted):
 			return Reservation{}, ErrAlreadyCommitted
 		case codeCommitInProgress:
 			return Reservation{}, unavailable("extending "+token, errCommitInProgress)
-		case codeExtensionLimit:
+		case replyOf(ErrExtensionLimit):
 			h := r.hold().reservation()
 			return Reservation{}, &ExtensionLimitError{Limit: limit, Used: h.Extensions, Latest: h.CreatedAt.Add(e.cfg.MaxHold)}
-		case codeInvalidInput:
+		case replyOf(ErrInvalidInput):
 			return Reservation{}, &InvalidInputError{Field: "holdSeconds", Reason: "out of range"}
 		case codeNeedsHydration:
 			if try > 0 {
@@ -144,7 +144,7 @@ func (e *Engine) extendHold(ctx context.Context, p Principal, token string, hold
 			if err := e.Rebuild(ctx, r.missingSKU()); err != nil {
 				return Reservation{}, fmt.Errorf("extending %s: %w", token, err)
 			}
-		case codeNotFound:
+		case replyOf(ErrNotFound):
 			if try > 0 {
 				return Reservation{}, reservationNotFound(token)
 			}

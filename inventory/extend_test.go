@@ -74,7 +74,7 @@ func TestExtendHold(t *testing.T) {
 		var limit *inventory.ExtensionLimitError
 		require.ErrorAs(t, err, &limit)
 		require.Equal(t, inventory.ExtensionLimitError{Limit: 2, Used: 1, Latest: h.CreatedAt.Add(time.Minute)}, *limit)
-		require.Equal(t, inventory.CodeExtensionLimit, inventory.ErrorCode(err))
+		require.Equal(t, inventory.ErrExtensionLimit.Code(), inventory.ErrorCode(err))
 
 		x2, err := b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: 30 * time.Second})
 		require.NoError(t, err)

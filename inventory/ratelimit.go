@@ -13,9 +13,6 @@ import (
 	"github.com/dropline/dropline/lua"
 )
 
-// ErrRateLimited means the principal has spent its mutation budget for now.
-var ErrRateLimited = errors.New("too many mutations")
-
 // RateLimit is one principal's mutation budget: GCRA, Rate mutations per
 // Period on average and bursts of up to Burst, kept in Redis under Key so
 // that every instance shares it. It is the algorithm and the stored form of
@@ -42,19 +39,6 @@ func (l *RateLimit) args() [3]any {
 	}
 	return [3]any{l.Burst, l.Rate, period}
 }
-
-// RateLimitedError refuses a mutation whose principal has no budget left,
-// and says when one more would fit.
-type RateLimitedError struct {
-	RetryAfter time.Duration
-}
-
-func (e *RateLimitedError) Error() string {
-	return fmt.Sprintf("too many mutations: retry in %s", e.RetryAfter)
-}
-
-// Is makes errors.Is(err, ErrRateLimited) true.
-func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimited }
 
 // rateLimited decodes the seconds to wait that a script answered.
 func rateLimited(retryAfter string) error {

@@ -22,7 +22,7 @@ func requireRateLimited(t *testing.T, err error) {
 	var limited *inventory.RateLimitedError
 	require.ErrorAs(t, err, &limited)
 	require.True(t, errors.Is(err, inventory.ErrRateLimited))
-	require.Equal(t, inventory.CodeRateLimited, inventory.ErrorCode(err))
+	require.Equal(t, inventory.ErrRateLimited.Code(), inventory.ErrorCode(err))
 	require.Greater(t, limited.RetryAfter, time.Duration(0))
 	require.LessOrEqual(t, limited.RetryAfter, time.Minute)
 }

@@ -75,9 +75,9 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 		switch res.code() {
 		case codeOK:
 			return res.hold().reservation(), nil
-		case codeForbidden:
+		case replyOf(ErrForbidden):
 			return Reservation{}, ErrForbidden
-		case codeAlreadyCommitted:
+		case replyOf(ErrAlreadyCommitted):
 			return Reservation{}, ErrAlreadyCommitted
 		case codeCommitInProgress:
 			return Reservation{}, unavailable("cancelling "+token, errCommitInProgress)
@@ -88,7 +88,7 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
 				return Reservation{}, fmt.Errorf("cancelling %s: %w", token, err)
 			}
-		case codeNotFound:
+		case replyOf(ErrNotFound):
 			if attempt > 0 {
 				return Reservation{}, reservationNotFound(token)
 			}

@@ -72,7 +72,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		res, err := e.release(ctx, p, token, alice, "CANCELLED")
 		require.NoError(t, err)
-		require.Equal(t, codeAlreadyCommitted, res.code())
+		require.Equal(t, replyOf(ErrAlreadyCommitted), res.code())
 	}
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
 	require.NoError(t, err)

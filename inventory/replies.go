@@ -5,62 +5,52 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/outcome"
 )
 
 // Script replies. Every script answers a list whose first element is a code
 // (replyCode); what follows depends on the script and the code, as each
 // script's header in lua/ says. The positions are read here and nowhere
 // else: one decoder per reply shape.
+//
+// A code is either a business outcome, which package outcome defines once
+// (replyOf names it here), or one of the protocol codes below, which tell
+// the engine what to do next and never reach a client.
+// TestEveryScriptCodeMapsToOne checks that each code a script can answer is
+// exactly one of the two.
 
 // replyCode is what a script says happened: the first element of its reply.
 type replyCode string
 
-// Every code a script of lua/ can return.
+// replyOf is the code a script answers for a business outcome.
+func replyOf(o *outcome.Outcome) replyCode { return replyCode(o.Code()) }
+
+// The protocol codes of lua/'s scripts.
 const (
 	codeOK             replyCode = "OK"
 	codeHeld           replyCode = "HELD"            // reserve.lua made the hold: {code, expires_ms, created_ms}
-	codeNotFound       replyCode = "NOT_FOUND"       // no live hold under the token
 	codeNeedsHydration replyCode = "NEEDS_HYDRATION" // the SKU is not loaded: {code, sku}
 
-	// begin_commit.lua and release_hold.lua, with a hold_reply.
-	codeForbidden        replyCode = "FORBIDDEN"
-	codeExpired          replyCode = "EXPIRED"
-	codeAlreadyCancelled replyCode = "ALREADY_CANCELLED"
-	codeAlreadyCommitted replyCode = "ALREADY_COMMITTED"
+	// begin_commit.lua, release_hold.lua and extend_hold.lua, with a
+	// hold_reply, besides their business outcomes (FORBIDDEN, EXPIRED,
+	// ALREADY_CANCELLED, ALREADY_COMMITTED, EXTENSION_LIMIT, NOT_FOUND: no
+	// live hold under the token).
 	codeCommitInProgress replyCode = "COMMIT_IN_PROGRESS"
 	codeNotDue           replyCode = "NOT_DUE"
-	// extend_hold.lua, with a hold_reply.
-	codeExtensionLimit replyCode = "EXTENSION_LIMIT"
 
-	// reserve.lua's rejections, {code, a, b, replayed}; begin_commit.lua
-	// also answers INVALID_INPUT.
-	codeInvalidInput         replyCode = "INVALID_INPUT"
-	codeIdempotencyKeyReused replyCode = "IDEMPOTENCY_KEY_REUSED"
-	codeSaleNotActive        replyCode = "SALE_NOT_ACTIVE"
-	codeQuotaExceeded        replyCode = "QUOTA_EXCEEDED"
-	codeOutOfStock           replyCode = "OUT_OF_STOCK"
-	// reserve.lua, when it spends the principal's budget: {code, retry_after seconds}.
-	codeRateLimited replyCode = "RATE_LIMITED"
-	// reserve.lua: deciding one request of a batch raised an error,
+	// reserve.lua's rejections are business outcomes, {code, a, b,
+	// replayed} (rejection); RATE_LIMITED is {code, retry_after seconds}.
+	// This one says deciding one request of a batch raised an error,
 	// {code, message}; the batch's other requests have their own replies.
 	codeReserveError replyCode = "ERR"
 
-	// join_waitlist.lua answers the rejections above with the same shape,
-	// and this one: {code, limit}.
-	codeWaitlistFull replyCode = "WAITLIST_FULL"
-	// reserve.lua and join_waitlist.lua: the product is sold by draw.
-	codeDrawOnly replyCode = "DRAW_ONLY"
-	// may_take's admission pass limit (reserve.lua, hold_cart_lines.lua,
-	// join_waitlist.lua): a queued product, and no valid pass.
-	codeQueueRequired replyCode = "QUEUE_REQUIRED"
-	codePassExpired   replyCode = "PASS_EXPIRED"
-	codePassInvalid   replyCode = "PASS_INVALID"
 	// reserve.lua and hold_cart_lines.lua: the units are there but the
 	// SKU's waitlist walk is unfinished, {code, sku}: finish it, ask again.
 	codeWalkPending replyCode = "WALK_PENDING"
 	// continue_walk.lua: the walk is still unfinished after this run, {code, offers}
 	// (DONE: it ended).
 	codePending replyCode = "PENDING"
+
 	// apply_draw.lua: the batch was applied before, {code, done}.
 	codeSkip replyCode = "SKIP"
 
@@ -85,6 +75,12 @@ const (
 	codeAdopted  replyCode = "ADOPTED"
 	codeClosed   replyCode = "CLOSED"
 )
+
+// protocolCodes lists the codes above, for the test that ties every code a
+// script answers to exactly one meaning.
+var protocolCodes = []replyCode{codeOK, codeHeld, codeNeedsHydration, codeCommitInProgress, codeNotDue,
+	codeReserveError, codeWalkPending, codePending, codeSkip, codeExists, codeStale, codeDone, codeReused, codeMark, codeCheck, codeRefused,
+	codeLate, codeAgrees, codeReleased, codeAdopted, codeClosed}
 
 // The outcomes finish_commit.lua takes (ARGV[2]), besides the ledger's
 // CANCELLED and EXPIRED.
@@ -146,25 +142,25 @@ func (r reply) attempt() attempt {
 // its error; nil when the code is not one of its rejections.
 func (r reply) rejection() error {
 	switch r.code() {
-	case codeOutOfStock:
+	case replyOf(ErrOutOfStock):
 		return &OutOfStockError{Available: int(r.int(1))}
-	case codeQuotaExceeded:
+	case replyOf(ErrQuotaExceeded):
 		return &QuotaExceededError{Limit: int(r.int(1)), Held: int(r.int(2))}
-	case codeSaleNotActive:
+	case replyOf(ErrSaleNotActive):
 		return &SaleNotActiveError{StartsAt: msTimePtr(r.int(1)), EndsAt: msTimePtr(r.int(2))}
-	case codeIdempotencyKeyReused:
+	case replyOf(ErrIdempotencyKeyReused):
 		return ErrIdempotencyKeyReused
-	case codeInvalidInput:
+	case replyOf(ErrInvalidInput):
 		return &InvalidInputError{Field: r.str(1), Reason: r.str(2)}
-	case codeWaitlistFull:
+	case replyOf(ErrWaitlistFull):
 		return &WaitlistFullError{Limit: int(r.int(1))}
-	case codeDrawOnly:
+	case replyOf(ErrDrawOnly):
 		return ErrDrawOnly
-	case codeQueueRequired:
+	case replyOf(ErrQueueRequired):
 		return ErrQueueRequired
-	case codePassExpired:
+	case replyOf(ErrPassExpired):
 		return ErrPassExpired
-	case codePassInvalid:
+	case replyOf(ErrPassInvalid):
 		return ErrPassInvalid
 	}
 	return nil

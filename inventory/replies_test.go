@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/inventory/outcome"
+	"github.com/dropline/dropline/inventory/policy"
 )
 
 // TestRepliesAreDecodedInOnePlace checks that no code outside replies.go
@@ -72,9 +75,49 @@ func TestRejectionsDecodeToTheirErrors(t *testing.T) {
 	var invalid *InvalidInputError
 	require.True(t, errors.As(reply{"INVALID_INPUT", "quantity", "too many", int64(0)}.rejection(), &invalid))
 	require.Equal(t, InvalidInputError{Field: "quantity", Reason: "too many"}, *invalid)
-	for _, c := range []replyCode{codeOK, codeNeedsHydration, codeNotFound} {
+	for _, c := range []replyCode{codeOK, codeNeedsHydration, replyOf(ErrNotFound)} {
 		require.NoError(t, reply{string(c)}.rejection())
 	}
 	require.Equal(t, []string{"t1", "t2"}, reply{int64(5), "t1", "t2"}.dueTokens())
 	require.Empty(t, reply{int64(5)}.dueTokens())
+}
+
+// TestEveryScriptCodeMapsToOne reads every reply code the scripts of lua/
+// can answer (the first element of a reply table, the code given to
+// hold_reply or wait_reply, a refusal of the sale policy) and checks that
+// each is exactly one thing: a business outcome of package outcome, which
+// the engine returns and the API reports, or a protocol code of replies.go,
+// which never leaves the engine.
+func TestEveryScriptCodeMapsToOne(t *testing.T) {
+	t.Parallel()
+	protocol := map[string]bool{}
+	for _, c := range protocolCodes {
+		_, isOutcome := outcome.Parse(string(c))
+		require.False(t, isOutcome, "%s is both a protocol code and a business outcome", c)
+		require.False(t, protocol[string(c)], "%s listed twice", c)
+		protocol[string(c)] = true
+	}
+	files, err := filepath.Glob("../lua/*.lua")
+	require.NoError(t, err)
+	code := regexp.MustCompile(`(?:\{\s*|_reply\(\s*)'([A-Z][A-Z_]+)'`)
+	comment := regexp.MustCompile(`--.*`)
+	seen := map[string]bool{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range code.FindAllStringSubmatch(comment.ReplaceAllString(string(src), ""), -1) {
+			seen[m[1]] = true
+			_, isOutcome := outcome.Parse(m[1])
+			require.True(t, isOutcome != protocol[m[1]], "%s answers %s, which is neither a business outcome nor a protocol code of replies.go", filepath.Base(f), m[1])
+		}
+	}
+	for _, m := range policy.Modes {
+		c := string(policy.Refuse(m).Code)
+		_, isOutcome := outcome.Parse(c)
+		require.True(t, isOutcome, "the policy refuses %s with %s, not a business outcome", m, c)
+	}
+	for _, c := range protocolCodes {
+		require.True(t, seen[string(c)], "no script answers the protocol code %s", c)
+	}
+	require.True(t, seen[string(ErrOutOfStock.Code())] && seen[string(ErrForbidden.Code())], "the scan found the scripts' outcomes")
 }

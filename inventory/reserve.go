@@ -181,7 +181,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 				return res.newHold(c.token(), req.SKU, p.ID, req.Quantity).reservation(), nil
 			}
 			return res.hold().reservation(), nil
-		case codeRateLimited:
+		case replyOf(ErrRateLimited):
 			return Reservation{}, rateLimited(res.retryAfter())
 		case codeNeedsHydration:
 			missing := res.missingSKU()

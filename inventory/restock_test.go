@@ -74,7 +74,7 @@ func TestRestockRefusesReusedEventIDAndMissingOne(t *testing.T) {
 	// The same id with another quantity is a different restock reusing the id.
 	_, err = b.engine.Restock(b.ctx, admin, "PO-D", 6, "po-2002")
 	require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
-	require.Equal(t, inventory.CodeIdempotencyKeyReused, inventory.ErrorCode(err))
+	require.Equal(t, inventory.ErrIdempotencyKeyReused.Code(), inventory.ErrorCode(err))
 
 	// Without an id a retry after UNAVAILABLE could not be told from a new
 	// restock, so an id is required.

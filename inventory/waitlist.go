@@ -59,18 +59,6 @@ type JoinWaitlistRequest struct {
 	AdmissionPass string
 }
 
-// WaitlistFullError says a SKU's waitlist has reached its bound.
-type WaitlistFullError struct {
-	Limit int
-}
-
-func (e *WaitlistFullError) Error() string {
-	return fmt.Sprintf("the waitlist is full (%d waiting)", e.Limit)
-}
-
-// Is makes errors.Is(err, ErrWaitlistFull) true.
-func (e *WaitlistFullError) Is(target error) bool { return target == ErrWaitlistFull }
-
 // JoinWaitlist puts the principal in the SKU's waitlist. Units freed later by
 // a cancel, an expiry or a restock are handed to waiters in the order they
 // joined, each as a HELD reservation of the duration it asked for (see

@@ -22,10 +22,13 @@ import (
 // on; the response carries a requestId and the log has the detail.
 const CodeInternal = "INTERNAL"
 
+// CodeRateLimited is the code of a spent mutation or cost budget: the
+// engine's outcome, whose code the HTTP layer also reports.
+var CodeRateLimited = string(inventory.ErrRateLimited.Code())
+
 // Codes of refusals decided here rather than by the engine.
 const (
 	CodeUnauthenticated = "UNAUTHENTICATED"
-	CodeRateLimited     = "RATE_LIMITED"
 	CodeBadUserInput    = "BAD_USER_INPUT"
 	// CodeIntrospectionDisabled answers __schema and __type outside dev mode.
 	CodeIntrospectionDisabled = "INTROSPECTION_DISABLED"
@@ -102,11 +105,11 @@ func userError(err error) (*model.UserError, error) {
 		ue.Field = inputPath(inv.Field)
 	case errors.As(err, &nf):
 		ue.Field = inputPath(nf.Field)
-	case code == inventory.CodeOutOfStock || code == inventory.CodeQuotaExceeded:
+	case code == inventory.ErrOutOfStock.Code() || code == inventory.ErrQuotaExceeded.Code():
 		ue.Field = []string{"input", "quantity"}
-	case code == inventory.CodeIdempotencyKeyReused:
+	case code == inventory.ErrIdempotencyKeyReused.Code():
 		ue.Field = []string{"input", "idempotencyKey"}
-	case code == inventory.CodeExtensionLimit:
+	case code == inventory.ErrExtensionLimit.Code():
 		ue.Field = []string{"input", "holdSeconds"}
 	}
 	return ue, nil

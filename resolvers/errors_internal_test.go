@@ -13,8 +13,10 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/internal/requestid"
 	"github.com/dropline/dropline/inventory"
+	outcomes "github.com/dropline/dropline/inventory/outcome"
 )
 
 func TestPresenterHidesInternalErrors(t *testing.T) {
@@ -59,4 +61,23 @@ func TestRecoverTurnsPanicsIntoInternalErrors(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "\n"), "logged once, with its stack")
 	require.Contains(t, logs.String(), "nil map write")
 	require.Contains(t, logs.String(), "stack")
+}
+
+// TestEveryOutcomeIsAnErrorCode ties the engine's outcomes to the schema's
+// ErrorCode enum: each outcome's code is a value of the enum, and each value
+// of the enum is an outcome's code or one of the few refusals this layer
+// decides itself. A userError's code is the outcome's, converted, never
+// looked up in a second table.
+func TestEveryOutcomeIsAnErrorCode(t *testing.T) {
+	t.Parallel()
+	codes := map[model.ErrorCode]bool{}
+	for _, o := range outcomes.All() {
+		c := model.ErrorCode(o.Code())
+		require.True(t, c.IsValid(), "the schema's ErrorCode has no %s", c)
+		codes[c] = true
+	}
+	own := map[model.ErrorCode]bool{CodeUnauthenticated: true}
+	for _, c := range model.AllErrorCode {
+		require.True(t, codes[c] != own[c], "%s must be exactly one of an engine outcome and a code of this layer", c)
+	}
 }

@@ -436,7 +436,7 @@ func (r *queryResolver) Reservation(ctx context.Context, token string) (*model.R
 	switch code := inventory.ErrorCode(err); {
 	case err == nil:
 		return reservationModel(res), nil
-	case code == inventory.CodeNotFound || code == inventory.CodeInvalidInput:
+	case code == inventory.ErrNotFound.Code() || code == inventory.ErrInvalidInput.Code():
 		return nil, nil // a malformed token names nothing either
 	default:
 		return nil, queryError(err)
@@ -508,7 +508,7 @@ func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, er
 	switch code := inventory.ErrorCode(err); {
 	case err == nil:
 		return cartModel(c), nil
-	case code == inventory.CodeNotFound || code == inventory.CodeInvalidInput:
+	case code == inventory.ErrNotFound.Code() || code == inventory.ErrInvalidInput.Code():
 		return nil, nil // a malformed token names nothing either
 	default:
 		return nil, queryError(err)

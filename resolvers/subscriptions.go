@@ -20,9 +20,11 @@ const (
 	// operations in flight (subscriptions, and over a websocket queries
 	// and mutations until they are answered).
 	CodeTooManySubscriptions = "TOO_MANY_SUBSCRIPTIONS"
-	// CodeUnavailable: live updates are not running here (or stopped).
-	CodeUnavailable = "UNAVAILABLE"
 )
+
+// CodeUnavailable refuses a subscription when live updates are not running
+// here (or stopped): the engine's outcome of a store out of reach.
+var CodeUnavailable = string(inventory.ErrUnavailable.Code())
 
 // Subscription field names, as metric labels.
 const (
@@ -218,8 +220,8 @@ func (d *deps) reservationChanged(ctx context.Context, token string) (<-chan *mo
 	}
 	first, err := d.engine.Reservation(ctx, p, token)
 	if err != nil {
-		if code := inventory.ErrorCode(err); code == inventory.CodeInvalidInput || code == inventory.CodeNotFound {
-			return nil, &apiError{code: string(inventory.CodeNotFound), message: inventory.ErrorMessage(inventory.ErrNotFound)}
+		if code := inventory.ErrorCode(err); code == inventory.ErrInvalidInput.Code() || code == inventory.ErrNotFound.Code() {
+			return nil, &apiError{code: string(inventory.ErrNotFound.Code()), message: inventory.ErrorMessage(inventory.ErrNotFound)}
 		}
 		return nil, queryError(err)
 	}

@@ -392,7 +392,7 @@ func reserveRetrying(b *bundle, d *clusterDrop, who inventory.Principal, req inv
 // counts it and waits a little before the call is sent again.
 func (d *clusterDrop) retry(err error) bool {
 	switch inventory.ErrorCode(err) {
-	case inventory.CodeUnavailable:
+	case inventory.ErrUnavailable.Code():
 		d.unavailable.Add(1)
 	case "":
 		if d.internal.Add(1) == 1 {

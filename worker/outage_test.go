@@ -72,7 +72,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	for _, err := range commit(during[:15]) {
 		require.Error(t, err)
 		require.True(t, errors.Is(err, inventory.ErrUnavailable), "commit during the outage: %v", err)
-		require.Equal(t, inventory.CodeUnavailable, inventory.ErrorCode(err))
+		require.Equal(t, inventory.ErrUnavailable.Code(), inventory.ErrorCode(err))
 		failed++
 	}
 	for _, tok := range during[40:50] {

@@ -13,12 +13,15 @@
 // every mode and path. A new mode is a new entry in the tables below, and a
 // new path a new Path that the tables name: neither can forget a check.
 //
-// The package knows nothing of Redis or Postgres.
+// The package knows nothing of Redis or Postgres; its refusals are package
+// outcome's codes.
 package policy
 
 import (
 	"slices"
 	"strconv"
+
+	"github.com/dropline/dropline/inventory/outcome"
 )
 
 // Mode is how a product is sold.
@@ -138,23 +141,24 @@ func Admits(mode Mode, path Path) bool { return slices.Contains(admits[mode], pa
 // Applies reports whether path is held to limit.
 func Applies(path Path, limit Limit) bool { return slices.Contains(limits[path], limit) }
 
-// Code names a refusal, as the scripts answer it and the API reports it.
-type Code string
+// Code names a refusal, as the scripts answer it and the API reports it: the
+// code of one of package outcome's business outcomes.
+type Code = outcome.Code
 
 // The refusals.
-const (
-	CodeDrawOnly      Code = "DRAW_ONLY"
-	CodeInvalidInput  Code = "INVALID_INPUT"
-	CodeSaleNotActive Code = "SALE_NOT_ACTIVE"
-	CodeQuotaExceeded Code = "QUOTA_EXCEEDED"
-	CodeOutOfStock    Code = "OUT_OF_STOCK"
+var (
+	CodeDrawOnly      = outcome.ErrDrawOnly.Code()
+	CodeInvalidInput  = outcome.ErrInvalidInput.Code()
+	CodeSaleNotActive = outcome.ErrSaleNotActive.Code()
+	CodeQuotaExceeded = outcome.ErrQuotaExceeded.Code()
+	CodeOutOfStock    = outcome.ErrOutOfStock.Code()
 	// CodeQueueRequired: a queued product, and no pass presented.
-	CodeQueueRequired Code = "QUEUE_REQUIRED"
+	CodeQueueRequired = outcome.ErrQueueRequired.Code()
 	// CodePassExpired: the buyer's pass, past its expiry.
-	CodePassExpired Code = "PASS_EXPIRED"
+	CodePassExpired = outcome.ErrPassExpired.Code()
 	// CodePassInvalid: a pass that is not the buyer's current one for this
 	// queue (forged, another's, another queue's, or spent already).
-	CodePassInvalid Code = "PASS_INVALID"
+	CodePassInvalid = outcome.ErrPassInvalid.Code()
 )
 
 // Refusal is why a path may not take units: a code and two details, as the

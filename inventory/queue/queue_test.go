@@ -84,7 +84,7 @@ func TestAdmissionFollowsTheStock(t *testing.T) {
 
 		_, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "Q-TEE", Quantity: 1})
 		require.ErrorIs(t, err, inventory.ErrQueueRequired)
-		require.Equal(t, inventory.CodeQueueRequired, inventory.ErrorCode(err))
+		require.Equal(t, inventory.ErrQueueRequired.Code(), inventory.ErrorCode(err))
 
 		for i := 1; i <= 6; i++ {
 			tk, err := b.queues.Join(b.ctx, buyer(i).ID, r, queue.JoinInput{})
