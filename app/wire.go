@@ -57,7 +57,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 			Timeout: in.Config.WebhookTimeout, Concurrency: in.Config.WebhookConcurrency, MaxAttempts: in.Config.WebhookMaxAttempts,
 			MinBackoff: in.Config.WebhookBackoff, MaxBackoff: in.Config.WebhookBackoffMax,
 		},
-	}, engine, in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
+	}, engine.Maintenance(), in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
 	hub := live.NewHub(live.HubConfig{Interval: in.Config.LiveInterval}, engine, in.Redis, in.Log, in.Registry)
 	var trusted *graphql.TrustedDocuments
 	if path := in.Config.TrustedDocuments; path != "" {

@@ -21,7 +21,7 @@ func TestAckAppliedOnlyWhenNoSKUWasRebuilt(t *testing.T) {
 		b.product(t, sku, 100, 0)
 		p := inventory.PartitionOf(sku)
 		keys := b.engine.Keys()
-		out := b.engine.Outbox("acks", "c1")
+		out := b.engine.Maintenance().Outbox("acks", "c1")
 		read := func(n int) ([]db.Event, []string) {
 			t.Helper()
 			for i := range n {

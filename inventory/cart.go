@@ -889,8 +889,8 @@ func (e *Engine) CancelCart(ctx context.Context, p Principal, token string) (car
 // index in one more; 600 carts of 50 lines cost about 62 round trips, not
 // 30,600 one after the other. It takes at most limit carts per partition
 // and returns how many carts it let go.
-func (e *Engine) AbandonStaleCarts(ctx context.Context, limit int) (int, error) {
-	n, _, err := e.SweepCarts(ctx, limit, limit*Partitions)
+func (m *Maintenance) AbandonStaleCarts(ctx context.Context, limit int) (int, error) {
+	n, _, err := m.SweepCarts(ctx, limit, limit*Partitions)
 	return n, err
 }
 
@@ -898,7 +898,8 @@ func (e *Engine) AbandonStaleCarts(ctx context.Context, limit int) (int, error) 
 // oldest-listed of each partition first, up to perPartition each), so one
 // call's work, and so its time, stays bounded however many carts fall due
 // together; more says it left due carts for another call.
-func (e *Engine) SweepCarts(ctx context.Context, perPartition, carts int) (n int, more bool, err error) {
+func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (n int, more bool, err error) {
+	e := m.e
 	limit := perPartition
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {

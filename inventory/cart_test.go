@@ -327,10 +327,10 @@ func TestCartWhoseCallerStalledIsLetGo(t *testing.T) {
 		var freedAt time.Duration
 		for freedAt == 0 && time.Since(start) < 5*time.Second {
 			for p := range inventory.Partitions {
-				_, err := b.engine.ExpireDue(b.ctx, p, 100)
+				_, err := b.engine.Maintenance().ExpireDue(b.ctx, p, 100)
 				require.NoError(t, err)
 			}
-			_, err := b.engine.AbandonStaleCarts(b.ctx, 100)
+			_, err := b.engine.Maintenance().AbandonStaleCarts(b.ctx, 100)
 			require.NoError(t, err)
 			free, heldAll := true, true
 			for _, sku := range skus {
@@ -421,11 +421,11 @@ func TestExtendCart(t *testing.T) {
 		require.NoError(t, b.rdb.ZAdd(b.ctx, b.engine.Keys().Expiry(p), redis.Z{Score: float64(later), Member: first.Token}).Err())
 		require.Eventually(t, func() bool {
 			for p := range inventory.Partitions {
-				if _, err := b.engine.ExpireDue(b.ctx, p, 100); err != nil {
+				if _, err := b.engine.Maintenance().ExpireDue(b.ctx, p, 100); err != nil {
 					return false
 				}
 			}
-			if _, err := b.engine.AbandonStaleCarts(b.ctx, 100); err != nil {
+			if _, err := b.engine.Maintenance().AbandonStaleCarts(b.ctx, 100); err != nil {
 				return false
 			}
 			for _, sku := range skus {

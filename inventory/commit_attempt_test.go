@@ -124,10 +124,10 @@ func TestReconcilerLeavesARetriedCommitAlone(t *testing.T) {
 		go func() { _, err := retry.Commit(b.ctx, alice, h.Token); done <- err }()
 		<-entered
 
-		n, err := b.engine.ReconcileCommits(b.ctx, p, time.Second, 100)
+		n, err := b.engine.Maintenance().ReconcileCommits(b.ctx, p, time.Second, 100)
 		require.NoError(t, err)
 		require.Zero(t, n, "the retry is recent: nothing to reconcile")
-		expired, err := b.engine.ExpireDue(b.ctx, p, 100)
+		expired, err := b.engine.Maintenance().ExpireDue(b.ctx, p, 100)
 		require.NoError(t, err)
 		require.Empty(t, expired)
 

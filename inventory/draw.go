@@ -522,7 +522,8 @@ func (e *Engine) recordDrawHolds(ctx context.Context, sku string, result []db.Dr
 
 // DueDraws lists up to limit SKUs whose draw should run now (closed and not
 // drawn, or drawn and not yet applied to Redis).
-func (e *Engine) DueDraws(ctx context.Context, limit int) ([]string, error) {
+func (m *Maintenance) DueDraws(ctx context.Context, limit int) ([]string, error) {
+	e := m.e
 	skus, err := e.ledger.DueDraws(ctx, limit)
 	if err != nil {
 		return nil, unavailable("listing due draws", err)

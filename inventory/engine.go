@@ -334,7 +334,8 @@ func (e *Engine) Ledger() *db.Ledger { return e.ledger }
 // ApplyEvents writes a batch read from the outbox into the ledger, fenced by
 // the writer's lease (see db.Ledger.ApplyEvents): the write-behind's one
 // Postgres write.
-func (e *Engine) ApplyEvents(ctx context.Context, fence *db.Fence, events []db.Event) error {
+func (m *Maintenance) ApplyEvents(ctx context.Context, fence *db.Fence, events []db.Event) error {
+	e := m.e
 	return e.ledger.ApplyEvents(ctx, fence, events)
 }
 

@@ -131,7 +131,7 @@ func TestExtendAfterExpiryChangesNothing(t *testing.T) {
 		require.Equal(t, "HELD", b.holdField(t, h.Token, "st"), "nothing sweeps here, and the extension released nothing")
 		require.Equal(t, h.ExpiresAt.UnixMilli(), b.expiryScore(t, h.Token))
 		require.Equal(t, 1, b.requireBalanced(t, "EXT-LATE").Held)
-		expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("EXT-LATE"), 100)
+		expired, err := b.engine.Maintenance().ExpireDue(b.ctx, inventory.PartitionOf("EXT-LATE"), 100)
 		require.NoError(t, err)
 		require.Len(t, expired, 1)
 		_, err = b.engine.Extend(b.ctx, alice, h.Token, inventory.ExtendRequest{HoldFor: time.Minute})
@@ -172,7 +172,7 @@ func TestExtensionRacingExpiry(t *testing.T) {
 					default:
 					}
 					for p := 0; p < inventory.Partitions; p++ {
-						out, err := b.engine.ExpireDue(b.ctx, p, 100)
+						out, err := b.engine.Maintenance().ExpireDue(b.ctx, p, 100)
 						if err != nil {
 							sweepErrs[w] = fmt.Errorf("sweeper %d, partition %d: %w", w, p, err)
 							return

@@ -15,8 +15,36 @@ import (
 	"github.com/dropline/dropline/lua"
 )
 
+// Maintenance is the engine's upkeep, as the worker group runs it: expiring
+// due holds, applying the outbox to the ledger, closing commits and holds a
+// crash left half-done, rebuilding SKUs Redis lost, re-applying products,
+// letting go of stale carts and running due draws. None of it is a buyer's
+// or an admin's request, so it is not on Engine: the App hands it to
+// worker.NewGroup, and nothing else holds one.
+type Maintenance struct {
+	e *Engine
+}
+
+// Maintenance returns the engine's upkeep calls, for the worker group.
+func (e *Engine) Maintenance() *Maintenance { return &Maintenance{e: e} }
+
+// Engine is the engine the upkeep runs on, for the requests the worker group
+// makes as any caller would (running a draw, listing products).
+func (m *Maintenance) Engine() *Engine { return m.e }
+
+// Keys is the engine's key layout.
+func (m *Maintenance) Keys() Keys { return m.e.keys }
+
+// Config is the engine's settings with defaults filled in.
+func (m *Maintenance) Config() Config { return m.e.cfg }
+
+// Ledger is the Postgres ledger, for the workers that read it alone (the
+// webhook dispatcher).
+func (m *Maintenance) Ledger() *db.Ledger { return m.e.ledger }
+
 // The engine's maintenance steps, run by the worker group: expiring due holds,
-// finishing commits a crash left half-done (the outbox is in outbox.go).
+// finishing commits a crash left half-done (the outbox is in outbox.go; the
+// others are with what they maintain: carts, draws, products, rebuilds).
 
 // Expired describes one hold released by expiry.
 type Expired struct {
@@ -29,7 +57,8 @@ type Expired struct {
 // ExpireDue releases up to limit due holds of one partition, each through the
 // same idempotent script as Cancel, and reports what it released. A hold
 // already released, committed or not yet due is left alone.
-func (e *Engine) ExpireDue(ctx context.Context, partition, limit int) ([]Expired, error) {
+func (m *Maintenance) ExpireDue(ctx context.Context, partition, limit int) ([]Expired, error) {
+	e := m.e
 	return e.expireDue(ctx, partition, limit, true)
 }
 
@@ -104,7 +133,8 @@ func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 // otherwise it goes back to HELD with its original expiry. olderThan must
 // exceed any commit's Postgres timeout, so a write still in flight is never
 // judged. It returns how many commits it settled.
-func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan time.Duration, limit int) (int, error) {
+func (m *Maintenance) ReconcileCommits(ctx context.Context, partition int, olderThan time.Duration, limit int) (int, error) {
+	e := m.e
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
 		return 0, unavailable("reading Redis time", err)
@@ -166,7 +196,8 @@ func (e *Engine) ReconcileCommits(ctx context.Context, partition int, olderThan 
 // pipeline for all). A partition with no hold, or whose index could not be
 // read (one partition's failure, its owner's to report), is absent; it fails
 // only when Redis itself does.
-func (e *Engine) OldestHolds(ctx context.Context, partitions []int) (time.Time, map[int]time.Time, error) {
+func (m *Maintenance) OldestHolds(ctx context.Context, partitions []int) (time.Time, map[int]time.Time, error) {
+	e := m.e
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("reading Redis time: %w", err)
@@ -195,7 +226,8 @@ func (e *Engine) OldestHolds(ctx context.Context, partitions []int) (time.Time, 
 // RebuildMissing rebuilds sku from the ledger unless Redis has it, and says
 // whether it tried: false when the lazy path or another process was first.
 // A SKU the ledger does not know counts as tried.
-func (e *Engine) RebuildMissing(ctx context.Context, sku string) (bool, error) {
+func (m *Maintenance) RebuildMissing(ctx context.Context, sku string) (bool, error) {
+	e := m.e
 	present, err := e.rdb.Exists(ctx, e.keys.SKU(sku)).Result()
 	if err != nil {
 		return false, fmt.Errorf("checking %s: %w", sku, err)

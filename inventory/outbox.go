@@ -34,7 +34,8 @@ type Outbox struct {
 }
 
 // Outbox returns the outbox as consumer of group reads it.
-func (e *Engine) Outbox(group, consumer string) *Outbox {
+func (m *Maintenance) Outbox(group, consumer string) *Outbox {
+	e := m.e
 	return &Outbox{rdb: e.rdb, keys: e.keys, group: group, consumer: consumer, ackApplied: e.scripts[lua.AckApplied],
 		log: e.log.With().Str("owner", consumer).Logger()}
 }

@@ -32,7 +32,7 @@ func TestOutboxReadDeadLetterAckTrim(t *testing.T) {
 			"id": "refund:x", "type": "refund", "tok": "x", "sku": "OUTBOX-1", "qty": "1"}}).Err())
 		require.NoError(t, b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"junk": "1"}}).Err())
 
-		out := b.engine.Outbox("dropline", "a")
+		out := b.engine.Maintenance().Outbox("dropline", "a")
 		entries, err := out.Read(b.ctx, p, 100)
 		require.NoError(t, err)
 		require.Len(t, entries, 5)
@@ -72,7 +72,7 @@ func TestOutboxReadDeadLetterAckTrim(t *testing.T) {
 		require.Equal(t, "malformed", letters[1].Values["dead_reason"])
 
 		// Another consumer claims what "a" left pending.
-		claimed, next, err := b.engine.Outbox("dropline", "b").Claim(b.ctx, p, 0, "0-0", 100)
+		claimed, next, err := b.engine.Maintenance().Outbox("dropline", "b").Claim(b.ctx, p, 0, "0-0", 100)
 		require.NoError(t, err)
 		require.Len(t, claimed, 3, "the dead letters were acknowledged, the rest is still pending")
 		require.Contains(t, []string{"0-0", ""}, next)

@@ -337,7 +337,8 @@ func (e *Engine) markInRedis(ctx context.Context, row db.Product) {
 // repeated or late one changes nothing newer. It looks at no more than limit
 // lagging products of all partitions at once and returns how many of this
 // partition's it changed in Redis. The commit reconciler runs it every pass.
-func (e *Engine) ReapplyProducts(ctx context.Context, partition, limit int) (int, error) {
+func (m *Maintenance) ReapplyProducts(ctx context.Context, partition, limit int) (int, error) {
+	e := m.e
 	rows, err := e.ledger.BehindInRedis(ctx, limit)
 	if err != nil {
 		return 0, unavailable("listing products behind in Redis", err)

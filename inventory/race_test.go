@@ -389,7 +389,7 @@ func TestCommitRacingExpiry(t *testing.T) {
 					default:
 					}
 					for p := 0; p < inventory.Partitions; p++ {
-						if _, err := b.engine.ExpireDue(b.ctx, p, 100); err != nil {
+						if _, err := b.engine.Maintenance().ExpireDue(b.ctx, p, 100); err != nil {
 							sweepErrs[w] = fmt.Errorf("sweeper %d, partition %d: %w", w, p, err)
 							return
 						}
@@ -468,7 +468,7 @@ func TestCommitAfterExpiry(t *testing.T) {
 		require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available, "commit after expiry releases the units once")
 		_, err = b.engine.Commit(b.ctx, alice, h.Token)
 		require.ErrorIs(t, err, inventory.ErrExpired)
-		expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("LATE-1"), 100)
+		expired, err := b.engine.Maintenance().ExpireDue(b.ctx, inventory.PartitionOf("LATE-1"), 100)
 		require.NoError(t, err)
 		require.Empty(t, expired, "already released: the sweeper has nothing to do")
 		require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available)

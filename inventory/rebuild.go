@@ -69,7 +69,8 @@ func (e *Engine) Rebuild(ctx context.Context, sku string) error {
 // rebuild restores those holds with the others instead of handing their
 // units to other buyers until the write-behind brings them back. No reserve
 // of the SKU can add an event once the stock hash is gone.
-func (e *Engine) RebuildStale(ctx context.Context, sku string) error {
+func (m *Maintenance) RebuildStale(ctx context.Context, sku string) error {
+	e := m.e
 	if err := e.rdb.Del(ctx, e.keys.SKU(sku)).Err(); err != nil {
 		return unavailable("dropping stale "+sku, err)
 	}

@@ -312,7 +312,7 @@ func TestReconcilerFinishesHalfDoneCommits(t *testing.T) {
 			UPDATE products SET sold = sold + 1 WHERE sku = 'HALF-1'`, sold.Token, alice.ID)
 		require.NoError(t, err)
 
-		n, err := b.engine.ReconcileCommits(b.ctx, p, time.Second, 100)
+		n, err := b.engine.Maintenance().ReconcileCommits(b.ctx, p, time.Second, 100)
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		s := b.requireBalanced(t, "HALF-1")
@@ -347,7 +347,7 @@ func TestHoldFromAnEarlierLifeMovesNothing(t *testing.T) {
 		_, err = b.engine.Reservation(b.ctx, alice, orphan.Token)
 		require.ErrorIs(t, err, inventory.ErrNotFound)
 		require.Eventually(t, func() bool { return time.Now().After(orphan.ExpiresAt) }, 3*time.Second, 10*time.Millisecond)
-		expired, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf("ORPHAN-1"), 10)
+		expired, err := b.engine.Maintenance().ExpireDue(b.ctx, inventory.PartitionOf("ORPHAN-1"), 10)
 		require.NoError(t, err)
 		require.Empty(t, expired)
 		n, err := b.rdb.ZCard(b.ctx, b.engine.Keys().Expiry(inventory.PartitionOf("ORPHAN-1"))).Result()

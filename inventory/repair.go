@@ -30,7 +30,8 @@ import (
 // quota allow, or else recorded as expired (an expire event). It returns how
 // many holds it changed. In the normal case (no rebuild) it costs one
 // pipelined HGET per SKU of the batch.
-func (e *Engine) ReconcileApplied(ctx context.Context, partition int, events []db.Event) (int, error) {
+func (m *Maintenance) ReconcileApplied(ctx context.Context, partition int, events []db.Event) (int, error) {
+	e := m.e
 	for _, ev := range events {
 		e.keys.placeAt(ev.SKU, partition) // the batch is of this partition's outbox
 	}
@@ -125,7 +126,8 @@ func generationsOf(events []db.Event) (skus, gens []string) {
 //
 // It looks at up to overduePages pages of limit rows (holds Redis has do not
 // hide the others).
-func (e *Engine) CloseOverdueHolds(ctx context.Context, partition int, grace time.Duration, limit int) (int, error) {
+func (m *Maintenance) CloseOverdueHolds(ctx context.Context, partition int, grace time.Duration, limit int) (int, error) {
+	e := m.e
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
 		return 0, unavailable("reading Redis time", err)

@@ -35,7 +35,7 @@ func TestReserveCarriesItsTraceIntoTheOutbox(t *testing.T) {
 	_, err = e.Reserve(ctx, Principal{ID: "bob"}, ReserveRequest{SKU: "TRACED", Quantity: 1})
 	require.NoError(t, err)
 
-	entries, err := e.Outbox("test", "c").Read(ctx, e.keys.PartitionOf("TRACED"), 100)
+	entries, err := e.Maintenance().Outbox("test", "c").Read(ctx, e.keys.PartitionOf("TRACED"), 100)
 	require.NoError(t, err)
 	carried := map[string]string{}
 	for _, en := range entries {

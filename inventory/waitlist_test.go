@@ -268,7 +268,7 @@ func TestWaitlistExpiryPassesUnitsOn(t *testing.T) {
 
 	expireUntil := func(who inventory.Principal) {
 		require.Eventually(t, func() bool {
-			_, err := b.engine.ExpireDue(b.ctx, inventory.PartitionOf(sku), 100)
+			_, err := b.engine.Maintenance().ExpireDue(b.ctx, inventory.PartitionOf(sku), 100)
 			require.NoError(t, err)
 			w, err := b.engine.Waitlist(b.ctx, who, sku)
 			require.NoError(t, err)
@@ -382,7 +382,7 @@ func TestWaitlistTakesUnitsTheReconcilerReleases(t *testing.T) {
 		b.joinInOrder(t, sku, 1, 1, time.Minute)
 
 		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight))
-		n, err := b.engine.ReconcileApplied(b.ctx, inventory.PartitionOf(sku), inFlight)
+		n, err := b.engine.Maintenance().ReconcileApplied(b.ctx, inventory.PartitionOf(sku), inFlight)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, "CANCELLED", b.rawStatus(t, sku, h.Token))

@@ -50,7 +50,8 @@ func (e *Engine) finishWalk(ctx context.Context, p int, sku string) (int, error)
 // It takes no lease: every run of continue_walk.lua is one atomic step from
 // where the walk stopped, so any number of processes may continue walks at
 // once. One SKU that fails does not keep the others from their walks.
-func (e *Engine) ContinueWalks(ctx context.Context, limit int) (int, error) {
+func (m *Maintenance) ContinueWalks(ctx context.Context, limit int) (int, error) {
+	e := m.e
 	cmds := make([]*redis.StringSliceCmd, Partitions)
 	_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for p := range Partitions {

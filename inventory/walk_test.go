@@ -122,7 +122,7 @@ func (b *bundle) finishWalks(t *testing.T, sku string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for b.walkPending(t, sku) {
-		_, err := b.engine.ContinueWalks(b.ctx, 100)
+		_, err := b.engine.Maintenance().ContinueWalks(b.ctx, 100)
 		require.NoError(t, err)
 		require.Less(t, time.Since(start), 30*time.Second, "the walk never ends")
 	}

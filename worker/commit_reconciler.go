@@ -75,7 +75,7 @@ func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
 //
 // Each pass also closes the partition's overdue holds: ones the ledger has as
 // HELD more than OverdueGrace past their expiry
-// (inventory.Engine.CloseOverdueHolds). One Redis does not have in its SKU's
+// (inventory.Maintenance.CloseOverdueHolds). One Redis does not have in its SKU's
 // current generation is closed as EXPIRED; one Redis has ended there
 // (EXPIRED or CANCELLED) has its ending, whose event never reached the
 // ledger, recorded as Redis has it. Either ending is written to the ledger
@@ -84,7 +84,7 @@ func (c *CommitReconcilerConfig) setDefaults(commitTimeout time.Duration) {
 type CommitReconciler struct {
 	*service
 	cfg       CommitReconcilerConfig
-	engine    *inventory.Engine
+	engine    *inventory.Maintenance
 	leases    *leaseSet
 	settled   prometheus.Counter
 	reapplied prometheus.Counter
@@ -99,7 +99,7 @@ type CommitReconciler struct {
 }
 
 // NewCommitReconciler builds a reconciler; Start runs it.
-func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *CommitReconciler {
+func NewCommitReconciler(cfg CommitReconcilerConfig, engine *inventory.Maintenance, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *CommitReconciler {
 	cfg.setDefaults(engine.Config().CommitTimeout)
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &CommitReconciler{

@@ -113,7 +113,7 @@
 //     docs/design.md). Events the flusher had read before the loss are
 //     written after the rebuild; before acknowledging them, the flusher has
 //     the engine tell each rebuilt SKU what the ledger now says of their
-//     holds (released, adopted or expired: inventory.Engine.ReconcileApplied).
+//     holds (released, adopted or expired: inventory.Maintenance.ReconcileApplied).
 //     If it dies in between, the batch is applied and reconciled again; the
 //     commit reconciler's overdue pass (CloseOverdueHolds) is the last net for
 //     HELD rows Redis lacks, or has ended without the ledger hearing of it.
@@ -125,7 +125,7 @@
 //     partition NN's master); when the id differs, the first instance to
 //     claim the reload (SET NX, with an expiry it renews as it goes) reloads
 //     every SKU the record covers from Postgres although Redis has it
-//     (inventory.Engine.RebuildStale), lists each SKU it reloaded, and
+//     (inventory.Maintenance.RebuildStale), lists each SKU it reloaded, and
 //     records the new id only once all are done. An instance that dies
 //     mid-way leaves the old id recorded; its claim expires, and another
 //     instance claims the reload and does the SKUs it left. Each claimer

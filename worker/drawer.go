@@ -48,7 +48,7 @@ func (c *DrawerConfig) setDefaults() {
 type Drawer struct {
 	*service
 	cfg    DrawerConfig
-	engine *inventory.Engine
+	engine *inventory.Maintenance
 	leases *leaseSet
 	drawn  prometheus.Counter
 	// done signals, to a test, each SKU whose draw this drawer finished.
@@ -56,7 +56,7 @@ type Drawer struct {
 }
 
 // NewDrawer builds a drawer; Start runs it.
-func NewDrawer(cfg DrawerConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Drawer {
+func NewDrawer(cfg DrawerConfig, engine *inventory.Maintenance, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Drawer {
 	cfg.setDefaults()
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &Drawer{
@@ -106,7 +106,7 @@ func (w *Drawer) pass(ctx context.Context) {
 		}
 		dctx, cancel := context.WithTimeout(ctx, w.cfg.DrawTimeout)
 		began := time.Now()
-		rep, err := w.engine.RunDraw(dctx, sku)
+		rep, err := w.engine.Engine().RunDraw(dctx, sku)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {

@@ -194,7 +194,7 @@ func reloadKeepsUnappliedHolds(t *testing.T, b *bundle, sku string, total int) {
 	t.Helper()
 	holds := b.reserveMany(t, sku, total, time.Minute)
 
-	require.NoError(t, b.engine.RebuildStale(b.ctx, sku))
+	require.NoError(t, b.engine.Maintenance().RebuildStale(b.ctx, sku))
 	require.Equal(t, inventory.Stock{SKU: sku, Total: total, Held: total}, withoutTimes(b.stock(t, sku)), "the reload kept every hold")
 	_, err := b.engine.Reserve(b.ctx, inventory.Principal{ID: "outsider"}, inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
 	var out *inventory.OutOfStockError

@@ -60,7 +60,7 @@ import (
 type Flusher struct {
 	*service
 	cfg    FlusherConfig
-	engine *inventory.Engine
+	engine *inventory.Maintenance
 	outbox *inventory.Outbox
 	leases *leaseSet
 	m      flusherMetrics
@@ -94,7 +94,7 @@ type flusherHooks struct {
 
 // NewFlusher builds a flusher; Start runs it. rdb carries the leases; the
 // outbox is read through the engine (inventory.Outbox).
-func NewFlusher(cfg FlusherConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Flusher {
+func NewFlusher(cfg FlusherConfig, engine *inventory.Maintenance, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Flusher {
 	cfg.setDefaults()
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	f := &Flusher{

@@ -139,7 +139,7 @@ func (f *Flusher) applySplit(ctx context.Context, p int, fence db.Fence, batch [
 
 // reconcile tells Redis what an applied batch changed in the ledger for holds
 // whose SKU was rebuilt since their events were written (see
-// inventory.Engine.ReconcileApplied).
+// inventory.Maintenance.ReconcileApplied).
 func (f *Flusher) reconcile(ctx context.Context, p int, events []db.Event) error {
 	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
 	defer cancel()

@@ -79,7 +79,7 @@ func benchApply(b *testing.B, size int) {
 	}
 
 	opts := Options{Owner: "bench", LeaseTTL: time.Minute}
-	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: size}, engine, env.Client, zerolog.Nop(), prometheus.NewRegistry())
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: size}, engine.Maintenance(), env.Client, zerolog.Nop(), prometheus.NewRegistry())
 	lease := f.leases.leases[p]
 	ok, err := lease.Acquire(ctx)
 	require.NoError(b, err)

@@ -50,7 +50,7 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 	opts := fastConfig("doomed").Options
 	opts.MinRestartBackoff, opts.MaxRestartBackoff = time.Hour, time.Hour // a dead process does not come back
 	doomed := NewFlusher(FlusherConfig{Options: opts, BatchSize: 100, ClaimIdle: time.Second},
-		b.engine, b.rdb, b.log.With().Str("flusher", "doomed").Logger(), prometheus.NewRegistry())
+		b.engine.Maintenance(), b.rdb, b.log.With().Str("flusher", "doomed").Logger(), prometheus.NewRegistry())
 	var batches atomic.Int32
 	killed := make(chan struct{})
 	doomed.hooks.beforeAck = func(int, []db.Event) error {
@@ -78,7 +78,7 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 	// claims the pending batch and finishes the stream.
 	heir := NewFlusher(FlusherConfig{Options: fastConfig("heir").Options, BatchSize: 100,
 		ClaimIdle: time.Second, ClaimInterval: 100 * time.Millisecond},
-		b.engine, b.rdb, b.log.With().Str("flusher", "heir").Logger(), prometheus.NewRegistry())
+		b.engine.Maintenance(), b.rdb, b.log.With().Str("flusher", "heir").Logger(), prometheus.NewRegistry())
 	heir.initSignals()
 	require.NoError(t, heir.Start(b.ctx))
 	t.Cleanup(func() { stop(t, heir) })
@@ -107,7 +107,7 @@ func TestFlusherStopDrains(t *testing.T) {
 	b := setup(t)
 	b.product(t, "DRAIN-1", 2000)
 	f := NewFlusher(FlusherConfig{Options: fastConfig("drainer").Options, BatchSize: 50},
-		b.engine, b.rdb, b.log, prometheus.NewRegistry())
+		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	f.initSignals()
@@ -131,7 +131,7 @@ func TestFlusherStopDrainsPastTheLeaseWindow(t *testing.T) {
 	opts := fastConfig("slow").Options
 	// A generous DrainTimeout: what is tested is the leases, not the bound.
 	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50, DrainTimeout: 30 * time.Second},
-		b.engine, b.rdb, b.log, prometheus.NewRegistry())
+		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	inBatch := make(chan struct{})
@@ -163,7 +163,7 @@ func TestFlusherStopRetriesABackedOffPartition(t *testing.T) {
 	b.product(t, "DRAIN-3", 2000)
 	tokens := b.reserveMany(t, "DRAIN-3", 500, time.Hour)
 	f := NewFlusher(FlusherConfig{Options: fastConfig("retrier").Options, BatchSize: 50},
-		b.engine, b.rdb, b.log, prometheus.NewRegistry())
+		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	inBatch := make(chan struct{})
@@ -208,7 +208,7 @@ func TestFlusherFindsEntriesWhoseReadLostItsReply(t *testing.T) {
 	tokens := b.reserveMany(t, "LOST-READ", 300, time.Hour)
 	opts := fastConfig("reader").Options
 	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50, ClaimIdle: time.Minute, ClaimInterval: 100 * time.Millisecond},
-		b.engine, b.rdb, b.log, prometheus.NewRegistry())
+		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 	var first atomic.Bool
 	stolen := make(chan error, 1)
 	f.hooks.beforeApply = func(int, []db.Event) {

@@ -45,7 +45,7 @@ type Group struct {
 // NewGroup builds the group. One Owner is chosen for the process (unless
 // given) and shared by every worker, so the process shows up under one name
 // in leases and in the consumer group.
-func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Group {
+func NewGroup(cfg GroupConfig, engine *inventory.Maintenance, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Group {
 	cfg.setDefaults()
 	log = log.With().Str("component", "worker").Logger()
 	cfg.Sweeper.inherit(cfg.Options)
@@ -62,7 +62,7 @@ func NewGroup(cfg GroupConfig, engine *inventory.Engine, rdb redis.UniversalClie
 		Rebuilder:  NewRebuilder(cfg.Rebuilder, engine, rdb, log, reg),
 		Drawer:     NewDrawer(cfg.Drawer, engine, rdb, log, reg),
 		Webhooks:   NewWebhookDispatcher(cfg.Webhooks, engine.Ledger(), log, reg),
-		Admitter:   NewAdmitter(cfg.Admitter, engine, rdb, log, reg),
+		Admitter:   NewAdmitter(cfg.Admitter, engine.Engine(), rdb, log, reg),
 	}
 }
 

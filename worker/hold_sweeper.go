@@ -79,7 +79,7 @@ func (c *HoldSweeperConfig) setDefaults() {
 type HoldSweeper struct {
 	*service
 	cfg       HoldSweeperConfig
-	engine    *inventory.Engine
+	engine    *inventory.Maintenance
 	leases    *leaseSet
 	delay     prometheus.Histogram
 	expired   prometheus.Counter
@@ -94,7 +94,7 @@ type HoldSweeper struct {
 }
 
 // NewHoldSweeper builds a sweeper; Start runs it.
-func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *HoldSweeper {
+func NewHoldSweeper(cfg HoldSweeperConfig, engine *inventory.Maintenance, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *HoldSweeper {
 	cfg.setDefaults()
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &HoldSweeper{
@@ -165,7 +165,7 @@ func (w *HoldSweeper) walkLoop(ctx context.Context) {
 
 // cartLoop is the cart sweep: every Interval it lets go of carts whose
 // caller died or stalled between holding their lines and recording the
-// outcome (inventory.Engine.AbandonStaleCarts). It takes no lease: one
+// outcome (inventory.Maintenance.AbandonStaleCarts). It takes no lease: one
 // pipelined read of every partition's pending carts per tick, and every
 // step idempotent, so it does not wait for a dead owner's lease, and the
 // units of an unfinished cart are back within its deadline plus about one

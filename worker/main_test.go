@@ -183,7 +183,7 @@ func (b *bundle) startGroup(t *testing.T, cfg GroupConfig) (*testGroup, *prometh
 func (b *bundle) startGroupWith(t *testing.T, cfg GroupConfig, prep func(*Group)) (*testGroup, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	g := NewGroup(cfg, b.engine, b.rdb, b.log.With().Str("group", cfg.Owner).Logger(), reg)
+	g := NewGroup(cfg, b.engine.Maintenance(), b.rdb, b.log.With().Str("group", cfg.Owner).Logger(), reg)
 	g.initSignals()
 	if prep != nil {
 		prep(g)

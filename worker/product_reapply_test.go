@@ -59,7 +59,7 @@ func TestProductChangesMissedByRedisConverge(t *testing.T) {
 	const interval = 200 * time.Millisecond
 	reg := prometheus.NewRegistry()
 	opts := fastConfig("converge").Options
-	w := NewCommitReconciler(CommitReconcilerConfig{Options: opts, Interval: interval}, b.engine, rdb, b.log, reg)
+	w := NewCommitReconciler(CommitReconcilerConfig{Options: opts, Interval: interval}, b.engine.Maintenance(), rdb, b.log, reg)
 	began := time.Now()
 	require.NoError(t, w.Start(b.ctx))
 	t.Cleanup(func() { stop(t, w) })
@@ -99,7 +99,7 @@ func TestProductChangesMissedByRedisConverge(t *testing.T) {
 	var redisVersion int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT redis_version FROM products WHERE sku = $1`, sku).Scan(&redisVersion))
 	require.Equal(t, pgVersion, redisVersion)
-	n, err := b.engine.ReapplyProducts(b.ctx, inventory.PartitionOf(sku), 100)
+	n, err := b.engine.Maintenance().ReapplyProducts(b.ctx, inventory.PartitionOf(sku), 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, 1.0, metric(t, reg, "dropline_products_reapplied_total"))

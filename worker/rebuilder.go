@@ -62,7 +62,7 @@ func (c *RebuilderConfig) setDefaults() {
 type Rebuilder struct {
 	*service
 	cfg      RebuilderConfig
-	engine   *inventory.Engine
+	engine   *inventory.Maintenance
 	rdb      redis.UniversalClient
 	keys     keys
 	rebuilds prometheus.Counter
@@ -97,7 +97,7 @@ type rebuilderHooks struct {
 }
 
 // NewRebuilder builds a rebuilder; Start runs it.
-func NewRebuilder(cfg RebuilderConfig, engine *inventory.Engine, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Rebuilder {
+func NewRebuilder(cfg RebuilderConfig, engine *inventory.Maintenance, rdb redis.UniversalClient, log zerolog.Logger, reg prometheus.Registerer) *Rebuilder {
 	cfg.setDefaults()
 	log = log.With().Str("owner", cfg.Owner).Logger()
 	w := &Rebuilder{
@@ -279,7 +279,7 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 	n := 0
 	for {
 		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
-		page, err := w.engine.Products(sctx, after, w.cfg.PageSize)
+		page, err := w.engine.Engine().Products(sctx, after, w.cfg.PageSize)
 		cancel()
 		if err != nil {
 			return failed, fmt.Errorf("listing products to rebuild: %w", err)

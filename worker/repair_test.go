@@ -81,7 +81,7 @@ func TestFlusherTellsARebuiltSKUWhatTheLedgerSays(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	f := NewFlusher(FlusherConfig{Options: fastConfig("late").Options, PollInterval: 20 * time.Millisecond},
-		b.engine, b.rdb, b.log, reg)
+		b.engine.Maintenance(), b.rdb, b.log, reg)
 	var once sync.Once
 	f.hooks.beforeApply = func(_ int, events []db.Event) {
 		for _, ev := range events {

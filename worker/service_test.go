@@ -177,7 +177,7 @@ func TestLeasesAreReleasedOnAStopAndKeptOnACrash(t *testing.T) {
 		return n
 	}
 	start := func(ctx context.Context, owner string) *CommitReconciler {
-		w := NewCommitReconciler(CommitReconcilerConfig{Options: fastConfig(owner).Options}, b.engine, b.rdb, b.log, prometheus.NewRegistry())
+		w := NewCommitReconciler(CommitReconcilerConfig{Options: fastConfig(owner).Options}, b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 		w.leases.heldNow.Init()
 		require.NoError(t, w.Start(ctx))
 		waitHeld(t, w.leases, inventory.Partitions, owner+" owns every partition")
