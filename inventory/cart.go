@@ -726,10 +726,11 @@ func (e *Engine) CommitCart(ctx context.Context, p Principal, token string) (car
 		return Cart{}, cause
 	}
 	attemptID := newAttemptID()
+	nonce := newNonce()
 	for _, l := range cart.Lines {
 		pt := e.keys.PartitionOf(l.SKU)
 		res, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(pt, l.Token), e.keys.Base(pt), l.Token, p.ID,
-			int64(e.cfg.Retention.Seconds()), attemptID)
+			int64(e.cfg.Retention.Seconds()), attemptID, nonce)
 		if err != nil {
 			return undo(fmt.Errorf("committing cart %s: %w", token, err))
 		}

@@ -305,6 +305,26 @@ func TestWaitlistTakesUnitsALateCommitReleases(t *testing.T) {
 	require.Equal(t, 0, b.stock(t, sku).Available)
 }
 
+// A cart's commit that arrives after its lines' expiry releases them itself,
+// as a hold's late commit does: those units go to the waiters too.
+func TestWaitlistTakesUnitsALateCartCommitReleases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	const sku = "WL-LATECART"
+	b.product(t, sku, 1, 0)
+	cart, err := b.engine.ReserveCart(b.ctx, buyer(0), inventory.CartRequest{Lines: lines([]string{sku}, 1), HoldFor: time.Second})
+	require.NoError(t, err)
+	_, err = b.engine.JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return time.Now().After(cart.ExpiresAt.Add(50 * time.Millisecond)) }, 3*time.Second, 20*time.Millisecond)
+	_, err = b.engine.CommitCart(b.ctx, buyer(0), cart.Token)
+	require.ErrorIs(t, err, inventory.ErrExpired)
+	w, err := b.engine.Waitlist(b.ctx, waiter(0), sku)
+	require.NoError(t, err)
+	require.Equal(t, inventory.WaitOffered, w.Status, "the unit the late cart commit released went to the waiter")
+	require.Equal(t, 0, b.stock(t, sku).Available)
+}
+
 // A commit the ledger refuses (it has the hold as cancelled, or the sale
 // would exceed the total) releases the hold in finish_commit.lua: those
 // units go to the waiters first too, not back to plain stock.
