@@ -39,7 +39,6 @@ func connectPostgres(ctx context.Context, dsn string, tp trace.TracerProvider) (
 	if tp != nil {
 		pcfg.ConnConfig.Tracer = otelpgx.NewTracer(
 			otelpgx.WithTracerProvider(tracing.ChildOnly(tp)),
-			otelpgx.WithTrimSQLInSpanName(),
 			otelpgx.WithDisableConnectionDetailsInAttributes(),
 		)
 	}

@@ -34,16 +34,32 @@ var (
 	ErrQueueFull            = outcome.ErrQueueFull
 )
 
-// The typed errors of package outcome, which carry an outcome's details.
+// The typed errors of package outcome, which carry an outcome's details,
+// under the names callers of the engine know.
 type (
-	OutOfStockError     = outcome.OutOfStockError
-	QuotaExceededError  = outcome.QuotaExceededError
-	SaleNotActiveError  = outcome.SaleNotActiveError
+	// OutOfStockError is outcome.OutOfStockError.
+	OutOfStockError = outcome.OutOfStockError
+
+	// QuotaExceededError is outcome.QuotaExceededError.
+	QuotaExceededError = outcome.QuotaExceededError
+
+	// SaleNotActiveError is outcome.SaleNotActiveError.
+	SaleNotActiveError = outcome.SaleNotActiveError
+
+	// ExtensionLimitError is outcome.ExtensionLimitError.
 	ExtensionLimitError = outcome.ExtensionLimitError
-	InvalidInputError   = outcome.InvalidInputError
-	NotFoundError       = outcome.NotFoundError
-	WaitlistFullError   = outcome.WaitlistFullError
-	RateLimitedError    = outcome.RateLimitedError
+
+	// InvalidInputError is outcome.InvalidInputError.
+	InvalidInputError = outcome.InvalidInputError
+
+	// NotFoundError is outcome.NotFoundError.
+	NotFoundError = outcome.NotFoundError
+
+	// WaitlistFullError is outcome.WaitlistFullError.
+	WaitlistFullError = outcome.WaitlistFullError
+
+	// RateLimitedError is outcome.RateLimitedError.
+	RateLimitedError = outcome.RateLimitedError
 )
 
 // Code is the stable name of a business outcome, as the API reports it.
