@@ -310,3 +310,7 @@ func (r reply) drawApplied() (holds, queued, unheld int) {
 
 // drawDone decodes apply_draw.lua's SKIP reply: the entries applied so far.
 func (r reply) drawDone() int { return int(r.int(1)) }
+
+// walkOffers decodes continue_walk.lua's reply: {DONE or PENDING, offers
+// made by this run}.
+func (r reply) walkOffers() int { return int(r.int(1)) }

@@ -37,7 +37,7 @@ func (e *Engine) finishWalk(ctx context.Context, p int, sku string) (int, error)
 		if err != nil {
 			return offers, fmt.Errorf("walking the waitlist of %s: %w", sku, err)
 		}
-		offers += int(res.int(1))
+		offers += res.walkOffers()
 		if res.code() != codePending {
 			return offers, nil
 		}
