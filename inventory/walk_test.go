@@ -91,8 +91,18 @@ func (b *bundle) slowCommands(t *testing.T, mark map[string]int64) []redis.SlowL
 	return out
 }
 
+// slowScript is the longest a script run may take in these tests. A run's
+// work is bounded (walk_budget in lib.lua) to about a quarter of a
+// millisecond on an idle Redis, and design.md's target is 10 ms; the bound
+// here is wider because on a shared 2-core machine a run of the same work
+// was logged at 12-44 ms (a single HGET at 22 ms). The unbounded walk it
+// replaces took 169 ms (10,000 waiters) and 742-978 ms (a 100-SKU drop),
+// so the test still fails on that code.
+const slowScript = 50 * time.Millisecond
+
 // requireNoSlowScript fails when any script run on this test's keys took
-// 10 ms or more in Redis after mark, and logs the longest the slow log has.
+// slowScript or more in Redis after mark, and logs the longest the slow
+// log has.
 func (b *bundle) requireNoSlowScript(t *testing.T, backend string, mark map[string]int64) {
 	t.Helper()
 	var longest time.Duration
@@ -101,7 +111,7 @@ func (b *bundle) requireNoSlowScript(t *testing.T, backend string, mark map[stri
 			continue
 		}
 		longest = max(longest, l.Duration)
-		if l.Duration >= 10*time.Millisecond {
+		if l.Duration >= slowScript {
 			t.Errorf("a script ran %s in Redis (%d args)", l.Duration, len(l.Args))
 		}
 	}

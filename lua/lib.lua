@@ -566,8 +566,9 @@ end
 -- of work, about a microsecond each: an entry examined costs 3 (reading and
 -- decoding it), plus 1 per quota hash may_take reads for it (about 100 for a
 -- SKU of a 100-SKU drop), plus 15 for an offer (the hold, the entry and
--- their events); about 160 plain entries, or 4 of such a drop, per run,
--- about half a millisecond on an idle Redis. A walk left unfinished records where it stopped in the SKU's
+-- their events); about 80 plain entries, or 2 of such a drop, per run,
+-- a quarter of a millisecond on an idle Redis (a run of twice that took
+-- 12 ms on a loaded 2-core machine). A walk left unfinished records where it stopped in the SKU's
 -- stock hash: 'walk', the seq (score) of the last entry it examined ('0'
 -- before the first), and 'walkq', the smallest quantity it passed over for
 -- want of units ('' for none). The SKU is then in the partition's set of
@@ -581,7 +582,7 @@ end
 -- join goes on with the walk instead of being served ahead of it. So no unit
 -- is taken past a waiter ahead that could take it, and no one is told
 -- OUT_OF_STOCK while a unit is only waiting for the walk to pass everyone by.
-local walk_budget = 500
+local walk_budget = 250
 
 -- walks_key is the partition's set of SKUs whose walk is unfinished.
 local function walks_key(base)
