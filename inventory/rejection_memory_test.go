@@ -196,6 +196,9 @@ type footprint struct {
 
 func (f footprint) perUnit() int64 { return int64(float64(max(f.bytes, f.used)) / f.units) }
 
+// keptPerUnit is what its keys hold per unit, by MEMORY USAGE alone.
+func (f footprint) keptPerUnit() int64 { return int64(float64(f.bytes) / f.units) }
+
 // TestMemoryPerPrincipalIsBounded measures what each kind of mutation makes
 // Redis keep, per unit of its principal's mutation budget it spends, and
 // from it the most one principal can make Redis keep at the default budget:
@@ -324,7 +327,7 @@ func TestMemoryPerPrincipalIsBounded(t *testing.T) {
 	refusedBound := int64(rate*refusLife.Seconds()+burst) * refusedPer
 	for _, f := range append(held, refusals...) {
 		t.Logf("%-32s x%-3d %5.0f units: %8d bytes by MEMORY USAGE, used_memory %+9d: %5d bytes per unit (%d by MEMORY USAGE), %d keys added",
-			f.name, f.n, f.units, f.bytes, f.used, f.perUnit(), f.bytes/int64(f.units), len(f.ttls))
+			f.name, f.n, f.units, f.bytes, f.used, f.perUnit(), f.keptPerUnit(), len(f.ttls))
 	}
 	t.Logf("at %d mutations/s, burst %d: holds kept up to %s, at most %d bytes per unit: %.2f GB per principal; "+
 		"refusals kept %s, at most %d bytes per unit: %.2f MB per principal",
@@ -346,12 +349,14 @@ func TestMemoryPerPrincipalIsBounded(t *testing.T) {
 		}
 	}
 	// No kind of mutation leaves much more per unit than a reserve does, so
-	// the budget bounds them all alike.
+	// the budget bounds them all alike. Compared by MEMORY USAGE: used_memory
+	// moves in steps when Redis grows its key table, so one kind can land
+	// on a step and another not, while the bound above takes the larger.
 	for _, f := range held {
-		require.LessOrEqual(t, f.perUnit(), 2*held[0].perUnit(), "%s leaves %d bytes per unit, a reserve %d", f.name, f.perUnit(), held[0].perUnit())
+		require.LessOrEqual(t, f.keptPerUnit(), 2*held[0].keptPerUnit(), "%s keeps %d bytes per unit, a reserve %d", f.name, f.keptPerUnit(), held[0].keptPerUnit())
 	}
 	for _, f := range refusals {
-		require.LessOrEqual(t, f.perUnit(), 2*refusals[0].perUnit(), "%s leaves %d bytes per unit, a refused reserve %d", f.name, f.perUnit(), refusals[0].perUnit())
+		require.LessOrEqual(t, f.keptPerUnit(), 2*refusals[0].keptPerUnit(), "%s keeps %d bytes per unit, a refused reserve %d", f.name, f.keptPerUnit(), refusals[0].keptPerUnit())
 	}
 	require.Less(t, refusedBound, int64(4_000_000), "one principal must not be able to pin more than 4 MB by being refused")
 }
