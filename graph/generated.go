@@ -277,6 +277,7 @@ type ComplexityRoot struct {
 	}
 
 	Subscription struct {
+		QueueChanged       func(childComplexity int, sku *string, drop *string) int
 		ReservationChanged func(childComplexity int, token string) int
 		StockChanged       func(childComplexity int, skus []string) int
 		WaitlistChanged    func(childComplexity int, sku string) int
@@ -404,6 +405,7 @@ type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, skus []string) (<-chan *model.Stock, error)
 	ReservationChanged(ctx context.Context, token string) (<-chan *model.Reservation, error)
 	WaitlistChanged(ctx context.Context, sku string) (<-chan *model.WaitlistEntry, error)
+	QueueChanged(ctx context.Context, sku *string, drop *string) (<-chan *model.Queue, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -1505,6 +1507,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Stock.UpdatedAt(childComplexity), true
 
+	case "Subscription.queueChanged":
+		if e.ComplexityRoot.Subscription.QueueChanged == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_queueChanged_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.QueueChanged(childComplexity, args["sku"].(*string), args["drop"].(*string)), true
 	case "Subscription.reservationChanged":
 		if e.ComplexityRoot.Subscription.ReservationChanged == nil {
 			break
@@ -2187,6 +2200,14 @@ type Subscription {
   reservation, leaving). Needs a principal.
   """
   waitlistChanged(sku: ID!): WaitlistEntry!
+  """
+  The admission queue of a product (` + "`" + `sku` + "`" + `) or a drop: first its state, then
+  one value per admission step that changes what a waiter sees (status,
+  admittedThrough, waiting), the same value for every waiter: a ticket's
+  position is its number minus admittedThrough. SOLD_OUT arrives within a
+  second of the last unit sold. Public.
+  """
+  queueChanged(sku: ID, drop: ID): Queue!
 }
 
 type Mutation {
@@ -3956,6 +3977,28 @@ func (ec *executionContext) field_Query_webhookDeliveries_args(ctx context.Conte
 		return nil, err
 	}
 	args["after"] = arg3
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_queueChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "sku",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sku"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "drop",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["drop"] = arg1
 	return args, nil
 }
 
@@ -8721,6 +8764,50 @@ func (ec *executionContext) fieldContext_Subscription_waitlistChanged(ctx contex
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Subscription_waitlistChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_queueChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_queueChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().QueueChanged(ctx, fc.Args["sku"].(*string), fc.Args["drop"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Queue) graphql.Marshaler {
+			return ec.marshalNQueue2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐQueue(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_queueChanged(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Queue(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_queueChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -13857,6 +13944,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_reservationChanged(ctx, fields[0])
 	case "waitlistChanged":
 		return ec._Subscription_waitlistChanged(ctx, fields[0])
+	case "queueChanged":
+		return ec._Subscription_queueChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}

@@ -49,6 +49,9 @@ type HubConfig struct {
 	PingInterval time.Duration
 	// ReadTimeout bounds each re-read of stock from Redis; default 3 seconds.
 	ReadTimeout time.Duration
+	// QueuePollLinger is how long a queue that is only polled (QueueState)
+	// stays watched after its last poll; default DefaultQueuePollLinger.
+	QueuePollLinger time.Duration
 }
 
 func (c *HubConfig) setDefaults() {
@@ -72,6 +75,9 @@ func (c *HubConfig) setDefaults() {
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 3 * time.Second
+	}
+	if c.QueuePollLinger <= 0 {
+		c.QueuePollLinger = DefaultQueuePollLinger
 	}
 }
 
@@ -101,8 +107,11 @@ type Hub struct {
 	state  int
 	done   <-chan struct{} // closed when the hub stops; nil until Start
 	feeds  map[string]*feed
+	qfeeds map[string]*queueFeed      // by channel
 	resets [inventory.Partitions]bool // shards whose connection must be rebuilt
 	wg     sync.WaitGroup
+
+	queueReader QueueReader
 
 	controlKick chan struct{}
 
@@ -112,7 +121,9 @@ type Hub struct {
 
 	resyncMu   sync.Mutex
 	resyncWant map[string]bool // SKU -> deliver even if unchanged
-	resyncKick chan struct{}
+	// qresyncWant is resyncWant's twin for queues, by channel.
+	qresyncWant map[string]bool
+	resyncKick  chan struct{}
 
 	// confirmed signals, to a test, each SKU whose Redis subscription Redis
 	// confirmed (first, or again after a reconnect), once it is counted;
@@ -130,6 +141,8 @@ func NewHub(cfg HubConfig, engine *inventory.Engine, rdb redis.UniversalClient, 
 		cfg: cfg, engine: engine, rdb: rdb, keys: engine.Keys(),
 		log: log.With().Str("component", "live").Logger(), m: newMetrics(reg),
 		feeds:       map[string]*feed{},
+		qfeeds:      map[string]*queueFeed{},
+		qresyncWant: map[string]bool{},
 		controlKick: make(chan struct{}, 1),
 		flushAt:     map[*feed]time.Time{},
 		flushKick:   make(chan struct{}, 1),
@@ -407,6 +420,7 @@ func (h *Hub) runResync(ctx context.Context) {
 		case <-h.resyncKick:
 		case <-ticker:
 			h.resyncAll()
+			h.resyncAllQueues()
 			continue // resyncAll kicked; the next turn reads
 		}
 		h.resyncMu.Lock()
@@ -431,6 +445,12 @@ func (h *Hub) runResync(ctx context.Context) {
 					h.requestResync(sku, want[sku])
 				}
 			}
+		}
+		if h.resyncQueues(ctx) {
+			failed = true
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		if !failed {
 			backoff = 0

@@ -20,6 +20,12 @@ type metrics struct {
 	resyncErrors  prometheus.Counter
 	reconnects    prometheus.Counter
 	latency       prometheus.Histogram
+
+	queues             prometheus.Gauge
+	queueSubscriptions prometheus.Gauge
+	queueReceived      prometheus.Counter
+	queueDeliveries    prometheus.Counter
+	queueLatency       prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -67,6 +73,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		latency: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_live_delivery_latency_seconds",
 			Help:    "Time from a stock change (the announcement's timestamp) to its delivery to a subscriber.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .2, .25, .5, 1, 2.5, 5},
+		})),
+		queues: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dropline_live_queues",
+			Help: "Admission queues this process watches (subscribed or polled), each one Redis subscription.",
+		})),
+		queueSubscriptions: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dropline_live_queue_subscriptions",
+			Help: "Active queue subscriptions in this process (a shared GraphQL subscription counts once).",
+		})),
+		queueReceived: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_live_queue_messages_received_total",
+			Help: "Queue announcements (one per admission step that changed something) received from Redis pub/sub.",
+		})),
+		queueDeliveries: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_live_queue_deliveries_total",
+			Help: "Queue states handed to subscribers.",
+		})),
+		queueLatency: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dropline_live_queue_delivery_latency_seconds",
+			Help:    "Time from an admission step's announcement (Redis's clock) to its delivery to a queue subscriber.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .2, .25, .5, 1, 2.5, 5},
 		})),
 	}

@@ -104,6 +104,7 @@ func (h *Hub) runControl(ctx context.Context) {
 // sweepIdle removes feeds that have had no subscriber for Linger.
 func (h *Hub) sweepIdle() {
 	now := time.Now()
+	h.sweepIdleQueues(now)
 	var gone []*feed
 	h.mu.Lock()
 	for sku, f := range h.feeds {
@@ -136,6 +137,13 @@ func (h *Hub) reconcile(ctx context.Context, shards *[inventory.Partitions]*shar
 			want[p] = map[string]struct{}{}
 		}
 		want[p][f.channel] = struct{}{}
+	}
+	for c, f := range h.qfeeds {
+		p := f.ref.Partition()
+		if want[p] == nil {
+			want[p] = map[string]struct{}{}
+		}
+		want[p][c] = struct{}{}
 	}
 	resets := h.resets
 	h.resets = [inventory.Partitions]bool{}
@@ -266,13 +274,22 @@ func (h *Hub) receive(ctx context.Context, sh *shard) {
 			case "ssubscribe":
 				h.onSubscribed(m.Channel)
 			case "sunsubscribe":
-				if !sh.confirmUnsub(m.Channel) && h.feed(h.skuOf(m.Channel)) != nil {
+				if !sh.confirmUnsub(m.Channel) && h.watches(m.Channel) {
 					log.Warn().Str("channel", m.Channel).Msg("Redis dropped a subscription (slot moved?); reconnecting")
 					h.requestReset(sh.p)
 				}
 			}
 		}
 	}
+}
+
+// watches reports whether a channel is still wanted: a SKU's or a queue's.
+func (h *Hub) watches(channel string) bool {
+	if h.queueFeed(channel) != nil {
+		return true
+	}
+	f := h.feed(h.skuOf(channel))
+	return f != nil && f.channel == channel
 }
 
 func isTimeout(err error) bool {
@@ -291,6 +308,10 @@ func (h *Hub) skuOf(channel string) string {
 // and the subscription going live; a later one follows a reconnect, during
 // which messages were lost, so the value is delivered again to everyone.
 func (h *Hub) onSubscribed(channel string) {
+	if qf := h.queueFeed(channel); qf != nil {
+		h.onQueueSubscribed(qf)
+		return
+	}
 	sku := h.skuOf(channel)
 	f := h.feed(sku)
 	if f == nil || f.channel != channel {
@@ -324,6 +345,10 @@ type announcement struct {
 }
 
 func (h *Hub) onMessage(m *redis.Message) {
+	if qf := h.queueFeed(m.Channel); qf != nil {
+		h.onQueueMessage(qf, m.Payload)
+		return
+	}
 	h.m.received.Inc()
 	sku := h.skuOf(m.Channel)
 	f := h.feed(sku)

@@ -12,6 +12,11 @@
 -- ARGV[4] nonce: 128 random bits in hex, from which this step's passes are made
 -- ARGV[5] most tickets one step admits
 --
+-- A step that changes what a waiter sees (the status, the last number
+-- admitted, the tickets waiting) announces it once, on the queue's sharded
+-- channel {p}qchanged:<queue> (queue_publish in lib.lua): one message per
+-- step for every waiter, which the live hub fans out (queueChanged).
+--
 -- Returns {'OK', status, through, next, admitted, unspent, available, seq}:
 -- the queue's status (OPEN, PAUSED while every unit is held, SOLD_OUT once
 -- every unit is sold, CLOSED once the sale window has ended), the last number
@@ -42,7 +47,14 @@ local now = now_ms()
 local state = queue_close(q, pre, now)
 local h = hash_get(q)
 if state == 'pre' then
-  return { 'PRE', tonumber(h['seq']) }
+  local seq = tonumber(h['seq'])
+  local waiting = redis.call('SCARD', pre)
+  local sig = 'PRE_QUEUE 0 ' .. waiting
+  if sig ~= h['pub'] then
+    seq = redis.call('HINCRBY', q, 'seq', 1)
+    queue_publish(base, kind .. ':' .. id, q, sig, 'PRE_QUEUE', 0, waiting, seq, now)
+  end
+  return { 'PRE', seq }
 elseif state == 'numbering' then
   return { 'NUMBER', tonumber(h['pre']), tonumber(h['numbered']) }
 end
@@ -115,8 +127,12 @@ for i = 1, n do
 end
 through = through + n
 local seq = tonumber(h['seq'])
-if n > 0 or status ~= h['status'] then
+local sig = status .. ' ' .. through .. ' ' .. (last_num - through)
+if n > 0 or status ~= h['status'] or sig ~= h['pub'] then
   seq = redis.call('HINCRBY', q, 'seq', 1)
 end
 redis.call('HSET', q, 'through', through, 'credit', tostring(credit - n), 'last', now, 'status', status)
+if sig ~= h['pub'] then
+  queue_publish(base, kind .. ':' .. id, q, sig, status, through, last_num - through, seq, now)
+end
 return { 'OK', status, through, last_num, n, unspent + n, avail, seq }

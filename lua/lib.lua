@@ -246,6 +246,18 @@ local function queue_close(q, pre, now)
   return h[2]
 end
 
+-- queue_publish announces a queue's state to its sharded channel
+-- (base .. 'qchanged:' .. queue), one message for every waiter, and records
+-- sig (status, through, waiting) as the last state announced, so a step
+-- that changes nothing a waiter sees announces nothing. The live hub takes
+-- the message as a hint with a sequence number, like a stock message.
+local function queue_publish(base, queue, q, sig, status, through, waiting, seq, now)
+  redis.call('HSET', q, 'pub', sig)
+  redis.call('SPUBLISH', base .. 'qchanged:' .. queue, string.format(
+    '{"queue":%s,"status":"%s","through":%s,"waiting":%s,"seq":%s,"at":%s}',
+    cjson.encode(queue), status, tostring(through), tostring(waiting), tostring(seq), tostring(now)))
+end
+
 -- may_take is the one decision of who may take units of a SKU, which every
 -- script that hands units out (reserve.lua, hold_cart_lines.lua, handoff
 -- below, apply_draw.lua) and join_waitlist.lua ask before they write. It

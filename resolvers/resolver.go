@@ -100,6 +100,10 @@ func New(cfg Config) *Resolver {
 		cfg.ReservationRecheck = time.Second
 	}
 	prefix := cfg.Engine.Config().KeyPrefix
+	queues := queue.New(queue.Config{Secret: cfg.QueueSecret}, cfg.Engine.Redis(), cfg.Engine)
+	if cfg.Live != nil {
+		cfg.Live.SetQueueReader(queues)
+	}
 	return &Resolver{deps: &deps{
 		engine:  cfg.Engine,
 		limits:  cfg.Limits,
@@ -108,7 +112,7 @@ func New(cfg Config) *Resolver {
 		recheck: cfg.ReservationRecheck,
 		sm:      newSubscriptionMetrics(cfg.Registerer),
 		hooks:   webhook.NewService(cfg.Engine.Ledger()),
-		queues:  queue.New(queue.Config{Secret: cfg.QueueSecret}, cfg.Engine.Redis(), cfg.Engine),
+		queues:  queues,
 	}}
 }
 

@@ -592,6 +592,11 @@ func (r *subscriptionResolver) WaitlistChanged(ctx context.Context, sku string) 
 	return r.deps.waitlistChanged(ctx, sku)
 }
 
+// QueueChanged is the resolver for the queueChanged field.
+func (r *subscriptionResolver) QueueChanged(ctx context.Context, sku *string, drop *string) (<-chan *model.Queue, error) {
+	return r.deps.queueChanged(ctx, sku, drop)
+}
+
 // Drop returns graph.DropResolver implementation.
 func (r *Resolver) Drop() graph.DropResolver { return &dropResolver{r} }
 

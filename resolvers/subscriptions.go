@@ -30,6 +30,7 @@ var CodeUnavailable = string(inventory.ErrUnavailable.Code())
 const (
 	fieldStockChanged       = "stockChanged"
 	fieldReservationChanged = "reservationChanged"
+	fieldQueueChanged       = "queueChanged"
 )
 
 var errLiveUnavailable = &apiError{code: CodeUnavailable, message: "live updates are not available on this server"}
@@ -134,7 +135,7 @@ func awaitChange(ctx context.Context, s *subscription, wake <-chan inventory.Sto
 }
 
 func (s *subscription) dropped(ctx context.Context) {
-	if o := stockObserverFrom(ctx); o != nil && s.field == fieldStockChanged {
+	if o := stockObserverFrom(ctx); o != nil && (s.field == fieldStockChanged || s.field == fieldQueueChanged) {
 		o.StockDropped()
 	}
 	if s.stream != nil && s.stream.Websocket() {
@@ -301,4 +302,53 @@ func sameReservation(a, b inventory.Reservation) bool {
 // finalStatus reports whether a reservation can no longer change.
 func finalStatus(s inventory.Status) bool {
 	return s == inventory.StatusCommitted || s == inventory.StatusCancelled || s == inventory.StatusExpired
+}
+
+// queueChanged forwards the hub's states of one queue: the same value for
+// every waiter (each works its position out from its own number), so the
+// GraphQL layer shares one execution among identical subscriptions.
+func (d *deps) queueChanged(ctx context.Context, sku, drop *string) (<-chan *model.Queue, error) {
+	ref, err := queueRef(sku, drop)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	s, err := d.admit(ctx, fieldQueueChanged)
+	if err != nil {
+		return nil, err
+	}
+	in, err := d.hub.SubscribeQueue(ctx, ref)
+	if err != nil {
+		s.done("refused")
+		return nil, liveError(err)
+	}
+	out := make(chan *model.Queue)
+	obs := stockObserverFrom(ctx)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case v, ok := <-in:
+				if !ok {
+					if ctx.Err() == nil {
+						s.dropped(ctx)
+						s.done("dropped")
+					} else {
+						s.done("client")
+					}
+					return
+				}
+				if obs != nil {
+					obs.StockObserved(v.Ref.String())
+				}
+				if !send(ctx, s, out, queueModel(v)) {
+					s.done("client")
+					return
+				}
+			case <-ctx.Done():
+				s.done("client")
+				return
+			}
+		}
+	}()
+	return out, nil
 }

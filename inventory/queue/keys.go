@@ -74,3 +74,11 @@ func ParseRef(id string) (Ref, bool) {
 	}
 	return Ref{Kind: Kind(kind), ID: rest}, true
 }
+
+// Channel is the sharded pub/sub channel a queue's state is announced on
+// (admit_queue.lua, queue_publish in lib.lua): {p}qchanged:<queue>, in the
+// queue's partition, so one pub/sub connection per partition carries it
+// with the stock of the partition's SKUs.
+func Channel(k inventory.Keys, r Ref) string {
+	return k.Base(r.Partition()) + "qchanged:" + r.String()
+}

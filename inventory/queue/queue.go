@@ -480,6 +480,9 @@ type State struct {
 	SeedHash       string
 	// Seed is nil until the opening.
 	Seed []byte
+	// Seq rises with every change a waiter can see (the queue's
+	// announcements carry it), so a reader can tell the newer of two states.
+	Seq int64
 }
 
 // State returns queue r's state: its settings from memory, its counters
@@ -491,11 +494,12 @@ func (s *Service) State(ctx context.Context, r Ref) (State, error) {
 	}
 	st := State{Ref: r, Status: StatusPreQueue, OpensAt: q.OpensAt.UTC(), AdmitPerMinute: q.AdmitPerMinute,
 		SeedHash: q.SeedHash, Seed: q.Seed}
-	v, err := s.rdb.HMGet(ctx, keysOf(s.keys, r).queue, "through", "next", "status", "state").Result()
+	v, err := s.rdb.HMGet(ctx, keysOf(s.keys, r).queue, "through", "next", "status", "state", "seq").Result()
 	if err != nil {
 		return State{}, fmt.Errorf("reading queue %s: %w: %w", r, errUnavailable, err)
 	}
 	if v[0] != nil {
+		st.Seq = toInt(v[4])
 		st.AdmittedThrough = toInt(v[0])
 		st.Waiting = toInt(v[1]) - st.AdmittedThrough
 		if v[3] == "open" {

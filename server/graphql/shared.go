@@ -16,9 +16,9 @@ import (
 )
 
 // Shared subscriptions: during a drop thousands of browsers send the same
-// stockChanged document with the same variables, and what they may see of
-// a Stock does not depend on who they are (the field is public and Stock
-// has no per-caller field). Such subscriptions form a group: the document
+// stockChanged (or queueChanged) document with the same variables, and what
+// they may see of a Stock (a Queue) does not depend on who they are (the
+// field is public and the type has no per-caller field). Such subscriptions form a group: the document
 // is executed once per update, by gqlgen's own executor (so the result is
 // byte for byte what gqlgen answers for that document), and every member
 // is handed the same response. A member holds no goroutine, channel or
@@ -35,7 +35,7 @@ import (
 
 // shareable names the subscription root fields whose result depends only on
 // the document and its variables, never on the caller.
-var shareable = map[string]bool{"stockChanged": true}
+var shareable = map[string]bool{"stockChanged": true, "queueChanged": true}
 
 // sharingTransport runs a gqlgen transport with an executor that groups
 // identical shareable subscriptions.
