@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -170,6 +171,15 @@ type cartLine struct {
 	Quantity int    `json:"q"`
 	Token    string `json:"t"`
 	indexes  []int  // the input lines that asked for it
+}
+
+// scriptLines is lines as the cart scripts take them.
+func scriptLines(lines []cartLine) []script.CartLine {
+	out := make([]script.CartLine, len(lines))
+	for i, l := range lines {
+		out[i] = script.CartLine{SKU: l.SKU, Quantity: l.Quantity, Token: l.Token}
+	}
+	return out
 }
 
 // checkCart validates a cart request and adds up its lines per SKU, in the
@@ -345,7 +355,7 @@ func refusalsError(lines []cartLine, refusals []cartRefusal) error {
 	}
 	var out []CartLineError
 	for _, r := range refusals {
-		err := reply{r.Code, r.A, r.B, int64(0)}.rejection()
+		err := rejectionError(script.Rejection{Code: r.Code, A: r.A, B: r.B})
 		if err == nil {
 			err = fmt.Errorf("unexpected refusal %q", r.Code)
 		}
@@ -368,29 +378,28 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	if err != nil {
 		return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
 	}
-	res, err := e.run(ctx, lua.OpenCart, e.keys.cartKeys(home, token, idem), e.keys.Base(home), p.ID, fp, idem,
-		e.cfg.CartSettle.Milliseconds(), hold.Milliseconds(), string(enc), int64(e.cfg.IdempotencyTTL.Seconds()),
-		int64(e.cfg.Retention.Seconds()), token)
+	oc, err := script.RunOpenCart(ctx, e.run, e.keys, script.OpenCart{Home: home, Token: token, Principal: p.ID, FP: fp,
+		Idem: idem, SettleMs: e.cfg.CartSettle.Milliseconds(), HoldMs: hold.Milliseconds(), Lines: string(enc),
+		IdempotencyTTL: int64(e.cfg.IdempotencyTTL.Seconds()), Retention: int64(e.cfg.Retention.Seconds())})
 	if err != nil {
 		return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
 	}
-	switch res.code() {
+	switch replyCode(oc.Code) {
 	case replyOf(ErrIdempotencyKeyReused):
 		return Cart{}, false, ErrIdempotencyKeyReused
 	case codeRefused:
 		var refusals []cartRefusal
-		if err := json.Unmarshal([]byte(res.recordedRefusals()), &refusals); err != nil {
+		if err := json.Unmarshal([]byte(oc.Refusals), &refusals); err != nil {
 			return Cart{}, false, fmt.Errorf("reserving cart: reading a recorded refusal: %w", err)
 		}
 		return Cart{}, false, refusalsError(lines, refusals)
 	case codeOK:
 	default:
-		return Cart{}, false, fmt.Errorf("reserving cart: unexpected script reply %q", res.code())
+		return Cart{}, false, fmt.Errorf("reserving cart: unexpected script reply %q", oc.Code)
 	}
-	oc := res.openedCart()
-	if oc.token != token {
+	if oc.Token != token {
 		// The key's first call opened another cart: answer what it got.
-		return e.awaitCart(ctx, p, home, oc.token)
+		return e.awaitCart(ctx, p, home, oc.Token)
 	}
 	// Phase 1: every partition's lines, held provisionally, all at once.
 	parts := map[int][]cartLine{}
@@ -403,16 +412,14 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		parts[pt] = append(parts[pt], l)
 	}
 	slices.Sort(order)
-	results := make([]reply, len(order))
+	results := make([]script.HoldCartLinesReply, len(order))
 	errs := make([]error, len(order))
 	var wg sync.WaitGroup
 	for i, pt := range order {
 		wg.Go(func() {
-			args := []any{p.ID, token, oc.deadline, e.cfg.MaxQuantity, e.keys.Base(pt), pass}
-			for _, l := range parts[pt] {
-				args = append(args, l.SKU, l.Quantity, l.Token)
-			}
-			results[i], errs[i] = e.run(ctx, lua.HoldCartLines, e.keys.holdCartLinesKeys(pt, parts[pt]), args...)
+			results[i], errs[i] = script.RunHoldCartLines(ctx, e.run, e.keys, script.HoldCartLines{Partition: pt,
+				Principal: p.ID, Cart: token, DeadlineMs: oc.DeadlineMs, MaxQuantity: e.cfg.MaxQuantity, Pass: pass,
+				Lines: scriptLines(parts[pt])})
 		})
 	}
 	wg.Wait()
@@ -424,25 +431,25 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		switch {
 		case errs[i] != nil:
 			failure = errs[i]
-		case results[i].code() == codeOK:
-		case results[i].code() == codeRefused:
-			for _, lr := range results[i].lineRefusals() {
-				l := parts[pt][lr.line-1]
-				refusals = append(refusals, cartRefusal{SKU: l.SKU, Code: lr.code, A: lr.a, B: lr.b})
+		case replyCode(results[i].Code) == codeOK:
+		case replyCode(results[i].Code) == codeRefused:
+			for _, lr := range results[i].Refusals {
+				l := parts[pt][lr.Line-1]
+				refusals = append(refusals, cartRefusal{SKU: l.SKU, Code: lr.Code, A: lr.A, B: lr.B})
 			}
-		case results[i].code() == codeNeedsHydration:
-			lost = append(lost, results[i].missingSKU())
-		case results[i].code() == codeWalkPending:
-			walking[results[i].missingSKU()] = pt
-		case results[i].code() == codeLate:
+		case replyCode(results[i].Code) == codeNeedsHydration:
+			lost = append(lost, results[i].Missing)
+		case replyCode(results[i].Code) == codeWalkPending:
+			walking[results[i].Missing] = pt
+		case replyCode(results[i].Code) == codeLate:
 			failure = errCartLate
 		default:
-			failure = fmt.Errorf("holding lines: script reply %q", results[i].code())
+			failure = fmt.Errorf("holding lines: script reply %q", results[i].Code)
 		}
 	}
 	if failure == nil && len(lost) == 0 && len(walking) == 0 && len(refusals) == 0 {
 		e.cartPause(CartPauseHeld, "provisional holds made")
-		failure = e.confirmCartLines(ctx, token, oc.exp, order, parts)
+		failure = e.confirmCartLines(ctx, token, oc.Exp, order, parts)
 		if failure == nil {
 			out, err := e.finishCart(ctx, home, token, idem, "HELD", "")
 			if err != nil {
@@ -512,19 +519,16 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 // cart's expiry, partition after partition.
 func (e *Engine) confirmCartLines(ctx context.Context, token string, exp int64, order []int, parts map[int][]cartLine) error {
 	for i, pt := range order {
-		args := []any{token, exp}
-		for _, l := range parts[pt] {
-			args = append(args, l.Token)
-		}
-		res, err := e.run(ctx, lua.ConfirmCartLines, e.keys.confirmCartLinesKeys(pt, parts[pt]), args...)
+		res, err := script.RunConfirmCartLines(ctx, e.run, e.keys,
+			script.ConfirmCartLines{Partition: pt, Cart: token, ExpiresMs: exp, Lines: scriptLines(parts[pt])})
 		if err != nil {
 			return err
 		}
-		if res.code() == codeLate {
+		if replyCode(res.Code) == codeLate {
 			return errCartLate
 		}
-		if res.code() != codeOK {
-			return fmt.Errorf("confirming lines: script reply %q", res.code())
+		if replyCode(res.Code) != codeOK {
+			return fmt.Errorf("confirming lines: script reply %q", res.Code)
 		}
 		if i == 0 && len(order) > 1 {
 			e.cartPause(CartPauseConfirmed, "first partition's lines confirmed")
@@ -545,12 +549,12 @@ func (e *Engine) cartPause(at, step string) {
 
 // finishCart runs finish_cart.lua and returns its code.
 func (e *Engine) finishCart(ctx context.Context, home int, token, idem, outcome, rej string) (replyCode, error) {
-	res, err := e.run(ctx, lua.FinishCart, e.keys.cartKeys(home, token, idem), token, outcome, rej,
-		int64(e.cfg.RejectionTTL.Seconds()), int64(e.cfg.Retention.Seconds()))
+	res, err := script.RunFinishCart(ctx, e.run, e.keys, script.FinishCart{Home: home, Token: token, Idem: idem,
+		Outcome: outcome, Refusals: rej, RejectionTTL: int64(e.cfg.RejectionTTL.Seconds()), Retention: int64(e.cfg.Retention.Seconds())})
 	if err != nil {
 		return "", fmt.Errorf("finishing cart %s: %w", token, err)
 	}
-	return res.code(), nil
+	return replyCode(res.Code), nil
 }
 
 // letGoOfLines releases every line of a cart that did not come to be held
@@ -729,16 +733,16 @@ func (e *Engine) CommitCart(ctx context.Context, p Principal, token string) (car
 	nonce := newNonce()
 	for _, l := range cart.Lines {
 		pt := e.keys.PartitionOf(l.SKU)
-		res, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(pt, l.Token), e.keys.Base(pt), l.Token, p.ID,
-			int64(e.cfg.Retention.Seconds()), attemptID, nonce)
+		res, err := script.RunBeginCommit(ctx, e.run, e.keys, script.BeginCommit{Partition: pt, Token: l.Token,
+			Principal: p.ID, Retention: int64(e.cfg.Retention.Seconds()), Attempt: attemptID, Nonce: nonce})
 		if err != nil {
 			return undo(fmt.Errorf("committing cart %s: %w", token, err))
 		}
-		switch res.code() {
+		switch replyCode(res.Code) {
 		case codeOK:
-			h := res.hold().reservation()
+			h := holdOf(res.Hold).reservation()
 			if h.Status != StatusCommitted {
-				taken = append(taken, begun{line: h, a: res.attempt()})
+				taken = append(taken, begun{line: h, a: attemptOf(res)})
 			}
 		case replyOf(ErrExpired):
 			return undo(ErrExpired)
@@ -747,14 +751,14 @@ func (e *Engine) CommitCart(ctx context.Context, p Principal, token string) (car
 		case replyOf(ErrForbidden):
 			return undo(ErrForbidden)
 		case codeNeedsHydration:
-			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
+			if err := e.Rebuild(ctx, res.Missing); err != nil {
 				return undo(fmt.Errorf("committing cart %s: %w", token, err))
 			}
 			return undo(unavailable("committing cart "+token, errors.New("a SKU was rebuilt")))
 		case replyOf(ErrNotFound):
 			return undo(cartNotFound(token))
 		default:
-			return undo(fmt.Errorf("committing cart %s: unexpected script reply %q", token, res.code()))
+			return undo(fmt.Errorf("committing cart %s: unexpected script reply %q", token, res.Code))
 		}
 	}
 	if len(taken) > 0 {
@@ -841,9 +845,9 @@ func (e *Engine) CancelCart(ctx context.Context, p Principal, token string) (car
 			if err != nil {
 				return Cart{}, fmt.Errorf("cancelling cart %s: %w", token, err)
 			}
-			switch res.code() {
+			switch replyCode(res.Code) {
 			case codeOK:
-				if r := res.hold().reservation(); !r.Replayed {
+				if r := holdOf(res).reservation(); !r.Replayed {
 					e.recordRelease(ctx, r)
 				}
 			case codeCommitInProgress:
@@ -854,7 +858,7 @@ func (e *Engine) CancelCart(ctx context.Context, p Principal, token string) (car
 				return Cart{}, ErrForbidden
 			case replyOf(ErrNotFound), codeNeedsHydration:
 			default:
-				return Cart{}, fmt.Errorf("cancelling cart %s: unexpected script reply %q", token, res.code())
+				return Cart{}, fmt.Errorf("cancelling cart %s: unexpected script reply %q", token, res.Code)
 			}
 		}
 		pending = again
@@ -925,7 +929,7 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 		lines         []cartLine
 	}
 	var stale []*staleCart
-	var marks []scriptCall
+	var marks []script.Call
 	for pt, c := range cmds {
 		more = more || len(c.Val()) == limit
 		for _, tok := range c.Val() {
@@ -934,7 +938,7 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 				break
 			}
 			stale = append(stale, &staleCart{home: pt, token: tok})
-			marks = append(marks, scriptCall{keys: e.keys.abandonCartKeys(pt, tok), args: []any{tok}})
+			marks = append(marks, script.AbandonCart{Home: pt, Token: tok}.Call(e.keys))
 		}
 	}
 	if len(stale) == 0 {
@@ -943,29 +947,28 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 
 	// 1. Every cart marked ABANDONED (or found HELD past its expiry).
 	replies, errs := e.runMany(ctx, lua.AbandonCart, marks)
-	var releases []scriptCall
+	var releases []script.Call
 	var owners []*staleCart
-	retention, rejection := int64(e.cfg.Retention.Seconds()), int64(e.cfg.RejectionTTL.Seconds())
 	for i, c := range stale {
-		switch {
-		case errs[i] != nil:
+		if errs[i] != nil {
 			c.err = fmt.Errorf("abandoning cart %s: %w", c.token, errs[i])
 			continue
-		case replies[i].code() != codeOK && replies[i].code() != replyOf(ErrExpired):
+		}
+		ab := script.AbandonCartReplyOf(replies[i])
+		if replyCode(ab.Code) != codeOK && replyCode(ab.Code) != replyOf(ErrExpired) {
 			c.busy = true // finished meanwhile, or not due: nothing to let go, and it is not ours to unlist
 			continue
 		}
-		c.expired = replies[i].code() == replyOf(ErrExpired)
+		c.expired = replyCode(ab.Code) == replyOf(ErrExpired)
 		var enc string
-		c.who, enc = replies[i].abandonedCart()
+		c.who, enc = ab.Who, ab.Lines
 		if err := json.Unmarshal([]byte(enc), &c.lines); err != nil {
 			c.err = fmt.Errorf("abandoning cart %s: %w", c.token, err)
 			continue
 		}
 		for _, l := range c.lines {
 			pt := e.keys.PartitionOf(l.SKU)
-			releases = append(releases, scriptCall{keys: e.keys.tokenHoldKeys(pt, l.Token), args: []any{
-				e.keys.Base(pt), l.Token, c.who, "0", string(StatusCancelled), retention, newNonce(), rejection}})
+			releases = append(releases, e.releaseArgs(pt, l.Token, Principal{ID: c.who}, string(StatusCancelled)).Call(e.keys))
 			owners = append(owners, c)
 		}
 	}
@@ -973,19 +976,19 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 	// 2. Every line of every cart released, as a cancel by its owner.
 	replies, errs = e.runMany(ctx, lua.ReleaseHold, releases)
 	for i, c := range owners {
-		r := replies[i]
+		r := script.HoldOf(replies[i])
 		switch {
 		case errs[i] != nil:
 			if c.err == nil {
 				c.err = fmt.Errorf("abandoning cart %s: %w", c.token, errs[i])
 			}
-		case r.code() == codeCommitInProgress:
+		case replyCode(r.Code) == codeCommitInProgress:
 			c.busy = true // the commit settles it; look again next time
-		case r.code() == codeOK && !r.hold().replayed && c.expired && r.hold().hold.exp > r.hold().hold.end:
+		case replyCode(r.Code) == codeOK && !r.Replayed && c.expired && r.Exp > r.End:
 			// Released before its own expiry: a line the cart's expiry
 			// outlived (one already due is the hold sweeper's work, done
 			// here first).
-			e.log.Warn().Str("cart", c.token).Str("sku", r.hold().hold.sku).
+			e.log.Warn().Str("cart", c.token).Str("sku", r.SKU).
 				Msg("let go of a cart line still held past its cart's expiry (an extension of the cart was interrupted)")
 		}
 	}
@@ -1076,12 +1079,12 @@ func (e *Engine) ExtendCart(ctx context.Context, p Principal, token string, req 
 		}
 	}
 	if !replayed || cart.ExpiresAt.Before(latest) {
-		res, err := e.run(ctx, lua.ExtendCart, e.keys.abandonCartKeys(home, token), token, latest.UnixMilli(),
-			int64(e.cfg.Retention.Seconds()))
+		res, err := script.RunExtendCart(ctx, e.run, e.keys, script.ExtendCart{Home: home, Token: token,
+			ExpiresMs: latest.UnixMilli(), Retention: int64(e.cfg.Retention.Seconds())})
 		if err != nil {
 			return Cart{}, fmt.Errorf("extending cart %s: %w", token, err)
 		}
-		switch res.code() {
+		switch replyCode(res.Code) {
 		case codeOK:
 		case replyOf(ErrNotFound):
 			return Cart{}, cartNotFound(token)

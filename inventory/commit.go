@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // Commit turns a principal's hold into a sale. It is durable first: the hold
@@ -38,33 +38,32 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 	if err := checkPrincipal(p); err != nil {
 		return Reservation{}, err
 	}
-	base := e.keys.Base(partition)
-	keys := e.keys.tokenHoldKeys(partition, token)
 	// One id for this attempt, sent with every begin_commit call: a call the
 	// Redis client repeats after a lost reply is recognised as this attempt.
 	attemptID := newAttemptID()
 	nonce := newNonce()
 	for try := 0; ; try++ {
-		res, err := e.run(ctx, lua.BeginCommit, keys, base, token, p.ID, int64(e.cfg.Retention.Seconds()), attemptID, nonce)
+		res, err := script.RunBeginCommit(ctx, e.run, e.keys, script.BeginCommit{Partition: partition, Token: token,
+			Principal: p.ID, Retention: int64(e.cfg.Retention.Seconds()), Attempt: attemptID, Nonce: nonce})
 		if err != nil {
 			return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 		}
-		switch res.code() {
+		switch replyCode(res.Code) {
 		case codeOK:
-			h := res.hold().reservation()
+			h := holdOf(res.Hold).reservation()
 			if h.Status == StatusCommitted {
 				return h, nil
 			}
-			return e.writeSale(ctx, token, h, res.attempt())
+			return e.writeSale(ctx, token, h, attemptOf(res))
 		case replyOf(ErrForbidden):
 			return Reservation{}, ErrForbidden
 		case replyOf(ErrExpired), replyOf(ErrAlreadyCancelled):
-			return e.refusedUnlessSold(ctx, token, res.code())
+			return e.refusedUnlessSold(ctx, token, replyCode(res.Code))
 		case codeNeedsHydration:
 			if try > 0 {
 				return Reservation{}, fmt.Errorf("committing %s: SKU still missing after rebuild", token)
 			}
-			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
+			if err := e.Rebuild(ctx, res.Missing); err != nil {
 				return Reservation{}, fmt.Errorf("committing %s: %w", token, err)
 			}
 		case replyOf(ErrNotFound):
@@ -77,7 +76,7 @@ func (e *Engine) Commit(ctx context.Context, p Principal, token string) (res Res
 			}
 			continue // the SKU was rebuilt with this hold: try again
 		default:
-			return Reservation{}, fmt.Errorf("committing %s: unexpected script reply %q", token, res.code())
+			return Reservation{}, fmt.Errorf("committing %s: unexpected script reply %q", token, res.Code)
 		}
 	}
 }
@@ -185,15 +184,16 @@ func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, 
 	if outcome != outcomeCommitted && outcome != outcomeRestore {
 		nonce = newNonce() // the outcome releases: the units go to the waiters first
 	}
-	res, err := e.runReplicated(ctx, lua.FinishCommit, e.keys.finishCommitKeys(partition, token, h.SKU),
-		token, outcome, int64(e.cfg.Retention.Seconds()), h.SKU, h.Principal, h.Quantity, committedAt.UnixMilli(), attemptID,
-		e.keys.Base(partition), nonce)
+	raw, err := e.runReplicated(ctx, script.FinishCommit{Partition: partition, Token: token, Outcome: outcome,
+		Retention: int64(e.cfg.Retention.Seconds()), SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
+		CommittedMs: committedAt.UnixMilli(), Attempt: attemptID, Nonce: nonce}.Call(e.keys))
 	if err != nil {
 		return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 	}
-	switch res.code() {
+	res := script.HoldOf(raw)
+	switch replyCode(res.Code) {
 	case codeOK:
-		return res.hold().reservation(), nil
+		return holdOf(res).reservation(), nil
 	case codeNeedsHydration:
 		// Redis lost the SKU; a rebuild from Postgres includes the sale if
 		// there is one, and no hold to restore if there is none.
@@ -209,7 +209,7 @@ func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, 
 	case replyOf(ErrNotFound):
 		return h, nil
 	}
-	return Reservation{}, fmt.Errorf("finishing commit of %s: unexpected script reply %q", token, res.code())
+	return Reservation{}, fmt.Errorf("finishing commit of %s: unexpected script reply %q", token, res.Code)
 }
 
 // fromLedger handles a token that Redis does not know. If Postgres has it as

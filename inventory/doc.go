@@ -58,8 +58,8 @@
 //
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
 // partition, so a commit finds its hold without a lookup. A line of a cart
-// is "l07.", a cart "c07." (its home partition). Keys builds every name;
-// nothing else formats a key.
+// is "l07.", a cart "c07." (its home partition). Keys (package script)
+// builds every name; nothing else formats a key.
 //
 // # Carts
 //
@@ -90,8 +90,10 @@
 // # The scripts' contract
 //
 // Each script opens with its KEYS in a fixed order, its ARGV, its replies and
-// why it is one script, and Keys has one builder per script that lists its
-// KEYS in that order (reserveBatchKeys, tokenHoldKeys, finishCommitKeys, ...).
+// why it is one script, and package script has one typed function per
+// script (script.RunExtendHold, with script.ExtendHold as its arguments and
+// script.Hold as its reply, ...) that lays out its KEYS and ARGV in that
+// order; a test checks each against its script's header.
 // Every key the caller can name is passed in KEYS, all of one partition and
 // so of one hash tag and one Cluster slot. A script derives a key from the
 // partition base only from data it has just read, through lib.lua's hold_key,
@@ -184,10 +186,11 @@
 // must not be made for a refused request; an input refused before any
 // script) it is spent first by rate_limit.lua, as every other mutation's.
 //
-// Replies are read in one place, replies.go: every code a script can answer
-// is a business outcome of package outcome or a protocol code of its own,
-// and each reply shape has one decoder (a hold_reply,
-// begin_commit's attempt, reserve's rejections, ...). A hold, whether a
+// Replies are decoded in one place, package script: each reply shape has
+// one decoder there (a hold_reply, begin_commit's attempt, reserve's
+// rejections, ...), and replies.go turns the typed replies into the
+// engine's types. Every code a script can answer is a business outcome of
+// package outcome or a protocol code of replies.go. A hold, whether a
 // script returned it or its hash was read, becomes a Reservation through
 // storedHold.reservation; holdFromLedger is the same for a ledger row.
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // DrawInput makes a new product sold by draw: between its sale start and
@@ -383,38 +383,33 @@ func (e *Engine) RunDrawSteps(ctx context.Context, sku string, step func(stage D
 		return rep, ledgerError("reading the draw's result", sku, err)
 	}
 	result = drawApplyOrder(result, e.cfg.WaitlistMax)
-	base, keys := e.keys.Base(partition), e.keys.applyDrawKeys(sku)
 	done := 0
 	for done < len(result) {
 		end := min(done+drawApplyBatch, len(result))
-		args := make([]any, 0, 7+4*(end-done))
-		args = append(args, base, sku, done, d.WinnerHoldMillis, e.cfg.WaitlistMax, newNonce(), end-done)
+		entries := make([]script.DrawEntry, 0, end-done)
 		for _, en := range result[done:end] {
-			kind := "L"
-			if en.Status == db.EntryWon {
-				kind = "W"
-			}
-			args = append(args, kind, en.Principal, en.Quantity, en.Token)
+			entries = append(entries, script.DrawEntry{Won: en.Status == db.EntryWon, Principal: en.Principal,
+				Quantity: en.Quantity, Token: en.Token})
 		}
-		r, err := e.run(ctx, lua.ApplyDraw, keys, args...)
+		r, err := script.RunApplyDraw(ctx, e.run, e.keys, script.ApplyDraw{SKU: sku, Done: done,
+			HoldMs: d.WinnerHoldMillis, WaitlistMax: e.cfg.WaitlistMax, Nonce: newNonce(), Entries: entries})
 		if err != nil {
 			return rep, fmt.Errorf("applying the draw of %s: %w", sku, err)
 		}
-		switch r.code() {
+		switch replyCode(r.Code) {
 		case codeOK:
-			holds, queued, _ := r.drawApplied()
-			rep.Holds += holds
-			rep.Queued += queued
+			rep.Holds += r.Holds
+			rep.Queued += r.Queued
 			done = end
 		case codeSkip:
-			done = r.drawDone() // applied before: go on from where it stands
+			done = r.Done // applied before: go on from where it stands
 		case codeNeedsHydration:
 			if err := e.Rebuild(ctx, sku); err != nil {
 				return rep, err
 			}
 			continue
 		default:
-			return rep, fmt.Errorf("applying the draw of %s: unexpected script reply %q", sku, r.code())
+			return rep, fmt.Errorf("applying the draw of %s: unexpected script reply %q", sku, r.Code)
 		}
 		if err := step(DrawApplying, done); err != nil {
 			return rep, err

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // Drop groups SKUs (the sizes of one sneaker, say) under one per-person
@@ -110,7 +109,7 @@ func (e *Engine) DropsByID(ctx context.Context, ids []string) ([]*Drop, error) {
 	byID := make(map[string]Drop, len(rows))
 	for _, row := range rows {
 		for _, sku := range row.SKUs {
-			e.keys.place(sku, row.ID)
+			e.keys.Place(sku, row.ID)
 		}
 		byID[row.ID] = dropFrom(row)
 	}
@@ -131,14 +130,14 @@ func (e *Engine) applyDrop(ctx context.Context, id string) error {
 		return unavailable("reading drop "+id, err)
 	}
 	for _, sku := range d.SKUs {
-		e.keys.place(sku, id)
+		e.keys.Place(sku, id)
 	}
-	r, err := e.run(ctx, lua.ApplyDrop, []string{e.keys.Drop(id)}, d.Version, d.MaxPerUser,
-		timeMs(d.SaleStartsAt), timeMs(d.SaleEndsAt), strings.Join(d.SKUs, " "))
+	r, err := script.RunApplyDrop(ctx, e.run, e.keys, script.ApplyDrop{Drop: id, Version: d.Version, MaxPerUser: d.MaxPerUser,
+		StartsMs: timeMs(d.SaleStartsAt), EndsMs: timeMs(d.SaleEndsAt), SKUs: d.SKUs})
 	if err != nil {
 		return fmt.Errorf("writing drop %s: %w", id, err)
 	}
-	if c := r.code(); c != codeOK && c != codeStale {
+	if c := replyCode(r.Code); c != codeOK && c != codeStale {
 		return fmt.Errorf("writing drop %s: unexpected script reply %q", id, c)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/internal/tracing"
+	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -345,7 +346,8 @@ func (e *Engine) Config() Config { return e.cfg }
 // run executes a script by SHA (EVAL on NOSCRIPT) and returns its reply as a
 // list. A Redis error is never a business outcome: it is reported as
 // ErrUnavailable with its cause.
-func (e *Engine) run(ctx context.Context, name string, keys []string, args ...any) (_ reply, err error) {
+func (e *Engine) run(ctx context.Context, call script.Call) (_ script.Reply, err error) {
+	name, keys, args := call.Script, call.Keys, call.Argv
 	var c redis.Scripter = e.rdb
 	if name == lua.Reserve {
 		c = e.hot
@@ -364,13 +366,7 @@ func (e *Engine) run(ctx context.Context, name string, keys []string, args ...an
 	if len(res) == 0 {
 		return nil, fmt.Errorf("script %s returned nothing", name)
 	}
-	return reply(res), nil
-}
-
-// scriptCall is one run of a script among many sent together (runMany).
-type scriptCall struct {
-	keys []string
-	args []any
+	return script.Reply(res), nil
 }
 
 // runManyChunk is how many runs one round trip of runMany carries.
@@ -381,10 +377,10 @@ const runManyChunk = 500
 // call is its own atomic run, as with run; only the transport is shared.
 // A call refused NOSCRIPT (a SCRIPT FLUSH under way) is sent once more after
 // the scripts are loaded again: it did not run.
-func (e *Engine) runMany(ctx context.Context, name string, calls []scriptCall) ([]reply, []error) {
-	replies := make([]reply, len(calls))
+func (e *Engine) runMany(ctx context.Context, name string, calls []script.Call) ([]script.Reply, []error) {
+	replies := make([]script.Reply, len(calls))
 	errs := make([]error, len(calls))
-	script := e.scripts[name]
+	s := e.scripts[name]
 	for start := 0; start < len(calls); start += runManyChunk {
 		todo := make([]int, 0, runManyChunk)
 		for i := start; i < min(start+runManyChunk, len(calls)); i++ {
@@ -394,7 +390,7 @@ func (e *Engine) runMany(ctx context.Context, name string, calls []scriptCall) (
 			cmds := make([]*redis.Cmd, len(todo))
 			_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for j, i := range todo {
-					cmds[j] = script.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
+					cmds[j] = s.EvalSha(ctx, p, calls[i].Keys, calls[i].Argv...)
 				}
 				return nil
 			})
@@ -409,7 +405,7 @@ func (e *Engine) runMany(ctx context.Context, name string, calls []scriptCall) (
 				case len(vals) == 0:
 					errs[i] = fmt.Errorf("script %s returned nothing", name)
 				default:
-					replies[i], errs[i] = reply(vals), nil
+					replies[i], errs[i] = script.Reply(vals), nil
 				}
 			}
 			if len(again) > 0 {
@@ -431,10 +427,11 @@ func (e *Engine) runMany(ctx context.Context, name string, calls []scriptCall) (
 // the script and WAIT in one pipeline, so they run on one connection and
 // WAIT covers the script's write. A WAIT that times out is counted, not an
 // error (see Config.WaitTimeout).
-func (e *Engine) runReplicated(ctx context.Context, name string, keys []string, args ...any) (reply, error) {
+func (e *Engine) runReplicated(ctx context.Context, call script.Call) (script.Reply, error) {
 	if e.cfg.WaitReplicas <= 0 {
-		return e.run(ctx, name, keys, args...)
+		return e.run(ctx, call)
 	}
+	name, keys, args := call.Script, call.Keys, call.Argv
 	s := e.scripts[name]
 	exec := func(eval func(redis.Pipeliner) *redis.Cmd) ([]any, int64, error) {
 		var res *redis.Cmd
@@ -472,7 +469,7 @@ func (e *Engine) runReplicated(ctx context.Context, name string, keys []string, 
 	if len(out) == 0 {
 		return nil, fmt.Errorf("script %s returned nothing", name)
 	}
-	return reply(out), nil
+	return script.Reply(out), nil
 }
 
 func timeMs(t *time.Time) int64 {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // ExtendRequest asks for more time on a hold (Extend) or on every line of a
@@ -106,16 +106,17 @@ func (e *Engine) extendHold(ctx context.Context, p Principal, token string, hold
 	// One id for this call, sent with every try: a script the Redis client
 	// sends again after a lost reply finds it on the hold and replays.
 	call := newAttemptID()
-	args := []any{e.keys.Base(partition), token, p.ID, holdFor.Milliseconds(), limit,
-		e.cfg.MaxHold.Milliseconds(), call, int64(e.cfg.Retention.Seconds()), idem, fp}
+	args := script.ExtendHold{Partition: partition, Token: token, Principal: p.ID, HoldMs: holdFor.Milliseconds(),
+		MaxExtensions: limit, MaxHoldMs: e.cfg.MaxHold.Milliseconds(), CallID: call,
+		Retention: int64(e.cfg.Retention.Seconds()), Idem: idem, FP: fp}
 	for try := 0; ; try++ {
-		r, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(partition, token), args...)
+		r, err := script.RunExtendHold(ctx, e.run, e.keys, args)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("extending %s: %w", token, err)
 		}
-		switch r.code() {
+		switch replyCode(r.Code) {
 		case codeOK:
-			res := r.hold().reservation()
+			res := holdOf(r).reservation()
 			if !res.Replayed {
 				e.recordExtension(ctx, res)
 			}
@@ -133,7 +134,7 @@ func (e *Engine) extendHold(ctx context.Context, p Principal, token string, hold
 		case codeCommitInProgress:
 			return Reservation{}, unavailable("extending "+token, errCommitInProgress)
 		case replyOf(ErrExtensionLimit):
-			h := r.hold().reservation()
+			h := holdOf(r).reservation()
 			return Reservation{}, &ExtensionLimitError{Limit: limit, Used: h.Extensions, Latest: h.CreatedAt.Add(e.cfg.MaxHold)}
 		case replyOf(ErrInvalidInput):
 			return Reservation{}, &InvalidInputError{Field: "holdSeconds", Reason: "out of range"}
@@ -141,7 +142,7 @@ func (e *Engine) extendHold(ctx context.Context, p Principal, token string, hold
 			if try > 0 {
 				return Reservation{}, fmt.Errorf("extending %s: SKU still missing after rebuild", token)
 			}
-			if err := e.Rebuild(ctx, r.missingSKU()); err != nil {
+			if err := e.Rebuild(ctx, r.Missing); err != nil {
 				return Reservation{}, fmt.Errorf("extending %s: %w", token, err)
 			}
 		case replyOf(ErrNotFound):
@@ -164,7 +165,7 @@ func (e *Engine) extendHold(ctx context.Context, p Principal, token string, hold
 				return Reservation{}, ErrExpired
 			}
 		default:
-			return Reservation{}, fmt.Errorf("extending %s: unexpected script reply %q", token, r.code())
+			return Reservation{}, fmt.Errorf("extending %s: unexpected script reply %q", token, r.Code)
 		}
 	}
 }

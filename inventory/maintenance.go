@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -63,22 +64,21 @@ func (m *Maintenance) ExpireDue(ctx context.Context, partition, limit int) ([]Ex
 }
 
 func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload bool) ([]Expired, error) {
-	r, err := e.run(ctx, lua.DueHolds, e.keys.dueHoldsKeys(partition), limit)
+	r, err := script.RunDueHolds(ctx, e.run, e.keys, script.DueHolds{Partition: partition, Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("listing due holds: %w", err)
 	}
-	tokens := r.dueTokens()
+	tokens := r.Tokens
 	if len(tokens) == 0 {
 		return nil, nil
 	}
 	// One round trip for the whole batch; each release is its own script.
 	cmds := make([]*redis.Cmd, len(tokens))
-	script := e.scripts[lua.ReleaseHold]
-	retention, rejection := int64(e.cfg.Retention.Seconds()), int64(e.cfg.RejectionTTL.Seconds())
+	release := e.scripts[lua.ReleaseHold]
 	_, err = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, tok := range tokens {
-			cmds[i] = script.EvalSha(ctx, p, e.keys.tokenHoldKeys(partition, tok),
-				e.keys.Base(partition), tok, "", "0", string(StatusExpired), retention, newNonce(), rejection)
+			c := e.releaseArgs(partition, tok, Principal{}, string(StatusExpired)).Call(e.keys)
+			cmds[i] = release.EvalSha(ctx, p, c.Keys, c.Argv...)
 		}
 		return nil
 	})
@@ -99,17 +99,17 @@ func (e *Engine) expireDue(ctx context.Context, partition, limit int, reload boo
 			}
 			return out, unavailable("expiring holds", err)
 		}
-		res := reply(vals)
-		if res.code() == codeNeedsHydration {
-			if sku := res.missingSKU(); !slices.Contains(lostSKUs, sku) {
+		res := script.HoldOf(vals)
+		if replyCode(res.Code) == codeNeedsHydration {
+			if sku := res.Missing; !slices.Contains(lostSKUs, sku) {
 				lostSKUs = append(lostSKUs, sku)
 			}
 			continue
 		}
-		if res.code() != codeOK || res.hold().replayed {
+		if replyCode(res.Code) != codeOK || res.Replayed {
 			continue // not due, committed, gone, or released by someone else first
 		}
-		h := res.hold().reservation()
+		h := holdOf(res).reservation()
 		out = append(out, Expired{Token: tokens[i], SKU: h.SKU, Delay: h.EndedAt.Sub(h.ExpiresAt)})
 	}
 	// A due hold whose SKU Redis lost: rebuild the SKU, and the next pass

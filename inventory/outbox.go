@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // Outbox is the write-behind outbox of every partition as one consumer of
@@ -25,18 +25,18 @@ import (
 // retried, and acknowledging into a stream Redis lost is not an error. Every
 // entry is decoded into a db.Event here, and checked with db.Event.Validate.
 type Outbox struct {
-	rdb        redis.UniversalClient
-	keys       Keys
-	group      string
-	consumer   string
-	ackApplied *redis.Script
-	log        zerolog.Logger
+	rdb      redis.UniversalClient
+	keys     Keys
+	group    string
+	consumer string
+	run      script.Runner // runs ack_applied.lua
+	log      zerolog.Logger
 }
 
 // Outbox returns the outbox as consumer of group reads it.
 func (m *Maintenance) Outbox(group, consumer string) *Outbox {
 	e := m.e
-	return &Outbox{rdb: e.rdb, keys: e.keys, group: group, consumer: consumer, ackApplied: e.scripts[lua.AckApplied],
+	return &Outbox{rdb: e.rdb, keys: e.keys, group: group, consumer: consumer, run: e.run,
 		log: e.log.With().Str("owner", consumer).Logger()}
 }
 
@@ -211,23 +211,15 @@ func (o *Outbox) AckApplied(ctx context.Context, p int, events []db.Event, ids [
 		return true, nil
 	}
 	skus, gens := generationsOf(events)
-	keys := make([]string, 1, 1+len(skus))
-	keys[0] = o.keys.Outbox(p)
-	args := make([]any, 0, 2+len(gens)+len(ids))
-	args = append(args, o.group, len(skus))
-	for i, sku := range skus {
-		o.keys.placeAt(sku, p) // the batch is of this partition's outbox
-		keys = append(keys, o.keys.skuIn(p, sku))
-		args = append(args, gens[i])
+	for _, sku := range skus {
+		o.keys.PlaceAt(sku, p) // the batch is of this partition's outbox
 	}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	res, err := o.ackApplied.Run(ctx, o.rdb, keys, args...).Int64Slice()
+	acked, err := script.RunAckApplied(ctx, o.run, o.keys, script.AckApplied{Partition: p, Group: o.group, SKUs: skus,
+		Generations: gens, IDs: ids})
 	if err != nil {
 		return false, fmt.Errorf("acknowledging partition %d: %w", p, err)
 	}
-	return len(res) == 1 && res[0] == 1, nil
+	return acked, nil
 }
 
 // Claim takes over up to n entries of partition p pending on any consumer

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // Money is an amount in minor units (cents) of an ISO 4217 currency.
@@ -80,7 +80,7 @@ const MaxStock = maxStock
 // productFrom is a ledger row as callers see it. Every product row the
 // engine reads also tells its key builder where the SKU's keys live.
 func (e *Engine) productFrom(p db.Product) Product {
-	e.keys.place(p.SKU, p.DropID)
+	e.keys.Place(p.SKU, p.DropID)
 	return Product{
 		SKU: p.SKU, Name: p.Name, Price: Money{Amount: p.PriceAmount, Currency: p.PriceCurrency},
 		MaxPerUser: p.MaxPerUser, SaleStartsAt: utcPtr(p.SaleStartsAt), SaleEndsAt: utcPtr(p.SaleEndsAt),
@@ -301,14 +301,15 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 // applyProductResult is applyProduct, also saying whether Redis changed
 // (false when Redis had this version or a newer one already).
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
-	e.keys.place(row.SKU, row.DropID)
-	r, err := e.run(ctx, lua.ApplyProduct, e.keys.applyProductKeys(row.SKU), row.SKU, row.Version, row.Total, row.MaxPerUser,
-		timeMs(row.SaleStartsAt), timeMs(row.SaleEndsAt), e.keys.Base(e.keys.PartitionOf(row.SKU)), newNonce())
+	e.keys.Place(row.SKU, row.DropID)
+	r, err := script.RunApplyProduct(ctx, e.run, e.keys, script.ApplyProduct{SKU: row.SKU, Version: row.Version,
+		Total: row.Total, MaxPerUser: row.MaxPerUser, StartsMs: timeMs(row.SaleStartsAt), EndsMs: timeMs(row.SaleEndsAt),
+		Nonce: newNonce()})
 	if err != nil {
 		return false, fmt.Errorf("applying product %s: %w", row.SKU, err)
 	}
 	changed := true
-	switch r.code() {
+	switch replyCode(r.Code) {
 	case codeNeedsHydration:
 		// The rebuild loads the newest version, this one included.
 		if err := e.Rebuild(ctx, row.SKU); err != nil {
@@ -345,7 +346,7 @@ func (m *Maintenance) ReapplyProducts(ctx context.Context, partition, limit int)
 	}
 	applied := 0
 	for _, row := range rows {
-		e.keys.place(row.SKU, row.DropID)
+		e.keys.Place(row.SKU, row.DropID)
 		if e.keys.PartitionOf(row.SKU) != partition {
 			continue
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // RateLimit is one principal's mutation budget: GCRA, Rate mutations per
@@ -72,22 +72,22 @@ func (e *Engine) spendUnits(ctx context.Context, l RateLimit, cost int) error {
 }
 
 func (e *Engine) spendRateLimit(ctx context.Context, l RateLimit, cost int) error {
-	a := l.args()
-	res, err := e.scripts[lua.RateLimit].Run(ctx, e.hot, []string{l.Key}, a[0], a[1], a[2], cost).Slice()
+	c := script.RateLimit{Key: l.Key, Budget: l.args(), Cost: cost}.Call(e.keys)
+	out, err := e.scripts[c.Script].Run(ctx, e.hot, c.Keys, c.Argv...).Slice()
 	if err != nil {
-		return unavailable("running "+lua.RateLimit, err)
+		return unavailable("running "+c.Script, err)
 	}
-	if len(res) == 0 {
-		return fmt.Errorf("script %s returned nothing", lua.RateLimit)
+	if len(out) == 0 {
+		return fmt.Errorf("script %s returned nothing", c.Script)
 	}
-	if n, _ := res[0].(int64); n == 1 {
+	res := script.RateLimitReplyOf(out)
+	if res.Spent {
 		return nil
 	}
-	if len(res) < 2 {
-		return fmt.Errorf("script %s answered %v", lua.RateLimit, res)
+	if res.RetryAfter == "" {
+		return fmt.Errorf("script %s answered %v", c.Script, out)
 	}
-	s, _ := res[1].(string)
-	return rateLimited(s)
+	return rateLimited(res.RetryAfter)
 }
 
 // foldsRateLimit says whether reserve.lua can spend a budget in the same

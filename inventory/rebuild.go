@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory/policy"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // rebuildTimeout bounds one rebuild, Postgres lock included. A rebuild that
@@ -140,7 +141,7 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	case err != nil:
 		return unavailable("rebuilding "+sku, err)
 	}
-	e.keys.place(sku, drop)
+	e.keys.Place(sku, drop)
 	if drop != "" {
 		if err := e.applyDrop(ctx, drop); err != nil {
 			return err
@@ -192,21 +193,20 @@ const statusDrop = "DROP"
 func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) error {
 	p := s.Product
 	stagingTTL := int64(rebuildStagingTTL.Seconds())
-	r, err := e.run(ctx, lua.StageRebuild, e.keys.stageRebuildKeys(p.SKU), stagingTTL)
+	staged, err := script.RunStageRebuild(ctx, e.run, e.keys, script.StageRebuild{SKU: p.SKU, StagingTTL: stagingTTL})
 	if err != nil {
 		return err
 	}
-	if r.code() == codeExists {
+	if replyCode(staged.Code) == codeExists {
 		return nil
 	}
-	gen := r.generation()
+	gen := staged.Generation
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
 		return unavailable("reading Redis time", err)
 	}
-	c := chunker{e: e, keys: e.keys.hydrateKeys(p.SKU), st: st, head: []any{
-		e.keys.Base(e.keys.PartitionOf(p.SKU)), p.SKU, gen, 0,
-		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), stagingTTL,
+	c := chunker{e: e, st: st, head: script.HydrateSKU{SKU: p.SKU, Generation: gen,
+		Retention: int64(e.cfg.Retention.Seconds()), IdempotencyTTL: int64(e.cfg.IdempotencyTTL.Seconds()), StagingTTL: stagingTTL,
 	}, quota: map[string]int{}}
 	room, held := p.Total-p.Sold, 0
 	query := time.Now()
@@ -226,8 +226,10 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 					c.quota[r.Principal] += r.Quantity
 				}
 			}
-			c.holds = append(c.holds, r.Token, r.Principal, r.Quantity, status, r.ExpiresAt.UnixMilli(),
-				r.CreatedAt.UnixMilli(), timeMs(r.CommittedAt), ended, r.IdempotencyHash, r.RequestHash, r.Extensions)
+			c.holds = append(c.holds, script.HydrateHold{Token: r.Token, Principal: r.Principal, Quantity: r.Quantity,
+				Status: status, ExpiresMs: r.ExpiresAt.UnixMilli(), CreatedMs: r.CreatedAt.UnixMilli(),
+				CommittedMs: timeMs(r.CommittedAt), EndedMs: ended, Idem: r.IdempotencyHash, FP: r.RequestHash,
+				Extensions: r.Extensions})
 			st.reservations++
 		}
 		return c.flush(ctx)
@@ -253,12 +255,14 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	if err := e.stageWaitlist(ctx, s, gen, stagingTTL); err != nil {
 		return err
 	}
-	r, err = e.run(ctx, lua.PublishSKU, e.keys.publishKeys(p.SKU), p.SKU, gen, st.chunks, p.Total, p.Sold, p.MaxPerUser,
-		timeMs(p.SaleStartsAt), timeMs(p.SaleEndsAt), p.Version, held, room-held, e.keys.Base(e.keys.PartitionOf(p.SKU)), newNonce(), p.DropID, string(policy.ModeOf(p.Draw, p.Queued)))
+	r, err := script.RunPublishSKU(ctx, e.run, e.keys, script.PublishSKU{SKU: p.SKU, Generation: gen, Chunks: st.chunks,
+		Total: p.Total, Sold: p.Sold, MaxPerUser: p.MaxPerUser, StartsMs: timeMs(p.SaleStartsAt), EndsMs: timeMs(p.SaleEndsAt),
+		Version: p.Version, Held: held, Available: room - held, Nonce: newNonce(), Drop: p.DropID,
+		Mode: string(policy.ModeOf(p.Draw, p.Queued))})
 	if err != nil {
 		return err
 	}
-	switch r.code() {
+	switch replyCode(r.Code) {
 	case codeOK:
 		st.published = true
 		return nil
@@ -269,19 +273,14 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	}
 }
 
-// chunkHoldFields is how many values describe one hold in a hydrate_sku.lua
-// chunk (its header lists them).
-const chunkHoldFields = 11
-
 // chunker collects a rebuild's holds and quota counts and writes them as
 // hydrate_sku.lua chunks, in order. One chunk is in flight while the next is
 // read from Postgres and laid out, so Redis and Postgres work at once; the
 // chunk numbers keep them in order and exactly once.
 type chunker struct {
 	e       *Engine
-	keys    []string
-	head    []any // base, sku, gen, chunk number, retention, idempotency TTL, staging TTL
-	holds   []any
+	head    script.HydrateSKU // the rebuild's arguments, with no holds or counts
+	holds   []script.HydrateHold
 	quota   map[string]int
 	st      *rebuildStats
 	pending chan error // the chunk in flight, nil when none
@@ -293,13 +292,11 @@ func (c *chunker) flush(ctx context.Context) error {
 	if len(c.holds) == 0 && len(c.quota) == 0 {
 		return nil
 	}
-	args := make([]any, 0, len(c.head)+2+len(c.holds)+2*len(c.quota))
-	args = append(args, c.head...)
-	args = append(args, len(c.holds)/chunkHoldFields)
-	args = append(args, c.holds...)
-	args = append(args, len(c.quota))
+	chunk := c.head
+	chunk.Holds = slices.Clone(c.holds)
+	chunk.Quota = make([]script.QuotaCount, 0, len(c.quota))
 	for who, n := range c.quota {
-		args = append(args, who, n)
+		chunk.Quota = append(chunk.Quota, script.QuotaCount{Principal: who, Units: n})
 	}
 	c.st.quotaEntries += len(c.quota)
 	c.holds = c.holds[:0]
@@ -308,10 +305,10 @@ func (c *chunker) flush(ctx context.Context) error {
 		return err
 	}
 	seq := c.st.chunks
-	args[3] = seq
+	chunk.Chunk = seq
 	c.st.chunks++
 	c.pending = make(chan error, 1)
-	go func() { c.pending <- c.write(ctx, seq, args) }()
+	go func() { c.pending <- c.write(ctx, seq, chunk) }()
 	return nil
 }
 
@@ -325,21 +322,21 @@ func (c *chunker) wait() error {
 	return err
 }
 
-func (c *chunker) write(ctx context.Context, seq int, args []any) error {
+func (c *chunker) write(ctx context.Context, seq int, chunk script.HydrateSKU) error {
 	start := time.Now()
-	r, err := c.e.run(ctx, lua.HydrateSKU, c.keys, args...)
+	r, err := script.RunHydrateSKU(ctx, c.e.run, c.e.keys, chunk)
 	if err != nil {
 		return fmt.Errorf("writing chunk %d: %w", seq, err)
 	}
 	c.st.longestChunk = max(c.st.longestChunk, time.Since(start))
 	c.st.inScripts += time.Since(start)
-	switch r.code() {
+	switch replyCode(r.Code) {
 	case codeOK, codeDone:
 		return nil
 	case codeExists:
 		return errRebuildExists
 	default:
-		return unavailable("rebuilding "+c.head[1].(string), errRebuildSuperseded)
+		return unavailable("rebuilding "+c.head.SKU, errRebuildSuperseded)
 	}
 }
 
@@ -352,23 +349,23 @@ func (e *Engine) stageWaitlist(ctx context.Context, s *db.Snapshot, gen string, 
 	if err != nil {
 		return err
 	}
-	keys := e.keys.stageWaitlistKeys(sku)
-	first := "1"
+	first := true
 	write := func(entries []db.WaitlistEntry) error {
-		args := []any{gen, stagingTTL, maxSeq, first}
-		first = "0"
+		chunk := script.StageWaitlist{SKU: sku, Generation: gen, StagingTTL: stagingTTL, MaxSeq: maxSeq, First: first}
+		first = false
 		for _, w := range entries {
 			st := "W"
 			if w.Status == db.WaitOffered {
 				st = "O"
 			}
-			args = append(args, w.Principal, w.Seq, w.Quantity, w.HoldMillis, st, w.Token, w.JoinedAt.UnixMilli())
+			chunk.Entries = append(chunk.Entries, script.WaitlistEntry{Principal: w.Principal, Seq: w.Seq, Quantity: w.Quantity,
+				HoldMs: w.HoldMillis, Status: st, Token: w.Token, JoinedMs: w.JoinedAt.UnixMilli()})
 		}
-		r, err := e.run(ctx, lua.StageWaitlist, keys, args...)
+		r, err := script.RunStageWaitlist(ctx, e.run, e.keys, chunk)
 		if err != nil {
 			return fmt.Errorf("staging the waitlist of %s: %w", sku, err)
 		}
-		switch r.code() {
+		switch replyCode(r.Code) {
 		case codeOK:
 			return nil
 		case codeExists:

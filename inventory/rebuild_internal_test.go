@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/internal/testenv"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // A rebuild that lost its Postgres lock (its connection died, its process
@@ -27,25 +27,26 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 			require.NoError(t, err)
 			const sku = "STALE-1"
 			p := PartitionOf(sku)
-			keys := e.keys.stageRebuildKeys(sku)
 			stage := func() string {
-				res, err := e.run(ctx, lua.StageRebuild, keys, 300)
+				res, err := script.RunStageRebuild(ctx, e.run, e.keys, script.StageRebuild{SKU: sku, StagingTTL: 300})
 				require.NoError(t, err)
-				require.Equal(t, codeOK, res.code())
-				return res.generation()
+				require.Equal(t, codeOK, replyCode(res.Code))
+				return res.Generation
 			}
 			chunk := func(gen string, seq int, token, who string) string {
-				res, err := e.run(ctx, lua.HydrateSKU, e.keys.hydrateKeys(sku), e.keys.Base(p), sku, gen, seq, 86400, 86400, 300,
-					1, token, who, 1, "HELD", int64(4_102_444_800_000), int64(1_700_000_000_000), 0, 0, "", "", 0,
-					1, who, 1)
+				res, err := script.RunHydrateSKU(ctx, e.run, e.keys, script.HydrateSKU{SKU: sku, Generation: gen, Chunk: seq,
+					Retention: 86400, IdempotencyTTL: 86400, StagingTTL: 300,
+					Holds: []script.HydrateHold{{Token: token, Principal: who, Quantity: 1, Status: "HELD",
+						ExpiresMs: 4_102_444_800_000, CreatedMs: 1_700_000_000_000}},
+					Quota: []script.QuotaCount{{Principal: who, Units: 1}}})
 				require.NoError(t, err)
-				return string(res.code())
+				return res.Code
 			}
 			publish := func(gen string, chunks int) string {
-				res, err := e.run(ctx, lua.PublishSKU, e.keys.publishKeys(sku), sku, gen, chunks,
-					10, 0, 0, 0, 0, 1, 1, 9)
+				res, err := script.RunPublishSKU(ctx, e.run, e.keys, script.PublishSKU{SKU: sku, Generation: gen, Chunks: chunks,
+					Total: 10, Version: 1, Held: 1, Available: 9})
 				require.NoError(t, err)
-				return string(res.code())
+				return res.Code
 			}
 			loserTok, winnerTok := newToken(p), newToken(p)
 
@@ -62,9 +63,9 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 			require.Equal(t, "OK", publish(winner, 1))
 			require.Equal(t, "EXISTS", chunk(loser, 1, loserTok, "alice"))
 			require.Equal(t, "EXISTS", publish(winner, 1))
-			res, err := e.run(ctx, lua.StageRebuild, keys, 300)
+			res, err := script.RunStageRebuild(ctx, e.run, e.keys, script.StageRebuild{SKU: sku, StagingTTL: 300})
 			require.NoError(t, err)
-			require.Equal(t, codeExists, res.code(), "nothing is staged over a live SKU")
+			require.Equal(t, codeExists, replyCode(res.Code), "nothing is staged over a live SKU")
 
 			quota, err := r.Client.HGetAll(ctx, e.keys.Quota(sku)).Result()
 			require.NoError(t, err)

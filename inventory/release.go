@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // Cancel releases a principal's hold and returns its units to stock. An admin
@@ -72,9 +72,9 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 		if err != nil {
 			return Reservation{}, fmt.Errorf("cancelling %s: %w", token, err)
 		}
-		switch res.code() {
+		switch replyCode(res.Code) {
 		case codeOK:
-			return res.hold().reservation(), nil
+			return holdOf(res).reservation(), nil
 		case replyOf(ErrForbidden):
 			return Reservation{}, ErrForbidden
 		case replyOf(ErrAlreadyCommitted):
@@ -85,7 +85,7 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 			if attempt > 0 {
 				return Reservation{}, fmt.Errorf("cancelling %s: SKU still missing after rebuild", token)
 			}
-			if err := e.Rebuild(ctx, res.missingSKU()); err != nil {
+			if err := e.Rebuild(ctx, res.Missing); err != nil {
 				return Reservation{}, fmt.Errorf("cancelling %s: %w", token, err)
 			}
 		case replyOf(ErrNotFound):
@@ -105,7 +105,7 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 			r.Replayed = true
 			return r, nil
 		default:
-			return Reservation{}, fmt.Errorf("cancelling %s: unexpected script reply %q", token, res.code())
+			return Reservation{}, fmt.Errorf("cancelling %s: unexpected script reply %q", token, res.Code)
 		}
 	}
 }
@@ -115,12 +115,13 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 var errCommitInProgress = errors.New("a commit of this reservation is in progress")
 
 // release runs release_hold.lua, shared by cancel and expiry.
-func (e *Engine) release(ctx context.Context, partition int, token string, p Principal, status string) (reply, error) {
-	admin := "0"
-	if p.Admin {
-		admin = "1"
-	}
-	return e.run(ctx, lua.ReleaseHold, e.keys.tokenHoldKeys(partition, token),
-		e.keys.Base(partition), token, p.ID, admin, status, int64(e.cfg.Retention.Seconds()), newNonce(),
-		int64(e.cfg.RejectionTTL.Seconds()))
+func (e *Engine) release(ctx context.Context, partition int, token string, p Principal, status string) (script.Hold, error) {
+	return script.RunReleaseHold(ctx, e.run, e.keys, e.releaseArgs(partition, token, p, status))
+}
+
+// releaseArgs is release_hold.lua's arguments for a release of token by p
+// (the zero Principal for the sweeper) with status CANCELLED or EXPIRED.
+func (e *Engine) releaseArgs(partition int, token string, p Principal, status string) script.ReleaseHold {
+	return script.ReleaseHold{Partition: partition, Token: token, Principal: p.ID, Admin: p.Admin, Status: status,
+		Retention: int64(e.cfg.Retention.Seconds()), Nonce: newNonce(), RejectionTTL: int64(e.cfg.RejectionTTL.Seconds())}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // Telling Redis what the ledger says, for the holds a rebuild could not know
@@ -33,7 +33,7 @@ import (
 func (m *Maintenance) ReconcileApplied(ctx context.Context, partition int, events []db.Event) (int, error) {
 	e := m.e
 	for _, ev := range events {
-		e.keys.placeAt(ev.SKU, partition) // the batch is of this partition's outbox
+		e.keys.PlaceAt(ev.SKU, partition) // the batch is of this partition's outbox
 	}
 	gens := map[string]*redis.StringCmd{}
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -174,9 +174,9 @@ func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Rese
 		if err != nil {
 			return closed, err
 		}
-		switch res.code() {
+		switch replyCode(res.Code) {
 		case codeClosed, codeAgrees:
-			ev, ended := res.endedHold(r)
+			ev, ended := endedHold(res, r)
 			if !ended {
 				continue // Redis has it as HELD or being committed
 			}
@@ -184,7 +184,7 @@ func (e *Engine) closeOverdue(ctx context.Context, partition int, rows []db.Rese
 				return closed, unavailable("recording the ending of hold "+r.Token, err)
 			}
 			closed++
-			if res.code() == codeClosed {
+			if replyCode(res.Code) == codeClosed {
 				e.log.Warn().Str("token", r.Token).Str("sku", r.SKU).
 					Msg("closed a hold the ledger had as HELD past its expiry and Redis did not have")
 			} else {
@@ -207,24 +207,25 @@ func (e *Engine) reconcileHold(ctx context.Context, partition int, r db.Reservat
 	if err != nil {
 		return "", err
 	}
-	return res.code(), nil
+	return replyCode(res.Code), nil
 }
 
 // reconcileHoldReply runs reconcile_hold.lua for one ledger row and returns
 // its reply, whose code is one the script documents.
-func (e *Engine) reconcileHoldReply(ctx context.Context, partition int, r db.Reservation) (reply, error) {
-	res, err := e.run(ctx, lua.ReconcileHold, e.keys.reconcileHoldKeys(partition, r.Token, r.SKU, r.IdempotencyHash),
-		r.Token, r.Status, r.SKU, r.Principal, r.Quantity,
-		r.ExpiresAt.UnixMilli(), r.CreatedAt.UnixMilli(), r.IdempotencyHash, r.RequestHash,
-		int64(e.cfg.Retention.Seconds()), int64(e.cfg.IdempotencyTTL.Seconds()), r.Extensions,
-		e.keys.Base(partition), newNonce())
+func (e *Engine) reconcileHoldReply(ctx context.Context, partition int, r db.Reservation) (script.ReconcileReply, error) {
+	res, err := script.RunReconcileHold(ctx, e.run, e.keys, script.ReconcileHold{
+		Partition: partition, Token: r.Token, Status: r.Status, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity,
+		ExpiresMs: r.ExpiresAt.UnixMilli(), CreatedMs: r.CreatedAt.UnixMilli(), Idem: r.IdempotencyHash, FP: r.RequestHash,
+		Retention: int64(e.cfg.Retention.Seconds()), IdempotencyTTL: int64(e.cfg.IdempotencyTTL.Seconds()),
+		Extensions: r.Extensions, Nonce: newNonce(),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("reconciling hold %s: %w", r.Token, err)
+		return res, fmt.Errorf("reconciling hold %s: %w", r.Token, err)
 	}
-	switch code := res.code(); code {
+	switch code := replyCode(res.Code); code {
 	case codeAgrees, codeReleased, codeAdopted, codeClosed, codeNeedsHydration:
 		return res, nil
 	default:
-		return nil, fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)
+		return res, fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)
 	}
 }

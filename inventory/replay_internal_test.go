@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // The Redis client retries a command whose reply was lost, so every script
@@ -21,21 +21,22 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	// A batch of two reserves, run twice: each replays its own hold.
 	p := PartitionOf("TWICE")
 	token, other := newToken(p), newToken(p)
+	noBudget := [3]any{"", "", ""}
 	calls := []*reserveCall{
-		{keys: e.keys.reserveRequestKeys(p, "TWICE", token, "", ""), args: [11]any{"TWICE", "alice", 2, int64(60_000), token, "", "", "", "", "", ""}},
-		{keys: e.keys.reserveRequestKeys(p, "TWICE", other, "", ""), args: [11]any{"TWICE", "bob", 1, int64(60_000), other, "", "", "", "", "", ""}},
+		{req: script.ReserveRequest{SKU: "TWICE", Principal: "alice", Quantity: 2, HoldMs: 60_000, Token: token, Budget: noBudget}},
+		{req: script.ReserveRequest{SKU: "TWICE", Principal: "bob", Quantity: 1, HoldMs: 60_000, Token: other, Budget: noBudget}},
 	}
-	keys, args := e.reserveScriptArgs(p, calls)
-	first, err := e.run(ctx, lua.Reserve, keys, args...)
+	call := e.reserveScript(p, calls)
+	first, err := e.run(ctx, call)
 	require.NoError(t, err)
-	second, err := e.run(ctx, lua.Reserve, keys, args...)
+	second, err := e.run(ctx, call)
 	require.NoError(t, err)
 	require.Len(t, second, 2)
 	for i, c := range calls {
-		f, s := reply(first[i].([]any)), reply(second[i].([]any))
-		require.Equal(t, codeHeld, f.code())
-		require.Equal(t, codeOK, s.code())
-		made, replayed := f.newHold(c.token(), "TWICE", c.args[1].(string), c.args[2].(int)).reservation(), s.hold().reservation()
+		f, s := script.ReserveReplyOf(first[i].([]any)), script.ReserveReplyOf(second[i].([]any))
+		require.Equal(t, codeHeld, replyCode(f.Code))
+		require.Equal(t, codeOK, replyCode(s.Code))
+		made, replayed := newHold(f, c.token(), "TWICE", c.req.Principal, c.req.Quantity).reservation(), holdOf(s.Hold).reservation()
 		require.False(t, made.Replayed)
 		require.True(t, replayed.Replayed)
 		replayed.Replayed = false
@@ -51,11 +52,11 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	require.NoError(t, err)
 
 	alice := Principal{ID: "alice"}
-	base := e.keys.Base(p)
 	for i := 0; i < 2; i++ {
-		b, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, token), base, token, "alice", 86400, "attempt-1")
+		b, err := script.RunBeginCommit(ctx, e.run, e.keys, script.BeginCommit{Partition: p, Token: token, Principal: "alice",
+			Retention: 86400, Attempt: "attempt-1"})
 		require.NoError(t, err)
-		require.Equal(t, codeOK, b.code())
+		require.Equal(t, codeOK, replyCode(b.Code))
 	}
 	h, err := e.Reservation(ctx, alice, token)
 	require.NoError(t, err)
@@ -72,7 +73,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		res, err := e.release(ctx, p, token, alice, "CANCELLED")
 		require.NoError(t, err)
-		require.Equal(t, replyOf(ErrAlreadyCommitted), res.code())
+		require.Equal(t, replyOf(ErrAlreadyCommitted), replyCode(res.Code))
 	}
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
 	require.NoError(t, err)
@@ -83,15 +84,16 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	require.NoError(t, err)
 	hp, err := parseToken(held.Token)
 	require.NoError(t, err)
-	extArgs := []any{e.keys.Base(hp), held.Token, "alice", int64(120_000), 2, int64(3_600_000), "call-1", 86400, "", ""}
-	x1, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(hp, held.Token), extArgs...)
+	extArgs := script.ExtendHold{Partition: hp, Token: held.Token, Principal: "alice", HoldMs: 120_000, MaxExtensions: 2,
+		MaxHoldMs: 3_600_000, CallID: "call-1", Retention: 86400}
+	x1, err := script.RunExtendHold(ctx, e.run, e.keys, extArgs)
 	require.NoError(t, err)
-	x2, err := e.run(ctx, lua.ExtendHold, e.keys.extendHoldKeys(hp, held.Token), extArgs...)
+	x2, err := script.RunExtendHold(ctx, e.run, e.keys, extArgs)
 	require.NoError(t, err)
-	require.Equal(t, codeOK, x2.code())
-	require.True(t, x2.hold().replayed)
-	require.Equal(t, x1.hold().reservation().ExpiresAt, x2.hold().reservation().ExpiresAt)
-	require.Equal(t, 1, x2.hold().reservation().Extensions, "the retried extension counted once")
+	require.Equal(t, codeOK, replyCode(x2.Code))
+	require.True(t, x2.Replayed)
+	require.Equal(t, holdOf(x1).reservation().ExpiresAt, holdOf(x2).reservation().ExpiresAt)
+	require.Equal(t, 1, x2.Extensions, "the retried extension counted once")
 	n, err = r.Client.XLen(ctx, e.keys.Outbox(hp)).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 6, n, "three reserves, a cancel, a commit and one extension")
@@ -100,13 +102,13 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	admin := Principal{ID: "admin", Admin: true}
 	_, err = e.CreateDrop(ctx, admin, DropInput{ID: "TWICE-DROP", Name: "t", MaxPerUser: 1})
 	require.NoError(t, err)
-	dropArgs := []any{int64(7), 2, 0, 0, "A B"}
-	d1, err := e.run(ctx, lua.ApplyDrop, []string{e.keys.Drop("TWICE-DROP")}, dropArgs...)
+	dropArgs := script.ApplyDrop{Drop: "TWICE-DROP", Version: 7, MaxPerUser: 2, SKUs: []string{"A", "B"}}
+	d1, err := script.RunApplyDrop(ctx, e.run, e.keys, dropArgs)
 	require.NoError(t, err)
-	require.Equal(t, codeOK, d1.code())
-	d2, err := e.run(ctx, lua.ApplyDrop, []string{e.keys.Drop("TWICE-DROP")}, dropArgs...)
+	require.Equal(t, codeOK, replyCode(d1.Code))
+	d2, err := script.RunApplyDrop(ctx, e.run, e.keys, dropArgs)
 	require.NoError(t, err)
-	require.Equal(t, codeStale, d2.code())
+	require.Equal(t, codeStale, replyCode(d2.Code))
 	d, err := r.Client.HGetAll(ctx, e.keys.Drop("TWICE-DROP")).Result()
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"ver": "7", "max": "2", "start": "0", "end": "0", "skus": "A B"}, d)
@@ -123,15 +125,14 @@ func TestRetriedBeginCommitIsTheSameAttempt(t *testing.T) {
 	h, err := e.Reserve(ctx, alice, ReserveRequest{SKU: "RETRY", Quantity: 1})
 	require.NoError(t, err)
 	p := PartitionOf("RETRY")
-	base := e.keys.Base(p)
-	args := []any{base, h.Token, "alice", 86400, "attempt-1"}
-	first, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, h.Token), args...)
+	args := script.BeginCommit{Partition: p, Token: h.Token, Principal: "alice", Retention: 86400, Attempt: "attempt-1"}
+	first, err := script.RunBeginCommit(ctx, e.run, e.keys, args)
 	require.NoError(t, err)
-	retried, err := e.run(ctx, lua.BeginCommit, e.keys.tokenHoldKeys(p, h.Token), args...)
+	retried, err := script.RunBeginCommit(ctx, e.run, e.keys, args)
 	require.NoError(t, err)
-	require.Equal(t, first.attempt().id, retried.attempt().id, "the same attempt id")
-	require.True(t, retried.attempt().moved, "the retry is the attempt that moved the hold")
-	_, err = e.finishCommit(ctx, h.Token, h, outcomeRestore, time.Time{}, first.attempt().id)
+	require.Equal(t, first.AttemptID, retried.AttemptID, "the same attempt id")
+	require.True(t, retried.Moved, "the retry is the attempt that moved the hold")
+	_, err = e.finishCommit(ctx, h.Token, h, outcomeRestore, time.Time{}, first.AttemptID)
 	require.NoError(t, err)
 	st, err := r.Client.HGet(ctx, e.keys.Hold(p, h.Token), "st").Result()
 	require.NoError(t, err)

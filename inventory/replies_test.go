@@ -13,23 +13,24 @@ import (
 
 	"github.com/dropline/dropline/inventory/outcome"
 	"github.com/dropline/dropline/inventory/policy"
+	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
 
-// TestRepliesAreDecodedInOnePlace checks that no code outside replies.go
-// reads a script's reply by position.
+// TestRepliesAreDecodedInOnePlace checks that no code of the engine reads a
+// script's reply by position: package script decodes every reply.
 func TestRepliesAreDecodedInOnePlace(t *testing.T) {
-	positional := regexp.MustCompile(`\.(str|int)\(\d+\)`)
+	positional := regexp.MustCompile(`\.(str|int|Str|Int|Bool)\(\d+\)`)
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	for _, f := range files {
-		if f == "replies.go" || strings.HasSuffix(f, "_test.go") {
+		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
 		src, err := os.ReadFile(f)
 		require.NoError(t, err)
 		if m := positional.Find(src); m != nil {
-			t.Errorf("%s reads a script reply by position (%s): add a decoder to replies.go", f, m)
+			t.Errorf("%s reads a script reply by position (%s): add a typed reply to package script", f, m)
 		}
 	}
 }
@@ -38,11 +39,11 @@ func TestRepliesAreDecodedInOnePlace(t *testing.T) {
 // hold_reply or as its hash.
 func TestHoldReplyAndHashDecodeAlike(t *testing.T) {
 	const tok = "r03.abc"
-	r := reply{"OK", tok, "SKU-1", "alice", int64(2), "COMMITTING", int64(1_700_000_060_000),
+	r := script.Reply{"OK", tok, "SKU-1", "alice", int64(2), "COMMITTING", int64(1_700_000_060_000),
 		int64(1_700_000_000_000), int64(0), int64(0), int64(1), int64(2)}
 	h := map[string]string{"sku": "SKU-1", "who": "alice", "qty": "2", "st": "COMMITTING",
 		"exp": "1700000060000", "ctd": "1700000000000", "cst": "a1", "ext": "2"}
-	fromReply := r.hold()
+	fromReply := holdOf(script.HoldOf(r))
 	require.True(t, fromReply.replayed)
 	want := Reservation{Token: tok, SKU: "SKU-1", Principal: "alice", Quantity: 2, Status: StatusHeld,
 		ExpiresAt: time.UnixMilli(1_700_000_060_000).UTC(), CreatedAt: time.UnixMilli(1_700_000_000_000).UTC(), Extensions: 2}
@@ -52,9 +53,9 @@ func TestHoldReplyAndHashDecodeAlike(t *testing.T) {
 	require.Equal(t, want, fromReply.reservation())
 	require.Equal(t, "a1", holdFromHash(tok, h).attempt)
 
-	ended := append(reply{}, r...)
+	ended := append(script.Reply{}, r...)
 	ended[5], ended[8], ended[9] = "COMMITTED", int64(1_700_000_030_000), int64(0)
-	c := ended.hold().reservation()
+	c := holdOf(script.HoldOf(ended)).reservation()
 	require.Equal(t, StatusCommitted, c.Status)
 	require.Equal(t, time.UnixMilli(1_700_000_030_000).UTC(), *c.CommittedAt)
 	require.Nil(t, c.EndedAt)
@@ -63,24 +64,24 @@ func TestHoldReplyAndHashDecodeAlike(t *testing.T) {
 // Each rejection of reserve.lua decodes to its error; any other code to none.
 func TestRejectionsDecodeToTheirErrors(t *testing.T) {
 	var oos *OutOfStockError
-	require.True(t, errors.As(reply{"OUT_OF_STOCK", "3", "0", int64(0)}.rejection(), &oos))
+	require.True(t, errors.As(rejectionError(script.ReserveReplyOf(script.Reply{"OUT_OF_STOCK", "3", "0", int64(0)}).Rejection), &oos))
 	require.Equal(t, 3, oos.Available)
 	var quota *QuotaExceededError
-	require.True(t, errors.As(reply{"QUOTA_EXCEEDED", "2", "1", int64(1)}.rejection(), &quota))
+	require.True(t, errors.As(rejectionError(script.ReserveReplyOf(script.Reply{"QUOTA_EXCEEDED", "2", "1", int64(1)}).Rejection), &quota))
 	require.Equal(t, QuotaExceededError{Limit: 2, Held: 1}, *quota)
 	var window *SaleNotActiveError
-	require.True(t, errors.As(reply{"SALE_NOT_ACTIVE", "1700000000000", "0", int64(0)}.rejection(), &window))
+	require.True(t, errors.As(rejectionError(script.ReserveReplyOf(script.Reply{"SALE_NOT_ACTIVE", "1700000000000", "0", int64(0)}).Rejection), &window))
 	require.Equal(t, time.UnixMilli(1_700_000_000_000).UTC(), *window.StartsAt)
 	require.Nil(t, window.EndsAt)
-	require.ErrorIs(t, reply{"IDEMPOTENCY_KEY_REUSED", "", "", int64(1)}.rejection(), ErrIdempotencyKeyReused)
+	require.ErrorIs(t, rejectionError(script.ReserveReplyOf(script.Reply{"IDEMPOTENCY_KEY_REUSED", "", "", int64(1)}).Rejection), ErrIdempotencyKeyReused)
 	var invalid *InvalidInputError
-	require.True(t, errors.As(reply{"INVALID_INPUT", "quantity", "too many", int64(0)}.rejection(), &invalid))
+	require.True(t, errors.As(rejectionError(script.ReserveReplyOf(script.Reply{"INVALID_INPUT", "quantity", "too many", int64(0)}).Rejection), &invalid))
 	require.Equal(t, InvalidInputError{Field: "quantity", Reason: "too many"}, *invalid)
 	for _, c := range []replyCode{codeOK, codeNeedsHydration, replyOf(ErrNotFound)} {
-		require.NoError(t, reply{string(c)}.rejection())
+		require.NoError(t, rejectionError(script.ReserveReplyOf(script.Reply{string(c)}).Rejection))
 	}
-	require.Equal(t, []string{"t1", "t2"}, reply{int64(5), "t1", "t2"}.dueTokens())
-	require.Empty(t, reply{int64(5)}.dueTokens())
+	require.Equal(t, []string{"t1", "t2"}, script.DueHoldsReplyOf(script.Reply{int64(5), "t1", "t2"}).Tokens)
+	require.Empty(t, script.DueHoldsReplyOf(script.Reply{int64(5)}).Tokens)
 }
 
 // TestEveryScriptCodeMapsToOne reads every reply code the scripts of lua/

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // ReserveRequest asks for units of one SKU.
@@ -153,11 +153,10 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		if budget != nil {
 			budgetKey = budget.Key
 		}
-		l := budget.args()
-		return &reserveCall{
-			keys: e.keys.reserveRequestKeys(partition, req.SKU, token, idem, budgetKey),
-			args: [11]any{req.SKU, p.ID, req.Quantity, hold.Milliseconds(), token, fp, idem, l[0], l[1], l[2], req.AdmissionPass},
-		}
+		return &reserveCall{req: script.ReserveRequest{
+			SKU: req.SKU, Principal: p.ID, Quantity: req.Quantity, HoldMs: hold.Milliseconds(), Token: token,
+			Fingerprint: fp, Idem: idem, BudgetKey: budgetKey, Budget: budget.args(), Pass: req.AdmissionPass,
+		}}
 	}
 	// A SKU of a drop may need the drop's other SKUs rebuilt too: each at
 	// most once per call.
@@ -168,7 +167,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 		}
-		switch code := res.code(); code {
+		switch code := replyCode(res.Code); code {
 		case codeOK, codeHeld:
 			if idem != "" {
 				if err := e.keepIdempotencyClaim(ctx, idem, req.SKU); err != nil {
@@ -178,13 +177,13 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 				}
 			}
 			if code == codeHeld {
-				return res.newHold(c.token(), req.SKU, p.ID, req.Quantity).reservation(), nil
+				return newHold(res, c.token(), req.SKU, p.ID, req.Quantity).reservation(), nil
 			}
-			return res.hold().reservation(), nil
+			return holdOf(res.Hold).reservation(), nil
 		case replyOf(ErrRateLimited):
-			return Reservation{}, rateLimited(res.retryAfter())
+			return Reservation{}, rateLimited(res.Rejection.A)
 		case codeNeedsHydration:
-			missing := res.missingSKU()
+			missing := res.Missing
 			if rebuilt[missing] {
 				return Reservation{}, fmt.Errorf("reserving %s: SKU %s still missing after rebuild", req.SKU, missing)
 			}
@@ -202,10 +201,10 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 				return Reservation{}, fmt.Errorf("reserving %s: %w", req.SKU, err)
 			}
 		default:
-			if err := res.rejection(); err != nil {
+			if err := rejectionError(res.Rejection); err != nil {
 				return Reservation{}, err
 			}
-			return Reservation{}, fmt.Errorf("reserving %s: unexpected script reply %q", req.SKU, res.code())
+			return Reservation{}, fmt.Errorf("reserving %s: unexpected script reply %q", req.SKU, res.Code)
 		}
 	}
 }
@@ -229,28 +228,28 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 // Postgres cannot answer, the claim is taken as new (availability over a
 // double failure).
 func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) error {
-	keys := e.keys.claimKeys(idem)
 	ttl := int64(e.cfg.RejectionTTL.Seconds())
 	mark := ""
-	claim := func(sku string, ttl int64, checked string) (reply, error) {
-		r, err := e.run(ctx, lua.ClaimIdempotencyKey, keys, sku, ttl, checked, mark)
+	claim := func(sku string, ttl int64, checked bool) (script.ClaimReply, error) {
+		r, err := script.RunClaimIdempotencyKey(ctx, e.run, e.keys,
+			script.ClaimIdempotencyKey{Idem: idem, SKU: sku, TTL: ttl, Checked: checked, Mark: mark})
 		if err != nil {
-			return nil, fmt.Errorf("reserving %s: claiming idempotency key: %w", sku, err)
+			return r, fmt.Errorf("reserving %s: claiming idempotency key: %w", sku, err)
 		}
 		return r, nil
 	}
-	res, err := claim(sku, ttl, "0")
+	res, err := claim(sku, ttl, false)
 	if err != nil {
 		return err
 	}
-	if res.code() == codeMark {
+	if replyCode(res.Code) == codeMark {
 		mark = strconv.FormatInt(e.claimCheckUntil(ctx), 10)
-		if res, err = claim(sku, ttl, "0"); err != nil {
+		if res, err = claim(sku, ttl, false); err != nil {
 			return err
 		}
 	}
 	claimed := sku
-	if res.code() == codeCheck {
+	if replyCode(res.Code) == codeCheck {
 		first, err := e.ledger.IdempotencyUse(ctx, idem, time.Now().Add(-e.cfg.IdempotencyTTL))
 		switch {
 		case err == nil:
@@ -260,23 +259,23 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 		default:
 			e.log.Warn().Err(err).Msg("could not check a new idempotency claim against the ledger; taking it as new")
 		}
-		if res, err = claim(claimed, ttl, "1"); err != nil {
+		if res, err = claim(claimed, ttl, true); err != nil {
 			return err
 		}
 	}
-	switch res.code() {
+	switch replyCode(res.Code) {
 	case codeOK:
 		if claimed != sku {
 			return ErrIdempotencyKeyReused
 		}
 		return nil
 	case codeReused:
-		if res.claimedSKU() != sku {
+		if res.SKU != sku {
 			return ErrIdempotencyKeyReused
 		}
 		return nil
 	}
-	return fmt.Errorf("reserving %s: unexpected claim reply %q", sku, res.code())
+	return fmt.Errorf("reserving %s: unexpected claim reply %q", sku, res.Code)
 }
 
 // claimCheckUntil is until when (Unix ms) claims must be checked against the

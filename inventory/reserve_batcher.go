@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -58,10 +59,9 @@ type reserveQueue struct {
 // ARGV, and, once done is closed, its reply or the batch's error. left says
 // its caller stopped waiting: a batch that has not left yet drops it.
 type reserveCall struct {
-	keys [6]string
-	args [11]any
+	req  script.ReserveRequest
 	done chan struct{}
-	res  reply
+	res  script.ReserveReply
 	err  error
 	left atomic.Bool
 	// span and traceparent are the caller's, when tracing is on and the
@@ -71,8 +71,8 @@ type reserveCall struct {
 	traceparent string
 }
 
-// token is the token of the hold the request makes (its ARGV's fifth).
-func (c *reserveCall) token() string { s, _ := c.args[4].(string); return s }
+// token is the token of the hold the request makes.
+func (c *reserveCall) token() string { return c.req.Token }
 
 // reserveInBatch runs one request of reserve.lua in partition p, batched with
 // the partition's concurrent requests. It returns when its batch answered, or
@@ -80,7 +80,7 @@ func (c *reserveCall) token() string { s, _ := c.args[4].(string); return s }
 // by then is not sent; one already on its way may still be decided (the
 // batch does not stop for one caller, as a lost reply would not; its token
 // replays the hold on a retry).
-func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (reply, error) {
+func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (script.ReserveReply, error) {
 	c.done = make(chan struct{})
 	e.traceOf(ctx, c)
 	b := &e.batches
@@ -109,7 +109,7 @@ func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (rep
 		return c.res, c.err
 	case <-ctx.Done():
 		c.left.Store(true)
-		return nil, ctx.Err()
+		return script.ReserveReply{}, ctx.Err()
 	}
 }
 
@@ -137,40 +137,25 @@ func (e *Engine) drainReserves(ctx context.Context, p int, q *reserveQueue) {
 	}
 }
 
-// reserveScriptArgs is reserve.lua's KEYS and ARGV for a batch of partition
-// p. When a request of the batch is traced, the requests' traceparents
-// follow the requests' arguments, one each ("" for one that is not).
-func (e *Engine) reserveScriptArgs(p int, calls []*reserveCall) ([]string, []any) {
-	keys := e.keys.reserveBatchKeys(p, len(calls))
-	traced := false
-	for _, c := range calls {
-		traced = traced || c.traceparent != ""
+// reserveScript is reserve.lua's call for a batch of partition p. When a
+// request of the batch is traced, the requests' traceparents follow the
+// requests' arguments, one each ("" for one that is not).
+func (e *Engine) reserveScript(p int, calls []*reserveCall) script.Call {
+	reqs := make([]script.ReserveRequest, len(calls))
+	for i, c := range calls {
+		reqs[i] = c.req
+		reqs[i].Traceparent = c.traceparent
 	}
-	n := 5 + 11*len(calls)
-	if traced {
-		n += len(calls)
-	}
-	args := make([]any, 0, n)
-	args = append(args, e.keys.Base(p), int64(e.cfg.IdempotencyTTL.Seconds()), e.cfg.MaxQuantity,
-		e.cfg.MaxHold.Milliseconds(), int64(e.cfg.RejectionTTL.Seconds()))
-	for _, c := range calls {
-		keys = append(keys, c.keys[:]...)
-		args = append(args, c.args[:]...)
-	}
-	if traced {
-		for _, c := range calls {
-			args = append(args, c.traceparent)
-		}
-	}
-	return keys, args
+	return script.Reserve{Partition: p, IdempotencyTTL: int64(e.cfg.IdempotencyTTL.Seconds()), MaxQuantity: e.cfg.MaxQuantity,
+		MaxHoldMs: e.cfg.MaxHold.Milliseconds(), RejectionTTL: int64(e.cfg.RejectionTTL.Seconds()), Requests: reqs}.Call(e.keys)
 }
 
 // runReserveBatch runs one batch and hands each request its reply.
 func (e *Engine) runReserveBatch(ctx context.Context, p int, calls []*reserveCall) {
-	keys, args := e.reserveScriptArgs(p, calls)
+	call := e.reserveScript(p, calls)
 	ctx, span := e.startBatch(ctx, p, calls)
 	ctx, cancel := context.WithTimeout(ctx, reserveBatchTimeout)
-	res, err := e.runReplicated(ctx, lua.Reserve, keys, args...)
+	res, err := e.runReplicated(ctx, call)
 	cancel()
 	endBatch(span, calls, err)
 	e.metrics.reserveBatch.Observe(float64(len(calls)))
@@ -185,8 +170,8 @@ func (e *Engine) runReserveBatch(ctx context.Context, p int, calls []*reserveCal
 			r, ok := res[i].([]any)
 			if !ok || len(r) == 0 {
 				c.err = fmt.Errorf("script %s answered %v for request %d", lua.Reserve, res[i], i)
-			} else if res := reply(r); res.code() == codeReserveError {
-				c.err = unavailable(fmt.Sprintf("running %s for request %d", lua.Reserve, i), errors.New(res.reserveError()))
+			} else if res := script.ReserveReplyOf(r); res.Code == string(codeReserveError) {
+				c.err = unavailable(fmt.Sprintf("running %s for request %d", lua.Reserve, i), errors.New(res.Message))
 			} else {
 				c.res = res
 			}

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/internal/testenv"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // One run of reserve.lua decides its requests in turn, each against the
@@ -25,7 +25,7 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 	ctx := context.Background()
 
 	p := PartitionOf("BATCH")
-	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, "BATCH"))
+	sub := r.Client.SSubscribe(ctx, e.keys.Channel("BATCH"))
 	defer func() { _ = sub.Close() }()
 	_, err := sub.Receive(ctx)
 	require.NoError(t, err)
@@ -37,8 +37,7 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 	}
 	seqBefore, err := r.Client.HGet(ctx, e.keys.SKU("BATCH"), "seq").Int64()
 	require.NoError(t, err)
-	keys, args := e.reserveScriptArgs(p, calls)
-	res, err := e.run(ctx, lua.Reserve, keys, args...)
+	res, err := e.run(ctx, e.reserveScript(p, calls))
 	require.NoError(t, err)
 	require.Len(t, res, len(buyers))
 	seqAfter, err := r.Client.HGet(ctx, e.keys.SKU("BATCH"), "seq").Int64()
@@ -46,10 +45,10 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 	require.Equal(t, seqBefore+2, seqAfter, "each hold moves the stock's sequence by one")
 	var got []string
 	for _, x := range res {
-		got = append(got, string(reply(x.([]any)).code()))
+		got = append(got, script.ReserveReplyOf(x.([]any)).Code)
 	}
 	require.Equal(t, []string{"HELD", "QUOTA_EXCEEDED", "HELD", "OUT_OF_STOCK", "OUT_OF_STOCK"}, got)
-	require.Equal(t, &OutOfStockError{Available: 0}, reply(res[3].([]any)).rejection())
+	require.Equal(t, &OutOfStockError{Available: 0}, rejectionError(script.ReserveReplyOf(res[3].([]any)).Rejection))
 
 	s, err := e.Stock(ctx, "BATCH")
 	require.NoError(t, err)
@@ -153,14 +152,14 @@ func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
 	// The second request's stock hash is broken: it has a generation but no
 	// counters, so deciding it raises an error in the script.
 	p := PartitionOf("GOOD")
-	require.NoError(t, r.Client.HSet(ctx, e.keys.skuIn(p, "BROKEN"), "gen", "1").Err())
+	require.NoError(t, r.Client.HSet(ctx, e.keys.Base(p)+"sku:BROKEN", "gen", "1").Err())
 	calls := []*reserveCall{plainReserveCall(e, p, "GOOD", "alice", 1), plainReserveCall(e, p, "BROKEN", "bob", 1)}
 	for _, c := range calls {
 		c.done = make(chan struct{})
 	}
 	e.runReserveBatch(ctx, p, calls)
 	require.NoError(t, calls[0].err, "the request before the broken one")
-	require.Equal(t, codeHeld, calls[0].res.code())
+	require.Equal(t, codeHeld, replyCode(calls[0].res.Code))
 	require.ErrorIs(t, calls[1].err, ErrUnavailable)
 	s, err := e.Stock(ctx, "GOOD")
 	require.NoError(t, err)
@@ -217,7 +216,7 @@ func reserveBatchAtSequence(t *testing.T, e *Engine, r testenv.RedisEnv, sku, se
 	ctx := context.Background()
 	p := PartitionOf(sku)
 	require.NoError(t, r.Client.HSet(ctx, e.keys.SKU(sku), "seq", seq).Err())
-	sub := r.Client.SSubscribe(ctx, e.keys.channelIn(p, sku))
+	sub := r.Client.SSubscribe(ctx, e.keys.Channel(sku))
 	t.Cleanup(func() { _ = sub.Close() })
 	_, err := sub.Receive(ctx)
 	require.NoError(t, err)
@@ -225,12 +224,11 @@ func reserveBatchAtSequence(t *testing.T, e *Engine, r testenv.RedisEnv, sku, se
 	for i, who := range buyers {
 		calls[i] = plainReserveCall(e, p, sku, who, 1)
 	}
-	keys, args := e.reserveScriptArgs(p, calls)
-	res, err := e.run(ctx, lua.Reserve, keys, args...)
+	res, err := e.run(ctx, e.reserveScript(p, calls))
 	require.NoError(t, err)
 	codes := make([]string, len(res))
 	for i, x := range res {
-		codes[i] = string(reply(x.([]any)).code())
+		codes[i] = script.ReserveReplyOf(x.([]any)).Code
 	}
 	return codes, sub
 }
@@ -267,10 +265,10 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 	}
 	reqs := []req{{0, "alice", 1}, {1, "bob", 1}, {0, "alice", 1}, {0, "alice", 1}, {1, "carol", 1},
 		{1, "dave", 1}, {0, "erin", 2}, {0, "frank", 1}, {1, "bob", 1}}
-	codes := func(res reply) []string {
+	codes := func(res script.Reply) []string {
 		var out []string
 		for _, x := range res {
-			out = append(out, fmt.Sprintf("%s %v", reply(x.([]any)).code(), reply(x.([]any))[1:]))
+			out = append(out, fmt.Sprintf("%s %v", script.Reply(x.([]any)).Code(), x.([]any)[1:]))
 		}
 		return out
 	}
@@ -289,14 +287,12 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 	for _, r := range reqs {
 		batch = append(batch, plainReserveCall(e, p, skus[r.sku], r.who, r.qty))
 	}
-	keys, args := e.reserveScriptArgs(p, batch)
-	batched, err := e.run(ctx, lua.Reserve, keys, args...)
+	batched, err := e.run(ctx, e.reserveScript(p, batch))
 	require.NoError(t, err)
 
-	var single reply
+	var single script.Reply
 	for _, r := range reqs {
-		keys, args := e.reserveScriptArgs(p, []*reserveCall{plainReserveCall(e, p, skus[2+r.sku], r.who, r.qty)})
-		res, err := e.run(ctx, lua.Reserve, keys, args...)
+		res, err := e.run(ctx, e.reserveScript(p, []*reserveCall{plainReserveCall(e, p, skus[2+r.sku], r.who, r.qty)}))
 		require.NoError(t, err)
 		single = append(single, res[0])
 	}

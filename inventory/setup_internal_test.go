@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"github.com/dropline/dropline/inventory/script"
+
 	"context"
 	"testing"
 
@@ -28,6 +30,6 @@ func engineWithProduct(t *testing.T, product ProductInput) (*Engine, testenv.Red
 // and no budget.
 func plainReserveCall(e *Engine, p int, sku, who string, qty int) *reserveCall {
 	tok := newToken(p)
-	return &reserveCall{keys: e.keys.reserveRequestKeys(p, sku, tok, "", ""),
-		args: [11]any{sku, who, qty, int64(60_000), tok, "", "", "", "", "", ""}}
+	return &reserveCall{req: script.ReserveRequest{SKU: sku, Principal: who, Quantity: qty, HoldMs: 60_000, Token: tok,
+		Budget: [3]any{"", "", ""}}}
 }

@@ -25,7 +25,7 @@ func (e *Engine) Reservation(ctx context.Context, p Principal, token string) (Re
 			return Reservation{}, unavailable("reading reservation", err)
 		}
 		if len(h) > 0 {
-			e.keys.placeAt(h["sku"], partition) // a hold lives in its SKU's partition
+			e.keys.PlaceAt(h["sku"], partition) // a hold lives in its SKU's partition
 			gen, err := e.rdb.HGet(ctx, e.keys.SKU(h["sku"]), "gen").Result()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return Reservation{}, unavailable("reading reservation", err)

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // WaitStatus is where a waitlist entry is:
@@ -76,21 +76,23 @@ func (e *Engine) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlist
 		return WaitlistEntry{}, err
 	}
 	nonce := newNonce()
-	r, err := e.runWaitlist(ctx, lua.JoinWaitlist, req.SKU, func() []any {
-		// The base is read again after a rebuild, which places a SKU of a drop.
-		return []any{e.keys.Base(e.keys.PartitionOf(req.SKU)), req.SKU, p.ID, req.Quantity, hold.Milliseconds(), e.cfg.WaitlistMax,
-			nonce, e.cfg.MaxQuantity, e.cfg.MinHold.Milliseconds(), e.cfg.MaxHold.Milliseconds(), req.AdmissionPass}
+	r, err := e.runWaitlist(ctx, req.SKU, func() (script.Wait, error) {
+		// The keys are built again after a rebuild, which places a SKU of a drop.
+		return script.RunJoinWaitlist(ctx, e.run, e.keys, script.JoinWaitlist{SKU: req.SKU, Principal: p.ID,
+			Quantity: req.Quantity, HoldMs: hold.Milliseconds(), WaitlistMax: e.cfg.WaitlistMax, Nonce: nonce,
+			MaxQuantity: e.cfg.MaxQuantity, MinHoldMs: e.cfg.MinHold.Milliseconds(), MaxHoldMs: e.cfg.MaxHold.Milliseconds(),
+			Pass: req.AdmissionPass})
 	})
 	if err != nil {
 		return WaitlistEntry{}, fmt.Errorf("joining the waitlist of %s: %w", req.SKU, err)
 	}
-	if r.code() != codeOK {
-		if err := r.rejection(); err != nil {
+	if replyCode(r.Code) != codeOK {
+		if err := rejectionError(r.Rejection); err != nil {
 			return WaitlistEntry{}, err
 		}
-		return WaitlistEntry{}, fmt.Errorf("joining the waitlist of %s: unexpected script reply %q", req.SKU, r.code())
+		return WaitlistEntry{}, fmt.Errorf("joining the waitlist of %s: unexpected script reply %q", req.SKU, r.Code)
 	}
-	w = r.waitEntry()
+	w = waitEntryOf(r)
 	if !w.Replayed {
 		e.recordWaitlist(ctx, db.KindWaitJoin, w, w.JoinedAt)
 	}
@@ -108,14 +110,16 @@ func (e *Engine) LeaveWaitlist(ctx context.Context, p Principal, sku string) (w 
 	if !ValidSKU(sku) {
 		return WaitlistEntry{}, productNotFound(sku)
 	}
-	r, err := e.runWaitlist(ctx, lua.LeaveWaitlist, sku, func() []any { return []any{sku, p.ID} })
+	r, err := e.runWaitlist(ctx, sku, func() (script.Wait, error) {
+		return script.RunLeaveWaitlist(ctx, e.run, e.keys, script.LeaveWaitlist{SKU: sku, Principal: p.ID})
+	})
 	if err != nil {
 		return WaitlistEntry{}, fmt.Errorf("leaving the waitlist of %s: %w", sku, err)
 	}
-	if r.code() != codeOK {
-		return WaitlistEntry{}, fmt.Errorf("leaving the waitlist of %s: unexpected script reply %q", sku, r.code())
+	if replyCode(r.Code) != codeOK {
+		return WaitlistEntry{}, fmt.Errorf("leaving the waitlist of %s: unexpected script reply %q", sku, r.Code)
 	}
-	w = r.waitEntry()
+	w = waitEntryOf(r)
 	w.SKU, w.Principal = sku, p.ID
 	if !w.Replayed {
 		e.recordWaitlist(ctx, db.KindWaitLeave, w, time.Now())
@@ -126,24 +130,24 @@ func (e *Engine) LeaveWaitlist(ctx context.Context, p Principal, sku string) (w 
 
 // runWaitlist runs a waitlist script, rebuilding the SKU first when Redis
 // does not have it (the rebuild restores its waitlist from the ledger).
-func (e *Engine) runWaitlist(ctx context.Context, script, sku string, args func() []any) (reply, error) {
+func (e *Engine) runWaitlist(ctx context.Context, sku string, run func() (script.Wait, error)) (script.Wait, error) {
 	for attempt := 0; ; attempt++ {
-		r, err := e.run(ctx, script, e.keys.waitlistKeys(sku), args()...)
+		r, err := run()
 		if err != nil {
-			return nil, err
+			return r, err
 		}
-		if r.code() != codeNeedsHydration {
+		if replyCode(r.Code) != codeNeedsHydration {
 			return r, nil
 		}
 		if attempt > 0 {
-			return nil, errors.New("SKU still missing after rebuild")
+			return r, errors.New("SKU still missing after rebuild")
 		}
-		missing := r.missingSKU() // the SKU, or another of its drop
+		missing := r.Missing // the SKU, or another of its drop
 		if missing == "" {
 			missing = sku
 		}
 		if err := e.Rebuild(ctx, missing); err != nil {
-			return nil, err
+			return r, err
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dropline/dropline/lua"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // A SKU's waitlist walk (walk in lua/lib.lua) hands freed units to its
@@ -29,16 +29,14 @@ const maxWalkRuns = 10_000
 // finishWalk runs continue_walk.lua for sku of partition p until its walk
 // has ended, and returns how many offers it made.
 func (e *Engine) finishWalk(ctx context.Context, p int, sku string) (int, error) {
-	keys := e.keys.continueWalkKeys(p, sku)
-	base := e.keys.Base(p)
 	offers := 0
 	for range maxWalkRuns {
-		res, err := e.run(ctx, lua.ContinueWalk, keys, base, sku, newNonce())
+		res, err := script.RunContinueWalk(ctx, e.run, e.keys, script.ContinueWalk{Partition: p, SKU: sku, Nonce: newNonce()})
 		if err != nil {
 			return offers, fmt.Errorf("walking the waitlist of %s: %w", sku, err)
 		}
-		offers += res.walkOffers()
-		if res.code() != codePending {
+		offers += res.Offers
+		if replyCode(res.Code) != codePending {
 			return offers, nil
 		}
 	}

@@ -4,7 +4,7 @@
 //
 // Every script opens with its contract: its KEYS in a fixed order, its ARGV,
 // its reply codes, and why it must be one script. The Go side builds the KEYS
-// in that order in one place (inventory/keys.go for the engine's scripts,
+// in that order in one place (package inventory/script for the engine's scripts,
 // worker/keys.go for the leases').
 //
 // The library starts with the sale policy, rendered from package
