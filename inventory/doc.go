@@ -37,7 +37,8 @@
 //	dl:{p07}:walks                  zset   SKUs whose waitlist walk is unfinished, by when it was left (ms)
 //	dl:{p07}:draw:<sku>             hash   done: entries of a draw's result apply_draw.lua has written;
 //	                                       short:<token>: why a winner could not be held
-//	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages (and :waiters, its entries)
+//	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages
+//	dl:{p07}:rebuild:<sku>:waiters  hash   the entries a rebuild stages
 //	dl:{pNN}:cart:<token>           hash   who st ctd dl exp lines idem fp rej: a cart, in its home partition
 //	dl:{pNN}:cartidem:<hash>        hash   first outcome of a cart's idempotency key (in the key's partition)
 //	dl:{pNN}:cartpending            zset   PENDING carts by deadline, HELD ones by expiry (ms), walked by the cart sweep
@@ -59,7 +60,9 @@
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
 // partition, so a commit finds its hold without a lookup. A line of a cart
 // is "l07.", a cart "c07." (its home partition). Keys (package script)
-// builds every name; nothing else formats a key.
+// builds every name; nothing else formats a key. The table above is checked
+// against Keys (TestTheLayoutTableIsTheKeys), and so are lib.lua's key
+// helpers (TestLibDerivesKeysAsKeysDoes).
 //
 // # Carts
 //
