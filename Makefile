@@ -104,7 +104,8 @@ bench: services ## run the benchmarks (no tests) against real services
 BENCH_FLAGS ?=
 .PHONY: bench-http
 bench-http: build ## black-box reserve benchmark of bin/dropline vs raw Redis and PostgreSQL; rewrites its section of docs/benchmarks.md
-	$(GO) run ./cmd/bench-http --bin $(BIN) --doc docs/benchmarks.md $(BENCH_FLAGS)
+	$(GO) build -trimpath -o bin/bench-floor ./cmd/bench-floor
+	$(GO) run ./cmd/bench-http --bin $(BIN) --floor bin/bench-floor --doc docs/benchmarks.md $(BENCH_FLAGS)
 
 # Both run against a server, a redis-server and a database of their own
 # (scripts/flashsale.sh), removed afterwards: the products a rehearsal makes

@@ -19,8 +19,14 @@
 //     step (dropline, redis-server, the database's PostgreSQL backends and
 //     wrk itself, read from /proc) is divided by the holds: the machine's
 //     whole cost of one hold, which holds still when other work shares it.
+//     With Config.Floor, the floor server (bench/floor: net/http and gqlgen
+//     serving the same schema, reserve returning a fixed reservation) is
+//     then started and driven by the same wrk script, tokens and
+//     connections; Dropline's CPU per hold is divided by its CPU per
+//     request.
 //  3. Raw Redis: a reserve-shaped script (DECRBY, HSET, ZADD, XADD) by
-//     EVALSHA with redis-benchmark -c 50 against the same redis-server.
+//     EVALSHA with redis-benchmark -c 50 against the same redis-server,
+//     whose CPU per call is what its CPU per hold in step 2 is divided by.
 //  4. PostgreSQL only: pgbench, 50 clients, one transaction per reserve
 //     (a conditional UPDATE of the hot row that inserts the hold only when
 //     it took a unit), latency percentiles from pgbench's per-transaction log.

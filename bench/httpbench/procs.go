@@ -186,7 +186,16 @@ func startServer(ctx context.Context, bin string, env []string, logFile *os.File
 		return nil, fmt.Errorf("dropline serve: %w", err)
 	}
 	p := &process{name: "dropline", cmd: cmd}
-	deadline := time.Now().Add(30 * time.Second)
+	if err := waitReady(ctx, base, 30*time.Second); err != nil {
+		p.stop(5 * time.Second)
+		return nil, fmt.Errorf("dropline serve: %w (log: %s)", err, logFile.Name())
+	}
+	return p, nil
+}
+
+// waitReady waits until base/readyz answers 200.
+func waitReady(ctx context.Context, base string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, base+"/readyz", nil)
@@ -195,13 +204,15 @@ func startServer(ctx context.Context, bin string, env []string, logFile *os.File
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p, nil
+				return nil
 			}
 			err = errors.New(resp.Status)
 		}
 		if time.Now().After(deadline) {
-			p.stop(5 * time.Second)
-			return nil, fmt.Errorf("dropline serve did not become ready at %s: %w (log: %s)", base, err, logFile.Name())
+			return fmt.Errorf("not ready at %s within %s: %w", base, limit, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

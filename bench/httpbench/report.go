@@ -33,6 +33,10 @@ func (r Result) Checks() []Check {
 		{"sold-out answers ÷ successful reserves", fmt.Sprintf("%.2f", div(storm, held)), ">= 1", div(storm, held) >= 1},
 		{"ledger apply capacity ÷ event rate (peak)", fmt.Sprintf("%.1f", div(r.Peak.Capacity, r.Peak.EventRate)), ">= 2", div(r.Peak.Capacity, r.Peak.EventRate) >= 2},
 		{"write-behind lag p99 (peak)", fmt.Sprintf("%.2f s", r.Peak.LagP99), "<= 1 s", r.Peak.Samples > 0 && r.Peak.LagP99 <= 1},
+		{"dropline CPU per hold ÷ floor server CPU per request", fmt.Sprintf("%.2f (%.1f ÷ %.1f µs)", div(float64(r.ServerCPU), float64(r.FloorCPU)), us(r.ServerCPU), us(r.FloorCPU)),
+			"<= 1.5", r.FloorCPU > 0 && div(float64(r.ServerCPU), float64(r.FloorCPU)) <= 1.5},
+		{"redis-server CPU per hold ÷ per bare script call", fmt.Sprintf("%.2f (%.1f ÷ %.1f µs)", div(float64(r.RedisCPU), float64(r.RedisBareCPU)), us(r.RedisCPU), us(r.RedisBareCPU)),
+			"<= 1.0", r.RedisBareCPU > 0 && div(float64(r.RedisCPU), float64(r.RedisBareCPU)) <= 1.0},
 		{"units the stock lost − holds wrk saw", fmt.Sprintf("%d", r.StockFell-r.Reserve.Held), fmt.Sprintf("0–%d (in flight)", r.Config.Connections),
 			r.StockFell >= r.Reserve.Held && r.StockFell-r.Reserve.Held <= int64(r.Config.Connections)},
 	}
@@ -58,6 +62,9 @@ func (r Result) Markdown() string {
 	row(fmt.Sprintf("`reserve` over GraphQL HTTP, successful holds (%s buyers)", thousands(float64(c.Buyers))),
 		r.Reserve.PerSecond(r.Reserve.Held), ms(r.Reserve.P50US), ms(r.Reserve.P99US), ms(r.Reserve.MaxUS))
 	row("reserve-shaped script by EVALSHA, `redis-benchmark`", r.Redis.PerSecond, r.Redis.P50MS, r.Redis.P99MS, r.Redis.MaxMS)
+	if r.FloorCPU > 0 {
+		row("floor: net/http + gqlgen, `reserve` returns a fixed reservation", r.Floor.PerSecond(r.Floor.Requests), ms(r.Floor.P50US), ms(r.Floor.P99US), ms(r.Floor.MaxUS))
+	}
 	row("PostgreSQL only, `pgbench` (UPDATE + INSERT)", r.Postgres.PerSecond, r.Postgres.P50MS, r.Postgres.P99MS, r.Postgres.MaxMS)
 	row(fmt.Sprintf("sold-out storm, `OUT_OF_STOCK` answers (%s buyers)", thousands(float64(c.StormBuyers))),
 		r.Storm.PerSecond(r.Storm.OutOfStock), ms(r.Storm.P50US), ms(r.Storm.P99US), ms(r.Storm.MaxUS))
@@ -72,6 +79,9 @@ func (r Result) Markdown() string {
 	fmt.Fprintf(&b, "CPU time per successful reserve over the reserve step: dropline %.1f µs, redis-server %.1f µs, "+
 		"PostgreSQL %.1f µs (the database's backends), wrk %.1f µs (the load generator); %.1f µs in all.\n\n",
 		us(r.ServerCPU), us(r.RedisCPU), us(r.PostgresCPU), us(r.LoadCPU), us(r.ServerCPU+r.RedisCPU+r.PostgresCPU+r.LoadCPU))
+	fmt.Fprintf(&b, "Floors, in the same run: the floor server used %.1f µs of CPU per request (dropline ÷ floor: %.2f); "+
+		"redis-server used %.1f µs per call of the bare reserve-shaped script (per hold ÷ per bare call: %.2f).\n\n",
+		us(r.FloorCPU), div(float64(r.ServerCPU), float64(r.FloorCPU)), us(r.RedisBareCPU), div(float64(r.RedisCPU), float64(r.RedisBareCPU)))
 	fmt.Fprintf(&b, "Other answers: reserve run %d rate limited, %d other, %d failed; storm %d rate limited, %d other, %d failed; "+
 		"paced run %d without a hold, %d failed.\n\n",
 		r.Reserve.RateLimited, r.Reserve.Other+r.Reserve.OutOfStock, r.Reserve.Failed+r.Reserve.socketErrors(),

@@ -58,6 +58,8 @@ func TestChecksJudgeTheGoals(t *testing.T) {
 		SteadyRate: 12000,
 		Peak:       PeakResult{EventRate: 15000, Capacity: 40000, LagP99: 0.3, Samples: 240},
 		StockFell:  15010,
+		ServerCPU:  60 * time.Microsecond, FloorCPU: 45 * time.Microsecond,
+		RedisCPU: 20 * time.Microsecond, RedisBareCPU: 20 * time.Microsecond,
 	}
 	for _, c := range r.Checks() {
 		require.True(t, c.Passed, "%s: %s (goal %s)", c.Name, c.Value, c.Goal)
@@ -71,6 +73,24 @@ func TestChecksJudgeTheGoals(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]bool{"GraphQL reserves ÷ raw EVALSHA": true}, failed)
+
+	// The floors: above 1.5 and 1.0 fails, and so does a floor not measured.
+	r.Reserve.Held, r.StockFell = 15000, 15010
+	r.ServerCPU, r.RedisCPU = 68*time.Microsecond, 21*time.Microsecond
+	failed = map[string]bool{}
+	for _, c := range r.Checks() {
+		if !c.Passed {
+			failed[c.Name] = true
+		}
+	}
+	require.Equal(t, map[string]bool{"dropline CPU per hold ÷ floor server CPU per request": true,
+		"redis-server CPU per hold ÷ per bare script call": true}, failed)
+	r.ServerCPU, r.RedisCPU, r.FloorCPU = 60*time.Microsecond, 20*time.Microsecond, 0
+	for _, c := range r.Checks() {
+		if c.Name == "dropline CPU per hold ÷ floor server CPU per request" {
+			require.False(t, c.Passed, "no floor measured")
+		}
+	}
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

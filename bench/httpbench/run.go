@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -50,6 +51,10 @@ type Config struct {
 	// Profile, when set, is where a CPU profile of the server over the
 	// reserve step is written (taken through its admin listener).
 	Profile string
+	// Floor is the bench-floor binary (cmd/bench-floor); when set, its
+	// HTTP floor is driven right after the reserve step by the same wrk
+	// script, and its CPU per request is what Dropline's is divided by.
+	Floor string
 }
 
 // Result is everything one run measured.
@@ -60,6 +65,14 @@ type Result struct {
 	Redis    Baseline
 	Postgres Baseline
 	Storm    WrkResult
+	// Floor is the floor server (net/http + gqlgen, reserve returning a
+	// fixed reservation) driven like Reserve; FloorCPU its CPU time per
+	// request.
+	Floor    WrkResult
+	FloorCPU time.Duration
+	// RedisBareCPU is redis-server's CPU time per call of the bare
+	// reserve-shaped script over the EVALSHA baseline.
+	RedisBareCPU time.Duration
 	// Steady is wrk paced at 80 % of Reserve's successful rate.
 	Steady     WrkResult
 	SteadyRate float64
@@ -249,6 +262,15 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg.logf("  %.0f holds/s (%d of %d requests), p50 %.2f ms p99 %.2f ms; stock fell by %d; CPU per hold: dropline %s, redis-server %s, postgres %s, wrk %s",
 		res.Reserve.PerSecond(res.Reserve.Held), res.Reserve.Held, res.Reserve.Requests,
 		ms(res.Reserve.P50US), ms(res.Reserve.P99US), before-after, res.ServerCPU, res.RedisCPU, res.PostgresCPU, res.LoadCPU)
+	if cfg.Floor != "" {
+		cfg.logf("floor server (net/http + gqlgen, fixed reservation), wrk -c %d, %s ...", cfg.Connections, cfg.Step)
+		if res.Floor, res.FloorCPU, err = floorRun(ctx, cfg, w); err != nil {
+			return res, err
+		}
+		cfg.logf("  %.0f requests/s, p50 %.2f ms p99 %.2f ms; CPU per request %s; dropline per hold ÷ floor per request %.2f",
+			res.Floor.PerSecond(res.Floor.Requests), ms(res.Floor.P50US), ms(res.Floor.P99US), res.FloorCPU,
+			div(float64(res.ServerCPU), float64(res.FloorCPU)))
+	}
 	if cfg.ReserveOnly {
 		cfg.logf("redis-server time by command over the whole run so far:\n%s", commandStats(ctx, redisAddr))
 		return res, nil
@@ -258,10 +280,15 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	cfg.logf("reserve-shaped script by EVALSHA, redis-benchmark -c %d ...", cfg.Connections)
+	rcpu0 = redisProc.cpuTime()
 	if res.Redis, err = redisBaseline(ctx, redisAddr, cfg.Connections, int(30000*cfg.Step.Seconds())); err != nil {
 		return res, err
 	}
-	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms", res.Redis.PerSecond, res.Redis.P50MS, res.Redis.P99MS)
+	if res.Redis.Requests > 0 {
+		res.RedisBareCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(res.Redis.Requests)
+	}
+	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms; redis-server CPU per call %s; per hold ÷ per bare call %.2f",
+		res.Redis.PerSecond, res.Redis.P50MS, res.Redis.P99MS, res.RedisBareCPU, div(float64(res.RedisCPU), float64(res.RedisBareCPU)))
 
 	cfg.logf("PostgreSQL only, pgbench -c %d, %s ...", cfg.Connections, cfg.Step)
 	if res.Postgres, err = postgresBaseline(ctx, dir, dbURL, cfg.Connections, cfg.Step); err != nil {
@@ -300,6 +327,43 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg.logf("  %.0f events/s, applied %.0f/s, apply capacity %.0f/s, postgres CPU %s per event; lag p50 %.2f s p99 %.2f s max %.2f s; drained in %.1f s",
 		res.Peak.EventRate, res.Peak.AppliedRate, res.Peak.Capacity, res.Peak.PostgresCPU, res.Peak.LagP50, res.Peak.LagP99, res.Peak.LagMax, res.Peak.DrainSeconds)
 	return res, nil
+}
+
+// floorRun starts the floor server, warms it up and drives it as w drives
+// Dropline (same script, tokens, body and connections), returning wrk's
+// result and the floor's CPU time per request. The floor is stopped before
+// it returns.
+func floorRun(ctx context.Context, cfg Config, w wrkRun) (WrkResult, time.Duration, error) {
+	port, err := freePort()
+	if err != nil {
+		return WrkResult{}, 0, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(cfg.Floor, "http", addr) //nolint:gosec // the binary the Makefile just built
+	if err := cmd.Start(); err != nil {
+		return WrkResult{}, 0, fmt.Errorf("starting the floor server: %w", err)
+	}
+	p := &process{name: "bench-floor", cmd: cmd}
+	defer p.stop(5 * time.Second)
+	w.base = "http://" + addr
+	if err := waitReady(ctx, w.base, 10*time.Second); err != nil {
+		return WrkResult{}, 0, fmt.Errorf("the floor server: %w", err)
+	}
+	d := w.duration
+	w.duration = 3 * time.Second
+	if _, err := w.run(ctx); err != nil {
+		return WrkResult{}, 0, err
+	}
+	w.duration = d
+	cpu0 := p.cpuTime()
+	r, err := w.run(ctx)
+	if err != nil {
+		return r, 0, err
+	}
+	if r.Held == 0 || r.Held != r.Requests {
+		return r, 0, fmt.Errorf("the floor server answered %d reservations to %d requests", r.Held, r.Requests)
+	}
+	return r, (p.cpuTime() - cpu0) / time.Duration(r.Requests), nil
 }
 
 // peak runs w while sampling the write-behind metrics every 250 ms, then

@@ -21,6 +21,7 @@ import (
 func main() {
 	fs := flag.NewFlagSet("bench-http", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/dropline", "the dropline binary to start")
+	floorBin := fs.String("floor", "", "the bench-floor binary (cmd/bench-floor): its HTTP floor is measured beside the reserve step")
 	dbURL := fs.String("database-url", "", "a loopback PostgreSQL server; the run creates and drops its own database there (default: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres)")
 	step := fs.Duration("step", 10*time.Second, "length of each measured step")
 	peak := fs.Duration("peak", 60*time.Second, "length of the sustained peak the write-behind is watched over")
@@ -66,7 +67,7 @@ func main() {
 	defer stop()
 	res, err := httpbench.Run(ctx, httpbench.Config{
 		Binary: *bin, DatabaseURL: url, Step: *step, Peak: *peak, Connections: *conns, Buyers: *buyers,
-		Env: serverEnv, Profile: *profile, ReserveOnly: *reserveOnly, Progress: os.Stderr,
+		Env: serverEnv, Profile: *profile, Floor: *floorBin, ReserveOnly: *reserveOnly, Progress: os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench-http: %v\n", err)
