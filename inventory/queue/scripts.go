@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -26,36 +27,9 @@ func newScripts() scripts {
 	}
 }
 
-// reply is a script's reply, read by position in this file only.
-type reply []any
-
-func (r reply) str(i int) string {
-	if i >= len(r) {
-		return ""
-	}
-	switch v := r[i].(type) {
-	case string:
-		return v
-	case int64:
-		return fmt.Sprint(v)
-	}
-	return ""
-}
-
-func (r reply) int(i int) int64 {
-	if i >= len(r) {
-		return 0
-	}
-	switch v := r[i].(type) {
-	case int64:
-		return v
-	case string:
-		var n int64
-		_, _ = fmt.Sscan(v, &n)
-		return n
-	}
-	return 0
-}
+// reply is a script's reply, read by position in this file only; package
+// script decodes it, as it does the engine's scripts' replies.
+type reply = script.Reply
 
 func run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) (reply, error) {
 	v, err := s.Run(ctx, rdb, keys, args...).Result()
@@ -82,7 +56,7 @@ func (s scripts) runLoad(ctx context.Context, rdb redis.UniversalClient, k keys,
 	if err != nil {
 		return false, err
 	}
-	return r.str(0) == "OK", nil
+	return r.Str(0) == "OK", nil
 }
 
 // joinArgs are join_queue.lua's ARGV.
@@ -109,8 +83,8 @@ func (s scripts) runJoin(ctx context.Context, rdb redis.UniversalClient, k keys,
 	if err != nil {
 		return joinReply{}, err
 	}
-	return joinReply{Code: r.str(0), Number: r.int(1), Through: r.int(2), State: r.str(3), Status: r.str(4),
-		Pass: r.str(5), PassExpires: r.int(6), PassState: r.str(7), Replayed: r.int(8) == 1}, nil
+	return joinReply{Code: r.Str(0), Number: r.Int(1), Through: r.Int(2), State: r.Str(3), Status: r.Str(4),
+		Pass: r.Str(5), PassExpires: r.Int(6), PassState: r.Str(7), Replayed: r.Int(8) == 1}, nil
 }
 
 // numberArgs are number_queue.lua's ARGV: principals get First, First+1, ...
@@ -135,7 +109,7 @@ func (s scripts) runNumber(ctx context.Context, rdb redis.UniversalClient, k key
 	if err != nil {
 		return numberReply{}, err
 	}
-	return numberReply{Code: r.str(0), Numbered: int(r.int(1)), Pre: int(r.int(2))}, nil
+	return numberReply{Code: r.Str(0), Numbered: int(r.Int(1)), Pre: int(r.Int(2))}, nil
 }
 
 // admitArgs are admit_queue.lua's ARGV (besides the base and the queue).
@@ -165,17 +139,17 @@ func (s scripts) runAdmit(ctx context.Context, rdb redis.UniversalClient, k keys
 	if err != nil {
 		return admitReply{}, err
 	}
-	out := admitReply{Code: rep.str(0)}
+	out := admitReply{Code: rep.Str(0)}
 	switch out.Code {
 	case "OK":
-		out.Status, out.Through, out.Next = Status(rep.str(1)), rep.int(2), rep.int(3)
-		out.Admitted, out.Unspent, out.Available, out.Seq = int(rep.int(4)), int(rep.int(5)), int(rep.int(6)), rep.int(7)
+		out.Status, out.Through, out.Next = Status(rep.Str(1)), rep.Int(2), rep.Int(3)
+		out.Admitted, out.Unspent, out.Available, out.Seq = int(rep.Int(4)), int(rep.Int(5)), int(rep.Int(6)), rep.Int(7)
 	case "PRE":
-		out.Status, out.Seq = StatusPreQueue, rep.int(1)
+		out.Status, out.Seq = StatusPreQueue, rep.Int(1)
 	case "NUMBER":
-		out.Status, out.Pre, out.Numbered = StatusPreQueue, int(rep.int(1)), int(rep.int(2))
+		out.Status, out.Pre, out.Numbered = StatusPreQueue, int(rep.Int(1)), int(rep.Int(2))
 	case "NEEDS_HYDRATION":
-		out.SKU = rep.str(1)
+		out.SKU = rep.Str(1)
 	}
 	return out, nil
 }
