@@ -7,7 +7,7 @@
 # `_flashsale` appended), made empty at the start. `dropline serve` runs in
 # dev mode on a free loopback port (never :8080), then
 #
-#   flashsale --dev --url <that server> [--watchers $WATCHERS] --report $REPORT $FLASHSALE_ARGS
+#   flashsale --dev --url <that server> [--watchers $WATCHERS --floor-url <bench-floor ws>] --report $REPORT $FLASHSALE_ARGS
 #
 # and the server, the redis-server and the database are removed however the
 # run ends. So the products a rehearsal creates never reach the database
@@ -68,6 +68,9 @@ before="$(products)"
 mkdir -p bin
 "$GO" build -trimpath -o bin/dropline ./cmd/dropline
 "$GO" build -trimpath -o bin/flashsale ./cmd/flashsale
+if ((WATCHERS > 0)); then
+	"$GO" build -trimpath -o bin/bench-floor ./cmd/bench-floor
+fi
 
 free_port() {
 	local p
@@ -86,7 +89,12 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
 	--maxmemory-policy noeviction --dir "$redis_dir" --logfile "$redis_dir/redis.log" &
 redis_pid=$!
 pid=""
+floor_pid=""
 cleanup() {
+	if [[ -n "$floor_pid" ]]; then
+		kill "$floor_pid" 2>/dev/null || true
+		wait "$floor_pid" 2>/dev/null || true
+	fi
 	if [[ -n "$pid" ]]; then
 		kill "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
@@ -122,6 +130,16 @@ printf 'flashsale: server pid %s on 127.0.0.1:%s, redis-server on :%s, database 
 args=(--dev --url "http://127.0.0.1:$port" --report "$REPORT")
 if ((WATCHERS > 0)); then
 	args+=(--watchers "$WATCHERS")
+	# The fan-out floor (bench/floor): a bare broadcaster the watchers'
+	# CPU per delivery is divided by.
+	floor_port="$(free_port 18581 18680)"
+	bin/bench-floor ws "127.0.0.1:$floor_port" &
+	floor_pid=$!
+	for _ in $(seq 1 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$floor_port") 2>/dev/null && break
+		sleep 0.1
+	done
+	args+=(--floor-url "http://127.0.0.1:$floor_port")
 fi
 status=0
 # shellcheck disable=SC2086 # FLASHSALE_ARGS is a list of flags

@@ -133,6 +133,11 @@ type Config struct {
 	// 32 KiB). Zero or negative: reported, not checked.
 	WatchP99    time.Duration
 	WatchRSSKiB float64
+	// FloorURL is a fan-out floor (`bench-floor ws`, bench/floor): with
+	// websocket watchers, as many watchers of it and as many changes are
+	// measured before the server's, and the server's CPU per delivery is
+	// divided by the floor's. Empty: no floor.
+	FloorURL string
 }
 
 // DefaultConfig returns the defaults documented on Config.

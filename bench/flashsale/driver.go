@@ -42,6 +42,8 @@ type Result struct {
 	Stock          []StockSample  `json:"stockOverTime"`
 	// Watch is what the live watchers measured (--watchers); nil without.
 	Watch *WatchResult `json:"watch,omitempty"`
+	// FloorWatch is the fan-out floor measured like Watch (--floor-url).
+	FloorWatch *FloorWatchResult `json:"floorWatch,omitempty"`
 	// Waitlist is the waitlist rehearsal's (--waitlist); nil without.
 	Waitlist *WaitlistResult `json:"waitlist,omitempty"`
 	// Draw is the draw rehearsal's (--mode draw); nil without.
@@ -136,6 +138,12 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	res.Initial = info.Stock
 
 	var w *watch
+	if cfg.Watchers > 0 && cfg.FloorURL != "" && cfg.WatchTransport == TransportWS {
+		// The floor first, its watchers closed before the server's connect.
+		if res.FloorWatch, err = d.floorWatch(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Watchers > 0 {
 		if w, err = d.startWatch(ctx, sku); err != nil {
 			return nil, err
@@ -255,6 +263,7 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		res.Watch = &wr
+		res.FloorWatch.compareFloor(wr)
 		res.Verdict.Checks = append(res.Verdict.Checks, JudgeWatch(wr, cfg.WatchP99, cfg.WatchRSSKiB)...)
 		res.Verdict.OK = len(res.Verdict.Failed()) == 0
 	}

@@ -52,6 +52,12 @@ func WriteText(w io.Writer, r *Result) error {
 		fmt.Fprintf(&b, "  converged        %d of %d after the drop (%.2fs), %d dropped\n", w.Converged, w.Connected, w.ConvergedSeconds, w.Dropped)
 		fmt.Fprintf(&b, "  server memory    %.1f KiB RSS and %.1f goroutines per idle watcher (RSS %.1f -> %.1f MiB)\n",
 			w.RSSPerWatcherKiB, w.GoroutinesPerConn, float64(w.RSSBeforeBytes)/(1<<20), float64(w.RSSIdleBytes)/(1<<20))
+		if f := r.FloorWatch; f != nil {
+			fmt.Fprintf(&b, "  floor            %d watchers of a bare broadcaster: change->all p50 %.1f ms  p99 %.1f ms  max %.1f ms; load average %s\n",
+				f.Connected, f.ToAll.P50ms, f.ToAll.P99ms, f.ToAll.MaxMs, f.LoadAvg)
+			fmt.Fprintf(&b, "  CPU per delivery server %.2f µs, floor %.2f µs: server ÷ floor %.2f (goal <= 1.5); change->all p99 %.1f ms (goal <= 250 ms)\n",
+				f.ServerCPUPerDeliveryUs, f.CPUPerDeliveryUs, f.Ratio, w.ToAll.P99ms)
+		}
 	}
 
 	if w := r.Waitlist; w != nil {

@@ -48,3 +48,17 @@ func TestParseStock(t *testing.T) {
 	_, err = parseStock([]byte(`{"payload":{"data":{"stockChanged":{"sku":"A"}}}}`))
 	require.Error(t, err)
 }
+
+func TestCompareFloorDividesPerDelivery(t *testing.T) {
+	f := &FloorWatchResult{CPUPerDeliveryUs: 8}
+	// 10,000 watchers of one SKU, 120 ms of server CPU per change: 12 µs
+	// per delivery, 1.5 times the floor's 8.
+	f.compareFloor(WatchResult{SKUs: 1, Connected: 10_000, ServerCPUPerChangeMs: 120})
+	require.InDelta(t, 12, f.ServerCPUPerDeliveryUs, 1e-9)
+	require.InDelta(t, 1.5, f.Ratio, 1e-9)
+	// Spread over 1,000 SKUs, a change reaches 10 watchers.
+	f.compareFloor(WatchResult{SKUs: 1000, Connected: 10_000, ServerCPUPerChangeMs: 0.12})
+	require.InDelta(t, 12, f.ServerCPUPerDeliveryUs, 1e-9)
+	var none *FloorWatchResult
+	none.compareFloor(WatchResult{SKUs: 1, Connected: 1}) // no floor measured: nothing to do
+}
