@@ -45,6 +45,7 @@
 //	dl:{p07}:drop:<id>              hash   max start end ver skus: a drop, in its own partition
 //	dl:{pNN}:idemclaim:<hash>       string the SKU an idempotency key was first used with (as long as its record)
 //	dl:{pNN}:idemclaims             string until when (ms) new-looking claims are checked in Postgres
+//	dl:{p00}:layout                 hash   layout compat: the layout of the data under the prefix (see LayoutVersion)
 //
 // gen is the generation of the SKU's life in Redis: every rebuild starts a new
 // one, and a hold counts only while it carries its SKU's generation, so a hold

@@ -280,6 +280,9 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 		}
 		e.scripts[name] = redis.NewScript(src)
 	}
+	if err := checkLayout(ctx, rdb, e.keys); err != nil {
+		return nil, err
+	}
 	if err := e.LoadScripts(ctx); err != nil {
 		return nil, err
 	}

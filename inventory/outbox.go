@@ -52,7 +52,8 @@ type OutboxEntry struct {
 	Traceparent string
 	// Err is why the entry cannot be applied: it does not decode, or its
 	// event fails db.Event.Validate (db.ErrUnknownKind for a kind this
-	// version does not know, e.g. written by a newer version mid-upgrade).
+	// version does not know, e.g. written by a newer version mid-upgrade;
+	// ErrNewerEvent for an entry of a newer EventVersion).
 	Err error
 	// fields are the entry's values as they were, kept for a dead letter.
 	fields map[string]any
@@ -74,10 +75,21 @@ func decodeEntries(msgs []redis.XMessage) []OutboxEntry {
 	return out
 }
 
-// ParseEvent decodes one outbox stream entry into a ledger event.
+// ParseEvent decodes one outbox stream entry into a ledger event. Fields it
+// does not know are ignored; an entry whose version ("v", absent before
+// the field: 1) is newer than EventVersion is refused with ErrNewerEvent.
 func ParseEvent(m redis.XMessage) (db.Event, error) {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
+	if v, ok := m.Values["v"]; ok {
+		n, err := strconv.Atoi(str("v"))
+		switch {
+		case err != nil || n < 1:
+			return db.Event{}, fmt.Errorf("outbox entry %s is malformed: version %v", m.ID, v)
+		case n > EventVersion:
+			return db.Event{}, fmt.Errorf("outbox entry %s: %w: version %d, this release reads up to %d", m.ID, ErrNewerEvent, n, EventVersion)
+		}
+	}
 	ev := db.Event{
 		ID: str("id"), Kind: str("type"), Token: str("tok"), SKU: str("sku"), Principal: str("who"),
 		Quantity: int(num("qty")), ExpiresAt: msTime(num("exp")), CreatedAt: msTime(num("ctd")),

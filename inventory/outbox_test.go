@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -92,4 +93,45 @@ func TestOutboxReadDeadLetterAckTrim(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, pending)
 	})
+}
+
+// TestOutboxEntryVersions: every entry the scripts write carries
+// EventVersion; a reader takes an entry without a version (written before
+// the field) and ignores fields it does not know, and refuses an entry of a
+// newer version with ErrNewerEvent, or one whose version is not a number.
+func TestOutboxEntryVersions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	b.product(t, "VERSIONED-1", 10, 0)
+	_, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "VERSIONED-1", Quantity: 1})
+	require.NoError(t, err)
+	msgs, err := b.rdb.XRange(b.ctx, b.engine.Keys().Outbox(inventory.PartitionOf("VERSIONED-1")), "-", "+").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, msgs)
+	for _, m := range msgs {
+		require.Equal(t, strconv.Itoa(inventory.EventVersion), m.Values["v"], "entry %s %v", m.ID, m.Values)
+	}
+
+	base := func(extra map[string]any) redis.XMessage {
+		v := map[string]any{"id": "reserve:r01.x", "type": "reserve", "tok": "r01.x", "sku": "S", "who": "u", "qty": "2",
+			"exp": "2000", "ctd": "1000", "at": "1000", "idem": "", "fp": "", "gen": "g", "ext": "0"}
+		for k, x := range extra {
+			v[k] = x
+		}
+		return redis.XMessage{ID: "1-1", Values: v}
+	}
+	for _, extra := range []map[string]any{nil, {"v": "1"}, {"v": "1", "later": "a field of a later release"}} {
+		ev, err := inventory.ParseEvent(base(extra))
+		require.NoError(t, err, "%v", extra)
+		require.Equal(t, "reserve", ev.Kind)
+		require.Equal(t, 2, ev.Quantity)
+	}
+	_, err = inventory.ParseEvent(base(map[string]any{"v": strconv.Itoa(inventory.EventVersion + 1)}))
+	require.ErrorIs(t, err, inventory.ErrNewerEvent)
+	require.ErrorContains(t, err, "this release reads up to")
+	for _, bad := range []string{"", "x", "0", "-1"} {
+		_, err = inventory.ParseEvent(base(map[string]any{"v": bad}))
+		require.Error(t, err, "%q", bad)
+		require.NotErrorIs(t, err, inventory.ErrNewerEvent)
+	}
 }

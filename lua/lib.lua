@@ -392,18 +392,24 @@ end
 -- caused the event (reserve.lua passes it for a traced reserve): the
 -- write-behind continues that trace when it records the event. A version
 -- that does not know the field ignores it.
+--
+-- v is the entry's version (inventory.EventVersion, EVENT_VERSION here): a
+-- reader refuses an entry newer than it reads, and takes an entry without
+-- it (written before the field) as version 1.
+local EVENT_VERSION = '1'
+
 local function emit_event(outbox, id, kind, token, sku, who, qty, exp, ctd, at, idem, fp, gen, ext, tp)
   if tp and tp ~= '' then
     redis.call('XADD', outbox, '*',
       'id', id, 'type', kind, 'tok', token, 'sku', sku, 'who', who,
       'qty', qty, 'exp', exp, 'ctd', ctd, 'at', at,
-      'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext, 'tp', tp)
+      'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext, 'tp', tp, 'v', EVENT_VERSION)
     return
   end
   redis.call('XADD', outbox, '*',
     'id', id, 'type', kind, 'tok', token, 'sku', sku, 'who', who,
     'qty', qty, 'exp', exp, 'ctd', ctd, 'at', at,
-    'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext)
+    'idem', idem, 'fp', fp, 'gen', gen, 'ext', ext, 'v', EVENT_VERSION)
 end
 
 local function emit(outbox, kind, token, h, now, id)
@@ -511,7 +517,7 @@ local function emit_wait(outbox, kind, sku, who, e, now)
   redis.call('XADD', outbox, '*',
     'id', kind .. ':' .. sku .. ':' .. e.seq, 'type', kind, 'tok', e.tok, 'sku', sku, 'who', who,
     'qty', tostring(e.qty), 'exp', '0', 'ctd', e.joined, 'at', tostring(now), 'idem', '', 'fp', '', 'gen', '',
-    'wseq', e.seq, 'hold', tostring(e.hold))
+    'wseq', e.seq, 'hold', tostring(e.hold), 'v', EVENT_VERSION)
 end
 
 -- wait_reply is the common reply for an entry:

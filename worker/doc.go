@@ -134,8 +134,8 @@
 //     were still in its outbox are applied to the ledger just before their
 //     SKU is reloaded, so the reload keeps them.
 //   - An entry no batch can apply: one that does not decode, or of a kind
-//     this version does not know (a newer version wrote it during a rolling
-//     upgrade), is moved before the batch to the partition's dead-letter
+//     or version this version does not know (a newer version wrote it during
+//     a rolling upgrade), is moved before the batch to the partition's dead-letter
 //     stream (<prefix>{pNN}:outbox:dead) and acknowledged in one MULTI. A
 //     batch Postgres refuses on its values (db.ErrRefused: a constraint or a
 //     data exception) is split in halves until the refused events are alone;

@@ -39,8 +39,8 @@ import (
 //     of whatever the stream holds.
 //
 // An entry no batch could apply never stops the flow. Entries that do not
-// decode, or whose kind this version does not know (a newer version wrote
-// it during a rolling upgrade), are checked before the batch and moved to
+// decode, or whose kind or version (inventory.EventVersion) this version
+// does not know (a newer version wrote it during a rolling upgrade), are checked before the batch and moved to
 // the partition's dead-letter stream (<prefix>{pNN}:outbox:dead, the entry's
 // fields as they were plus dead_entry, dead_reason and dead_error) in the
 // same MULTI that acknowledges them. A batch Postgres refuses on its values

@@ -29,8 +29,11 @@ func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEn
 	for _, e := range entries {
 		if e.Err != nil {
 			reason := deadMalformed
-			if errors.Is(e.Err, db.ErrUnknownKind) {
+			switch {
+			case errors.Is(e.Err, db.ErrUnknownKind):
 				reason = deadUnknownKind
+			case errors.Is(e.Err, inventory.ErrNewerEvent):
+				reason = deadNewerVersion
 			}
 			dead = append(dead, inventory.DeadLetter{Entry: e, Reason: reason, Err: e.Err})
 			continue

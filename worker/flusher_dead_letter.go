@@ -9,9 +9,10 @@ import (
 
 // Reasons an entry is moved to the dead-letter stream.
 const (
-	deadMalformed   = "malformed"
-	deadUnknownKind = "unknown_kind"
-	deadRefused     = "refused"
+	deadMalformed    = "malformed"
+	deadUnknownKind  = "unknown_kind"
+	deadNewerVersion = "newer_version"
+	deadRefused      = "refused"
 )
 
 // refuse counts the refusals of events Postgres refused alone and

@@ -49,7 +49,7 @@ func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
 		})),
 		deadLettered: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dropline_writebehind_dead_lettered_total",
-			Help: "Outbox entries moved to their partition's dead-letter stream instead of the ledger, by reason: malformed (undecodable), unknown_kind (written by a newer version), refused (Postgres refused the event alone RefuseLimit times).",
+			Help: "Outbox entries moved to their partition's dead-letter stream instead of the ledger, by reason: malformed (undecodable), unknown_kind (written by a newer version), newer_version (an entry of a newer format), refused (Postgres refused the event alone RefuseLimit times).",
 		}, []string{"reason"})),
 		deadLetters: prom.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dropline_writebehind_dead_letters",

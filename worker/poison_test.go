@@ -13,8 +13,9 @@ import (
 
 // Outbox entries no batch can apply sit in the first partition the flusher
 // visits, amid ordinary events: one of a kind this version does not know (a
-// newer version wrote it during a rolling upgrade), one that does not
-// decode, one Postgres refuses on a data exception (a NUL byte in a text
+// newer version wrote it during a rolling upgrade), one of a newer format
+// (its version above inventory.EventVersion), one that does not decode, one
+// Postgres refuses on a data exception (a NUL byte in a text
 // column) and one it refuses on a constraint (an unknown SKU). Every
 // partition's ordinary events reach the ledger, the bad entries end in the
 // partition's dead-letter stream, counted by reason, and nothing else is
@@ -47,9 +48,14 @@ func TestFlusherSetsPoisonEntriesAsideAndFlushesTheRest(t *testing.T) {
 		return map[string]any{"id": kind + ":" + tok, "type": kind, "tok": tok, "sku": sku, "who": who, "qty": "1",
 			"exp": now + 60_000, "ctd": now, "at": now}
 	}
+	newer := func(vals map[string]any) map[string]any { // a format a later release writes
+		vals["v"] = inventory.EventVersion + 1
+		return vals
+	}
 	poison := map[string]string{ // outbox entry id -> the reason it must be dead-lettered for
 		xadd(event("refund", "tok-refund", p0, "u-refund")):                 "unknown_kind",
 		xadd(map[string]any{"garbage": "not an event"}):                     "malformed",
+		xadd(newer(event("reserve", "tok-newer", p0, "u-newer"))):           "newer_version",
 		xadd(event("reserve", "tok-nul", p0, "u-\x00-nul")):                 "refused",
 		xadd(event("reserve", "tok-ghost", "NO-SUCH-SKU-IN-P0", "u-ghost")): "refused",
 	}
@@ -90,10 +96,11 @@ func TestFlusherSetsPoisonEntriesAsideAndFlushesTheRest(t *testing.T) {
 	dl := g.Flusher.m.deadLettered
 	require.Equal(t, 1.0, testutil.ToFloat64(dl.WithLabelValues("unknown_kind")))
 	require.Equal(t, 1.0, testutil.ToFloat64(dl.WithLabelValues("malformed")))
+	require.Equal(t, 1.0, testutil.ToFloat64(dl.WithLabelValues("newer_version")))
 	require.Equal(t, 2.0, testutil.ToFloat64(dl.WithLabelValues("refused")))
 	require.GreaterOrEqual(t, metric(t, reg, "dropline_writebehind_events_refused_total"), 6.0, "two events refused three times each")
-	waitUntil(t, 5*time.Second, "the dead-letter gauge shows the four entries",
-		func() bool { return metric(t, reg, "dropline_writebehind_dead_letters") == 4 }, g.Flusher.measured.C())
+	waitUntil(t, 5*time.Second, "the dead-letter gauge shows the five entries",
+		func() bool { return metric(t, reg, "dropline_writebehind_dead_letters") == 5 }, g.Flusher.measured.C())
 
 	total, distinct, byKind := b.movements(t)
 	require.Equal(t, total, distinct)

@@ -132,6 +132,11 @@ func (k Keys) IdempotencyClaims(idemHash string) string {
 	return k.Base(int(crc32.ChecksumIEEE([]byte(idemHash))%Partitions)) + "idemclaims"
 }
 
+// Layout is the hash recording the layout of the data under this prefix
+// (layout, compat: see inventory.LayoutVersion), in partition 0. Every
+// engine reads it at start.
+func (k Keys) Layout() string { return k.Base(0) + "layout" }
+
 // Expiry is the partition's sorted set of HELD tokens by expiry (ms).
 func (k Keys) Expiry(p int) string { return k.Base(p) + "expiry" }
 
