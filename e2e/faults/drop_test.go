@@ -111,6 +111,10 @@ type drop struct {
 	Unresolved atomic.Int64 // operations still undecided at the deadline
 	Samples    atomic.Int64 // Redis samples taken
 
+	// served counts the decided answers by instance and mutation
+	// ("old/reserve"), as the instances' names say.
+	served map[string]int
+
 	done chan struct{}
 	stop chan struct{}
 }
@@ -124,7 +128,7 @@ func startDrop(s *system, cfg dropConfig) *drop {
 	d := &drop{
 		cfg: cfg, s: s,
 		holds: map[string]holdInfo{}, committed: map[string]bool{}, cancelled: map[string]bool{}, refused: map[string]string{},
-		done: make(chan struct{}), stop: make(chan struct{}),
+		served: map[string]int{}, done: make(chan struct{}), stop: make(chan struct{}),
 	}
 	if cfg.Record {
 		d.rec = &recorder{}
@@ -302,14 +306,30 @@ func (d *drop) callOn(ctx context.Context, client *http.Client, pin *proc, token
 			if code == "UNAVAILABLE" || code == "RATE_LIMITED" {
 				continue
 			}
+			d.count(p, field)
 			return outcome{Code: code, OK: true}
 		}
 		if pl.Reservation == nil {
 			continue
 		}
+		d.count(p, field)
 		return outcome{Token: pl.Reservation.Token, Status: pl.Reservation.Status, Qty: pl.Reservation.Quantity,
 			Exp: pl.Reservation.ExpiresAt, OK: true}
 	}
+}
+
+// count records that p decided a call of field.
+func (d *drop) count(p *proc, field string) {
+	d.mu.Lock()
+	d.served[p.Name+"/"+field]++
+	d.mu.Unlock()
+}
+
+// servedBy returns how many calls of field p decided so far.
+func (d *drop) servedBy(p *proc, field string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.served[p.Name+"/"+field]
 }
 
 func (d *drop) buyer(ctx context.Context, client *http.Client, i int) {

@@ -61,10 +61,16 @@ type system struct {
 
 func newSystem(t *testing.T) *system {
 	t.Helper()
+	return newSystemOn(t, testenv.NewDatabase(t))
+}
+
+// newSystemOn is newSystem on the database at dbURL (e.g. an unmigrated
+// one, which a `dropline migrate` of the test's choosing migrates).
+func newSystemOn(t *testing.T, dbURL string) *system {
+	t.Helper()
 	srv := testenv.StartServer(t, "--maxmemory-policy", "noeviction")
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
 	t.Cleanup(func() { _ = rdb.Close() })
-	dbURL := testenv.NewDatabase(t)
 	pool, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -119,7 +125,14 @@ func (s *system) environ() []string {
 // start runs `dropline serve` on a free port and waits for /readyz.
 func (s *system) start(name string) *proc {
 	s.t.Helper()
-	cmd := exec.Command(binary, "serve")
+	return s.startBinary(name, binary)
+}
+
+// startBinary is start with the dropline binary at bin (e.g. an earlier
+// release's).
+func (s *system) startBinary(name, bin string) *proc {
+	s.t.Helper()
+	cmd := exec.Command(bin, "serve")
 	cmd.Env = s.environ()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(s.t, err)
