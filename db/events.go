@@ -48,6 +48,13 @@ type Event struct {
 	// queue) and the hold it asked for; zero for every other kind.
 	Seq        int64
 	HoldMillis int64
+	// Queue, Number, First, Last, Principals and Nonce are an admission
+	// queue's event (IsQueueKind; see its kinds); zero for every other kind.
+	Queue       string
+	Number      int64
+	First, Last int64
+	Principals  []string
+	Nonce       string
 }
 
 // Fence identifies a lease-guarded writer: Token must be at least the highest
@@ -68,6 +75,9 @@ var kindStatus = map[string]string{
 func (e Event) Validate() error {
 	if IsWaitlistKind(e.Kind) {
 		return e.validateWaitlist()
+	}
+	if IsQueueKind(e.Kind) {
+		return e.validateQueue()
 	}
 	if _, ok := kindStatus[e.Kind]; !ok {
 		return fmt.Errorf("event %q: %w %q", e.ID, ErrUnknownKind, e.Kind)
@@ -112,7 +122,13 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		return nil
 	}
 	all := events
+	events, queued := splitQueue(events)
 	events, waits := splitWaitlist(events)
+	for _, e := range queued {
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("applying events: %w: %w", ErrRefused, err)
+		}
+	}
 	for _, e := range waits {
 		if err := e.Validate(); err != nil {
 			return fmt.Errorf("applying events: %w: %w", ErrRefused, err)
@@ -166,7 +182,8 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 		}
 	}
 	sort.Strings(skuList) // one lock order for every writer
-	fb := &foldedBatch{skus: skuList, released: released, events: events, moves: moves, latest: latest, order: order, waits: waits}
+	fb := &foldedBatch{skus: skuList, released: released, events: events, moves: moves, latest: latest, order: order, waits: waits,
+		queued: queued}
 	err := l.applyRows(ctx, fence, fb, true)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && fb.freshCount() > 0 {
@@ -197,6 +214,7 @@ type foldedBatch struct {
 	latest         map[string]*folded
 	order          []string
 	waits          []Event
+	queued         []Event
 }
 
 // freshCount is how many of the batch's reservations are fresh.
@@ -361,6 +379,7 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 				updated_at = now()`, otherRes.args()...)
 	}
 	queueWaitlist(b, fb.waits)
+	queueQueueEvents(b, fb.queued)
 	res := l.pool.SendBatch(ctx, b)
 	var err error
 	for range b.Len() {

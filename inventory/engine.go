@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -247,6 +248,17 @@ type Engine struct {
 	batches reserveBatcher
 	// tracer is nil when tracing is off (Config.Tracer).
 	tracer trace.Tracer
+	// restoreQueue restores a queue lost with Redis from the ledger
+	// (RestoreQueuesWith); nil until set.
+	restoreQueue atomic.Pointer[func(ctx context.Context, queueID string) error]
+}
+
+// RestoreQueuesWith sets how a rebuild of a queued SKU restores its queue
+// (its own, or its drop's) before the SKU goes live, so that a reserve never
+// finds the SKU back without the admission passes: package inventory/queue
+// sets it (its Service.RestoreID), which this package cannot import.
+func (e *Engine) RestoreQueuesWith(fn func(ctx context.Context, queueID string) error) {
+	e.restoreQueue.Store(&fn)
 }
 
 // NewEngine builds the engine and loads its scripts into Redis (every node of a

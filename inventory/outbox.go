@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -96,6 +97,20 @@ func ParseEvent(m redis.XMessage) (db.Event, error) {
 		At: msTime(num("at")), IdempotencyHash: str("idem"), RequestHash: str("fp"), Gen: str("gen"),
 		Extensions: int(num("ext")),
 		Seq:        num("wseq"), HoldMillis: num("hold"),
+	}
+	if db.IsQueueKind(ev.Kind) {
+		// An admission queue's event names its queue, not a SKU (lib.lua's
+		// emit_queue); Validate checks each kind's fields.
+		ev.Queue, ev.Number, ev.First, ev.Last, ev.Nonce = str("q"), num("num"), num("first"), num("last"), str("nonce")
+		if list := str("list"); list != "" {
+			if err := json.Unmarshal([]byte(list), &ev.Principals); err != nil {
+				return db.Event{}, fmt.Errorf("outbox entry %s is malformed: %w", m.ID, err)
+			}
+		}
+		if ev.ID == "" || ev.Queue == "" {
+			return db.Event{}, fmt.Errorf("outbox entry %s is malformed", m.ID)
+		}
+		return ev, nil
 	}
 	if db.IsWaitlistKind(ev.Kind) {
 		// A waitlist entry is named by its SKU and seq; only an offer has a token.

@@ -255,6 +255,16 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	if err := e.stageWaitlist(ctx, s, gen, stagingTTL); err != nil {
 		return err
 	}
+	if fn := e.restoreQueue.Load(); fn != nil && p.Queued {
+		// The queue's passes first: a reserve of the SKU checks them.
+		id := db.QueueID("sku", p.SKU)
+		if p.DropID != "" {
+			id = db.QueueID("drop", p.DropID)
+		}
+		if err := (*fn)(ctx, id); err != nil {
+			return err
+		}
+	}
 	r, err := script.RunPublishSKU(ctx, e.run, e.keys, script.PublishSKU{SKU: p.SKU, Generation: gen, Chunks: st.chunks,
 		Total: p.Total, Sold: p.Sold, MaxPerUser: p.MaxPerUser, StartsMs: timeMs(p.SaleStartsAt), EndsMs: timeMs(p.SaleEndsAt),
 		Version: p.Version, Held: held, Available: room - held, Nonce: newNonce(), Drop: p.DropID,

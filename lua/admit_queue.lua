@@ -6,6 +6,8 @@
 -- KEYS[5] {p}qlive:<queue>  principals whose pass is not spent, by expiry (ms)
 -- KEYS[6] {p}sku:<sku>      a product's queue: the product's stock hash;
 --         {p}drop:<drop>    a drop's queue: the drop's hash
+-- KEYS[7] {p}outbox         the partition's event stream: a step that admits is recorded
+--                           (qadmit: its numbers, its nonce, its passes' expiry)
 -- ARGV[1] partition base, for the keys derived here: a drop's SKUs' stock hashes (the
 --         SKUs its hash lists), and the drop's hash and SKUs again in may_take
 -- ARGV[2] 'sku' or 'drop'   ARGV[3] the product or drop
@@ -38,13 +40,14 @@
 --
 -- Why one script: counting the unspent passes, reading the stock and handing
 -- out new passes must be one step, or a unit could be promised twice.
-local q, pre, nums, passes, live, stock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local q, pre, nums, passes, live, stock, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local base, kind, id, nonce, most = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local scope = kind .. ':' .. id
 if redis.call('EXISTS', q) == 0 then
   return { 'NEEDS_LOAD' }
 end
 local now = now_ms()
-local state = queue_close(q, pre, now)
+local state = queue_close(q, pre, now, scope, outbox)
 local h = hash_get(q)
 if state == 'pre' then
   local seq = tonumber(h['seq'])
@@ -124,6 +127,10 @@ for i = 1, n do
     redis.call('HSET', passes, who, pass .. '|' .. exp .. '|A|' .. num)
     redis.call('ZADD', live, exp, who)
   end
+end
+if n > 0 then
+  emit_queue(outbox, 'qadmit', 'qadmit:' .. scope .. ':' .. nonce, scope, now,
+    { 'first', tostring(through + 1), 'last', tostring(through + n), 'nonce', nonce, 'exp', exp })
 end
 through = through + n
 local seq = tonumber(h['seq'])

@@ -54,5 +54,10 @@ for _, l in ipairs(todo) do
   l.h['exp'] = exp
   l.h['prov'] = nil
   emit(outbox, 'reserve', l.tok, l.h, now)
+  if l.h['qp'] then
+    -- The admission pass the line spent (hold_cart_lines.lua), recorded now.
+    emit_queue(outbox, 'qspend', 'qspend:' .. l.h['qp'] .. ':' .. l.h['who'], l.h['qp'], now,
+      { 'who', l.h['who'], 'num', l.h['qn'], 'tok', l.tok })
+  end
 end
 return { 'OK' }

@@ -138,6 +138,11 @@ for i = 1, n do
   redis.call('ZADD', expiry, deadline, l.tok)
   bump_stock(l.k.sku, -qty, qty, 0, now)
   announce(l.k.sku, l.k.channel, l.sku)
-  spend_pass(base, l.view, who)
+  -- The pass is spent, not yet recorded: the line keeps which, so a cart that
+  -- fails gives it back (return_pass) and one that holds records it.
+  local scope, num = spend_pass(base, l.view, who, now)
+  if scope then
+    redis.call('HSET', l.k.hold, 'qp', scope, 'qn', num)
+  end
 end
 return { 'OK', 0 }

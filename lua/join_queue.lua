@@ -5,7 +5,8 @@
 -- KEYS[3] {p}qwho:<queue>   principal -> ticket number (0 while in the pre-queue)
 -- KEYS[4] {p}qnum:<queue>   ticket number -> principal
 -- KEYS[5] {p}qpass:<queue>  principal -> "pass|expires_ms|state|number" (admit_queue.lua)
--- ARGV[1] principal   ARGV[2] most tickets the queue may have
+-- KEYS[6] {p}outbox         the partition's event stream: a new ticket is recorded (qjoin)
+-- ARGV[1] principal   ARGV[2] most tickets the queue may have   ARGV[3] the queue's id
 --
 -- Returns the ticket {'OK', number, through, state, status, pass, pass_expires_ms, pass_state,
 -- replayed}: number 0 while in the pre-queue, through the last number admitted, state pre,
@@ -30,7 +31,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return { 'NEEDS_LOAD' }
 end
 local now = now_ms()
-local state = queue_close(KEYS[1], KEYS[2], now)
+local scope = ARGV[3]
+local state = queue_close(KEYS[1], KEYS[2], now, scope, KEYS[6])
 local replayed = 1
 local mine = redis.call('HGET', KEYS[3], who)
 if not mine then
@@ -46,6 +48,7 @@ if not mine then
     redis.call('HSET', KEYS[4], mine, who)
   end
   redis.call('HSET', KEYS[3], who, mine)
+  emit_queue(KEYS[6], 'qjoin', 'qjoin:' .. scope .. ':' .. who, scope, now, { 'who', who, 'num', mine })
 end
 local h = redis.call('HMGET', KEYS[1], 'through', 'status')
 local pass, exp, st = string.match(redis.call('HGET', KEYS[5], who) or '', '^([^|]+)|(%d+)|(%a)|')

@@ -85,7 +85,7 @@ local seq = string.format('%d', redis.call('HINCRBY', k.entries, '#seq', 1))
 local e = { seq = seq, qty = qty, hold = tonumber(ARGV[5]), st = 'W', tok = '', joined = tostring(now) }
 redis.call('HSET', k.entries, who, wait_encode(e))
 redis.call('ZADD', k.queue, seq, who)
-spend_pass(base, view, who)
+spend_pass(base, view, who, now, 'waitlist:' .. sku, k.outbox)
 emit_wait(k.outbox, 'wjoin', sku, who, e, now)
 -- Positions are pushed by the SKU's announcements: a waitlist change moves seq.
 bump_stock(k.sku, 0, 0, 0, now)

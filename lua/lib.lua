@@ -214,33 +214,82 @@ local function pass_check(base, s, who, now)
   return nil
 end
 
+-- emit_queue appends an admission queue's event to its partition's outbox:
+-- kind (qjoin, qclose, qnum, qadmit, qspend), its id (which names what
+-- happened, so the ledger applies it once), the queue's scope, and the
+-- kind's own fields as name, value pairs (db.Event's queue fields).
+local function emit_queue(outbox, kind, id, scope, now, fields)
+  local args = { 'id', id, 'type', kind, 'q', scope, 'at', tostring(now) }
+  for _, v in ipairs(fields) do
+    args[#args + 1] = v
+  end
+  redis.call('XADD', outbox, '*', unpack(args))
+end
+
 -- spend_pass marks who's pass spent, once a path held to the pass limit has
 -- written what it bought (a hold, or a waitlist entry): a pass buys one.
--- Nothing when the SKU's mode takes no pass.
-local function spend_pass(base, s, who)
+-- Nothing when the SKU's mode takes no pass. With an outbox, the spending
+-- is recorded (a qspend event; bought names the hold's token, or the
+-- waitlist place); without, it is not yet: a cart's provisional line
+-- (hold_cart_lines.lua) records it when confirm_cart_lines.lua confirms the
+-- line, and gives the pass back if the cart fails (return_pass). Returns the
+-- queue's scope and the ticket's number when this call spent the pass.
+local function spend_pass(base, s, who, now, bought, outbox)
   if not policy_pass[s.mode or 'first_come'] then
-    return
+    return nil
   end
-  local k = pass_keys(base, queue_scope(s))
+  local scope = queue_scope(s)
+  local k = pass_keys(base, scope)
   local raw = redis.call('HGET', k.passes, who)
+  local num
   if raw then
-    redis.call('HSET', k.passes, who, (string.gsub(raw, '^([^|]+|%d+|)A|', '%1U|')))
+    local spent, n = string.gsub(raw, '^([^|]+|%d+|)A|', '%1U|')
+    if n == 1 then
+      redis.call('HSET', k.passes, who, spent)
+      num = string.match(raw, '|(%d+)$')
+      if outbox then
+        emit_queue(outbox, 'qspend', 'qspend:' .. scope .. ':' .. who, scope, now,
+          { 'who', who, 'num', num or '0', 'tok', bought or '' })
+      end
+    end
   end
   redis.call('ZREM', k.live, who)
+  if num then
+    return scope, num
+  end
+  return nil
+end
+
+-- return_pass gives back the pass a cart's provisional line spent (the
+-- hold's fields qp, its queue's scope, and qn, the ticket's number) when the
+-- line is released before its cart held every line: the cart failed, and
+-- the pass it never used is the principal's again, until its expiry, as if
+-- unspent (the spending was never recorded). outbox is the partition's
+-- stream key, whose base the queue's keys share.
+local function return_pass(outbox, h)
+  local k = pass_keys(string.sub(outbox, 1, -7), h['qp'])
+  local raw = redis.call('HGET', k.passes, h['who'])
+  local exp, num = string.match(raw or '', '^[^|]+|(%d+)|U|(%d+)$')
+  if exp and num == h['qn'] then
+    redis.call('HSET', k.passes, h['who'], (string.gsub(raw, '^([^|]+|%d+|)U|', '%1A|')))
+    redis.call('ZADD', k.live, exp, h['who'])
+  end
 end
 
 -- queue_close closes a queue's pre-queue once its opening time has come: the
 -- pre-queue's size is frozen (its members get numbers 1..pre from the
 -- shuffle, number_queue.lua) and later joins are numbered after it. q is the
--- queue's hash, pre its pre-queue set. Returns the queue's state after:
--- 'pre' (not open yet), 'numbering' (the shuffle's numbers are being
--- written) or 'open'.
-local function queue_close(q, pre, now)
+-- queue's hash, pre its pre-queue set, scope the queue's id and outbox its
+-- partition's stream (the closing is recorded: a qclose event with the
+-- size). Returns the queue's state after: 'pre' (not open yet), 'numbering'
+-- (the shuffle's numbers are being written) or 'open'.
+local function queue_close(q, pre, now, scope, outbox)
   local h = redis.call('HMGET', q, 'opens', 'state')
   if h[2] == 'pre' and now >= tonumber(h[1]) then
     local n = redis.call('SCARD', pre)
     local state = n > 0 and 'numbering' or 'open'
     redis.call('HSET', q, 'state', state, 'pre', n, 'next', n, 'numbered', 0, 'seq', redis.call('HINCRBY', q, 'seq', 1))
+    emit_queue(outbox, 'qclose', 'qclose:' .. scope, scope, now, { 'num', tostring(n) })
     return state
   end
   return h[2]
@@ -441,6 +490,8 @@ local function release(k, token, h, status, now, retention)
   h['end'] = tostring(now)
   if not provisional then
     emit(k.outbox, status == 'CANCELLED' and 'cancel' or 'expire', token, h, now)
+  elseif h['qp'] then
+    return_pass(k.outbox, h)
   end
   announce(k.sku, k.channel, h['sku'])
 end

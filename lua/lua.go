@@ -82,8 +82,9 @@ const (
 
 // Names of the admission queue's scripts (package inventory/queue).
 const (
-	// LoadQueue writes a queue's settings into Redis, unless it is there.
-	LoadQueue = "load_queue"
+	// RestoreQueue loads a queue into Redis from the ledger (its settings,
+	// and after a loss its tickets and passes), unless it is there.
+	RestoreQueue = "restore_queue"
 	// JoinQueue gives a principal its ticket, or its ticket again.
 	JoinQueue = "join_queue"
 	// NumberQueue writes a batch of a shuffled pre-queue's numbers.
@@ -93,7 +94,7 @@ const (
 )
 
 // Queue lists the admission queue's scripts.
-var Queue = []string{LoadQueue, JoinQueue, NumberQueue, AdmitQueue}
+var Queue = []string{RestoreQueue, JoinQueue, NumberQueue, AdmitQueue}
 
 // Names of the worker group's lease scripts.
 const (

@@ -1,7 +1,9 @@
 -- number_queue.lua: write one batch of a closed pre-queue's numbers, in the shuffle's order.
 --
 -- KEYS[1] {p}q:<queue>      KEYS[2] {p}qwho:<queue>   KEYS[3] {p}qnum:<queue>
--- ARGV[1] the first number of the batch; ARGV[2..] the principals that get it and the
+-- KEYS[4] {p}outbox         the partition's event stream: a batch that numbers is recorded (qnum)
+-- ARGV[1] the queue's id
+-- ARGV[2] the first number of the batch; ARGV[3..] the principals that get it and the
 --         numbers after it, in order (at most 1,000: a batch is a bounded step)
 --
 -- Returns {'OK', numbered, pre}: how many of the pre-queue are numbered now,
@@ -23,16 +25,23 @@ if h[1] ~= 'numbering' then
   return { 'NOT_NUMBERING', h[1] or '' }
 end
 local pre, numbered = tonumber(h[2]), tonumber(h[3])
-local first = tonumber(ARGV[1])
-if not first or first < 1 or first + #ARGV - 2 > pre then
+local scope, first = ARGV[1], tonumber(ARGV[2])
+if not first or first < 1 or first + #ARGV - 3 > pre then
   return { 'INVALID_INPUT', 'number', 'past the pre-queue' }
 end
-for i = 2, #ARGV do
-  local num = tostring(first + i - 2)
+local wrote = false
+for i = 3, #ARGV do
+  local num = tostring(first + i - 3)
   if redis.call('HSETNX', KEYS[3], num, ARGV[i]) == 1 then
     redis.call('HSET', KEYS[2], ARGV[i], num)
     numbered = numbered + 1
+    wrote = true
   end
+end
+if wrote then
+  -- The batch, whole: a batch retried after a crash records the same numbers.
+  emit_queue(KEYS[4], 'qnum', 'qnum:' .. scope .. ':' .. ARGV[2], scope, now_ms(),
+    { 'first', ARGV[2], 'list', cjson.encode({ unpack(ARGV, 3) }) })
 end
 redis.call('HSET', KEYS[1], 'numbered', numbered)
 if numbered >= pre then

@@ -212,7 +212,7 @@ local function reserve_new(ki, ai, qty, tp)
     'exp', exp_s, 'ctd', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen)
   redis.call('HINCRBY', quota, who, qty_s)
   redis.call('ZADD', expiry, exp_s, token)
-  spend_pass(base, view, who)
+  spend_pass(base, view, who, now, token, outbox)
   if exact(st) then
     st.avail, st.held, st.seq, st.moved = st.avail - qty, st.held + qty, st.seq + 1, true
   else

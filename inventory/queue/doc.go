@@ -49,7 +49,23 @@
 //
 // A crash mid-numbering is finished by the next Step (each number is written
 // once; the order is deterministic). A duplicate Step (two instances during a
-// lease handover) admits nothing the rate and the stock do not allow. Not
-// yet: the ledger does not record joins, admissions and passes, so a Redis
-// loss loses the tickets (the settings are reloaded from the ledger).
+// lease handover) admits nothing the rate and the stock do not allow.
+//
+// # Ledger and Redis loss
+//
+// Every join (qjoin), the opening's closing (qclose) and numbering (qnum),
+// each admission step (qadmit: its numbers, its nonce, from which each pass
+// is recomputed, and the passes' expiry) and each spent pass (qspend, with
+// what it bought) is appended to the partition's outbox by the script that
+// does it, and reaches PostgreSQL by the write-behind, like a hold
+// (queue_tickets, queue_movements, queues.admitted_through). A queue Redis
+// lost is restored from those rows (Restore) by the first join, step or
+// ticket read that finds it missing, and by the engine's rebuild of a queued
+// SKU before the SKU goes live. What had not reached the ledger is lost with
+// Redis, as holds are.
+//
+// A cart's line spends its pass provisionally (hold_cart_lines.lua): if the
+// cart fails in another partition the line is released and the pass given
+// back (return_pass in lib.lua); if the cart holds, the spending is recorded
+// with the confirmed line.
 package queue

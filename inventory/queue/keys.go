@@ -37,10 +37,13 @@ func (r Ref) String() string { return string(r.Kind) + ":" + r.ID }
 //	dl:{p07}:qnum:<queue>   hash   ticket number -> principal
 //	dl:{p07}:qpass:<queue>  hash   principal -> "pass|expires_ms|state|number" (A: unspent, U: spent)
 //	dl:{p07}:qlive:<queue>  zset   principals with an unspent pass, by its expiry (ms)
+//	dl:{p07}:outbox         stream the partition's outbox: joins, numberings, admissions, spent passes
 type keys struct {
 	base                             string
 	queue, pre, who, num, pass, live string
 	stock                            string // the product's stock hash, or the drop's hash
+	outbox                           string // the partition's event stream
+	id                               string // the queue's id (Ref.String)
 	partition                        int
 }
 
@@ -54,7 +57,7 @@ func keysOf(k inventory.Keys, r Ref) keys {
 	b := k.Base(p)
 	id := r.String()
 	return keys{base: b, queue: b + "q:" + id, pre: b + "qpre:" + id, who: b + "qwho:" + id, num: b + "qnum:" + id,
-		pass: b + "qpass:" + id, live: b + "qlive:" + id, stock: stock, partition: p}
+		pass: b + "qpass:" + id, live: b + "qlive:" + id, stock: stock, outbox: k.Outbox(p), id: id, partition: p}
 }
 
 // Partition is the Redis partition every key of the queue lives in: its

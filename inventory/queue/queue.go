@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -117,13 +118,34 @@ type Service struct {
 	mu       sync.Mutex
 	settings map[string]db.Queue // by queue id: what never changes, read once
 	reads    singleflight.Group  // one ledger read per queue at a time
+	restores singleflight.Group  // one restore per queue at a time
+
+	// restored counts the tickets restores wrote, restoreTime their time
+	// (RestoreStats).
+	restored, restoreTime atomic.Int64
+}
+
+// RestoreStats are the tickets this service's restores wrote into Redis
+// from the ledger, and the time they took.
+func (s *Service) RestoreStats() (tickets int64, took time.Duration) {
+	return s.restored.Load(), time.Duration(s.restoreTime.Load())
 }
 
 // New returns a Service over the engine's Redis and ledger.
 func New(cfg Config, rdb redis.UniversalClient, stock Stock) *Service {
 	cfg.setDefaults()
-	return &Service{cfg: cfg, rdb: rdb, stock: stock, keys: stock.Keys(), ledger: stock.Ledger(), scripts: newScripts(),
+	s := &Service{cfg: cfg, rdb: rdb, stock: stock, keys: stock.Keys(), ledger: stock.Ledger(), scripts: newScripts(),
 		settings: map[string]db.Queue{}}
+	if e, ok := stock.(queueRestorer); ok {
+		e.RestoreQueuesWith(s.RestoreID)
+	}
+	return s
+}
+
+// queueRestorer is an engine that restores a queued SKU's queue (Restore)
+// before the SKU goes live when it rebuilds it.
+type queueRestorer interface {
+	RestoreQueuesWith(fn func(ctx context.Context, queueID string) error)
 }
 
 var errUnavailable = inventory.ErrUnavailable
@@ -217,22 +239,13 @@ func (s *Service) Join(ctx context.Context, principal string, r Ref, in JoinInpu
 			if loaded {
 				return Ticket{}, fmt.Errorf("joining %s: still not loaded", r)
 			}
-			if err := s.load(ctx, k, q); err != nil {
+			if err := s.Restore(ctx, r); err != nil {
 				return Ticket{}, err
 			}
 		default:
 			return Ticket{}, fmt.Errorf("joining %s: unexpected reply %q", r, rep.Code)
 		}
 	}
-}
-
-func (s *Service) load(ctx context.Context, k keys, q db.Queue) error {
-	_, err := s.scripts.runLoad(ctx, s.rdb, k, loadArgs{OpensAt: q.OpensAt, AdmitPerMinute: q.AdmitPerMinute,
-		PassLife: time.Duration(q.PassSeconds) * time.Second})
-	if err != nil {
-		return fmt.Errorf("loading queue %s: %w", q.ID, err)
-	}
-	return nil
 }
 
 func ticketOf(r Ref, rep joinReply, now time.Time) Ticket {
@@ -272,18 +285,27 @@ func (s *Service) MyTicket(ctx context.Context, principal string, r Ref) (Ticket
 	return s.ticket(ctx, keysOf(s.keys, r), r, principal)
 }
 
-// ticket reads principal's ticket: three reads of one slot in one round trip.
+// ticket reads principal's ticket: three reads of one slot in one round
+// trip. A queue Redis lost is restored from the ledger first.
 func (s *Service) ticket(ctx context.Context, k keys, r Ref, principal string) (Ticket, bool, error) {
 	var num, pass *redis.StringCmd
 	var q *redis.SliceCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		num = p.HGet(ctx, k.who, principal)
-		pass = p.HGet(ctx, k.pass, principal)
-		q = p.HMGet(ctx, k.queue, "through", "status")
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return Ticket{}, false, fmt.Errorf("reading a ticket of %s: %w: %w", r, errUnavailable, err)
+	for restored := false; ; restored = true {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			num = p.HGet(ctx, k.who, principal)
+			pass = p.HGet(ctx, k.pass, principal)
+			q = p.HMGet(ctx, k.queue, "through", "status")
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return Ticket{}, false, fmt.Errorf("reading a ticket of %s: %w: %w", r, errUnavailable, err)
+		}
+		if v := q.Val(); restored || (len(v) > 0 && v[0] != nil) {
+			break
+		}
+		if err := s.Restore(ctx, r); err != nil {
+			return Ticket{}, false, err
+		}
 	}
 	n, err := num.Int64()
 	if errors.Is(err, redis.Nil) {
@@ -344,8 +366,7 @@ func (s *Service) Queues(ctx context.Context, after string, limit int) ([]Ref, e
 // allows. The worker group calls it for each queue, once across instances
 // (a lease); a duplicate step admits nothing the rate and stock do not allow.
 func (s *Service) Step(ctx context.Context, r Ref) (StepResult, error) {
-	q, err := s.Settings(ctx, r)
-	if err != nil {
+	if _, err := s.Settings(ctx, r); err != nil {
 		return StepResult{}, err
 	}
 	k := keysOf(s.keys, r)
@@ -360,7 +381,7 @@ func (s *Service) Step(ctx context.Context, r Ref) (StepResult, error) {
 			return StepResult{Status: rep.Status, Through: rep.Through, Next: rep.Next, Admitted: rep.Admitted,
 				Unspent: rep.Unspent, Available: rep.Available, Seq: rep.Seq}, nil
 		case "NEEDS_LOAD":
-			if err := s.load(ctx, k, q); err != nil {
+			if err := s.Restore(ctx, r); err != nil {
 				return StepResult{}, err
 			}
 		case "NUMBER":

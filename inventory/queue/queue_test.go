@@ -33,12 +33,15 @@ type bundle struct {
 	prefix string
 }
 
-func setup(t testing.TB, backend string) *bundle {
+func setup(t testing.TB, backend string) *bundle { return setupWith(t, backend, inventory.Config{}) }
+
+func setupWith(t testing.TB, backend string, cfg inventory.Config) *bundle {
 	t.Helper()
 	r := testenv.RedisBackend(t, backend)
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
-	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
+	cfg.KeyPrefix = r.Prefix
+	e, err := inventory.NewEngine(ctx, cfg, r.Client, pool, zerolog.Nop())
 	require.NoError(t, err)
 	qs := queue.New(queue.Config{Secret: []byte("a test secret of thirty-two bytes!")}, r.Client, e)
 	return &bundle{ctx: ctx, engine: e, queues: qs, rdb: r.Client, pool: pool, prefix: r.Prefix}

@@ -15,15 +15,15 @@ import (
 // and its reply as structs: the positions of KEYS, ARGV and the reply are
 // written here once, as each script's header gives them.
 type scripts struct {
-	load, join, number, admit *redis.Script
+	restore, join, number, admit *redis.Script
 }
 
 func newScripts() scripts {
 	return scripts{
-		load:   redis.NewScript(lua.MustSource(lua.LoadQueue)),
-		join:   redis.NewScript(lua.MustSource(lua.JoinQueue)),
-		number: redis.NewScript(lua.MustSource(lua.NumberQueue)),
-		admit:  redis.NewScript(lua.MustSource(lua.AdmitQueue)),
+		restore: redis.NewScript(lua.MustSource(lua.RestoreQueue)),
+		join:    redis.NewScript(lua.MustSource(lua.JoinQueue)),
+		number:  redis.NewScript(lua.MustSource(lua.NumberQueue)),
+		admit:   redis.NewScript(lua.MustSource(lua.AdmitQueue)),
 	}
 }
 
@@ -43,16 +43,45 @@ func run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys [
 	return reply(r), nil
 }
 
-// loadArgs are load_queue.lua's ARGV.
-type loadArgs struct {
-	OpensAt        time.Time
-	AdmitPerMinute int
-	PassLife       time.Duration
+// restoreKeys are restore_queue.lua's KEYS.
+func (k keys) restoreKeys() []string { return []string{k.queue, k.pre, k.who, k.num, k.pass, k.live} }
+
+// restoreTicketFields is how many values describe one ticket in a
+// restore_queue.lua chunk.
+const restoreTicketFields = 6
+
+// runRestoreChunk writes one chunk of a queue's tickets (restore_queue.lua
+// chunk): tickets holds restoreTicketFields values per ticket. False when
+// Redis has the queue (nothing written).
+func (s scripts) runRestoreChunk(ctx context.Context, rdb redis.UniversalClient, k keys, first bool, state string, tickets []any) (bool, error) {
+	args := make([]any, 0, 3+len(tickets))
+	flag := "0"
+	if first {
+		flag = "1"
+	}
+	args = append(args, "chunk", flag, state)
+	args = append(args, tickets...)
+	r, err := run(ctx, rdb, s.restore, k.restoreKeys(), args...)
+	if err != nil {
+		return false, err
+	}
+	return r.Str(0) == "OK", nil
 }
 
-// load runs load_queue.lua: true when it wrote the queue.
-func (s scripts) runLoad(ctx context.Context, rdb redis.UniversalClient, k keys, a loadArgs) (bool, error) {
-	r, err := run(ctx, rdb, s.load, []string{k.queue}, a.OpensAt.UnixMilli(), a.AdmitPerMinute, a.PassLife.Milliseconds())
+// publishArgs are restore_queue.lua's publish ARGV.
+type publishArgs struct {
+	OpensAt                      time.Time
+	AdmitPerMinute               int
+	PassLife                     time.Duration
+	State                        string // pre, numbering, open
+	Pre, Next, Numbered, Through int64
+}
+
+// runRestorePublish writes the queue's hash (restore_queue.lua publish),
+// which makes the queue live: false when Redis had it.
+func (s scripts) runRestorePublish(ctx context.Context, rdb redis.UniversalClient, k keys, a publishArgs) (bool, error) {
+	r, err := run(ctx, rdb, s.restore, k.restoreKeys(), "publish", a.OpensAt.UnixMilli(), a.AdmitPerMinute,
+		a.PassLife.Milliseconds(), a.State, a.Pre, a.Next, a.Numbered, a.Through)
 	if err != nil {
 		return false, err
 	}
@@ -79,7 +108,7 @@ type joinReply struct {
 }
 
 func (s scripts) runJoin(ctx context.Context, rdb redis.UniversalClient, k keys, a joinArgs) (joinReply, error) {
-	r, err := run(ctx, rdb, s.join, []string{k.queue, k.pre, k.who, k.num, k.pass}, a.Principal, a.MaxTickets)
+	r, err := run(ctx, rdb, s.join, []string{k.queue, k.pre, k.who, k.num, k.pass, k.outbox}, a.Principal, a.MaxTickets, k.id)
 	if err != nil {
 		return joinReply{}, err
 	}
@@ -100,12 +129,12 @@ type numberReply struct {
 }
 
 func (s scripts) runNumber(ctx context.Context, rdb redis.UniversalClient, k keys, a numberArgs) (numberReply, error) {
-	args := make([]any, 0, 1+len(a.Principals))
-	args = append(args, a.First)
+	args := make([]any, 0, 2+len(a.Principals))
+	args = append(args, k.id, a.First)
 	for _, p := range a.Principals {
 		args = append(args, p)
 	}
-	r, err := run(ctx, rdb, s.number, []string{k.queue, k.who, k.num}, args...)
+	r, err := run(ctx, rdb, s.number, []string{k.queue, k.who, k.num, k.outbox}, args...)
 	if err != nil {
 		return numberReply{}, err
 	}
@@ -134,7 +163,7 @@ type admitReply struct {
 }
 
 func (s scripts) runAdmit(ctx context.Context, rdb redis.UniversalClient, k keys, r Ref, a admitArgs) (admitReply, error) {
-	rep, err := run(ctx, rdb, s.admit, []string{k.queue, k.pre, k.num, k.pass, k.live, k.stock},
+	rep, err := run(ctx, rdb, s.admit, []string{k.queue, k.pre, k.num, k.pass, k.live, k.stock, k.outbox},
 		k.base, string(r.Kind), r.ID, a.Nonce, a.Most)
 	if err != nil {
 		return admitReply{}, err
