@@ -57,6 +57,8 @@ func WriteText(w io.Writer, r *Result) error {
 				f.Connected, f.ToAll.P50ms, f.ToAll.P99ms, f.ToAll.MaxMs, f.LoadAvg)
 			fmt.Fprintf(&b, "  CPU per delivery server %.2f µs, floor %.2f µs: server ÷ floor %.2f (goal <= 1.5); change->all p99 %.1f ms (goal <= 250 ms)\n",
 				f.ServerCPUPerDeliveryUs, f.CPUPerDeliveryUs, f.Ratio, w.ToAll.P99ms)
+			fmt.Fprintf(&b, "  CPU per frame    server %.2f µs (%d frames read), floor %.2f µs (%d frames read): server ÷ floor %.2f\n",
+				f.ServerCPUPerFrameUs, w.Received, f.CPUPerFrameUs, f.Received, f.FrameRatio)
 		}
 	}
 

@@ -22,21 +22,29 @@ import (
 // the same number of changes at the same rate, each change one frame of
 // the shape Dropline sends written to every socket.
 type FloorWatchResult struct {
-	Watchers   int       `json:"watchers"`
-	Connected  int       `json:"connected"`
-	Changes    int       `json:"changes"`
-	Deliveries int       `json:"deliveries"`
-	Missing    int       `json:"missing"`
-	Latency    Quantiles `json:"latency"`
-	ToAll      Quantiles `json:"toAll"`
+	Watchers   int `json:"watchers"`
+	Connected  int `json:"connected"`
+	Changes    int `json:"changes"`
+	Deliveries int `json:"deliveries"`
+	// Received is how many frames the watchers read (fewer than
+	// Deliveries when changes were coalesced).
+	Received int       `json:"received"`
+	Missing  int       `json:"missing"`
+	Latency  Quantiles `json:"latency"`
+	ToAll    Quantiles `json:"toAll"`
 	// CPUPerChangeMs is the floor's CPU time per change (all its watchers),
-	// CPUPerDeliveryUs per socket written.
+	// CPUPerDeliveryUs per (change, watcher), CPUPerFrameUs per frame a
+	// watcher read.
 	CPUPerChangeMs   float64 `json:"cpuPerChangeMs"`
 	CPUPerDeliveryUs float64 `json:"cpuPerDeliveryUs"`
-	// ServerCPUPerDeliveryUs is the server's CPU per change (WatchResult)
-	// divided by its watchers of the changed SKU, and Ratio that ÷ the floor's.
+	CPUPerFrameUs    float64 `json:"cpuPerFrameUs"`
+	// The server's, from WatchResult: its CPU per change divided by its
+	// watchers of the changed SKU, and by the frames its watchers read per
+	// change; Ratio and FrameRatio are each ÷ the floor's.
 	ServerCPUPerDeliveryUs float64 `json:"serverCpuPerDeliveryUs"`
+	ServerCPUPerFrameUs    float64 `json:"serverCpuPerFrameUs"`
 	Ratio                  float64 `json:"ratio"`
+	FrameRatio             float64 `json:"frameRatio"`
 	LoadAvg                string  `json:"loadAvg"`
 }
 
@@ -170,6 +178,7 @@ func (d *Driver) floorWatch(ctx context.Context) (*FloorWatchResult, error) {
 	for i, wr := range ws {
 		wr.mu.Lock()
 		recv[i] = wr.recv
+		res.Received += len(wr.recv)
 		wr.mu.Unlock()
 	}
 	lat, toAll, _, missing := deliveryLatencies(changes, skuOf, recv)
@@ -177,8 +186,11 @@ func (d *Driver) floorWatch(ctx context.Context) (*FloorWatchResult, error) {
 	res.Latency, res.ToAll = quantiles(lat), quantiles(toAll)
 	res.CPUPerChangeMs = (cpu1 - cpu0) * 1000 / float64(len(changes))
 	res.CPUPerDeliveryUs = res.CPUPerChangeMs * 1000 / float64(cfg.Watchers)
-	d.watchStatus("floor broadcaster: change->all p99 %.0f ms; CPU per delivery %.2f µs; load average %s",
-		res.ToAll.P99ms, res.CPUPerDeliveryUs, res.LoadAvg)
+	if res.Received > 0 {
+		res.CPUPerFrameUs = (cpu1 - cpu0) * 1e6 / float64(res.Received)
+	}
+	d.watchStatus("floor broadcaster: change->all p99 %.0f ms; CPU per delivery %.2f µs, per frame read %.2f µs (%d frames); load average %s",
+		res.ToAll.P99ms, res.CPUPerDeliveryUs, res.CPUPerFrameUs, res.Received, res.LoadAvg)
 	return res, nil
 }
 
@@ -199,5 +211,11 @@ func (f *FloorWatchResult) compareFloor(w WatchResult) {
 	f.ServerCPUPerDeliveryUs = w.ServerCPUPerChangeMs * 1000 / perChange
 	if f.CPUPerDeliveryUs > 0 {
 		f.Ratio = f.ServerCPUPerDeliveryUs / f.CPUPerDeliveryUs
+	}
+	if w.Received > 0 && w.Changes > 0 {
+		f.ServerCPUPerFrameUs = w.ServerCPUPerChangeMs * 1000 * float64(w.Changes) / float64(w.Received)
+	}
+	if f.CPUPerFrameUs > 0 {
+		f.FrameRatio = f.ServerCPUPerFrameUs / f.CPUPerFrameUs
 	}
 }

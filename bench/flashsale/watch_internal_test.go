@@ -56,6 +56,12 @@ func TestCompareFloorDividesPerDelivery(t *testing.T) {
 	f.compareFloor(WatchResult{SKUs: 1, Connected: 10_000, ServerCPUPerChangeMs: 120})
 	require.InDelta(t, 12, f.ServerCPUPerDeliveryUs, 1e-9)
 	require.InDelta(t, 1.5, f.Ratio, 1e-9)
+	// Coalesced: 40 changes read as 200,000 frames, 24 µs each, twice the
+	// floor's 12 µs per frame read.
+	f.CPUPerFrameUs = 12
+	f.compareFloor(WatchResult{SKUs: 1, Connected: 10_000, ServerCPUPerChangeMs: 120, Changes: 40, Received: 200_000})
+	require.InDelta(t, 24, f.ServerCPUPerFrameUs, 1e-9)
+	require.InDelta(t, 2, f.FrameRatio, 1e-9)
 	// Spread over 1,000 SKUs, a change reaches 10 watchers.
 	f.compareFloor(WatchResult{SKUs: 1000, Connected: 10_000, ServerCPUPerChangeMs: 0.12})
 	require.InDelta(t, 12, f.ServerCPUPerDeliveryUs, 1e-9)

@@ -18,21 +18,27 @@ import (
 // parsed, only the SKU is read from the variables), and each POST
 // /change?sku=S&available=N frames one `next` message of the shape Dropline
 // sends, once, and writes those same bytes to every socket of S, the sockets
-// split between as many goroutines as the process has cores. No GraphQL
-// execution, no Redis, no per-subscriber state beyond the socket: what any
-// server must spend to put one frame on each of N sockets.
+// split between as many goroutines as the process has cores. A change that
+// comes while S's previous fan-out is still writing waits for it, and only
+// the latest such change is written (self-clocked coalescing): the machine
+// is never asked to write more frames than it can. No GraphQL execution, no
+// Redis, no per-subscriber state beyond the socket: what any server must
+// spend to put one frame on each of N sockets.
 //
 // GET /metrics carries the Go and process collectors (process_cpu_seconds_total,
 // process_resident_memory_bytes, go_goroutines), as Dropline's does.
 type Broadcaster struct {
-	mu    sync.Mutex
-	conns map[string][]net.Conn
-	last  map[string][]byte // each SKU's last frame, sent to a new subscriber
+	mu      sync.Mutex
+	conns   map[string][]net.Conn
+	last    map[string][]byte // each SKU's last frame, sent to a new subscriber
+	pending map[string][]byte // the frame waiting for the SKU's fan-out
+	running map[string]bool   // the SKU's fan-out is writing
 }
 
 // NewBroadcaster returns an empty broadcaster.
 func NewBroadcaster() *Broadcaster {
-	return &Broadcaster{conns: map[string][]net.Conn{}, last: map[string][]byte{}}
+	return &Broadcaster{conns: map[string][]net.Conn{}, last: map[string][]byte{},
+		pending: map[string][]byte{}, running: map[string]bool{}}
 }
 
 // Handler serves GET /graphql (websocket), POST /change and GET /metrics.
@@ -141,8 +147,8 @@ func (b *Broadcaster) remove(sku string, conn net.Conn) {
 	_ = conn.Close()
 }
 
-// change writes SKU's new value to all its sockets and answers once every
-// write returned.
+// change hands SKU's new value to its fan-out and answers with the number
+// of sockets the SKU has.
 func (b *Broadcaster) change(w http.ResponseWriter, r *http.Request) {
 	sku := r.URL.Query().Get("sku")
 	available, err1 := strconv.Atoi(r.URL.Query().Get("available"))
@@ -154,20 +160,40 @@ func (b *Broadcaster) change(w http.ResponseWriter, r *http.Request) {
 	f := frame(sku, available, total)
 	b.mu.Lock()
 	b.last[sku] = f
-	conns := append([]net.Conn(nil), b.conns[sku]...)
-	b.mu.Unlock()
-	parts := min(runtime.GOMAXPROCS(0), max(len(conns), 1))
-	var wg sync.WaitGroup
-	for p := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := p; i < len(conns); i += parts {
-				_, _ = conns[i].Write(f)
-			}
-		}()
+	b.pending[sku] = f
+	n := len(b.conns[sku])
+	if !b.running[sku] {
+		b.running[sku] = true
+		go b.fanOut(sku)
 	}
-	wg.Wait()
+	b.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain")
-	_, _ = w.Write([]byte(strconv.Itoa(len(conns)) + "\n"))
+	_, _ = w.Write([]byte(strconv.Itoa(n) + "\n"))
+}
+
+// fanOut writes SKU's pending frame to all its sockets, then the one that
+// came meanwhile, until none is pending.
+func (b *Broadcaster) fanOut(sku string) {
+	for {
+		b.mu.Lock()
+		f := b.pending[sku]
+		delete(b.pending, sku)
+		if f == nil {
+			b.running[sku] = false
+			b.mu.Unlock()
+			return
+		}
+		conns := append([]net.Conn(nil), b.conns[sku]...)
+		b.mu.Unlock()
+		parts := min(runtime.GOMAXPROCS(0), max(len(conns), 1))
+		var wg sync.WaitGroup
+		for p := range parts {
+			wg.Go(func() {
+				for i := p; i < len(conns); i += parts {
+					_, _ = conns[i].Write(f)
+				}
+			})
+		}
+		wg.Wait()
+	}
 }
