@@ -23,6 +23,7 @@ type deps struct {
 	sm      *subscriptionMetrics
 	hooks   *webhook.Service // the webhook endpoints and their deliveries
 	queues  *queue.Service   // the admission queues
+	tickets *ticketNumbers   // principals' ticket numbers seen here
 }
 
 // principal returns the verified caller of a query, or false for an

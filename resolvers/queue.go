@@ -3,11 +3,13 @@ package resolvers
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"time"
 
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/inventory/queue"
+	"github.com/dropline/dropline/live"
 )
 
 // queueSettings is a QueueInput as the engine takes it.
@@ -106,12 +108,27 @@ func (r *Resolver) joinQueue(ctx context.Context, input model.JoinQueueInput) (*
 	if err != nil {
 		return fail(err)
 	}
-	st, err := r.deps.queues.State(ctx, ref)
+	if t.Number > 0 {
+		r.deps.tickets.put(ref, p.ID, t.Number)
+	}
+	st, err := r.deps.queueState(ctx, ref)
 	if err != nil {
 		return fail(err)
 	}
 	out.Ticket = ticketModel(t, st)
 	return out, nil
+}
+
+// queueState is a queue's state from the live hub's memory when it runs
+// here (at most one admission step behind), else read from Redis.
+func (d *deps) queueState(ctx context.Context, ref queue.Ref) (queue.State, error) {
+	if d.hub != nil {
+		st, err := d.hub.QueueState(ctx, ref)
+		if !errors.Is(err, live.ErrNotRunning) {
+			return st, err
+		}
+	}
+	return d.queues.State(ctx, ref)
 }
 
 func (r *Resolver) myQueueTicket(ctx context.Context, sku, drop *string) (*model.QueueTicket, error) {
@@ -123,6 +140,17 @@ func (r *Resolver) myQueueTicket(ctx context.Context, sku, drop *string) (*model
 	if err != nil {
 		return nil, queryError(err)
 	}
+	// From memory while the ticket waits: the number this process saw and
+	// the queue's state the hub keeps. Redis once the ticket may hold a pass.
+	st, err := r.deps.queueState(ctx, ref)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	if n, ok := r.deps.tickets.get(ref, p.ID); ok {
+		if t, ok := waitingTicket(ref, n, st); ok {
+			return ticketModel(t, st), nil
+		}
+	}
 	t, found, err := r.deps.queues.MyTicket(ctx, p.ID, ref)
 	if err != nil {
 		return nil, queryError(err)
@@ -130,9 +158,11 @@ func (r *Resolver) myQueueTicket(ctx context.Context, sku, drop *string) (*model
 	if !found {
 		return nil, nil
 	}
-	st, err := r.deps.queues.State(ctx, ref)
-	if err != nil {
-		return nil, queryError(err)
+	if t.Number > 0 {
+		r.deps.tickets.put(ref, p.ID, t.Number)
+	}
+	if t.AdmittedThrough > st.AdmittedThrough {
+		st.AdmittedThrough = t.AdmittedThrough // Redis is ahead of the hub's last message
 	}
 	return ticketModel(t, st), nil
 }

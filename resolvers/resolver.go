@@ -113,6 +113,7 @@ func New(cfg Config) *Resolver {
 		sm:      newSubscriptionMetrics(cfg.Registerer),
 		hooks:   webhook.NewService(cfg.Engine.Ledger()),
 		queues:  queues,
+		tickets: newTicketNumbers(),
 	}}
 }
 

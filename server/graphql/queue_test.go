@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/internal/wsclient"
@@ -43,7 +46,7 @@ func queuePayload(t *testing.T, m wsclient.Message) queueState {
 // unit sold; Redis and the ledger agree on who bought.
 func TestQueueChangedOverWebsocket(t *testing.T) {
 	t.Parallel()
-	le := setupLive(t, live.HubConfig{})
+	le := setupLive(t, live.HubConfig{ResyncInterval: -1}) // no periodic re-read: the polls below must cost no Redis command
 	e := le.env
 	const units, people, watchers = 3, 6, 4
 	e.CreateProduct(t, map[string]any{"sku": "QW-1", "stock": units, "queue": map[string]any{
@@ -79,6 +82,24 @@ func TestQueueChangedOverWebsocket(t *testing.T) {
 		require.Equal(t, 60000, first.AdmitPerMinute)
 		require.Len(t, first.SeedHash, 64)
 	}
+
+	// A waiter's poll is answered from memory: its number (seen at its join)
+	// and the hub's state of the queue, without a Redis command.
+	queueCmds := &keyCounter{part: "sku:QW-1"}
+	e.Redis.AddHook(queueCmds)
+	for range 20 {
+		var poll struct {
+			MyQueueTicket struct {
+				Number, Position, PollAfterSeconds int
+				Status                             string
+			}
+		}
+		e.MustDo(t, tokens[people-1], `{ myQueueTicket(sku: "QW-1") { number position status pollAfterSeconds } }`, nil, &poll)
+		require.Equal(t, "WAITING", poll.MyQueueTicket.Status)
+		require.Equal(t, people, poll.MyQueueTicket.Position)
+		require.Positive(t, poll.MyQueueTicket.PollAfterSeconds)
+	}
+	require.Zero(t, queueCmds.n.Load(), "Redis commands on the queue's keys for 20 polls of a waiting ticket")
 
 	// The admission ticker.
 	qs := queue.New(queue.Config{}, e.Redis, e.Engine)
@@ -150,6 +171,38 @@ func TestQueueChangedOverWebsocket(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, units, seen, "ledger rows")
+}
+
+// keyCounter counts the Redis commands naming a key that contains part.
+type keyCounter struct {
+	part string
+	n    atomic.Int64
+}
+
+func (c *keyCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *keyCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *keyCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *keyCounter) count(cmd redis.Cmder) {
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, c.part) {
+			c.n.Add(1)
+			return
+		}
+	}
 }
 
 func mustNext(t *testing.T, s *wsclient.Subscription) wsclient.Message {
