@@ -219,7 +219,8 @@ end
 -- happened, so the ledger applies it once), the queue's scope, and the
 -- kind's own fields as name, value pairs (db.Event's queue fields).
 local function emit_queue(outbox, kind, id, scope, now, fields)
-  local args = { 'id', id, 'type', kind, 'q', scope, 'at', tostring(now) }
+  -- v: the entry's version, as emit_event's (EVENT_VERSION, defined below).
+  local args = { 'id', id, 'type', kind, 'q', scope, 'at', tostring(now), 'v', '1' }
   for _, v in ipairs(fields) do
     args[#args + 1] = v
   end

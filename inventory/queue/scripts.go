@@ -46,12 +46,8 @@ func run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys [
 // restoreKeys are restore_queue.lua's KEYS.
 func (k keys) restoreKeys() []string { return []string{k.queue, k.pre, k.who, k.num, k.pass, k.live} }
 
-// restoreTicketFields is how many values describe one ticket in a
-// restore_queue.lua chunk.
-const restoreTicketFields = 6
-
 // runRestoreChunk writes one chunk of a queue's tickets (restore_queue.lua
-// chunk): tickets holds restoreTicketFields values per ticket. False when
+// chunk): tickets holds six values per ticket (the script's header). False when
 // Redis has the queue (nothing written).
 func (s scripts) runRestoreChunk(ctx context.Context, rdb redis.UniversalClient, k keys, first bool, state string, tickets []any) (bool, error) {
 	args := make([]any, 0, 3+len(tickets))
