@@ -147,7 +147,7 @@ func (l *Ledger) DrawsBySKU(ctx context.Context, skus []string) ([]Draw, error) 
 // row, which the draw takes exclusively: an entry that was accepted is in the
 // draw. Refusals: ErrNotFound, *DrawClosedError, *DrawQuotaError.
 func (l *Ledger) EnterDraw(ctx context.Context, sku, principal string, quantity int) (e DrawEntry, replayed bool, err error) {
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = l.inTx(ctx, "enter_draw", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		var (
 			status string
 			closes time.Time
@@ -237,7 +237,7 @@ type DrawDecider func(seed []byte, stock int, entries []DrawEntry) ([]DrawOutcom
 // When the draw is already DRAWN it returns it unchanged (drawn false); when
 // it is not due yet, ErrInvalid.
 func (l *Ledger) RunDraw(ctx context.Context, sku string, decide DrawDecider) (d Draw, drawn bool, err error) {
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = l.inTx(ctx, "run_draw", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		var total, sold, held int
 		if err := tx.QueryRow(ctx, `SELECT total, sold FROM products WHERE sku = $1 FOR UPDATE`, sku).Scan(&total, &sold); err != nil {
 			return interpret(err)
@@ -367,7 +367,7 @@ func (l *Ledger) DrawHandout(ctx context.Context, sku string) (DrawHandout, erro
 	var h DrawHandout
 	// One snapshot for every read.
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err := pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "draw_handout", opts, func(ctx context.Context, tx pgx.Tx) error {
 		var drawn *time.Time
 		if err := tx.QueryRow(ctx, `SELECT drawn_at FROM draws WHERE sku = $1`, sku).Scan(&drawn); err != nil {
 			return interpret(err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrFenced means a newer lease holder has written since this writer's lease
@@ -380,6 +382,11 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 	}
 	queueWaitlist(b, fb.waits)
 	queueQueueEvents(b, fb.queued)
+	var span trace.Span
+	if l.tracer != nil {
+		ctx, span = l.startTx(ctx, "apply_events")
+		span.SetAttributes(attribute.Int("dropline.events", len(fb.events)))
+	}
 	res := l.pool.SendBatch(ctx, b)
 	var err error
 	for range b.Len() {
@@ -389,6 +396,9 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 	}
 	if cerr := res.Close(); err == nil {
 		err = cerr
+	}
+	if span != nil {
+		endTx(span, err)
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Errors the ledger translates from Postgres, so callers never see pgx types.
@@ -51,6 +52,8 @@ func (e *EndedError) Is(target error) bool { return target == ErrEnded }
 // reservations, the sales and the stock movements.
 type Ledger struct {
 	pool *pgxpool.Pool
+	// tracer is nil unless Traced gave the ledger one.
+	tracer trace.Tracer
 }
 
 // NewLedger wraps a pool. The pool is the caller's to close.
@@ -196,7 +199,7 @@ func (l *Ledger) CreateProductWithDraw(ctx context.Context, p Product, d *NewDra
 // by draw.
 func (l *Ledger) CreateProductWith(ctx context.Context, p Product, d *NewDraw, q *NewQueue) (Product, error) {
 	var out Product
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "create_product", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		if p.DropID != "" {
 			if err := joinDrop(ctx, tx, p.DropID); err != nil {
 				return err
@@ -301,7 +304,7 @@ func RestockEventID(sku, eventID string) string {
 // SKU ("restock:<eventID>") are still found for that SKU.
 func (l *Ledger) Restock(ctx context.Context, sku string, quantity int, eventID string) (Product, error) {
 	var out Product
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "restock", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		out, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1 FOR UPDATE`, sku))
 		if err != nil {

@@ -274,7 +274,7 @@ type QueueSnapshot struct {
 // ledger has, or the batch waits for it. ErrNotFound when there is no such
 // queue.
 func (l *Ledger) WithQueueSnapshot(ctx context.Context, id string, fn func(*QueueSnapshot) error) error {
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "queue_snapshot", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		s := &QueueSnapshot{tx: tx}
 		var err error
 		s.Queue, err = scanQueue(tx.QueryRow(ctx, `SELECT `+queueColumns+` FROM queues WHERE id = $1 FOR UPDATE`, id))

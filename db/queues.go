@@ -83,7 +83,7 @@ func insertQueue(ctx context.Context, tx pgx.Tx, kind, id string, q NewQueue) er
 // when q is not nil: every product that joins it later is queued.
 func (l *Ledger) CreateDropWith(ctx context.Context, d Drop, q *NewQueue) (Drop, error) {
 	var out Drop
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "create_drop", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		out, err = scanDrop(tx.QueryRow(ctx, `
 			INSERT INTO drops (id, name, max_per_user, sale_starts_at, sale_ends_at)

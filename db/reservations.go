@@ -114,7 +114,7 @@ func (l *Ledger) Sale(ctx context.Context, token string) (Sale, error) {
 // (Redis can think it HELD after a rebuild that predates its ending).
 func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 	var sale Sale
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "record_sale", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		sale, err = recordSale(ctx, tx, r, "")
 		return err
@@ -136,7 +136,7 @@ func (l *Ledger) RecordCartSale(ctx context.Context, cart, principal string, lin
 	sorted := slices.Clone(lines)
 	slices.SortFunc(sorted, func(a, b Reservation) int { return strings.Compare(a.SKU+"\x00"+a.Token, b.SKU+"\x00"+b.Token) })
 	var sales []Sale
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "record_cart_sale", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		sales = sales[:0]
 		if _, err := tx.Exec(ctx, `INSERT INTO carts (token, principal, lines) VALUES ($1, $2, $3)
 			ON CONFLICT (token) DO NOTHING`, cart, principal, len(lines)); err != nil {
@@ -331,7 +331,7 @@ func eachBatch[T any](rows pgx.Rows, batch int, scan func(pgx.Row) (T, error), f
 // idempotencyTTL the finished reservations. It returns ErrNotFound for an
 // unknown SKU.
 func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempotencyTTL time.Duration, fn func(*Snapshot) error) error {
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := l.inTx(ctx, "snapshot", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		s := &Snapshot{tx: tx, retention: retention, idempotencyTTL: idempotencyTTL}
 		var err error
 		s.Product, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1 FOR UPDATE`, sku))

@@ -119,8 +119,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Tracer, when set, gives each script run inside a traced operation a
 	// span, and each run of reserve.lua links the reserves it decided
-	// (and carries their trace into the outbox). Nil: tracing off, and no
-	// span, link or trace context is made.
+	// (and carries their trace into the outbox); each PostgreSQL
+	// transaction of the ledger inside one gets a span too (db.Ledger.Traced).
+	// Nil: tracing off, and no span, link or trace context is made.
 	Tracer trace.TracerProvider
 }
 
@@ -269,7 +270,7 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 		return nil, fmt.Errorf("inventory config: %w", err)
 	}
 	e := &Engine{
-		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool), keys: NewKeys(cfg.KeyPrefix),
+		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool).Traced(cfg.Tracer), keys: NewKeys(cfg.KeyPrefix),
 		scripts: map[string]*redis.Script{}, log: log, metrics: newMetrics(cfg.Registerer),
 		tracer: tracing.Tracer(cfg.Tracer, tracerName),
 	}

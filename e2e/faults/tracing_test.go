@@ -131,6 +131,36 @@ func (r *otlpReceiver) inTrace(id string) []recvSpan {
 	return out
 }
 
+// children returns the spans whose parent is span id parent, named name
+// ("" for any name).
+func children(spans []recvSpan, parent, name string) []recvSpan {
+	var out []recvSpan
+	for _, s := range spans {
+		if s.Parent == parent && (name == "" || s.Name == name) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// postTraced sends one operation with a traceparent and returns the body.
+func postTraced(ctx context.Context, base, token, traceparent, query, operation string, vars map[string]any) ([]byte, error) {
+	body, _ := json.Marshal(map[string]any{"query": query, "operationName": operation, "variables": vars})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/graphql", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("traceparent", traceparent)
+	resp, err := quickClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
 func named(spans []recvSpan, name string) []recvSpan {
 	var out []recvSpan
 	for _, s := range spans {
@@ -193,7 +223,9 @@ func reserveTraced(ctx context.Context, base, token, traceparent, sku, key strin
 // pointing at an in-process OTLP receiver and sends one reserve with a W3C
 // traceparent: the operation, the run of reserve.lua that decided it and the
 // write-behind that recorded its hold all arrive in that trace, each under
-// the span it belongs to. Then many reserves at once: every run of
+// the span it belongs to; the write-behind batch's PostgreSQL transaction,
+// and a traced commit's, are one span each with their statements under
+// it. Then many reserves at once: every run of
 // reserve.lua links the spans of the reserves it decided, every reserve is
 // linked from exactly one run, and some runs decided several.
 func TestTracesOfOneReserve(t *testing.T) {
@@ -237,6 +269,39 @@ func TestTracesOfOneReserve(t *testing.T) {
 	}
 	require.Equal(t, 1, applies, "the write-behind batch's span arrived")
 	require.Equal(t, 1, s.scalar(`SELECT count(*)::int FROM reservations WHERE token = $1`, tok), "the hold reached the ledger")
+
+	// The batch's PostgreSQL transaction is one span under the batch, with
+	// its statements under it.
+	eventually(t, 20*time.Second, "the write-behind batch's transaction span", func() (bool, string) {
+		txs := children(recv.all(), record.Links[0].SpanID, "transaction apply_events")
+		if len(txs) != 1 {
+			return false, fmt.Sprintf("%d transaction spans under the batch", len(txs))
+		}
+		return len(children(recv.all(), txs[0].SpanID, "")) > 0, "no statement span under the transaction"
+	})
+
+	// A traced commit: its sale's transaction is one span in the commit's
+	// trace, its statements under it, and no other transaction span there.
+	commitTrace := randomHex(t, 16)
+	body, err := postTraced(ctx, p.URL, s.token("alice", false), "00-"+commitTrace+"-"+randomHex(t, 8)+"-01",
+		`mutation Commit($token: ID!) { commit(input: {token: $token}) { reservation { status } userErrors { code } } }`,
+		"Commit", map[string]any{"token": tok})
+	require.NoError(t, err)
+	require.Contains(t, string(body), `"COMMITTED"`)
+	eventually(t, 20*time.Second, "the commit's transaction span", func() (bool, string) {
+		spans := recv.inTrace(commitTrace)
+		ops, txs := named(spans, "mutation Commit"), named(spans, "transaction record_sale")
+		if len(ops) != 1 || len(txs) != 1 {
+			return false, fmt.Sprintf("%d spans in the trace: %+v", len(spans), spans)
+		}
+		var stmts []recvSpan
+		for _, sp := range spans {
+			if sp.Parent == txs[0].SpanID {
+				stmts = append(stmts, sp)
+			}
+		}
+		return len(stmts) > 0, fmt.Sprintf("no statement under the transaction: %+v", spans)
+	})
 
 	// Many reserves at once, one trace each.
 	const n = 200
