@@ -92,6 +92,10 @@ $(GOLANGCI_LINT):
 	@echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into $(GOLANGCI_LINT_DIR)"
 	GOBIN=$(GOLANGCI_LINT_DIR) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
+.PHONY: bench-queue
+bench-queue: services build ## the admission queue black-box: 50,000 joins, Redis bytes per ticket, longest script, myQueueTicket vs a stock query, 10,000 websocket waiters
+	$(GO) run ./cmd/bench-queue --bin $(BIN) $(BENCH_QUEUE_FLAGS)
+
 .PHONY: bench
 bench: services ## run the benchmarks (no tests) against real services
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 40m $(PKGS)
