@@ -128,12 +128,12 @@ func seedDemo(ctx context.Context, in Infra) error {
 		{SKU: "DROP-HOODIE", Name: "Hoodie, queued drop", Price: inventory.Money{Amount: 8900, Currency: "EUR"}, Stock: 10, MaxPerUser: 1,
 			Queue: &inventory.QueueSettings{OpensAt: now.Add(demoQueueOpens), AdmitPerMinute: 6, ProofOfWorkBits: 14}},
 	} {
-		if _, err := engine.Product(ctx, p.SKU); err == nil {
+		if _, err := engine.Catalog().Product(ctx, p.SKU); err == nil {
 			continue
 		} else if !errors.Is(err, inventory.ErrNotFound) {
 			return fmt.Errorf("looking up %s: %w", p.SKU, err)
 		}
-		if _, err := engine.CreateProduct(ctx, admin, p); err != nil {
+		if _, err := engine.Catalog().CreateProduct(ctx, admin, p); err != nil {
 			return fmt.Errorf("creating %s: %w", p.SKU, err)
 		}
 	}

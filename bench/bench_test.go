@@ -12,6 +12,7 @@ import (
 	"github.com/dropline/dropline/bench"
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
 
@@ -48,9 +49,10 @@ func BenchmarkReserveOverhead(b *testing.B) {
 		run++
 		r.measure(b, "evalsha reserve.lua", func(i int64) error {
 			tok, who := tokenFor(p, run, i), fmt.Sprintf("buyer-%d", i%1000)
-			res, err := reserve.EvalSha(f.ctx, f.rdb,
-				keys.ReserveKeys("OVH-HOT", tok, ""),
-				keys.Base(p), 86400, 100, 3_600_000, 300, "OVH-HOT", who, 1, 600_000, tok, "", "", "", "", "").Slice()
+			c := script.Reserve{Partition: p, IdempotencyTTL: 86400, MaxQuantity: 100, MaxHoldMs: 3_600_000, RejectionTTL: 300,
+				Requests: []script.ReserveRequest{{SKU: "OVH-HOT", Principal: who, Quantity: 1, HoldMs: 600_000, Token: tok,
+					Budget: [3]any{"", "", ""}}}}.Call(keys)
+			res, err := reserve.EvalSha(f.ctx, f.rdb, c.Keys, c.Argv...).Slice()
 			if err != nil {
 				return err
 			}
@@ -180,7 +182,7 @@ func waitForLedger(b *testing.B, f *fixture, sku string) {
 	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
 	defer cancel()
 	for {
-		stock, err := f.engine.Stock(ctx, sku)
+		stock, err := f.engine.Catalog().Stock(ctx, sku)
 		require.NoError(b, err)
 		var n int
 		require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE sku = $1`, sku).Scan(&n))

@@ -105,7 +105,7 @@ func setup(b *testing.B) *fixture {
 func (f *fixture) product(b *testing.B, skus ...string) {
 	b.Helper()
 	for _, sku := range skus {
-		_, err := f.engine.CreateProduct(f.ctx, f.admin, inventory.ProductInput{
+		_, err := f.engine.Catalog().CreateProduct(f.ctx, f.admin, inventory.ProductInput{
 			SKU: sku, Name: sku, Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: benchStock,
 		})
 		require.NoError(b, err)

@@ -130,7 +130,7 @@ func TestLostReplyOfAHeldCart(t *testing.T) {
 		hook.left.Store(1)
 		alice := buyer(1)
 		req := inventory.CartRequest{Lines: lines(skus, 1, 1, 1), IdempotencyKey: "checkout-lost-reply", HoldFor: time.Minute}
-		cart, err := b.engine.ReserveCart(b.ctx, alice, req)
+		cart, err := b.engine.Carts().ReserveCart(b.ctx, alice, req)
 		require.EqualValues(t, 1, hook.fired.Load(), "the reply of finish_cart.lua was lost")
 		var lost int64
 		for _, p := range proxies {
@@ -151,7 +151,7 @@ func TestLostReplyOfAHeldCart(t *testing.T) {
 			require.Equal(t, 1, b.requireBalanced(t, sku).Held, "%s", sku)
 		}
 		// A retry with the key replays that very cart, lines held.
-		again, err := b.engine.ReserveCart(b.ctx, alice, req)
+		again, err := b.engine.Carts().ReserveCart(b.ctx, alice, req)
 		require.NoError(t, err)
 		require.True(t, again.Replayed)
 		require.Equal(t, cart.Token, again.Token)
@@ -164,7 +164,7 @@ func TestLostReplyOfAHeldCart(t *testing.T) {
 		for _, l := range cart.Lines {
 			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM reservations WHERE token = $1 AND status = 'HELD'`, l.Token))
 		}
-		sold, err := b.engine.CommitCart(b.ctx, alice, cart.Token)
+		sold, err := b.engine.Carts().CommitCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.Equal(t, inventory.StatusCommitted, sold.Status)
 		for _, sku := range skus {
@@ -175,13 +175,13 @@ func TestLostReplyOfAHeldCart(t *testing.T) {
 		// is UNAVAILABLE, and the lines stay with the cart, which is HELD.
 		hook.left.Store(2)
 		req.IdempotencyKey = "checkout-lost-twice"
-		_, err = b.engine.ReserveCart(b.ctx, alice, req)
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, req)
 		require.EqualValues(t, 3, hook.fired.Load())
 		require.ErrorIs(t, err, inventory.ErrUnavailable)
 		for _, sku := range skus {
 			require.Equal(t, 1, b.requireBalanced(t, sku).Held, "%s: the cart keeps its line", sku)
 		}
-		again, err = b.engine.ReserveCart(b.ctx, alice, req)
+		again, err = b.engine.Carts().ReserveCart(b.ctx, alice, req)
 		require.NoError(t, err)
 		require.True(t, again.Replayed)
 		require.Equal(t, inventory.StatusHeld, again.Status)

@@ -51,7 +51,7 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 
 		// Two lines short: the second (stock) and the third (quota); the
 		// first could be had. Nothing is held, each short line is named.
-		_, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 2, 3, 3)})
+		_, err := b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 2, 3, 3)})
 		var refused *inventory.CartRefusedError
 		require.ErrorAs(t, err, &refused)
 		require.Len(t, refused.Lines, 2)
@@ -68,7 +68,7 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 		require.Empty(t, b.drainOutbox(t), "a refused cart leaves nothing for the ledger")
 
 		// Lines of one SKU are added up before the check: 1 + 1 of a SKU with 1 left.
-		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
 			{SKU: skus[1], Quantity: 1}, {SKU: skus[0], Quantity: 1}, {SKU: skus[1], Quantity: 1}}})
 		require.ErrorAs(t, err, &refused)
 		require.Len(t, refused.Lines, 2)
@@ -77,7 +77,7 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 		require.Equal(t, 1, refused.Lines[1].Available())
 		require.Zero(t, b.stock(t, skus[0]).Held)
 
-		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 2, 1, 2)})
+		cart, err := b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 2, 1, 2)})
 		require.NoError(t, err)
 		require.Equal(t, inventory.StatusHeld, cart.Status)
 		require.Len(t, cart.Lines, 3)
@@ -97,16 +97,16 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 			require.ErrorIs(t, err, inventory.ErrInvalidInput)
 		}
 		require.Equal(t, map[string]int{"reserve": 3}, b.drainOutbox(t))
-		_, err = b.engine.CommitCart(b.ctx, buyer(2), cart.Token)
+		_, err = b.engine.Carts().CommitCart(b.ctx, buyer(2), cart.Token)
 		require.ErrorIs(t, err, inventory.ErrForbidden, "only the holder commits")
 
-		sold, err := b.engine.CommitCart(b.ctx, alice, cart.Token)
+		sold, err := b.engine.Carts().CommitCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.Equal(t, inventory.StatusCommitted, sold.Status)
-		again, err := b.engine.CommitCart(b.ctx, alice, cart.Token)
+		again, err := b.engine.Carts().CommitCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.True(t, again.Replayed)
-		_, err = b.engine.CancelCart(b.ctx, alice, cart.Token)
+		_, err = b.engine.Carts().CancelCart(b.ctx, alice, cart.Token)
 		require.ErrorIs(t, err, inventory.ErrAlreadyCommitted)
 		for i, sku := range skus {
 			s := b.requireBalanced(t, sku)
@@ -118,16 +118,16 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 		require.Len(t, sales, 3)
 
 		// Cancel gives every line back, once.
-		cart, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus[:1], 3)})
+		cart, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus[:1], 3)})
 		require.NoError(t, err)
-		gone, err := b.engine.CancelCart(b.ctx, alice, cart.Token)
+		gone, err := b.engine.Carts().CancelCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.Equal(t, inventory.StatusCancelled, gone.Status)
-		gone, err = b.engine.CancelCart(b.ctx, alice, cart.Token)
+		gone, err = b.engine.Carts().CancelCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.True(t, gone.Replayed)
 		require.Equal(t, 3, b.requireBalanced(t, skus[0]).Available)
-		_, err = b.engine.CommitCart(b.ctx, alice, cart.Token)
+		_, err = b.engine.Carts().CommitCart(b.ctx, alice, cart.Token)
 		require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
 	})
 }
@@ -144,7 +144,7 @@ func TestCartIdempotencyKey(t *testing.T) {
 
 		tokens := make([]string, 64)
 		raceCheck(t, len(tokens), func(i int) error {
-			c, err := b.engine.ReserveCart(b.ctx, alice, req)
+			c, err := b.engine.Carts().ReserveCart(b.ctx, alice, req)
 			tokens[i] = c.Token
 			return err
 		})
@@ -155,27 +155,27 @@ func TestCartIdempotencyKey(t *testing.T) {
 		require.Equal(t, 2, b.stock(t, skus[1]).Held)
 
 		// The lines in another order are the same request.
-		c, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+		c, err := b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
 			{SKU: skus[1], Quantity: 2}, {SKU: skus[0], Quantity: 1}}, IdempotencyKey: "cart-1"})
 		require.NoError(t, err)
 		require.Equal(t, tokens[0], c.Token)
 		require.True(t, c.Replayed)
 
-		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1), IdempotencyKey: "cart-1"})
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1), IdempotencyKey: "cart-1"})
 		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
 		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1, IdempotencyKey: "cart-1"})
 		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused, "a cart's key cannot serve a reserve")
 
 		// A refusal replays too, even once the stock is back.
-		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 500), IdempotencyKey: "cart-2"})
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 500), IdempotencyKey: "cart-2"})
 		require.ErrorIs(t, err, inventory.ErrInvalidInput)
-		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 99), IdempotencyKey: "cart-3"})
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 99), IdempotencyKey: "cart-3"})
 		var refused *inventory.CartRefusedError
 		require.ErrorAs(t, err, &refused)
 		require.Equal(t, 98, refused.Lines[0].Available())
-		_, err = b.engine.CancelCart(b.ctx, alice, tokens[0])
+		_, err = b.engine.Carts().CancelCart(b.ctx, alice, tokens[0])
 		require.NoError(t, err)
-		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 99), IdempotencyKey: "cart-3"})
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 99), IdempotencyKey: "cart-3"})
 		require.ErrorAs(t, err, &refused)
 		require.Equal(t, 98, refused.Lines[0].Available(), "the first refusal, replayed")
 	})
@@ -204,10 +204,10 @@ func TestOverlappingCartsConcurrently(t *testing.T) {
 			// Three overlapping SKUs per cart, 1-2 units each.
 			l := []inventory.CartLine{
 				{SKU: skus[i%6], Quantity: 1 + i%2}, {SKU: skus[(i+1)%6], Quantity: 1}, {SKU: skus[(i+3)%6], Quantity: 1 + (i/2)%2}}
-			c, err := b.engine.ReserveCart(b.ctx, buyer(i), inventory.CartRequest{Lines: l})
+			c, err := b.engine.Carts().ReserveCart(b.ctx, buyer(i), inventory.CartRequest{Lines: l})
 			for errors.Is(err, inventory.ErrUnavailable) {
 				unavailableN.Add(1)
-				c, err = b.engine.ReserveCart(b.ctx, buyer(i), inventory.CartRequest{Lines: l})
+				c, err = b.engine.Carts().ReserveCart(b.ctx, buyer(i), inventory.CartRequest{Lines: l})
 			}
 			var refused *inventory.CartRefusedError
 			switch {
@@ -219,14 +219,14 @@ func TestOverlappingCartsConcurrently(t *testing.T) {
 			}
 			results[i].cart = c
 			if i%3 == 0 {
-				if _, err := b.engine.CancelCart(b.ctx, buyer(i), c.Token); err != nil {
+				if _, err := b.engine.Carts().CancelCart(b.ctx, buyer(i), c.Token); err != nil {
 					return fmt.Errorf("cancel %d: %w", i, err)
 				}
 				results[i].cancelled = true
 				return nil
 			}
 			for {
-				_, err := b.engine.CommitCart(b.ctx, buyer(i), c.Token)
+				_, err := b.engine.Carts().CommitCart(b.ctx, buyer(i), c.Token)
 				if errors.Is(err, inventory.ErrUnavailable) {
 					continue
 				}
@@ -246,7 +246,7 @@ func TestOverlappingCartsConcurrently(t *testing.T) {
 			if r.cart.Token == "" {
 				continue
 			}
-			c, err := b.engine.CartOf(b.ctx, buyer(i), r.cart.Token)
+			c, err := b.engine.Carts().CartOf(b.ctx, buyer(i), r.cart.Token)
 			require.NoError(t, err)
 			for _, l := range c.Lines {
 				want := inventory.StatusHeld
@@ -318,7 +318,7 @@ func TestCartWhoseCallerStalledIsLetGo(t *testing.T) {
 		var wg sync.WaitGroup
 		var cartErr error
 		wg.Go(func() {
-			_, cartErr = b.engine.ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines(skus, 1, 1, 1)})
+			_, cartErr = b.engine.Carts().ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines(skus, 1, 1, 1)})
 		})
 		// While the caller sleeps, the sweepers run. The cart opened settle
 		// before its deadline, which is its score in the index of pending
@@ -383,13 +383,13 @@ func TestExtendCart(t *testing.T) {
 			b.product(t, sku, 2, 0)
 		}
 		alice := buyer(1)
-		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: 30 * time.Second})
+		cart, err := b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: 30 * time.Second})
 		require.NoError(t, err)
-		_, err = b.engine.ExtendCart(b.ctx, buyer(2), cart.Token, inventory.ExtendRequest{HoldFor: time.Minute})
+		_, err = b.engine.Carts().ExtendCart(b.ctx, buyer(2), cart.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 		require.ErrorIs(t, err, inventory.ErrForbidden)
 
 		before := time.Now()
-		longer, err := b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
+		longer, err := b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
 		require.NoError(t, err)
 		require.WithinDuration(t, before.Add(20*time.Minute), longer.ExpiresAt, 5*time.Second)
 		for _, l := range longer.Lines {
@@ -399,20 +399,20 @@ func TestExtendCart(t *testing.T) {
 			require.WithinDuration(t, longer.ExpiresAt, l.ExpiresAt, time.Second)
 		}
 		require.Equal(t, 3, b.drainOutbox(t)["extend"], "each line's extension reaches the ledger")
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
+		_, err = b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
 		require.NoError(t, err)
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
+		_, err = b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute})
 		var limit *inventory.ExtensionLimitError
 		require.ErrorAs(t, err, &limit, "two extensions by default, for the cart as for a hold")
-		sold, err := b.engine.CommitCart(b.ctx, alice, cart.Token)
+		sold, err := b.engine.Carts().CommitCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.Equal(t, inventory.StatusCommitted, sold.Status)
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: time.Minute})
+		_, err = b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: time.Minute})
 		require.ErrorIs(t, err, inventory.ErrAlreadyCommitted)
 
 		// An extension interrupted after one line: that line ends with its
 		// cart all the same, let go by the cart sweep.
-		cart, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: time.Second})
+		cart, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: time.Second})
 		require.NoError(t, err)
 		first := cart.Lines[0]
 		later := time.Now().Add(time.Hour).UnixMilli()

@@ -111,11 +111,12 @@ func newDraw(d DrawInput) *db.NewDraw {
 }
 
 // DrawOf returns a product's draw, or nil when the product is not sold by draw.
-func (e *Engine) DrawOf(ctx context.Context, sku string) (*Draw, error) {
+func (a Draws) DrawOf(ctx context.Context, sku string) (*Draw, error) {
+	e := a.e
 	if !ValidSKU(sku) {
 		return nil, productNotFound(sku)
 	}
-	list, err := e.DrawsOf(ctx, []string{sku})
+	list, err := e.Draws().DrawsOf(ctx, []string{sku})
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +126,8 @@ func (e *Engine) DrawOf(ctx context.Context, sku string) (*Draw, error) {
 // DrawsOf returns the draws of several products in one Postgres query; a
 // nil entry is a product not sold by draw (or an unknown SKU). It exists
 // for per-request batching.
-func (e *Engine) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
+func (a Draws) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
+	e := a.e
 	valid := make([]string, 0, len(skus))
 	for _, s := range skus {
 		if ValidSKU(s) {
@@ -151,7 +153,8 @@ func (e *Engine) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
 
 // DrawEntries returns every entry of a SKU's draw by id, as the shuffle
 // takes them, for verifiers and audits.
-func (e *Engine) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {
+func (a Draws) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {
+	e := a.e
 	rows, err := e.ledger.DrawEntries(ctx, sku)
 	if err != nil {
 		return nil, ledgerError("reading the draw's entries", sku, err)
@@ -169,7 +172,8 @@ func (e *Engine) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, erro
 // (a bad quantity, or a product not sold by draw), *NotFoundError,
 // *SaleNotActiveError (outside saleStartsAt..closesAt, or drawn: EndsAt is
 // closesAt), *QuotaExceededError (above the per-principal limit).
-func (e *Engine) EnterDraw(ctx context.Context, p Principal, sku string, quantity int) (w DrawEntry, err error) {
+func (a Draws) EnterDraw(ctx context.Context, p Principal, sku string, quantity int) (w DrawEntry, err error) {
+	e := a.e
 	defer func() { e.metrics.outcome("enter_draw", err) }()
 	if err := checkPrincipal(p); err != nil {
 		return DrawEntry{}, err
@@ -208,7 +212,8 @@ const MaxMyDrawEntries = 100
 
 // MyDrawEntries lists the principal's draw entries, newest first, with a
 // winner's reservation.
-func (e *Engine) MyDrawEntries(ctx context.Context, p Principal) ([]DrawEntry, error) {
+func (a Draws) MyDrawEntries(ctx context.Context, p Principal) ([]DrawEntry, error) {
+	e := a.e
 	if err := checkPrincipal(p); err != nil {
 		return nil, err
 	}
@@ -285,8 +290,9 @@ const drawApplyBatch = 1000
 // batches of apply_draw.lua in draw order, each applied once (the batch
 // checks the progress it moves), so a call after a crash goes on where the
 // last one stopped. Calling it for a draw not yet due is *InvalidInputError.
-func (e *Engine) RunDraw(ctx context.Context, sku string) (DrawReport, error) {
-	return e.RunDrawSteps(ctx, sku, e.drawPause())
+func (a Draws) RunDraw(ctx context.Context, sku string) (DrawReport, error) {
+	e := a.e
+	return e.Draws().RunDrawSteps(ctx, sku, e.drawPause())
 }
 
 // DrawPause is a test-only pause of RunDraw at one step (see
@@ -345,7 +351,8 @@ func (e *Engine) drawPause() func(DrawStage, int) error {
 // RunDrawSteps is RunDraw, calling step (when not nil) at each stage; an
 // error from step stops the draw there as a crash would, which is what the
 // fault tests use.
-func (e *Engine) RunDrawSteps(ctx context.Context, sku string, step func(stage DrawStage, applied int) error) (rep DrawReport, err error) {
+func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage DrawStage, applied int) error) (rep DrawReport, err error) {
+	e := a.e
 	if step == nil {
 		step = func(DrawStage, int) error { return nil }
 	}

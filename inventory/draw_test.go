@@ -21,7 +21,7 @@ import (
 // drawProduct creates a SKU sold by draw, its entries open now.
 func (b *bundle) drawProduct(t testing.TB, sku string, stock int, closesIn, hold time.Duration) {
 	t.Helper()
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: "Draw " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: stock,
 		Draw: &inventory.DrawInput{ClosesAt: time.Now().Add(closesIn), WinnerHold: hold},
 	})
@@ -51,7 +51,7 @@ func (b *bundle) bulkEntries(t testing.TB, sku string, n int) {
 // returns the result by place.
 func (b *bundle) requireDrawApplied(t *testing.T, sku string, waitlistMax int) []db.DrawEntry {
 	t.Helper()
-	d, err := b.engine.DrawOf(b.ctx, sku)
+	d, err := b.engine.Draws().DrawOf(b.ctx, sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.DrawDrawn, d.Status)
 	require.True(t, d.Applied)
@@ -149,7 +149,7 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 	const sku, stock, entrants = "DRAW-1", 300, 1000
 	b.drawProduct(t, sku, stock, time.Hour, time.Minute)
 
-	d, err := b.engine.DrawOf(b.ctx, sku)
+	d, err := b.engine.Draws().DrawOf(b.ctx, sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.DrawOpen, d.Status)
 	require.Nil(t, d.Seed, "the seed stays secret until the draw")
@@ -158,7 +158,7 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 	_, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: sku, Quantity: 1})
 	require.ErrorIs(t, err, inventory.ErrDrawOnly)
 	require.Equal(t, inventory.ErrDrawOnly.Code(), inventory.ErrorCode(err))
-	_, err = b.engine.JoinWaitlist(b.ctx, buyer(1), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, buyer(1), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
 	require.ErrorIs(t, err, inventory.ErrDrawOnly, "a draw's waitlist is its losers only")
 
 	var wg sync.WaitGroup
@@ -169,7 +169,7 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				e, err := b.engine.EnterDraw(b.ctx, buyer(i), sku, 1+i%2)
+				e, err := b.engine.Draws().EnterDraw(b.ctx, buyer(i), sku, 1+i%2)
 				if err != nil {
 					errs <- err
 					return
@@ -191,15 +191,15 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 	require.EqualValues(t, entrants, replays.Load(), "the second entry of each entrant replays the first")
 	require.Equal(t, entrants, b.count(t, `SELECT count(*) FROM draw_entries WHERE sku = $1`, sku))
 
-	_, err = b.engine.RunDraw(b.ctx, sku)
+	_, err = b.engine.Draws().RunDraw(b.ctx, sku)
 	var inv *inventory.InvalidInputError
 	require.ErrorAs(t, err, &inv, "no draw before closesAt")
 
 	b.closeDraw(t, sku)
-	_, err = b.engine.EnterDraw(b.ctx, buyer(entrants+1), sku, 1)
+	_, err = b.engine.Draws().EnterDraw(b.ctx, buyer(entrants+1), sku, 1)
 	var closed *inventory.SaleNotActiveError
 	require.ErrorAs(t, err, &closed, "no entry once closed")
-	again, err := b.engine.EnterDraw(b.ctx, buyer(3), sku, 1)
+	again, err := b.engine.Draws().EnterDraw(b.ctx, buyer(3), sku, 1)
 	require.NoError(t, err, "an entrant entering again after the close gets its entry back")
 	require.True(t, again.Replayed)
 
@@ -210,7 +210,7 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 		dwg.Add(1)
 		go func() {
 			defer dwg.Done()
-			rep, err := b.engine.RunDraw(b.ctx, sku)
+			rep, err := b.engine.Draws().RunDraw(b.ctx, sku)
 			if err != nil {
 				derrs <- err
 				return
@@ -230,7 +230,7 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 
 	// Each entrant sees its outcome; a winner its reservation.
 	for _, e := range result[:5] {
-		mine, err := b.engine.MyDrawEntries(b.ctx, inventory.Principal{ID: e.Principal})
+		mine, err := b.engine.Draws().MyDrawEntries(b.ctx, inventory.Principal{ID: e.Principal})
 		require.NoError(t, err)
 		require.Len(t, mine, 1)
 		require.Equal(t, e.Status, mine[0].Status)
@@ -266,7 +266,7 @@ func drawEndToEndInTheEngine(t *testing.T, backend string) {
 	require.NoError(t, err)
 	for _, e := range result {
 		if e.Status == db.EntryLost && e.Quantity <= free {
-			w, err := b.engine.Waitlist(b.ctx, inventory.Principal{ID: e.Principal}, sku)
+			w, err := b.engine.Waitlists().Waitlist(b.ctx, inventory.Principal{ID: e.Principal}, sku)
 			require.NoError(t, err)
 			require.Equal(t, inventory.WaitOffered, w.Status, "the first loser who fits is served first")
 			break
@@ -292,20 +292,20 @@ func drawCrashResumesWithoutDrawingTwice(t *testing.T, backend string) {
 	b.closeDraw(t, sku)
 	crash := errors.New("killed")
 
-	_, err := b.engine.RunDrawSteps(b.ctx, sku, func(st inventory.DrawStage, _ int) error {
+	_, err := b.engine.Draws().RunDrawSteps(b.ctx, sku, func(st inventory.DrawStage, _ int) error {
 		if st == inventory.DrawDecided {
 			return crash
 		}
 		return nil
 	})
 	require.ErrorIs(t, err, crash)
-	d, err := b.engine.DrawOf(b.ctx, sku)
+	d, err := b.engine.Draws().DrawOf(b.ctx, sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.DrawOpen, d.Status, "a crash before the commit leaves no draw")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM draw_results WHERE sku = $1`, sku))
 	require.Zero(t, b.stock(t, sku).Held)
 
-	rep, err := b.engine.RunDrawSteps(b.ctx, sku, func(st inventory.DrawStage, applied int) error {
+	rep, err := b.engine.Draws().RunDrawSteps(b.ctx, sku, func(st inventory.DrawStage, applied int) error {
 		if st == inventory.DrawApplying && applied >= 1000 {
 			return crash
 		}
@@ -317,13 +317,13 @@ func drawCrashResumesWithoutDrawingTwice(t *testing.T, backend string) {
 	require.NoError(t, err)
 	require.Positive(t, b.stock(t, sku).Held, "the first batch reached Redis")
 
-	rep, err = b.engine.RunDraw(b.ctx, sku)
+	rep, err = b.engine.Draws().RunDraw(b.ctx, sku)
 	require.NoError(t, err)
 	require.False(t, rep.Drew, "the resumed call does not draw again")
 	result := b.requireDrawApplied(t, sku, inventory.DefaultWaitlistMax)
 	require.Equal(t, half, result, "the result committed before the crash is the one applied")
 
-	rep, err = b.engine.RunDraw(b.ctx, sku)
+	rep, err = b.engine.Draws().RunDraw(b.ctx, sku)
 	require.NoError(t, err)
 	require.False(t, rep.Drew)
 	require.Zero(t, rep.Holds+rep.Queued, "a finished draw writes nothing")
@@ -341,7 +341,7 @@ func TestDrawOfTwentyThousandEntriesInManyBatches(t *testing.T) {
 	b.drawProduct(t, sku, stock, time.Hour, time.Minute)
 	b.bulkEntries(t, sku, entrants)
 	b.closeDraw(t, sku)
-	rep, err := b.engine.RunDraw(b.ctx, sku)
+	rep, err := b.engine.Draws().RunDraw(b.ctx, sku)
 	require.NoError(t, err)
 	require.True(t, rep.Drew)
 	require.Equal(t, entrants, rep.Draw.Entries)
@@ -362,7 +362,7 @@ func BenchmarkDrawOfHundredThousandEntries(b *testing.B) {
 		bb.bulkEntries(b, sku, entrants)
 		bb.closeDraw(b, sku)
 		b.StartTimer()
-		rep, err := bb.engine.RunDraw(bb.ctx, sku)
+		rep, err := bb.engine.Draws().RunDraw(bb.ctx, sku)
 		b.StopTimer()
 		if err != nil {
 			b.Fatal(err)
@@ -389,7 +389,7 @@ func TestCartCannotEmptyADraw(t *testing.T) {
 
 		_, err := b.engine.Reserve(b.ctx, cartBuyer, inventory.ReserveRequest{SKU: sku, Quantity: 3})
 		require.ErrorIs(t, err, inventory.ErrDrawOnly)
-		_, err = b.engine.ReserveCart(b.ctx, cartBuyer, inventory.CartRequest{Lines: []inventory.CartLine{
+		_, err = b.engine.Carts().ReserveCart(b.ctx, cartBuyer, inventory.CartRequest{Lines: []inventory.CartLine{
 			{SKU: "CART-OTHER", Quantity: 1}, {SKU: sku, Quantity: 3}}})
 		var refused *inventory.CartRefusedError
 		require.ErrorAs(t, err, &refused, "a cart line may not take a draw's units")
@@ -401,11 +401,11 @@ func TestCartCannotEmptyADraw(t *testing.T) {
 		require.Zero(t, b.requireBalanced(t, "CART-OTHER").Held, "the cart is refused whole")
 
 		for i := range 3 {
-			_, err := b.engine.EnterDraw(b.ctx, buyer(i), sku, 1)
+			_, err := b.engine.Draws().EnterDraw(b.ctx, buyer(i), sku, 1)
 			require.NoError(t, err)
 		}
 		b.closeDraw(t, sku)
-		rep, err := b.engine.RunDraw(b.ctx, sku)
+		rep, err := b.engine.Draws().RunDraw(b.ctx, sku)
 		require.NoError(t, err)
 		require.Equal(t, 3, rep.Draw.Stock)
 		require.Equal(t, 3, rep.Holds, "every winner holds its unit")
@@ -429,11 +429,11 @@ func TestDrawGivesOutOnlyUnitsNotHeld(t *testing.T) {
 	b.wipe(t)
 	require.Equal(t, 2, b.stock(t, sku).Held, "the rebuild restored the hold")
 	for i := range 5 {
-		_, err := b.engine.EnterDraw(b.ctx, buyer(i), sku, 1)
+		_, err := b.engine.Draws().EnterDraw(b.ctx, buyer(i), sku, 1)
 		require.NoError(t, err)
 	}
 	b.closeDraw(t, sku)
-	rep, err := b.engine.RunDraw(b.ctx, sku)
+	rep, err := b.engine.Draws().RunDraw(b.ctx, sku)
 	require.NoError(t, err)
 	require.Equal(t, 3, rep.Draw.Stock, "the draw gives out what is not held")
 	require.Equal(t, 3, rep.Holds)
@@ -467,11 +467,11 @@ func TestDrawWinnerNotHeldWaitsFirst(t *testing.T) {
 		const sku, stock, entrants = "DRAW-SHORT", 5, 8
 		b.drawProduct(t, sku, stock, time.Hour, time.Minute)
 		for i := range entrants {
-			_, err := b.engine.EnterDraw(b.ctx, buyer(i), sku, 1)
+			_, err := b.engine.Draws().EnterDraw(b.ctx, buyer(i), sku, 1)
 			require.NoError(t, err)
 		}
 		b.closeDraw(t, sku)
-		rep, err := b.engine.RunDrawSteps(b.ctx, sku, func(st inventory.DrawStage, _ int) error {
+		rep, err := b.engine.Draws().RunDrawSteps(b.ctx, sku, func(st inventory.DrawStage, _ int) error {
 			if st == inventory.DrawDecided {
 				key := b.engine.Keys().SKU(sku)
 				if err := b.rdb.HIncrBy(b.ctx, key, "avail", -2).Err(); err != nil {
@@ -520,10 +520,10 @@ func TestDrawWinnerNotHeldWaitsFirst(t *testing.T) {
 
 		_, err = b.engine.Cancel(b.ctx, inventory.Principal{ID: held[0].Principal}, held[0].Token)
 		require.NoError(t, err)
-		w, err := b.engine.Waitlist(b.ctx, inventory.Principal{ID: short[0].Principal}, sku)
+		w, err := b.engine.Waitlists().Waitlist(b.ctx, inventory.Principal{ID: short[0].Principal}, sku)
 		require.NoError(t, err)
 		require.Equal(t, inventory.WaitOffered, w.Status, "the first unit freed goes to the first winner not held")
-		w, err = b.engine.Waitlist(b.ctx, inventory.Principal{ID: losers[0].Principal}, sku)
+		w, err = b.engine.Waitlists().Waitlist(b.ctx, inventory.Principal{ID: losers[0].Principal}, sku)
 		require.NoError(t, err)
 		require.Equal(t, inventory.WaitWaiting, w.Status)
 	})

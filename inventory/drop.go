@@ -47,7 +47,8 @@ func dropFrom(d db.Drop) Drop {
 
 // CreateDrop makes a drop, without SKUs: products join it when they are
 // created (ProductInput.Drop). Postgres first, then Redis. Admins only.
-func (e *Engine) CreateDrop(ctx context.Context, p Principal, in DropInput) (Drop, error) {
+func (a Drops) CreateDrop(ctx context.Context, p Principal, in DropInput) (Drop, error) {
+	e := a.e
 	if err := requireAdmin(p); err != nil {
 		return Drop{}, err
 	}
@@ -81,8 +82,9 @@ func (e *Engine) CreateDrop(ctx context.Context, p Principal, in DropInput) (Dro
 
 // Drop returns a drop with its SKUs, from the ledger; *NotFoundError when
 // there is none.
-func (e *Engine) Drop(ctx context.Context, id string) (Drop, error) {
-	list, err := e.DropsByID(ctx, []string{id})
+func (a Drops) Drop(ctx context.Context, id string) (Drop, error) {
+	e := a.e
+	list, err := e.Drops().DropsByID(ctx, []string{id})
 	if err != nil {
 		return Drop{}, err
 	}
@@ -95,7 +97,8 @@ func (e *Engine) Drop(ctx context.Context, id string) (Drop, error) {
 // DropsByID returns the drops of several ids with their SKUs in one
 // Postgres query; a nil entry is an unknown id. It exists for per-request
 // batching.
-func (e *Engine) DropsByID(ctx context.Context, ids []string) ([]*Drop, error) {
+func (a Drops) DropsByID(ctx context.Context, ids []string) ([]*Drop, error) {
+	e := a.e
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if ValidSKU(id) {
@@ -109,7 +112,7 @@ func (e *Engine) DropsByID(ctx context.Context, ids []string) ([]*Drop, error) {
 	byID := make(map[string]Drop, len(rows))
 	for _, row := range rows {
 		for _, sku := range row.SKUs {
-			e.keys.Place(sku, row.ID)
+			place(e.keys, sku, row.ID)
 		}
 		byID[row.ID] = dropFrom(row)
 	}
@@ -130,7 +133,7 @@ func (e *Engine) applyDrop(ctx context.Context, id string) error {
 		return unavailable("reading drop "+id, err)
 	}
 	for _, sku := range d.SKUs {
-		e.keys.Place(sku, id)
+		place(e.keys, sku, id)
 	}
 	r, err := script.RunApplyDrop(ctx, e.run, e.keys, script.ApplyDrop{Drop: id, Version: d.Version, MaxPerUser: d.MaxPerUser,
 		StartsMs: timeMs(d.SaleStartsAt), EndsMs: timeMs(d.SaleEndsAt), SKUs: d.SKUs})

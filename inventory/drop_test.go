@@ -17,12 +17,12 @@ import (
 // each with stock units.
 func (b *bundle) dropWithSizes(t *testing.T, drop string, limit, stock int, sizes ...string) []string {
 	t.Helper()
-	_, err := b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: drop, Name: "Drop " + drop, MaxPerUser: limit})
+	_, err := b.engine.Drops().CreateDrop(b.ctx, admin, inventory.DropInput{ID: drop, Name: "Drop " + drop, MaxPerUser: limit})
 	require.NoError(t, err)
 	skus := make([]string, len(sizes))
 	for i, size := range sizes {
 		skus[i] = drop + "-" + size
-		_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 			SKU: skus[i], Name: "Size " + size, Price: inventory.Money{Amount: 12000, Currency: "EUR"},
 			Stock: stock, Drop: drop,
 		})
@@ -38,11 +38,11 @@ func TestDropLimitAcrossSizes(t *testing.T) {
 		skus := b.dropWithSizes(t, "AJ1", 2, 5, "40", "41", "42")
 		for _, sku := range skus {
 			require.Equal(t, inventory.DropPartition("AJ1"), b.engine.Keys().PartitionOf(sku), "%s lives in its drop's partition", sku)
-			p, err := b.engine.Product(b.ctx, sku)
+			p, err := b.engine.Catalog().Product(b.ctx, sku)
 			require.NoError(t, err)
 			require.Equal(t, "AJ1", p.Drop)
 		}
-		d, err := b.engine.Drop(b.ctx, "AJ1")
+		d, err := b.engine.Drops().Drop(b.ctx, "AJ1")
 		require.NoError(t, err)
 		require.Equal(t, skus, d.SKUs)
 		require.Equal(t, 2, d.MaxPerUser)
@@ -93,9 +93,9 @@ func TestDropWindowAppliesToEverySize(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		b := setup(t, backend, inventory.Config{})
 		start := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-		_, err := b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: "LATER", Name: "Later", MaxPerUser: 1, SaleStartsAt: &start})
+		_, err := b.engine.Drops().CreateDrop(b.ctx, admin, inventory.DropInput{ID: "LATER", Name: "Later", MaxPerUser: 1, SaleStartsAt: &start})
 		require.NoError(t, err)
-		_, err = b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		_, err = b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 			SKU: "LATER-43", Name: "43", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 3, Drop: "LATER"})
 		require.NoError(t, err)
 		_, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "LATER-43", Quantity: 1})
@@ -103,18 +103,18 @@ func TestDropWindowAppliesToEverySize(t *testing.T) {
 		require.ErrorAs(t, err, &window)
 		require.Equal(t, start, *window.StartsAt)
 
-		_, err = b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+		_, err = b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 			SKU: "NO-DROP", Name: "x", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 3, Drop: "MISSING"})
 		var nf *inventory.NotFoundError
 		require.ErrorAs(t, err, &nf)
 		require.Equal(t, inventory.NotFoundError{Kind: "drop", Key: "MISSING", Field: "drop"}, *nf)
-		_, err = b.engine.Product(b.ctx, "NO-DROP")
+		_, err = b.engine.Catalog().Product(b.ctx, "NO-DROP")
 		require.ErrorIs(t, err, inventory.ErrNotFound, "nothing was created")
-		_, err = b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: "LATER", Name: "Again", MaxPerUser: 1})
+		_, err = b.engine.Drops().CreateDrop(b.ctx, admin, inventory.DropInput{ID: "LATER", Name: "Again", MaxPerUser: 1})
 		require.ErrorIs(t, err, inventory.ErrInvalidInput)
-		_, err = b.engine.CreateDrop(b.ctx, buyer(1), inventory.DropInput{ID: "MINE", Name: "x", MaxPerUser: 1})
+		_, err = b.engine.Drops().CreateDrop(b.ctx, buyer(1), inventory.DropInput{ID: "MINE", Name: "x", MaxPerUser: 1})
 		require.ErrorIs(t, err, inventory.ErrForbidden)
-		_, err = b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: "ZERO", Name: "x", MaxPerUser: 0})
+		_, err = b.engine.Drops().CreateDrop(b.ctx, admin, inventory.DropInput{ID: "ZERO", Name: "x", MaxPerUser: 0})
 		require.ErrorIs(t, err, inventory.ErrInvalidInput)
 	})
 }
@@ -209,25 +209,25 @@ func TestWaitlistHandoffKeepsTheDropLimit(t *testing.T) {
 		alice, bob, carol, dave := buyer(1), buyer(2), buyer(3), buyer(4)
 		hb, err := b.engine.Reserve(b.ctx, bob, inventory.ReserveRequest{SKU: skus[1], Quantity: 1})
 		require.NoError(t, err)
-		_, err = b.engine.JoinWaitlist(b.ctx, alice, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
+		_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, alice, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
 		require.NoError(t, err)
 		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
 		require.NoError(t, err, "alice waits for B and buys A meanwhile")
-		_, err = b.engine.JoinWaitlist(b.ctx, bob, inventory.JoinWaitlistRequest{SKU: skus[0], Quantity: 1})
+		_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, bob, inventory.JoinWaitlistRequest{SKU: skus[0], Quantity: 1})
 		var quota *inventory.QuotaExceededError
 		require.ErrorAs(t, err, &quota, "bob holds the drop's one pair: he could never be served")
 		require.Equal(t, inventory.QuotaExceededError{Limit: 1, Held: 1}, *quota)
-		_, err = b.engine.JoinWaitlist(b.ctx, dave, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 2})
+		_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, dave, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 2})
 		require.ErrorAs(t, err, &quota, "two are above the drop's limit of one")
 		require.Equal(t, inventory.QuotaExceededError{Limit: 1, Held: 0}, *quota)
-		_, err = b.engine.JoinWaitlist(b.ctx, carol, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
+		_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, carol, inventory.JoinWaitlistRequest{SKU: skus[1], Quantity: 1})
 		require.NoError(t, err)
 		_, err = b.engine.Cancel(b.ctx, bob, hb.Token)
 		require.NoError(t, err)
-		wa, err := b.engine.Waitlist(b.ctx, alice, skus[1])
+		wa, err := b.engine.Waitlists().Waitlist(b.ctx, alice, skus[1])
 		require.NoError(t, err)
 		require.Equal(t, inventory.WaitStatus("WAITING"), wa.Status, "alice holds the drop's one pair already")
-		wc, err := b.engine.Waitlist(b.ctx, carol, skus[1])
+		wc, err := b.engine.Waitlists().Waitlist(b.ctx, carol, skus[1])
 		require.NoError(t, err)
 		require.NotEqual(t, inventory.WaitStatus("WAITING"), wc.Status, "the next waiter got the unit")
 		s := b.requireBalanced(t, skus[1])
@@ -248,7 +248,7 @@ func TestCartKeepsTheDropLimit(t *testing.T) {
 		_, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[0], Quantity: 1})
 		require.NoError(t, err)
 
-		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
 			{SKU: "PLAIN-TEE", Quantity: 1}, {SKU: skus[1], Quantity: 1}, {SKU: skus[2], Quantity: 1}}})
 		var refused *inventory.CartRefusedError
 		require.ErrorAs(t, err, &refused)
@@ -262,15 +262,15 @@ func TestCartKeepsTheDropLimit(t *testing.T) {
 			require.Zero(t, b.requireBalanced(t, sku).Held, "a refused cart holds nothing (%s)", sku)
 		}
 
-		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+		cart, err := b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
 			{SKU: "PLAIN-TEE", Quantity: 1}, {SKU: skus[1], Quantity: 1}}})
 		require.NoError(t, err, "1 held and 1 in the cart are within the limit")
 		_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[2], Quantity: 1})
 		require.ErrorAs(t, err, &quota, "the cart's line counts against the drop's limit")
 		require.Equal(t, inventory.QuotaExceededError{Limit: 2, Held: 2}, *quota)
-		_, err = b.engine.ReserveCart(b.ctx, bob, inventory.CartRequest{Lines: []inventory.CartLine{{SKU: skus[2], Quantity: 3}}})
+		_, err = b.engine.Carts().ReserveCart(b.ctx, bob, inventory.CartRequest{Lines: []inventory.CartLine{{SKU: skus[2], Quantity: 3}}})
 		require.ErrorAs(t, err, &refused, "a line above the drop's limit on its own")
-		_, err = b.engine.CommitCart(b.ctx, alice, cart.Token)
+		_, err = b.engine.Carts().CommitCart(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		require.Equal(t, 1, b.requireBalanced(t, skus[1]).Sold)
 	})
@@ -294,7 +294,7 @@ func TestCartsAndReservesRacingKeepTheDropLimit(t *testing.T) {
 				_, err = b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: skus[i%4], Quantity: 1})
 			} else {
 				units = 2
-				_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
+				_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: []inventory.CartLine{
 					{SKU: skus[i%4], Quantity: 1}, {SKU: skus[(i+1)%4], Quantity: 1}}})
 			}
 			switch {

@@ -43,7 +43,7 @@ func setup(t testing.TB, backend string, cfg inventory.Config) *bundle {
 // product creates a SKU with the given stock and per-user limit (0: none).
 func (b *bundle) product(t testing.TB, sku string, stock, maxPerUser int) {
 	t.Helper()
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: "Product " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"},
 		Stock: stock, MaxPerUser: maxPerUser,
 	})
@@ -52,7 +52,7 @@ func (b *bundle) product(t testing.TB, sku string, stock, maxPerUser int) {
 
 func (b *bundle) stock(t testing.TB, sku string) inventory.Stock {
 	t.Helper()
-	s, err := b.engine.Stock(b.ctx, sku)
+	s, err := b.engine.Catalog().Stock(b.ctx, sku)
 	require.NoError(t, err)
 	return s
 }

@@ -61,7 +61,7 @@ func ExampleEngine_Reserve() {
 	defer done()
 
 	admin := inventory.Principal{ID: "ops", Admin: true}
-	_, err := engine.CreateProduct(ctx, admin, inventory.ProductInput{
+	_, err := engine.Catalog().CreateProduct(ctx, admin, inventory.ProductInput{
 		SKU: "SNEAKER-42", Name: "Limited sneaker", Price: inventory.Money{Amount: 18000, Currency: "EUR"}, Stock: 2,
 	})
 	if err != nil {
@@ -79,7 +79,7 @@ func ExampleEngine_Reserve() {
 	sale, err := engine.Commit(ctx, alice, hold.Token)
 	fmt.Println(sale.Status, err)
 
-	stock, _ := engine.Stock(ctx, "SNEAKER-42")
+	stock, _ := engine.Catalog().Stock(ctx, "SNEAKER-42")
 	fmt.Printf("available %d, held %d, sold %d of %d\n", stock.Available, stock.Held, stock.Sold, stock.Total)
 	// Output:
 	// HELD 2 <nil>

@@ -240,7 +240,7 @@ func TestExtensionRacingExpiry(t *testing.T) {
 		}
 		time.Sleep(time.Until(last))
 		assert.Eventually(t, func() bool {
-			s, err := b.engine.Stock(b.ctx, "EXT-RACE")
+			s, err := b.engine.Catalog().Stock(b.ctx, "EXT-RACE")
 			return err == nil && s.Held == nExtended
 		}, 10*time.Second, 10*time.Millisecond)
 		stopSweeps()
@@ -417,32 +417,32 @@ func TestExtensionIdempotencyKey(t *testing.T) {
 		for _, sku := range skus {
 			b.product(t, sku, 2, 0)
 		}
-		cart, err := b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: 30 * time.Second})
+		cart, err := b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{Lines: lines(skus, 1, 1, 1), HoldFor: 30 * time.Second})
 		require.NoError(t, err)
 		payCart := inventory.ExtendRequest{HoldFor: 10 * time.Minute, IdempotencyKey: "pay-cart"}
 		carts := make([]inventory.Cart, dups)
 		raceCheck(t, dups, func(i int) error {
 			var err error
-			carts[i], err = b.engine.ExtendCart(b.ctx, alice, cart.Token, payCart)
+			carts[i], err = b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, payCart)
 			return err
 		})
-		extended, err := b.engine.CartOf(b.ctx, alice, cart.Token)
+		extended, err := b.engine.Carts().CartOf(b.ctx, alice, cart.Token)
 		require.NoError(t, err)
 		for _, l := range extended.Lines {
 			require.Equal(t, 1, l.Extensions, "line %s extended once", l.SKU)
 			require.False(t, l.ExpiresAt.After(extended.ExpiresAt), "no line outlives its cart")
 		}
 		time.Sleep(28 * time.Millisecond)
-		retried, err := b.engine.ExtendCart(b.ctx, alice, cart.Token, payCart)
+		retried, err := b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, payCart)
 		require.NoError(t, err)
 		require.True(t, retried.Replayed)
 		require.Equal(t, extended.ExpiresAt, retried.ExpiresAt)
 		for _, l := range retried.Lines {
 			require.Equal(t, 1, l.Extensions)
 		}
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute, IdempotencyKey: "pay-cart"})
+		_, err = b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, inventory.ExtendRequest{HoldFor: 20 * time.Minute, IdempotencyKey: "pay-cart"})
 		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
-		_, err = b.engine.ExtendCart(b.ctx, alice, cart.Token, pay)
+		_, err = b.engine.Carts().ExtendCart(b.ctx, alice, cart.Token, pay)
 		require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused, "a hold's key")
 		b.drainOutbox(t)
 		for _, l := range cart.Lines {

@@ -13,7 +13,7 @@ import (
 // sold == total or the total moved.
 func checkBalanced(t *testing.T, b *bundle, sku string, total int) {
 	t.Helper()
-	s, err := b.engine.Stock(b.ctx, sku)
+	s, err := b.engine.Catalog().Stock(b.ctx, sku)
 	if err != nil {
 		t.Fatalf("stock of %s: %v", sku, err)
 	}
@@ -101,7 +101,7 @@ func FuzzReservationToken(f *testing.F) {
 				t.Fatalf("%s %q: want INVALID_INPUT or NOT_FOUND, got %v", op.name, token, err)
 			}
 		}
-		s, err := b.engine.Stock(ctx, sku)
+		s, err := b.engine.Catalog().Stock(ctx, sku)
 		if err != nil {
 			t.Fatal(err)
 		}

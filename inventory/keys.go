@@ -40,3 +40,11 @@ func requestHash(sku string, quantity int, holdMillis int64) string {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", sku, quantity, holdMillis))
 	return hex.EncodeToString(sum[:16])
 }
+
+// place records that sku belongs to drop ("" for none): its keys live in the
+// drop's partition (see Drops in doc.go).
+func place(k Keys, sku, drop string) {
+	if drop != "" {
+		k.PlaceAt(sku, DropPartition(drop))
+	}
+}

@@ -80,7 +80,7 @@ const MaxStock = maxStock
 // productFrom is a ledger row as callers see it. Every product row the
 // engine reads also tells its key builder where the SKU's keys live.
 func (e *Engine) productFrom(p db.Product) Product {
-	e.keys.Place(p.SKU, p.DropID)
+	place(e.keys, p.SKU, p.DropID)
 	return Product{
 		SKU: p.SKU, Name: p.Name, Price: Money{Amount: p.PriceAmount, Currency: p.PriceCurrency},
 		MaxPerUser: p.MaxPerUser, SaleStartsAt: utcPtr(p.SaleStartsAt), SaleEndsAt: utcPtr(p.SaleEndsAt),
@@ -122,7 +122,8 @@ func requireAdmin(p Principal) error {
 
 // CreateProduct adds a product with its initial stock. Postgres first, then
 // Redis is built from Postgres. Admins only.
-func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput) (Product, error) {
+func (a Catalog) CreateProduct(ctx context.Context, p Principal, in ProductInput) (Product, error) {
+	e := a.e
 	if err := requireAdmin(p); err != nil {
 		return Product{}, err
 	}
@@ -186,7 +187,8 @@ func (e *Engine) CreateProduct(ctx context.Context, p Principal, in ProductInput
 
 // UpdateProduct changes a product's name, price, limit or sale window.
 // Postgres first, then Redis under the product's version. Admins only.
-func (e *Engine) UpdateProduct(ctx context.Context, p Principal, sku string, u ProductUpdate) (Product, error) {
+func (a Catalog) UpdateProduct(ctx context.Context, p Principal, sku string, u ProductUpdate) (Product, error) {
+	e := a.e
 	if err := requireAdmin(p); err != nil {
 		return Product{}, err
 	}
@@ -226,7 +228,8 @@ func (e *Engine) UpdateProduct(ctx context.Context, p Principal, sku string, u P
 // another restock; the same eventID for this SKU with another quantity is
 // refused with ErrIdempotencyKeyReused. A total above MaxStock is
 // *InvalidInputError. Postgres first, then Redis under the version guard.
-func (e *Engine) Restock(ctx context.Context, p Principal, sku string, quantity int, eventID string) (Product, error) {
+func (a Catalog) Restock(ctx context.Context, p Principal, sku string, quantity int, eventID string) (Product, error) {
+	e := a.e
 	if err := requireAdmin(p); err != nil {
 		return Product{}, err
 	}
@@ -265,7 +268,8 @@ func validEventID(id string) bool {
 }
 
 // Product returns a catalogue entry from Postgres.
-func (e *Engine) Product(ctx context.Context, sku string) (Product, error) {
+func (a Catalog) Product(ctx context.Context, sku string) (Product, error) {
+	e := a.e
 	if !ValidSKU(sku) {
 		return Product{}, productNotFound(sku)
 	}
@@ -277,7 +281,8 @@ func (e *Engine) Product(ctx context.Context, sku string) (Product, error) {
 }
 
 // Products lists the catalogue by SKU, after the given SKU.
-func (e *Engine) Products(ctx context.Context, afterSKU string, limit int) ([]Product, error) {
+func (a Catalog) Products(ctx context.Context, afterSKU string, limit int) ([]Product, error) {
+	e := a.e
 	rows, err := e.ledger.Products(ctx, afterSKU, limit)
 	if err != nil {
 		return nil, ledgerError("listing products", "", err)
@@ -301,7 +306,7 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 // applyProductResult is applyProduct, also saying whether Redis changed
 // (false when Redis had this version or a newer one already).
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
-	e.keys.Place(row.SKU, row.DropID)
+	place(e.keys, row.SKU, row.DropID)
 	r, err := script.RunApplyProduct(ctx, e.run, e.keys, script.ApplyProduct{SKU: row.SKU, Version: row.Version,
 		Total: row.Total, MaxPerUser: row.MaxPerUser, StartsMs: timeMs(row.SaleStartsAt), EndsMs: timeMs(row.SaleEndsAt),
 		Nonce: newNonce()})
@@ -346,7 +351,7 @@ func (m *Maintenance) ReapplyProducts(ctx context.Context, partition, limit int)
 	}
 	applied := 0
 	for _, row := range rows {
-		e.keys.Place(row.SKU, row.DropID)
+		place(e.keys, row.SKU, row.DropID)
 		if e.keys.PartitionOf(row.SKU) != partition {
 			continue
 		}
@@ -391,7 +396,8 @@ func firstInvalid(err error) error {
 
 // ProductsBySKU returns the products of several SKUs in one Postgres query; a
 // nil entry is an unknown SKU. It exists for per-request batching.
-func (e *Engine) ProductsBySKU(ctx context.Context, skus []string) ([]*Product, error) {
+func (a Catalog) ProductsBySKU(ctx context.Context, skus []string) ([]*Product, error) {
+	e := a.e
 	valid := make([]string, 0, len(skus))
 	for _, s := range skus {
 		if ValidSKU(s) {

@@ -279,7 +279,7 @@ func TestIdempotentReserve(t *testing.T) {
 		var oos *inventory.OutOfStockError
 		require.ErrorAs(t, err, &oos)
 		require.Equal(t, 10, oos.Available)
-		_, err = b.engine.Restock(b.ctx, admin, "IDEM-2", 5, "back-in-stock")
+		_, err = b.engine.Catalog().Restock(b.ctx, admin, "IDEM-2", 5, "back-in-stock")
 		require.NoError(t, err)
 		_, err = b.engine.Reserve(b.ctx, alice, big)
 		require.ErrorAs(t, err, &oos)
@@ -426,7 +426,7 @@ func TestCommitRacingExpiry(t *testing.T) {
 		})
 		// Let the sweepers finish whatever is still due.
 		assert.Eventually(t, func() bool {
-			s, err := b.engine.Stock(b.ctx, "RACE-1")
+			s, err := b.engine.Catalog().Stock(b.ctx, "RACE-1")
 			return err == nil && s.Held == 0
 		}, 10*time.Second, 10*time.Millisecond)
 		stopSweeps()

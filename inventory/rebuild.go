@@ -141,7 +141,7 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	case err != nil:
 		return unavailable("rebuilding "+sku, err)
 	}
-	e.keys.Place(sku, drop)
+	place(e.keys, sku, drop)
 	if drop != "" {
 		if err := e.applyDrop(ctx, drop); err != nil {
 			return err

@@ -132,7 +132,7 @@ func TestRebuildOfASKUWithMoreReservationsThanOneScriptTakes(t *testing.T) {
 	seedLedger(t, b.pool, sku, seed)
 
 	start := time.Now()
-	s, err := b.engine.Stock(b.ctx, sku)
+	s, err := b.engine.Catalog().Stock(b.ctx, sku)
 	took := time.Since(start)
 	require.NoError(t, err)
 	t.Logf("rebuilt %d reservations in %s", seed.Held+seed.Due+seed.Committed+seed.Finished, took)
@@ -295,7 +295,7 @@ func TestConcurrentChunkedRebuilds(t *testing.T) {
 				res, err := e.Reservation(b.ctx, inventory.Principal{ID: row.who}, row.tok)
 				results[i] = result{status: res.Status, err: err}
 			case 1:
-				s, err := e.Stock(b.ctx, sku)
+				s, err := e.Catalog().Stock(b.ctx, sku)
 				results[i] = result{stock: s, err: err}
 			default:
 				h, err := e.Reserve(b.ctx, buyer(1000+i), inventory.ReserveRequest{SKU: sku, Quantity: 1})

@@ -118,7 +118,7 @@ func TestRejectedReservesKeepBoundedMemory(t *testing.T) {
 	// Within the window the same key replays the same rejection, even once
 	// stock is back.
 	again := inventory.ReserveRequest{SKU: "MEM-1", Quantity: 1, IdempotencyKey: fmt.Sprintf("fresh-key-%06d-%s", 7, strings.Repeat("k", 100))}
-	_, err = b.engine.Restock(b.ctx, admin, "MEM-1", 5, "back-in-stock")
+	_, err = b.engine.Catalog().Restock(b.ctx, admin, "MEM-1", 5, "back-in-stock")
 	require.NoError(t, err)
 	_, err = b.engine.Reserve(b.ctx, attacker, again)
 	var oos *inventory.OutOfStockError
@@ -284,12 +284,12 @@ func TestMemoryPerPrincipalIsBounded(t *testing.T) {
 			return err
 		}),
 		measure("1-line cart with a key", 300, func(i int) error {
-			_, err := e.ReserveCart(ctx, attacker, inventory.CartRequest{Lines: []inventory.CartLine{{SKU: "MEM-HELD", Quantity: 1}},
+			_, err := e.Carts().ReserveCart(ctx, attacker, inventory.CartRequest{Lines: []inventory.CartLine{{SKU: "MEM-HELD", Quantity: 1}},
 				IdempotencyKey: key("c1", i), RateLimit: budget})
 			return err
 		}),
 		measure("50-line cart with a key", 20, func(i int) error {
-			_, err := e.ReserveCart(ctx, attacker, inventory.CartRequest{Lines: cartOf(lines, ""), IdempotencyKey: key("c50", i), RateLimit: budget})
+			_, err := e.Carts().ReserveCart(ctx, attacker, inventory.CartRequest{Lines: cartOf(lines, ""), IdempotencyKey: key("c50", i), RateLimit: budget})
 			return err
 		}),
 	}
@@ -299,12 +299,12 @@ func TestMemoryPerPrincipalIsBounded(t *testing.T) {
 			return refused(err)
 		}),
 		measure("refused 1-line cart with a key", 300, func(i int) error {
-			_, err := e.ReserveCart(ctx, attacker, inventory.CartRequest{Lines: cartOf(1, "MEM-NONE"), IdempotencyKey: key("rc1", i), RateLimit: budget})
+			_, err := e.Carts().ReserveCart(ctx, attacker, inventory.CartRequest{Lines: cartOf(1, "MEM-NONE"), IdempotencyKey: key("rc1", i), RateLimit: budget})
 			return refused(err)
 		}),
 		// 49 lines held, then let go, because the 50th cannot be had.
 		measure("refused 50-line cart with a key", 20, func(i int) error {
-			_, err := e.ReserveCart(ctx, attacker, inventory.CartRequest{Lines: cartOf(lines, "MEM-NONE"), IdempotencyKey: key("rc50", i), RateLimit: budget})
+			_, err := e.Carts().ReserveCart(ctx, attacker, inventory.CartRequest{Lines: cartOf(lines, "MEM-NONE"), IdempotencyKey: key("rc50", i), RateLimit: budget})
 			return refused(err)
 		}),
 	}

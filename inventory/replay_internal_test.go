@@ -42,7 +42,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 		replayed.Replayed = false
 		require.Equal(t, made, replayed, "the replay answers the hold the first run made")
 	}
-	s, err := e.Stock(ctx, "TWICE")
+	s, err := e.Catalog().Stock(ctx, "TWICE")
 	require.NoError(t, err)
 	require.Equal(t, 3, s.Held, "the retried batch took nothing more")
 	n, err := r.Client.XLen(ctx, e.keys.Outbox(p)).Result()
@@ -64,7 +64,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 		_, err := e.finishCommit(ctx, token, h, "COMMITTED", time.Now(), "")
 		require.NoError(t, err)
 	}
-	s, err = e.Stock(ctx, "TWICE")
+	s, err = e.Catalog().Stock(ctx, "TWICE")
 	require.NoError(t, err)
 	require.Equal(t, 2, s.Sold, "finishing twice sells once")
 	require.Equal(t, 0, s.Held)
@@ -100,7 +100,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 
 	// A drop written twice under one version is written once.
 	admin := Principal{ID: "admin", Admin: true}
-	_, err = e.CreateDrop(ctx, admin, DropInput{ID: "TWICE-DROP", Name: "t", MaxPerUser: 1})
+	_, err = e.Drops().CreateDrop(ctx, admin, DropInput{ID: "TWICE-DROP", Name: "t", MaxPerUser: 1})
 	require.NoError(t, err)
 	dropArgs := script.ApplyDrop{Drop: "TWICE-DROP", Version: 7, MaxPerUser: 2, SKUs: []string{"A", "B"}}
 	d1, err := script.RunApplyDrop(ctx, e.run, e.keys, dropArgs)

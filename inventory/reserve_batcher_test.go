@@ -50,7 +50,7 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 	require.Equal(t, []string{"HELD", "QUOTA_EXCEEDED", "HELD", "OUT_OF_STOCK", "OUT_OF_STOCK"}, got)
 	require.Equal(t, &OutOfStockError{Available: 0}, rejectionError(script.ReserveReplyOf(res[3].([]any)).Rejection))
 
-	s, err := e.Stock(ctx, "BATCH")
+	s, err := e.Catalog().Stock(ctx, "BATCH")
 	require.NoError(t, err)
 	require.Equal(t, 0, s.Available)
 	require.Equal(t, 2, s.Held)
@@ -99,7 +99,7 @@ func TestConcurrentReservesShareBatches(t *testing.T) {
 		require.ErrorAs(t, err, &oos)
 	}
 	require.Equal(t, units, held)
-	s, err := e.Stock(ctx, "SHARED")
+	s, err := e.Catalog().Stock(ctx, "SHARED")
 	require.NoError(t, err)
 	require.Equal(t, 0, s.Available)
 	require.Equal(t, units, s.Held)
@@ -135,7 +135,7 @@ func TestReserveWhoseCallerLeftBeforeItsBatchIsNotSent(t *testing.T) {
 
 	// A batch on its way ends and takes the queue.
 	e.drainReserves(ctx, p, q)
-	s, err := e.Stock(ctx, "LEFT")
+	s, err := e.Catalog().Stock(ctx, "LEFT")
 	require.NoError(t, err)
 	require.Equal(t, 0, s.Held, "a hold was made for a caller that had left")
 	require.Equal(t, 3, s.Available)
@@ -161,7 +161,7 @@ func TestReserveBatchErrorFailsItsRequestAlone(t *testing.T) {
 	require.NoError(t, calls[0].err, "the request before the broken one")
 	require.Equal(t, codeHeld, replyCode(calls[0].res.Code))
 	require.ErrorIs(t, calls[1].err, ErrUnavailable)
-	s, err := e.Stock(ctx, "GOOD")
+	s, err := e.Catalog().Stock(ctx, "GOOD")
 	require.NoError(t, err)
 	require.Equal(t, 1, s.Held)
 }
@@ -255,7 +255,7 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 		if i == 1 { // the other pair's first SKU
 			in.Stock, in.MaxPerUser = 3, 2
 		}
-		_, err := e.CreateProduct(ctx, admin, in)
+		_, err := e.Catalog().CreateProduct(ctx, admin, in)
 		require.NoError(t, err)
 	}
 	type req struct {

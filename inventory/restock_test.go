@@ -26,9 +26,9 @@ func TestRestockEventIDIsScopedToItsSKU(t *testing.T) {
 	b.product(t, "PO-B", 10, 0)
 
 	// One purchase order restocks two SKUs under one event id: both count.
-	_, err := b.engine.Restock(b.ctx, admin, "PO-A", 5, "po-1001")
+	_, err := b.engine.Catalog().Restock(b.ctx, admin, "PO-A", 5, "po-1001")
 	require.NoError(t, err)
-	_, err = b.engine.Restock(b.ctx, admin, "PO-B", 3, "po-1001")
+	_, err = b.engine.Catalog().Restock(b.ctx, admin, "PO-B", 3, "po-1001")
 	require.NoError(t, err)
 	require.Equal(t, 15, b.requireBalanced(t, "PO-A").Total)
 	require.Equal(t, 13, b.requireBalanced(t, "PO-B").Total, "the same id on another SKU is another restock")
@@ -38,7 +38,7 @@ func TestRestockEventIDIsScopedToItsSKU(t *testing.T) {
 
 	// Retrying either (the client got UNAVAILABLE) adds nothing.
 	for range 3 {
-		p, err := b.engine.Restock(b.ctx, admin, "PO-A", 5, "po-1001")
+		p, err := b.engine.Catalog().Restock(b.ctx, admin, "PO-A", 5, "po-1001")
 		require.NoError(t, err)
 		require.Equal(t, 15, b.stock(t, p.SKU).Total)
 	}
@@ -54,7 +54,7 @@ func TestRestockRetriedConcurrentlyAddsOnce(t *testing.T) {
 	b.product(t, "PO-C", 0, 0)
 	errs := make([]error, 20)
 	race(len(errs), func(i int) {
-		_, errs[i] = b.engine.Restock(b.ctx, admin, "PO-C", 4, "delivery-7")
+		_, errs[i] = b.engine.Catalog().Restock(b.ctx, admin, "PO-C", 4, "delivery-7")
 	})
 	for _, err := range errs {
 		require.NoError(t, err)
@@ -68,17 +68,17 @@ func TestRestockRefusesReusedEventIDAndMissingOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "single", inventory.Config{})
 	b.product(t, "PO-D", 10, 0)
-	_, err := b.engine.Restock(b.ctx, admin, "PO-D", 5, "po-2002")
+	_, err := b.engine.Catalog().Restock(b.ctx, admin, "PO-D", 5, "po-2002")
 	require.NoError(t, err)
 
 	// The same id with another quantity is a different restock reusing the id.
-	_, err = b.engine.Restock(b.ctx, admin, "PO-D", 6, "po-2002")
+	_, err = b.engine.Catalog().Restock(b.ctx, admin, "PO-D", 6, "po-2002")
 	require.ErrorIs(t, err, inventory.ErrIdempotencyKeyReused)
 	require.Equal(t, inventory.ErrIdempotencyKeyReused.Code(), inventory.ErrorCode(err))
 
 	// Without an id a retry after UNAVAILABLE could not be told from a new
 	// restock, so an id is required.
-	_, err = b.engine.Restock(b.ctx, admin, "PO-D", 5, "")
+	_, err = b.engine.Catalog().Restock(b.ctx, admin, "PO-D", 5, "")
 	var inv *inventory.InvalidInputError
 	require.ErrorAs(t, err, &inv)
 	require.Equal(t, "eventId", inv.Field)
@@ -96,13 +96,13 @@ func TestRestockBeyondTheMaximumTotalIsInvalidInput(t *testing.T) {
 	b.product(t, "PO-E", 10, 0)
 
 	// Up to the maximum exactly is fine.
-	_, err := b.engine.Restock(b.ctx, admin, "PO-E", maxTotal-10, "fill-up")
+	_, err := b.engine.Catalog().Restock(b.ctx, admin, "PO-E", maxTotal-10, "fill-up")
 	require.NoError(t, err)
 	require.Equal(t, maxTotal, b.requireBalanced(t, "PO-E").Total)
 
 	// One more unit, and then more than the Postgres column could hold.
 	for _, q := range []int{1, maxTotal / 2, maxTotal} {
-		_, err = b.engine.Restock(b.ctx, admin, "PO-E", q, fmt.Sprintf("over-%d", q))
+		_, err = b.engine.Catalog().Restock(b.ctx, admin, "PO-E", q, fmt.Sprintf("over-%d", q))
 		var inv *inventory.InvalidInputError
 		require.ErrorAs(t, err, &inv, "restocking %d: %v", q, err)
 		require.Equal(t, "quantity", inv.Field)

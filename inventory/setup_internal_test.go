@@ -20,7 +20,7 @@ func engineWithProduct(t *testing.T, product ProductInput) (*Engine, testenv.Red
 	r := testenv.Redis(t)
 	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix}, r.Client, testenv.Postgres(t), zerolog.Nop())
 	require.NoError(t, err)
-	_, err = e.CreateProduct(ctx, Principal{ID: "admin", Admin: true}, product)
+	_, err = e.Catalog().CreateProduct(ctx, Principal{ID: "admin", Admin: true}, product)
 	require.NoError(t, err)
 	return e, r
 }

@@ -47,8 +47,9 @@ func stockFrom(sku string, vals []any) (Stock, bool) {
 
 // Stock returns a SKU's live stock, rebuilding it from Postgres first when
 // Redis has lost it. A *NotFoundError for an unknown SKU.
-func (e *Engine) Stock(ctx context.Context, sku string) (Stock, error) {
-	all, err := e.StockMany(ctx, []string{sku})
+func (a Catalog) Stock(ctx context.Context, sku string) (Stock, error) {
+	e := a.e
+	all, err := e.Catalog().StockMany(ctx, []string{sku})
 	if err != nil {
 		return Stock{}, err
 	}
@@ -61,7 +62,8 @@ func (e *Engine) Stock(ctx context.Context, sku string) (Stock, error) {
 // StockMany returns the stock of several SKUs in one Redis round trip (one
 // per cluster node); a nil entry is an unknown SKU. SKUs that Redis lost are
 // rebuilt from Postgres, then read again.
-func (e *Engine) StockMany(ctx context.Context, skus []string) ([]*Stock, error) {
+func (a Catalog) StockMany(ctx context.Context, skus []string) ([]*Stock, error) {
+	e := a.e
 	out := make([]*Stock, len(skus))
 	missing, err := e.readStocks(ctx, skus, out)
 	if err != nil {

@@ -25,7 +25,7 @@ func TestReserveCarriesItsTraceIntoTheOutbox(t *testing.T) {
 	r := testenv.Redis(t)
 	e, err := NewEngine(ctx, Config{KeyPrefix: r.Prefix, Tracer: tp}, r.Client, testenv.Postgres(t), zerolog.Nop())
 	require.NoError(t, err)
-	_, err = e.CreateProduct(ctx, Principal{ID: "admin", Admin: true}, ProductInput{SKU: "TRACED", Name: "Traced", Price: Money{Amount: 1, Currency: "EUR"}, Stock: 10})
+	_, err = e.Catalog().CreateProduct(ctx, Principal{ID: "admin", Admin: true}, ProductInput{SKU: "TRACED", Name: "Traced", Price: Money{Amount: 1, Currency: "EUR"}, Stock: 10})
 	require.NoError(t, err)
 
 	octx, op := tp.Tracer("test").Start(ctx, "operation")

@@ -43,7 +43,7 @@ func TestWaitForReplicas(t *testing.T) {
 	const timeout = 150 * time.Millisecond
 	e, err := inventory.NewEngine(ctx, inventory.Config{WaitReplicas: 1, WaitTimeout: timeout, Registerer: reg}, rdb, pool, zerolog.Nop())
 	require.NoError(t, err)
-	_, err = e.CreateProduct(ctx, admin, inventory.ProductInput{SKU: "WAIT-1", Name: "w", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 5})
+	_, err = e.Catalog().CreateProduct(ctx, admin, inventory.ProductInput{SKU: "WAIT-1", Name: "w", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 5})
 	require.NoError(t, err)
 	short := func() float64 { return testutil.ToFloat64(collectorOf(t, reg, "dropline_redis_wait_short_total")) }
 
@@ -138,7 +138,7 @@ func BenchmarkReserveWaitReplicas(b *testing.B) {
 		e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: fmt.Sprintf("w%d:", wait), MaxQuantity: 1, WaitReplicas: wait}, rdb, pool, zerolog.Nop())
 		require.NoError(b, err)
 		sku := fmt.Sprintf("WAITBENCH-%d", wait)
-		_, err = e.CreateProduct(ctx, admin, inventory.ProductInput{SKU: sku, Name: "w", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 1_000_000_000})
+		_, err = e.Catalog().CreateProduct(ctx, admin, inventory.ProductInput{SKU: sku, Name: "w", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 1_000_000_000})
 		require.NoError(b, err)
 		b.Run(fmt.Sprintf("wait=%d", wait), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {

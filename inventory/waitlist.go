@@ -69,7 +69,8 @@ type JoinWaitlistRequest struct {
 // principal holds or bought of the SKU, or of its drop, plus the quantity is
 // above the limit: the join could never be served), *WaitlistFullError,
 // ErrDrawOnly.
-func (e *Engine) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlistRequest) (w WaitlistEntry, err error) {
+func (a Waitlists) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlistRequest) (w WaitlistEntry, err error) {
+	e := a.e
 	defer func() { e.metrics.outcome("join_waitlist", err) }()
 	hold, err := e.checkReserve(p, ReserveRequest{SKU: req.SKU, Quantity: req.Quantity, HoldFor: req.HoldFor})
 	if err != nil {
@@ -102,7 +103,8 @@ func (e *Engine) JoinWaitlist(ctx context.Context, p Principal, req JoinWaitlist
 // LeaveWaitlist takes the principal out of the SKU's waitlist; the entry is
 // returned as LEFT. Leaving when not in it changes nothing (Replayed). An
 // OFFERED entry's reservation stays the principal's.
-func (e *Engine) LeaveWaitlist(ctx context.Context, p Principal, sku string) (w WaitlistEntry, err error) {
+func (a Waitlists) LeaveWaitlist(ctx context.Context, p Principal, sku string) (w WaitlistEntry, err error) {
+	e := a.e
 	defer func() { e.metrics.outcome("leave_waitlist", err) }()
 	if err := checkPrincipal(p); err != nil {
 		return WaitlistEntry{}, err
@@ -184,7 +186,8 @@ func (e *Engine) withReservation(ctx context.Context, p Principal, w WaitlistEnt
 
 // Waitlist returns the principal's live entry in a SKU's waitlist, with its
 // position; the status is LEFT when it has none.
-func (e *Engine) Waitlist(ctx context.Context, p Principal, sku string) (WaitlistEntry, error) {
+func (a Waitlists) Waitlist(ctx context.Context, p Principal, sku string) (WaitlistEntry, error) {
+	e := a.e
 	if err := checkPrincipal(p); err != nil {
 		return WaitlistEntry{}, err
 	}
@@ -257,7 +260,8 @@ const MaxMyWaitlist = 100
 // first: the SKUs from the ledger, each entry's live state from Redis (so an
 // entry left shows as LEFT). A join is in the ledger before it answers
 // unless Postgres was slow; the write-behind adds it otherwise.
-func (e *Engine) MyWaitlist(ctx context.Context, p Principal) ([]WaitlistEntry, error) {
+func (a Waitlists) MyWaitlist(ctx context.Context, p Principal) ([]WaitlistEntry, error) {
+	e := a.e
 	if err := checkPrincipal(p); err != nil {
 		return nil, err
 	}
@@ -267,7 +271,7 @@ func (e *Engine) MyWaitlist(ctx context.Context, p Principal) ([]WaitlistEntry, 
 	}
 	out := make([]WaitlistEntry, 0, len(rows))
 	for _, row := range rows {
-		w, err := e.Waitlist(ctx, p, row.SKU)
+		w, err := e.Waitlists().Waitlist(ctx, p, row.SKU)
 		if err != nil {
 			return nil, err
 		}

@@ -20,7 +20,7 @@ func waiter(i int) inventory.Principal { return inventory.Principal{ID: fmt.Spri
 func (b *bundle) joinInOrder(t *testing.T, sku string, n, qty int, hold time.Duration) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		w, err := b.engine.JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: sku, Quantity: qty, HoldFor: hold})
+		w, err := b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: sku, Quantity: qty, HoldFor: hold})
 		require.NoError(t, err)
 		require.Equal(t, inventory.WaitWaiting, w.Status)
 		require.Equal(t, i+1, w.Position)
@@ -35,7 +35,7 @@ func (b *bundle) requireWaitlist(t *testing.T, sku string, n, offered, qty int) 
 	tokens := map[string]string{}
 	seen := map[string]bool{}
 	for i := 0; i < n; i++ {
-		w, err := b.engine.Waitlist(b.ctx, waiter(i), sku)
+		w, err := b.engine.Waitlists().Waitlist(b.ctx, waiter(i), sku)
 		require.NoError(t, err)
 		if i < offered {
 			require.Equal(t, inventory.WaitOffered, w.Status, "waiter %d", i)
@@ -113,7 +113,7 @@ func TestWaitlistTakesFreedUnitsBeforeAnyone(t *testing.T) {
 				}
 			default:
 				w := i - stock - outsiders
-				e, err := b.engine.JoinWaitlist(b.ctx, waiter(w), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+				e, err := b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(w), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
 				if err != nil {
 					return fmt.Errorf("join again %d: %w", w, err)
 				}
@@ -155,7 +155,7 @@ func TestWaitlistTakesFreedUnitsBeforeAnyone(t *testing.T) {
 		// A restock goes to the next waiters too: as many as the restock's
 		// run has room for, the rest by the walk sweep (as the worker group
 		// runs it); meanwhile no outsider can take them.
-		_, err = b.engine.Restock(b.ctx, admin, sku, 50, "po-1")
+		_, err = b.engine.Catalog().Restock(b.ctx, admin, sku, 50, "po-1")
 		require.NoError(t, err)
 		if b.walkPending(t, sku) {
 			_, err = b.engine.Reserve(b.ctx, buyer(20_000), inventory.ReserveRequest{SKU: sku, Quantity: 1})
@@ -175,7 +175,7 @@ func TestWaitlistTakesFreedUnitsBeforeAnyone(t *testing.T) {
 		// ... and goes on handing out in that order.
 		_, err = b.engine.Cancel(b.ctx, waiter(0), tokens[waiter(0).ID])
 		require.NoError(t, err)
-		w, err := b.engine.Waitlist(b.ctx, waiter(stock+50), sku)
+		w, err := b.engine.Waitlists().Waitlist(b.ctx, waiter(stock+50), sku)
 		require.NoError(t, err)
 		require.Equal(t, inventory.WaitOffered, w.Status)
 		b.requireBalanced(t, sku)
@@ -193,48 +193,48 @@ func TestWaitlistSkipsWaitersThatDoNotFit(t *testing.T) {
 		require.NoError(t, err)
 		holds = append(holds, r)
 	}
-	big, err := b.engine.JoinWaitlist(b.ctx, buyer(3), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 2})
+	big, err := b.engine.Waitlists().JoinWaitlist(b.ctx, buyer(3), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 2})
 	require.NoError(t, err)
 	require.Equal(t, 1, big.Position)
-	small, err := b.engine.JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
+	small, err := b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
 	require.NoError(t, err)
 	require.Equal(t, 2, small.Position)
-	_, err = b.engine.JoinWaitlist(b.ctx, waiter(1), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 3})
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(1), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 3})
 	require.ErrorIs(t, err, inventory.ErrQuotaExceeded, "a quantity above the limit could never be served")
 	// buyer-1 holds one unit already: with a limit of 2, 2 more could never be its.
-	_, err = b.engine.JoinWaitlist(b.ctx, buyer(1), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 2})
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, buyer(1), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 2})
 	var quota *inventory.QuotaExceededError
 	require.ErrorAs(t, err, &quota, "what it holds and what it asks are above the limit")
 	require.Equal(t, inventory.QuotaExceededError{Limit: 2, Held: 1}, *quota)
 
 	_, err = b.engine.Cancel(b.ctx, buyer(0), holds[0].Token)
 	require.NoError(t, err)
-	w, err := b.engine.Waitlist(b.ctx, waiter(0), sku)
+	w, err := b.engine.Waitlists().Waitlist(b.ctx, waiter(0), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.WaitOffered, w.Status, "the first waiter whose quantity fits gets the unit")
-	w, err = b.engine.Waitlist(b.ctx, buyer(3), sku)
+	w, err = b.engine.Waitlists().Waitlist(b.ctx, buyer(3), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.WaitWaiting, w.Status)
 	require.Equal(t, 1, w.Position)
 
 	_, err = b.engine.Cancel(b.ctx, buyer(1), holds[1].Token)
 	require.NoError(t, err)
-	w, err = b.engine.Waitlist(b.ctx, buyer(3), sku)
+	w, err = b.engine.Waitlists().Waitlist(b.ctx, buyer(3), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.WaitWaiting, w.Status, "one unit does not fit two")
 	require.Equal(t, 1, b.stock(t, sku).Available, "what no waiter can take is available to everyone")
 	_, err = b.engine.Cancel(b.ctx, buyer(2), holds[2].Token)
 	require.NoError(t, err)
-	w, err = b.engine.Waitlist(b.ctx, buyer(3), sku)
+	w, err = b.engine.Waitlists().Waitlist(b.ctx, buyer(3), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.WaitOffered, w.Status)
 	require.Equal(t, 2, w.Reservation.Quantity)
 	require.Equal(t, 0, b.stock(t, sku).Available)
 
-	left, err := b.engine.LeaveWaitlist(b.ctx, buyer(3), sku)
+	left, err := b.engine.Waitlists().LeaveWaitlist(b.ctx, buyer(3), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.WaitLeft, left.Status)
-	again, err := b.engine.LeaveWaitlist(b.ctx, buyer(3), sku)
+	again, err := b.engine.Waitlists().LeaveWaitlist(b.ctx, buyer(3), sku)
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 	b.drainOutbox(t)
@@ -244,7 +244,7 @@ func TestWaitlistSkipsWaitersThatDoNotFit(t *testing.T) {
 	require.Equal(t, db.WaitLeft, rows[0].Status)
 	require.NotEmpty(t, rows[0].Token, "a left entry keeps the reservation it was offered")
 	require.Equal(t, db.WaitOffered, rows[1].Status)
-	mine, err := b.engine.MyWaitlist(b.ctx, buyer(3))
+	mine, err := b.engine.Waitlists().MyWaitlist(b.ctx, buyer(3))
 	require.NoError(t, err)
 	require.Len(t, mine, 1)
 	require.Equal(t, inventory.WaitLeft, mine[0].Status)
@@ -258,10 +258,10 @@ func TestWaitlistExpiryPassesUnitsOn(t *testing.T) {
 	r, err := b.engine.Reserve(b.ctx, buyer(0), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
 	require.NoError(t, err)
 	for i := 0; i < 2; i++ {
-		_, err := b.engine.JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+		_, err := b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
 		require.NoError(t, err)
 	}
-	_, err = b.engine.JoinWaitlist(b.ctx, waiter(2), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(2), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
 	var full *inventory.WaitlistFullError
 	require.ErrorAs(t, err, &full)
 	require.Equal(t, 2, full.Limit)
@@ -270,7 +270,7 @@ func TestWaitlistExpiryPassesUnitsOn(t *testing.T) {
 		require.Eventually(t, func() bool {
 			_, err := b.engine.Maintenance().ExpireDue(b.ctx, inventory.PartitionOf(sku), 100)
 			require.NoError(t, err)
-			w, err := b.engine.Waitlist(b.ctx, who, sku)
+			w, err := b.engine.Waitlists().Waitlist(b.ctx, who, sku)
 			require.NoError(t, err)
 			return w.Status == inventory.WaitOffered
 		}, 5*time.Second, 50*time.Millisecond)
@@ -279,7 +279,7 @@ func TestWaitlistExpiryPassesUnitsOn(t *testing.T) {
 	_, err = b.engine.Reservation(b.ctx, buyer(0), r.Token)
 	require.NoError(t, err)
 	expireUntil(waiter(1))
-	w, err := b.engine.Waitlist(b.ctx, waiter(0), sku)
+	w, err := b.engine.Waitlists().Waitlist(b.ctx, waiter(0), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.StatusExpired, w.Reservation.Status)
 	b.requireBalanced(t, sku)
@@ -294,12 +294,12 @@ func TestWaitlistTakesUnitsALateCommitReleases(t *testing.T) {
 	b.product(t, sku, 1, 0)
 	r, err := b.engine.Reserve(b.ctx, buyer(0), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
 	require.NoError(t, err)
-	_, err = b.engine.JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return time.Now().After(r.ExpiresAt.Add(50 * time.Millisecond)) }, 3*time.Second, 20*time.Millisecond)
 	_, err = b.engine.Commit(b.ctx, buyer(0), r.Token)
 	require.ErrorIs(t, err, inventory.ErrExpired)
-	w, err := b.engine.Waitlist(b.ctx, waiter(0), sku)
+	w, err := b.engine.Waitlists().Waitlist(b.ctx, waiter(0), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.WaitOffered, w.Status, "the unit the late commit released went to the waiter")
 	require.Equal(t, 0, b.stock(t, sku).Available)
@@ -312,14 +312,14 @@ func TestWaitlistTakesUnitsALateCartCommitReleases(t *testing.T) {
 	b := setup(t, "single", inventory.Config{})
 	const sku = "WL-LATECART"
 	b.product(t, sku, 1, 0)
-	cart, err := b.engine.ReserveCart(b.ctx, buyer(0), inventory.CartRequest{Lines: lines([]string{sku}, 1), HoldFor: time.Second})
+	cart, err := b.engine.Carts().ReserveCart(b.ctx, buyer(0), inventory.CartRequest{Lines: lines([]string{sku}, 1), HoldFor: time.Second})
 	require.NoError(t, err)
-	_, err = b.engine.JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(0), inventory.JoinWaitlistRequest{SKU: sku, Quantity: 1})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return time.Now().After(cart.ExpiresAt.Add(50 * time.Millisecond)) }, 3*time.Second, 20*time.Millisecond)
-	_, err = b.engine.CommitCart(b.ctx, buyer(0), cart.Token)
+	_, err = b.engine.Carts().CommitCart(b.ctx, buyer(0), cart.Token)
 	require.ErrorIs(t, err, inventory.ErrExpired)
-	w, err := b.engine.Waitlist(b.ctx, waiter(0), sku)
+	w, err := b.engine.Waitlists().Waitlist(b.ctx, waiter(0), sku)
 	require.NoError(t, err)
 	require.Equal(t, inventory.WaitOffered, w.Status, "the unit the late cart commit released went to the waiter")
 	require.Equal(t, 0, b.stock(t, sku).Available)

@@ -163,7 +163,7 @@ func (b *bundle) requireWalked(t *testing.T, sku string, who []string, qty map[s
 	tokens := map[string]string{}
 	seen := map[string]bool{}
 	for _, p := range offers {
-		w, err := b.engine.Waitlist(b.ctx, inventory.Principal{ID: p}, sku)
+		w, err := b.engine.Waitlists().Waitlist(b.ctx, inventory.Principal{ID: p}, sku)
 		require.NoError(t, err)
 		require.Equal(t, inventory.WaitOffered, w.Status, p)
 		require.NotNil(t, w.Reservation, p)
@@ -235,7 +235,7 @@ func TestWalkOfTenThousandWaitersIsBounded(t *testing.T) {
 		ones := []int{n - 4, n - 3, n - 2, n - 1}
 		qty := map[string]int{}
 		join := func(i, q int) error {
-			w, err := b.engine.JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: sku, Quantity: q, HoldFor: time.Minute})
+			w, err := b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: sku, Quantity: q, HoldFor: time.Minute})
 			if err == nil && w.Status != inventory.WaitWaiting {
 				err = errors.New(waiter(i).ID + " was not queued")
 			}
@@ -357,7 +357,7 @@ func TestWalkOverAHundredSKUDropIsBounded(t *testing.T) {
 			wg.Go(func() {
 				for i := g; i < refused; i += len(errs) {
 					var quota *inventory.QuotaExceededError
-					_, err := b.engine.JoinWaitlist(b.ctx, inventory.Principal{ID: "greedy-" + strconv.Itoa(i)},
+					_, err := b.engine.Waitlists().JoinWaitlist(b.ctx, inventory.Principal{ID: "greedy-" + strconv.Itoa(i)},
 						inventory.JoinWaitlistRequest{SKU: target, Quantity: 2})
 					if !errors.As(err, &quota) || *quota != (inventory.QuotaExceededError{Limit: 1, Held: 0}) {
 						errs[g] = errors.Join(errs[g], err, errors.New("greedy-"+strconv.Itoa(i)+" was not refused QUOTA_EXCEEDED {1, 0}"))
@@ -378,7 +378,7 @@ func TestWalkOverAHundredSKUDropIsBounded(t *testing.T) {
 		_, err = b.engine.Commit(b.ctx, buyerOf, bought.Token)
 		require.NoError(t, err)
 		for _, p := range []inventory.Principal{holder, buyerOf} {
-			_, err = b.engine.JoinWaitlist(b.ctx, p, inventory.JoinWaitlistRequest{SKU: target, Quantity: 1})
+			_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, p, inventory.JoinWaitlistRequest{SKU: target, Quantity: 1})
 			require.ErrorAs(t, err, &quota, p.ID)
 			require.Equal(t, inventory.QuotaExceededError{Limit: 1, Held: 1}, *quota, p.ID)
 		}
@@ -397,7 +397,7 @@ func TestWalkOverAHundredSKUDropIsBounded(t *testing.T) {
 		who := make([]string, 0, over+2)
 		qty := map[string]int{}
 		for i := range over + 2 {
-			_, err := b.engine.JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: target, Quantity: 1, HoldFor: time.Minute})
+			_, err := b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(i), inventory.JoinWaitlistRequest{SKU: target, Quantity: 1, HoldFor: time.Minute})
 			require.NoError(t, err)
 			who, qty[waiter(i).ID] = append(who, waiter(i).ID), 1
 		}

@@ -201,7 +201,7 @@ func (h *Hub) Subscribe(ctx context.Context, skus []string) (<-chan inventory.St
 	// keeps receiving changes, and a new SKU is re-read as soon as Redis
 	// confirms its subscription (see onSubscribed).
 	gens := h.gensOf(skus)
-	vals, err := h.engine.StockMany(ctx, skus)
+	vals, err := h.engine.Catalog().StockMany(ctx, skus)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to stock: %w", err)
 	}
@@ -507,7 +507,7 @@ func (h *Hub) resync(ctx context.Context, skus []string, force map[string]bool) 
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.ReadTimeout)
 	defer cancel()
-	vals, err := h.engine.StockMany(ctx, skus)
+	vals, err := h.engine.Catalog().StockMany(ctx, skus)
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ func setupBackend(t testing.TB, backend string, cfg live.HubConfig) *bundle {
 
 func (b *bundle) product(t testing.TB, sku string, stock int) {
 	t.Helper()
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: "Product " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: stock,
 	})
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func (b *bundle) product(t testing.TB, sku string, stock int) {
 
 func (b *bundle) truth(t testing.TB, sku string) inventory.Stock {
 	t.Helper()
-	s, err := b.engine.Stock(b.ctx, sku)
+	s, err := b.engine.Catalog().Stock(b.ctx, sku)
 	require.NoError(t, err)
 	return s
 }

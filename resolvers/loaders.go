@@ -43,25 +43,25 @@ func withLoaders(ctx context.Context, e *inventory.Engine) context.Context {
 
 // stock loads SKUs' live stock from Redis (nil: no such SKU).
 func (l *loaders) stock() *dataloadgen.Loader[string, *inventory.Stock] {
-	l.stockOnce.Do(func() { l.stockL = batched("stock", l.engine.StockMany) })
+	l.stockOnce.Do(func() { l.stockL = batched("stock", l.engine.Catalog().StockMany) })
 	return l.stockL
 }
 
 // product loads products by SKU from Postgres (nil: no such SKU).
 func (l *loaders) product() *dataloadgen.Loader[string, *inventory.Product] {
-	l.productOnce.Do(func() { l.productL = batched("products", l.engine.ProductsBySKU) })
+	l.productOnce.Do(func() { l.productL = batched("products", l.engine.Catalog().ProductsBySKU) })
 	return l.productL
 }
 
 // drop loads drops, with their SKUs, from Postgres (nil: no such drop).
 func (l *loaders) drop() *dataloadgen.Loader[string, *inventory.Drop] {
-	l.dropOnce.Do(func() { l.dropL = batched("drops", l.engine.DropsByID) })
+	l.dropOnce.Do(func() { l.dropL = batched("drops", l.engine.Drops().DropsByID) })
 	return l.dropL
 }
 
 // draw loads products' draws from Postgres (nil: not sold by draw).
 func (l *loaders) draw() *dataloadgen.Loader[string, *inventory.Draw] {
-	l.drawOnce.Do(func() { l.drawL = batched("draws", l.engine.DrawsOf) })
+	l.drawOnce.Do(func() { l.drawL = batched("draws", l.engine.Draws().DrawsOf) })
 	return l.drawL
 }
 

@@ -143,27 +143,27 @@ func (r *mutationResolver) ReserveCart(ctx context.Context, input model.ReserveC
 		}
 		req.HoldFor = time.Duration(*input.HoldSeconds) * time.Second
 	}
-	return cartPayload(r.deps.engine.ReserveCart(ctx, p, req))
+	return cartPayload(r.deps.engine.Carts().ReserveCart(ctx, p, req))
 }
 
 // CommitCart is the resolver for the commitCart field.
 func (r *mutationResolver) CommitCart(ctx context.Context, input model.CommitCartInput) (*model.CartPayload, error) {
 	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
-		return r.deps.engine.CommitCart(ctx, p, input.Token)
+		return r.deps.engine.Carts().CommitCart(ctx, p, input.Token)
 	})
 }
 
 // CancelCart is the resolver for the cancelCart field.
 func (r *mutationResolver) CancelCart(ctx context.Context, input model.CancelCartInput) (*model.CartPayload, error) {
 	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
-		return r.deps.engine.CancelCart(ctx, p, input.Token)
+		return r.deps.engine.Carts().CancelCart(ctx, p, input.Token)
 	})
 }
 
 // ExtendCart is the resolver for the extendCart field.
 func (r *mutationResolver) ExtendCart(ctx context.Context, input model.ExtendCartInput) (*model.CartPayload, error) {
 	return r.cartMutation(ctx, func(p inventory.Principal) (inventory.Cart, error) {
-		return r.deps.engine.ExtendCart(ctx, p, input.Token, inventory.ExtendRequest{
+		return r.deps.engine.Carts().ExtendCart(ctx, p, input.Token, inventory.ExtendRequest{
 			HoldFor: time.Duration(input.HoldSeconds) * time.Second, IdempotencyKey: deref(input.IdempotencyKey)})
 	})
 }
@@ -185,7 +185,7 @@ func (r *mutationResolver) CreateProduct(ctx context.Context, input model.Create
 	if m := moneyInput(input.Price); m != nil {
 		in.Price = *m
 	}
-	return productResult(r.deps.engine.CreateProduct(ctx, p, in))
+	return productResult(r.deps.engine.Catalog().CreateProduct(ctx, p, in))
 }
 
 // CreateDrop is the resolver for the createDrop field.
@@ -194,7 +194,7 @@ func (r *mutationResolver) CreateDrop(ctx context.Context, input model.CreateDro
 	if refused != nil {
 		return &model.DropPayload{UserErrors: []*model.UserError{refused}}, nil
 	}
-	d, err := r.deps.engine.CreateDrop(ctx, p, inventory.DropInput{
+	d, err := r.deps.engine.Drops().CreateDrop(ctx, p, inventory.DropInput{
 		ID: input.ID, Name: input.Name, MaxPerUser: input.MaxPerUser,
 		SaleStartsAt: input.SaleStartsAt, SaleEndsAt: input.SaleEndsAt, Queue: queueSettings(input.Queue),
 	})
@@ -224,7 +224,7 @@ func (r *mutationResolver) UpdateProduct(ctx context.Context, input model.Update
 	}
 	u.SaleStartsAt = clearableTime(input.SaleStartsAt.ValueOK())
 	u.SaleEndsAt = clearableTime(input.SaleEndsAt.ValueOK())
-	return productResult(r.deps.engine.UpdateProduct(ctx, p, input.Sku, u))
+	return productResult(r.deps.engine.Catalog().UpdateProduct(ctx, p, input.Sku, u))
 }
 
 // Restock is the resolver for the restock field.
@@ -233,7 +233,7 @@ func (r *mutationResolver) Restock(ctx context.Context, input model.RestockInput
 	if refused != nil {
 		return productRefused(refused), nil
 	}
-	return productResult(r.deps.engine.Restock(ctx, p, input.Sku, input.Quantity, input.EventID))
+	return productResult(r.deps.engine.Catalog().Restock(ctx, p, input.Sku, input.Quantity, input.EventID))
 }
 
 // CreateWebhookEndpoint is the resolver for the createWebhookEndpoint field.
@@ -269,7 +269,7 @@ func (r *mutationResolver) JoinWaitlist(ctx context.Context, input model.JoinWai
 		}
 		req.HoldFor = time.Duration(*input.HoldSeconds) * time.Second
 	}
-	return waitlistResult(r.deps.engine.JoinWaitlist(ctx, p, req))
+	return waitlistResult(r.deps.engine.Waitlists().JoinWaitlist(ctx, p, req))
 }
 
 // LeaveWaitlist is the resolver for the leaveWaitlist field.
@@ -278,7 +278,7 @@ func (r *mutationResolver) LeaveWaitlist(ctx context.Context, input model.LeaveW
 	if refused != nil {
 		return waitlistRefused(refused), nil
 	}
-	return waitlistResult(r.deps.engine.LeaveWaitlist(ctx, p, input.Sku))
+	return waitlistResult(r.deps.engine.Waitlists().LeaveWaitlist(ctx, p, input.Sku))
 }
 
 // EnterDraw is the resolver for the enterDraw field.
@@ -287,7 +287,7 @@ func (r *mutationResolver) EnterDraw(ctx context.Context, input model.EnterDrawI
 	if refused != nil {
 		return drawEntryRefused(refused), nil
 	}
-	return drawEntryResult(r.deps.engine.EnterDraw(ctx, p, input.Sku, input.Quantity))
+	return drawEntryResult(r.deps.engine.Draws().EnterDraw(ctx, p, input.Sku, input.Quantity))
 }
 
 // Stock is the resolver for the stock field.
@@ -408,7 +408,7 @@ func (r *queryResolver) Products(ctx context.Context, first *int, after *string)
 			return nil, queryError(err)
 		}
 	}
-	list, err := r.deps.engine.Products(ctx, afterSKU, n+1)
+	list, err := r.deps.engine.Catalog().Products(ctx, afterSKU, n+1)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -488,7 +488,7 @@ func (r *queryResolver) MyWaitlist(ctx context.Context) ([]*model.WaitlistEntry,
 	if !ok {
 		return nil, errUnauthenticated
 	}
-	list, err := r.deps.engine.MyWaitlist(ctx, p)
+	list, err := r.deps.engine.Waitlists().MyWaitlist(ctx, p)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -505,7 +505,7 @@ func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, er
 	if !ok {
 		return nil, errUnauthenticated
 	}
-	c, err := r.deps.engine.CartOf(ctx, p, token)
+	c, err := r.deps.engine.Carts().CartOf(ctx, p, token)
 	switch code := inventory.ErrorCode(err); {
 	case err == nil:
 		return cartModel(c), nil
@@ -544,7 +544,7 @@ func (r *queryResolver) MyDrawEntries(ctx context.Context) ([]*model.DrawEntry, 
 	if !ok {
 		return nil, errUnauthenticated
 	}
-	list, err := r.deps.engine.MyDrawEntries(ctx, p)
+	list, err := r.deps.engine.Draws().MyDrawEntries(ctx, p)
 	if err != nil {
 		return nil, queryError(err)
 	}

@@ -63,7 +63,7 @@ func (d *deps) waitlistChanged(ctx context.Context, sku string) (<-chan *model.W
 	if d.hub == nil {
 		return nil, errLiveUnavailable
 	}
-	first, err := d.engine.Waitlist(ctx, p, sku)
+	first, err := d.engine.Waitlists().Waitlist(ctx, p, sku)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -94,7 +94,7 @@ func (d *deps) waitlistChanged(ctx context.Context, sku string) (<-chan *model.W
 				return
 			}
 			rctx, rcancel := context.WithTimeout(ctx, rereadTimeout)
-			w, err := d.engine.Waitlist(rctx, p, sku)
+			w, err := d.engine.Waitlists().Waitlist(rctx, p, sku)
 			rcancel()
 			if err != nil {
 				if ctx.Err() != nil || errors.Is(err, context.Canceled) {

@@ -21,7 +21,7 @@ func TestAdmissionGoesOnWhenItsInstanceDies(t *testing.T) {
 	testenv.Quiet(t)
 	b := setup(t)
 	const units, people = 40, 60
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: "Q-DROP", Name: "Queued drop", Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: units,
 		Queue: &inventory.QueueSettings{OpensAt: time.Now().Add(-time.Second), AdmitPerMinute: 600},
 	})
@@ -76,7 +76,7 @@ func TestAdmissionGoesOnWhenItsInstanceDies(t *testing.T) {
 	for i := range units {
 		require.True(t, bought[fmt.Sprintf("p-%02d", i)], "ticket %d was admitted before later ones", i+1)
 	}
-	s, err := b.engine.Stock(b.ctx, "Q-DROP")
+	s, err := b.engine.Catalog().Stock(b.ctx, "Q-DROP")
 	require.NoError(t, err)
 	require.Equal(t, units, s.Sold)
 	require.Equal(t, 0, s.Held)

@@ -49,7 +49,7 @@ func TestSixHundredFullCartsFallingDueAfterACrash(t *testing.T) {
 	for g := range errs {
 		wg.Go(func() {
 			for i := g; i < carts; i += len(errs) {
-				_, err := b.engine.ReserveCart(b.ctx, inventory.Principal{ID: fmt.Sprintf("cart-buyer-%d", i)}, req)
+				_, err := b.engine.Carts().ReserveCart(b.ctx, inventory.Principal{ID: fmt.Sprintf("cart-buyer-%d", i)}, req)
 				errs[g] = errors.Join(errs[g], err)
 			}
 		})

@@ -128,7 +128,7 @@ func TestClusterFailoverMidDrop(t *testing.T) {
 			case <-tick.C:
 			}
 			for _, s := range all {
-				st, err := b.engine.Stock(sampleCtx, s)
+				st, err := b.engine.Catalog().Stock(sampleCtx, s)
 				if err != nil {
 					continue // the shard is down: nothing to sample
 				}

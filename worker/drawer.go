@@ -106,7 +106,7 @@ func (w *Drawer) pass(ctx context.Context) {
 		}
 		dctx, cancel := context.WithTimeout(ctx, w.cfg.DrawTimeout)
 		began := time.Now()
-		rep, err := w.engine.Engine().RunDraw(dctx, sku)
+		rep, err := w.engine.Engine().Draws().RunDraw(dctx, sku)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {

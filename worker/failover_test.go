@@ -61,7 +61,7 @@ func TestPromotedReplicaMissingWrites(t *testing.T) {
 	g.Rebuilder.reloaded.Wait(t, 45*time.Second)
 	t.Logf("recovered %s after the primary died", time.Since(start).Round(time.Millisecond))
 	require.Equal(t, 1.0, metric(t, reg, "dropline_redis_failovers_total"), "the rebuilder saw the promotion")
-	s, err := b.engine.Stock(b.ctx, sku)
+	s, err := b.engine.Catalog().Stock(b.ctx, sku)
 	require.NoError(t, err)
 	require.Equal(t, 1, s.Sold, "the promoted Redis has the sale")
 
@@ -136,7 +136,7 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 	x.crash(errCrashed)
 	close(release)
 	stop(t, x.Group)
-	s, err := b.engine.Stock(b.ctx, sku)
+	s, err := b.engine.Catalog().Stock(b.ctx, sku)
 	require.NoError(t, err)
 	require.Zero(t, s.Sold, "the promoted Redis missed the sale, and x reloaded nothing")
 
@@ -144,7 +144,7 @@ func TestPromotionReloadSurvivesItsClaimerDying(t *testing.T) {
 	y, reg := b.startGroup(t, fastConfig("y"))
 	newID := y.Rebuilder.reloaded.Wait(t, 30*time.Second)
 	t.Logf("y reloaded %s after x died holding the claim", time.Since(start).Round(time.Millisecond))
-	s, err = b.engine.Stock(b.ctx, sku)
+	s, err = b.engine.Catalog().Stock(b.ctx, sku)
 	require.NoError(t, err)
 	require.Equal(t, 1, s.Sold, "y reloaded the SKU that x claimed and left")
 	require.Equal(t, 1.0, metric(t, reg, "dropline_redis_failovers_total"))
@@ -178,9 +178,9 @@ func TestReloadKeepsHoldsTheWriteBehindHadNotAppliedInADrop(t *testing.T) {
 	b := setup(t)
 	const drop, sku, total = "RELOAD-DROP", "RELOAD-DROP-1", 4
 	require.NotEqual(t, inventory.PartitionOf(sku), inventory.DropPartition(drop), "the SKU's own partition is not its drop's")
-	_, err := b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: drop, Name: "Drop", MaxPerUser: 1})
+	_, err := b.engine.Drops().CreateDrop(b.ctx, admin, inventory.DropInput{ID: drop, Name: "Drop", MaxPerUser: 1})
 	require.NoError(t, err)
-	_, err = b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err = b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: sku, Price: inventory.Money{Amount: 1000, Currency: "EUR"}, Stock: total, Drop: drop,
 	})
 	require.NoError(t, err)

@@ -45,7 +45,7 @@ func benchApply(b *testing.B, size int) {
 	engine, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: env.Prefix}, env.Client, pool, zerolog.Nop())
 	require.NoError(b, err)
 	const sku = "BENCH-WB"
-	_, err = engine.CreateProduct(ctx, admin, inventory.ProductInput{
+	_, err = engine.Catalog().CreateProduct(ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: sku, Price: inventory.Money{Amount: 1000, Currency: "EUR"}, Stock: 1_000_000_000,
 	})
 	require.NoError(b, err)

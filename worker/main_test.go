@@ -205,7 +205,7 @@ func stop(t *testing.T, s startstop.Service) {
 
 func (b *bundle) product(t *testing.T, sku string, stock int) {
 	t.Helper()
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: sku, Price: inventory.Money{Amount: 1000, Currency: "EUR"}, Stock: stock,
 	})
 	require.NoError(t, err)
@@ -292,7 +292,7 @@ func isNoSuchKey(err error) bool {
 // stock reads a SKU's counters straight from Redis.
 func (b *bundle) stock(t *testing.T, sku string) inventory.Stock {
 	t.Helper()
-	s, err := b.engine.Stock(b.ctx, sku)
+	s, err := b.engine.Catalog().Stock(b.ctx, sku)
 	require.NoError(t, err)
 	return s
 }

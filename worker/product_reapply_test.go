@@ -34,9 +34,9 @@ func TestProductChangesMissedByRedisConverge(t *testing.T) {
 	srv.Stop()
 	limit := 4
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-	_, err = b.engine.UpdateProduct(ctx, admin, sku, inventory.ProductUpdate{MaxPerUser: &limit})
+	_, err = b.engine.Catalog().UpdateProduct(ctx, admin, sku, inventory.ProductUpdate{MaxPerUser: &limit})
 	require.ErrorIs(t, err, inventory.ErrUnavailable)
-	_, err = b.engine.Restock(ctx, admin, sku, 5, "po-77")
+	_, err = b.engine.Catalog().Restock(ctx, admin, sku, 5, "po-77")
 	require.ErrorIs(t, err, inventory.ErrUnavailable)
 	cancel()
 	var pgTotal, pgVersion int64

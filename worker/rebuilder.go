@@ -279,7 +279,7 @@ func (w *Rebuilder) rebuild(ctx context.Context, lost []bool) (failed [inventory
 	n := 0
 	for {
 		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
-		page, err := w.engine.Engine().Products(sctx, after, w.cfg.PageSize)
+		page, err := w.engine.Engine().Catalog().Products(sctx, after, w.cfg.PageSize)
 		cancel()
 		if err != nil {
 			return failed, fmt.Errorf("listing products to rebuild: %w", err)

@@ -29,7 +29,7 @@ func TestWalkSweepFinishesAnUnfinishedWalk(t *testing.T) {
 	for g := range errs {
 		wg.Go(func() {
 			for i := g; i < n; i += len(errs) {
-				_, err := b.engine.JoinWaitlist(b.ctx, inventory.Principal{ID: fmt.Sprintf("big-%d", i)},
+				_, err := b.engine.Waitlists().JoinWaitlist(b.ctx, inventory.Principal{ID: fmt.Sprintf("big-%d", i)},
 					inventory.JoinWaitlistRequest{SKU: "WALK-SWEEP", Quantity: 2})
 				errs[g] = errors.Join(errs[g], err)
 			}
@@ -38,7 +38,7 @@ func TestWalkSweepFinishesAnUnfinishedWalk(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
 	last := inventory.Principal{ID: "last"}
-	_, err = b.engine.JoinWaitlist(b.ctx, last, inventory.JoinWaitlistRequest{SKU: "WALK-SWEEP", Quantity: 1})
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, last, inventory.JoinWaitlistRequest{SKU: "WALK-SWEEP", Quantity: 1})
 	require.NoError(t, err)
 
 	g, reg := b.startGroup(t, fastConfig("solo"))
@@ -47,7 +47,7 @@ func TestWalkSweepFinishesAnUnfinishedWalk(t *testing.T) {
 	require.NoError(t, err)
 	walks := b.engine.Keys().Walks(b.engine.Keys().PartitionOf("WALK-SWEEP"))
 	eventually(t, 5*time.Second, func() bool {
-		w, err := b.engine.Waitlist(b.ctx, last, "WALK-SWEEP")
+		w, err := b.engine.Waitlists().Waitlist(b.ctx, last, "WALK-SWEEP")
 		require.NoError(t, err)
 		return w.Status == inventory.WaitOffered
 	}, "the waiter at the back is offered the unit")

@@ -195,7 +195,7 @@ func TestWebhooksArriveAsRecordedInOrderThroughFailures(t *testing.T) {
 	ep := b.subscribe(t, recv.URL, secret)
 	skus := []string{"WH-A", "WH-B", "WH-C"}
 	for _, sku := range skus {
-		_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: sku, Name: sku,
+		_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: sku, Name: sku,
 			Price: inventory.Money{Amount: 1500, Currency: "EUR"}, Stock: 8})
 		require.NoError(t, err)
 	}
@@ -212,7 +212,7 @@ func TestWebhooksArriveAsRecordedInOrderThroughFailures(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	_, err := b.engine.Restock(b.ctx, admin, "WH-A", 3, "po-1")
+	_, err := b.engine.Catalog().Restock(b.ctx, admin, "WH-A", 3, "po-1")
 	require.NoError(t, err)
 	sold[0] += b.sell(t, "WH-A", 5)
 	require.Equal(t, []int{11, 8, 8}, sold)
@@ -279,7 +279,7 @@ func TestWebhookDeadLettersAndRedelivery(t *testing.T) {
 		return webhooktest.Accept
 	})
 	ep := b.subscribe(t, recv.URL, secret)
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: "WH-DEAD", Name: "dead",
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: "WH-DEAD", Name: "dead",
 		Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 3})
 	require.NoError(t, err)
 	cfg := fastWebhooks("one")
@@ -350,7 +350,7 @@ func TestHangingEndpointDoesNotHoldUpAnother(t *testing.T) {
 	fastEP := b.subscribe(t, fast.URL, fastSecret)
 	skus := []string{"WH-H1", "WH-H2", "WH-H3", "WH-H4", "WH-H5", "WH-H6"}
 	for _, sku := range skus {
-		_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: sku, Name: sku,
+		_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: sku, Name: sku,
 			Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 5})
 		require.NoError(t, err)
 	}
@@ -384,20 +384,20 @@ func TestDrawDrawnWebhookRevealsTheSeed(t *testing.T) {
 	secret := webhook.NewSecret()
 	recv := webhooktest.New(t, secret, nil)
 	ep := b.subscribe(t, recv.URL, secret)
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: "WH-DRAW", Name: "Draw", Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: 2,
 		Draw: &inventory.DrawInput{ClosesAt: time.Now().Add(time.Hour), WinnerHold: time.Minute},
 	})
 	require.NoError(t, err)
 	for i := range 5 {
-		_, err := b.engine.EnterDraw(b.ctx, inventory.Principal{ID: fmt.Sprintf("entrant-%d", i)}, "WH-DRAW", 1)
+		_, err := b.engine.Draws().EnterDraw(b.ctx, inventory.Principal{ID: fmt.Sprintf("entrant-%d", i)}, "WH-DRAW", 1)
 		require.NoError(t, err)
 	}
 	_, err = b.pool.Exec(b.ctx, `UPDATE draws SET closes_at = clock_timestamp() WHERE sku = 'WH-DRAW'`)
 	require.NoError(t, err)
 	d, _ := b.startDispatcher(t, fastWebhooks("one"))
 	for range 2 {
-		_, err = b.engine.RunDraw(b.ctx, "WH-DRAW")
+		_, err = b.engine.Draws().RunDraw(b.ctx, "WH-DRAW")
 		require.NoError(t, err)
 	}
 	b.waitSettled(t, ep.ID, 30*time.Second, d)

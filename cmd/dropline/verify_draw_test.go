@@ -30,7 +30,7 @@ func TestVerifyDraw(t *testing.T) {
 	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
 	require.NoError(t, err)
 	const sku = "VERIFY-1"
-	_, err = e.CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+	_, err = e.Catalog().CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
 		SKU: sku, Name: "Draw", Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 700,
 		Draw: &inventory.DrawInput{ClosesAt: time.Now().Add(time.Hour), WinnerHold: time.Minute},
 	})
@@ -46,7 +46,7 @@ func TestVerifyDraw(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE draws SET closes_at = clock_timestamp() WHERE sku = $1`, sku)
 	require.NoError(t, err)
-	_, err = e.RunDraw(ctx, sku)
+	_, err = e.Draws().RunDraw(ctx, sku)
 	require.NoError(t, err)
 
 	code, out, errOut := runCmd(t, envm, "verify-draw", "--sku", sku)

@@ -30,7 +30,7 @@ func TestVerifyQueue(t *testing.T) {
 	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
 	require.NoError(t, err)
 	const sku = "VQ-1"
-	_, err = e.CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+	_, err = e.Catalog().CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
 		SKU: sku, Name: "Queued", Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 10,
 		Queue: &inventory.QueueSettings{OpensAt: time.Now().Add(time.Hour), AdmitPerMinute: 60},
 	})

@@ -30,7 +30,7 @@ func TestFencedWriterAfterPause(t *testing.T) {
 	pool := testenv.Postgres(t)
 	eng, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
 	require.NoError(t, err)
-	_, err = eng.CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+	_, err = eng.Catalog().CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
 		SKU: "FENCE-1", Name: "Fence", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: 10})
 	require.NoError(t, err)
 	ledger := db.NewLedger(pool)

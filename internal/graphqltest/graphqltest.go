@@ -92,7 +92,7 @@ func (e *Env) Token(t testing.TB, principal string, admin bool) string {
 // Truth reads the stock the engine reports for sku.
 func (e *Env) Truth(t testing.TB, sku string) inventory.Stock {
 	t.Helper()
-	s, err := e.Engine.Stock(context.Background(), sku)
+	s, err := e.Engine.Catalog().Stock(context.Background(), sku)
 	require.NoError(t, err)
 	return s
 }

@@ -49,7 +49,7 @@ func setupWith(t testing.TB, backend string, cfg inventory.Config) *bundle {
 
 func (b *bundle) queuedProduct(t testing.TB, sku string, stock int, q inventory.QueueSettings) queue.Ref {
 	t.Helper()
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: "Product " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: stock, Queue: &q,
 	})
 	require.NoError(t, err)
@@ -338,25 +338,25 @@ func TestCartsAndWaitlistAskForThePass(t *testing.T) {
 			return tk.Pass
 		}
 		lines := []inventory.CartLine{{SKU: "Q-CART", Quantity: 1}, {SKU: "PLAIN", Quantity: 1}}
-		_, err := b.engine.ReserveCart(b.ctx, buyer(3), inventory.CartRequest{Lines: lines})
+		_, err := b.engine.Carts().ReserveCart(b.ctx, buyer(3), inventory.CartRequest{Lines: lines})
 		require.ErrorIs(t, err, inventory.ErrQueueRequired, "a cart line needs the pass")
-		_, err = b.engine.ReserveCart(b.ctx, buyer(3), inventory.CartRequest{Lines: lines, AdmissionPass: pass(1)})
+		_, err = b.engine.Carts().ReserveCart(b.ctx, buyer(3), inventory.CartRequest{Lines: lines, AdmissionPass: pass(1)})
 		require.ErrorIs(t, err, inventory.ErrPassInvalid, "another's pass")
-		cart, err := b.engine.ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines, AdmissionPass: pass(1)})
+		cart, err := b.engine.Carts().ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines, AdmissionPass: pass(1)})
 		require.NoError(t, err)
 		require.Len(t, cart.Lines, 2)
-		_, err = b.engine.ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines[:1], AdmissionPass: "spent"})
+		_, err = b.engine.Carts().ReserveCart(b.ctx, buyer(1), inventory.CartRequest{Lines: lines[:1], AdmissionPass: "spent"})
 		require.ErrorIs(t, err, inventory.ErrPassInvalid)
 
-		_, err = b.engine.JoinWaitlist(b.ctx, buyer(3), inventory.JoinWaitlistRequest{SKU: "Q-CART", Quantity: 1})
+		_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, buyer(3), inventory.JoinWaitlistRequest{SKU: "Q-CART", Quantity: 1})
 		require.ErrorIs(t, err, inventory.ErrQueueRequired, "a waitlist join needs the pass")
-		w, err := b.engine.JoinWaitlist(b.ctx, buyer(2), inventory.JoinWaitlistRequest{SKU: "Q-CART", Quantity: 1, AdmissionPass: pass(2)})
+		w, err := b.engine.Waitlists().JoinWaitlist(b.ctx, buyer(2), inventory.JoinWaitlistRequest{SKU: "Q-CART", Quantity: 1, AdmissionPass: pass(2)})
 		require.NoError(t, err)
 		require.Equal(t, inventory.WaitOffered, w.Status, "a unit is there: served at once")
 		tk, _, err := b.queues.MyTicket(b.ctx, buyer(2).ID, r)
 		require.NoError(t, err)
 		require.Equal(t, queue.TicketUsed, tk.Status, "the join spent the pass")
-		s, err := b.engine.Stock(b.ctx, "Q-CART")
+		s, err := b.engine.Catalog().Stock(b.ctx, "Q-CART")
 		require.NoError(t, err)
 		require.Equal(t, 0, s.Available)
 		require.Equal(t, 2, s.Held)
@@ -365,7 +365,7 @@ func TestCartsAndWaitlistAskForThePass(t *testing.T) {
 
 func (b *bundle) product(t testing.TB, sku string, stock int) {
 	t.Helper()
-	_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{
 		SKU: sku, Name: "Product " + sku, Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: stock,
 	})
 	require.NoError(t, err)

@@ -56,13 +56,6 @@ func (k Keys) PartitionOf(sku string) int {
 	return PartitionOf(sku)
 }
 
-// Place records that sku belongs to drop ("" for none).
-func (k Keys) Place(sku, drop string) {
-	if drop != "" {
-		k.PlaceAt(sku, DropPartition(drop))
-	}
-}
-
 // PlaceAt records that sku lives in partition p, as an event of p's outbox
 // or a token of p says: a hold is always made in its SKU's partition.
 func (k Keys) PlaceAt(sku string, p int) {
@@ -124,11 +117,11 @@ func (k Keys) IdempotencyClaim(idemHash string) string {
 	return k.Base(int(crc32.ChecksumIEEE([]byte(idemHash))%Partitions)) + "idemclaim:" + idemHash
 }
 
-// IdempotencyClaims marks, in the partition of the claim of idemHash, since
+// idempotencyClaims marks, in the partition of the claim of idemHash, since
 // when Redis has kept that partition's claims (ms). It has no TTL, so it is
 // lost exactly when the claims are: its absence or youth tells a claim that
 // looks new that an earlier one may have been lost.
-func (k Keys) IdempotencyClaims(idemHash string) string {
+func (k Keys) idempotencyClaims(idemHash string) string {
 	return k.Base(int(crc32.ChecksumIEEE([]byte(idemHash))%Partitions)) + "idemclaims"
 }
 
@@ -163,9 +156,9 @@ func (k Keys) channelIn(p int, sku string) string { return k.Base(p) + "avail:" 
 // home partition; the cart's token names that partition.
 func (k Keys) Cart(p int, token string) string { return k.Base(p) + "cart:" + token }
 
-// CartIdempotency is the record of a cart's first outcome for an
+// cartIdempotency is the record of a cart's first outcome for an
 // idempotency hash, in the partition of the hash (the cart's home).
-func (k Keys) CartIdempotency(p int, idemHash string) string {
+func (k Keys) cartIdempotency(p int, idemHash string) string {
 	return k.Base(p) + "cartidem:" + idemHash
 }
 
@@ -179,16 +172,6 @@ func (k Keys) CartsPending(p int) string { return k.Base(p) + "cartpending" }
 // builders take the partition from the hold's token and build the SKU's keys
 // in that partition, as the scripts did when they derived them: a token is
 // always made in its SKU's partition.
-
-// ReserveKeys is reserve.lua's KEYS for a batch of one request: a new hold
-// of sku under token, with idempotency hash idemHash ("" for none). The
-// engine batches through reserveBatchKeys and reserveRequestKeys; this is
-// for callers that run the script on its own (the benchmarks).
-func (k Keys) ReserveKeys(sku, token, idemHash string) []string {
-	p := k.PartitionOf(sku)
-	r := k.reserveRequestKeys(p, sku, token, idemHash, "")
-	return append(k.reserveBatchKeys(p, 1), r[:]...)
-}
 
 // reserveBatchKeys is the start of reserve.lua's KEYS, shared by every
 // request of a batch of partition p; reserveRequestKeys follow, per request.
@@ -314,12 +297,12 @@ func (k Keys) dueHoldsKeys(p int) []string { return []string{k.Expiry(p)} }
 
 // claimKeys is claim_idempotency_key.lua's KEYS.
 func (k Keys) claimKeys(idemHash string) []string {
-	return []string{k.IdempotencyClaim(idemHash), k.IdempotencyClaims(idemHash)}
+	return []string{k.IdempotencyClaim(idemHash), k.idempotencyClaims(idemHash)}
 }
 
 // cartKeys is the KEYS of open_cart.lua and finish_cart.lua.
 func (k Keys) cartKeys(p int, token, idemHash string) []string {
-	return []string{k.Cart(p, token), k.CartIdempotency(p, idemHash), k.CartsPending(p)}
+	return []string{k.Cart(p, token), k.cartIdempotency(p, idemHash), k.CartsPending(p)}
 }
 
 // abandonCartKeys is abandon_cart.lua's and extend_cart.lua's KEYS.

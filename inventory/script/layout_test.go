@@ -39,6 +39,9 @@ func builtNames(t *testing.T) map[string]string {
 		name := m.Call(args)[0].String()
 		out[tag.ReplaceAllString(name, "{p}")] = mt.Name
 	}
+	// The builders only the scripts' KEYS use, unexported.
+	out[tag.ReplaceAllString(k.cartIdempotency(7, "<>"), "{p}")] = "cartIdempotency"
+	out[tag.ReplaceAllString(k.idempotencyClaims("<>"), "{p}")] = "idempotencyClaims"
 	return out
 }
 

@@ -32,7 +32,7 @@ func FuzzGraphQLRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	const sku, total = "FUZZ-GQL", 1000
-	if _, err := eng.CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+	if _, err := eng.Catalog().CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
 		SKU: sku, Name: "Fuzz", Price: inventory.Money{Amount: 1, Currency: "EUR"}, Stock: total}); err != nil {
 		f.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func FuzzGraphQLRequest(f *testing.F) {
 		if strings.Contains(strings.ToLower(logs.String()), "panic") {
 			t.Fatalf("the handler logged a panic: %s", logs.String())
 		}
-		s, err := eng.Stock(context.Background(), sku)
+		s, err := eng.Catalog().Stock(context.Background(), sku)
 		if err != nil {
 			t.Fatal(err)
 		}

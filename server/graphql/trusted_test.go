@@ -54,7 +54,7 @@ func setupTrusted(t *testing.T, dev bool, manifest []byte) *liveEnv {
 		c.TrustedDocuments = docs
 		c.Dev = dev
 	})
-	_, err = le.Engine.CreateProduct(t.Context(), inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+	_, err = le.Engine.Catalog().CreateProduct(t.Context(), inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
 		SKU: "TRUST-1", Name: "Trusted", Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 3,
 	})
 	require.NoError(t, err)

@@ -1,0 +1,212 @@
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/dropline/dropline/"
+
+// root is the repository, two folders up from this package.
+const root = "../.."
+
+// layers ranks the module's packages: a package imports only packages of a
+// lower layer (its tests may import what they like). A package the table
+// does not name fails the test, so each new package is placed on purpose.
+// A prefix ending in "/" ranks every package under it.
+var layers = map[string]int{
+	// Leaves: know nothing of Dropline's other packages.
+	"inventory/outcome": 0, "internal/clientaddr": 0, "internal/machine": 0, "internal/prom": 0,
+	"internal/requestid": 0, "internal/startstop": 0, "internal/testsignal": 0, "internal/tracing": 0,
+	"internal/websocket": 0, "internal/wsclient": 0, "internal/webhooktest": 0, "auth": 0, "db": 0,
+	"graph/model": 0, "server/static": 0, "internal/archtest": 0,
+	// Built on the leaves only.
+	"inventory/policy": 1, "internal/drawverify": 1, "internal/testenv": 1, "graph": 1,
+	"server/playground": 1, "server/shop": 1, "server": 1,
+	// The scripts, then the script layer, then the engine over them.
+	"lua":              2,
+	"inventory/script": 3,
+	"inventory":        4,
+	// What builds on the engine.
+	"inventory/queue": 5, "webhook": 5,
+	"live": 6, "worker": 6,
+	"resolvers":      7,
+	"server/graphql": 8,
+	"config":         9, "internal/graphqltest": 9,
+	"app": 10,
+	// The load drivers and benchmarks, then the programs and whole-system tests.
+	"bench/": 11,
+	"cmd/":   12, "e2e/": 12,
+}
+
+func layerOf(pkg string) (int, bool) {
+	if l, ok := layers[pkg]; ok {
+		return l, true
+	}
+	best, rank := "", 0
+	for p, l := range layers {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(pkg+"/", p) && len(p) > len(best) {
+			best, rank = p, l
+		}
+	}
+	return rank, best != ""
+}
+
+// goFiles walks the repository's Go files, skipping node_modules and
+// dot folders.
+func goFiles(t *testing.T, visit func(path, rel string)) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".go") {
+			rel, _ := filepath.Rel(root, path)
+			visit(path, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoPackageImportsUpward checks every import of the module's own
+// packages (outside tests) against the layers.
+func TestNoPackageImportsUpward(t *testing.T) {
+	fset := token.NewFileSet()
+	seen := map[string]bool{}
+	goFiles(t, func(path, rel string) {
+		if strings.HasSuffix(rel, "_test.go") {
+			return
+		}
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, ok := layerOf(pkg)
+		if !ok {
+			if !seen[pkg] {
+				t.Errorf("package %s is in no layer: place it in layers", pkg)
+			}
+			seen[pkg] = true
+			return
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if !strings.HasPrefix(p, module) {
+				continue
+			}
+			to, ok := layerOf(strings.TrimPrefix(p, module))
+			if !ok {
+				continue // reported as its own package
+			}
+			if to >= from {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports point down only", rel, from, strings.TrimPrefix(p, module), to)
+			}
+		}
+	})
+}
+
+// generated says whether a Go file is generated (gqlgen's, and the
+// resolvers' stubs it keeps up to date).
+func generated(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	head := string(b[:min(len(b), 400)])
+	return strings.Contains(head, "// Code generated") && strings.Contains(head, "DO NOT EDIT")
+}
+
+// maxLines is the most lines a hand-written Go file may have.
+const maxLines = 700
+
+func TestNoHandWrittenFileIsLong(t *testing.T) {
+	goFiles(t, func(path, rel string) {
+		if strings.HasPrefix(rel, "graph/") || generated(path) {
+			return
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > maxLines {
+			t.Errorf("%s has %d lines; split it by what it does (at most %d)", rel, n, maxLines)
+		}
+	})
+}
+
+// maxMethods is the most exported methods a type may have.
+const maxMethods = 25
+
+// notYetCut lists the types over maxMethods that are still to be cut, and
+// why they are not yet; the test fails once one is cut and still listed.
+var notYetCut = map[string]string{
+	"db.Ledger": "the ledger's queries (55), one type for every table; to be cut by what each serves",
+}
+
+func TestNoTypeHasManyExportedMethods(t *testing.T) {
+	fset := token.NewFileSet()
+	count := map[string]int{} // package/Type -> exported methods
+	goFiles(t, func(path, rel string) {
+		if strings.HasPrefix(rel, "graph/") || strings.HasSuffix(rel, "_test.go") {
+			return
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || !fn.Name.IsExported() {
+				continue
+			}
+			typ := fn.Recv.List[0].Type
+			if s, ok := typ.(*ast.StarExpr); ok {
+				typ = s.X
+			}
+			if g, ok := typ.(*ast.IndexExpr); ok {
+				typ = g.X
+			}
+			id, ok := typ.(*ast.Ident)
+			if !ok {
+				continue
+			}
+			count[filepath.ToSlash(filepath.Dir(rel))+"."+id.Name]++
+		}
+	})
+	if count["inventory.Engine"] == 0 {
+		t.Fatal("found no exported method of inventory.Engine: the walk missed the code")
+	}
+	var over []string
+	for typ, why := range notYetCut {
+		if count[typ] <= maxMethods {
+			t.Errorf("%s has %d exported methods now: take it off notYetCut (%s)", typ, count[typ], why)
+		}
+	}
+	for typ, n := range count {
+		if n > maxMethods && notYetCut[typ] == "" {
+			over = append(over, typ+": "+strconv.Itoa(n))
+		}
+	}
+	sort.Strings(over)
+	for _, o := range over {
+		t.Errorf("%s exported methods; at most %d (cut the type by what it serves)", o, maxMethods)
+	}
+}
