@@ -53,7 +53,7 @@ func TestFailedCartGivesThePassBack(t *testing.T) {
 		}
 
 		// 1. A line refused in the other partition: nothing is held.
-		_, err = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{AdmissionPass: pass,
+		_, err = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{AdmissionPass: pass,
 			Lines: []inventory.CartLine{{SKU: r.ID, Quantity: 1}, {SKU: gone, Quantity: 1}}})
 		require.ErrorIs(t, err, inventory.ErrOutOfStock)
 		require.Equal(t, queue.TicketAdmitted, ticket().Status)
@@ -64,7 +64,7 @@ func TestFailedCartGivesThePassBack(t *testing.T) {
 		var wg sync.WaitGroup
 		var cartErr error
 		wg.Go(func() {
-			_, cartErr = b.engine.ReserveCart(b.ctx, alice, inventory.CartRequest{AdmissionPass: pass,
+			_, cartErr = b.engine.Carts().ReserveCart(b.ctx, alice, inventory.CartRequest{AdmissionPass: pass,
 				Lines: []inventory.CartLine{{SKU: r.ID, Quantity: 1}, {SKU: plain, Quantity: 1}}})
 		})
 		sawSpent := false
@@ -72,7 +72,7 @@ func TestFailedCartGivesThePassBack(t *testing.T) {
 		for time.Now().Before(deadline) {
 			tk := ticket()
 			sawSpent = sawSpent || tk.Status == queue.TicketUsed
-			s, err := b.engine.Stock(b.ctx, r.ID)
+			s, err := b.engine.Catalog().Stock(b.ctx, r.ID)
 			require.NoError(t, err)
 			if sawSpent && s.Held == 0 {
 				break

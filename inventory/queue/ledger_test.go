@@ -194,7 +194,7 @@ func TestQueueIsInTheLedger(t *testing.T) {
 		_, err = b.engine.Reserve(b.ctx, inventory.Principal{ID: byNumber[1]}, inventory.ReserveRequest{SKU: r.ID, Quantity: 1,
 			AdmissionPass: b.passOf(t, r, byNumber[1])})
 		require.NoError(t, err)
-		cart, err := b.engine.ReserveCart(b.ctx, inventory.Principal{ID: byNumber[2]}, inventory.CartRequest{
+		cart, err := b.engine.Carts().ReserveCart(b.ctx, inventory.Principal{ID: byNumber[2]}, inventory.CartRequest{
 			Lines: []inventory.CartLine{{SKU: r.ID, Quantity: 1}}, AdmissionPass: b.passOf(t, r, byNumber[2])})
 		require.NoError(t, err)
 
@@ -357,7 +357,7 @@ func TestQueueRebuiltAfterRedisLoss(t *testing.T) {
 		final := b.queueState(t, r)
 		b.requireLedgerAgrees(t, r, final)
 		require.Len(t, final.Live, units-bought-2)
-		s, err := b.engine.Stock(b.ctx, r.ID)
+		s, err := b.engine.Catalog().Stock(b.ctx, r.ID)
 		require.NoError(t, err)
 		require.Equal(t, bought+2, s.Held)
 		require.Equal(t, units-bought-2, s.Available)

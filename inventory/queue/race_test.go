@@ -194,7 +194,7 @@ func TestQueueRace(t *testing.T) {
 		require.NoError(t, err)
 
 		require.EqualValues(t, units, held.Load(), "every unit bought, each with a pass")
-		s, err := b.engine.Stock(b.ctx, r.ID)
+		s, err := b.engine.Catalog().Stock(b.ctx, r.ID)
 		require.NoError(t, err)
 		require.Equal(t, units, s.Held)
 		require.Zero(t, s.Available)
@@ -228,17 +228,17 @@ func TestQueuePairs(t *testing.T) {
 		drops := []string{"QD-ONE", "QD-TWO"}
 		skus := map[string][]string{}
 		for _, d := range drops {
-			_, err := b.engine.CreateDrop(b.ctx, admin, inventory.DropInput{ID: d, Name: "Drop " + d, MaxPerUser: 1,
+			_, err := b.engine.Drops().CreateDrop(b.ctx, admin, inventory.DropInput{ID: d, Name: "Drop " + d, MaxPerUser: 1,
 				Queue: &inventory.QueueSettings{OpensAt: opens, AdmitPerMinute: 600_000}})
 			require.NoError(t, err)
 			for _, s := range []string{d + "-A", d + "-B"} {
-				_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: s, Name: "Product " + s,
+				_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: s, Name: "Product " + s,
 					Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: units / 2, Drop: d})
 				require.NoError(t, err)
 				skus[d] = append(skus[d], s)
 			}
 		}
-		_, err := b.engine.CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: "Q-DRAW", Name: "Drawn",
+		_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: "Q-DRAW", Name: "Drawn",
 			Price: inventory.Money{Amount: 1999, Currency: "EUR"}, Stock: 1,
 			Draw: &inventory.DrawInput{ClosesAt: time.Now().Add(time.Hour), WinnerHold: time.Minute}, Queue: &inventory.QueueSettings{OpensAt: opens, AdmitPerMinute: 60}})
 		var invalid *inventory.InvalidInputError
@@ -291,10 +291,10 @@ func TestQueuePairs(t *testing.T) {
 					case 0:
 						_, err = b.engine.Reserve(ctx, who, inventory.ReserveRequest{SKU: mine[0], Quantity: 1, AdmissionPass: tk.Pass})
 					case 1:
-						_, err = b.engine.ReserveCart(ctx, who, inventory.CartRequest{AdmissionPass: tk.Pass,
+						_, err = b.engine.Carts().ReserveCart(ctx, who, inventory.CartRequest{AdmissionPass: tk.Pass,
 							Lines: []inventory.CartLine{{SKU: mine[0], Quantity: 1}, {SKU: mine[1], Quantity: 1}}})
 					case 2:
-						_, err = b.engine.JoinWaitlist(ctx, who, inventory.JoinWaitlistRequest{SKU: mine[1], Quantity: 1, AdmissionPass: tk.Pass})
+						_, err = b.engine.Waitlists().JoinWaitlist(ctx, who, inventory.JoinWaitlistRequest{SKU: mine[1], Quantity: 1, AdmissionPass: tk.Pass})
 					}
 					switch {
 					case err == nil:
@@ -354,7 +354,7 @@ func TestQueuePairs(t *testing.T) {
 			rows.Close()
 			var units2 int
 			for _, sku := range skus[drops[q]] {
-				s, err := b.engine.Stock(b.ctx, sku)
+				s, err := b.engine.Catalog().Stock(b.ctx, sku)
 				require.NoError(t, err)
 				require.GreaterOrEqual(t, s.Available, 0)
 				units2 += s.Held
