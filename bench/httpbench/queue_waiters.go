@@ -40,6 +40,9 @@ type WaiterResult struct {
 	// work: the admission ticker, the hub).
 	ServerCPUPerStep time.Duration
 	Measured         time.Duration
+	// AdmittedMeanwhile is how far the queue's admittedThrough moved in
+	// Redis over the measurement, whatever the announcements seen.
+	AdmittedMeanwhile int64
 	// Errors are waiters' streams that ended early.
 	Errors []string
 }
@@ -146,6 +149,7 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 	var mu sync.Mutex
 	steps := map[int64]time.Time{} // admittedThrough -> seen off Redis
 	got := make([]map[int64]time.Time, len(ws))
+	through0, _ := rdb.HGet(ctx, keys[0], "through").Int64()
 	deadline := time.Now().Add(cfg.Step)
 	mctx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
@@ -197,6 +201,8 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 	}
 	wg.Wait()
 	res.Measured = time.Since(t0)
+	through1, _ := rdb.HGet(ctx, keys[0], "through").Int64()
+	res.AdmittedMeanwhile = through1 - through0
 	cpu := server.cpuTime() - cpu0
 
 	// Steps whose announcement came at least a second before the end.

@@ -92,6 +92,8 @@ func report(w io.Writer, r httpbench.QueueResult) {
 	if wr := r.Waiter; wr.Waiters > 0 {
 		fmt.Fprintf(w, "waiters:        %d websocket waiters of queueChanged: server RSS %.1f MiB -> %.1f MiB, %.1f KiB per waiter (goal <= 32 KiB: %s)\n",
 			wr.Connected, float64(wr.RSSBefore)/(1<<20), float64(wr.RSSIdle)/(1<<20), wr.RSSPerWaiter/1024, goal(wr.RSSPerWaiter <= 32<<10))
+		fmt.Fprintf(w, "admitted:       admittedThrough moved by %d in Redis over the measurement; %d waiters' streams ended early\n",
+			wr.AdmittedMeanwhile, len(wr.Errors))
 		fmt.Fprintf(w, "steps:          %d admission steps over %.0f s, %d deliveries, %d missing: from the announcement p50 %.1f ms p99 %.1f ms max %.1f ms; to all waiters p99 %.1f ms (goal <= 1000 ms: %s); server %.1f ms CPU per step\n",
 			wr.Steps, wr.Measured.Seconds(), wr.Deliveries, wr.Missing, wr.Latency.P50, wr.Latency.P99, wr.Latency.Max, wr.ToAll.P99,
 			goal(wr.Steps > 0 && wr.Missing == 0 && wr.ToAll.P99 <= 1000), float64(wr.ServerCPUPerStep.Microseconds())/1000)
