@@ -56,6 +56,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 		Webhooks: worker.WebhookDispatcherConfig{
 			Timeout: in.Config.WebhookTimeout, Concurrency: in.Config.WebhookConcurrency, MaxAttempts: in.Config.WebhookMaxAttempts,
 			MinBackoff: in.Config.WebhookBackoff, MaxBackoff: in.Config.WebhookBackoffMax,
+			Retention: in.Config.WebhookRetention,
 		},
 	}, engine.Maintenance(), in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
 	hub := live.NewHub(live.HubConfig{Interval: in.Config.LiveInterval}, engine, in.Redis, in.Log, in.Registry)

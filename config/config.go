@@ -77,6 +77,7 @@ const (
 	EnvWebhookMaxAttempts = "DROPLINE_WEBHOOK_MAX_ATTEMPTS"
 	EnvWebhookBackoff     = "DROPLINE_WEBHOOK_BACKOFF"
 	EnvWebhookBackoffMax  = "DROPLINE_WEBHOOK_BACKOFF_MAX"
+	EnvWebhookRetention   = "DROPLINE_WEBHOOK_RETENTION"
 
 	EnvAdminAddr        = "DROPLINE_ADMIN_ADDR"
 	EnvAdminAllowRemote = "DROPLINE_ADMIN_ALLOW_REMOTE"
@@ -136,6 +137,7 @@ const (
 	DefaultWebhookMaxAttempts = worker.DefaultWebhookMaxAttempts
 	DefaultWebhookBackoff     = worker.DefaultWebhookBackoff
 	DefaultWebhookBackoffMax  = worker.DefaultWebhookBackoffMax
+	DefaultWebhookRetention   = worker.DefaultWebhookRetention
 
 	// DevOrigin is the origin the playground is served from by `make run`;
 	// dev mode allows it for CORS in addition to DROPLINE_CORS_ORIGINS.
@@ -431,6 +433,11 @@ type Config struct {
 	// DROPLINE_WEBHOOK_BACKOFF_MAX). Defaults: 1s and 1h.
 	WebhookBackoff    time.Duration
 	WebhookBackoffMax time.Duration
+	// WebhookRetention is how long a delivery that ended (delivered, or a
+	// dead letter nobody redelivered) and its event are kept before the
+	// dispatcher deletes them (DROPLINE_WEBHOOK_RETENTION). Default: 168h
+	// (7 days); between 1m and 8760h.
+	WebhookRetention time.Duration
 
 	// APQBytesPerAddr is how many bytes of automatic persisted queries one
 	// client address (IPv6 per /64) may have registered in Redis
@@ -550,6 +557,7 @@ func Default() Config {
 		WebhookMaxAttempts:      DefaultWebhookMaxAttempts,
 		WebhookBackoff:          DefaultWebhookBackoff,
 		WebhookBackoffMax:       DefaultWebhookBackoffMax,
+		WebhookRetention:        DefaultWebhookRetention,
 		MetricsListener:         MetricsPublic,
 	}
 }
@@ -678,6 +686,7 @@ func Load(getenv func(string) string) (Config, error) {
 	num(EnvWebhookMaxAttempts, &c.WebhookMaxAttempts)
 	dur(EnvWebhookBackoff, &c.WebhookBackoff)
 	dur(EnvWebhookBackoffMax, &c.WebhookBackoffMax)
+	dur(EnvWebhookRetention, &c.WebhookRetention)
 	str(EnvAdminAddr, &c.AdminAddr)
 	boolean(EnvAdminAllowRemote, &c.AdminAllowRemote)
 	if v := strings.ToLower(strings.TrimSpace(getenv(EnvMetricsListener))); v != "" {

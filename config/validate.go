@@ -246,6 +246,9 @@ func (c Config) Validate() error {
 	if c.WebhookBackoffMax > 24*time.Hour {
 		add(EnvWebhookBackoffMax, "is %s: the longest wait between retries must be at most 24h (default %s)", c.WebhookBackoffMax, DefaultWebhookBackoffMax)
 	}
+	if c.WebhookRetention < time.Minute || c.WebhookRetention > 365*24*time.Hour {
+		add(EnvWebhookRetention, "is %s: ended webhook deliveries must be kept between 1m and 8760h (default %s)", c.WebhookRetention, DefaultWebhookRetention)
+	}
 
 	if len(ps) > 0 {
 		return ps

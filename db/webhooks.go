@@ -326,3 +326,38 @@ func (l *Ledger) WebhookBacklogs(ctx context.Context) ([]WebhookBacklog, error) 
 	}
 	return out, nil
 }
+
+// PruneWebhooks deletes up to limit deliveries that ended (DELIVERED, or
+// DEAD and not redelivered) longer than olderThan ago, then up to limit
+// events recorded longer than olderThan ago that no delivery names any
+// more, and returns how many of each it deleted. A pending delivery and its
+// event are never deleted, however old. The conditions are checked again
+// on each row as it is deleted, so a dead letter redelivered at that moment
+// stays.
+func (l *Ledger) PruneWebhooks(ctx context.Context, olderThan time.Duration, limit int) (deliveries, events int, err error) {
+	tag, err := l.pool.Exec(ctx, `
+		DELETE FROM webhook_deliveries d
+		WHERE (d.endpoint_id, d.event_id) IN (
+				SELECT endpoint_id, event_id FROM webhook_deliveries
+				WHERE status <> 'PENDING' AND coalesce(delivered_at, last_attempt_at) < now() - make_interval(secs => $1)
+				LIMIT $2)
+			AND d.status <> 'PENDING' AND coalesce(d.delivered_at, d.last_attempt_at) < now() - make_interval(secs => $1)`,
+		olderThan.Seconds(), limit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("pruning webhook deliveries: %w", interpret(err))
+	}
+	deliveries = int(tag.RowsAffected())
+	tag, err = l.pool.Exec(ctx, `
+		DELETE FROM webhook_events e
+		WHERE e.id IN (
+				SELECT id FROM webhook_events ev
+				WHERE ev.recorded_at < now() - make_interval(secs => $1)
+					AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = ev.id)
+				ORDER BY id LIMIT $2)
+			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id)`,
+		olderThan.Seconds(), limit)
+	if err != nil {
+		return deliveries, 0, fmt.Errorf("pruning webhook events: %w", interpret(err))
+	}
+	return deliveries, int(tag.RowsAffected()), nil
+}

@@ -23,6 +23,7 @@ const (
 	DefaultWebhookMaxAttempts = 12
 	DefaultWebhookBackoff     = time.Second
 	DefaultWebhookBackoffMax  = time.Hour
+	DefaultWebhookRetention   = 7 * 24 * time.Hour
 )
 
 // WebhookDispatcherConfig tunes the webhook dispatcher. Zero values take the
@@ -48,6 +49,18 @@ type WebhookDispatcherConfig struct {
 	// BacklogInterval is how often the backlog gauges are read; default 5
 	// seconds.
 	BacklogInterval time.Duration
+	// Retention is how long a delivery that ended (delivered, or a dead
+	// letter nobody redelivered) and its event are kept; default 7 days.
+	// Every PruneInterval the dispatcher deletes older ones, PruneBatch
+	// rows per statement, so the tables stay bounded by what a shop sends
+	// in that time.
+	Retention time.Duration
+	// PruneInterval is how often older deliveries are deleted; default 1
+	// minute.
+	PruneInterval time.Duration
+	// PruneBatch bounds the rows one delete takes; default 1,000. A pass
+	// deletes at most 20 batches of each.
+	PruneBatch int
 }
 
 func (c *WebhookDispatcherConfig) setDefaults() {
@@ -72,6 +85,15 @@ func (c *WebhookDispatcherConfig) setDefaults() {
 	}
 	if c.BacklogInterval <= 0 {
 		c.BacklogInterval = 5 * time.Second
+	}
+	if c.Retention <= 0 {
+		c.Retention = DefaultWebhookRetention
+	}
+	if c.PruneInterval <= 0 {
+		c.PruneInterval = time.Minute
+	}
+	if c.PruneBatch <= 0 {
+		c.PruneBatch = 1000
 	}
 }
 
@@ -111,6 +133,7 @@ type WebhookDispatcher struct {
 	pending     *prometheus.GaugeVec
 	deadWaiting *prometheus.GaugeVec
 	lag         *prometheus.GaugeVec
+	pruned      *prometheus.CounterVec
 
 	// attempted signals, to a test, each attempt once its outcome is
 	// recorded.
@@ -160,6 +183,10 @@ func NewWebhookDispatcher(cfg WebhookDispatcherConfig, ledger *db.Ledger, log ze
 			Name: "dropline_webhook_lag_seconds",
 			Help: "Age of the oldest pending webhook delivery, by endpoint (0 when none is pending).",
 		}, []string{"endpoint"})),
+		pruned: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dropline_webhook_pruned_total",
+			Help: "Webhook rows deleted after the retention (DROPLINE_WEBHOOK_RETENTION), by table: deliveries or events.",
+		}, []string{"table"})),
 	}
 	w.service = newService("webhook-dispatcher", cfg.Options, log, reg, nil, w.run)
 	return w
@@ -172,12 +199,16 @@ func (w *WebhookDispatcher) run(ctx context.Context) error {
 	defer w.sends.Wait()
 	poll := time.NewTicker(w.cfg.Poll)
 	defer poll.Stop()
-	var lastBacklog time.Time
+	var lastBacklog, lastPrune time.Time
 	for {
 		w.pass(ctx)
 		if time.Since(lastBacklog) >= w.cfg.BacklogInterval {
 			lastBacklog = time.Now()
 			w.measure(ctx)
+		}
+		if time.Since(lastPrune) >= w.cfg.PruneInterval {
+			lastPrune = time.Now()
+			w.prune(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -313,6 +344,28 @@ func (w *WebhookDispatcher) attempt(ctx context.Context, e db.WebhookEndpoint, s
 		log.Info().Int("status", res.Status).Str("error", res.Error).Msg("webhook delivery failed; retried later")
 	}
 	w.attempted.Signal(WebhookAttemptReport{Endpoint: e.ID, Event: d.EventID, Result: res, Status: status})
+}
+
+// prune deletes what ended longer than Retention ago, a batch at a time,
+// at most 20 batches a pass. Every instance prunes; the deletes are
+// idempotent, so two at once only share the work.
+func (w *WebhookDispatcher) prune(ctx context.Context) {
+	for range 20 {
+		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
+		deliveries, events, err := w.ledger.PruneWebhooks(sctx, w.cfg.Retention, w.cfg.PruneBatch)
+		cancel()
+		w.pruned.WithLabelValues("deliveries").Add(float64(deliveries))
+		w.pruned.WithLabelValues("events").Add(float64(events))
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn().Err(err).Msg("pruning old webhook deliveries (retried next interval)")
+			}
+			return
+		}
+		if deliveries < w.cfg.PruneBatch && events < w.cfg.PruneBatch {
+			return
+		}
+	}
 }
 
 // measure sets the backlog gauges from the ledger.

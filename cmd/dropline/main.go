@@ -98,6 +98,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_WEBHOOK_MAX_ATTEMPTS        attempts before a delivery is a dead letter, 1-100 (12)
   DROPLINE_WEBHOOK_BACKOFF             wait after a failed attempt, doubling per failure (1s)
   DROPLINE_WEBHOOK_BACKOFF_MAX         longest such wait (1h)
+  DROPLINE_WEBHOOK_RETENTION           how long ended deliveries and their events are kept, 1m-8760h (168h)
   DROPLINE_SHUTDOWN_TIMEOUT  (15s)
   DROPLINE_LOG_LEVEL         (info)
   DROPLINE_LOG_FORMAT        json|console (json; console in dev mode)
