@@ -1,12 +1,10 @@
 package worker
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"sync"
 	"testing"
@@ -137,48 +135,15 @@ func (b *bundle) webhookOutbox(t *testing.T, endpoint int64, status string) []db
 	}
 }
 
-// requireReceivedAsRecorded checks what a receiver accepted against the
-// ledger: every recorded event arrived, byte for byte, none that was not
-// recorded, and each product's events in the order of their ids.
+// requireReceivedAsRecorded is webhooktest.RequireArrivedAsRecorded of the
+// ledger's deliveries.
 func requireReceivedAsRecorded(t *testing.T, recorded []db.WebhookDelivery, got []webhooktest.Received) (duplicates int) {
 	t.Helper()
-	byID := map[string]db.WebhookDelivery{}
-	for _, d := range recorded {
-		byID[webhook.MessageID(d.EventID)] = d
+	rs := make([]webhooktest.Recorded, len(recorded))
+	for i, d := range recorded {
+		rs[i] = webhooktest.Recorded{MessageID: webhook.MessageID(d.EventID), EventID: d.EventID, Type: d.Type, SKU: d.SKU, Payload: d.Payload}
 	}
-	seen := map[string]bool{}
-	lastBySKU := map[string]int64{}
-	for _, r := range got {
-		d, ok := byID[r.ID]
-		require.True(t, ok, "received %s, which the ledger did not record", r.ID)
-		require.True(t, bytes.Equal(d.Payload, r.Body), "%s arrived as %s, recorded as %s", r.ID, r.Body, d.Payload)
-		if seen[r.ID] {
-			duplicates++
-			continue
-		}
-		seen[r.ID] = true
-		require.Greater(t, d.EventID, lastBySKU[d.SKU], "%s (%s of %s) arrived after a later event of its product", r.ID, d.Type, d.SKU)
-		lastBySKU[d.SKU] = d.EventID
-	}
-	require.Len(t, seen, len(recorded), "every recorded event arrives")
-	return duplicates
-}
-
-// flaky fails a third of first attempts with 500 and hangs a sixth, by a
-// hash of the id, and accepts every fourth attempt.
-func flaky(id string, attempt int) webhooktest.Answer {
-	if attempt >= 4 {
-		return webhooktest.Accept
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id + "/" + strconv.Itoa(attempt)))
-	switch h.Sum32() % 6 {
-	case 0, 1:
-		return webhooktest.Fail
-	case 2:
-		return webhooktest.Hang
-	}
-	return webhooktest.Accept
+	return webhooktest.RequireArrivedAsRecorded(t, rs, got)
 }
 
 // TestWebhooksArriveAsRecordedInOrderThroughFailures sells three products
@@ -191,7 +156,7 @@ func TestWebhooksArriveAsRecordedInOrderThroughFailures(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	secret := webhook.NewSecret()
-	recv := webhooktest.New(t, secret, flaky)
+	recv := webhooktest.New(t, secret, webhooktest.Flaky)
 	ep := b.subscribe(t, recv.URL, secret)
 	skus := []string{"WH-A", "WH-B", "WH-C"}
 	for _, sku := range skus {

@@ -1,16 +1,13 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,24 +76,6 @@ func (s *system) outbox(endpoint string) []recordedEvent {
 	return out
 }
 
-// flakyReceiver fails about a third of first attempts with a 500 and hangs
-// about a sixth past the sender's timeout (by a hash of the webhook-id and
-// the attempt, so a retry may fail again), and accepts every fourth attempt.
-func flakyReceiver(id string, attempt int) webhooktest.Answer {
-	if attempt >= 4 {
-		return webhooktest.Accept
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id + "/" + strconv.Itoa(attempt)))
-	switch h.Sum32() % 6 {
-	case 0, 1:
-		return webhooktest.Fail
-	case 2:
-		return webhooktest.Hang
-	}
-	return webhooktest.Accept
-}
-
 // TestWebhooksDeliveredAsTheLedgerRecordedThem: two instances sell two
 // products to buyers who commit, cancel and abandon holds, one product is
 // restocked once sold out, while a receiver that verifies every signature
@@ -114,7 +93,7 @@ func TestWebhooksDeliveredAsTheLedgerRecordedThem(t *testing.T) {
 	}
 	a := s.start("a")
 	s.start("b")
-	recv := webhooktest.New(t, "", flakyReceiver)
+	recv := webhooktest.New(t, "", webhooktest.Flaky)
 	endpoint, secret := s.subscribe(a, recv.URL)
 	recv.SetSecret(t, secret)
 
@@ -197,31 +176,15 @@ func (s *system) sellOut(p *proc, sku string) {
 	}
 }
 
-// requireArrivedAsRecorded checks what the receiver accepted against the
-// outbox: every event arrived byte for byte, each product's in id order,
-// nothing else; it returns how many arrived more than once.
+// requireArrivedAsRecorded is webhooktest.RequireArrivedAsRecorded of the
+// outbox's rows.
 func requireArrivedAsRecorded(t *testing.T, recorded []recordedEvent, got []webhooktest.Received) (duplicates int) {
 	t.Helper()
-	byID := map[string]recordedEvent{}
-	for _, r := range recorded {
-		byID[webhook.MessageID(r.ID)] = r
+	rs := make([]webhooktest.Recorded, len(recorded))
+	for i, r := range recorded {
+		rs[i] = webhooktest.Recorded{MessageID: webhook.MessageID(r.ID), EventID: r.ID, Type: r.Type, SKU: r.SKU, Payload: r.Payload}
 	}
-	seen := map[string]bool{}
-	last := map[string]int64{}
-	for _, g := range got {
-		r, ok := byID[g.ID]
-		require.True(t, ok, "received %s, which the ledger did not record", g.ID)
-		require.True(t, bytes.Equal(r.Payload, g.Body), "%s arrived as %s, recorded as %s", g.ID, g.Body, r.Payload)
-		if seen[g.ID] {
-			duplicates++
-			continue
-		}
-		seen[g.ID] = true
-		require.Greater(t, r.ID, last[r.SKU], "%s (%s of %s) arrived after a later event of its product", g.ID, r.Type, r.SKU)
-		last[r.SKU] = r.ID
-	}
-	require.Len(t, seen, len(recorded), "every recorded event arrived")
-	return duplicates
+	return webhooktest.RequireArrivedAsRecorded(t, rs, got)
 }
 
 // requireEventsAreTheLedgers compares the events with the ledger's rows:
