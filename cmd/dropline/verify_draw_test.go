@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -21,27 +17,19 @@ import (
 // Only the real one verifies.
 func TestVerifyDraw(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	dbURL := testenv.NewDatabase(t)
-	r := testenv.Redis(t)
-	pool, err := pgxpool.New(ctx, dbURL)
-	require.NoError(t, err)
-	defer pool.Close()
-	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
-	require.NoError(t, err)
 	const sku = "VERIFY-1"
-	_, err = e.Catalog().CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+	s := newVerifySetup(t, inventory.ProductInput{
 		SKU: sku, Name: "Draw", Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 700,
 		Draw: &inventory.DrawInput{ClosesAt: time.Now().Add(time.Hour), WinnerHold: time.Minute},
 	})
-	require.NoError(t, err)
+	ctx, dbURL, pool, e := s.ctx, s.dbURL, s.pool, s.e
 	envm := map[string]string{"DATABASE_URL": dbURL}
 
 	code, _, errOut := runCmd(t, envm, "verify-draw", "--sku", sku)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "revealed only once it is drawn")
 
-	_, err = pool.Exec(ctx, `INSERT INTO draw_entries (sku, principal, quantity)
+	_, err := pool.Exec(ctx, `INSERT INTO draw_entries (sku, principal, quantity)
 		SELECT $1, 'entrant-' || g, 1 + g % 3 FROM generate_series(1, 5000) g`, sku)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE draws SET closes_at = clock_timestamp() WHERE sku = $1`, sku)

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/inventory"
 	"github.com/dropline/dropline/inventory/queue"
 )
@@ -21,20 +17,12 @@ import (
 // and after two numbers are swapped in Redis (not verified).
 func TestVerifyQueue(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	dbURL := testenv.NewDatabase(t)
-	r := testenv.Redis(t)
-	pool, err := pgxpool.New(ctx, dbURL)
-	require.NoError(t, err)
-	defer pool.Close()
-	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
-	require.NoError(t, err)
 	const sku = "VQ-1"
-	_, err = e.Catalog().CreateProduct(ctx, inventory.Principal{ID: "ops", Admin: true}, inventory.ProductInput{
+	s := newVerifySetup(t, inventory.ProductInput{
 		SKU: sku, Name: "Queued", Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 10,
 		Queue: &inventory.QueueSettings{OpensAt: time.Now().Add(time.Hour), AdmitPerMinute: 60},
 	})
-	require.NoError(t, err)
+	ctx, dbURL, r, pool, e := s.ctx, s.dbURL, s.r, s.pool, s.e
 	ref := queue.Ref{Kind: queue.OfProduct, ID: sku}
 	qs := queue.New(queue.Config{}, r.Client, e)
 	for i := range 3000 {
@@ -47,7 +35,7 @@ func TestVerifyQueue(t *testing.T) {
 	require.Contains(t, errOut, "revealed only then")
 
 	// The opening comes (the scripts read Redis' clock, which a test cannot move).
-	_, err = pool.Exec(ctx, `UPDATE queues SET opens_at = now() WHERE id = $1`, ref.String())
+	_, err := pool.Exec(ctx, `UPDATE queues SET opens_at = now() WHERE id = $1`, ref.String())
 	require.NoError(t, err)
 	base := e.Keys().Base(inventory.PartitionOf(sku))
 	require.NoError(t, r.Client.HSet(ctx, base+"q:"+ref.String(), "opens", time.Now().Add(-time.Second).UnixMilli()).Err())
