@@ -46,14 +46,28 @@ func TestNestedListsAreRefusedBeforeTheyRun(t *testing.T) {
 		fmt.Fprintf(&q, ` a%d: drop(id: "NEST") { products { drop { products { drop { products { drop { products { sku } } } } } } } }`, i)
 	}
 	q.WriteString(" }")
-	before := pg.n.Load()
-	peak := resetPeakRSS(t, p)
-	start := time.Now()
-	r := costPost(t, http.DefaultClient, p.URL, "", q.String())
-	took := time.Since(start)
-	grew := peakRSS(t, p) - peak
-	t.Logf("the nested query (%d bytes): %s, status %d, peak RSS +%.1f MiB, %d PostgreSQL statements",
-		q.Len(), took.Round(time.Millisecond), r.Status, float64(grew)/1024, pg.n.Load()-before)
+	// Sent three times, keeping the fewest statements: a worker may run
+	// one of its own meanwhile (the queue admitter lists queues every 2 s).
+	var (
+		r     costResult
+		took  time.Duration
+		grew  int64
+		peak  int64
+		start time.Time
+		read  = int64(1 << 40)
+	)
+	for range 3 {
+		before := pg.n.Load()
+		peak = resetPeakRSS(t, p)
+		start = time.Now()
+		r = costPost(t, http.DefaultClient, p.URL, "", q.String())
+		took = time.Since(start)
+		grew = peakRSS(t, p) - peak
+		read = min(read, pg.n.Load()-before)
+		require.Len(t, r.Errors, 1)
+		t.Logf("the nested query (%d bytes): %s, status %d, peak RSS +%.1f MiB, %d PostgreSQL statements",
+			q.Len(), took.Round(time.Millisecond), r.Status, float64(grew)/1024, pg.n.Load()-before)
+	}
 	require.Equal(t, http.StatusOK, r.Status)
 	require.Len(t, r.Errors, 1)
 	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", r.Errors[0].code())
@@ -62,7 +76,7 @@ func TestNestedListsAreRefusedBeforeTheyRun(t *testing.T) {
 	require.Greater(t, requested, 2000)
 	require.Nil(t, r.cost().ActualQueryCost)
 	require.Equal(t, float64(requested), r.Errors[0].Extensions["cost"].(map[string]any)["requestedQueryCost"])
-	require.Zero(t, pg.n.Load()-before, "nothing read")
+	require.Zero(t, read, "nothing read")
 	require.Less(t, took, 2*time.Second)
 
 	// Just under the limit (956 of 2000, the rest in aliases of it would

@@ -335,7 +335,7 @@ func startDropOn(s *system, cfg dropConfig) *drop {
 	d := &drop{
 		cfg: cfg, s: s,
 		holds: map[string]holdInfo{}, committed: map[string]bool{}, cancelled: map[string]bool{}, refused: map[string]string{},
-		done: make(chan struct{}), stop: make(chan struct{}),
+		served: map[string]int{}, done: make(chan struct{}), stop: make(chan struct{}),
 	}
 	go d.run()
 	return d
