@@ -336,52 +336,19 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 		}
 	}
 
+	if l.copyMinRows > 0 && len(freshRes.toks) >= l.copyMinRows {
+		return l.applyRowsCopy(ctx, fence, fb, &freshMoves, &otherMoves, &freshRes, &otherRes)
+	}
 	// One round trip: the statements are sent as one pipeline ending in a
 	// single sync, which Postgres runs as one implicit transaction, committed
 	// at the sync; the first statement that fails (a fenced batch:
 	// worker_fence raises) rolls the whole batch back.
 	b := &pgx.Batch{}
-	if fence != nil {
-		b.Queue(`SELECT worker_fence($1, $2)`, fence.Name, fence.Token)
-	}
-	// The products' key-share locks, and the check that each exists (the
-	// rows written below have no foreign key of their own: migration 0010).
-	b.Queue(`SELECT lock_products($1)`, fb.skus)
-	// Lock the reservations a release ends first, so that two writers of one
-	// token (the write-behind, a synchronous cancel, a sale) see each other's
-	// ending before the movement is decided.
-	if len(fb.released) > 0 {
-		b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, fb.released)
-	}
+	queueLocks(b, fence, fb)
 	if len(freshMoves.ids) > 0 {
 		b.Queue(insertMovements+movementRows, freshMoves.args()...)
 	}
-	if len(otherMoves.ids) > 0 {
-		b.Queue(insertMovements+`SELECT * FROM (`+movementRows+`) AS u
-			WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
-				SELECT 1 FROM reservations r WHERE r.token = u.token
-				AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
-			ON CONFLICT (event_id) DO NOTHING`, otherMoves.args()...)
-	}
-	if len(freshRes.toks) > 0 {
-		b.Queue(insertReservations, freshRes.args()...)
-	}
-	if len(otherRes.toks) > 0 {
-		b.Queue(insertReservations+`
-			ON CONFLICT (token) DO UPDATE SET
-				-- the expiry of the most extended state seen; a late event never brings an earlier one back
-				expires_at = CASE WHEN excluded.extensions > reservations.extensions THEN excluded.expires_at ELSE reservations.expires_at END,
-				extensions = greatest(reservations.extensions, excluded.extensions),
-				status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
-				committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
-				ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
-				-- a commit writes its row before the reserve event arrives with these
-				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
-				request_hash = coalesce(reservations.request_hash, excluded.request_hash),
-				updated_at = now()`, otherRes.args()...)
-	}
-	queueWaitlist(b, fb.waits)
-	queueQueueEvents(b, fb.queued)
+	queueUpserts(b, fb, &otherMoves, &freshRes, &otherRes)
 	var span trace.Span
 	if l.tracer != nil {
 		ctx, span = l.startTx(ctx, "apply_events")
@@ -401,6 +368,56 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 		endTx(span, err)
 	}
 	return err
+}
+
+// queueLocks queues the fence's check, the products' key-share locks and
+// the locks of the reservations the batch releases: what comes before any
+// row is written.
+func queueLocks(b *pgx.Batch, fence *Fence, fb *foldedBatch) {
+	if fence != nil {
+		b.Queue(`SELECT worker_fence($1, $2)`, fence.Name, fence.Token)
+	}
+	// The products' key-share locks, and the check that each exists (the
+	// rows written below have no foreign key of their own: migration 0010).
+	b.Queue(`SELECT lock_products($1)`, fb.skus)
+	// Lock the reservations a release ends first, so that two writers of one
+	// token (the write-behind, a synchronous cancel, a sale) see each other's
+	// ending before the movement is decided.
+	if len(fb.released) > 0 {
+		b.Queue(`SELECT 1 FROM reservations WHERE token = ANY($1) ORDER BY token FOR UPDATE`, fb.released)
+	}
+}
+
+// queueUpserts queues the rows that may exist already (every row but the
+// fresh ones) and the waitlist's. freshRes, when not nil, is queued as
+// plain inserts between the movements and the reservations' upserts.
+func queueUpserts(b *pgx.Batch, fb *foldedBatch, otherMoves *moveRows, freshRes, otherRes *reservationRows) {
+	if len(otherMoves.ids) > 0 {
+		b.Queue(insertMovements+`SELECT * FROM (`+movementRows+`) AS u
+			WHERE u.kind NOT IN ('cancel', 'expire') OR NOT EXISTS (
+				SELECT 1 FROM reservations r WHERE r.token = u.token
+				AND r.status NOT IN ('HELD', CASE u.kind WHEN 'cancel' THEN 'CANCELLED' ELSE 'EXPIRED' END))
+			ON CONFLICT (event_id) DO NOTHING`, otherMoves.args()...)
+	}
+	if freshRes != nil && len(freshRes.toks) > 0 {
+		b.Queue(insertReservations, freshRes.args()...)
+	}
+	if len(otherRes.toks) > 0 {
+		b.Queue(insertReservations+`
+			ON CONFLICT (token) DO UPDATE SET
+				-- the expiry of the most extended state seen; a late event never brings an earlier one back
+				expires_at = CASE WHEN excluded.extensions > reservations.extensions THEN excluded.expires_at ELSE reservations.expires_at END,
+				extensions = greatest(reservations.extensions, excluded.extensions),
+				status = CASE WHEN reservations.status = 'HELD' THEN excluded.status ELSE reservations.status END,
+				committed_at = CASE WHEN reservations.status = 'HELD' THEN excluded.committed_at ELSE reservations.committed_at END,
+				ended_at = CASE WHEN reservations.status = 'HELD' THEN excluded.ended_at ELSE reservations.ended_at END,
+				-- a commit writes its row before the reserve event arrives with these
+				idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
+				request_hash = coalesce(reservations.request_hash, excluded.request_hash),
+				updated_at = now()`, otherRes.args()...)
+	}
+	queueWaitlist(b, fb.waits)
+	queueQueueEvents(b, fb.queued)
 }
 
 // splitWaitlist separates the waitlist's events from the reservations' ones,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,11 +55,15 @@ type Ledger struct {
 	pool *pgxpool.Pool
 	// tracer is nil unless Traced gave the ledger one.
 	tracer trace.Tracer
+	// copyMinRows is the fewest fresh reservations for which ApplyEvents
+	// writes them by COPY (applyRowsCopy); copied counts those batches.
+	copyMinRows int
+	copied      *atomic.Int64
 }
 
 // NewLedger wraps a pool. The pool is the caller's to close.
 func NewLedger(pool *pgxpool.Pool) *Ledger {
-	return &Ledger{pool: pool}
+	return &Ledger{pool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64)}
 }
 
 // Product is one row of the catalogue.
