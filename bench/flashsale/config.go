@@ -133,6 +133,11 @@ type Config struct {
 	// 32 KiB). Zero or negative: reported, not checked.
 	WatchP99    time.Duration
 	WatchRSSKiB float64
+	// QuietCommits is how many reserve-and-commit pairs, one after the
+	// other on a SKU of their own, time the commit on a quiet server
+	// before the buyers come (default 30; 0: none). The report divides
+	// the drop's commit p99 by theirs.
+	QuietCommits int
 	// FloorURL is a fan-out floor (`bench-floor ws`, bench/floor): with
 	// websocket watchers, as many watchers of it and as many changes are
 	// measured before the server's, and the server's CPU per delivery is
@@ -158,6 +163,7 @@ func DefaultConfig() Config {
 		DrainTimeout: 20 * time.Second,
 		Seed:         1,
 
+		QuietCommits:    30,
 		WatchTransport:  TransportWS,
 		WatchSKUs:       1,
 		Changes:         40,
@@ -244,6 +250,9 @@ func (c Config) Validate(ctx context.Context) error {
 	}
 	if c.Waiters > 0 && c.Stock < 1 {
 		bad("--waitlist needs --stock of at least 1: the rehearsal sells that many units out and frees them")
+	}
+	if c.QuietCommits < 0 || c.QuietCommits > 1000 {
+		bad("--quiet-commits must be 0-1000")
 	}
 	if c.Watchers > 0 {
 		c.validateWatch(bad)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/machine"
 )
 
 // Buyer outcomes, counted once per buyer in Result.Buyers.
@@ -42,6 +43,9 @@ type Result struct {
 	Stock          []StockSample  `json:"stockOverTime"`
 	// Watch is what the live watchers measured (--watchers); nil without.
 	Watch *WatchResult `json:"watch,omitempty"`
+	// QuietCommit is the commit's latency on a quiet server, before the
+	// buyers, beside the storm's (--quiet-commits); nil without.
+	QuietCommit *QuietCommitResult `json:"quietCommit,omitempty"`
 	// FloorWatch is the fan-out floor measured like Watch (--floor-url).
 	FloorWatch *FloorWatchResult `json:"floorWatch,omitempty"`
 	// Waitlist is the waitlist rehearsal's (--waitlist); nil without.
@@ -137,6 +141,11 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Initial = info.Stock
 
+	if cfg.QuietCommits > 0 {
+		if res.QuietCommit, err = d.quietCommits(ctx); err != nil {
+			return nil, err
+		}
+	}
 	var w *watch
 	if cfg.Watchers > 0 && cfg.FloorURL != "" && cfg.WatchTransport == TransportWS {
 		// The floor first, its watchers closed before the server's connect.
@@ -242,6 +251,7 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	res.ElapsedSeconds = elapsed.Seconds()
 	res.Samples = st.rec.snapshot()
 	res.Ops = Summarise(res.Samples, elapsed)
+	res.QuietCommit.compareStorm(res.Ops, machine.LoadAverage())
 	res.BuyerOutcomes = st.outcomes
 
 	drainStart := time.Now()

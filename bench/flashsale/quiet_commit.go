@@ -1,0 +1,86 @@
+package flashsale
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// QuietCommitResult is the commit's latency on a quiet server, measured in
+// the same rehearsal before the buyers come, beside the commit's latency
+// during the storm (the drop's commit operation).
+type QuietCommitResult struct {
+	SKU     string    `json:"sku"`
+	Commits int       `json:"commits"`
+	Quiet   Quantiles `json:"quiet"`
+	// Storm is the drop's commits (OpCommit), and Ratio its p99 ÷ Quiet's.
+	Storm   Quantiles `json:"storm"`
+	Ratio   float64   `json:"ratio"`
+	LoadAvg string    `json:"loadAvg"`
+}
+
+// quietCommits creates a SKU of cfg.QuietCommits units of its own (the
+// drop's stock and verdict are not touched) and has as many buyers, one
+// after the other, reserve a unit and commit it; each commit is timed.
+func (d *Driver) quietCommits(ctx context.Context) (*QuietCommitResult, error) {
+	cfg := d.cfg
+	n := cfg.QuietCommits
+	sku := "QUIET-" + cfg.RunID
+	admin, err := d.issuer.Mint("flashsale-admin-quiet", true, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	c := d.clients[0]
+	ue, err := c.CreateProduct(ctx, admin, ProductInput{SKU: sku, Name: "flashsale quiet commits " + cfg.RunID, Stock: n})
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", sku, err)
+	}
+	if ue != nil {
+		return nil, fmt.Errorf("creating %s: %s: %s", sku, ue.Code, ue.Message)
+	}
+	res := &QuietCommitResult{SKU: sku}
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		bearer, err := d.issuer.Mint("fs-"+cfg.RunID+"-quiet-"+strconv.Itoa(i), false, time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		hold, ue, err := c.Reserve(ctx, bearer, ReserveInput{SKU: sku, Quantity: 1,
+			IdempotencyKey: "flashsale-" + cfg.RunID + "-quiet-" + strconv.Itoa(i), HoldSeconds: int(cfg.Hold / time.Second)})
+		if err != nil {
+			return nil, fmt.Errorf("quiet reserve %d: %w", i, err)
+		}
+		if ue != nil {
+			return nil, fmt.Errorf("quiet reserve %d: %s: %s", i, ue.Code, ue.Message)
+		}
+		t0 := time.Now()
+		_, ue, err = c.Commit(ctx, bearer, hold.Token)
+		lat = append(lat, time.Since(t0))
+		if err != nil {
+			return nil, fmt.Errorf("quiet commit %d: %w", i, err)
+		}
+		if ue != nil {
+			return nil, fmt.Errorf("quiet commit %d: %s: %s", i, ue.Code, ue.Message)
+		}
+	}
+	res.Commits, res.Quiet = len(lat), quantiles(lat)
+	return res, nil
+}
+
+// compareStorm fills in the storm's commit latency from the drop's
+// operations and the ratio of the two p99s.
+func (q *QuietCommitResult) compareStorm(ops []OpStats, load string) {
+	if q == nil {
+		return
+	}
+	q.LoadAvg = load
+	for _, o := range ops {
+		if o.Op == OpCommit {
+			q.Storm = Quantiles{P50ms: o.P50ms, P99ms: o.P99ms, MaxMs: o.MaxMs}
+		}
+	}
+	if q.Quiet.P99ms > 0 {
+		q.Ratio = q.Storm.P99ms / q.Quiet.P99ms
+	}
+}
