@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ func buildRelease(t *testing.T, commit string) string {
 		out, err := exec.Command("git", args...).Output()
 		if err != nil {
 			var stderr []byte
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 				stderr = ee.Stderr
 			}
 			t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, stderr)
