@@ -28,22 +28,29 @@ type WebhookEndpoint struct {
 	ID  int64
 	URL string
 	// Secret signs every delivery ("whsec_" and base64).
-	Secret      string
-	EventTypes  []string
-	Description string
-	Enabled     bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	Secret string
+	// PreviousSecret is the secret Secret replaced, which signs beside it
+	// until PreviousSecretUntil; "" when there is none.
+	PreviousSecret      string
+	PreviousSecretUntil *time.Time
+	EventTypes          []string
+	Description         string
+	Enabled             bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
 }
 
 // WebhookEndpointUpdate changes some settings of an endpoint; nil fields
 // stay as they are. Its subscriptions apply to events recorded after it.
 type WebhookEndpointUpdate struct {
-	URL         *string
-	Secret      *string
-	EventTypes  []string
-	Description *string
-	Enabled     *bool
+	URL    *string
+	Secret *string
+	// KeepPreviousFor is how long the secret a new Secret replaces keeps
+	// signing beside it; 0: it stops at once.
+	KeepPreviousFor time.Duration
+	EventTypes      []string
+	Description     *string
+	Enabled         *bool
 }
 
 // WebhookDelivery is one event on its way to one endpoint.
@@ -66,12 +73,23 @@ type WebhookDelivery struct {
 	DeliveredAt *time.Time
 }
 
-const webhookEndpointColumns = `id, url, secret, event_types, description, enabled, created_at, updated_at`
+const webhookEndpointColumns = `id, url, secret, event_types, description, enabled, created_at, updated_at,
+	coalesce(previous_secret, ''), previous_secret_until`
 
 func scanWebhookEndpoint(row pgx.Row) (WebhookEndpoint, error) {
 	var e WebhookEndpoint
-	err := row.Scan(&e.ID, &e.URL, &e.Secret, &e.EventTypes, &e.Description, &e.Enabled, &e.CreatedAt, &e.UpdatedAt)
+	err := row.Scan(&e.ID, &e.URL, &e.Secret, &e.EventTypes, &e.Description, &e.Enabled, &e.CreatedAt, &e.UpdatedAt,
+		&e.PreviousSecret, &e.PreviousSecretUntil)
 	return e, interpret(err)
+}
+
+// Secrets returns the secrets that sign a delivery at now: Secret, and
+// PreviousSecret while it is still valid.
+func (e WebhookEndpoint) Secrets(now time.Time) []string {
+	if e.PreviousSecret != "" && e.PreviousSecretUntil != nil && now.Before(*e.PreviousSecretUntil) {
+		return []string{e.Secret, e.PreviousSecret}
+	}
+	return []string{e.Secret}
 }
 
 // CreateWebhookEndpoint subscribes an endpoint; ErrTooManyEndpoints when
@@ -97,6 +115,11 @@ func (l *Ledger) UpdateWebhookEndpoint(ctx context.Context, id int64, u WebhookE
 	out, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
 		UPDATE webhook_endpoints SET
 			url = coalesce($2, url),
+			-- a new secret keeps the one it replaces beside it for $7 seconds
+			previous_secret = CASE WHEN $3::text IS NULL OR $3 = secret THEN previous_secret
+				WHEN $7 > 0 THEN secret END,
+			previous_secret_until = CASE WHEN $3::text IS NULL OR $3 = secret THEN previous_secret_until
+				WHEN $7 > 0 THEN now() + make_interval(secs => $7) END,
 			secret = coalesce($3, secret),
 			event_types = coalesce($4, event_types),
 			description = coalesce($5, description),
@@ -104,7 +127,7 @@ func (l *Ledger) UpdateWebhookEndpoint(ctx context.Context, id int64, u WebhookE
 			updated_at = now()
 		WHERE id = $1
 		RETURNING `+webhookEndpointColumns,
-		id, u.URL, u.Secret, u.EventTypes, u.Description, u.Enabled))
+		id, u.URL, u.Secret, u.EventTypes, u.Description, u.Enabled, u.KeepPreviousFor.Seconds()))
 	if err != nil {
 		return WebhookEndpoint{}, fmt.Errorf("updating webhook endpoint %d: %w", id, err)
 	}

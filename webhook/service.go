@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
@@ -92,8 +93,14 @@ func (s *Service) CreateEndpoint(ctx context.Context, p inventory.Principal, in 
 	return e, ledgerError("creating a webhook endpoint", 0, err)
 }
 
+// SecretOverlap is how long the secret a new one replaces keeps signing
+// beside it: every delivery meanwhile carries both signatures, so the
+// receiver can move to the new secret at any time in that day.
+const SecretOverlap = 24 * time.Hour
+
 // UpdateEndpoint changes an endpoint. A new secret signs from the next
-// attempt on; new event types apply to events recorded from now on.
+// attempt on, the one it replaces beside it for SecretOverlap; new event
+// types apply to events recorded from now on.
 func (s *Service) UpdateEndpoint(ctx context.Context, p inventory.Principal, id string, u EndpointUpdate) (db.WebhookEndpoint, error) {
 	if err := requireAdmin(p); err != nil {
 		return db.WebhookEndpoint{}, err
@@ -109,7 +116,7 @@ func (s *Service) UpdateEndpoint(ctx context.Context, p inventory.Principal, id 
 		return db.WebhookEndpoint{}, err
 	}
 	e, err := s.ledger.UpdateWebhookEndpoint(ctx, n, db.WebhookEndpointUpdate{URL: u.URL, Secret: u.Secret,
-		EventTypes: u.EventTypes, Description: u.Description, Enabled: u.Enabled})
+		KeepPreviousFor: SecretOverlap, EventTypes: u.EventTypes, Description: u.Description, Enabled: u.Enabled})
 	return e, ledgerError("updating a webhook endpoint", n, err)
 }
 

@@ -34,20 +34,26 @@ const (
 // standard base64.
 var ErrBadSecret = errors.New(`a secret is "whsec_" and 24 to 64 bytes in base64`)
 
-// Signer signs deliveries with one endpoint's secret, as the Standard
+// Signer signs deliveries with one endpoint's secrets, as the Standard
 // Webhooks specification says: HMAC-SHA256 of "<id>.<timestamp>.<body>",
-// in base64, after "v1,".
+// in base64, after "v1,"; one signature per secret, space-separated, while
+// a secret is being rotated.
 type Signer struct {
-	key []byte
+	keys [][]byte
 }
 
-// NewSigner parses a "whsec_..." secret.
-func NewSigner(secret string) (*Signer, error) {
-	key, err := parseSecret(secret)
-	if err != nil {
-		return nil, err
+// NewSigner parses "whsec_..." secrets: the current one first, then any
+// that still sign beside it during a rotation.
+func NewSigner(secret string, more ...string) (*Signer, error) {
+	s := &Signer{}
+	for _, sec := range append([]string{secret}, more...) {
+		key, err := parseSecret(sec)
+		if err != nil {
+			return nil, err
+		}
+		s.keys = append(s.keys, key)
 	}
-	return &Signer{key: key}, nil
+	return s, nil
 }
 
 // ValidSecret reports whether a secret can sign: ErrBadSecret otherwise.
@@ -77,9 +83,21 @@ func NewSecret() string {
 
 // Sign returns the webhook-signature header of a message: "v1," and the
 // base64 HMAC-SHA256 of id, the timestamp in Unix seconds and the body,
-// joined by dots.
+// joined by dots; one such signature per secret, separated by spaces
+// ("v1,<current> v1,<previous>" during a rotation).
 func (s *Signer) Sign(id string, timestamp time.Time, body []byte) string {
-	mac := hmac.New(sha256.New, s.key)
+	var b strings.Builder
+	for i, key := range s.keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(sign(key, id, timestamp, body))
+	}
+	return b.String()
+}
+
+func sign(key []byte, id string, timestamp time.Time, body []byte) string {
+	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(id))
 	mac.Write([]byte{'.'})
 	mac.Write(strconv.AppendInt(nil, timestamp.Unix(), 10))
@@ -88,8 +106,8 @@ func (s *Signer) Sign(id string, timestamp time.Time, body []byte) string {
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// Verify checks a message's headers against the secret, as a receiver
-// does: a "v1" signature among the space-separated ones must match, and the
+// Verify checks a message's headers against the secrets, as a receiver
+// does: a "v1" signature among the space-separated ones must match one, and the
 // timestamp must be within tolerance of now. Dropline's tests receive with
 // it; receivers use their own (docs/clients.md).
 func (s *Signer) Verify(id, timestamp, signatures string, body []byte, now time.Time, tolerance time.Duration) error {
@@ -104,10 +122,12 @@ func (s *Signer) Verify(id, timestamp, signatures string, body []byte, now time.
 	if d := now.Sub(ts); d > tolerance || d < -tolerance {
 		return fmt.Errorf("webhook-timestamp %s is more than %s from now", ts.UTC().Format(time.RFC3339), tolerance)
 	}
-	want := []byte(s.Sign(id, ts, body))
-	for sig := range strings.FieldsSeq(signatures) {
-		if hmac.Equal([]byte(sig), want) {
-			return nil
+	for _, key := range s.keys {
+		want := []byte(sign(key, id, ts, body))
+		for sig := range strings.FieldsSeq(signatures) {
+			if hmac.Equal([]byte(sig), want) {
+				return nil
+			}
 		}
 	}
 	return errors.New("no matching webhook-signature")

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,7 +247,7 @@ func (w *WebhookDispatcher) pass(ctx context.Context) {
 		if free <= 0 {
 			continue
 		}
-		signer, err := w.signer(e.Secret)
+		signer, err := w.signer(e.Secrets(time.Now()))
 		if err != nil {
 			w.log.Error().Int64("endpoint", e.ID).Msg("webhook endpoint has an unusable secret; not sending to it")
 			continue
@@ -276,21 +277,23 @@ func (w *WebhookDispatcher) inFlight(endpoint int64) int {
 	return w.inflight[endpoint]
 }
 
-// signer returns the signer of a secret, made once.
-func (w *WebhookDispatcher) signer(secret string) (*webhook.Signer, error) {
+// signer returns the signer of an endpoint's secrets (the current one,
+// and the previous while it still signs), made once.
+func (w *WebhookDispatcher) signer(secrets []string) (*webhook.Signer, error) {
+	id := strings.Join(secrets, " ")
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if s, ok := w.signers[secret]; ok {
+	if s, ok := w.signers[id]; ok {
 		return s, nil
 	}
-	s, err := webhook.NewSigner(secret)
+	s, err := webhook.NewSigner(secrets[0], secrets[1:]...)
 	if err != nil {
 		return nil, err
 	}
 	if len(w.signers) > 4*db.MaxWebhookEndpoints {
 		clear(w.signers) // secrets rotated away
 	}
-	w.signers[secret] = s
+	w.signers[id] = s
 	return s, nil
 }
 
