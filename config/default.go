@@ -1,13 +1,4 @@
-// Package config turns Dropline's environment variables into one typed,
-// validated Config. It is loaded once, in cmd/dropline, and its parts are
-// passed down; nothing else in the program reads the environment.
-//
-// Every variable has a default that works with the quick start (`make run`
-// against the services `make services` starts), so an empty environment plus
-// DROPLINE_DEV=1 is a complete development setup.
 package config
-
-import ()
 
 // Default returns the configuration of an empty environment. It is the
 // starting point of Load and a convenient base for tests.

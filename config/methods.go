@@ -1,10 +1,3 @@
-// Package config turns Dropline's environment variables into one typed,
-// validated Config. It is loaded once, in cmd/dropline, and its parts are
-// passed down; nothing else in the program reads the environment.
-//
-// Every variable has a default that works with the quick start (`make run`
-// against the services `make services` starts), so an empty environment plus
-// DROPLINE_DEV=1 is a complete development setup.
 package config
 
 import (
