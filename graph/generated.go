@@ -2646,7 +2646,7 @@ type WebhookEndpoint {
   url: String!
   "The signing secret, \"whsec_\" and base64."
   secret: String!
-  "What it receives: sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn."
+  "What it receives: sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn, queue.opened, queue.admitted."
   eventTypes: [String!]!
   description: String!
   "A disabled endpoint is sent nothing, and no event is recorded for it."
@@ -2691,7 +2691,7 @@ input CreateWebhookEndpointInput {
   url: String!
   "\"whsec_\" and 24-64 bytes in base64; omitted, a fresh one is made."
   secret: String
-  "At least one of sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn."
+  "At least one of sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn, queue.opened, queue.admitted."
   eventTypes: [String!]!
   "At most 200 characters."
   description: String

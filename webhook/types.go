@@ -16,12 +16,17 @@ const (
 	Restock = "restock"
 	// DrawDrawn: a draw's winners were drawn, its seed revealed.
 	DrawDrawn = "draw.drawn"
+	// QueueOpened: an admission queue opened, its pre-queue numbered and
+	// its seed revealed (db/migrations/0017_queue_webhooks.sql).
+	QueueOpened = "queue.opened"
+	// QueueAdmitted: a queue's admission moved forward to a new number.
+	QueueAdmitted = "queue.admitted"
 )
 
 // Types lists every event type, in the order the documentation gives them.
-// A new event (the admission queue's, say) is added here and emitted by the
-// ledger write that records it, with webhook_emit, in a migration.
-var Types = []string{SaleCommitted, ProductSoldOut, ProductBackInStock, Restock, DrawDrawn}
+// A new event is added here and emitted by the ledger write that records it,
+// with webhook_emit, in a migration.
+var Types = []string{SaleCommitted, ProductSoldOut, ProductBackInStock, Restock, DrawDrawn, QueueOpened, QueueAdmitted}
 
 // KnownType reports whether t is an event type of Types.
 func KnownType(t string) bool { return slices.Contains(Types, t) }

@@ -107,7 +107,7 @@ type CreateWebhookEndpointInput struct {
 	URL string `json:"url"`
 	// "whsec_" and 24-64 bytes in base64; omitted, a fresh one is made.
 	Secret *string `json:"secret,omitempty"`
-	// At least one of sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn.
+	// At least one of sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn, queue.opened, queue.admitted.
 	EventTypes []string `json:"eventTypes"`
 	// At most 200 characters.
 	Description *string `json:"description,omitempty"`
@@ -563,7 +563,7 @@ type WebhookEndpoint struct {
 	URL string `json:"url"`
 	// The signing secret, "whsec_" and base64.
 	Secret string `json:"secret"`
-	// What it receives: sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn.
+	// What it receives: sale.committed, product.sold_out, product.back_in_stock, restock, draw.drawn, queue.opened, queue.admitted.
 	EventTypes  []string `json:"eventTypes"`
 	Description string   `json:"description"`
 	// A disabled endpoint is sent nothing, and no event is recorded for it.
