@@ -11,6 +11,7 @@ import (
 
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/inventory/queue"
 	"github.com/dropline/dropline/live"
 )
 
@@ -173,7 +174,15 @@ func (d *deps) stockChanged(ctx context.Context, skus []string) (<-chan *model.S
 		s.done("refused")
 		return nil, liveError(err)
 	}
-	out := make(chan *model.Stock)
+	return forward(ctx, s, in, func(v inventory.Stock) string { return v.SKU }, stockModel), nil
+}
+
+// forward sends what the hub delivers on in, converted by toModel, at the
+// transport's pace, telling the context's observer (if any) the key of
+// each value; it ends the subscription when the hub drops it or the
+// client goes.
+func forward[V, M any](ctx context.Context, s *subscription, in <-chan V, key func(V) string, toModel func(V) M) <-chan M {
+	out := make(chan M)
 	obs := stockObserverFrom(ctx)
 	go func() {
 		defer close(out)
@@ -190,9 +199,9 @@ func (d *deps) stockChanged(ctx context.Context, skus []string) (<-chan *model.S
 					return
 				}
 				if obs != nil {
-					obs.StockObserved(v.SKU)
+					obs.StockObserved(key(v))
 				}
-				if !send(ctx, s, out, stockModel(v)) {
+				if !send(ctx, s, out, toModel(v)) {
 					s.done("client")
 					return
 				}
@@ -202,7 +211,7 @@ func (d *deps) stockChanged(ctx context.Context, skus []string) (<-chan *model.S
 			}
 		}
 	}()
-	return out, nil
+	return out
 }
 
 // reservationChanged watches one reservation. There is no channel per
@@ -321,34 +330,5 @@ func (d *deps) queueChanged(ctx context.Context, sku, drop *string) (<-chan *mod
 		s.done("refused")
 		return nil, liveError(err)
 	}
-	out := make(chan *model.Queue)
-	obs := stockObserverFrom(ctx)
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case v, ok := <-in:
-				if !ok {
-					if ctx.Err() == nil {
-						s.dropped(ctx)
-						s.done("dropped")
-					} else {
-						s.done("client")
-					}
-					return
-				}
-				if obs != nil {
-					obs.StockObserved(v.Ref.String())
-				}
-				if !send(ctx, s, out, queueModel(v)) {
-					s.done("client")
-					return
-				}
-			case <-ctx.Done():
-				s.done("client")
-				return
-			}
-		}
-	}()
-	return out, nil
+	return forward(ctx, s, in, func(v queue.State) string { return v.Ref.String() }, queueModel), nil
 }
