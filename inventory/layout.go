@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -75,6 +76,7 @@ type Layout struct {
 // instances starting at once do not undo each other.
 func checkLayout(ctx context.Context, rdb redis.UniversalClient, keys Keys) error {
 	key := keys.Layout()
+	var last error
 	for range 10 {
 		err := rdb.Watch(ctx, func(tx *redis.Tx) error {
 			vals, err := tx.HMGet(ctx, key, "layout", "compat").Result()
@@ -108,9 +110,20 @@ func checkLayout(ctx context.Context, rdb redis.UniversalClient, keys Keys) erro
 			continue
 		}
 		if err != nil && !errors.Is(err, ErrLayout) {
-			return fmt.Errorf("checking the Redis layout record %s: %w", key, err)
+			// A connection lost at start (a failover, a restart) is asked
+			// again, like every other read at start.
+			last = fmt.Errorf("checking the Redis layout record %s: %w", key, err)
+			select {
+			case <-ctx.Done():
+				return last
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
 		}
 		return err
+	}
+	if last != nil {
+		return last
 	}
 	return fmt.Errorf("checking the Redis layout record %s: it kept changing", key)
 }
