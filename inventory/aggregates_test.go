@@ -19,15 +19,13 @@ func aggregateOf(file string) string {
 		return "Waitlists"
 	case strings.HasPrefix(file, "draw"):
 		return "Draws"
-	case file == "drop.go":
-		return "Drops"
 	case file == "product.go" || file == "stock.go":
 		return "Catalog"
 	}
 	return ""
 }
 
-var aggregates = []string{"Carts", "Waitlists", "Draws", "Drops", "Catalog"}
+var aggregates = []string{"Carts", "Waitlists", "Draws", "Catalog"}
 
 // TestAggregatesStayApart checks the engine's cut by aggregate (units.go):
 // an aggregate's methods are declared in its own files, and no file calls

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/internal/tracing"
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
@@ -224,10 +225,7 @@ func (c *Config) validate() error {
 const ClusterStateReloadInterval = time.Second
 
 // Principal is who is calling: the subject of a verified token.
-type Principal struct {
-	ID    string
-	Admin bool
-}
+type Principal = core.Principal
 
 // Engine is Dropline's inventory: the only code that changes stock and holds.
 // Redis holds the live state and runs every change as one Lua script;
@@ -249,6 +247,8 @@ type Engine struct {
 	batches reserveBatcher
 	// tracer is nil when tracing is off (Config.Tracer).
 	tracer trace.Tracer
+	// core is what the engine hands its aggregates (newCore).
+	core *core.Core
 	// restoreQueue restores a queue lost with Redis from the ledger
 	// (RestoreQueuesWith); nil until set.
 	restoreQueue atomic.Pointer[func(ctx context.Context, queueID string) error]
@@ -282,6 +282,7 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 			return nil, fmt.Errorf("inventory config: the cluster client reads the slot map every %s; at most %s, or the slots of a promoted replica stay out of reach that long", every, ClusterStateReloadInterval)
 		}
 	}
+	e.core = e.newCore()
 	e.hot = rdb
 	if ap, err := rdb.AutoPipeline(); err == nil {
 		e.hot = ap
@@ -488,9 +489,4 @@ func (e *Engine) runReplicated(ctx context.Context, call script.Call) (script.Re
 	return script.Reply(out), nil
 }
 
-func timeMs(t *time.Time) int64 {
-	if t == nil || t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
+func timeMs(t *time.Time) int64 { return core.TimeMs(t) }

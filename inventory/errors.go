@@ -1,8 +1,7 @@
 package inventory
 
 import (
-	"fmt"
-
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/outcome"
 )
 
@@ -65,9 +64,7 @@ type (
 // Code is the stable name of a business outcome, as the API reports it.
 type Code = outcome.Code
 
-func productNotFound(sku string) error {
-	return &NotFoundError{Kind: "product", Key: sku, Field: "sku"}
-}
+func productNotFound(sku string) error { return core.ProductNotFound(sku) }
 
 func reservationNotFound(token string) error {
 	return &NotFoundError{Kind: "reservation", Key: token, Field: "token"}
@@ -75,9 +72,7 @@ func reservationNotFound(token string) error {
 
 // unavailable wraps a store failure so that errors.Is(err, ErrUnavailable)
 // holds while the cause stays visible to the operator's log.
-func unavailable(op string, cause error) error {
-	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, cause)
-}
+func unavailable(op string, cause error) error { return core.Unavailable(op, cause) }
 
 // ErrorCode returns the business code of err, or "" when err is not a
 // business outcome (a bug or an unexpected failure, which the API reports as

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
 
@@ -41,10 +42,4 @@ func requestHash(sku string, quantity int, holdMillis int64) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// place records that sku belongs to drop ("" for none): its keys live in the
-// drop's partition (see Drops in doc.go).
-func place(k Keys, sku, drop string) {
-	if drop != "" {
-		k.PlaceAt(sku, DropPartition(drop))
-	}
-}
+func place(k Keys, sku, drop string) { core.Place(k, sku, drop) }

@@ -6,12 +6,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dropline/dropline/internal/prom"
+	"github.com/dropline/dropline/inventory/core"
 )
 
 // metrics are the engine's Prometheus series. With a nil registerer they are
 // still counted, just not exported.
 type metrics struct {
-	outcomes *prometheus.CounterVec
+	// shared counts every operation by its outcome, the aggregates' too.
+	shared   *core.Metrics
 	rebuilds prometheus.Counter
 	wait     prometheus.Histogram
 	short    prometheus.Counter
@@ -25,10 +27,7 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
-		outcomes: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dropline_inventory_operations_total",
-			Help: "Inventory operations by operation and outcome code (OK, OUT_OF_STOCK, ..., INTERNAL).",
-		}, []string{"op", "code"})),
+		shared: core.NewMetrics(reg),
 		rebuilds: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_inventory_rebuilds_total",
 			Help: "SKUs rebuilt in Redis from Postgres (new products and state Redis lost).",
@@ -66,13 +65,4 @@ func (m *metrics) waited(d time.Duration, enough bool) {
 	}
 }
 
-func (m *metrics) outcome(op string, err error) {
-	code := "OK"
-	if err != nil {
-		code = string(ErrorCode(err))
-		if code == "" {
-			code = "INTERNAL"
-		}
-	}
-	m.outcomes.WithLabelValues(op, code).Inc()
-}
+func (m *metrics) outcome(op string, err error) { m.shared.Outcome(op, err) }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
 
@@ -72,7 +73,7 @@ var currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
 
 // maxStock bounds the stock, each restock and the total they add up to, so
 // counters never approach overflow (and the total fits its Postgres column).
-const maxStock = db.MaxTotal
+const maxStock = core.MaxStock
 
 // MaxStock is the largest total a product may reach.
 const MaxStock = maxStock
@@ -89,12 +90,7 @@ func (e *Engine) productFrom(p db.Product) Product {
 	}
 }
 
-func checkName(name string) error {
-	if n := utf8.RuneCountInString(name); !utf8.ValidString(name) || n < 1 || n > 200 {
-		return &InvalidInputError{Field: "name", Reason: "must be 1-200 characters of valid UTF-8"}
-	}
-	return nil
-}
+func checkName(name string) error { return core.CheckName(name) }
 
 func checkPrice(m Money) error {
 	if m.Amount < 0 {
@@ -106,19 +102,9 @@ func checkPrice(m Money) error {
 	return nil
 }
 
-func checkWindow(start, end *time.Time) error {
-	if start != nil && end != nil && !start.IsZero() && !end.IsZero() && !end.After(*start) {
-		return &InvalidInputError{Field: "saleEndsAt", Reason: "must be after saleStartsAt"}
-	}
-	return nil
-}
+func checkWindow(start, end *time.Time) error { return core.CheckWindow(start, end) }
 
-func requireAdmin(p Principal) error {
-	if !p.Admin {
-		return ErrForbidden
-	}
-	return nil
-}
+func requireAdmin(p Principal) error { return core.RequireAdmin(p) }
 
 // CreateProduct adds a product with its initial stock. Postgres first, then
 // Redis is built from Postgres. Admins only.
@@ -372,27 +358,9 @@ func (m *Maintenance) ReapplyProducts(ctx context.Context, partition, limit int)
 	return applied, nil
 }
 
-// ledgerError maps ledger errors to business outcomes; sku names the product
-// a missing row is reported for ("" when the call had none).
-func ledgerError(op, sku string, err error) error {
-	switch {
-	case errors.Is(err, db.ErrNotFound) && sku != "":
-		return productNotFound(sku)
-	case errors.Is(err, db.ErrNotFound):
-		return ErrNotFound
-	case errors.Is(err, db.ErrInvalid):
-		return &InvalidInputError{Field: "input", Reason: err.Error()}
-	}
-	return unavailable(op, err)
-}
+func ledgerError(op, sku string, err error) error { return core.LedgerError(op, sku, err) }
 
-func firstInvalid(err error) error {
-	var inv *InvalidInputError
-	if errors.As(err, &inv) {
-		return inv
-	}
-	return err
-}
+func firstInvalid(err error) error { return core.FirstInvalid(err) }
 
 // ProductsBySKU returns the products of several SKUs in one Postgres query; a
 // nil entry is an unknown SKU. It exists for per-request batching.

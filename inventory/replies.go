@@ -4,83 +4,43 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/outcome"
 	"github.com/dropline/dropline/inventory/script"
 )
 
-// Script replies. Every script answers a list whose first element is a code
-// (replyCode); what follows depends on the script and the code, as each
-// script's header in lua/ says. The positions are read here and nowhere
-// else: one decoder per reply shape.
-//
-// A code is either a business outcome, which package outcome defines once
-// (replyOf names it here), or one of the protocol codes below, which tell
-// the engine what to do next and never reach a client.
-// TestEveryScriptCodeMapsToOne checks that each code a script can answer is
-// exactly one of the two.
+// The scripts' reply codes are package core's (see core.ReplyCode), which
+// every aggregate reads them from.
+type replyCode = core.ReplyCode
 
-// replyCode is what a script says happened: the first element of its reply.
-type replyCode string
+func replyOf(o *outcome.Outcome) replyCode { return core.ReplyOf(o) }
 
-// replyOf is the code a script answers for a business outcome.
-func replyOf(o *outcome.Outcome) replyCode { return replyCode(o.Code()) }
-
-// The protocol codes of lua/'s scripts.
+// The protocol codes, by their names in this package.
 const (
-	codeOK             replyCode = "OK"
-	codeHeld           replyCode = "HELD"            // reserve.lua made the hold: {code, expires_ms, created_ms}
-	codeNeedsHydration replyCode = "NEEDS_HYDRATION" // the SKU is not loaded: {code, sku}
-
-	// begin_commit.lua, release_hold.lua and extend_hold.lua, with a
-	// hold_reply, besides their business outcomes (FORBIDDEN, EXPIRED,
-	// ALREADY_CANCELLED, ALREADY_COMMITTED, EXTENSION_LIMIT, NOT_FOUND: no
-	// live hold under the token).
-	codeCommitInProgress replyCode = "COMMIT_IN_PROGRESS"
-	codeNotDue           replyCode = "NOT_DUE"
-
-	// reserve.lua's rejections are business outcomes, {code, a, b,
-	// replayed} (rejection); RATE_LIMITED is {code, retry_after seconds}.
-	// This one says deciding one request of a batch raised an error,
-	// {code, message}; the batch's other requests have their own replies.
-	codeReserveError replyCode = "ERR"
-
-	// reserve.lua and hold_cart_lines.lua: the units are there but the
-	// SKU's waitlist walk is unfinished, {code, sku}: finish it, ask again.
-	codeWalkPending replyCode = "WALK_PENDING"
-	// continue_walk.lua: the walk is still unfinished after this run, {code, offers}
-	// (DONE: it ended).
-	codePending replyCode = "PENDING"
-
-	// apply_draw.lua: the batch was applied before, {code, done}.
-	codeSkip replyCode = "SKIP"
-
-	// stage_rebuild.lua, hydrate_sku.lua, publish_sku.lua, apply_product.lua.
-	codeExists replyCode = "EXISTS" // the SKU is loaded already
-	codeStale  replyCode = "STALE"  // a newer rebuild or product version is there
-	codeDone   replyCode = "DONE"   // this rebuild chunk was written before
-
-	// claim_idempotency_key.lua.
-	codeReused replyCode = "REUSED" // claimed for another SKU: {code, sku}
-	codeMark   replyCode = "MARK"   // the partition's marker is missing
-	codeCheck  replyCode = "CHECK"  // check the ledger before claiming
-
-	// The cart scripts (open_cart.lua, hold_cart_lines.lua, confirm_cart_lines.lua,
-	// finish_cart.lua, abandon_cart.lua).
-	codeRefused replyCode = "REFUSED" // a line (or the key's first cart) was refused
-	codeLate    replyCode = "LATE"    // past the cart's deadline
-
-	// reconcile_hold.lua.
-	codeAgrees   replyCode = "AGREES"
-	codeReleased replyCode = "RELEASED"
-	codeAdopted  replyCode = "ADOPTED"
-	codeClosed   replyCode = "CLOSED"
+	codeOK               = core.CodeOK
+	codeHeld             = core.CodeHeld
+	codeNeedsHydration   = core.CodeNeedsHydration
+	codeCommitInProgress = core.CodeCommitInProgress
+	codeNotDue           = core.CodeNotDue
+	codeReserveError     = core.CodeReserveError
+	codeWalkPending      = core.CodeWalkPending
+	codePending          = core.CodePending
+	codeSkip             = core.CodeSkip
+	codeExists           = core.CodeExists
+	codeStale            = core.CodeStale
+	codeDone             = core.CodeDone
+	codeReused           = core.CodeReused
+	codeMark             = core.CodeMark
+	codeCheck            = core.CodeCheck
+	codeRefused          = core.CodeRefused
+	codeLate             = core.CodeLate
+	codeAgrees           = core.CodeAgrees
+	codeReleased         = core.CodeReleased
+	codeAdopted          = core.CodeAdopted
+	codeClosed           = core.CodeClosed
 )
 
-// protocolCodes lists the codes above, for the test that ties every code a
-// script answers to exactly one meaning.
-var protocolCodes = []replyCode{codeOK, codeHeld, codeNeedsHydration, codeCommitInProgress, codeNotDue,
-	codeReserveError, codeWalkPending, codePending, codeSkip, codeExists, codeStale, codeDone, codeReused, codeMark, codeCheck, codeRefused,
-	codeLate, codeAgrees, codeReleased, codeAdopted, codeClosed}
+var protocolCodes = core.ProtocolCodes
 
 // The outcomes finish_commit.lua takes (ARGV[2]), besides the ledger's
 // CANCELLED and EXPIRED.
@@ -124,34 +84,7 @@ func attemptOf(r script.BeginCommitReply) attempt {
 	return attempt{id: r.AttemptID, moved: r.Moved, idem: r.Idem, fp: r.FP}
 }
 
-// rejectionError is the error of a refusal of reserve.lua (or
-// join_waitlist.lua), {code, a, b, replayed}; nil when the code is not one
-// of its rejections.
-func rejectionError(r script.Rejection) error {
-	switch replyCode(r.Code) {
-	case replyOf(ErrOutOfStock):
-		return &OutOfStockError{Available: int(r.IntA())}
-	case replyOf(ErrQuotaExceeded):
-		return &QuotaExceededError{Limit: int(r.IntA()), Held: int(r.IntB())}
-	case replyOf(ErrSaleNotActive):
-		return &SaleNotActiveError{StartsAt: msTimePtr(r.IntA()), EndsAt: msTimePtr(r.IntB())}
-	case replyOf(ErrIdempotencyKeyReused):
-		return ErrIdempotencyKeyReused
-	case replyOf(ErrInvalidInput):
-		return &InvalidInputError{Field: r.A, Reason: r.B}
-	case replyOf(ErrWaitlistFull):
-		return &WaitlistFullError{Limit: int(r.IntA())}
-	case replyOf(ErrDrawOnly):
-		return ErrDrawOnly
-	case replyOf(ErrQueueRequired):
-		return ErrQueueRequired
-	case replyOf(ErrPassExpired):
-		return ErrPassExpired
-	case replyOf(ErrPassInvalid):
-		return ErrPassInvalid
-	}
-	return nil
-}
+func rejectionError(r script.Rejection) error { return core.RejectionError(r) }
 
 // waitEntryOf is a decoded wait_reply as callers see it.
 func waitEntryOf(w script.Wait) WaitlistEntry {
@@ -187,12 +120,6 @@ func endedHold(r script.ReconcileReply, row db.Reservation) (db.Event, bool) {
 	return ev, true
 }
 
-func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+func msTime(ms int64) time.Time { return core.MsTime(ms) }
 
-func msTimePtr(ms int64) *time.Time {
-	if ms == 0 {
-		return nil
-	}
-	t := msTime(ms)
-	return &t
-}
+func msTimePtr(ms int64) *time.Time { return core.MsTimePtr(ms) }

@@ -4,42 +4,24 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
 )
 
-// Status is where a reservation is in its life:
-//
-//	reserve --> HELD --commit--> COMMITTED
-//	             |  \--cancel--> CANCELLED
-//	             \----expiry---> EXPIRED
-type Status string
+// Status and Reservation are package core's, which the aggregates share.
+type (
+	// Status is where a reservation is in its life (see core.Status).
+	Status = core.Status
+	// Reservation is a hold on units of one SKU by one principal.
+	Reservation = core.Reservation
+)
 
 // The statuses a client sees. A hold that is being committed shows as HELD.
 const (
-	StatusHeld      Status = "HELD"
-	StatusCommitted Status = "COMMITTED"
-	StatusCancelled Status = "CANCELLED"
-	StatusExpired   Status = "EXPIRED"
+	StatusHeld      = core.StatusHeld
+	StatusCommitted = core.StatusCommitted
+	StatusCancelled = core.StatusCancelled
+	StatusExpired   = core.StatusExpired
 )
-
-// Reservation is a hold on units of one SKU by one principal.
-type Reservation struct {
-	Token       string
-	SKU         string
-	Principal   string
-	Quantity    int
-	Status      Status
-	ExpiresAt   time.Time
-	CreatedAt   time.Time
-	CommittedAt *time.Time
-	// EndedAt is when a CANCELLED or EXPIRED reservation released its units.
-	EndedAt *time.Time
-	// Extensions is how many times the hold was extended (Extend); ExpiresAt
-	// is the latest expiry.
-	Extensions int
-	// Replayed is true when the call changed nothing and returned an earlier
-	// outcome (an idempotent replay or a repeated commit).
-	Replayed bool
-}
 
 func statusFrom(s string) Status {
 	if s == "COMMITTING" {
@@ -93,10 +75,4 @@ func holdFromLedger(r db.Reservation) Reservation {
 	}
 }
 
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
+func utcPtr(t *time.Time) *time.Time { return core.UTCPtr(t) }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
 
@@ -37,36 +38,9 @@ type ReserveRequest struct {
 }
 
 // ValidSKU reports whether s may name a product: 1–64 of A–Z a–z 0–9 . _ -
-func ValidSKU(s string) bool { return validName(s, 64, false) }
+func ValidSKU(s string) bool { return core.ValidSKU(s) }
 
-// validPrincipal reports whether s may name a principal: 1–128 of
-// A–Z a–z 0–9 . _ @ -
-func validPrincipal(s string) bool { return validName(s, 128, true) }
-
-// validName reports whether s is 1 to most bytes of A–Z a–z 0–9 . _ -
-// (and @ when at is set). It is checked on every reserve, byte by byte: a
-// regular expression costs several times more.
-func validName(s string, most int, at bool) bool {
-	if len(s) < 1 || len(s) > most {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
-		case c == '@' && at:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func checkPrincipal(p Principal) error {
-	if !validPrincipal(p.ID) {
-		return &InvalidInputError{Field: "principal", Reason: "not a valid principal id"}
-	}
-	return nil
-}
+func checkPrincipal(p Principal) error { return core.CheckPrincipal(p) }
 
 func (e *Engine) checkReserve(p Principal, req ReserveRequest) (time.Duration, error) {
 	if err := checkPrincipal(p); err != nil {

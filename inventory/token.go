@@ -3,9 +3,10 @@ package inventory
 import (
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/hex"
 	"fmt"
 	"strconv"
+
+	"github.com/dropline/dropline/inventory/core"
 )
 
 // tokenEncoding is lowercase base32 without padding: URL-safe and easy to read aloud.
@@ -70,14 +71,4 @@ func parseTokenOf(kind byte, token, reason string) (int, error) {
 	return p, nil
 }
 
-// newNonce returns 128 random bits in hex for a script that may hand units
-// to waiters: the tokens of the holds it makes are derived from it (see
-// offer_token in lua/lib.lua), so they are as unguessable as newToken's, and
-// a script the client repeats with the same arguments makes the same ones.
-func newNonce() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand failed: %v", err))
-	}
-	return hex.EncodeToString(b[:])
-}
+func newNonce() string { return core.NewNonce() }

@@ -1,4 +1,4 @@
-package inventory
+package core
 
 import (
 	"crypto/rand"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/outcome"
 )
 
 // QueueSettings put a product, or a drop, behind an admission queue
@@ -37,9 +38,9 @@ const (
 	MaxAccessCodes     = 100_000
 )
 
-// newQueue checks a queue's settings and draws its seed; field is the
+// NewQueue checks a queue's settings and draws its seed; field is the
 // input's name for the settings ("queue").
-func newQueue(q *QueueSettings, field string) (*db.NewQueue, error) {
+func NewQueue(q *QueueSettings, field string) (*db.NewQueue, error) {
 	if q == nil {
 		return nil, nil
 	}
@@ -49,20 +50,20 @@ func newQueue(q *QueueSettings, field string) (*db.NewQueue, error) {
 	}
 	switch {
 	case q.OpensAt.IsZero():
-		return nil, &InvalidInputError{Field: field + ".opensAt", Reason: "is required"}
+		return nil, &outcome.InvalidInputError{Field: field + ".opensAt", Reason: "is required"}
 	case q.AdmitPerMinute < 1 || q.AdmitPerMinute > MaxAdmitPerMinute:
-		return nil, &InvalidInputError{Field: field + ".admitPerMinute", Reason: fmt.Sprintf("must be between 1 and %d", MaxAdmitPerMinute)}
+		return nil, &outcome.InvalidInputError{Field: field + ".admitPerMinute", Reason: fmt.Sprintf("must be between 1 and %d", MaxAdmitPerMinute)}
 	case life < MinPassLife || life > MaxPassLife || life%time.Second != 0:
-		return nil, &InvalidInputError{Field: field + ".passSeconds", Reason: fmt.Sprintf("must be between %d and %d",
+		return nil, &outcome.InvalidInputError{Field: field + ".passSeconds", Reason: fmt.Sprintf("must be between %d and %d",
 			int(MinPassLife.Seconds()), int(MaxPassLife.Seconds()))}
 	case q.ProofOfWorkBits < 0 || q.ProofOfWorkBits > MaxProofOfWorkBits:
-		return nil, &InvalidInputError{Field: field + ".proofOfWorkBits", Reason: fmt.Sprintf("must be between 0 and %d", MaxProofOfWorkBits)}
+		return nil, &outcome.InvalidInputError{Field: field + ".proofOfWorkBits", Reason: fmt.Sprintf("must be between 0 and %d", MaxProofOfWorkBits)}
 	case len(q.AccessCodes) > MaxAccessCodes:
-		return nil, &InvalidInputError{Field: field + ".accessCodes", Reason: fmt.Sprintf("at most %d", MaxAccessCodes)}
+		return nil, &outcome.InvalidInputError{Field: field + ".accessCodes", Reason: fmt.Sprintf("at most %d", MaxAccessCodes)}
 	}
 	for _, c := range q.AccessCodes {
 		if c == "" || len(c) > 128 {
-			return nil, &InvalidInputError{Field: field + ".accessCodes", Reason: "each must be 1-128 bytes"}
+			return nil, &outcome.InvalidInputError{Field: field + ".accessCodes", Reason: "each must be 1-128 bytes"}
 		}
 	}
 	seed := make([]byte, 32)
