@@ -2,7 +2,6 @@ package faults
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,12 +16,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/dropline/dropline/internal/otlpreceiver"
 )
 
 // otlpReceiver is a real OTLP/HTTP trace receiver: it decodes the protobuf
 // ExportTraceServiceRequest each POST /v1/traces carries, as a collector
-// would, and keeps every span.
+// would (internal/otlpreceiver), and keeps every span.
 type otlpReceiver struct {
 	URL string
 
@@ -46,34 +46,7 @@ type recvLink struct{ TraceID, SpanID string }
 func startOTLPReceiver(t *testing.T) *otlpReceiver {
 	t.Helper()
 	r := &otlpReceiver{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" {
-			http.Error(w, "not an OTLP trace export", http.StatusNotFound)
-			return
-		}
-		if ct := req.Header.Get("Content-Type"); ct != "application/x-protobuf" {
-			http.Error(w, "content type "+ct, http.StatusUnsupportedMediaType)
-			return
-		}
-		var body io.Reader = req.Body
-		if req.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(req.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			body = zr
-		}
-		b, err := io.ReadAll(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var export coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(b, &export); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+	srv := httptest.NewServer(otlpreceiver.Handler(func(export *coltracepb.ExportTraceServiceRequest) {
 		var got []recvSpan
 		for _, rs := range export.GetResourceSpans() {
 			service := ""
@@ -99,9 +72,6 @@ func startOTLPReceiver(t *testing.T) *otlpReceiver {
 		r.spans = append(r.spans, got...)
 		r.requests++
 		r.mu.Unlock()
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
 	}))
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL
