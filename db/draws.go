@@ -1,11 +1,12 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -143,53 +144,194 @@ func (l *Ledger) DrawsBySKU(ctx context.Context, skus []string) ([]Draw, error) 
 
 // EnterDraw records a principal's entry in a SKU's draw, or returns the
 // entry it has (replayed true; the quantity asked this time is ignored).
-// The window is checked on Postgres' clock under a share lock of the draw's
-// row, which the draw takes exclusively: an entry that was accepted is in the
-// draw. Refusals: ErrNotFound, *DrawClosedError, *DrawQuotaError.
+// It is EnterDraws of one request. Refusals: ErrNotFound, *DrawClosedError,
+// *DrawQuotaError.
 func (l *Ledger) EnterDraw(ctx context.Context, sku, principal string, quantity int) (e DrawEntry, replayed bool, err error) {
-	err = l.inTx(ctx, "enter_draw", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		var (
-			status string
-			closes time.Time
-			starts *time.Time
-			max    int
-			open   bool
-		)
-		err := tx.QueryRow(ctx, `
-			SELECT d.status, d.closes_at, p.sale_starts_at, coalesce(p.max_per_user, 0),
+	out, err := l.EnterDraws(ctx, []DrawEntryRequest{{SKU: sku, Principal: principal, Quantity: quantity}})
+	if err != nil {
+		return DrawEntry{}, false, err
+	}
+	return out[0].Entry, out[0].Replayed, out[0].Err
+}
+
+// DrawEntryRequest is one principal's entry asked of EnterDraws.
+type DrawEntryRequest struct {
+	SKU, Principal string
+	Quantity       int
+}
+
+// DrawEntryAnswer is EnterDraws' answer to one request: its entry (Replayed
+// when the principal had it already, the quantity asked this time ignored),
+// or its refusal in Err: ErrNotFound, *DrawClosedError, *DrawQuotaError.
+type DrawEntryAnswer struct {
+	Entry    DrawEntry
+	Replayed bool
+	Err      error
+}
+
+// drawWindow is a draw's row as an entry checks it.
+type drawWindow struct {
+	status string
+	closes time.Time
+	starts *time.Time
+	max    int
+	open   bool
+}
+
+// EnterDraws records many entries in one transaction: group commit, so that
+// an entry is a Postgres row before its answer without a transaction (and a
+// WAL flush) of its own. Each request is decided as EnterDraw decides it
+// alone, in the order given: a principal's entry found (in the ledger, or
+// made by an earlier request of the batch) is returned; else the window is
+// checked on Postgres' clock under a share lock of the draw's row, which
+// the draw takes exclusively, so an entry accepted is in the draw; then the
+// per-principal limit. The error returned is the transaction's (every
+// request failed); refusals are per answer.
+func (l *Ledger) EnterDraws(ctx context.Context, reqs []DrawEntryRequest) ([]DrawEntryAnswer, error) {
+	var out []DrawEntryAnswer
+	err := l.inTx(ctx, "enter_draws", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		out = make([]DrawEntryAnswer, len(reqs))
+		skus := make([]string, 0, 1)
+		seen := map[string]bool{}
+		for _, r := range reqs {
+			if !seen[r.SKU] {
+				seen[r.SKU] = true
+				skus = append(skus, r.SKU)
+			}
+		}
+		slices.Sort(skus)
+		rows, err := tx.Query(ctx, `
+			SELECT d.sku, d.status, d.closes_at, p.sale_starts_at, coalesce(p.max_per_user, 0),
 			       (p.sale_starts_at IS NULL OR p.sale_starts_at <= clock_timestamp()) AND clock_timestamp() < d.closes_at
-			FROM draws d JOIN products p ON p.sku = d.sku WHERE d.sku = $1 FOR SHARE OF d`, sku).
-			Scan(&status, &closes, &starts, &max, &open)
+			FROM draws d JOIN products p ON p.sku = d.sku WHERE d.sku = ANY($1) ORDER BY d.sku FOR SHARE OF d`, skus)
 		if err != nil {
 			return interpret(err)
 		}
-		e, err = scanEntry(tx.QueryRow(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 AND e.principal = $2`, sku, principal))
-		if err == nil {
-			replayed = true
+		windows := map[string]drawWindow{}
+		var (
+			sku string
+			w   drawWindow
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&sku, &w.status, &w.closes, &w.starts, &w.max, &w.open}, func() error {
+			windows[sku] = w
 			return nil
+		}); err != nil {
+			return interpret(err)
 		}
-		if !errors.Is(err, ErrNotFound) {
+		key := func(sku, principal string) string { return sku + "\x00" + principal }
+		found, err := l.entriesOf(ctx, tx, reqs, windows)
+		if err != nil {
 			return err
 		}
-		if status != DrawOpen || !open {
-			return &DrawClosedError{StartsAt: starts, ClosesAt: closes}
+		// Decide each request in order; the first of a principal that may
+		// enter makes the entry, which later ones of the batch replay.
+		first := map[string]int{}
+		var fresh []int
+		for i, r := range reqs {
+			w, ok := windows[r.SKU]
+			k := key(r.SKU, r.Principal)
+			switch e, has := found[k]; {
+			case !ok:
+				out[i].Err = ErrNotFound
+			case has:
+				out[i].Entry, out[i].Replayed = e, true
+			case first[k] > 0:
+				out[i].Replayed = true // filled in once the entry is made
+			case w.status != DrawOpen || !w.open:
+				out[i].Err = &DrawClosedError{StartsAt: w.starts, ClosesAt: w.closes}
+			case w.max > 0 && r.Quantity > w.max:
+				out[i].Err = &DrawQuotaError{Limit: w.max}
+			default:
+				first[k] = i + 1
+				fresh = append(fresh, i)
+			}
 		}
-		if max > 0 && quantity > max {
-			return &DrawQuotaError{Limit: max}
+		if len(fresh) == 0 {
+			return nil
 		}
-		// Two entries of one principal at once: the second waits for the
-		// first's commit, inserts nothing and replays it.
-		e, err = scanEntry(tx.QueryRow(ctx, `
-			INSERT INTO draw_entries (sku, principal, quantity) VALUES ($1, $2, $3)
+		// Inserted in (sku, principal) order, so that two batches that meet
+		// on the same principals wait for each other in one order, never in
+		// a cycle. An entry a concurrent batch made first is waited for
+		// (ON CONFLICT), not inserted, and read after: a replay.
+		slices.SortFunc(fresh, func(a, b int) int {
+			return cmp.Or(cmp.Compare(reqs[a].SKU, reqs[b].SKU), cmp.Compare(reqs[a].Principal, reqs[b].Principal))
+		})
+		sk, pr, qt := make([]string, len(fresh)), make([]string, len(fresh)), make([]int32, len(fresh))
+		for j, i := range fresh {
+			sk[j], pr[j], qt[j] = reqs[i].SKU, reqs[i].Principal, int32(reqs[i].Quantity)
+		}
+		made, err := collectEntries(tx.Query(ctx, `
+			INSERT INTO draw_entries (sku, principal, quantity)
+			SELECT v.sku, v.principal, v.quantity FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS v(sku, principal, quantity, n) ORDER BY v.n
 			ON CONFLICT (sku, principal) DO NOTHING RETURNING id, sku, principal, quantity, entered_at, 'ENTERED', 0, ''`,
-			sku, principal, quantity))
-		if errors.Is(err, ErrNotFound) {
-			replayed = true
-			e, err = scanEntry(tx.QueryRow(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 AND e.principal = $2`, sku, principal))
+			sk, pr, qt))
+		if err != nil {
+			return err
 		}
-		return err
+		entries := make(map[string]DrawEntry, len(fresh))
+		mine := make(map[int64]bool, len(made))
+		for _, e := range made {
+			entries[key(e.SKU, e.Principal)] = e
+			mine[e.ID] = true
+		}
+		if len(made) < len(fresh) {
+			var late []DrawEntryRequest
+			for _, i := range fresh {
+				if _, ok := entries[key(reqs[i].SKU, reqs[i].Principal)]; !ok {
+					late = append(late, reqs[i])
+				}
+			}
+			again, err := l.entriesOf(ctx, tx, late, windows)
+			if err != nil {
+				return err
+			}
+			for k, e := range again {
+				entries[k] = e
+			}
+		}
+		for i, r := range reqs {
+			k := key(r.SKU, r.Principal)
+			if out[i].Err != nil || out[i].Entry.ID != 0 {
+				continue
+			}
+			e, ok := entries[k]
+			if !ok {
+				return fmt.Errorf("entering the draw of %s: the entry of %s was neither made nor found", r.SKU, r.Principal)
+			}
+			out[i].Entry = e
+			// Made by a concurrent batch first: this request replays it.
+			out[i].Replayed = out[i].Replayed || !mine[e.ID]
+		}
+		return nil
 	})
-	return e, replayed, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// entriesOf reads the entries the principals of reqs have in the draws of
+// windows, by sku and principal.
+func (l *Ledger) entriesOf(ctx context.Context, tx pgx.Tx, reqs []DrawEntryRequest, windows map[string]drawWindow) (map[string]DrawEntry, error) {
+	sk, pr := make([]string, 0, len(reqs)), make([]string, 0, len(reqs))
+	for _, r := range reqs {
+		if _, ok := windows[r.SKU]; ok {
+			sk, pr = append(sk, r.SKU), append(pr, r.Principal)
+		}
+	}
+	out := map[string]DrawEntry{}
+	if len(sk) == 0 {
+		return out, nil
+	}
+	list, err := collectEntries(tx.Query(ctx, `SELECT `+entryColumns+entryFrom+`
+		WHERE (e.sku, e.principal) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, sk, pr))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range list {
+		out[e.SKU+"\x00"+e.Principal] = e
+	}
+	return out, nil
 }
 
 // DrawEntriesOf lists a principal's entries, newest first, at most limit.

@@ -168,7 +168,9 @@ func (a Draws) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error)
 
 // EnterDraw enters the principal in a SKU's draw for quantity units. One
 // entry per principal: entering again returns the entry (Replayed). The
-// entry is a Postgres row before the answer. Refusals: *InvalidInputError
+// entry is a Postgres row before the answer: concurrent entries are recorded
+// together, in one transaction (drawEntryBatcher), each answered once it
+// committed. Refusals: *InvalidInputError
 // (a bad quantity, or a product not sold by draw), *NotFoundError,
 // *SaleNotActiveError (outside saleStartsAt..closesAt, or drawn: EndsAt is
 // closesAt), *QuotaExceededError (above the per-principal limit).
@@ -184,7 +186,11 @@ func (a Draws) EnterDraw(ctx context.Context, p Principal, sku string, quantity 
 	if quantity < 1 || quantity > e.cfg.MaxQuantity {
 		return DrawEntry{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", e.cfg.MaxQuantity)}
 	}
-	row, replayed, err := e.ledger.EnterDraw(ctx, sku, p.ID, quantity)
+	ans, err := e.enterInBatch(ctx, db.DrawEntryRequest{SKU: sku, Principal: p.ID, Quantity: quantity})
+	if err == nil {
+		err = ans.Err
+	}
+	row, replayed := ans.Entry, ans.Replayed
 	var closed *db.DrawClosedError
 	var quota *db.DrawQuotaError
 	switch {

@@ -245,6 +245,8 @@ type Engine struct {
 	rebuild singleflight.Group
 	metrics *metrics
 	batches reserveBatcher
+	// drawEntries gathers concurrent draw entries into one transaction.
+	drawEntries drawEntryBatcher
 	// tracer is nil when tracing is off (Config.Tracer).
 	tracer trace.Tracer
 	// core is what the engine hands its aggregates (newCore).

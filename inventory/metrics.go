@@ -21,6 +21,8 @@ type metrics struct {
 	reserveBatch prometheus.Histogram
 	// reserveDur is how long each Reserve took, whatever its outcome.
 	reserveDur prometheus.Histogram
+	// drawEntryBatch is the number of draw entries each transaction recorded.
+	drawEntryBatch prometheus.Histogram
 	// drawUnheld counts draws' winners whose hold could not be made.
 	drawUnheld prometheus.Counter
 }
@@ -50,6 +52,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "dropline_reserve_duration_seconds",
 			Help:    "Time of one reserve in the engine, whatever its outcome: the idempotency claim, the wait for its batch, its run of reserve.lua and any rebuild (deploy/alerts.yml watches its 99th percentile).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		})),
+		drawEntryBatch: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dropline_draw_entry_batch_size",
+			Help:    "Draw entries recorded by one Postgres transaction (concurrent entries go together).",
+			Buckets: []float64{1, 4, 16, 64, 128, 256},
 		})),
 		drawUnheld: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_draw_winners_unheld_total",

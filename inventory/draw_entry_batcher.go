@@ -1,0 +1,120 @@
+package inventory
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dropline/dropline/db"
+)
+
+const (
+	// maxDrawEntryBatch bounds the entries one Postgres transaction records.
+	maxDrawEntryBatch = 256
+	// drawEntryBatchesInFlight is how many batches may be on their way at
+	// once: while one waits for its commit to reach the disk, the entries
+	// that arrive meanwhile gather for the next.
+	drawEntryBatchesInFlight = 4
+	// drawEntryBatchTimeout bounds one batch's transaction (its callers may
+	// stop waiting sooner).
+	drawEntryBatchTimeout = 10 * time.Second
+)
+
+// drawEntryBatcher is group commit for draw entries: the entries that
+// arrive while earlier batches are on their way queue up and are recorded
+// together, in one Postgres transaction (db.Ledger.EnterDraws), and each
+// caller is answered only once its batch has committed. So an entry is
+// still a Postgres row before its answer, but a thousand entries cost a few
+// transactions and WAL flushes instead of a thousand. The decisions are
+// those of the same requests made one after the other (a principal's second
+// entry replays its first, in the batch as across batches).
+//
+// Nothing waits for a batch to fill: an entry that finds fewer than
+// drawEntryBatchesInFlight batches on their way starts one at once, so a
+// quiet draw records every entry in a transaction of its own.
+type drawEntryBatcher struct {
+	mu       sync.Mutex
+	pending  []*drawEntryCall
+	inFlight int
+}
+
+// drawEntryCall is one request of a batch and, once done is closed, its
+// answer or the batch's error. left says its caller stopped waiting: a
+// batch that has not left yet drops it.
+type drawEntryCall struct {
+	req  db.DrawEntryRequest
+	done chan struct{}
+	ans  db.DrawEntryAnswer
+	err  error
+	left atomic.Bool
+}
+
+// enterInBatch records one entry with the concurrent ones. It returns when
+// its batch committed (or failed), or with ctx's error when ctx ends first;
+// an entry whose batch has not left by then is not recorded, one on its way
+// may still be (entering again replays it).
+func (e *Engine) enterInBatch(ctx context.Context, req db.DrawEntryRequest) (db.DrawEntryAnswer, error) {
+	c := &drawEntryCall{req: req, done: make(chan struct{})}
+	b := &e.drawEntries
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	start := b.inFlight < drawEntryBatchesInFlight
+	if start {
+		b.inFlight++
+	}
+	b.mu.Unlock()
+	if start {
+		go e.drainDrawEntries(context.WithoutCancel(ctx))
+	}
+	select {
+	case <-c.done:
+		return c.ans, c.err
+	case <-ctx.Done():
+		c.left.Store(true)
+		return db.DrawEntryAnswer{}, ctx.Err()
+	}
+}
+
+// drainDrawEntries records the waiting entries in batches until none waits.
+func (e *Engine) drainDrawEntries(ctx context.Context) {
+	b := &e.drawEntries
+	for {
+		b.mu.Lock()
+		if len(b.pending) == 0 {
+			b.inFlight--
+			b.pending = nil // let go of the backing array a burst grew
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(b.pending), maxDrawEntryBatch)
+		calls := b.pending[:n:n]
+		b.pending = b.pending[n:]
+		b.mu.Unlock()
+		calls = slices.DeleteFunc(calls, func(c *drawEntryCall) bool { return c.left.Load() })
+		if len(calls) > 0 {
+			e.runDrawEntryBatch(ctx, calls)
+		}
+	}
+}
+
+// runDrawEntryBatch records one batch and answers each of its callers.
+func (e *Engine) runDrawEntryBatch(ctx context.Context, calls []*drawEntryCall) {
+	reqs := make([]db.DrawEntryRequest, len(calls))
+	for i, c := range calls {
+		reqs[i] = c.req
+	}
+	ctx, cancel := context.WithTimeout(ctx, drawEntryBatchTimeout)
+	out, err := e.ledger.EnterDraws(ctx, reqs)
+	cancel()
+	e.metrics.drawEntryBatch.Observe(float64(len(calls)))
+	for i, c := range calls {
+		if err != nil {
+			c.err = err
+		} else {
+			c.ans = out[i]
+		}
+		close(c.done)
+	}
+}
