@@ -105,6 +105,13 @@ const (
 	demoQueueOpens = time.Minute
 )
 
+// demoPresale is the demo's presale drop, and demoPresaleCodes how many
+// access codes it has: DEMO-PRESALE-01 and on, one per buyer.
+const (
+	demoPresale      = "PRESALE-TRAINERS"
+	demoPresaleCodes = 20
+)
+
 func seedDemo(ctx context.Context, in Infra) error {
 	engine, err := newEngine(ctx, in)
 	if err != nil {
@@ -114,11 +121,25 @@ func seedDemo(ctx context.Context, in Infra) error {
 	// The hot SKU's sale window opens now: a drop the quick start can try at once.
 	now := time.Now().UTC()
 	end := now.Add(30 * 24 * time.Hour)
+	// A presale drop: two sizes of a trainer behind one queue, open from
+	// the seeding on, that lets in buyers with an access code.
+	if _, err := engine.Drops().Drop(ctx, demoPresale); errors.Is(err, inventory.ErrNotFound) {
+		codes := make([]string, demoPresaleCodes)
+		for i := range codes {
+			codes[i] = fmt.Sprintf("DEMO-PRESALE-%02d", i+1)
+		}
+		if _, err := engine.Drops().CreateDrop(ctx, admin, inventory.DropInput{ID: demoPresale, Name: "Presale: trainers", MaxPerUser: 1,
+			Queue: &inventory.QueueSettings{OpensAt: now, AdmitPerMinute: 30, ProofOfWorkBits: 14, AccessCodes: codes}}); err != nil {
+			return fmt.Errorf("creating drop %s: %w", demoPresale, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("looking up drop %s: %w", demoPresale, err)
+	}
 	// One product of each kind, so the demo shop shows every way Dropline
 	// sells: a limited drop, plenty (for carts), a poster of two units that
 	// sells out (its waitlist), a jacket sold by draw, drawn a few minutes
-	// after `make run` seeds it, and a hoodie behind an admission queue that
-	// opens a minute after.
+	// after `make run` seeds it, a hoodie behind an admission queue that
+	// opens a minute after, and the presale's two sizes.
 	for _, p := range []inventory.ProductInput{
 		{SKU: "DROP-SNEAKER-01", Name: "Limited sneaker", Price: inventory.Money{Amount: 19900, Currency: "EUR"}, Stock: 20, MaxPerUser: 1, SaleStartsAt: &now, SaleEndsAt: &end},
 		{SKU: "TEE-BLACK-M", Name: "Black tee (M)", Price: inventory.Money{Amount: 2500, Currency: "EUR"}, Stock: 500},
@@ -128,6 +149,8 @@ func seedDemo(ctx context.Context, in Infra) error {
 			Draw: &inventory.DrawInput{ClosesAt: now.Add(demoDrawCloses), WinnerHold: 10 * time.Minute}},
 		{SKU: "DROP-HOODIE", Name: "Hoodie, queued drop", Price: inventory.Money{Amount: 8900, Currency: "EUR"}, Stock: 10, MaxPerUser: 1,
 			Queue: &inventory.QueueSettings{OpensAt: now.Add(demoQueueOpens), AdmitPerMinute: 6, ProofOfWorkBits: 14}},
+		{SKU: "TRAINER-42", Name: "Trainers, size 42", Price: inventory.Money{Amount: 12900, Currency: "EUR"}, Stock: 5, Drop: demoPresale},
+		{SKU: "TRAINER-43", Name: "Trainers, size 43", Price: inventory.Money{Amount: 12900, Currency: "EUR"}, Stock: 5, Drop: demoPresale},
 	} {
 		if _, err := engine.Catalog().Product(ctx, p.SKU); err == nil {
 			continue

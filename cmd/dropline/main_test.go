@@ -213,7 +213,17 @@ func TestSeedBeforeMigrate(t *testing.T) {
 	require.NoError(t, err)
 	skus, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"CAP-LOGO", "DRAW-JACKET", "DROP-HOODIE", "DROP-SNEAKER-01", "POSTER-SIGNED", "TEE-BLACK-M"}, skus)
+	require.Equal(t, []string{"CAP-LOGO", "DRAW-JACKET", "DROP-HOODIE", "DROP-SNEAKER-01", "POSTER-SIGNED", "TEE-BLACK-M", "TRAINER-42", "TRAINER-43"}, skus)
+	var presale, codes int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM products WHERE drop_id = 'PRESALE-TRAINERS'`).Scan(&presale))
+	require.Equal(t, 2, presale, "the presale drop's two sizes")
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM queue_access_codes WHERE queue_id = 'drop:PRESALE-TRAINERS' AND principal IS NULL`).Scan(&codes))
+	require.Equal(t, 20, codes, "the presale's access codes, all unused")
+	// Seeding again changes nothing.
+	code, _, errOut = runCmd(t, envm, "seed", "--demo")
+	require.Equal(t, 0, code, errOut)
 	var draws int
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM draws WHERE sku = 'DRAW-JACKET' AND closes_at BETWEEN now() + interval '1 minute' AND now() + interval '10 minutes'`).Scan(&draws))
