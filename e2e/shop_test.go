@@ -87,6 +87,13 @@ func TestShopInABrowser(t *testing.T) {
 	// and asks each join for 10 bits of proof of work.
 	const queueSKU = "SHOP-QUEUE"
 	s.createQueuedProduct(t, queueSKU, 2, time.Now().Add(45*time.Second))
+	// A presale drop of two products, one unit each, behind one queue that
+	// is open already, lets one in a second, asks for 12 bits of proof of
+	// work and an access code per buyer.
+	const dropID = "SHOP-PRESALE"
+	dropSKUs := []string{"SHOP-PRESALE-S", "SHOP-PRESALE-M"}
+	dropCodes := []string{"EARLY-ALICE-7Q", "EARLY-CAROL-3K", "EARLY-SPARE-9X"}
+	s.createPresaleDrop(t, dropID, dropSKUs, dropCodes)
 
 	artifacts := t.TempDir()
 	resultFile := filepath.Join(artifacts, "result.json")
@@ -102,6 +109,9 @@ func TestShopInABrowser(t *testing.T) {
 		"SHOP_WAIT_SKU="+wait,
 		"SHOP_CART_SKU="+cartSKU,
 		"SHOP_QUEUE_SKU="+queueSKU,
+		"SHOP_DROP="+dropID,
+		"SHOP_DROP_SKUS="+strings.Join(dropSKUs, ","),
+		"SHOP_DROP_CODES="+strings.Join(dropCodes[:2], ","),
 		"SHOP_DRAW_SKU="+drawSKU,
 		"SHOP_DRAW_SEED_HASH="+seedHash,
 		"SHOP_WAIT_HOLD="+daveHold,
@@ -119,15 +129,17 @@ func TestShopInABrowser(t *testing.T) {
 		t.Fatalf("the browser test failed (%v); screenshots in %s\n%s\nserver log:\n%s", err, kept, out, srv.log.String())
 	}
 	var res struct {
-		ByID         int      `json:"byId"`
-		AsText       int      `json:"asText"`
-		FallMs       int64    `json:"fallMs"`
-		ExpiryBackMs int64    `json:"expiryBackMs"`
-		RetryKey     string   `json:"retryKey"`
-		ExtendKey    string   `json:"extendKey"`
-		DrawWinner   string   `json:"drawWinner"`
-		QueueOrder   []string `json:"queueOrder"`
-		QueueSeen    []int    `json:"queuePositions"`
+		ByID         int            `json:"byId"`
+		AsText       int            `json:"asText"`
+		FallMs       int64          `json:"fallMs"`
+		ExpiryBackMs int64          `json:"expiryBackMs"`
+		RetryKey     string         `json:"retryKey"`
+		ExtendKey    string         `json:"extendKey"`
+		DrawWinner   string         `json:"drawWinner"`
+		QueueOrder   []string       `json:"queueOrder"`
+		QueueSeen    []int          `json:"queuePositions"`
+		SoldOutMs    int64          `json:"soldOutMs"`
+		TicketAsks   map[string]int `json:"ticketAsks"`
 	}
 	b, err := os.ReadFile(resultFile)
 	require.NoError(t, err)
@@ -152,7 +164,14 @@ func TestShopInABrowser(t *testing.T) {
 		require.Equal(t, want, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = $2`, queueSKU, who), "%s, let in %d", who, i+1)
 	}
 	require.Equal(t, stock{Available: 0, Held: 0, Sold: 2, Total: 2}, s.stock(t, queueSKU))
-	require.Equal(t, 8, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
+	// The presale: alice and carol each bought one product of the drop
+	// with their pass, with their own code; bob, who brought alice's, got
+	// no ticket.
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'alice'`, dropSKUs[0]), "alice bought the drop's first product")
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM sales WHERE sku = $1 AND principal = 'carol'`, dropSKUs[1]), "carol bought the drop's second product")
+	require.Equal(t, 2, s.scalar(t, `SELECT count(*) FROM queue_access_codes WHERE queue_id = $1 AND principal IS NOT NULL`, "drop:"+dropID), "two codes used")
+	require.Equal(t, 1, s.scalar(t, `SELECT count(*) FROM queue_access_codes WHERE queue_id = $1 AND principal = 'alice'`, "drop:"+dropID), "alice's code is hers, though bob brought it too")
+	require.Equal(t, 10, s.scalar(t, `SELECT count(*) FROM sales`), "no other sale")
 	drawn := s.draw(t, drawSKU)
 	require.Equal(t, "DRAWN", drawn.Status)
 	require.Equal(t, 2, drawn.Entries)
@@ -194,8 +213,9 @@ func TestShopInABrowser(t *testing.T) {
 	require.Zero(t, res.AsText, "operations the shop sent as text")
 	require.Positive(t, res.ByID)
 
-	t.Logf("browser test took %s; %d operations sent by id, %d as text; bob's page showed alice's Buy after %d ms; an expired hold was back on both pages %d ms after expiresAt",
-		time.Since(began).Round(time.Millisecond), res.ByID, res.AsText, res.FallMs, res.ExpiryBackMs)
+	t.Logf("browser test took %s; %d operations sent by id, %d as text; bob's page showed alice's Buy after %d ms; an expired hold was back on both pages %d ms after expiresAt; "+
+		"the queue's positions %v, SOLD_OUT %d ms after the last sale, tickets asked for %v",
+		time.Since(began).Round(time.Millisecond), res.ByID, res.AsText, res.FallMs, res.ExpiryBackMs, res.QueueSeen, res.SoldOutMs, res.TicketAsks)
 }
 
 // reserveHTTP holds units of sku for the holder of token for holdSeconds
@@ -248,6 +268,39 @@ func (s *system) createQueuedProduct(t *testing.T, sku string, units int, opens 
 			"stock": units, "queue": map[string]any{"opensAt": opens.UTC().Format(time.RFC3339Nano), "admitPerMinute": 6, "passSeconds": 120, "proofOfWorkBits": 10}}}, &out)
 	require.Empty(t, r.Errors)
 	require.Empty(t, out.CreateProduct.UserErrors)
+}
+
+// createPresaleDrop creates a drop of skus (one unit each, one per
+// person across them) behind a queue open from now on that lets one in a
+// second, asks each join for 12 bits of proof of work and one of codes.
+func (s *system) createPresaleDrop(t *testing.T, drop string, skus, codes []string) {
+	t.Helper()
+	admin := s.token(t, "ops", true)
+	var created struct {
+		CreateDrop struct {
+			UserErrors []userError `json:"userErrors"`
+		} `json:"createDrop"`
+	}
+	r := s.gql(t, http.DefaultClient, admin,
+		`mutation($input: CreateDropInput!) { createDrop(input: $input) { userErrors { code message } } }`,
+		map[string]any{"input": map[string]any{"id": drop, "name": "Presale: trainers", "maxPerUser": 1,
+			"queue": map[string]any{"opensAt": time.Now().UTC().Format(time.RFC3339Nano), "admitPerMinute": 60, "passSeconds": 120,
+				"proofOfWorkBits": 12, "accessCodes": codes}}}, &created)
+	require.Empty(t, r.Errors)
+	require.Empty(t, created.CreateDrop.UserErrors)
+	for _, sku := range skus {
+		var out struct {
+			CreateProduct struct {
+				UserErrors []userError `json:"userErrors"`
+			} `json:"createProduct"`
+		}
+		r := s.gql(t, http.DefaultClient, admin,
+			`mutation($input: CreateProductInput!) { createProduct(input: $input) { userErrors { code message } } }`,
+			map[string]any{"input": map[string]any{"sku": sku, "name": "Trainers, size " + sku[strings.LastIndex(sku, "-")+1:],
+				"price": map[string]any{"amount": 12900, "currency": "EUR"}, "stock": 1, "drop": drop}}, &out)
+		require.Empty(t, r.Errors)
+		require.Empty(t, out.CreateProduct.UserErrors)
+	}
 }
 
 // ledgerStatuses counts the reservations of sku in Postgres by principal and status.

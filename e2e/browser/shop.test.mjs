@@ -15,6 +15,10 @@
 //   SHOP_QUEUE_SKU  a SKU with two units behind an admission queue that
 //                   opens 45 s after the test starts, lets one in every
 //                   10 s and asks for a small proof of work
+//   SHOP_DROP       a drop of two SKUs (SHOP_DROP_SKUS, one unit each) sold
+//                   behind one presale queue: open from the start, one let
+//                   in a second, 12 bits of proof of work, and access codes
+//                   (SHOP_DROP_CODES, comma-separated), each for one buyer
 //   SHOP_WAIT_SKU   a SKU whose one unit dave holds (10 minutes)
 //   SHOP_WAIT_HOLD  dave's hold, and SHOP_DAVE_TOKEN his bearer token: the
 //                   test cancels it when the waitlist is ready
@@ -40,6 +44,9 @@ const waitSku = env('SHOP_WAIT_SKU');
 const drawSku = env('SHOP_DRAW_SKU');
 const cartSku = env('SHOP_CART_SKU');
 const queueSku = env('SHOP_QUEUE_SKU');
+const dropId = env('SHOP_DROP');
+const dropSkus = env('SHOP_DROP_SKUS').split(',');
+const dropCodes = env('SHOP_DROP_CODES').split(',');
 const artifacts = env('SHOP_ARTIFACTS');
 // Every GraphQL operation the pages send, over HTTP and the websocket:
 // how many named their document by id alone, and how many sent its text.
@@ -93,16 +100,22 @@ before(async () => {
       problems.push(`${name}: console: ${m.text()}`);
     });
     page.on('pageerror', (e) => problems.push(`${name}: page error: ${e.message}`));
+    // log: what the page sent and received about queues, in the order the
+    // browser reported it (queue pushes over the websocket, asks for the
+    // ticket over HTTP), with the positions the page showed in between.
+    const log = [];
     page.on('request', (r) => {
       if (r.method() === 'POST' && new URL(r.url()).pathname === '/graphql') {
         try {
-          countOperation(r.postDataJSON());
+          const body = r.postDataJSON();
+          countOperation(body);
+          if (body?.operationName === 'MyQueueTicket') log.push({ ask: body.variables });
         } catch {
           // not JSON: not an operation
         }
       }
     });
-    page.on('websocket', (ws) =>
+    page.on('websocket', (ws) => {
       ws.on('framesent', ({ payload }) => {
         try {
           const m = JSON.parse(payload);
@@ -110,9 +123,18 @@ before(async () => {
         } catch {
           // not JSON: not an operation
         }
-      }),
-    );
-    buyers[name] = { context, page };
+      });
+      ws.on('framereceived', ({ payload }) => {
+        try {
+          const m = JSON.parse(payload);
+          const q = m.type === 'next' && m.payload?.data?.queueChanged;
+          if (q) log.push({ push: q });
+        } catch {
+          // not JSON: not a message
+        }
+      });
+    });
+    buyers[name] = { context, page, log };
   }
 });
 
@@ -185,6 +207,59 @@ async function waitAvailable(page, s, n, timeout = 10_000) {
   return handle.jsonValue();
 }
 
+// watchWork records in the page every progress the proof of work of key's
+// queue shows (queue-work-<key>'s data-progress), for workSeen.
+async function watchWork(page, key) {
+  await page.evaluate((id) => {
+    window.work = window.work ?? {};
+    const seen = (window.work[id] = []);
+    const look = () => {
+      const el = document.querySelector(`[data-testid="${id}"]`);
+      const p = el && Number(el.getAttribute('data-progress'));
+      if (el && seen.at(-1) !== p) seen.push(p);
+    };
+    new MutationObserver(look).observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-progress'] });
+  }, `queue-work-${key}`);
+}
+const workSeen = (page, key) => page.evaluate((id) => window.work?.[id] ?? [], `queue-work-${key}`);
+
+// pushedFalls reads a buyer's log: each fall of the position the page
+// showed in the queue of product s, with how many of that queue's pushes,
+// and asks for its ticket, came in since the position before.
+function pushedFalls(log, s) {
+  const falls = [];
+  let last = null;
+  let pushes = 0;
+  let asks = 0;
+  for (const e of log) {
+    if (e.push?.id === `sku:${s}`) pushes++;
+    if (e.ask?.sku === s) asks++;
+    if (e.position === undefined) continue;
+    if (last !== null && e.position < last) falls.push({ from: last, to: e.position, pushes, asks });
+    last = e.position;
+    pushes = 0;
+    asks = 0;
+  }
+  return falls;
+}
+
+// tabTo presses Tab until the focus is on the element whose test id is id,
+// and checks that the focus shows there.
+async function tabTo(page, id) {
+  for (let i = 0; i < 200; i++) {
+    await page.keyboard.press('Tab');
+    const at = await page.evaluate(() => {
+      const el = document.activeElement;
+      return [el?.getAttribute('data-testid'), el ? getComputedStyle(el).outlineStyle : 'none'];
+    });
+    if (at[0] === id) {
+      assert.notEqual(at[1], 'none', `${id} shows its focus`);
+      return;
+    }
+  }
+  assert.fail(`Tab never reached ${id}`);
+}
+
 test('two buyers watch one drop', async (t) => {
   const { alice, bob, carol } = buyers;
   let total;
@@ -223,20 +298,27 @@ test('two buyers watch one drop', async (t) => {
         if (body?.operationName === 'JoinQueue') joins.push(body.variables.input);
         return route.continue();
       });
-      for (const { page } of [alice, bob, carol]) {
+      for (const { page, log } of [alice, bob, carol]) {
         await page.locator(`[data-testid="queue-status-${queueSku}"][data-state="pre"]`).waitFor();
         assert.ok(await page.getByTestId(`buy-${queueSku}`).isDisabled(), 'no Buy before your turn');
+        await watchWork(page, queueSku);
         await page.getByTestId(`queue-join-${queueSku}`).click();
         await page.locator(`[data-testid="queue-status-${queueSku}"][data-state="prequeue"]`).waitFor();
         assert.match(await page.getByTestId(`queue-status-${queueSku}`).textContent(), /random place/);
-        // Every page records the positions it shows, to see them fall.
+        assert.ok((await workSeen(page, queueSku)).includes(100), 'the proof of work showed its progress to the end');
+        // Every page reports the positions it shows into its log, between
+        // the pushes and asks the browser reports, to see what moved them.
+        await page.exposeBinding('reportPosition', (_, p) => log.push({ position: p }));
         await page.evaluate((id) => {
           window.positions = [];
           setInterval(() => {
             const el = document.querySelector(`[data-testid="${id}"]`);
             const p = el && Number(el.getAttribute('data-position'));
-            if (p && window.positions.at(-1) !== p) window.positions.push(p);
-          }, 50);
+            if (p && window.positions.at(-1) !== p) {
+              window.positions.push(p);
+              window.reportPosition(p);
+            }
+          }, 20);
         }, `queue-position-${queueSku}`);
       }
       await alice.page.unroute('**/graphql');
@@ -379,31 +461,95 @@ test('two buyers watch one drop', async (t) => {
       assert.equal(await transition(page), '0s');
       assert.notEqual(await transition(alice.page), '0s');
       // Tab to Buy, press Enter; Tab to Cancel, press Space. Every stop shows where the focus is.
-      const tabTo = async (id) => {
-        for (let i = 0; i < 80; i++) {
-          await page.keyboard.press('Tab');
-          const at = await page.evaluate(() => {
-            const el = document.activeElement;
-            return [el?.getAttribute('data-testid'), el ? getComputedStyle(el).outlineStyle : 'none'];
-          });
-          if (at[0] === id) {
-            assert.notEqual(at[1], 'none', `${id} shows its focus`);
-            return;
-          }
-        }
-        assert.fail(`Tab never reached ${id}`);
-      };
       const before = await available(alice.page, sku);
       await page.evaluate(() => document.activeElement?.blur());
-      await tabTo(`buy-${sku}`);
+      await tabTo(page, `buy-${sku}`);
       await page.keyboard.press('Enter');
       await page.getByTestId(`hold-${sku}`).waitFor();
       assert.equal(await page.evaluate(() => document.activeElement?.getAttribute('data-testid')), `pay-${sku}`, 'the focus moved to Pay');
-      await tabTo(`cancel-${sku}`);
+      await tabTo(page, `cancel-${sku}`);
       await waitAvailable(alice.page, sku, before - 1);
       await page.keyboard.press('Space');
       await page.locator(`[data-testid="status-${sku}"][data-state="cancelled"]`).waitFor();
       await waitAvailable(alice.page, sku, before);
+    }));
+
+  await t.test('a presale drop: one queue for its products, access codes, the proof of work shown', () =>
+    step('presale', async () => {
+      const [small, medium] = dropSkus;
+      const [aliceCode, carolCode] = dropCodes;
+      const status = (page) => page.getByTestId(`queue-status-${dropId}`);
+      const joined = (page) =>
+        page.locator(`[data-testid="queue-status-${dropId}"]:is([data-state="waiting"], [data-state="admitting"], [data-state="turn"])`).waitFor();
+      // The drop's products stand under its one queue; none can be bought
+      // before the buyer's turn.
+      for (const { page } of [alice, bob, carol]) {
+        await page.getByTestId(`drop-${dropId}`).waitFor();
+        await page.locator(`[data-testid="queue-status-${dropId}"][data-state="open"]`).waitFor();
+        for (const s of dropSkus) {
+          assert.ok(await page.getByTestId(`buy-${s}`).isDisabled(), `no Buy of ${s} before the turn`);
+          assert.equal(await page.getByTestId(`queue-join-${s}`).count(), 0, 'the drop has one queue, not one per product');
+        }
+        await watchWork(page, dropId);
+      }
+      // alice joins: the proof of work runs with its progress shown, then
+      // the queue asks for a code, which gets the focus.
+      await alice.page.getByTestId(`queue-join-${dropId}`).click();
+      const code = alice.page.getByTestId(`queue-code-${dropId}`);
+      await code.waitFor();
+      assert.ok((await workSeen(alice.page, dropId)).includes(100), 'the proof of work showed its progress to the end');
+      assert.equal(await alice.page.evaluate(() => document.activeElement?.getAttribute('data-testid')), `queue-code-${dropId}`);
+      // A wrong code is refused, clearly, and no ticket is given.
+      await code.fill('NOT-A-CODE');
+      await alice.page.getByTestId(`queue-code-submit-${dropId}`).click();
+      const refused = alice.page.getByTestId(`queue-code-error-${dropId}`);
+      await refused.waitFor();
+      assert.match(await refused.textContent(), /“NOT-A-CODE” is not a code for this sale, or another buyer has used it already/);
+      assert.equal(await code.getAttribute('aria-invalid'), 'true');
+      await code.fill(aliceCode);
+      assert.equal(await refused.count(), 0, 'the error goes as the code changes');
+      await alice.page.getByTestId(`queue-code-submit-${dropId}`).click();
+      await joined(alice.page);
+      // bob brings alice's code: it is hers now.
+      await bob.page.getByTestId(`queue-join-${dropId}`).click();
+      await bob.page.getByTestId(`queue-code-${dropId}`).fill(aliceCode);
+      await bob.page.getByTestId(`queue-code-submit-${dropId}`).click();
+      await bob.page.getByTestId(`queue-code-error-${dropId}`).getByText('another buyer has used it').waitFor();
+      // carol, on the phone with the keyboard alone: Tab to Join, Enter,
+      // type her code into the field that has the focus, Enter.
+      const phone = carol.page;
+      await phone.evaluate(() => document.activeElement?.blur());
+      await tabTo(phone, `queue-join-${dropId}`);
+      await phone.keyboard.press('Enter');
+      await phone.getByTestId(`queue-code-${dropId}`).waitFor();
+      await phone.waitForFunction((id) => document.activeElement?.getAttribute('data-testid') === id, `queue-code-${dropId}`);
+      await phone.keyboard.type(carolCode);
+      await phone.keyboard.press('Enter');
+      await joined(phone);
+      const widths = await phone.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+      assert.ok(widths[0] <= widths[1], `the page is ${widths[0]} px wide on a ${widths[1]} px screen`);
+      // Their turns come in the order they joined: alice buys one product of
+      // the drop with her pass, carol (by keyboard) the other.
+      await alice.page.getByTestId(`queue-turn-${dropId}`).waitFor({ timeout: 15_000 });
+      assert.match(await status(alice.page).textContent(), /buy one of the products below/);
+      await alice.page.getByTestId(`buy-${small}`).click();
+      await alice.page.getByTestId(`pay-${small}`).click();
+      await alice.page.locator(`[data-testid="status-${small}"][data-state="paid"]`).waitFor({ timeout: 15_000 });
+      await alice.page.locator(`[data-testid="queue-status-${dropId}"][data-state="used"]`).waitFor();
+      assert.ok(await alice.page.getByTestId(`buy-${medium}`).isDisabled(), 'one pass, one purchase');
+      await phone.getByTestId(`queue-turn-${dropId}`).waitFor({ timeout: 15_000 });
+      await phone.evaluate(() => document.activeElement?.blur());
+      await tabTo(phone, `buy-${medium}`);
+      await phone.keyboard.press('Enter');
+      await phone.getByTestId(`hold-${medium}`).waitFor();
+      assert.equal(await phone.evaluate(() => document.activeElement?.getAttribute('data-testid')), `pay-${medium}`, 'the focus moved to Pay');
+      await phone.keyboard.press('Enter');
+      await phone.locator(`[data-testid="status-${medium}"][data-state="paid"]`).waitFor({ timeout: 15_000 });
+      // Every unit of the drop is sold: bob, who never got in, is told so
+      // by the queue's push.
+      await bob.page.locator(`[data-testid="queue-status-${dropId}"][data-state="soldout"]`).waitFor({ timeout: 5_000 });
+      assert.equal(await bob.page.getByTestId(`queue-code-${dropId}`).count(), 0, 'no code to enter once sold out');
+      assert.ok(bob.log.some((e) => e.push?.id === `drop:${dropId}` && e.push.status === 'SOLD_OUT'), 'SOLD_OUT came as a push');
     }));
 
   await t.test('the last unit: the other page shows Sold out', () =>
@@ -526,14 +672,36 @@ test('two buyers watch one drop', async (t) => {
       );
       const third = rest.find((b) => b !== second);
       await turn(second, 1_000);
+      // SOLD_OUT the moment the last unit is sold, pushed to the third.
+      const paid = Date.now();
       await third.page.locator(`[data-testid="queue-status-${queueSku}"][data-state="soldout"]`).waitFor({ timeout: 15_000 });
+      result.soldOutMs = Date.now() - paid;
+      assert.ok(result.soldOutMs < 3000, `the third saw SOLD_OUT ${result.soldOutMs} ms after the last sale`);
+      assert.ok(
+        third.log.some((e) => e.push?.id === `sku:${queueSku}` && e.push.status === 'SOLD_OUT'),
+        'SOLD_OUT came as a push',
+      );
       // The seed that shuffled the pre-queue is revealed (in a box the
       // buyer opens), and hashes to the hash every page showed before.
       await third.page.getByTestId(`queue-seed-check-${queueSku}`).waitFor({ state: 'attached' });
       assert.match(await third.page.getByTestId(`queue-seed-hash-${queueSku}`).textContent(), /^[0-9a-f]{64}$/);
       const seen = await third.page.evaluate(() => window.positions);
       assert.ok(seen.length >= 2 && seen[0] > seen.at(-1), `the third's position fell: ${seen}`);
+      // Each fall of a position a page showed came from a queueChanged push,
+      // with no ask for the ticket since the position before: the second
+      // (if it saw one) and the third waited on the push alone.
       const names = new Map([[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]);
+      result.queueFalls = {};
+      result.ticketAsks = {};
+      for (const b of [second, third]) {
+        const falls = pushedFalls(b.log, queueSku);
+        result.queueFalls[names.get(b)] = falls;
+        result.ticketAsks[names.get(b)] = b.log.filter((e) => e.ask?.sku === queueSku).length;
+        for (const f of falls) {
+          assert.ok(f.pushes > 0 && f.asks === 0, `${names.get(b)}'s position fell ${f.from}->${f.to} after ${f.pushes} pushes and ${f.asks} asks`);
+        }
+      }
+      assert.ok(pushedFalls(third.log, queueSku).length >= 1, `the third saw its position fall from a push: ${JSON.stringify(third.log.filter((e) => e.position !== undefined || e.push?.id === `sku:${queueSku}` || e.ask?.sku === queueSku))}`);
       result.queueOrder = [names.get(first), names.get(second), names.get(third)];
       result.queuePositions = seen;
     }));

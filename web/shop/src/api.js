@@ -96,6 +96,10 @@ export function newIdempotencyKey(kind = 'shop') {
 // API outside urql.
 export const TokenContext = createContext(null);
 
+// LiveContext says whether the websocket is up: what is kept live by a
+// subscription falls back to asking over HTTP while it is not.
+export const LiveContext = createContext(false);
+
 // poll sends one query over HTTP outside urql and returns its data, or
 // null on any failure: for questions asked again and again on a timer
 // (a draw's outcome), where urql's one-shot queries, torn down when
@@ -104,12 +108,15 @@ export const TokenContext = createContext(null);
 // when the server asks for it (PersistedQueryNotFound: a server with
 // automatic persisted queries that has not seen it yet).
 export async function poll(token, query, variables) {
-  const id = ids.get(stringifyDocument(createRequest(query, {}).query));
+  const doc = createRequest(query, {}).query;
+  const id = ids.get(stringifyDocument(doc));
+  const operationName = doc.definitions.find((d) => d.kind === 'OperationDefinition')?.name?.value;
   const send = async (withText) => {
     const res = await fetch(httpURL.href, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}) },
       body: JSON.stringify({
+        operationName,
         query: withText || !id ? query : undefined,
         variables,
         extensions: id ? { persistedQuery: { version: 1, sha256Hash: id } } : undefined,

@@ -6,6 +6,7 @@
 import { createContext, useContext, useEffect, useState } from 'react';
 import { useClient, useSubscription } from 'urql';
 import { CANCEL_CART, COMMIT_CART, EXTEND_CART, RESERVE_CART, WATCH, newIdempotencyKey } from './api.js';
+import { formatClock, formatLeft, useNow } from './clock.js';
 
 const CartContext = createContext(null);
 
@@ -298,23 +299,8 @@ function cartTone(phase) {
   return 'muted';
 }
 
-function useNow(every) {
-  const [now, setNow] = useState(Date.now);
-  useEffect(() => {
-    const id = setInterval(() => setNow(Date.now()), every);
-    return () => clearInterval(id);
-  }, [every]);
-  return now;
-}
 
-function formatClock(t) {
-  return new Date(t).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', second: '2-digit' });
-}
 
-function formatLeft(ms) {
-  const s = Math.ceil(ms / 1000);
-  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
-}
 
 function formatMoney(amount, currency) {
   try {

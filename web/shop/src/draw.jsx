@@ -5,6 +5,8 @@
 import { useContext, useEffect, useRef, useState } from 'react';
 import { useClient } from 'urql';
 import { DRAW_INFO, ENTER_DRAW, MY_DRAW_ENTRIES, TokenContext, poll } from './api.js';
+import { formatClock, formatLeft, useNow } from './clock.js';
+import { SeedProof } from './seedproof.jsx';
 
 // DrawPanel is the card's buying part for a draw product. entry is the
 // buyer's entry as the page last saw it (null: not entered).
@@ -115,7 +117,19 @@ export function DrawPanel({ product, signedIn, entry, onEntry, onWon, holding })
           {message}
         </p>
       )}
-      <SeedProof sku={sku} draw={draw} />
+      <SeedProof
+        kind="draw"
+        id={sku}
+        seedHash={draw.seedHash}
+        seed={draw.seed}
+        open={!!draw.seed}
+        summary={draw.seed ? 'The draw is fair: check it' : 'How the draw stays fair'}
+        hashLabel="Seed hash, published before the first entry"
+        seedLabel="Seed, revealed after the draw"
+        before="The seed that orders the entries was fixed before anyone entered; only its SHA-256 is public."
+        after="The entries, sorted, were shuffled with this seed; the first places won."
+        verify={`dropline verify-draw --sku ${sku}`}
+      />
     </div>
   );
 }
@@ -138,77 +152,4 @@ function drawText(state, entry, draw, product, holding) {
     default:
       return '';
   }
-}
-
-// SeedProof shows the seed's hash, published when the product was created,
-// and once drawn the seed itself and whether it hashes to what was
-// published (checked here with Web Crypto where the page has it: https and
-// localhost).
-function SeedProof({ sku, draw }) {
-  const [check, setCheck] = useState(null);
-  useEffect(() => {
-    if (!draw.seed || !globalThis.crypto?.subtle) return;
-    const bytes = new Uint8Array(draw.seed.match(/../g).map((h) => parseInt(h, 16)));
-    crypto.subtle.digest('SHA-256', bytes).then((d) => {
-      const hex = Array.from(new Uint8Array(d), (x) => x.toString(16).padStart(2, '0')).join('');
-      setCheck(hex === draw.seedHash);
-    });
-  }, [draw.seed, draw.seedHash]);
-  return (
-    <details className="seed" data-testid={`draw-proof-${sku}`} open={!!draw.seed}>
-      <summary>{draw.seed ? 'The draw is fair: check it' : 'How the draw stays fair'}</summary>
-      <dl>
-        <dt>Seed hash, published before the first entry</dt>
-        <dd>
-          <code data-testid={`draw-seed-hash-${sku}`}>{draw.seedHash}</code>
-        </dd>
-        {draw.seed && (
-          <>
-            <dt>Seed, revealed after the draw</dt>
-            <dd>
-              <code data-testid={`draw-seed-${sku}`}>{draw.seed}</code>
-            </dd>
-          </>
-        )}
-      </dl>
-      {draw.seed ? (
-        <p>
-          {check === true && (
-            <strong className="ok" data-testid={`draw-seed-check-${sku}`}>
-              ✓ SHA-256 of the seed is the published hash.{' '}
-            </strong>
-          )}
-          {check === false && <strong className="bad">✗ The seed does not hash to the published hash. </strong>}
-          Check it yourself: <code>echo {draw.seed} | xxd -r -p | sha256sum</code> gives the hash above;{' '}
-          <code>dropline verify-draw --sku {sku}</code> recomputes every place from the seed and the entries.
-        </p>
-      ) : (
-        <p>
-          The seed that orders the entries was fixed before anyone entered; only its SHA-256 is public. After the draw the
-          seed is revealed here, so anyone can check that it hashes to this value and recompute the winners.
-        </p>
-      )}
-    </details>
-  );
-}
-
-function useNow(every) {
-  const [now, setNow] = useState(Date.now);
-  useEffect(() => {
-    const id = setInterval(() => setNow(Date.now()), every);
-    return () => clearInterval(id);
-  }, [every]);
-  return now;
-}
-
-function formatClock(t) {
-  return new Date(t).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', second: '2-digit' });
-}
-
-function formatLeft(ms) {
-  const s = Math.max(0, Math.ceil(ms / 1000));
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const ss = String(s % 60).padStart(2, '0');
-  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${ss}` : `${m}:${ss}`;
 }

@@ -1,13 +1,14 @@
 // Entry point of the Dropline demo shop: what a drop looks like from a
 // buyer's side. Everything is bundled by build.mjs into server/shop/dist and
 // embedded in the Go binary; nothing here may reference another host.
-import { StrictMode, useContext, useEffect, useMemo, useState } from 'react';
+import { StrictMode, useCallback, useContext, useEffect, useMemo, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Provider, useQuery, useSubscription } from 'urql';
-import { CATALOGUE, MY_DRAW_ENTRIES, MY_HOLDS, MY_QUEUE_TICKET, MY_WAITLIST, STOCK, TokenContext, createShopClient, poll } from './api.js';
+import { CATALOGUE, LiveContext, MY_DRAW_ENTRIES, MY_HOLDS, MY_QUEUE_TICKET, MY_WAITLIST, STOCK, TokenContext, createShopClient, poll } from './api.js';
 import { loadToken, principalOf, saveToken } from './auth.js';
 import { CartPanel, CartProvider } from './cart.jsx';
 import { ProductCard } from './product.jsx';
+import { QueuePanel, queueTarget } from './queue.jsx';
 import { SignIn } from './signin.jsx';
 import './shop.css';
 
@@ -28,40 +29,42 @@ function App() {
   return (
     <Provider value={shop.client}>
       <TokenContext.Provider value={token}>
-        <header className="topbar">
-          <div className="topbar-inner">
-            <a className="brand" href="./">
-              <span className="brand-mark" aria-hidden="true" />
-              Dropline <span className="brand-sub">demo shop</span>
-            </a>
-            <SignIn user={user} onToken={signIn} />
-          </div>
-        </header>
-        <main className="page">
-          <section className="hero">
-            <div>
-              <h1>Today’s drop</h1>
-              <p>
-                Stock is live: every window sees it fall the moment someone buys. “Buy” holds a unit for you
-                until the timer runs out; pay before it does, or it goes back on sale. Put several in the cart to
-                hold them all or none, queue for a sold-out product to be handed the next unit that comes back, or
-                enter a draw, whose winners are drawn from a seed published before it opens, or join the queue of a
-                queued drop and buy on your turn.
-              </p>
+        <LiveContext.Provider value={live}>
+          <header className="topbar">
+            <div className="topbar-inner">
+              <a className="brand" href="./">
+                <span className="brand-mark" aria-hidden="true" />
+                Dropline <span className="brand-sub">demo shop</span>
+              </a>
+              <SignIn user={user} onToken={signIn} />
             </div>
-            <span className={live ? 'live on' : 'live'} data-testid="live">
-              <span className="dot" aria-hidden="true" />
-              {live ? 'Live' : 'Connecting…'}
-            </span>
-          </section>
-          <CartProvider key={token ?? 'anonymous'}>
-            <CartPanel signedIn={!!token} />
-            <Catalogue signedIn={!!token} />
-          </CartProvider>
-        </main>
-        <footer className="footer">
-          A demo storefront served by Dropline. GraphQL at <code>/graphql</code>, playground at <a href="/">/</a>.
-        </footer>
+          </header>
+          <main className="page">
+            <section className="hero">
+              <div>
+                <h1>Today’s drop</h1>
+                <p>
+                  Stock is live: every window sees it fall the moment someone buys. “Buy” holds a unit for you
+                  until the timer runs out; pay before it does, or it goes back on sale. Put several in the cart to
+                  hold them all or none, queue for a sold-out product to be handed the next unit that comes back, or
+                  enter a draw, whose winners are drawn from a seed published before it opens, or join the queue of a
+                  queued drop (some are presales, with an access code) and buy on your turn.
+                </p>
+              </div>
+              <span className={live ? 'live on' : 'live'} data-testid="live">
+                <span className="dot" aria-hidden="true" />
+                {live ? 'Live' : 'Connecting…'}
+              </span>
+            </section>
+            <CartProvider key={token ?? 'anonymous'}>
+              <CartPanel signedIn={!!token} />
+              <Catalogue signedIn={!!token} />
+            </CartProvider>
+          </main>
+          <footer className="footer">
+            A demo storefront served by Dropline. GraphQL at <code>/graphql</code>, playground at <a href="/">/</a>.
+          </footer>
+        </LiveContext.Provider>
       </TokenContext.Provider>
     </Provider>
   );
@@ -104,8 +107,9 @@ function Catalogue({ signedIn }) {
     return m;
   }, [draws]);
 
-  // Queue tickets: asked for once per queued product on the page.
-  const tickets = useTickets(signedIn, products);
+  // Queue tickets, by queue: asked for once per queue on the page, then
+  // kept by the queue's panel; a drop's one ticket serves all its cards.
+  const [tickets, setTicket] = useTickets(signedIn, products);
 
   if (error && !data) {
     return <p className="notice error">Could not load the catalogue: {error.message}</p>;
@@ -120,43 +124,85 @@ function Catalogue({ signedIn }) {
       </p>
     );
   }
+  const card = (p, i) => (
+    <ProductCard
+      key={p.sku}
+      index={i}
+      product={p}
+      stock={live?.[p.sku] ?? p.stock}
+      signedIn={signedIn}
+      existingHold={holds[p.sku]}
+      existingEntry={entries[p.sku]}
+      existingDrawEntry={drawEntries[p.sku]}
+      ticket={p.queue ? (tickets[p.queue.id] ?? null) : null}
+      onTicket={p.queue ? setTicket(p.queue.id) : undefined}
+    />
+  );
+  // The SKUs of a drop sold behind one queue are shown together, under
+  // that queue; every other product is a card of the grid.
+  const single = [];
+  const drops = new Map();
+  products.forEach((p, i) => {
+    if (p.drop && p.queue?.id === `drop:${p.drop.dropId}`) {
+      const d = drops.get(p.drop.dropId) ?? { drop: p.drop, queue: p.queue, cards: [] };
+      d.cards.push(card(p, i));
+      drops.set(p.drop.dropId, d);
+    } else {
+      single.push(card(p, i));
+    }
+  });
   return (
-    <div className="grid">
-      {products.map((p, i) => (
-        <ProductCard
-          key={p.sku}
-          index={i}
-          product={p}
-          stock={live?.[p.sku] ?? p.stock}
-          signedIn={signedIn}
-          existingHold={holds[p.sku]}
-          existingEntry={entries[p.sku]}
-          existingDrawEntry={drawEntries[p.sku]}
-          existingTicket={tickets[p.sku]}
-        />
+    <>
+      <div className="grid">{single}</div>
+      {[...drops.values()].map(({ drop, queue, cards }) => (
+        <section className="drop" key={drop.dropId} data-testid={`drop-${drop.dropId}`} aria-labelledby={`drop-title-${drop.dropId}`}>
+          <div className="drop-head">
+            <h2 id={`drop-title-${drop.dropId}`}>{drop.name}</h2>
+            <p>
+              One queue for the whole drop: one pass buys any of its {cards.length} products, and {drop.maxPerUser} per
+              person across them.
+            </p>
+          </div>
+          <QueuePanel initial={queue} signedIn={signedIn} ticket={tickets[queue.id] ?? null} onTicket={setTicket(queue.id)} />
+          <div className="grid">{cards}</div>
+        </section>
       ))}
-    </div>
+    </>
   );
 }
 
+// useTickets returns the buyer's queue tickets by queue id, each asked for
+// once, and setTicket(queueId), which takes a ticket or a function of the
+// last one.
 function useTickets(signedIn, products) {
   const token = useContext(TokenContext);
-  const queued = products.filter((p) => p.queue).map((p) => p.sku).join(',');
+  const queues = [...new Set(products.filter((p) => p.queue).map((p) => p.queue.id))].join(',');
   const [tickets, setTickets] = useState({});
   useEffect(() => {
-    if (!signedIn || !queued) return;
+    if (!signedIn || !queues) return;
     let stop = false;
     (async () => {
-      for (const sku of queued.split(',')) {
-        const t = (await poll(token, MY_QUEUE_TICKET, { sku }))?.myQueueTicket;
-        if (t && !stop) setTickets((m) => ({ ...m, [sku]: t }));
+      for (const id of queues.split(',')) {
+        const t = (await poll(token, MY_QUEUE_TICKET, queueTarget({ id })))?.myQueueTicket;
+        // A ticket the page got meanwhile (a join) is newer.
+        if (t && !stop) setTickets((m) => (m[id] ? m : { ...m, [id]: t }));
       }
     })();
     return () => {
       stop = true;
     };
-  }, [signedIn, queued, token]);
-  return tickets;
+  }, [signedIn, queues, token]);
+  const setters = useMemo(() => new Map(), []);
+  const setTicket = useCallback(
+    (id) => {
+      if (!setters.has(id)) {
+        setters.set(id, (t) => setTickets((m) => ({ ...m, [id]: typeof t === 'function' ? t(m[id]) : t })));
+      }
+      return setters.get(id);
+    },
+    [setters],
+  );
+  return [tickets, setTicket];
 }
 
 createRoot(document.getElementById('shop')).render(

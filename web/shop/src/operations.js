@@ -14,6 +14,7 @@ export const CATALOGUE = `
           stock { id sku available held sold total }
           draw { closesAt status entries seedHash seed winners winnerHoldSeconds }
           queue { id status opensAt admittedThrough waiting admitPerMinute seedHash seed }
+          drop { id dropId name maxPerUser }
         }
       }
     }
@@ -76,9 +77,13 @@ export const EXTEND_CART = `mutation ExtendCart($input: ExtendCartInput!) { exte
 
 export const QUEUE_INFO = `query QueueInfo($sku: ID!) { product(sku: $sku) { sku queue { id status opensAt admittedThrough waiting admitPerMinute seedHash seed } } }`;
 
-export const MY_QUEUE_TICKET = `query MyQueueTicket($sku: ID!) { myQueueTicket(sku: $sku) { number position etaSeconds status pass passExpiresAt pollAfterSeconds queue { id status opensAt admittedThrough waiting admitPerMinute seedHash seed } } }`;
+export const DROP_QUEUE_INFO = `query DropQueueInfo($drop: ID!) { drop(id: $drop) { dropId queue { id status opensAt admittedThrough waiting admitPerMinute seedHash seed } } }`;
 
-export const QUEUE_CHALLENGE = `query QueueChallenge($sku: ID!) { queueChallenge(sku: $sku) { challenge bits expiresAt } }`;
+export const QUEUE_CHANGED = `subscription QueueChanged($sku: ID, $drop: ID) { queueChanged(sku: $sku, drop: $drop) { id status opensAt admittedThrough waiting admitPerMinute seedHash seed } }`;
+
+export const MY_QUEUE_TICKET = `query MyQueueTicket($sku: ID, $drop: ID) { myQueueTicket(sku: $sku, drop: $drop) { number position etaSeconds status pass passExpiresAt pollAfterSeconds queue { id status opensAt admittedThrough waiting admitPerMinute seedHash seed } } }`;
+
+export const QUEUE_CHALLENGE = `query QueueChallenge($sku: ID, $drop: ID) { queueChallenge(sku: $sku, drop: $drop) { challenge bits expiresAt } }`;
 
 export const JOIN_QUEUE = `mutation JoinQueue($input: JoinQueueInput!) {
   joinQueue(input: $input) { ticket { number position etaSeconds status pass passExpiresAt pollAfterSeconds queue { id status opensAt admittedThrough waiting admitPerMinute seedHash seed } } userErrors { code message retryAfterSeconds } } }`;

@@ -7,6 +7,7 @@ import { useEffect, useRef, useState } from 'react';
 import { useClient, useSubscription } from 'urql';
 import { CANCEL, COMMIT, EXTEND, RESERVATION, RESERVE, WATCH, newIdempotencyKey } from './api.js';
 import { useCart } from './cart.jsx';
+import { formatClock, formatLeft, useNow } from './clock.js';
 import { DrawPanel } from './draw.jsx';
 import { QueuePanel } from './queue.jsx';
 import { WaitlistPanel } from './waitlist.jsx';
@@ -25,13 +26,12 @@ const ACTIVE = new Set(['held', 'paying', 'cancelling']);
 // expired, refused (a business outcome such as out of stock).
 const idle = { phase: 'idle' };
 
-export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, existingDrawEntry, existingTicket, index }) {
+export function ProductCard({ product, stock, signedIn, existingHold, existingEntry, existingDrawEntry, ticket, onTicket, index }) {
   const client = useClient();
   const cart = useCart();
   const [order, setOrder] = useState(idle);
   const [entry, setEntry] = useState(existingEntry ?? null);
   const [drawEntry, setDrawEntry] = useState(existingDrawEntry ?? null);
-  const [ticket, setTicket] = useState(existingTicket ?? null);
   const sku = product.sku;
 
   // A waitlist or draw entry made before a reload comes back with the page too.
@@ -41,9 +41,6 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
   useEffect(() => {
     if (existingDrawEntry && !drawEntry) setDrawEntry(existingDrawEntry);
   }, [existingDrawEntry]); // eslint-disable-line react-hooks/exhaustive-deps
-  useEffect(() => {
-    if (existingTicket && !ticket) setTicket(existingTicket);
-  }, [existingTicket]); // eslint-disable-line react-hooks/exhaustive-deps
 
   // A unit handed over from the waitlist, or won in a draw, is a hold like
   // one from Buy; how it came is kept to say so (offer, won).
@@ -92,7 +89,7 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
       return;
     }
     setOrder({ phase: 'held', key, reservation: payload.reservation, offset: clockOffset(payload.reservation, sent) });
-    if (pass.admissionPass) setTicket((t) => ({ ...t, status: 'USED' }));
+    if (pass.admissionPass) onTicket((t) => ({ ...t, status: 'USED' }));
   };
 
   // pay extends the hold once for the payment step (one idempotency key per
@@ -202,8 +199,8 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
           />
         )}
 
-        {product.queue && !active && (
-          <QueuePanel product={product} signedIn={signedIn} ticket={ticket} onTicket={setTicket} />
+        {product.queue && !product.queue.id.startsWith('drop:') && !active && (
+          <QueuePanel initial={product.queue} signedIn={signedIn} ticket={ticket} onTicket={onTicket} />
         )}
 
         {active ? (
@@ -224,7 +221,11 @@ export function ProductCard({ product, stock, signedIn, existingHold, existingEn
               disabled={!signedIn || soldOut || order.phase === 'reserving' || !sale.open || (product.queue && ticket?.status !== 'ADMITTED')}
               onClick={buy}
             >
-              {product.queue && ticket?.status !== 'ADMITTED' && !soldOut ? 'Buy on your turn' : buyLabel(order, soldOut, signedIn, sale)}
+              {product.queue && ticket?.status !== 'ADMITTED' && !soldOut
+                ? ticket?.status === 'USED'
+                  ? 'Pass used'
+                  : 'Buy on your turn'
+                : buyLabel(order, soldOut, signedIn, sale)}
             </button>
             <button
               type="button"
@@ -430,14 +431,6 @@ function clockOffset(r, sent) {
   return Math.abs(off) < 1000 ? 0 : off;
 }
 
-function useNow(every) {
-  const [now, setNow] = useState(Date.now);
-  useEffect(() => {
-    const id = setInterval(() => setNow(Date.now()), every);
-    return () => clearInterval(id);
-  }, [every]);
-  return now;
-}
 
 function saleWindow(p) {
   const now = Date.now();
@@ -453,15 +446,7 @@ function formatWhen(t) {
   return new Date(t).toLocaleString('en-GB', { day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit' });
 }
 
-function formatClock(t) {
-  return new Date(t).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', second: '2-digit' });
-}
 
-function formatLeft(ms) {
-  const s = Math.ceil(ms / 1000);
-  const m = Math.floor(s / 60);
-  return `${m}:${String(s % 60).padStart(2, '0')}`;
-}
 
 const money = new Map();
 export function formatMoney({ amount, currency }) {
