@@ -1,6 +1,8 @@
 package app
 
 import (
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/machine"
 	"github.com/dropline/dropline/internal/testenv"
 )
 
@@ -74,4 +77,47 @@ func TestLogWriterWritesWarningsAtOnceAndTheRestWithinTheInterval(t *testing.T) 
 	}, 5*time.Second, 5*time.Millisecond, "the interval wrote nothing")
 	require.NoError(t, w.Close())
 	require.Equal(t, 1, strings.Count(out.String(), "\n"))
+}
+
+// BenchmarkAccessLogLine prices what batching saves: one access-log-sized
+// info line, from many goroutines, into a pipe another process drains
+// (stdout under a supervisor or a container runtime is a pipe), written a line at
+// a time ("each") against through logWriter ("batched"). It reports the
+// process's CPU per line, which is what the server pays beside a request.
+func BenchmarkAccessLogLine(b *testing.B) {
+	line := []byte(`{"level":"info","request_id":"d3f1c2a9b8e7","method":"POST","path":"/graphql","operation":"Reserve","status":200,"bytes":212,"duration_ms":0.812,"client":"127.0.0.1","time":"2026-12-06T07:30:00Z","message":"request"}` + "\n")
+	for _, mode := range []string{"each", "batched"} {
+		b.Run(mode, func(b *testing.B) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			reader := exec.Command("cat") // another process, as a log collector is
+			reader.Stdin = r
+			if err := reader.Start(); err != nil {
+				b.Fatal(err)
+			}
+			var out zerolog.LevelWriter = zerolog.LevelWriterAdapter{Writer: w}
+			var lw *logWriter
+			if mode == "batched" {
+				lw = newLogWriter(w, logFlushInterval, logFlushBytes)
+				out = lw
+			}
+			cpu := machine.SelfCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_, _ = out.WriteLevel(zerolog.InfoLevel, line)
+				}
+			})
+			if lw != nil {
+				_ = lw.Close()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(machine.SelfCPU()-cpu)/float64(b.N), "cpu-ns/line")
+			_ = w.Close()
+			_ = reader.Wait()
+			_ = r.Close()
+		})
+	}
 }
