@@ -15,8 +15,6 @@ func aggregateOf(file string) string {
 	switch {
 	case strings.HasPrefix(file, "cart"):
 		return "Carts"
-	case file == "waitlist.go" || file == "walk.go":
-		return "Waitlists"
 	case strings.HasPrefix(file, "draw"):
 		return "Draws"
 	case file == "product.go" || file == "stock.go":
@@ -25,7 +23,7 @@ func aggregateOf(file string) string {
 	return ""
 }
 
-var aggregates = []string{"Carts", "Waitlists", "Draws", "Catalog"}
+var aggregates = []string{"Carts", "Draws", "Catalog"}
 
 // TestAggregatesStayApart checks the engine's cut by aggregate (units.go):
 // an aggregate's methods are declared in its own files, and no file calls

@@ -3,6 +3,20 @@
 // Redis (through the Lua scripts of package lua) and the Postgres ledger
 // (package db).
 //
+// # Packages
+//
+// Engine keeps the holds (reserve, commit, cancel, extend, read) and hands
+// out the other aggregates: Carts, Waitlists, Draws, Drops and Catalog.
+// Drops (package inventory/drop) and waitlists (package inventory/waitlist)
+// are packages of their own; each is handed the engine's core (package
+// inventory/core: the Redis client, ledger, key layout, script runner,
+// metrics, and the hand-offs of the holds an aggregate needs) and imports
+// only it, the script layer (inventory/script), the sale policy
+// (inventory/policy) and the outcomes (inventory/outcome): never another
+// aggregate, never this package (internal/archtest's layers check it).
+// The others are files of this package, kept apart by
+// TestAggregatesStayApart (see units.go).
+//
 // # Lifecycle of a reservation
 //
 //	reserve --> HELD --commit--> COMMITTED        (in Postgres before the reply)
@@ -21,7 +35,7 @@
 // script touching them runs on one Redis Cluster slot:
 //
 //	dl:{p07}:sku:<sku>              hash   total avail held sold max start end ver seq upd gen drop mode
-//	                                       walk walkq: where an unfinished waitlist walk stopped (see walk.go)
+//	                                       walk walkq: where an unfinished waitlist walk stopped (see core/walk.go)
 //	dl:{p07}:hold:<token>           hash   sku who qty st exp ctd cmt end idem fp gen cst cmv ext xid x:<hash> cart prov
 //	dl:{p07}:quota:<sku>            hash   principal -> units held or bought (the per-user quota)
 //	dl:{p07}:idem:<hash>            hash   first outcome of an idempotency key (hold 24 h, rejection 5 min)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
 
@@ -31,7 +32,7 @@ func (e *Engine) Cancel(ctx context.Context, p Principal, token string) (res Res
 
 // syncReleaseTimeout bounds the best-effort ledger write of a cancel: a slow
 // Postgres delays the reply by at most this, never fails it.
-const syncReleaseTimeout = 500 * time.Millisecond
+const syncReleaseTimeout = core.SyncReleaseTimeout
 
 // recordRelease writes a release Redis has just made to the ledger, best
 // effort (see Cancel).

@@ -86,16 +86,6 @@ func attemptOf(r script.BeginCommitReply) attempt {
 
 func rejectionError(r script.Rejection) error { return core.RejectionError(r) }
 
-// waitEntryOf is a decoded wait_reply as callers see it.
-func waitEntryOf(w script.Wait) WaitlistEntry {
-	st := map[string]WaitStatus{"W": WaitWaiting, "O": WaitOffered, "L": WaitLeft}[w.Status]
-	return WaitlistEntry{
-		SKU: w.SKU, Principal: w.Who, Seq: w.Seq, Quantity: w.Qty,
-		HoldFor: time.Duration(w.HoldMs) * time.Millisecond, Status: st, Token: w.Token,
-		Position: w.Position, JoinedAt: msTime(w.JoinedMs), Replayed: w.Replayed,
-	}
-}
-
 // endedHold reads the ending a CLOSED reply of reconcile_hold.lua made, or
 // an AGREES reply found (Redis has the ledger's HELD row ended in the SKU's
 // current generation). It returns the ending as the event Redis wrote for

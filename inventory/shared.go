@@ -51,3 +51,20 @@ func (h holds) CheckReserve(p Principal, sku string, quantity int, holdFor time.
 func (h holds) Reservation(ctx context.Context, p Principal, token string) (Reservation, error) {
 	return h.e.Reservation(ctx, p, token)
 }
+
+// finishWalk finishes sku's unfinished waitlist walk (core.FinishWalk).
+func (e *Engine) finishWalk(ctx context.Context, p int, sku string) (int, error) {
+	return e.core.FinishWalk(ctx, p, sku)
+}
+
+// ContinueWalks finishes the unfinished waitlist walks of every partition,
+// up to limit SKUs per partition, and returns how many offers they made
+// (see core.ContinueWalks).
+func (m *Maintenance) ContinueWalks(ctx context.Context, limit int) (int, error) {
+	return m.e.core.ContinueWalks(ctx, limit)
+}
+
+// The bound of a reserve's retries after finishing a walk (core.MaxWalkRetries).
+const maxWalkRetries = core.MaxWalkRetries
+
+var errWalkRestarts = core.ErrWalkRestarts

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dropline/dropline/inventory/drop"
+	"github.com/dropline/dropline/inventory/waitlist"
 )
 
 // The engine is cut by what it sells. Engine itself keeps the holds
@@ -29,10 +30,31 @@ func (e *Engine) Carts() Carts { return Carts{e: e} }
 
 // Waitlists puts buyers in a SKU's waitlist and reads it (see Waitlist in
 // doc.go); freed units reach waiters inside the scripts that free them.
-type Waitlists struct{ e *Engine }
+// Package inventory/waitlist has them.
+type Waitlists = waitlist.Waitlists
 
 // Waitlists is the engine's waitlists.
-func (e *Engine) Waitlists() Waitlists { return Waitlists{e: e} }
+func (e *Engine) Waitlists() Waitlists { return waitlist.New(e.core) }
+
+// A waitlist's entries and requests, as package waitlist has them.
+type (
+	// WaitStatus is where a waitlist entry is.
+	WaitStatus = waitlist.Status
+	// WaitlistEntry is one principal's place in a SKU's waitlist.
+	WaitlistEntry = waitlist.Entry
+	// JoinWaitlistRequest asks to be handed units of a SKU when they come back.
+	JoinWaitlistRequest = waitlist.JoinRequest
+)
+
+// The statuses of a waitlist entry.
+const (
+	WaitWaiting = waitlist.Waiting
+	WaitOffered = waitlist.Offered
+	WaitLeft    = waitlist.Left
+)
+
+// MaxMyWaitlist bounds the entries MyWaitlist lists.
+const MaxMyWaitlist = waitlist.MaxMine
 
 // Draws takes a draw's entries, runs it and reads its result (see Draws in
 // doc.go).

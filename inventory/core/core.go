@@ -60,3 +60,8 @@ type Principal struct {
 	ID    string
 	Admin bool
 }
+
+// SyncReleaseTimeout bounds a best-effort ledger write made before the
+// reply (a cancel's, a waitlist join's): a slow Postgres delays the reply
+// by at most this, never fails it.
+const SyncReleaseTimeout = 500 * time.Millisecond

@@ -1,4 +1,4 @@
-package inventory
+package core
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // partition's set of unfinished walks (Keys.Walks), and is taken further by
 // continue_walk.lua: by the worker group's walk sweep (ContinueWalks), and
 // by a reserve or a cart line that finds it unfinished (WALK_PENDING:
-// finishWalk, then the same request again).
+// FinishWalk, then the same request again).
 
 // maxWalkRuns bounds the runs of continue_walk.lua one finishWalk makes:
 // each run examines at least one entry and the queue is bounded
@@ -26,21 +26,22 @@ import (
 // than wait without end.
 const maxWalkRuns = 10_000
 
-// finishWalk runs continue_walk.lua for sku of partition p until its walk
-// has ended, and returns how many offers it made.
-func (e *Engine) finishWalk(ctx context.Context, p int, sku string) (int, error) {
+// FinishWalk runs continue_walk.lua for sku of partition p until its walk
+// has ended, and returns how many offers it made: the hand-off of a reserve
+// or a cart line that found the walk unfinished.
+func (c *Core) FinishWalk(ctx context.Context, p int, sku string) (int, error) {
 	offers := 0
 	for range maxWalkRuns {
-		res, err := script.RunContinueWalk(ctx, e.run, e.keys, script.ContinueWalk{Partition: p, SKU: sku, Nonce: newNonce()})
+		res, err := script.RunContinueWalk(ctx, c.Run, c.Keys, script.ContinueWalk{Partition: p, SKU: sku, Nonce: NewNonce()})
 		if err != nil {
 			return offers, fmt.Errorf("walking the waitlist of %s: %w", sku, err)
 		}
 		offers += res.Offers
-		if replyCode(res.Code) != codePending {
+		if ReplyCode(res.Code) != CodePending {
 			return offers, nil
 		}
 	}
-	return offers, unavailable("walking the waitlist of "+sku, errors.New("the walk keeps starting again"))
+	return offers, Unavailable("walking the waitlist of "+sku, errors.New("the walk keeps starting again"))
 }
 
 // ContinueWalks finishes the unfinished waitlist walks of every partition,
@@ -48,23 +49,22 @@ func (e *Engine) finishWalk(ctx context.Context, p int, sku string) (int, error)
 // It takes no lease: every run of continue_walk.lua is one atomic step from
 // where the walk stopped, so any number of processes may continue walks at
 // once. One SKU that fails does not keep the others from their walks.
-func (m *Maintenance) ContinueWalks(ctx context.Context, limit int) (int, error) {
-	e := m.e
-	cmds := make([]*redis.StringSliceCmd, Partitions)
-	_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for p := range Partitions {
-			cmds[p] = pipe.ZRange(ctx, e.keys.Walks(p), 0, int64(limit)-1)
+func (c *Core) ContinueWalks(ctx context.Context, limit int) (int, error) {
+	cmds := make([]*redis.StringSliceCmd, script.Partitions)
+	_, err := c.Redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for p := range script.Partitions {
+			cmds[p] = pipe.ZRange(ctx, c.Keys.Walks(p), 0, int64(limit)-1)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, unavailable("listing unfinished waitlist walks", err)
+		return 0, Unavailable("listing unfinished waitlist walks", err)
 	}
 	offers := 0
 	var errs []error
-	for p, c := range cmds {
-		for _, sku := range c.Val() {
-			n, err := e.finishWalk(ctx, p, sku)
+	for p, cmd := range cmds {
+		for _, sku := range cmd.Val() {
+			n, err := c.FinishWalk(ctx, p, sku)
 			offers += n
 			if err != nil {
 				errs = append(errs, err)
@@ -74,8 +74,9 @@ func (m *Maintenance) ContinueWalks(ctx context.Context, limit int) (int, error)
 	return offers, errors.Join(errs...)
 }
 
-// maxWalkRetries bounds how often one reserve or cart finishes a walk and
+// MaxWalkRetries bounds how often one reserve or cart finishes a walk and
 // asks again: each time, a release since may have started a new walk.
-const maxWalkRetries = 5
+const MaxWalkRetries = 5
 
-var errWalkRestarts = errors.New("the SKU's waitlist walk was started again each time it ended")
+// ErrWalkRestarts is why a reserve or a cart gives up after MaxWalkRetries.
+var ErrWalkRestarts = errors.New("the SKU's waitlist walk was started again each time it ended")
