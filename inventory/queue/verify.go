@@ -32,10 +32,6 @@ func (s *Service) VerifyPreQueue(ctx context.Context, r Ref) (Verification, erro
 	if q.Seed == nil {
 		return Verification{}, fmt.Errorf("queue %s opens at %s: its seed is revealed only then", r, q.OpensAt)
 	}
-	h := sha256.Sum256(q.Seed)
-	if hex.EncodeToString(h[:]) != q.SeedHash {
-		return Verification{}, fmt.Errorf("%w: the seed does not hash to the published %s", ErrNotVerified, q.SeedHash)
-	}
 	k := keysOf(s.keys, r)
 	st, err := s.rdb.HMGet(ctx, k.queue, "state", "pre").Result()
 	if err != nil {
@@ -63,14 +59,31 @@ func (s *Service) VerifyPreQueue(ctx context.Context, r Ref) (Verification, erro
 			members = append(members, who)
 		}
 	}
-	want := PreQueueOrder(q.Seed, members)
+	if err := CheckPreQueueOrder(q.Seed, q.SeedHash, members); err != nil {
+		return Verification{}, err
+	}
+	return Verification{SeedHash: q.SeedHash, PreQueue: pre}, nil
+}
+
+// CheckPreQueueOrder is the verification itself: seed must hash to the
+// published seedHash, and members (the principals holding numbers 1..n, in
+// that order) must be the order PreQueueOrder recomputes from the seed.
+// ErrNotVerified (wrapped, with the first difference) when they are not.
+// VerifyPreQueue reads the members from Redis; a checker holding them from
+// elsewhere (the ledger's numbers) calls it with those.
+func CheckPreQueueOrder(seed []byte, seedHash string, members []string) error {
+	h := sha256.Sum256(seed)
+	if hex.EncodeToString(h[:]) != seedHash {
+		return fmt.Errorf("%w: the seed does not hash to the published %s", ErrNotVerified, seedHash)
+	}
+	want := PreQueueOrder(seed, members)
 	if len(want) != len(members) {
-		return Verification{}, fmt.Errorf("%w: a principal holds two numbers", ErrNotVerified)
+		return fmt.Errorf("%w: a principal holds two numbers", ErrNotVerified)
 	}
 	for i := range want {
 		if want[i] != members[i] {
-			return Verification{}, fmt.Errorf("%w: number %d is %s's, the seed gives it to %s", ErrNotVerified, i+1, members[i], want[i])
+			return fmt.Errorf("%w: number %d is %s's, the seed gives it to %s", ErrNotVerified, i+1, members[i], want[i])
 		}
 	}
-	return Verification{SeedHash: q.SeedHash, PreQueue: pre}, nil
+	return nil
 }
