@@ -180,6 +180,9 @@ type ReserveInput struct {
 	Quantity       int
 	IdempotencyKey string
 	HoldSeconds    int
+	// AdmissionPass is the caller's pass of a queued product's admission
+	// queue; empty sends none.
+	AdmissionPass string
 }
 
 // mutation runs a reservation mutation and splits its payload.
@@ -207,6 +210,9 @@ func (c *Client) Reserve(ctx context.Context, bearer string, in ReserveInput) (R
 	}
 	if in.HoldSeconds > 0 {
 		input["holdSeconds"] = in.HoldSeconds
+	}
+	if in.AdmissionPass != "" {
+		input["admissionPass"] = in.AdmissionPass
 	}
 	return c.mutation(ctx, bearer, reserveDoc, "reserve", input)
 }

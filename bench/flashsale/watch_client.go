@@ -46,9 +46,19 @@ type watchConn struct {
 }
 
 // dialWatch opens a connection from local (a loopback source address) to
-// the endpoint and subscribes to sku; it returns once the subscription was
-// sent (the first value arrives on the read loop).
+// the endpoint and subscribes to sku's stockChanged; it returns once the
+// subscription was sent (the first value arrives on the read loop).
 func dialWatch(ctx context.Context, endpoint string, local net.IP, transport, sku string, timeout time.Duration) (*watchConn, error) {
+	p, err := subscribePayload(watchDoc, map[string]any{"skus": []string{sku}})
+	if err != nil {
+		return nil, err
+	}
+	return dialSubscription(ctx, endpoint, local, transport, p, timeout)
+}
+
+// dialSubscription opens a connection from local to the endpoint and sends
+// the subscription payload (a GraphQL request: query and variables).
+func dialSubscription(ctx context.Context, endpoint string, local net.IP, transport string, payload []byte, timeout time.Duration) (*watchConn, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return nil, err
@@ -61,9 +71,9 @@ func dialWatch(ctx context.Context, endpoint string, local net.IP, transport, sk
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	w := &watchConn{conn: conn, br: bufio.NewReaderSize(conn, 1024), sse: transport == TransportSSE}
 	if w.sse {
-		err = w.startSSE(u, sku)
+		err = w.startSSE(u, payload)
 	} else {
-		err = w.startWS(u, sku)
+		err = w.startWS(u, payload)
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -73,11 +83,11 @@ func dialWatch(ctx context.Context, endpoint string, local net.IP, transport, sk
 	return w, nil
 }
 
-func subscribePayload(sku string) ([]byte, error) {
-	return json.Marshal(map[string]any{"query": watchDoc, "variables": map[string]any{"skus": []string{sku}}})
+func subscribePayload(doc string, vars map[string]any) ([]byte, error) {
+	return json.Marshal(map[string]any{"query": doc, "variables": vars})
 }
 
-func (w *watchConn) startWS(u *url.URL, sku string) error {
+func (w *watchConn) startWS(u *url.URL, p []byte) error {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	key := base64.StdEncoding.EncodeToString(nonce[:])
@@ -114,18 +124,10 @@ func (w *watchConn) startWS(u *url.URL, sku string) error {
 			return err
 		}
 	}
-	p, err := subscribePayload(sku)
-	if err != nil {
-		return err
-	}
 	return w.writeText(append(append([]byte(`{"id":"1","type":"subscribe","payload":`), p...), '}'))
 }
 
-func (w *watchConn) startSSE(u *url.URL, sku string) error {
-	p, err := subscribePayload(sku)
-	if err != nil {
-		return err
-	}
+func (w *watchConn) startSSE(u *url.URL, p []byte) error {
 	req := "POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
 		"\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(p)) + "\r\n\r\n"
 	if _, err := w.conn.Write(append([]byte(req), p...)); err != nil {
@@ -243,32 +245,42 @@ func (w *watchConn) writeFrame(op byte, p []byte) error {
 // subscription ended (complete, close, or the stream's end), another error
 // when the server said something unexpected.
 func (w *watchConn) next() (Stock, error) {
+	msg, err := w.nextMessage()
+	if err != nil {
+		return Stock{}, err
+	}
+	return parseStock(msg)
+}
+
+// nextMessage returns the next value the server sent, as the message that
+// carries it (valid until the next call); errors as next's.
+func (w *watchConn) nextMessage() ([]byte, error) {
 	if w.sse {
 		return w.nextSSE()
 	}
 	for {
 		op, msg, err := w.readFrame()
 		if err != nil {
-			return Stock{}, err
+			return nil, err
 		}
 		if op == opClose {
-			return Stock{}, fmt.Errorf("closed by the server: %w", closeError(msg))
+			return nil, fmt.Errorf("closed by the server: %w", closeError(msg))
 		}
 		if op != opText {
 			continue
 		}
 		switch msgType(msg) {
 		case "next":
-			return parseStock(msg)
+			return msg, nil
 		case "ping":
 			if err := w.writeText([]byte(`{"type":"pong"}`)); err != nil {
-				return Stock{}, err
+				return nil, err
 			}
 		case "pong":
 		case "complete":
-			return Stock{}, io.EOF
+			return nil, io.EOF
 		default:
-			return Stock{}, fmt.Errorf("unexpected message %.200s", msg)
+			return nil, fmt.Errorf("unexpected message %.200s", msg)
 		}
 	}
 }
@@ -280,12 +292,12 @@ func closeError(msg []byte) error {
 	return fmt.Errorf("close %d %s", binary.BigEndian.Uint16(msg), msg[2:])
 }
 
-func (w *watchConn) nextSSE() (Stock, error) {
+func (w *watchConn) nextSSE() ([]byte, error) {
 	event := ""
 	for {
 		line, err := w.br.ReadSlice('\n')
 		if err != nil {
-			return Stock{}, err
+			return nil, err
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		switch {
@@ -293,11 +305,11 @@ func (w *watchConn) nextSSE() (Stock, error) {
 			event = strings.TrimSpace(string(line[len("event:"):]))
 		case bytes.HasPrefix(line, []byte("data:")):
 			if event == "next" {
-				return parseStock(line[len("data:"):])
+				return line[len("data:"):], nil
 			}
 		case len(line) == 0:
 			if event == "complete" {
-				return Stock{}, io.EOF
+				return nil, io.EOF
 			}
 			event = ""
 		}
