@@ -103,6 +103,29 @@ type Config struct {
 	// entry must be in by then. Default 10 seconds.
 	DrawWindow time.Duration
 
+	// With Mode ModeQueue, the drop is followed by the queue rehearsal
+	// (RunQueue) on a SKU of Stock units behind an admission queue that
+	// opens QueueWindow (default 10s) after its creation, admits
+	// QueueAdmitPerMinute (default 6000), hands out passes of
+	// QueuePassSeconds (default 15) and asks QueuePowBits of proof of work
+	// (default 8; 0: none), and with QueueAccessCodes one presale code per
+	// principal. QueuePeople principals (default 2000, at most
+	// MaxQueuePeople, at least Stock) join once, QueueEarly of them
+	// (default 0.7) before the opening; QueuePollers of them (default 0.2)
+	// poll myQueueTicket, the rest watch queueChanged. QueueBots principals
+	// (default 200, at most QueuePeople) are bots with QueueBotConns
+	// connections each (default 4, at most MaxQueueBotConns).
+	QueuePeople         int
+	QueueBots           int
+	QueueBotConns       int
+	QueuePollers        float64
+	QueueEarly          float64
+	QueueWindow         time.Duration
+	QueueAdmitPerMinute int
+	QueuePassSeconds    int
+	QueuePowBits        int
+	QueueAccessCodes    bool
+
 	// Watchers is how many live subscribers of stockChanged watch the
 	// drop, each on its own connection (0: none). Before the buyers come,
 	// Changes reserves of one unit are made at ChangeRate per second and
@@ -175,6 +198,16 @@ func DefaultConfig() Config {
 		Mode:       ModeDrop,
 		Entrants:   1000,
 		DrawWindow: 10 * time.Second,
+
+		QueuePeople:         2000,
+		QueueBots:           200,
+		QueueBotConns:       4,
+		QueuePollers:        0.2,
+		QueueEarly:          0.7,
+		QueueWindow:         10 * time.Second,
+		QueueAdmitPerMinute: 6000,
+		QueuePassSeconds:    15,
+		QueuePowBits:        8,
 	}
 }
 
@@ -242,8 +275,10 @@ func (c Config) Validate(ctx context.Context) error {
 		if c.Stock < 1 {
 			bad("--mode draw needs --stock of at least 1: the draw gives out that many units")
 		}
+	case ModeQueue:
+		c.validateQueue(bad)
 	default:
-		bad("--mode must be %q or %q", ModeDrop, ModeDraw)
+		bad("--mode must be %q, %q or %q", ModeDrop, ModeDraw, ModeQueue)
 	}
 	if c.Waiters < 0 || c.Waiters > MaxWaiters {
 		bad("--waitlist must be 0-%d", MaxWaiters)
@@ -318,5 +353,35 @@ func (c Config) validateWatch(bad func(string, ...any)) {
 	}
 	if c.ConvergeTimeout <= 0 || c.ConvergeTimeout > time.Minute {
 		bad("--converge-timeout must be >0 and at most 1m")
+	}
+}
+
+func (c Config) validateQueue(bad func(string, ...any)) {
+	if c.QueuePeople < 1 || c.QueuePeople > MaxQueuePeople {
+		bad("--queue-people must be 1-%d", MaxQueuePeople)
+	}
+	if c.Stock < 1 || c.Stock > c.QueuePeople {
+		bad("--mode queue needs --stock of 1 to --queue-people: the people alone can buy it out")
+	}
+	if c.QueueBots < 1 || c.QueueBots > c.QueuePeople {
+		bad("--queue-bots must be 1 to --queue-people")
+	}
+	if c.QueueBotConns < 1 || c.QueueBotConns > MaxQueueBotConns {
+		bad("--queue-bot-conns must be 1-%d", MaxQueueBotConns)
+	}
+	if c.QueuePollers < 0 || c.QueuePollers > 1 || c.QueueEarly < 0 || c.QueueEarly > 1 {
+		bad("--queue-pollers and --queue-early must be shares between 0 and 1")
+	}
+	if c.QueueWindow < 2*time.Second || c.QueueWindow > MaxDuration {
+		bad("--queue-window must be at least 2s and at most %s", MaxDuration)
+	}
+	if c.QueueAdmitPerMinute < 1 || c.QueueAdmitPerMinute > 1_000_000 {
+		bad("--admit-per-minute must be 1-1000000")
+	}
+	if c.QueuePassSeconds < 10 || c.QueuePassSeconds > 120 {
+		bad("--pass-seconds must be 10-120: the first bot admitted keeps its pass that long")
+	}
+	if c.QueuePowBits < 0 || c.QueuePowBits > 20 {
+		bad("--pow-bits must be 0-20: every principal solves it")
 	}
 }

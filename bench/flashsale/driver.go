@@ -52,6 +52,8 @@ type Result struct {
 	Waitlist *WaitlistResult `json:"waitlist,omitempty"`
 	// Draw is the draw rehearsal's (--mode draw); nil without.
 	Draw *DrawResult `json:"draw,omitempty"`
+	// Queue is the queue rehearsal's (--mode queue); nil without.
+	Queue *QueueResult `json:"queue,omitempty"`
 	// Samples holds every request; it feeds the report, not the JSON.
 	Samples []Sample `json:"-"`
 }
@@ -293,6 +295,15 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		}
 		res.Draw = dr
 		res.Verdict.Checks = append(res.Verdict.Checks, dr.Checks...)
+		res.Verdict.OK = len(res.Verdict.Failed()) == 0
+	}
+	if cfg.Mode == ModeQueue {
+		qr, err := d.RunQueue(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("queue rehearsal: %w", err)
+		}
+		res.Queue = qr
+		res.Verdict.Checks = append(res.Verdict.Checks, qr.Checks...)
 		res.Verdict.OK = len(res.Verdict.Failed()) == 0
 	}
 	return res, nil

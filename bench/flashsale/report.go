@@ -68,6 +68,12 @@ Load average during the changes: {{.LoadAvg}}.</p>
 <p>SKU {{.SKU}}: {{.Stock}} units, {{.Entrants}} entrants ({{.Replays}} entered twice) in {{printf "%.2f" .EnterSeconds}} s.
 Drawn: {{.Entries}} entries, <b>{{.Winners}} won</b> ({{.WonUnits}} units), {{.Losers}} lost; every buyer saw the result
 {{printf "%.2f" .DrawSeconds}} s after closesAt. Seed hash {{.SeedHash}}.{{if .Verification}} {{.Verification}}{{end}}</p>
+{{end}}{{with .R.Queue}}<h2>Queue rehearsal</h2>
+<p>SKU {{.SKU}}: {{.Stock}} units behind a queue, {{.Servers}} servers; {{.People}} people ({{.Pollers}} polling) and {{.Bots}} bots
+({{.BotConns}} connections each); {{.Early}} joined the pre-queue, {{.Late}} after the opening. Sold in {{printf "%.2f" .SellSeconds}} s:
+people <b>{{.PeopleUnits}}</b> units, bots <b>{{.BotUnits}}</b> (at most {{printf "%.1f" .BotBound}} allowed).
+SOLD_OUT reached {{.Told}} of {{.Watching}} websocket waiters, at most {{.SoldOutLate.MaxMs}} ms after the last sale.
+{{if .Verification}} {{.Verification}}{{end}}</p>
 {{end}}<h2>Outcomes over time</h2>{{.Outcomes}}
 <h2>Summary</h2><pre>{{.Summary}}</pre>
 </body></html>

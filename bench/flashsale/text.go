@@ -83,6 +83,10 @@ func WriteText(w io.Writer, r *Result) error {
 		}
 	}
 
+	if q := r.Queue; q != nil {
+		writeQueueText(&b, q)
+	}
+
 	v := r.Verdict
 	status := "PASS"
 	if !v.OK {

@@ -89,9 +89,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the write-behind to drain")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the buyers' choices")
 	fs.IntVar(&cfg.Waiters, "waitlist", 0, "after the drop, rehearse the waitlist: sell --stock units out, queue this many waiters, cancel every hold while outsiders reserve (0: none; max 10000)")
-	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "drop (the drop alone) or draw (the drop, then a draw rehearsal: --entrants buyers enter a draw of --stock units, the server draws, the verdict checks and recomputes it)")
+	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "drop (the drop alone), draw (the drop, then a draw rehearsal: --entrants buyers enter a draw of --stock units, the server draws, the verdict checks and recomputes it) or queue (the drop, then a queued drop of --stock units: --queue-people people and --queue-bots bots against every --url)")
 	fs.IntVar(&cfg.Entrants, "entrants", cfg.Entrants, "buyers entering the draw rehearsal, every tenth twice (--mode draw; max 100000)")
 	fs.DurationVar(&cfg.DrawWindow, "draw-window", cfg.DrawWindow, "how long the rehearsal's draw takes entries before it is drawn (--mode draw)")
+	fs.IntVar(&cfg.QueuePeople, "queue-people", cfg.QueuePeople, fmt.Sprintf("people joining the queue rehearsal once each (--mode queue; max %d)", flashsale.MaxQueuePeople))
+	fs.IntVar(&cfg.QueueBots, "queue-bots", cfg.QueueBots, "bot principals of the queue rehearsal, each joining over many connections and trying every abuse (--mode queue)")
+	fs.IntVar(&cfg.QueueBotConns, "queue-bot-conns", cfg.QueueBotConns, fmt.Sprintf("connections (subscriptions and simultaneous joins) per bot (--mode queue; max %d)", flashsale.MaxQueueBotConns))
+	fs.Float64Var(&cfg.QueuePollers, "queue-pollers", cfg.QueuePollers, "share of the people who poll myQueueTicket instead of subscribing to queueChanged (--mode queue)")
+	fs.Float64Var(&cfg.QueueEarly, "queue-early", cfg.QueueEarly, "share of the principals who join the pre-queue before the opening (--mode queue)")
+	fs.DurationVar(&cfg.QueueWindow, "queue-window", cfg.QueueWindow, "from the queue's creation to its opening: the pre-queue joins must fit (--mode queue)")
+	fs.IntVar(&cfg.QueueAdmitPerMinute, "admit-per-minute", cfg.QueueAdmitPerMinute, "the queue's admitPerMinute (--mode queue)")
+	fs.IntVar(&cfg.QueuePassSeconds, "pass-seconds", cfg.QueuePassSeconds, "the queue's passSeconds, 10-120; the first bot admitted keeps its pass that long (--mode queue)")
+	fs.IntVar(&cfg.QueuePowBits, "pow-bits", cfg.QueuePowBits, "the queue's proofOfWorkBits, 0-20 (--mode queue)")
+	fs.BoolVar(&cfg.QueueAccessCodes, "access-codes", false, "give the queue one presale access code per principal; bots try used ones (--mode queue)")
 	fs.IntVar(&cfg.Watchers, "watchers", 0, "live stockChanged subscribers watching the drop, one connection each (0: none; max 50000)")
 	fs.StringVar(&cfg.WatchTransport, "watch-transport", cfg.WatchTransport, "watchers' transport: ws (graphql-transport-ws) or sse")
 	fs.IntVar(&cfg.WatchSKUs, "watch-skus", cfg.WatchSKUs, "SKUs the watchers spread over: 1 is the drop's hot SKU, more creates SKUs besides it")
@@ -141,8 +151,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.Progress = &flashsale.Bar{W: stderr, Terminal: isTerminal(stderr)}
 		cfg.Status = func(line string) { fmt.Fprintf(stderr, "flashsale: %s\n", line) }
 	}
-	if cfg.Watchers > 0 {
-		if err := raiseFileLimit(uint64(cfg.Watchers) + uint64(cfg.Concurrency) + 256); err != nil {
+	need := uint64(cfg.Watchers)
+	if cfg.Mode == flashsale.ModeQueue {
+		need += uint64(cfg.QueuePeople + cfg.QueueBots*cfg.QueueBotConns*2)
+	}
+	if need > 0 {
+		if err := raiseFileLimit(need + uint64(cfg.Concurrency) + 256); err != nil {
 			fmt.Fprintf(stderr, "flashsale: %v\n", err)
 			return exitUsage
 		}

@@ -16,6 +16,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"no secret":      {"--no-ledger"},
 		"bad ratio":      {"--dev", "--no-ledger", "--commit", "0.9", "--cancel", "0.2"},
 		"unknown flag":   {"--frobnicate"},
+		"queue of none":  {"--dev", "--no-ledger", "--url", "http://127.0.0.1:1", "--mode", "queue", "--queue-people", "0"},
 		"stray argument": {"--dev", "now"},
 	} {
 		var out, errb bytes.Buffer
