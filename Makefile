@@ -111,7 +111,7 @@ bench-http: build ## black-box reserve benchmark of bin/dropline vs raw Redis an
 	$(GO) build -trimpath -o bin/bench-floor ./cmd/bench-floor
 	$(GO) run ./cmd/bench-http --bin $(BIN) --floor bin/bench-floor --doc docs/benchmarks.md $(BENCH_FLAGS)
 
-# Both run against a server, a redis-server and a database of their own
+# They run against servers, a redis-server and a database of their own
 # (scripts/flashsale.sh), removed afterwards: the products a rehearsal makes
 # never reach the database `make run` serves.
 .PHONY: flashsale
@@ -122,6 +122,10 @@ WATCHERS ?= 10000
 .PHONY: watchers
 watchers: ## live availability: WATCHERS (10000) subscribers of the hot SKU against a fresh server: make watchers [WATCHERS=n] [FLASHSALE_ARGS="--watch-transport sse"]
 	@WATCHERS=$(WATCHERS) REPORT=$${REPORT:-bin/watchers-report.html} bash scripts/flashsale.sh
+
+.PHONY: queue-rehearsal
+queue-rehearsal: ## a queued drop, people and bots, against two fresh servers: make queue-rehearsal [FLASHSALE_ARGS="--queue-people 5000"]
+	@SERVERS=2 REPORT=$${REPORT:-bin/queue-report.html} FLASHSALE_ARGS="--mode queue --buyers 500 $(FLASHSALE_ARGS)" bash scripts/flashsale.sh
 
 .PHONY: tidy
 tidy: ## go mod tidy

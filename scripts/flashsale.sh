@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# scripts/flashsale.sh — `make flashsale` and `make watchers`: a drop
-# rehearsal against a server of its own, in one command. It makes sure
+# scripts/flashsale.sh — `make flashsale`, `make watchers` and `make
+# queue-rehearsal`: a drop rehearsal against servers of its own, in one
+# command. It makes sure
 # PostgreSQL answers (make services), builds bin/dropline and bin/flashsale,
 # and gives the run its own state: a private redis-server on a free loopback
 # port and a new database beside DATABASE_URL's (its name with
-# `_flashsale` appended), made empty at the start. `dropline serve` runs in
-# dev mode on a free loopback port (never :8080), then
+# `_flashsale` appended), made empty at the start. SERVERS (default 1)
+# `dropline serve` processes run in dev mode on free loopback ports (never
+# :8080), sharing that redis-server and database, then
 #
-#   flashsale --dev --url <that server> [--watchers $WATCHERS --floor-url <bench-floor ws>] --report $REPORT $FLASHSALE_ARGS
+#   flashsale --dev --url <each server> [--watchers $WATCHERS --floor-url <bench-floor ws>] --report $REPORT $FLASHSALE_ARGS
 #
-# and the server, the redis-server and the database are removed however the
+# and the servers, the redis-server and the database are removed however the
 # run ends. So the products a rehearsal creates never reach the database
 # `make run` serves: the demo shop keeps its seeded catalogue. The script
 # checks that too: it counts DATABASE_URL's products before and after, and
 # fails when the number moved. The exit status is otherwise flashsale's: 0
 # when the verdict passed.
 #
-# Environment: WATCHERS (default 0: a drop without watchers; `make watchers`
-# sets 10000), REPORT (default bin/flashsale-report.html), FLASHSALE_ARGS
+# Environment: SERVERS (default 1; `make queue-rehearsal` sets 2), WATCHERS
+# (default 0: a drop without watchers; `make watchers` sets 10000), REPORT (default bin/flashsale-report.html), FLASHSALE_ARGS
 # (more flags, e.g. "--buyers 500" or "--watch-transport sse"),
-# DATABASE_URL as for `make run`. The server's log goes to
-# bin/flashsale-server.log.
+# DATABASE_URL as for `make run`. The servers' logs go to
+# bin/flashsale-server.log (the first) and bin/flashsale-server-<n>.log.
 #
 # Open files: every watcher is one connection in the driver and one in the
 # server. Go raises each process's soft RLIMIT_NOFILE to the hard limit by
@@ -31,11 +33,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 WATCHERS="${WATCHERS:-0}"
+SERVERS="${SERVERS:-1}"
 REPORT="${REPORT:-bin/flashsale-report.html}"
 GO="${GO:-go}"
 served_url="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/dropline?sslmode=disable}"
 
 die() { printf 'flashsale: %s\n' "$*" >&2; exit 2; }
+[[ "$SERVERS" =~ ^[1-8]$ ]] || die "SERVERS must be 1-8"
 
 if ((WATCHERS > 0)); then
 	need=$((WATCHERS + 1024))
@@ -88,17 +92,18 @@ redis_port="$(free_port 18380 18479)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
 	--maxmemory-policy noeviction --dir "$redis_dir" --logfile "$redis_dir/redis.log" &
 redis_pid=$!
-pid=""
+pids=()
 floor_pid=""
 cleanup() {
 	if [[ -n "$floor_pid" ]]; then
 		kill "$floor_pid" 2>/dev/null || true
 		wait "$floor_pid" 2>/dev/null || true
 	fi
-	if [[ -n "$pid" ]]; then
-		kill "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
+	local p
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
 	kill "$redis_pid" 2>/dev/null || true
 	wait "$redis_pid" 2>/dev/null || true
 	rm -rf "$redis_dir"
@@ -110,24 +115,30 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 
-port="$(free_port 18480 18580)"
 export DROPLINE_DEV=1 DATABASE_URL="$own_url" REDIS_URL="redis://127.0.0.1:$redis_port/0"
 bin/dropline migrate
-DROPLINE_ADDR="127.0.0.1:$port" DROPLINE_LOG_LEVEL="${DROPLINE_LOG_LEVEL:-warn}" \
-	bin/dropline serve >bin/flashsale-server.log 2>&1 &
-pid=$!
-
-for _ in $(seq 1 100); do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		break
-	fi
-	kill -0 "$pid" 2>/dev/null || die "the server exited; see bin/flashsale-server.log"
-	sleep 0.1
+args=(--dev --report "$REPORT")
+next_port=18480
+for n in $(seq 1 "$SERVERS"); do
+	port="$(free_port "$next_port" 18580)"
+	next_port=$((port + 1))
+	log=bin/flashsale-server.log
+	((n == 1)) || log="bin/flashsale-server-$n.log"
+	DROPLINE_ADDR="127.0.0.1:$port" DROPLINE_LOG_LEVEL="${DROPLINE_LOG_LEVEL:-warn}" \
+		bin/dropline serve >"$log" 2>&1 &
+	pid=$!
+	pids+=("$pid")
+	for _ in $(seq 1 100); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			break
+		fi
+		kill -0 "$pid" 2>/dev/null || die "the server exited; see $log"
+		sleep 0.1
+	done
+	printf 'flashsale: server pid %s on 127.0.0.1:%s, redis-server on :%s, database %s; load average %s\n' \
+		"$pid" "$port" "$redis_port" "$own_db" "$(cut -d' ' -f1-3 /proc/loadavg)"
+	args+=(--url "http://127.0.0.1:$port")
 done
-
-printf 'flashsale: server pid %s on 127.0.0.1:%s, redis-server on :%s, database %s; load average %s\n' \
-	"$pid" "$port" "$redis_port" "$own_db" "$(cut -d' ' -f1-3 /proc/loadavg)"
-args=(--dev --url "http://127.0.0.1:$port" --report "$REPORT")
 if ((WATCHERS > 0)); then
 	args+=(--watchers "$WATCHERS")
 	# The fan-out floor (bench/floor): a bare broadcaster the watchers'
