@@ -60,6 +60,8 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 		},
 	}, engine.Maintenance(), in.Redis, in.Log.With().Str("component", "worker").Logger(), in.Registry)
 	hub := live.NewHub(live.HubConfig{Interval: in.Config.LiveInterval}, engine, in.Redis, in.Log, in.Registry)
+	// A reserve of a SKU the hub knows is sold out is answered from memory.
+	engine.RememberSoldOut(hub)
 	var trusted *graphql.TrustedDocuments
 	if path := in.Config.TrustedDocuments; path != "" {
 		if trusted, err = graphql.LoadTrustedDocuments(path); err != nil {

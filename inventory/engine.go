@@ -254,6 +254,10 @@ type Engine struct {
 	// restoreQueue restores a queue lost with Redis from the ledger
 	// (RestoreQueuesWith); nil until set.
 	restoreQueue atomic.Pointer[func(ctx context.Context, queueID string) error]
+	// soldOut answers reserves of SKUs known sold out (RememberSoldOut); nil
+	// when unset. budgets spends the rate budgets of those answers.
+	soldOut atomic.Pointer[SoldOutMemory]
+	budgets localBudgets
 }
 
 // RestoreQueuesWith sets how a rebuild of a queued SKU restores its queue

@@ -25,6 +25,9 @@ type metrics struct {
 	drawEntryBatch prometheus.Histogram
 	// drawUnheld counts draws' winners whose hold could not be made.
 	drawUnheld prometheus.Counter
+	// soldOutFromMemory counts reserves answered OUT_OF_STOCK without a
+	// script, from what the process knew (SoldOutMemory).
+	soldOutFromMemory prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,6 +64,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		drawUnheld: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_draw_winners_unheld_total",
 			Help: "Draws' winners whose hold could not be made (the units the draw counted were not there); each waits first in the waitlist and is recorded in the ledger's result.",
+		})),
+		soldOutFromMemory: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_reserve_sold_out_from_memory_total",
+			Help: "Reserves answered OUT_OF_STOCK from the process's memory of sold-out SKUs, without a script run.",
 		})),
 	}
 }

@@ -293,6 +293,7 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 // (false when Redis had this version or a newer one already).
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
 	place(e.keys, row.SKU, row.DropID)
+	defer e.adding(row.SKU)()
 	r, err := script.RunApplyProduct(ctx, e.run, e.keys, script.ApplyProduct{SKU: row.SKU, Version: row.Version,
 		Total: row.Total, MaxPerUser: row.MaxPerUser, StartsMs: timeMs(row.SaleStartsAt), EndsMs: timeMs(row.SaleEndsAt),
 		Nonce: newNonce()})

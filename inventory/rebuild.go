@@ -45,6 +45,7 @@ const rebuildStagingTTL = 10 * rebuildTimeout
 // then readers find no SKU and wait for the rebuild; a rebuild whose stage was
 // replaced by a newer one can write nothing more.
 func (e *Engine) Rebuild(ctx context.Context, sku string) error {
+	defer e.adding(sku)()
 	_, err, _ := e.rebuild.Do(sku, func() (any, error) {
 		// Detach from the first caller's cancellation: others wait on this.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebuildTimeout)
@@ -72,6 +73,7 @@ func (e *Engine) Rebuild(ctx context.Context, sku string) error {
 // of the SKU can add an event once the stock hash is gone.
 func (m *Maintenance) RebuildStale(ctx context.Context, sku string) error {
 	e := m.e
+	defer e.adding(sku)()
 	if err := e.rdb.Del(ctx, e.keys.SKU(sku)).Err(); err != nil {
 		return unavailable("dropping stale "+sku, err)
 	}

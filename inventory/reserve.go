@@ -98,6 +98,9 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		}
 		return Reservation{}, err
 	}
+	if answered, err := e.reserveFromMemory(req); answered {
+		return Reservation{}, err
+	}
 	// reserve.lua spends the budget in the same run, except with an
 	// idempotency key (whose claim must not be made for a refused request)
 	// or on a cluster (where the budget's key lives in another slot than the
@@ -176,6 +179,11 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 			}
 		default:
 			if err := rejectionError(res.Rejection); err != nil {
+				if code == replyOf(ErrOutOfStock) && idem == "" {
+					if m := e.soldOutMemory(); m != nil {
+						m.Refused(req.SKU)
+					}
+				}
 				return Reservation{}, err
 			}
 			return Reservation{}, fmt.Errorf("reserving %s: unexpected script reply %q", req.SKU, res.Code)

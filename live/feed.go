@@ -35,6 +35,9 @@ type feed struct {
 	// later confirmation means the connection was rebuilt, so messages may
 	// have been lost.
 	confirmed bool
+
+	// sold is what the sold-out memory keeps of the SKU (soldout.go).
+	sold soldView
 }
 
 func newFeed(sku, channel string) *feed {

@@ -128,6 +128,8 @@ type Hub struct {
 	// confirmed signals, to a test, each SKU whose Redis subscription Redis
 	// confirmed (first, or again after a reconnect), once it is counted;
 	// dropped, each stalled subscriber dropped.
+	so soldOutState
+
 	confirmed testsignal.Signal[string]
 	dropped   testsignal.Signal[struct{}]
 }
@@ -148,6 +150,7 @@ func NewHub(cfg HubConfig, engine *inventory.Engine, rdb redis.UniversalClient, 
 		flushKick:   make(chan struct{}, 1),
 		resyncWant:  map[string]bool{},
 		resyncKick:  make(chan struct{}, 1),
+		so:          soldOutState{f: map[string]*feed{}, add: map[string]*soldAdding{}, kick: make(chan struct{}, 1)},
 	}
 }
 
@@ -168,10 +171,12 @@ func (h *Hub) Start(ctx context.Context) error {
 	}
 	h.state = hubRunning
 	h.done = ctx.Done()
-	h.wg.Add(3)
+	h.wg.Add(4)
+	h.so.run.Store(true)
 	go h.runControl(ctx)
 	go h.runFlusher(ctx)
 	go h.runResync(ctx)
+	go h.runSoldOut(ctx)
 	go func() {
 		<-ctx.Done()
 		h.wg.Wait() // the loops and every subscriber

@@ -109,8 +109,10 @@ func (h *Hub) sweepIdle() {
 	h.mu.Lock()
 	for sku, f := range h.feeds {
 		f.mu.Lock()
-		if len(f.subs) == 0 && !f.idleSince.IsZero() && now.Sub(f.idleSince) >= h.cfg.Linger {
+		if len(f.subs) == 0 && !f.idleSince.IsZero() && now.Sub(f.idleSince) >= h.cfg.Linger &&
+			!f.sold.watchUntil.After(now) {
 			delete(h.feeds, sku)
+			f.sold.gone = true
 			gone = append(gone, f)
 		}
 		f.mu.Unlock()
@@ -220,6 +222,7 @@ func (h *Hub) requestReset(p int) {
 	h.mu.Lock()
 	h.resets[p] = true
 	h.mu.Unlock()
+	h.soldOutLost(p)
 	kick(h.controlKick)
 }
 
@@ -252,6 +255,7 @@ func (h *Hub) receive(ctx context.Context, sh *shard) {
 				log.Warn().Err(err).Msg("pub/sub connection lost; reconnecting")
 			}
 			sh.connectionLost()
+			h.soldOutLost(sh.p)
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 			select {
 			case <-sh.closed:
@@ -321,6 +325,7 @@ func (h *Hub) onSubscribed(channel string) {
 	again := f.confirmed
 	f.confirmed = true
 	f.mu.Unlock()
+	h.soldOutConfirmed(f)
 	reason := "subscribed"
 	if again {
 		reason = "reconnect"
