@@ -119,6 +119,7 @@ type Service struct {
 	settings map[string]db.Queue // by queue id: what never changes, read once
 	reads    singleflight.Group  // one ledger read per queue at a time
 	restores singleflight.Group  // one restore per queue at a time
+	joins    joinBatcher         // joins of one queue go to Redis together
 
 	// restored counts the tickets restores wrote, restoreTime their time
 	// (RestoreStats).
@@ -208,10 +209,15 @@ func (s *Service) Join(ctx context.Context, principal string, r Ref, in JoinInpu
 		return Ticket{}, err
 	}
 	k := keysOf(s.keys, r)
-	// A principal with a ticket has it again, whatever it brings.
-	if t, ok, err := s.ticket(ctx, k, r, principal); err != nil || ok {
-		t.Replayed = true
-		return t, err
+	if q.ProofOfWorkBits > 0 || q.HasAccessCodes {
+		// A principal with a ticket has it again, whatever it brings: its
+		// ticket is read before its proof or its code is asked for. A queue
+		// that asks neither goes straight to the script, which answers a
+		// ticket given before just the same.
+		if t, ok, err := s.ticket(ctx, k, r, principal); err != nil || ok {
+			t.Replayed = true
+			return t, err
+		}
 	}
 	if q.ProofOfWorkBits > 0 && !verifyProof(s.cfg.Secret, r, principal, q.ProofOfWorkBits, in.Challenge, in.Proof, s.cfg.Now()) {
 		return Ticket{}, inventory.ErrProofInvalid
@@ -226,15 +232,17 @@ func (s *Service) Join(ctx context.Context, principal string, r Ref, in JoinInpu
 		}
 	}
 	for loaded := false; ; loaded = true {
-		rep, err := s.scripts.runJoin(ctx, s.rdb, k, joinArgs{Principal: principal, MaxTickets: s.cfg.MaxTickets})
+		rep, err := s.joinInBatch(ctx, k, principal)
 		if err != nil {
-			return Ticket{}, fmt.Errorf("joining %s: %w", r, err)
+			return Ticket{}, err
 		}
 		switch rep.Code {
 		case "OK":
 			return ticketOf(r, rep, s.cfg.Now()), nil
 		case "QUEUE_FULL":
 			return Ticket{}, inventory.ErrQueueFull
+		case "INVALID_INPUT":
+			return Ticket{}, &inventory.InvalidInputError{Field: "principal", Reason: "required"}
 		case "NEEDS_LOAD":
 			if loaded {
 				return Ticket{}, fmt.Errorf("joining %s: still not loaded", r)

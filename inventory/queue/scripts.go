@@ -84,13 +84,14 @@ func (s scripts) runRestorePublish(ctx context.Context, rdb redis.UniversalClien
 	return r.Str(0) == "OK", nil
 }
 
-// joinArgs are join_queue.lua's ARGV.
+// joinArgs are join_queue.lua's ARGV: a batch of principals of one queue.
 type joinArgs struct {
-	Principal  string
 	MaxTickets int
+	Principals []string
 }
 
-// joinReply is join_queue.lua's reply.
+// joinReply is one principal's part of join_queue.lua's reply, with the
+// queue's fields the batch shares.
 type joinReply struct {
 	Code        string // OK, NEEDS_LOAD, QUEUE_FULL, INVALID_INPUT
 	Number      int64
@@ -103,13 +104,46 @@ type joinReply struct {
 	Replayed    bool
 }
 
-func (s scripts) runJoin(ctx context.Context, rdb redis.UniversalClient, k keys, a joinArgs) (joinReply, error) {
-	r, err := run(ctx, rdb, s.join, []string{k.queue, k.pre, k.who, k.num, k.pass, k.outbox}, a.Principal, a.MaxTickets, k.id)
-	if err != nil {
-		return joinReply{}, err
+// runJoin runs join_queue.lua for a batch: one reply per principal, in
+// order, or a single NEEDS_LOAD for the whole batch.
+func (s scripts) runJoin(ctx context.Context, rdb redis.UniversalClient, k keys, a joinArgs) ([]joinReply, error) {
+	args := make([]any, 0, 2+len(a.Principals))
+	args = append(args, a.MaxTickets, k.id)
+	for _, p := range a.Principals {
+		args = append(args, p)
 	}
-	return joinReply{Code: r.Str(0), Number: r.Int(1), Through: r.Int(2), State: r.Str(3), Status: r.Str(4),
-		Pass: r.Str(5), PassExpires: r.Int(6), PassState: r.Str(7), Replayed: r.Int(8) == 1}, nil
+	r, err := run(ctx, rdb, s.join, []string{k.queue, k.pre, k.who, k.num, k.pass, k.outbox}, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]joinReply, len(a.Principals))
+	switch code := r.Str(0); code {
+	case "OK":
+	case "NEEDS_LOAD":
+		for i := range out {
+			out[i].Code = code
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("%s answered %q", lua.JoinQueue, code)
+	}
+	if len(r) != 4+len(a.Principals) {
+		return nil, fmt.Errorf("%s answered %d tickets for %d principals", lua.JoinQueue, len(r)-4, len(a.Principals))
+	}
+	through, state, status := r.Int(1), r.Str(2), r.Str(3)
+	for i := range out {
+		v, ok := r[4+i].([]any)
+		if !ok || len(v) == 0 {
+			return nil, fmt.Errorf("%s answered %v for principal %d", lua.JoinQueue, r[4+i], i)
+		}
+		t := reply(v)
+		out[i] = joinReply{Code: t.Str(0), Through: through, State: state, Status: status}
+		if out[i].Code == "OK" {
+			out[i].Number, out[i].Replayed = t.Int(1), t.Int(2) == 1
+			out[i].Pass, out[i].PassExpires, out[i].PassState = t.Str(3), t.Int(4), t.Str(5)
+		}
+	}
+	return out, nil
 }
 
 // numberArgs are number_queue.lua's ARGV: principals get First, First+1, ...
