@@ -340,6 +340,12 @@ func (l *Ledger) DrawEntriesOf(ctx context.Context, principal string, limit int)
 		WHERE e.principal = $1 ORDER BY e.entered_at DESC, e.id DESC LIMIT $2`, principal, limit))
 }
 
+// DrawEntryOf returns a principal's entry in a SKU's draw; ErrNotFound
+// when it has none.
+func (l *Ledger) DrawEntryOf(ctx context.Context, sku, principal string) (DrawEntry, error) {
+	return scanEntry(l.pool.QueryRow(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 AND e.principal = $2`, sku, principal))
+}
+
 // DrawEntries returns every entry of a SKU's draw by id: what the shuffle
 // starts from, and what a verifier reads.
 func (l *Ledger) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {

@@ -68,6 +68,7 @@ type ComplexityRoot struct {
 	}
 
 	Draw struct {
+		AppliedAt         func(childComplexity int) int
 		ClosesAt          func(childComplexity int) int
 		Entries           func(childComplexity int) int
 		Seed              func(childComplexity int) int
@@ -277,6 +278,7 @@ type ComplexityRoot struct {
 	}
 
 	Subscription struct {
+		MyDrawEntryChanged func(childComplexity int, sku string) int
 		QueueChanged       func(childComplexity int, sku *string, drop *string) int
 		ReservationChanged func(childComplexity int, token string) int
 		StockChanged       func(childComplexity int, skus []string) int
@@ -406,6 +408,7 @@ type SubscriptionResolver interface {
 	ReservationChanged(ctx context.Context, token string) (<-chan *model.Reservation, error)
 	WaitlistChanged(ctx context.Context, sku string) (<-chan *model.WaitlistEntry, error)
 	QueueChanged(ctx context.Context, sku *string, drop *string) (<-chan *model.Queue, error)
+	MyDrawEntryChanged(ctx context.Context, sku string) (<-chan *model.DrawEntry, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -502,6 +505,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.CommitPayload.UserErrors(childComplexity), true
 
+	case "Draw.appliedAt":
+		if e.ComplexityRoot.Draw.AppliedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Draw.AppliedAt(childComplexity), true
 	case "Draw.closesAt":
 		if e.ComplexityRoot.Draw.ClosesAt == nil {
 			break
@@ -1507,6 +1516,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Stock.UpdatedAt(childComplexity), true
 
+	case "Subscription.myDrawEntryChanged":
+		if e.ComplexityRoot.Subscription.MyDrawEntryChanged == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_myDrawEntryChanged_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.MyDrawEntryChanged(childComplexity, args["sku"].(string)), true
 	case "Subscription.queueChanged":
 		if e.ComplexityRoot.Subscription.QueueChanged == nil {
 			break
@@ -2047,6 +2067,8 @@ type Draw {
   seed: String
   "How many entries won; null until DRAWN."
   winners: Int
+  "When the result was carried out in full (every winner's reservation held, every loser queued); null before."
+  appliedAt: Time
   "How long a winner's reservation is held."
   winnerHoldSeconds: Int!
 }
@@ -2208,6 +2230,14 @@ type Subscription {
   second of the last unit sold. Public.
   """
   queueChanged(sku: ID, drop: ID): Queue!
+  """
+  The caller's own entry in a SKU's draw: first its current state, then its
+  result once the draw has been carried out in full (a winner's reservation
+  held, every loser queued), so an entrant need not poll myDrawEntries.
+  Completes after WON or LOST has been delivered. NOT_FOUND when the caller
+  has no entry in that draw. Needs a principal.
+  """
+  myDrawEntryChanged(sku: ID!): DrawEntry!
 }
 
 type Mutation {
@@ -2870,6 +2900,8 @@ func (ec *executionContext) childFields_Draw(ctx context.Context, field graphql.
 		return ec.fieldContext_Draw_seed(ctx, field)
 	case "winners":
 		return ec.fieldContext_Draw_winners(ctx, field)
+	case "appliedAt":
+		return ec.fieldContext_Draw_appliedAt(ctx, field)
 	case "winnerHoldSeconds":
 		return ec.fieldContext_Draw_winnerHoldSeconds(ctx, field)
 	}
@@ -3980,6 +4012,20 @@ func (ec *executionContext) field_Query_webhookDeliveries_args(ctx context.Conte
 	return args, nil
 }
 
+func (ec *executionContext) field_Subscription_myDrawEntryChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "sku",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sku"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Subscription_queueChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4593,6 +4639,29 @@ func (ec *executionContext) _Draw_winners(ctx context.Context, field graphql.Col
 }
 func (ec *executionContext) fieldContext_Draw_winners(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Draw", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Draw_appliedAt(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Draw_appliedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AppliedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Draw_appliedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Draw", field, false, false, "Time")
 }
 
 func (ec *executionContext) _Draw_winnerHoldSeconds(ctx context.Context, field graphql.CollectedField, obj *model.Draw) (ret graphql.Marshaler) {
@@ -8814,6 +8883,50 @@ func (ec *executionContext) fieldContext_Subscription_queueChanged(ctx context.C
 	return fc, nil
 }
 
+func (ec *executionContext) _Subscription_myDrawEntryChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_myDrawEntryChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().MyDrawEntryChanged(ctx, fc.Args["sku"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DrawEntry) graphql.Marshaler {
+			return ec.marshalNDrawEntry2ᚖgithubᚗcomᚋdroplineᚋdroplineᚋgraphᚋmodelᚐDrawEntry(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_myDrawEntryChanged(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DrawEntry(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_myDrawEntryChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _UserError_code(ctx context.Context, field graphql.CollectedField, obj *model.UserError) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -12493,6 +12606,11 @@ func (ec *executionContext) _Draw(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
+		case "appliedAt":
+			out.Values[i] = ec._Draw_appliedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		case "winnerHoldSeconds":
 			out.Values[i] = ec._Draw_winnerHoldSeconds(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -13946,6 +14064,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_waitlistChanged(ctx, fields[0])
 	case "queueChanged":
 		return ec._Subscription_queueChanged(ctx, fields[0])
+	case "myDrawEntryChanged":
+		return ec._Subscription_myDrawEntryChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}

@@ -47,8 +47,10 @@ type Draw struct {
 	// Stock and Winners are set once DRAWN: the units given out, the winning entries.
 	Stock, Winners int
 	DrawnAt        *time.Time
-	// Applied says Redis has the result (the winners' holds, the losers' places).
-	Applied bool
+	// Applied says Redis has the result (the winners' holds, the losers'
+	// places); AppliedAt is when that was recorded, nil before.
+	Applied   bool
+	AppliedAt *time.Time
 }
 
 // DrawEntry is a principal's entry in a draw.
@@ -72,7 +74,7 @@ func drawFrom(d db.Draw) Draw {
 	return Draw{
 		SKU: d.SKU, ClosesAt: d.ClosesAt.UTC(), WinnerHold: time.Duration(d.WinnerHoldMillis) * time.Millisecond,
 		Status: d.Status, Entries: d.Entries, SeedHash: d.SeedHash, Seed: d.Seed, Stock: d.Stock, Winners: d.Winners,
-		DrawnAt: utcPtr(d.DrawnAt), Applied: d.AppliedAt != nil,
+		DrawnAt: utcPtr(d.DrawnAt), Applied: d.AppliedAt != nil, AppliedAt: utcPtr(d.AppliedAt),
 	}
 }
 
@@ -232,6 +234,59 @@ func (a Draws) MyDrawEntries(ctx context.Context, p Principal) ([]DrawEntry, err
 		out[i] = e.withDrawReservation(ctx, p, entryFrom(r))
 	}
 	return out, nil
+}
+
+// MyDrawEntry returns the principal's entry in a SKU's draw, with a
+// winner's reservation; *NotFoundError when it has none.
+func (a Draws) MyDrawEntry(ctx context.Context, p Principal, sku string) (DrawEntry, error) {
+	e := a.e
+	if err := checkPrincipal(p); err != nil {
+		return DrawEntry{}, err
+	}
+	if !ValidSKU(sku) {
+		return DrawEntry{}, &NotFoundError{Kind: "draw entry", Key: sku}
+	}
+	row, err := e.ledger.DrawEntryOf(ctx, sku, p.ID)
+	if errors.Is(err, db.ErrNotFound) {
+		return DrawEntry{}, &NotFoundError{Kind: "draw entry", Key: sku}
+	}
+	if err != nil {
+		return DrawEntry{}, ledgerError("reading a draw entry", sku, err)
+	}
+	return e.withDrawReservation(ctx, p, entryFrom(row)), nil
+}
+
+// WithReservation adds a winner's reservation to an entry read elsewhere
+// (the live result of a draw), as the principal may read it.
+func (a Draws) WithReservation(ctx context.Context, p Principal, w DrawEntry) DrawEntry {
+	return a.e.withDrawReservation(ctx, p, w)
+}
+
+// AppliedResult returns a SKU's draw result, every entry in draw order,
+// once the result has been carried to Redis in full (the winners hold,
+// the losers are queued); applied is false, and entries nil, before. It is
+// what live updates read once per process to tell every entrant.
+func (a Draws) AppliedResult(ctx context.Context, sku string) (applied bool, entries []DrawEntry, err error) {
+	e := a.e
+	d, err := e.ledger.Draw(ctx, sku)
+	if errors.Is(err, db.ErrNotFound) {
+		return false, nil, &NotFoundError{Kind: "draw", Key: sku}
+	}
+	if err != nil {
+		return false, nil, ledgerError("reading the draw", sku, err)
+	}
+	if d.AppliedAt == nil {
+		return false, nil, nil
+	}
+	rows, err := e.ledger.DrawResult(ctx, sku)
+	if err != nil {
+		return false, nil, ledgerError("reading the draw's result", sku, err)
+	}
+	entries = make([]DrawEntry, len(rows))
+	for i, r := range rows {
+		entries[i] = entryFrom(r)
+	}
+	return true, entries, nil
 }
 
 func (e *Engine) withDrawReservation(ctx context.Context, p Principal, w DrawEntry) DrawEntry {
@@ -435,6 +490,12 @@ func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Dra
 		return rep, ledgerError("marking the draw applied", sku, err)
 	}
 	rep.Draw.Applied = true
+	// One message for the whole draw: each process's live updates read the
+	// result once and tell every entrant watching there. Lost, it is made
+	// up for by their periodic re-read.
+	if err := e.rdb.SPublish(ctx, e.keys.DrawChannel(sku), sku).Err(); err != nil {
+		e.log.Warn().Err(err).Str("sku", sku).Msg("announcing an applied draw (watchers re-read it later)")
+	}
 	return rep, nil
 }
 

@@ -108,6 +108,7 @@ type Hub struct {
 	done   <-chan struct{} // closed when the hub stops; nil until Start
 	feeds  map[string]*feed
 	qfeeds map[string]*queueFeed      // by channel
+	dfeeds map[string]*drawFeed       // by channel
 	resets [inventory.Partitions]bool // shards whose connection must be rebuilt
 	wg     sync.WaitGroup
 
@@ -144,6 +145,7 @@ func NewHub(cfg HubConfig, engine *inventory.Engine, rdb redis.UniversalClient, 
 		log: log.With().Str("component", "live").Logger(), m: newMetrics(reg),
 		feeds:       map[string]*feed{},
 		qfeeds:      map[string]*queueFeed{},
+		dfeeds:      map[string]*drawFeed{},
 		qresyncWant: map[string]bool{},
 		controlKick: make(chan struct{}, 1),
 		flushAt:     map[*feed]time.Time{},

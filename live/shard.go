@@ -105,6 +105,7 @@ func (h *Hub) runControl(ctx context.Context) {
 func (h *Hub) sweepIdle() {
 	now := time.Now()
 	h.sweepIdleQueues(now)
+	h.sweepIdleDraws(now)
 	var gone []*feed
 	h.mu.Lock()
 	for sku, f := range h.feeds {
@@ -142,6 +143,13 @@ func (h *Hub) reconcile(ctx context.Context, shards *[inventory.Partitions]*shar
 	}
 	for c, f := range h.qfeeds {
 		p := f.ref.Partition()
+		if want[p] == nil {
+			want[p] = map[string]struct{}{}
+		}
+		want[p][c] = struct{}{}
+	}
+	for c, f := range h.dfeeds {
+		p := h.keys.PartitionOf(f.sku)
 		if want[p] == nil {
 			want[p] = map[string]struct{}{}
 		}
@@ -289,7 +297,7 @@ func (h *Hub) receive(ctx context.Context, sh *shard) {
 
 // watches reports whether a channel is still wanted: a SKU's or a queue's.
 func (h *Hub) watches(channel string) bool {
-	if h.queueFeed(channel) != nil {
+	if h.queueFeed(channel) != nil || h.drawFeed(channel) != nil {
 		return true
 	}
 	f := h.feed(h.skuOf(channel))
@@ -314,6 +322,10 @@ func (h *Hub) skuOf(channel string) string {
 func (h *Hub) onSubscribed(channel string) {
 	if qf := h.queueFeed(channel); qf != nil {
 		h.onQueueSubscribed(qf)
+		return
+	}
+	if df := h.drawFeed(channel); df != nil {
+		h.onDrawSubscribed(df)
 		return
 	}
 	sku := h.skuOf(channel)
@@ -352,6 +364,10 @@ type announcement struct {
 func (h *Hub) onMessage(m *redis.Message) {
 	if qf := h.queueFeed(m.Channel); qf != nil {
 		h.onQueueMessage(qf, m.Payload)
+		return
+	}
+	if df := h.drawFeed(m.Channel); df != nil {
+		h.onDrawMessage(df)
 		return
 	}
 	h.m.received.Inc()

@@ -1,6 +1,7 @@
 package resolvers
 
 import (
+	"context"
 	"encoding/hex"
 
 	"github.com/dropline/dropline/graph/model"
@@ -10,7 +11,7 @@ import (
 func drawModel(d inventory.Draw) *model.Draw {
 	m := &model.Draw{
 		ClosesAt: d.ClosesAt, Status: model.DrawStatus(d.Status), Entries: d.Entries, SeedHash: d.SeedHash,
-		WinnerHoldSeconds: int(d.WinnerHold.Seconds()),
+		WinnerHoldSeconds: int(d.WinnerHold.Seconds()), AppliedAt: d.AppliedAt,
 	}
 	if d.Status == inventory.DrawDrawn {
 		seed, winners := hex.EncodeToString(d.Seed), d.Winners
@@ -45,4 +46,75 @@ func drawEntryResult(e inventory.DrawEntry, err error) (*model.DrawEntryPayload,
 		return drawEntryRefused(ue), nil
 	}
 	return &model.DrawEntryPayload{Entry: drawEntryModel(e), UserErrors: []*model.UserError{}}, nil
+}
+
+const fieldMyDrawEntryChanged = "myDrawEntryChanged"
+
+// myDrawEntryChanged watches the caller's entry in a SKU's draw: its
+// current state first, then its result once the draw is applied, after
+// which it completes. The result comes from the hub, which reads a draw's
+// whole result once per process on the draw's one message (live/draw.go),
+// so the entrants watching cost no read each; only a winner's reservation
+// is read for it.
+func (d *deps) myDrawEntryChanged(ctx context.Context, sku string) (<-chan *model.DrawEntry, error) {
+	p, ok := principal(ctx)
+	if !ok {
+		return nil, errUnauthenticated
+	}
+	if d.hub == nil {
+		return nil, errLiveUnavailable
+	}
+	first, err := d.engine.Draws().MyDrawEntry(ctx, p, sku)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	s, err := d.admit(ctx, fieldMyDrawEntryChanged)
+	if err != nil {
+		return nil, err
+	}
+	var result <-chan inventory.DrawEntry
+	if !drawDecided(first) {
+		if result, err = d.hub.SubscribeDrawEntry(ctx, sku, p.ID); err != nil {
+			s.done("refused")
+			return nil, liveError(err)
+		}
+	}
+	out := make(chan *model.DrawEntry)
+	go func() {
+		defer close(out)
+		if !send(ctx, s, out, drawEntryModel(first)) {
+			s.done("client")
+			return
+		}
+		if result == nil {
+			s.done("complete")
+			return
+		}
+		select {
+		case e, ok := <-result:
+			if !ok {
+				if ctx.Err() == nil {
+					s.dropped(ctx)
+					s.done("dropped")
+				} else {
+					s.done("client")
+				}
+				return
+			}
+			if !send(ctx, s, out, drawEntryModel(d.engine.Draws().WithReservation(ctx, p, e))) {
+				s.done("client")
+				return
+			}
+			s.done("complete")
+		case <-ctx.Done():
+			s.done("client")
+		}
+	}()
+	return out, nil
+}
+
+// drawDecided says an entry's result is all there: lost, or won with its
+// reservation in Redis.
+func drawDecided(e inventory.DrawEntry) bool {
+	return e.Status == inventory.EntryLost || e.Status == inventory.EntryWon && e.Reservation != nil
 }

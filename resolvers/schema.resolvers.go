@@ -597,6 +597,11 @@ func (r *subscriptionResolver) QueueChanged(ctx context.Context, sku *string, dr
 	return r.deps.queueChanged(ctx, sku, drop)
 }
 
+// MyDrawEntryChanged is the resolver for the myDrawEntryChanged field.
+func (r *subscriptionResolver) MyDrawEntryChanged(ctx context.Context, sku string) (<-chan *model.DrawEntry, error) {
+	return r.deps.myDrawEntryChanged(ctx, sku)
+}
+
 // Drop returns graph.DropResolver implementation.
 func (r *Resolver) Drop() graph.DropResolver { return &dropResolver{r} }
 

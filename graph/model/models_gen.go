@@ -136,6 +136,8 @@ type Draw struct {
 	Seed *string `json:"seed,omitempty"`
 	// How many entries won; null until DRAWN.
 	Winners *int `json:"winners,omitempty"`
+	// When the result was carried out in full (every winner's reservation held, every loser queued); null before.
+	AppliedAt *time.Time `json:"appliedAt,omitempty"`
 	// How long a winner's reservation is held.
 	WinnerHoldSeconds int `json:"winnerHoldSeconds"`
 }

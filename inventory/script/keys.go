@@ -262,6 +262,12 @@ func (k Keys) continueWalkKeys(p int, sku string) []string {
 // entries apply_draw.lua has written.
 func (k Keys) DrawProgress(sku string) string { return k.Base(k.PartitionOf(sku)) + "draw:" + sku }
 
+// DrawChannel is the sharded pub/sub channel that says a SKU's draw has
+// been carried to Redis in full (its result applied): one message per draw,
+// in the SKU's partition, so the partition's pub/sub connection carries it
+// with the SKU's stock.
+func (k Keys) DrawChannel(sku string) string { return k.Base(k.PartitionOf(sku)) + "drawn:" + sku }
+
 // applyDrawKeys is apply_draw.lua's KEYS.
 func (k Keys) applyDrawKeys(sku string) []string {
 	p := k.PartitionOf(sku)
