@@ -646,6 +646,35 @@ test('two buyers watch one drop', async (t) => {
       await winner.page.locator(`[data-testid="status-${drawSku}"][data-state="paid"]`).waitFor();
     }));
 
+  // erin waits in the same queue with no websocket: her page must fall
+  // back to asking for her ticket every pollAfterSeconds.
+  let erin;
+  await t.test('without the websocket a waiter polls for her ticket instead', () =>
+    step('queue-fallback', async () => {
+      const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+      const page = await context.newPage();
+      page.setDefaultTimeout(10_000);
+      erin = { context, page, asks: 0 };
+      // Every websocket she opens is closed at once: nothing is pushed to her.
+      await page.routeWebSocket(/\/graphql$/, (ws) => ws.close());
+      page.on('request', (r) => {
+        try {
+          const body = r.postDataJSON();
+          if (body?.operationName === 'MyQueueTicket' && body.variables?.sku === queueSku) erin.asks++;
+        } catch {
+          // not JSON: not an operation
+        }
+      });
+      await page.goto(url);
+      await page.getByTestId('signin-name').fill('erin');
+      await page.getByTestId('signin-submit').click();
+      await page.getByTestId('signed-in-as').getByText('erin').waitFor();
+      await page.getByTestId(`queue-join-${queueSku}`).click();
+      await page.locator(`[data-testid="queue-status-${queueSku}"][data-state="waiting"]`).waitFor({ timeout: 15_000 });
+      assert.equal(await page.getByTestId('live').textContent(), 'Connecting…');
+      assert.equal(await page.getByTestId(`queue-${queueSku}`).getAttribute('data-live'), 'poll');
+    }));
+
   await t.test('the queue opens: first its turn and a sale, then the second, then SOLD_OUT for the third', () =>
     step('queue-turns', async () => {
       // At the opening every ticket gets its number.
@@ -701,6 +730,16 @@ test('two buyers watch one drop', async (t) => {
           assert.ok(f.pushes > 0 && f.asks === 0, `${names.get(b)}'s position fell ${f.from}->${f.to} after ${f.pushes} pushes and ${f.asks} asks`);
         }
       }
+      // While pushed to, a waiter asks for its ticket only when the push
+      // says it changed: at the opening, and when its number came up.
+      for (const b of [second, third]) {
+        assert.ok(result.ticketAsks[names.get(b)] <= 6, `${names.get(b)} asked for the ticket ${result.ticketAsks[names.get(b)]} times`);
+      }
+      // erin, with no websocket, learnt it all by asking.
+      await erin.page.locator(`[data-testid="queue-status-${queueSku}"][data-state="soldout"]`).waitFor({ timeout: 15_000 });
+      result.fallbackAsks = erin.asks;
+      assert.ok(erin.asks >= 3, `erin asked for her ticket ${erin.asks} times`);
+      await erin.context.close();
       assert.ok(pushedFalls(third.log, queueSku).length >= 1, `the third saw its position fall from a push: ${JSON.stringify(third.log.filter((e) => e.position !== undefined || e.push?.id === `sku:${queueSku}` || e.ask?.sku === queueSku))}`);
       result.queueOrder = [names.get(first), names.get(second), names.get(third)];
       result.queuePositions = seen;
