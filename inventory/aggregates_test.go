@@ -13,8 +13,6 @@ import (
 // name; "" is the engine's own part (holds, and what every aggregate shares).
 func aggregateOf(file string) string {
 	switch {
-	case strings.HasPrefix(file, "cart"):
-		return "Carts"
 	case strings.HasPrefix(file, "draw"):
 		return "Draws"
 	case file == "product.go" || file == "stock.go":
@@ -23,7 +21,7 @@ func aggregateOf(file string) string {
 	return ""
 }
 
-var aggregates = []string{"Carts", "Draws", "Catalog"}
+var aggregates = []string{"Draws", "Catalog"}
 
 // TestAggregatesStayApart checks the engine's cut by aggregate (units.go):
 // an aggregate's methods are declared in its own files, and no file calls

@@ -2,15 +2,12 @@ package inventory
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
 
@@ -93,14 +90,7 @@ type attempt struct {
 	idem, fp string
 }
 
-// newAttemptID returns a commit attempt's id: 64 random bits.
-func newAttemptID() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand failed: %v", err))
-	}
-	return hex.EncodeToString(b[:])
-}
+func newAttemptID() string { return core.NewAttemptID() }
 
 // refusedUnlessSold answers a commit that Redis refuses as expired or
 // cancelled, unless Postgres has the sale: a Redis that came back with older
@@ -121,12 +111,7 @@ func (e *Engine) refusedUnlessSold(ctx context.Context, token string, code reply
 	return Reservation{}, ErrAlreadyCancelled
 }
 
-// nothingSent reports a Postgres failure that certainly wrote nothing: the
-// connection could not even be made, or pgx knows the request never left.
-func nothingSent(err error) bool {
-	var connect *pgconn.ConnectError
-	return pgconn.SafeToRetry(err) || errors.As(err, &connect)
-}
+func nothingSent(err error) bool { return core.NothingSent(err) }
 
 // writeSale is the durable middle of a commit and its ending in Redis.
 func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a attempt) (Reservation, error) {

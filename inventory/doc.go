@@ -7,15 +7,17 @@
 //
 // Engine keeps the holds (reserve, commit, cancel, extend, read) and hands
 // out the other aggregates: Carts, Waitlists, Draws, Drops and Catalog.
-// Drops (package inventory/drop) and waitlists (package inventory/waitlist)
-// are packages of their own; each is handed the engine's core (package
-// inventory/core: the Redis client, ledger, key layout, script runner,
-// metrics, and the hand-offs of the holds an aggregate needs) and imports
-// only it, the script layer (inventory/script), the sale policy
-// (inventory/policy) and the outcomes (inventory/outcome): never another
-// aggregate, never this package (internal/archtest's layers check it).
-// The others are files of this package, kept apart by
-// TestAggregatesStayApart (see units.go).
+// Carts (package inventory/cart), drops (inventory/drop) and waitlists
+// (inventory/waitlist) are packages of their own; each is handed the
+// engine's core (package inventory/core: the Redis client, ledger, key
+// layout, script runner, metrics, and the hand-offs of the holds an
+// aggregate needs; a cart asks what more it needs of the holds its lines
+// are through cart.Holds) and imports only it, the script layer
+// (inventory/script), the sale policy (inventory/policy) and the outcomes
+// (inventory/outcome): never another aggregate, never this package
+// (internal/archtest's layers check it). Draws and the catalog are still
+// files of this package, kept apart by TestAggregatesStayApart (see
+// units.go).
 //
 // # Lifecycle of a reservation
 //

@@ -200,7 +200,7 @@ func (c *Config) validate() error {
 		// for more than the 5 s the contract allows.
 		return fmt.Errorf("cart settle time (%s) must be between 100ms and 4s", c.CartSettle)
 	}
-	if err := c.CartPause.validate(); err != nil {
+	if err := c.CartPause.Validate(); err != nil {
 		return err
 	}
 	if err := c.DrawPause.validate(); err != nil {
@@ -251,6 +251,8 @@ type Engine struct {
 	tracer trace.Tracer
 	// core is what the engine hands its aggregates (newCore).
 	core *core.Core
+	// carts are the engine's carts (newCarts).
+	carts Carts
 	// restoreQueue restores a queue lost with Redis from the ledger
 	// (RestoreQueuesWith); nil until set.
 	restoreQueue atomic.Pointer[func(ctx context.Context, queueID string) error]
@@ -289,6 +291,7 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 		}
 	}
 	e.core = e.newCore()
+	e.carts = e.newCarts()
 	e.hot = rdb
 	if ap, err := rdb.AutoPipeline(); err == nil {
 		e.hot = ap

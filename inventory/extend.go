@@ -7,23 +7,12 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
 
-// ExtendRequest asks for more time on a hold (Extend) or on every line of a
-// cart (ExtendCart).
-type ExtendRequest struct {
-	// HoldFor is the new length from now: MinHold to MaxHold.
-	HoldFor time.Duration
-	// IdempotencyKey, when set, makes the call safe to retry: the same key
-	// from the same principal, for the same hold (or cart) and HoldFor,
-	// answers the hold as it is, with Replayed, and extends nothing again,
-	// for as long as Redis keeps the hold (Retention after it ends). The key
-	// with another hold, another HoldFor or any other mutation is
-	// ErrIdempotencyKeyReused. Without it a retried call is another
-	// extension, and spends one more of MaxExtensions.
-	IdempotencyKey string
-}
+// ExtendRequest asks for a later expiry (see core.ExtendRequest).
+type ExtendRequest = core.ExtendRequest
 
 // Extend gives a principal's HELD hold a new expiry, now + req.HoldFor, when
 // the buyer needs more time (payment has started). A hold may be extended
@@ -65,10 +54,7 @@ func (e *Engine) Extend(ctx context.Context, p Principal, token string, req Exte
 	return res, nil
 }
 
-// extensionClaim is what an idempotency key used to extend the hold or cart
-// token is claimed for, in place of a SKU: no SKU looks like it, so the key
-// serves this extension and nothing else.
-func extensionClaim(token string) string { return "#extend:" + token }
+func extensionClaim(token string) string { return core.ExtensionClaim(token) }
 
 // checkExtension validates an extension of the hold or cart token and, when
 // it carries an idempotency key, claims the key for it. It returns the key's

@@ -1,10 +1,6 @@
 package inventory
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-
 	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
@@ -28,18 +24,10 @@ func PartitionOf(sku string) int { return script.PartitionOf(sku) }
 // DropPartition is the partition of a drop, and of every SKU in it.
 func DropPartition(drop string) int { return script.DropPartition(drop) }
 
-// idempotencyHash scopes a client's idempotency key to its principal; the
-// hash keeps arbitrary client strings out of key names.
-func idempotencyHash(principal, key string) string {
-	sum := sha256.Sum256([]byte(principal + "\x00" + key))
-	return hex.EncodeToString(sum[:16])
-}
+func idempotencyHash(principal, key string) string { return core.IdempotencyHash(principal, key) }
 
-// requestHash fingerprints what a reserve asked for, to tell a replay from a
-// different request that reuses the key.
 func requestHash(sku string, quantity int, holdMillis int64) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", sku, quantity, holdMillis))
-	return hex.EncodeToString(sum[:16])
+	return core.RequestHash(sku, quantity, holdMillis)
 }
 
 func place(k Keys, sku, drop string) { core.Place(k, sku, drop) }

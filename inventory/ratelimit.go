@@ -10,35 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/script"
 )
 
-// RateLimit is one principal's mutation budget: GCRA, Rate mutations per
-// Period on average and bursts of up to Burst, kept in Redis under Key so
-// that every instance shares it. It is the algorithm and the stored form of
-// the go-redis redis_rate limiter (lib.lua's rate_check), so a budget spent
-// by one script is seen by the other.
-type RateLimit struct {
-	Key    string
-	Rate   int
-	Period time.Duration
-	Burst  int
-}
-
-// args is the budget as the scripts take it: burst, rate, period in seconds.
-// A period of whole seconds is sent as an integer, the same text its float
-// would be: the client's formatting of a float cost a reserve more than all
-// its other arguments together.
-func (l *RateLimit) args() [3]any {
-	if l == nil {
-		return [3]any{"", "", ""}
-	}
-	var period any = l.Period.Seconds()
-	if l.Period%time.Second == 0 {
-		period = int64(l.Period / time.Second)
-	}
-	return [3]any{l.Burst, l.Rate, period}
-}
+// RateLimit is one principal's mutation budget (see core.RateLimit).
+type RateLimit = core.RateLimit
 
 // rateLimited decodes the seconds to wait that a script answered.
 func rateLimited(retryAfter string) error {
@@ -72,7 +49,7 @@ func (e *Engine) spendUnits(ctx context.Context, l RateLimit, cost int) error {
 }
 
 func (e *Engine) spendRateLimit(ctx context.Context, l RateLimit, cost int) error {
-	c := script.RateLimit{Key: l.Key, Budget: l.args(), Cost: cost}.Call(e.keys)
+	c := script.RateLimit{Key: l.Key, Budget: l.Args(), Cost: cost}.Call(e.keys)
 	out, err := e.scripts[c.Script].Run(ctx, e.hot, c.Keys, c.Argv...).Slice()
 	if err != nil {
 		return unavailable("running "+c.Script, err)

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -113,7 +112,7 @@ func (e *Engine) cancel(ctx context.Context, p Principal, token string) (res Res
 
 // errCommitInProgress is why a cancel of a hold being committed is refused
 // as retryable: the commit's outcome decides, within seconds.
-var errCommitInProgress = errors.New("a commit of this reservation is in progress")
+var errCommitInProgress = core.ErrCommitInProgress
 
 // release runs release_hold.lua, shared by cancel and expiry.
 func (e *Engine) release(ctx context.Context, partition int, token string, p Principal, status string) (script.Hold, error) {

@@ -45,9 +45,9 @@ var protocolCodes = core.ProtocolCodes
 // The outcomes finish_commit.lua takes (ARGV[2]), besides the ledger's
 // CANCELLED and EXPIRED.
 const (
-	outcomeCommitted = "COMMITTED"
-	outcomeRestore   = "RESTORE"
-	outcomeRefused   = "REFUSED"
+	outcomeCommitted = core.OutcomeCommitted
+	outcomeRestore   = core.OutcomeRestore
+	outcomeRefused   = core.OutcomeRefused
 )
 
 // holdReply is a hold_reply as the engine reads it.

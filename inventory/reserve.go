@@ -132,7 +132,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		}
 		return &reserveCall{req: script.ReserveRequest{
 			SKU: req.SKU, Principal: p.ID, Quantity: req.Quantity, HoldMs: hold.Milliseconds(), Token: token,
-			Fingerprint: fp, Idem: idem, BudgetKey: budgetKey, Budget: budget.args(), Pass: req.AdmissionPass,
+			Fingerprint: fp, Idem: idem, BudgetKey: budgetKey, Budget: budget.Args(), Pass: req.AdmissionPass,
 		}}
 	}
 	// A SKU of a drop may need the drop's other SKUs rebuilt too: each at

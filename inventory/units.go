@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 
+	"github.com/dropline/dropline/inventory/cart"
 	"github.com/dropline/dropline/inventory/drop"
 	"github.com/dropline/dropline/inventory/waitlist"
 )
@@ -12,21 +13,62 @@ import (
 // shares (configuration, keys, scripts, the ledger, rebuilds, the mutation
 // budget); each other aggregate is a type of its own, reached through its
 // accessor: e.Carts().ReserveCart(...), e.Catalog().Stock(...). An
-// aggregate that is a package of its own (inventory/drop) is handed the
-// engine's core (package inventory/core) and imports nothing of this
-// package or of another aggregate (internal/archtest's layers). The others
-// are still files of this package (carts: cart*.go; waitlists:
-// waitlist.go, walk.go; draws: draw*.go; the catalog: product.go,
-// stock.go, status.go), and TestAggregatesStayApart checks that no
-// aggregate's code calls another's exported methods: they meet only in the
-// engine's shared parts, the sale policy and the script layer.
+// aggregate that is a package of its own (inventory/cart, inventory/drop,
+// inventory/waitlist) is handed the engine's core (package inventory/core,
+// built in shared.go) and imports nothing of this package or of another
+// aggregate (internal/archtest's layers). The others are still files of
+// this package (draws: draw*.go; the catalog: product.go, stock.go,
+// status.go), and TestAggregatesStayApart checks that no aggregate's code
+// calls another's exported methods: they meet only in the engine's shared
+// parts, the sale policy and the script layer.
 
 // Carts reserves, commits, cancels and extends carts: several SKUs held
-// together or not at all (see Carts in doc.go).
-type Carts struct{ e *Engine }
+// together or not at all (see Carts in doc.go). Package inventory/cart has
+// them.
+type Carts = cart.Carts
 
 // Carts is the engine's carts.
-func (e *Engine) Carts() Carts { return Carts{e: e} }
+func (e *Engine) Carts() Carts { return e.carts }
+
+func (e *Engine) newCarts() Carts {
+	return cart.New(e.core, holds{e: e}, cart.Settings{CartSettle: e.cfg.CartSettle, IdempotencyTTL: e.cfg.IdempotencyTTL,
+		RejectionTTL: e.cfg.RejectionTTL, Retention: e.cfg.Retention, CommitTimeout: e.cfg.CommitTimeout, Pause: e.cfg.CartPause})
+}
+
+// A cart and what makes one, as package cart has them.
+type (
+	// Cart is several SKUs held together or not at all.
+	Cart = cart.Cart
+	// CartLine is one SKU of a cart and its quantity.
+	CartLine = cart.Line
+	// CartRequest asks for a cart.
+	CartRequest = cart.Request
+	// CartRefusedError is a cart refused for its lines' refusals.
+	CartRefusedError = cart.RefusedError
+	// CartLineError is one line's refusal.
+	CartLineError = cart.LineError
+	// CartPause is a test-only pause of ReserveCart at one step.
+	CartPause = cart.Pause
+)
+
+// The bounds of a cart, and the steps a CartPause may stop at.
+const (
+	MaxCartLines       = cart.MaxLines
+	DefaultCartSettle  = cart.DefaultSettle
+	CartPauseHeld      = cart.PauseHeld
+	CartPauseConfirmed = cart.PauseConfirmed
+)
+
+// AbandonStaleCarts is the cart sweep (see cart.Carts.AbandonStaleCarts).
+func (m *Maintenance) AbandonStaleCarts(ctx context.Context, limit int) (int, error) {
+	return m.e.carts.AbandonStaleCarts(ctx, limit)
+}
+
+// SweepCarts is AbandonStaleCarts for at most carts carts in all (see
+// cart.Carts.SweepCarts).
+func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (n int, more bool, err error) {
+	return m.e.carts.SweepCarts(ctx, perPartition, carts)
+}
 
 // Waitlists puts buyers in a SKU's waitlist and reads it (see Waitlist in
 // doc.go); freed units reach waiters inside the scripts that free them.

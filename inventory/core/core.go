@@ -28,7 +28,10 @@ type Core struct {
 	Log    zerolog.Logger
 	// Run runs one script (by SHA, loading it on NOSCRIPT); a Redis error
 	// comes back as ErrUnavailable with its cause.
-	Run     script.Runner
+	Run script.Runner
+	// RunMany runs calls of one script, pipelined, and returns each
+	// call's reply or error.
+	RunMany func(ctx context.Context, name string, calls []script.Call) ([]script.Reply, []error)
 	Metrics *Metrics
 	Limits  Limits
 	Holds   Holds
@@ -47,10 +50,10 @@ type Limits struct {
 type Holds interface {
 	// Rebuild loads a SKU into Redis from the ledger (read-repair).
 	Rebuild(ctx context.Context, sku string) error
-	// CheckReserve checks a reserve's principal, SKU, quantity and hold
-	// duration as Reserve does, and returns the hold duration (the
-	// default when holdFor is 0).
-	CheckReserve(p Principal, sku string, quantity int, holdFor time.Duration) (time.Duration, error)
+	// CheckReserve checks a reserve's principal, SKU, quantity, hold
+	// duration and idempotency key ("" for none) as Reserve does, and
+	// returns the hold duration (the default when holdFor is 0).
+	CheckReserve(p Principal, sku string, quantity int, holdFor time.Duration, idempotencyKey string) (time.Duration, error)
 	// Reservation reads one of the principal's holds.
 	Reservation(ctx context.Context, p Principal, token string) (Reservation, error)
 }

@@ -88,7 +88,7 @@ type JoinRequest struct {
 func (a Waitlists) JoinWaitlist(ctx context.Context, p core.Principal, req JoinRequest) (w Entry, err error) {
 	c := a.c
 	defer func() { c.Metrics.Outcome("join_waitlist", err) }()
-	hold, err := c.Holds.CheckReserve(p, req.SKU, req.Quantity, req.HoldFor)
+	hold, err := c.Holds.CheckReserve(p, req.SKU, req.Quantity, req.HoldFor, "")
 	if err != nil {
 		return Entry{}, err
 	}

@@ -1,4 +1,10 @@
-package inventory
+// Package cart reserves, commits, cancels and extends carts: several SKUs
+// held together or not at all (see Carts in package inventory's doc). A
+// cart's lines are holds, in their SKUs' partitions; what a cart needs of
+// the holds (releasing, committing, extending one, reading it, claiming an
+// idempotency key, spending the mutation budget) it asks of package
+// inventory through Holds, and the rest of the engine through package core.
+package cart
 
 import (
 	"context"
@@ -14,14 +20,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dropline/dropline/inventory/core"
+	"github.com/dropline/dropline/inventory/outcome"
 	"github.com/dropline/dropline/inventory/script"
 )
 
-// MaxCartLines is the most lines one cart may have.
-const MaxCartLines = 50
+// MaxLines is the most lines one cart may have.
+const MaxLines = 50
 
-// DefaultCartSettle is Config.CartSettle's default.
-const DefaultCartSettle = 2 * time.Second
+// DefaultSettle is Config.CartSettle's default.
+const DefaultSettle = 2 * time.Second
 
 // cartSweepMargin is how long past its deadline a PENDING cart waits before
 // the cart sweep lets it go: room for the clocks of two Redis nodes to
@@ -29,26 +37,27 @@ const DefaultCartSettle = 2 * time.Second
 // clock is behind (see AbandonStaleCarts).
 const cartSweepMargin = 250 * time.Millisecond
 
-// CartPause is a test-only pause of ReserveCart at one step (see
+// Pause is a test-only pause of ReserveCart at one step (see
 // Config.CartPause).
-type CartPause struct {
-	// At is where: CartPauseHeld (every partition's lines held
-	// provisionally, none confirmed) or CartPauseConfirmed (the first
+type Pause struct {
+	// At is where: PauseHeld (every partition's lines held
+	// provisionally, none confirmed) or PauseConfirmed (the first
 	// partition's lines confirmed, the others not yet); "" never pauses.
 	At string
 	// For is how long.
 	For time.Duration
 }
 
-// The steps a CartPause may stop at.
+// The steps a Pause may stop at.
 const (
-	CartPauseHeld      = "held"
-	CartPauseConfirmed = "confirmed"
+	PauseHeld      = "held"
+	PauseConfirmed = "confirmed"
 )
 
-func (c CartPause) validate() error {
-	if (c.At != "" && c.At != CartPauseHeld && c.At != CartPauseConfirmed) || c.For < 0 {
-		return fmt.Errorf("cart pause %q for %s: the step must be %q or %q, the time not negative", c.At, c.For, CartPauseHeld, CartPauseConfirmed)
+// Validate refuses a pause at an unknown step or for a negative time.
+func (c Pause) Validate() error {
+	if (c.At != "" && c.At != PauseHeld && c.At != PauseConfirmed) || c.For < 0 {
+		return fmt.Errorf("cart pause %q for %s: the step must be %q or %q, the time not negative", c.At, c.For, PauseHeld, PauseConfirmed)
 	}
 	return nil
 }
@@ -58,17 +67,17 @@ func (c CartPause) validate() error {
 // never a reserve as well.
 const cartClaim = "#cart"
 
-// CartLine asks for units of one SKU as part of a cart.
-type CartLine struct {
+// Line asks for units of one SKU as part of a cart.
+type Line struct {
 	SKU      string
 	Quantity int
 }
 
-// CartRequest asks for every line of a cart, or none.
-type CartRequest struct {
-	// Lines are 1 to MaxCartLines; lines of the same SKU are added up before
+// Request asks for every line of a cart, or none.
+type Request struct {
+	// Lines are 1 to MaxLines; lines of the same SKU are added up before
 	// anything is checked.
-	Lines []CartLine
+	Lines []Line
 	// IdempotencyKey works as for ReserveRequest: the same key from the same
 	// principal returns the first outcome (the same cart for
 	// IdempotencyTTL, the same refusal for RejectionTTL).
@@ -85,7 +94,7 @@ type CartRequest struct {
 	// *RateLimitedError when they are not left; an invalid request spends
 	// one unit, as any mutation. A cart of more lines than the budget's
 	// burst could never be afforded and is refused with *InvalidInputError.
-	RateLimit *RateLimit
+	RateLimit *core.RateLimit
 }
 
 // Cart is a set of holds made, committed and cancelled together: one
@@ -95,32 +104,32 @@ type Cart struct {
 	Principal string
 	// Status is HELD while any line is held, COMMITTED once every line is
 	// sold, CANCELLED or EXPIRED once its lines were let go.
-	Status    Status
+	Status    core.Status
 	CreatedAt time.Time
 	ExpiresAt time.Time
-	Lines     []Reservation
+	Lines     []core.Reservation
 	// Replayed is true when the call changed nothing and returned an
 	// earlier outcome.
 	Replayed bool
 }
 
-// CartRefusedError says why a cart was not held: one entry per input line
+// RefusedError says why a cart was not held: one entry per input line
 // that could not be had (a SKU asked for on several lines names each of
 // them). Nothing was held.
-type CartRefusedError struct {
-	Lines []CartLineError
+type RefusedError struct {
+	Lines []LineError
 }
 
-// CartLineError is the refusal of one input line of a cart: Index is its
-// position in CartRequest.Lines, Err one of *OutOfStockError,
+// LineError is the refusal of one input line of a cart: Index is its
+// position in Request.Lines, Err one of *OutOfStockError,
 // *QuotaExceededError (the SKU's limit, or its drop's), *SaleNotActiveError,
 // *NotFoundError, *InvalidInputError or ErrDrawOnly.
-type CartLineError struct {
+type LineError struct {
 	Index int
 	Err   error
 }
 
-func (e *CartRefusedError) Error() string {
+func (e *RefusedError) Error() string {
 	parts := make([]string, len(e.Lines))
 	for i, l := range e.Lines {
 		parts[i] = fmt.Sprintf("line %d: %v", l.Index, l.Err)
@@ -129,7 +138,7 @@ func (e *CartRefusedError) Error() string {
 }
 
 // Unwrap gives each line's refusal, so errors.Is finds any of them.
-func (e *CartRefusedError) Unwrap() []error {
+func (e *RefusedError) Unwrap() []error {
 	out := make([]error, len(e.Lines))
 	for i, l := range e.Lines {
 		out[i] = l.Err
@@ -140,10 +149,10 @@ func (e *CartRefusedError) Unwrap() []error {
 // Available is how many units of the line's SKU the line could have had:
 // the stock left for OUT_OF_STOCK, what the limit still allows for
 // QUOTA_EXCEEDED, 0 otherwise.
-func (l CartLineError) Available() int {
+func (l LineError) Available() int {
 	var (
-		oos *OutOfStockError
-		qe  *QuotaExceededError
+		oos *outcome.OutOfStockError
+		qe  *outcome.QuotaExceededError
 	)
 	switch {
 	case errors.As(l.Err, &oos):
@@ -157,10 +166,6 @@ func (l CartLineError) Available() int {
 // errCartLate is a cart whose lines were not all held and confirmed by its
 // deadline.
 var errCartLate = errors.New("the cart's deadline passed before every line was held")
-
-// errCartLine refuses a commit, cancel or extension of one line of a cart on
-// its own: a cart is sold, let go and extended whole.
-var errCartLine = &InvalidInputError{Field: "token", Reason: "this reservation is a line of a cart: commit, cancel or extend the cart"}
 
 // cartLine is one SKU of a cart, its quantities added up.
 type cartLine struct {
@@ -181,29 +186,29 @@ func scriptLines(lines []cartLine) []script.CartLine {
 
 // checkCart validates a cart request and adds up its lines per SKU, in the
 // order of their first appearance.
-func (e *Engine) checkCart(p Principal, req CartRequest) (time.Duration, []cartLine, error) {
-	if err := checkPrincipal(p); err != nil {
+func (e *engine) checkCart(p core.Principal, req Request) (time.Duration, []cartLine, error) {
+	if err := core.CheckPrincipal(p); err != nil {
 		return 0, nil, err
 	}
-	if len(req.Lines) < 1 || len(req.Lines) > MaxCartLines {
-		return 0, nil, &InvalidInputError{Field: "lines", Reason: fmt.Sprintf("a cart has 1 to %d lines", MaxCartLines)}
+	if len(req.Lines) < 1 || len(req.Lines) > MaxLines {
+		return 0, nil, &outcome.InvalidInputError{Field: "lines", Reason: fmt.Sprintf("a cart has 1 to %d lines", MaxLines)}
 	}
-	hold, err := e.checkReserve(p, ReserveRequest{SKU: req.Lines[0].SKU, Quantity: 1, IdempotencyKey: req.IdempotencyKey, HoldFor: req.HoldFor})
+	hold, err := e.holds.CheckReserve(p, req.Lines[0].SKU, 1, req.HoldFor, req.IdempotencyKey)
 	if err != nil {
-		var inv *InvalidInputError
+		var inv *outcome.InvalidInputError
 		if errors.As(err, &inv) && inv.Field == "sku" {
-			return 0, nil, &InvalidInputError{Field: "lines.0.sku", Reason: inv.Reason}
+			return 0, nil, &outcome.InvalidInputError{Field: "lines.0.sku", Reason: inv.Reason}
 		}
 		return 0, nil, err
 	}
 	var lines []cartLine
 	at := map[string]int{}
 	for i, l := range req.Lines {
-		if !ValidSKU(l.SKU) {
-			return 0, nil, &InvalidInputError{Field: fmt.Sprintf("lines.%d.sku", i), Reason: "must be 1-64 characters of A-Z a-z 0-9 . _ -"}
+		if !core.ValidSKU(l.SKU) {
+			return 0, nil, &outcome.InvalidInputError{Field: fmt.Sprintf("lines.%d.sku", i), Reason: "must be 1-64 characters of A-Z a-z 0-9 . _ -"}
 		}
-		if l.Quantity < 1 || l.Quantity > e.cfg.MaxQuantity {
-			return 0, nil, &InvalidInputError{Field: fmt.Sprintf("lines.%d.quantity", i), Reason: fmt.Sprintf("must be between 1 and %d", e.cfg.MaxQuantity)}
+		if l.Quantity < 1 || l.Quantity > e.core.Limits.MaxQuantity {
+			return 0, nil, &outcome.InvalidInputError{Field: fmt.Sprintf("lines.%d.quantity", i), Reason: fmt.Sprintf("must be between 1 and %d", e.core.Limits.MaxQuantity)}
 		}
 		j, ok := at[l.SKU]
 		if !ok {
@@ -213,9 +218,9 @@ func (e *Engine) checkCart(p Principal, req CartRequest) (time.Duration, []cartL
 		}
 		lines[j].Quantity += l.Quantity
 		lines[j].indexes = append(lines[j].indexes, i)
-		if lines[j].Quantity > e.cfg.MaxQuantity {
-			return 0, nil, &InvalidInputError{Field: fmt.Sprintf("lines.%d.quantity", i),
-				Reason: fmt.Sprintf("the lines of %s add up to more than %d", l.SKU, e.cfg.MaxQuantity)}
+		if lines[j].Quantity > e.core.Limits.MaxQuantity {
+			return 0, nil, &outcome.InvalidInputError{Field: fmt.Sprintf("lines.%d.quantity", i),
+				Reason: fmt.Sprintf("the lines of %s add up to more than %d", l.SKU, e.core.Limits.MaxQuantity)}
 		}
 	}
 	return hold, lines, nil
@@ -229,7 +234,7 @@ func cartRequestHash(lines []cartLine, holdMillis int64) string {
 		parts[i] = l.SKU + "\x00" + strconv.Itoa(l.Quantity)
 	}
 	slices.Sort(parts)
-	return requestHash("cart\x00"+strings.Join(parts, "\x00"), len(lines), holdMillis)
+	return core.RequestHash("cart\x00"+strings.Join(parts, "\x00"), len(lines), holdMillis)
 }
 
 // ReserveCart holds every line of a cart for a principal, or none of them.
@@ -248,25 +253,25 @@ func cartRequestHash(lines []cartLine, holdMillis int64) string {
 // go of shortly after it: no unit is kept from other buyers by an unfinished
 // cart for longer than about CartSettle (docs/design.md, G10).
 //
-// Refusals: *CartRefusedError (every line that cannot be had, nothing held),
+// Refusals: *RefusedError (every line that cannot be had, nothing held),
 // *InvalidInputError, ErrIdempotencyKeyReused, ErrUnavailable (retry: Redis
 // could not be reached, or the cart could not be held within CartSettle).
-func (a Carts) ReserveCart(ctx context.Context, p Principal, req CartRequest) (cart Cart, err error) {
+func (a Carts) ReserveCart(ctx context.Context, p core.Principal, req Request) (cart Cart, err error) {
 	e := a.e
-	defer func() { e.metrics.outcome("reserve_cart", err) }()
+	defer func() { e.core.Metrics.Outcome("reserve_cart", err) }()
 	hold, lines, err := e.checkCart(p, req)
 	if l := req.RateLimit; l != nil {
 		// What a cart leaves in Redis grows with its lines, so it pays for
 		// each: the budget bounds holds, not calls (docs/design.md, G9).
 		cost := len(lines)
 		if err == nil && cost > l.Burst {
-			err = &InvalidInputError{Field: "lines", Reason: fmt.Sprintf(
+			err = &outcome.InvalidInputError{Field: "lines", Reason: fmt.Sprintf(
 				"a cart spends one mutation per line, and a buyer may send at most %d at once", l.Burst)}
 		}
 		if err != nil {
 			cost = 1 // refused before any script, as any mutation
 		}
-		if lerr := e.spendUnits(ctx, *l, cost); lerr != nil {
+		if lerr := e.holds.SpendUnits(ctx, *l, cost); lerr != nil {
 			return Cart{}, lerr
 		}
 	}
@@ -274,12 +279,12 @@ func (a Carts) ReserveCart(ctx context.Context, p Principal, req CartRequest) (c
 		return Cart{}, err
 	}
 	var idem, fp string
-	home := rand.IntN(Partitions) //nolint:gosec // spreads carts over partitions; nothing secret depends on it
+	home := rand.IntN(script.Partitions) //nolint:gosec // spreads carts over partitions; nothing secret depends on it
 	if req.IdempotencyKey != "" {
-		idem = idempotencyHash(p.ID, req.IdempotencyKey)
+		idem = core.IdempotencyHash(p.ID, req.IdempotencyKey)
 		fp = cartRequestHash(lines, hold.Milliseconds())
-		home = int(crc32.ChecksumIEEE([]byte(idem)) % Partitions)
-		if err := e.claimIdempotencyKey(ctx, idem, cartClaim); err != nil {
+		home = int(crc32.ChecksumIEEE([]byte(idem)) % script.Partitions)
+		if err := e.holds.ClaimIdempotencyKey(ctx, idem, cartClaim); err != nil {
 			return Cart{}, err
 		}
 	}
@@ -290,20 +295,20 @@ func (a Carts) ReserveCart(ctx context.Context, p Principal, req CartRequest) (c
 		cart, retry, err := e.tryCart(ctx, p, home, lines, hold, idem, fp, req.AdmissionPass)
 		if !retry {
 			if err == nil && idem != "" && !cart.Replayed {
-				if err := e.keepIdempotencyClaim(ctx, idem, cartClaim); err != nil {
+				if err := e.holds.KeepIdempotencyClaim(ctx, idem, cartClaim); err != nil {
 					return Cart{}, err
 				}
 			}
 			return cart, err
 		}
 	}
-	return Cart{}, unavailable("reserving cart", errCartLate)
+	return Cart{}, core.Unavailable("reserving cart", errCartLate)
 }
 
 // loadCartSKUs rebuilds from the ledger every SKU of the cart Redis does not
 // have, so the scripts of the cart find them; a SKU the ledger does not
 // know either refuses its lines.
-func (e *Engine) loadCartSKUs(ctx context.Context, lines []cartLine) error {
+func (e *engine) loadCartSKUs(ctx context.Context, lines []cartLine) error {
 	cmds := make([]*redis.IntCmd, len(lines))
 	_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, l := range lines {
@@ -312,26 +317,26 @@ func (e *Engine) loadCartSKUs(ctx context.Context, lines []cartLine) error {
 		return nil
 	})
 	if err != nil {
-		return unavailable("reserving cart", err)
+		return core.Unavailable("reserving cart", err)
 	}
-	var refused []CartLineError
+	var refused []LineError
 	for i, c := range cmds {
 		if c.Val() == 1 {
 			continue
 		}
-		err := e.Rebuild(ctx, lines[i].SKU)
+		err := e.holds.Rebuild(ctx, lines[i].SKU)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, outcome.ErrNotFound):
 			for _, idx := range lines[i].indexes {
-				refused = append(refused, CartLineError{Index: idx, Err: &NotFoundError{Kind: "product", Key: lines[i].SKU, Field: fmt.Sprintf("lines.%d.sku", idx)}})
+				refused = append(refused, LineError{Index: idx, Err: &outcome.NotFoundError{Kind: "product", Key: lines[i].SKU, Field: fmt.Sprintf("lines.%d.sku", idx)}})
 			}
 		case err != nil:
 			return fmt.Errorf("reserving cart: %w", err)
 		}
 	}
 	if len(refused) > 0 {
-		slices.SortFunc(refused, func(a, b CartLineError) int { return a.Index - b.Index })
-		return &CartRefusedError{Lines: refused}
+		slices.SortFunc(refused, func(a, b LineError) int { return a.Index - b.Index })
+		return &RefusedError{Lines: refused}
 	}
 	return nil
 }
@@ -351,50 +356,50 @@ func refusalsError(lines []cartLine, refusals []cartRefusal) error {
 	for _, l := range lines {
 		bySKU[l.SKU] = l.indexes
 	}
-	var out []CartLineError
+	var out []LineError
 	for _, r := range refusals {
-		err := rejectionError(script.Rejection{Code: r.Code, A: r.A, B: r.B})
+		err := core.RejectionError(script.Rejection{Code: r.Code, A: r.A, B: r.B})
 		if err == nil {
 			err = fmt.Errorf("unexpected refusal %q", r.Code)
 		}
 		for _, idx := range bySKU[r.SKU] {
-			out = append(out, CartLineError{Index: idx, Err: err})
+			out = append(out, LineError{Index: idx, Err: err})
 		}
 	}
-	slices.SortFunc(out, func(a, b CartLineError) int { return a.Index - b.Index })
-	return &CartRefusedError{Lines: out}
+	slices.SortFunc(out, func(a, b LineError) int { return a.Index - b.Index })
+	return &RefusedError{Lines: out}
 }
 
 // CartOf returns a cart by token: its holder's or, for an admin, anyone's.
 // A cart that never held (refused, or let go before it was) is not found.
-func (a Carts) CartOf(ctx context.Context, p Principal, token string) (Cart, error) {
+func (a Carts) CartOf(ctx context.Context, p core.Principal, token string) (Cart, error) {
 	e := a.e
 	return e.readCart(ctx, p, token)
 }
 func cartNotFound(token string) error {
-	return &NotFoundError{Kind: "cart", Key: token, Field: "token"}
+	return &outcome.NotFoundError{Kind: "cart", Key: token, Field: "token"}
 }
 
 // readCart reads a cart and its lines: one round trip for the cart, one
 // pipeline for the lines; a line Redis no longer has is read as a
 // reservation (from the ledger).
-func (e *Engine) readCart(ctx context.Context, p Principal, token string) (Cart, error) {
-	home, err := parseCartToken(token)
+func (e *engine) readCart(ctx context.Context, p core.Principal, token string) (Cart, error) {
+	home, err := core.ParseCartToken(token)
 	if err != nil {
 		return Cart{}, err
 	}
-	if err := checkPrincipal(p); err != nil {
+	if err := core.CheckPrincipal(p); err != nil {
 		return Cart{}, err
 	}
 	h, err := e.rdb.HGetAll(ctx, e.keys.Cart(home, token)).Result()
 	if err != nil {
-		return Cart{}, unavailable("reading cart", err)
+		return Cart{}, core.Unavailable("reading cart", err)
 	}
 	if len(h) == 0 || h["st"] != "HELD" {
 		return Cart{}, cartNotFound(token)
 	}
 	if h["who"] != p.ID && !p.Admin {
-		return Cart{}, ErrForbidden
+		return Cart{}, outcome.ErrForbidden
 	}
 	var lines []cartLine
 	if err := json.Unmarshal([]byte(h["lines"]), &lines); err != nil {
@@ -410,16 +415,16 @@ func (e *Engine) readCart(ctx context.Context, p Principal, token string) (Cart,
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return Cart{}, unavailable("reading cart", err)
+		return Cart{}, core.Unavailable("reading cart", err)
 	}
 	num := func(k string) int64 { n, _ := strconv.ParseInt(h[k], 10, 64); return n }
-	cart := Cart{Token: token, Principal: h["who"], CreatedAt: msTime(num("ctd")), ExpiresAt: msTime(num("exp"))}
+	cart := Cart{Token: token, Principal: h["who"], CreatedAt: core.MsTime(num("ctd")), ExpiresAt: core.MsTime(num("exp"))}
 	for i, l := range lines {
 		lh := holds[i].Val()
-		var r Reservation
+		var r core.Reservation
 		if len(lh) > 0 && lh["gen"] == gens[i].Val() {
-			r = holdFromHash(l.Token, lh).reservation()
-		} else if r, err = e.Reservation(ctx, p, l.Token); err != nil {
+			r = e.holds.HoldFromHash(l.Token, lh)
+		} else if r, err = e.holds.Reservation(ctx, p, l.Token); err != nil {
 			return Cart{}, fmt.Errorf("reading cart %s: %w", token, err)
 		}
 		cart.Lines = append(cart.Lines, r)
@@ -431,18 +436,18 @@ func (e *Engine) readCart(ctx context.Context, p Principal, token string) (Cart,
 // cartStatus is a cart's status from its lines': COMMITTED when every line
 // is sold, HELD while any is held, else CANCELLED if any was cancelled, else
 // EXPIRED.
-func cartStatus(lines []Reservation) Status {
-	count := map[Status]int{}
+func cartStatus(lines []core.Reservation) core.Status {
+	count := map[core.Status]int{}
 	for _, l := range lines {
 		count[l.Status]++
 	}
 	switch {
-	case count[StatusCommitted] == len(lines):
-		return StatusCommitted
-	case count[StatusHeld] > 0 || count[StatusCommitted] > 0:
-		return StatusHeld
-	case count[StatusCancelled] > 0:
-		return StatusCancelled
+	case count[core.StatusCommitted] == len(lines):
+		return core.StatusCommitted
+	case count[core.StatusHeld] > 0 || count[core.StatusCommitted] > 0:
+		return core.StatusHeld
+	case count[core.StatusCancelled] > 0:
+		return core.StatusCancelled
 	}
-	return StatusExpired
+	return core.StatusExpired
 }

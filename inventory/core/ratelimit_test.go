@@ -1,4 +1,4 @@
-package inventory
+package core
 
 import (
 	"strconv"
@@ -23,9 +23,9 @@ func TestRateLimitPeriodIsSentAsItsSeconds(t *testing.T) {
 		return ""
 	}
 	for _, d := range []time.Duration{time.Second, time.Minute, time.Hour, 1500 * time.Millisecond, 250 * time.Millisecond} {
-		a := (&RateLimit{Key: "k", Rate: 10, Period: d, Burst: 5}).args()
+		a := (&RateLimit{Key: "k", Rate: 10, Period: d, Burst: 5}).Args()
 		require.Equal(t, strconv.FormatFloat(d.Seconds(), 'f', -1, 64), text(a[2]), "period %s", d)
 		require.Equal(t, []any{5, 10}, a[:2])
 	}
-	require.Equal(t, [3]any{"", "", ""}, (*RateLimit)(nil).args())
+	require.Equal(t, [3]any{"", "", ""}, (*RateLimit)(nil).Args())
 }

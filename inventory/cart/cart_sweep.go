@@ -1,4 +1,4 @@
-package inventory
+package cart
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dropline/dropline/inventory/core"
+	"github.com/dropline/dropline/inventory/outcome"
 	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
@@ -30,8 +32,8 @@ import (
 // index in one more; 600 carts of 50 lines cost about 62 round trips, not
 // 30,600 one after the other. It takes at most limit carts per partition
 // and returns how many carts it let go.
-func (m *Maintenance) AbandonStaleCarts(ctx context.Context, limit int) (int, error) {
-	n, _, err := m.SweepCarts(ctx, limit, limit*Partitions)
+func (a Carts) AbandonStaleCarts(ctx context.Context, limit int) (int, error) {
+	n, _, err := a.SweepCarts(ctx, limit, limit*script.Partitions)
 	return n, err
 }
 
@@ -39,23 +41,23 @@ func (m *Maintenance) AbandonStaleCarts(ctx context.Context, limit int) (int, er
 // oldest-listed of each partition first, up to perPartition each), so one
 // call's work, and so its time, stays bounded however many carts fall due
 // together; more says it left due carts for another call.
-func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (n int, more bool, err error) {
-	e := m.e
+func (a Carts) SweepCarts(ctx context.Context, perPartition, carts int) (n int, more bool, err error) {
+	e := a.e
 	limit := perPartition
 	now, err := e.rdb.Time(ctx).Result()
 	if err != nil {
-		return 0, false, unavailable("reading Redis time", err)
+		return 0, false, core.Unavailable("reading Redis time", err)
 	}
 	cutoff := strconv.FormatInt(now.Add(-cartSweepMargin).UnixMilli(), 10)
-	cmds := make([]*redis.StringSliceCmd, Partitions)
+	cmds := make([]*redis.StringSliceCmd, script.Partitions)
 	_, err = e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for pt := range Partitions {
+		for pt := range script.Partitions {
 			cmds[pt] = pipe.ZRangeByScore(ctx, e.keys.CartsPending(pt), &redis.ZRangeBy{Min: "-inf", Max: cutoff, Count: int64(limit)})
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, false, unavailable("listing stale carts", err)
+		return 0, false, core.Unavailable("listing stale carts", err)
 	}
 	type staleCart struct {
 		home          int
@@ -82,7 +84,7 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 	}
 
 	// 1. Every cart marked ABANDONED (or found HELD past its expiry).
-	replies, errs := e.runMany(ctx, lua.AbandonCart, marks)
+	replies, errs := e.core.RunMany(ctx, lua.AbandonCart, marks)
 	var releases []script.Call
 	var owners []*staleCart
 	for i, c := range stale {
@@ -91,11 +93,11 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 			continue
 		}
 		ab := script.AbandonCartReplyOf(replies[i])
-		if replyCode(ab.Code) != codeOK && replyCode(ab.Code) != replyOf(ErrExpired) {
+		if core.ReplyCode(ab.Code) != core.CodeOK && core.ReplyCode(ab.Code) != core.ReplyOf(outcome.ErrExpired) {
 			c.busy = true // finished meanwhile, or not due: nothing to let go, and it is not ours to unlist
 			continue
 		}
-		c.expired = replyCode(ab.Code) == replyOf(ErrExpired)
+		c.expired = core.ReplyCode(ab.Code) == core.ReplyOf(outcome.ErrExpired)
 		var enc string
 		c.who, enc = ab.Who, ab.Lines
 		if err := json.Unmarshal([]byte(enc), &c.lines); err != nil {
@@ -104,13 +106,13 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 		}
 		for _, l := range c.lines {
 			pt := e.keys.PartitionOf(l.SKU)
-			releases = append(releases, e.releaseArgs(pt, l.Token, Principal{ID: c.who}, string(StatusCancelled)).Call(e.keys))
+			releases = append(releases, e.holds.ReleaseArgs(pt, l.Token, core.Principal{ID: c.who}, string(core.StatusCancelled)).Call(e.keys))
 			owners = append(owners, c)
 		}
 	}
 
 	// 2. Every line of every cart released, as a cancel by its owner.
-	replies, errs = e.runMany(ctx, lua.ReleaseHold, releases)
+	replies, errs = e.core.RunMany(ctx, lua.ReleaseHold, releases)
 	for i, c := range owners {
 		r := script.HoldOf(replies[i])
 		switch {
@@ -118,9 +120,9 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 			if c.err == nil {
 				c.err = fmt.Errorf("abandoning cart %s: %w", c.token, errs[i])
 			}
-		case replyCode(r.Code) == codeCommitInProgress:
+		case core.ReplyCode(r.Code) == core.CodeCommitInProgress:
 			c.busy = true // the commit settles it; look again next time
-		case replyCode(r.Code) == codeOK && !r.Replayed && c.expired && r.Exp > r.End:
+		case core.ReplyCode(r.Code) == core.CodeOK && !r.Replayed && c.expired && r.Exp > r.End:
 			// Released before its own expiry: a line the cart's expiry
 			// outlived (one already due is the hold sweeper's work, done
 			// here first).
@@ -150,7 +152,7 @@ func (m *Maintenance) SweepCarts(ctx context.Context, perPartition, carts int) (
 		return nil
 	})
 	if err != nil {
-		failures = append(failures, unavailable("abandoning carts", err))
+		failures = append(failures, core.Unavailable("abandoning carts", err))
 		abandoned = 0
 	}
 	return abandoned, more, errors.Join(failures...)

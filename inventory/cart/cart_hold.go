@@ -1,4 +1,4 @@
-package inventory
+package cart
 
 import (
 	"context"
@@ -9,15 +9,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dropline/dropline/inventory/core"
+	"github.com/dropline/dropline/inventory/outcome"
 	"github.com/dropline/dropline/inventory/script"
 )
 
 // tryCart makes one attempt at a cart; retry says a new attempt may work
 // (the key's earlier cart never held, or a SKU had to be rebuilt).
-func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []cartLine, hold time.Duration, idem, fp, pass string) (Cart, bool, error) {
-	token := newTokenOf(tokenCart, home)
+func (e *engine) tryCart(ctx context.Context, p core.Principal, home int, lines []cartLine, hold time.Duration, idem, fp, pass string) (Cart, bool, error) {
+	token := core.NewTokenOf(core.TokenCart, home)
 	for i := range lines {
-		lines[i].Token = newTokenOf(tokenLine, e.keys.PartitionOf(lines[i].SKU))
+		lines[i].Token = core.NewTokenOf(core.TokenLine, e.keys.PartitionOf(lines[i].SKU))
 	}
 	enc, err := json.Marshal(lines)
 	if err != nil {
@@ -29,16 +31,16 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	if err != nil {
 		return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
 	}
-	switch replyCode(oc.Code) {
-	case replyOf(ErrIdempotencyKeyReused):
-		return Cart{}, false, ErrIdempotencyKeyReused
-	case codeRefused:
+	switch core.ReplyCode(oc.Code) {
+	case core.ReplyOf(outcome.ErrIdempotencyKeyReused):
+		return Cart{}, false, outcome.ErrIdempotencyKeyReused
+	case core.CodeRefused:
 		var refusals []cartRefusal
 		if err := json.Unmarshal([]byte(oc.Refusals), &refusals); err != nil {
 			return Cart{}, false, fmt.Errorf("reserving cart: reading a recorded refusal: %w", err)
 		}
 		return Cart{}, false, refusalsError(lines, refusals)
-	case codeOK:
+	case core.CodeOK:
 	default:
 		return Cart{}, false, fmt.Errorf("reserving cart: unexpected script reply %q", oc.Code)
 	}
@@ -63,7 +65,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	for i, pt := range order {
 		wg.Go(func() {
 			results[i], errs[i] = script.RunHoldCartLines(ctx, e.run, e.keys, script.HoldCartLines{Partition: pt,
-				Principal: p.ID, Cart: token, DeadlineMs: oc.DeadlineMs, MaxQuantity: e.cfg.MaxQuantity, Pass: pass,
+				Principal: p.ID, Cart: token, DeadlineMs: oc.DeadlineMs, MaxQuantity: e.core.Limits.MaxQuantity, Pass: pass,
 				Lines: scriptLines(parts[pt])})
 		})
 	}
@@ -76,24 +78,24 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		switch {
 		case errs[i] != nil:
 			failure = errs[i]
-		case replyCode(results[i].Code) == codeOK:
-		case replyCode(results[i].Code) == codeRefused:
+		case core.ReplyCode(results[i].Code) == core.CodeOK:
+		case core.ReplyCode(results[i].Code) == core.CodeRefused:
 			for _, lr := range results[i].Refusals {
 				l := parts[pt][lr.Line-1]
 				refusals = append(refusals, cartRefusal{SKU: l.SKU, Code: lr.Code, A: lr.A, B: lr.B})
 			}
-		case replyCode(results[i].Code) == codeNeedsHydration:
+		case core.ReplyCode(results[i].Code) == core.CodeNeedsHydration:
 			lost = append(lost, results[i].Missing)
-		case replyCode(results[i].Code) == codeWalkPending:
+		case core.ReplyCode(results[i].Code) == core.CodeWalkPending:
 			walking[results[i].Missing] = pt
-		case replyCode(results[i].Code) == codeLate:
+		case core.ReplyCode(results[i].Code) == core.CodeLate:
 			failure = errCartLate
 		default:
 			failure = fmt.Errorf("holding lines: script reply %q", results[i].Code)
 		}
 	}
 	if failure == nil && len(lost) == 0 && len(walking) == 0 && len(refusals) == 0 {
-		e.cartPause(CartPauseHeld, "provisional holds made")
+		e.cartPause(PauseHeld, "provisional holds made")
 		failure = e.confirmCartLines(ctx, token, oc.Exp, order, parts)
 		if failure == nil {
 			out, err := e.finishCart(ctx, home, token, idem, "HELD", "")
@@ -108,8 +110,8 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 			case err != nil:
 				// Still unknown, so the lines stay: with a HELD cart, or
 				// with a PENDING one the cart sweep lets go with them.
-				return Cart{}, false, unavailable("reserving cart", err)
-			case out == codeOK:
+				return Cart{}, false, core.Unavailable("reserving cart", err)
+			case out == core.CodeOK:
 				cart, err := e.readCart(ctx, p, token)
 				return cart, false, err
 			default:
@@ -133,7 +135,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 	}
 	if len(lost) > 0 {
 		for _, sku := range lost {
-			if err := e.Rebuild(ctx, sku); err != nil {
+			if err := e.holds.Rebuild(ctx, sku); err != nil {
 				return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
 			}
 		}
@@ -143,7 +145,7 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		// Units a line could have may still be a waiter's: the walks
 		// decide, then a new cart asks again.
 		for sku, pt := range walking {
-			if _, err := e.finishWalk(ctx, pt, sku); err != nil {
+			if _, err := e.core.FinishWalk(ctx, pt, sku); err != nil {
 				return Cart{}, false, fmt.Errorf("reserving cart: %w", err)
 			}
 		}
@@ -155,28 +157,28 @@ func (e *Engine) tryCart(ctx context.Context, p Principal, home int, lines []car
 		return Cart{}, true, nil
 	}
 	if failure != nil {
-		return Cart{}, false, unavailable("reserving cart", failure)
+		return Cart{}, false, core.Unavailable("reserving cart", failure)
 	}
 	return Cart{}, false, refusalsError(lines, refusals)
 }
 
 // confirmCartLines is phase 2: each partition's provisional lines get the
 // cart's expiry, partition after partition.
-func (e *Engine) confirmCartLines(ctx context.Context, token string, exp int64, order []int, parts map[int][]cartLine) error {
+func (e *engine) confirmCartLines(ctx context.Context, token string, exp int64, order []int, parts map[int][]cartLine) error {
 	for i, pt := range order {
 		res, err := script.RunConfirmCartLines(ctx, e.run, e.keys,
 			script.ConfirmCartLines{Partition: pt, Cart: token, ExpiresMs: exp, Lines: scriptLines(parts[pt])})
 		if err != nil {
 			return err
 		}
-		if replyCode(res.Code) == codeLate {
+		if core.ReplyCode(res.Code) == core.CodeLate {
 			return errCartLate
 		}
-		if replyCode(res.Code) != codeOK {
+		if core.ReplyCode(res.Code) != core.CodeOK {
 			return fmt.Errorf("confirming lines: script reply %q", res.Code)
 		}
 		if i == 0 && len(order) > 1 {
-			e.cartPause(CartPauseConfirmed, "first partition's lines confirmed")
+			e.cartPause(PauseConfirmed, "first partition's lines confirmed")
 		}
 	}
 	return nil
@@ -184,32 +186,32 @@ func (e *Engine) confirmCartLines(ctx context.Context, token string, exp int64, 
 
 // cartPause waits Config.CartPause at step; only the fault tests set it, to
 // kill a server in the middle of a cart.
-func (e *Engine) cartPause(at, step string) {
-	if e.cfg.CartPause.At != at || e.cfg.CartPause.For <= 0 {
+func (e *engine) cartPause(at, step string) {
+	if e.cfg.Pause.At != at || e.cfg.Pause.For <= 0 {
 		return
 	}
-	e.log.Warn().Str("step", step).Dur("pause", e.cfg.CartPause.For).Msg("test-only pause between the steps of a cart")
-	time.Sleep(e.cfg.CartPause.For)
+	e.log.Warn().Str("step", step).Dur("pause", e.cfg.Pause.For).Msg("test-only pause between the steps of a cart")
+	time.Sleep(e.cfg.Pause.For)
 }
 
 // finishCart runs finish_cart.lua and returns its code.
-func (e *Engine) finishCart(ctx context.Context, home int, token, idem, outcome, rej string) (replyCode, error) {
+func (e *engine) finishCart(ctx context.Context, home int, token, idem, outcome, rej string) (core.ReplyCode, error) {
 	res, err := script.RunFinishCart(ctx, e.run, e.keys, script.FinishCart{Home: home, Token: token, Idem: idem,
 		Outcome: outcome, Refusals: rej, RejectionTTL: int64(e.cfg.RejectionTTL.Seconds()), Retention: int64(e.cfg.Retention.Seconds())})
 	if err != nil {
 		return "", fmt.Errorf("finishing cart %s: %w", token, err)
 	}
-	return replyCode(res.Code), nil
+	return core.ReplyCode(res.Code), nil
 }
 
 // letGoOfLines releases every line of a cart that did not come to be held
 // whole. Releasing is idempotent, and a line never made is simply not
 // found. A failure is only logged: the provisional expiry and the cart
 // sweep release what is left.
-func (e *Engine) letGoOfLines(ctx context.Context, who string, lines []cartLine) {
+func (e *engine) letGoOfLines(ctx context.Context, who string, lines []cartLine) {
 	ctx = context.WithoutCancel(ctx)
 	for _, l := range lines {
-		if _, err := e.release(ctx, e.keys.PartitionOf(l.SKU), l.Token, Principal{ID: who}, string(StatusCancelled)); err != nil {
+		if _, err := e.holds.Release(ctx, e.keys.PartitionOf(l.SKU), l.Token, core.Principal{ID: who}, string(core.StatusCancelled)); err != nil {
 			e.log.Warn().Err(err).Str("sku", l.SKU).Msg("could not let go of a cart line; its provisional expiry or the cart sweep will")
 		}
 	}
@@ -219,12 +221,12 @@ func (e *Engine) letGoOfLines(ctx context.Context, who string, lines []cartLine)
 // that cart once it is held; retry once it is gone or abandoned, so that
 // this call's open_cart.lua replays the key's refusal or, when the first
 // call never held (its caller failed or died), opens a new cart.
-func (e *Engine) awaitCart(ctx context.Context, p Principal, home int, token string) (Cart, bool, error) {
+func (e *engine) awaitCart(ctx context.Context, p core.Principal, home int, token string) (Cart, bool, error) {
 	deadline := time.Now().Add(e.cfg.CartSettle + 2*cartSweepMargin + time.Second)
 	for {
 		h, err := e.rdb.HGetAll(ctx, e.keys.Cart(home, token)).Result()
 		if err != nil {
-			return Cart{}, false, unavailable("reading cart", err)
+			return Cart{}, false, core.Unavailable("reading cart", err)
 		}
 		switch h["st"] {
 		case "HELD":
@@ -236,11 +238,11 @@ func (e *Engine) awaitCart(ctx context.Context, p Principal, home int, token str
 			return Cart{}, true, nil
 		}
 		if time.Now().After(deadline) {
-			return Cart{}, false, unavailable("reserving cart", errors.New("the first call with this key is still holding its cart"))
+			return Cart{}, false, core.Unavailable("reserving cart", errors.New("the first call with this key is still holding its cart"))
 		}
 		select {
 		case <-ctx.Done():
-			return Cart{}, false, unavailable("reserving cart", ctx.Err())
+			return Cart{}, false, core.Unavailable("reserving cart", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -1,4 +1,4 @@
-package inventory
+package cart
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
+	"github.com/dropline/dropline/inventory/outcome"
 	"github.com/dropline/dropline/inventory/script"
 )
 
@@ -24,42 +26,42 @@ import (
 // this call took goes back as it was), ErrForbidden, *NotFoundError,
 // *OutOfStockError (Postgres refused a line beyond its total: the cart is
 // let go), ErrUnavailable (retry).
-func (a Carts) CommitCart(ctx context.Context, p Principal, token string) (cart Cart, err error) {
+func (a Carts) CommitCart(ctx context.Context, p core.Principal, token string) (cart Cart, err error) {
 	e := a.e
-	defer func() { e.metrics.outcome("commit_cart", err) }()
+	defer func() { e.core.Metrics.Outcome("commit_cart", err) }()
 	cart, err = e.readCart(ctx, p, token)
 	if err != nil {
 		return Cart{}, err
 	}
 	if cart.Principal != p.ID {
-		return Cart{}, ErrForbidden
+		return Cart{}, outcome.ErrForbidden
 	}
 	switch cart.Status {
-	case StatusCommitted:
+	case core.StatusCommitted:
 		cart.Replayed = true
 		return cart, nil
-	case StatusCancelled:
-		return Cart{}, ErrAlreadyCancelled
-	case StatusExpired:
-		return Cart{}, ErrExpired
+	case core.StatusCancelled:
+		return Cart{}, outcome.ErrAlreadyCancelled
+	case core.StatusExpired:
+		return Cart{}, outcome.ErrExpired
 	}
 	type begun struct {
-		line Reservation
+		line core.Reservation
 		a    attempt
 	}
 	var taken []begun
 	undo := func(cause error) (Cart, error) {
 		for _, b := range taken {
 			if b.a.moved {
-				if _, err := e.finishCommit(ctx, b.line.Token, b.line, outcomeRestore, time.Time{}, b.a.id); err != nil {
+				if _, err := e.holds.FinishCommit(ctx, b.line.Token, b.line, core.OutcomeRestore, time.Time{}, b.a.id); err != nil {
 					e.log.Warn().Err(err).Str("token", b.line.Token).Msg("could not restore a cart line; the reconciler will")
 				}
 			}
 		}
 		return Cart{}, cause
 	}
-	attemptID := newAttemptID()
-	nonce := newNonce()
+	attemptID := core.NewAttemptID()
+	nonce := core.NewNonce()
 	for _, l := range cart.Lines {
 		pt := e.keys.PartitionOf(l.SKU)
 		res, err := script.RunBeginCommit(ctx, e.run, e.keys, script.BeginCommit{Partition: pt, Token: l.Token,
@@ -67,24 +69,24 @@ func (a Carts) CommitCart(ctx context.Context, p Principal, token string) (cart 
 		if err != nil {
 			return undo(fmt.Errorf("committing cart %s: %w", token, err))
 		}
-		switch replyCode(res.Code) {
-		case codeOK:
-			h := holdOf(res.Hold).reservation()
-			if h.Status != StatusCommitted {
+		switch core.ReplyCode(res.Code) {
+		case core.CodeOK:
+			h := e.holds.HoldOf(res.Hold)
+			if h.Status != core.StatusCommitted {
 				taken = append(taken, begun{line: h, a: attemptOf(res)})
 			}
-		case replyOf(ErrExpired):
-			return undo(ErrExpired)
-		case replyOf(ErrAlreadyCancelled):
-			return undo(ErrAlreadyCancelled)
-		case replyOf(ErrForbidden):
-			return undo(ErrForbidden)
-		case codeNeedsHydration:
-			if err := e.Rebuild(ctx, res.Missing); err != nil {
+		case core.ReplyOf(outcome.ErrExpired):
+			return undo(outcome.ErrExpired)
+		case core.ReplyOf(outcome.ErrAlreadyCancelled):
+			return undo(outcome.ErrAlreadyCancelled)
+		case core.ReplyOf(outcome.ErrForbidden):
+			return undo(outcome.ErrForbidden)
+		case core.CodeNeedsHydration:
+			if err := e.holds.Rebuild(ctx, res.Missing); err != nil {
 				return undo(fmt.Errorf("committing cart %s: %w", token, err))
 			}
-			return undo(unavailable("committing cart "+token, errors.New("a SKU was rebuilt")))
-		case replyOf(ErrNotFound):
+			return undo(core.Unavailable("committing cart "+token, errors.New("a SKU was rebuilt")))
+		case core.ReplyOf(outcome.ErrNotFound):
 			return undo(cartNotFound(token))
 		default:
 			return undo(fmt.Errorf("committing cart %s: unexpected script reply %q", token, res.Code))
@@ -107,7 +109,7 @@ func (a Carts) CommitCart(ctx context.Context, p Principal, token string) (cart 
 				at[s.Token] = s.CommittedAt
 			}
 			for _, b := range taken {
-				if _, err := e.finishCommit(ctx, b.line.Token, b.line, outcomeCommitted, at[b.line.Token], b.a.id); err != nil {
+				if _, err := e.holds.FinishCommit(ctx, b.line.Token, b.line, core.OutcomeCommitted, at[b.line.Token], b.a.id); err != nil {
 					// The sale is durable; a retry or the reconciler finishes Redis.
 					return Cart{}, err
 				}
@@ -115,31 +117,31 @@ func (a Carts) CommitCart(ctx context.Context, p Principal, token string) (cart 
 		case errors.As(err, &ended):
 			e.log.Warn().Str("cart", token).Str("ledger", ended.Status).Msg("refused the sale of a cart with a line the ledger has as finished; letting the cart go")
 			for _, b := range taken {
-				if _, ferr := e.finishCommit(ctx, b.line.Token, b.line, ended.Status, time.Time{}, b.a.id); ferr != nil {
+				if _, ferr := e.holds.FinishCommit(ctx, b.line.Token, b.line, ended.Status, time.Time{}, b.a.id); ferr != nil {
 					return Cart{}, ferr
 				}
 			}
 			if ended.Status == db.StatusExpired {
-				return Cart{}, ErrExpired
+				return Cart{}, outcome.ErrExpired
 			}
-			return Cart{}, ErrAlreadyCancelled
+			return Cart{}, outcome.ErrAlreadyCancelled
 		case errors.Is(err, db.ErrWouldOversell):
 			e.log.Error().Str("cart", token).Msg("Postgres refused a cart line beyond its total; letting the cart go")
 			for _, b := range taken {
 				if b.a.moved {
-					if _, ferr := e.finishCommit(ctx, b.line.Token, b.line, outcomeRefused, time.Time{}, b.a.id); ferr != nil {
+					if _, ferr := e.holds.FinishCommit(ctx, b.line.Token, b.line, core.OutcomeRefused, time.Time{}, b.a.id); ferr != nil {
 						return Cart{}, ferr
 					}
 				}
 			}
-			return Cart{}, &OutOfStockError{Available: 0}
-		case nothingSent(err):
+			return Cart{}, &outcome.OutOfStockError{Available: 0}
+		case core.NothingSent(err):
 			_, _ = undo(nil)
-			return Cart{}, unavailable("committing cart "+token, err)
+			return Cart{}, core.Unavailable("committing cart "+token, err)
 		default:
 			// Unknown outcome: the lines stay COMMITTING, and a retry or the
 			// reconciler settles every one of them from the ledger.
-			return Cart{}, unavailable("committing cart "+token, err)
+			return Cart{}, core.Unavailable("committing cart "+token, err)
 		}
 	}
 	return e.readCart(ctx, p, token)
@@ -149,44 +151,44 @@ func (a Carts) CommitCart(ctx context.Context, p Principal, token string) (cart 
 // Cancelling twice returns the cart with Replayed. A cart whose commit is
 // under way cannot be cancelled: ErrUnavailable if the commit is still
 // deciding after a moment (retry), ErrAlreadyCommitted once it sold.
-func (a Carts) CancelCart(ctx context.Context, p Principal, token string) (cart Cart, err error) {
+func (a Carts) CancelCart(ctx context.Context, p core.Principal, token string) (cart Cart, err error) {
 	e := a.e
-	defer func() { e.metrics.outcome("cancel_cart", err) }()
+	defer func() { e.core.Metrics.Outcome("cancel_cart", err) }()
 	cart, err = e.readCart(ctx, p, token)
 	if err != nil {
 		return Cart{}, err
 	}
 	switch cart.Status {
-	case StatusCommitted:
-		return Cart{}, ErrAlreadyCommitted
-	case StatusCancelled, StatusExpired:
+	case core.StatusCommitted:
+		return Cart{}, outcome.ErrAlreadyCommitted
+	case core.StatusCancelled, core.StatusExpired:
 		cart.Replayed = true
 		return cart, nil
 	}
 	pending := slices.Clone(cart.Lines)
 	giveUp := time.Now().Add(2 * time.Second)
 	for len(pending) > 0 {
-		var again []Reservation
+		var again []core.Reservation
 		for _, l := range pending {
-			if l.Status != StatusHeld {
+			if l.Status != core.StatusHeld {
 				continue
 			}
-			res, err := e.release(ctx, e.keys.PartitionOf(l.SKU), l.Token, p, string(StatusCancelled))
+			res, err := e.holds.Release(ctx, e.keys.PartitionOf(l.SKU), l.Token, p, string(core.StatusCancelled))
 			if err != nil {
 				return Cart{}, fmt.Errorf("cancelling cart %s: %w", token, err)
 			}
-			switch replyCode(res.Code) {
-			case codeOK:
-				if r := holdOf(res).reservation(); !r.Replayed {
-					e.recordRelease(ctx, r)
+			switch core.ReplyCode(res.Code) {
+			case core.CodeOK:
+				if r := e.holds.HoldOf(res); !r.Replayed {
+					e.holds.RecordRelease(ctx, r)
 				}
-			case codeCommitInProgress:
+			case core.CodeCommitInProgress:
 				again = append(again, l)
-			case replyOf(ErrAlreadyCommitted):
-				return Cart{}, ErrAlreadyCommitted
-			case replyOf(ErrForbidden):
-				return Cart{}, ErrForbidden
-			case replyOf(ErrNotFound), codeNeedsHydration:
+			case core.ReplyOf(outcome.ErrAlreadyCommitted):
+				return Cart{}, outcome.ErrAlreadyCommitted
+			case core.ReplyOf(outcome.ErrForbidden):
+				return Cart{}, outcome.ErrForbidden
+			case core.ReplyOf(outcome.ErrNotFound), core.CodeNeedsHydration:
 			default:
 				return Cart{}, fmt.Errorf("cancelling cart %s: unexpected script reply %q", token, res.Code)
 			}
@@ -196,11 +198,11 @@ func (a Carts) CancelCart(ctx context.Context, p Principal, token string) (cart 
 			break
 		}
 		if time.Now().After(giveUp) {
-			return Cart{}, unavailable("cancelling cart "+token, errCommitInProgress)
+			return Cart{}, core.Unavailable("cancelling cart "+token, core.ErrCommitInProgress)
 		}
 		select {
 		case <-ctx.Done():
-			return Cart{}, unavailable("cancelling cart "+token, ctx.Err())
+			return Cart{}, core.Unavailable("cancelling cart "+token, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -223,14 +225,14 @@ func (a Carts) CancelCart(ctx context.Context, p Principal, token string) (cart 
 // ErrAlreadyCommitted, ErrForbidden, ErrIdempotencyKeyReused,
 // *InvalidInputError, ErrUnavailable), and *NotFoundError for an unknown
 // cart.
-func (a Carts) ExtendCart(ctx context.Context, p Principal, token string, req ExtendRequest) (cart Cart, err error) {
+func (a Carts) ExtendCart(ctx context.Context, p core.Principal, token string, req core.ExtendRequest) (cart Cart, err error) {
 	e := a.e
-	defer func() { e.metrics.outcome("extend_cart", err) }()
-	home, err := parseCartToken(token)
+	defer func() { e.core.Metrics.Outcome("extend_cart", err) }()
+	home, err := core.ParseCartToken(token)
 	if err != nil {
 		return Cart{}, err
 	}
-	idem, err := e.checkExtension(ctx, p, token, req)
+	idem, err := e.holds.CheckExtension(ctx, p, token, req)
 	if err != nil {
 		return Cart{}, err
 	}
@@ -239,25 +241,25 @@ func (a Carts) ExtendCart(ctx context.Context, p Principal, token string, req Ex
 		return Cart{}, err
 	}
 	if cart.Principal != p.ID {
-		return Cart{}, ErrForbidden
+		return Cart{}, outcome.ErrForbidden
 	}
 	if idem == "" {
 		// With a key the lines answer: the key may have extended them before.
 		switch cart.Status {
-		case StatusCommitted:
-			return Cart{}, ErrAlreadyCommitted
-		case StatusCancelled:
-			return Cart{}, ErrAlreadyCancelled
-		case StatusExpired:
-			return Cart{}, ErrExpired
+		case core.StatusCommitted:
+			return Cart{}, outcome.ErrAlreadyCommitted
+		case core.StatusCancelled:
+			return Cart{}, outcome.ErrAlreadyCancelled
+		case core.StatusExpired:
+			return Cart{}, outcome.ErrExpired
 		}
 	}
 	lines := slices.Clone(cart.Lines)
-	slices.SortStableFunc(lines, func(a, b Reservation) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortStableFunc(lines, func(a, b core.Reservation) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	var latest time.Time
 	replayed := idem != ""
 	for _, l := range lines {
-		r, err := e.extendHold(ctx, p, l.Token, req.HoldFor, idem)
+		r, err := e.holds.ExtendHold(ctx, p, l.Token, req.HoldFor, idem)
 		if err != nil {
 			return Cart{}, err
 		}
@@ -272,16 +274,16 @@ func (a Carts) ExtendCart(ctx context.Context, p Principal, token string, req Ex
 		if err != nil {
 			return Cart{}, fmt.Errorf("extending cart %s: %w", token, err)
 		}
-		switch replyCode(res.Code) {
-		case codeOK:
-		case replyOf(ErrNotFound):
+		switch core.ReplyCode(res.Code) {
+		case core.CodeOK:
+		case core.ReplyOf(outcome.ErrNotFound):
 			return Cart{}, cartNotFound(token)
 		default:
-			return Cart{}, ErrExpired
+			return Cart{}, outcome.ErrExpired
 		}
 	}
 	if idem != "" {
-		if err := e.keepIdempotencyClaim(ctx, idem, extensionClaim(token)); err != nil {
+		if err := e.holds.KeepIdempotencyClaim(ctx, idem, core.ExtensionClaim(token)); err != nil {
 			return Cart{}, err
 		}
 	}
