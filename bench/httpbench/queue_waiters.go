@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dropline/dropline/internal/machine"
 	"github.com/dropline/dropline/internal/wsclient"
 )
 
@@ -29,17 +30,22 @@ type WaiterResult struct {
 	RSSPerWaiter       float64
 	// Steps is how many admission steps were announced (seen on the
 	// queue's Redis channel) during the measurement; Deliveries how many
-	// (step, waiter) pairs arrived, Missing how many never did.
+	// (step, waiter) pairs arrived, Missing how many never did. A waiter
+	// has a step once it read that step's state or a newer one.
 	Steps, Deliveries, Missing int
-	// Latency is from the step's announcement reaching this process off
-	// Redis to a waiter receiving it, per (step, waiter); ToAll per step,
-	// until its last waiter had it.
+	// Latency is from the step (the time its announcement carries, Redis's
+	// clock on this machine) to a waiter reading it off its connection, per
+	// (step, waiter); ToAll per step, until its last waiter had it.
 	Latency, ToAll Quantiles
 	// ServerCPUPerStep is the server's CPU time per announced step during
 	// the measurement (the fan-out to every waiter, and the rest of its
 	// work: the admission ticker, the hub).
 	ServerCPUPerStep time.Duration
-	Measured         time.Duration
+	// BenchCPUPerStep is this process's CPU time per announced step over
+	// the measurement: the 10,000 clients reading their copies, which
+	// share the machine's cores with the server.
+	BenchCPUPerStep time.Duration
+	Measured        time.Duration
 	// AdmittedMeanwhile is how far the queue's admittedThrough moved in
 	// Redis over the measurement, whatever the announcements seen.
 	AdmittedMeanwhile int64
@@ -85,33 +91,62 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 	res.RSSBefore = rss(pid)
 
 	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/graphql"
+	// Each waiter reads its stream from the moment it has subscribed, as a
+	// browser does: a waiter left unread while the others connect would
+	// fill its buffers, and the server would rightly take it for a stalled
+	// reader (or hand it a backlog of old steps when the window opens).
+	// Only the copies read inside the window are recorded, by the waiter's
+	// own reader; they are read once every reader has ended.
 	type waiter struct {
 		c   *wsclient.Client
-		sub *wsclient.Subscription
+		got map[int64]time.Time // admittedThrough -> read off the connection
+		// ended is why the stream ended inside the window ("" if it did not).
+		ended string
 	}
 	ws := make([]waiter, cfg.Waiters)
+	var window struct {
+		sync.Mutex
+		from, to time.Time
+	}
+	inWindow := func(at time.Time) bool {
+		window.Lock()
+		defer window.Unlock()
+		return !window.from.IsZero() && !at.Before(window.from) && at.Before(window.to)
+	}
+	var readers sync.WaitGroup
 	clients := map[int]*http.Client{}
 	for i := range (cfg.Waiters + perSourceAddr - 1) / perSourceAddr {
 		local := &net.TCPAddr{IP: net.IPv4(127, 0, byte((2+i)/250), byte(2+(i%250)))}
 		d := &net.Dialer{LocalAddr: local, Timeout: 10 * time.Second}
 		clients[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	}
-	defer func() {
+	closeAll := func() {
 		for _, w := range ws {
 			if w.c != nil {
 				_ = w.c.CloseNow()
 			}
 		}
-	}()
+		readers.Wait()
+	}
+	defer closeAll()
 	query := `subscription Q($s: ID) { queueChanged(sku: $s) { status admittedThrough waiting } }`
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
 	for i := range ws {
 		g.Go(func() error {
-			dctx, cancel := context.WithTimeout(gctx, 20*time.Second)
+			dctx, cancel := context.WithTimeout(gctx, 60*time.Second)
 			defer cancel()
-			c, err := wsclient.Dial(dctx, wsURL, wsclient.Options{HTTPClient: clients[i/perSourceAddr], Buffer: 8,
-				InitPayload: map[string]any{"Authorization": "Bearer " + tokens[i%len(tokens)]}})
+			// A waiter whose connection the loaded machine let time out
+			// (the server waits 3 s for connection_init) dials again, as a
+			// browser would.
+			var c *wsclient.Client
+			var err error
+			for try := 0; try < 3; try++ {
+				if c, err = wsclient.Dial(dctx, wsURL, wsclient.Options{HTTPClient: clients[i/perSourceAddr], Buffer: 8,
+					InitPayload: map[string]any{"Authorization": "Bearer " + tokens[i%len(tokens)]}}); err == nil || dctx.Err() != nil {
+					break
+				}
+			}
 			if err != nil {
 				return fmt.Errorf("waiter %d: %w", i, err)
 			}
@@ -127,7 +162,26 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 				_ = c.CloseNow()
 				return fmt.Errorf("waiter %d: the stream ended before its first value", i)
 			}
-			ws[i] = waiter{c: c, sub: s}
+			ws[i] = waiter{c: c, got: map[int64]time.Time{}}
+			w := &ws[i]
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				for m := range s.C {
+					if !inWindow(m.At) {
+						continue
+					}
+					var v struct {
+						QueueChanged struct{ AdmittedThrough int64 }
+					}
+					if json.Unmarshal(m.Data, &v) == nil {
+						w.got[v.QueueChanged.AdmittedThrough] = m.At
+					}
+				}
+				if now := time.Now(); inWindow(now) {
+					w.ended = fmt.Sprintf("waiter %d: the stream ended at %s: %v", i, now.Format("15:04:05.000"), c.Err())
+				}
+			}()
 			return nil
 		})
 	}
@@ -140,20 +194,25 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 	res.RSSPerWaiter = float64(res.RSSIdle-res.RSSBefore) / float64(res.Connected)
 	cfg.logf("%d waiters connected: %.1f KiB of server RSS each", res.Connected, res.RSSPerWaiter/1024)
 
-	// The announcements, off Redis.
+	// The announcements, off Redis: each carries the time of its step
+	// (Redis's clock, this machine's), from which every copy is timed, so
+	// a late read of the announcement here does not flatter the figure.
 	ps := rdb.SSubscribe(ctx, channel)
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil {
 		return res, err
 	}
 	var mu sync.Mutex
-	steps := map[int64]time.Time{} // admittedThrough -> seen off Redis
-	got := make([]map[int64]time.Time, len(ws))
+	steps := map[int64]time.Time{} // admittedThrough -> the step's time
 	through0, _ := rdb.HGet(ctx, keys[0], "through").Int64()
-	deadline := time.Now().Add(cfg.Step)
+	t0 := time.Now()
+	deadline := t0.Add(cfg.Step)
+	window.Lock()
+	window.from, window.to = t0, deadline
+	window.Unlock()
 	mctx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
-	cpu0, t0 := server.cpuTime(), time.Now()
+	cpu0, self0 := server.cpuTime(), machine.SelfCPU()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -164,48 +223,57 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 			case <-mctx.Done():
 				return
 			case m := <-ch:
-				var a struct{ Through int64 }
+				var a struct{ Through, At int64 }
 				if json.Unmarshal([]byte(m.Payload), &a) == nil {
+					at := time.UnixMilli(a.At)
 					mu.Lock()
-					if _, ok := steps[a.Through]; !ok {
-						steps[a.Through] = time.Now()
+					if _, ok := steps[a.Through]; !ok && !at.Before(t0) {
+						steps[a.Through] = at
 					}
 					mu.Unlock()
 				}
 			}
 		}
 	}()
-	for i := range ws {
-		got[i] = map[int64]time.Time{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				m, ok, err := ws[i].sub.Next(mctx)
-				if err != nil || !ok {
-					if mctx.Err() == nil {
-						mu.Lock()
-						res.Errors = append(res.Errors, fmt.Sprintf("waiter %d: %v (ok %v)", i, err, ok))
-						mu.Unlock()
-					}
-					return
-				}
-				var v struct {
-					QueueChanged struct{ AdmittedThrough int64 }
-				}
-				if json.Unmarshal(m.Data, &v) == nil {
-					got[i][v.QueueChanged.AdmittedThrough] = m.At
-				}
-			}
-		}()
-	}
 	wg.Wait()
 	res.Measured = time.Since(t0)
 	through1, _ := rdb.HGet(ctx, keys[0], "through").Int64()
 	res.AdmittedMeanwhile = through1 - through0
-	cpu := server.cpuTime() - cpu0
+	cpu, self := server.cpuTime()-cpu0, machine.SelfCPU()-self0
+	// Every copy read inside the window has been recorded once the
+	// readers end.
+	closeAll()
+	got := make([]map[int64]time.Time, len(ws))
+	for i, w := range ws {
+		got[i] = w.got
+		if w.ended != "" {
+			res.Errors = append(res.Errors, w.ended)
+		}
+	}
 
-	// Steps whose announcement came at least a second before the end.
+	// A waiter has a step once it read that step's state or a newer one
+	// (the server hands a reader that is behind the newest state, not every
+	// state in between): per waiter, the earliest copy of admittedThrough
+	// at or past the step's.
+	type copyAt struct {
+		through int64
+		at      time.Time
+	}
+	firsts := make([][]copyAt, len(got))
+	for i, m := range got {
+		cs := make([]copyAt, 0, len(m))
+		for th, at := range m {
+			cs = append(cs, copyAt{th, at})
+		}
+		slices.SortFunc(cs, func(a, b copyAt) int { return int(a.through - b.through) })
+		for k := len(cs) - 2; k >= 0; k-- { // the earliest copy at or past each
+			if cs[k+1].at.Before(cs[k].at) {
+				cs[k].at = cs[k+1].at
+			}
+		}
+		firsts[i] = cs
+	}
+	// Steps at least a second before the end of the window.
 	var lat, toAll []time.Duration
 	end := deadline.Add(-time.Second)
 	for through, at := range steps {
@@ -214,14 +282,15 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 		}
 		res.Steps++
 		var last time.Duration
-		for i := range got {
-			r, ok := got[i][through]
-			if !ok {
+		for i := range firsts {
+			cs := firsts[i]
+			k, _ := slices.BinarySearchFunc(cs, through, func(c copyAt, t int64) int { return int(c.through - t) })
+			if k == len(cs) {
 				res.Missing++
 				continue
 			}
 			res.Deliveries++
-			d := max(r.Sub(at), 0)
+			d := max(cs[k].at.Sub(at), 0)
 			lat = append(lat, d)
 			last = max(last, d)
 		}
@@ -230,6 +299,7 @@ func runWaiters(ctx context.Context, cfg QueueConfig, base string, rdb *redis.Cl
 	res.Latency, res.ToAll = quantilesOf(lat), quantilesOf(toAll)
 	if len(steps) > 0 {
 		res.ServerCPUPerStep = cpu / time.Duration(len(steps))
+		res.BenchCPUPerStep = self / time.Duration(len(steps))
 	}
 	if len(res.Errors) > 0 {
 		cfg.logf("%d waiters' streams ended early, first: %s", len(res.Errors), res.Errors[0])
