@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,6 +138,8 @@ type QueueEvidence struct {
 	Committed map[string]int
 	Unknown   map[string]int
 	APIStatus map[string]string
+	// Samples are the live stock read every 100 ms while the queue sold.
+	Samples []StockSample
 	// LastSale is when the last commit's answer arrived; Told when each
 	// websocket waiter received SOLD_OUT (zero: never).
 	LastSale time.Time
@@ -603,6 +606,25 @@ func (d *Driver) RunQueue(ctx context.Context) (*QueueResult, error) {
 	// From the opening every principal plays its part; the late ones join
 	// first, spread over the first second.
 	sleep(ctx, time.Until(q.opensAt))
+	var samples []StockSample
+	stopSampler, samplerDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if info, ok, err := d.clients[0].Product(ctx, res.SKU); err == nil && ok {
+				samples = append(samples, StockSample{T: time.Since(q.opensAt).Seconds(), Stock: info.Stock})
+			}
+			select {
+			case <-stopSampler:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	outcomes := make([]string, n)
 	var pg sync.WaitGroup
 	errs := make(chan error, n)
@@ -634,6 +656,8 @@ func (d *Driver) RunQueue(ctx context.Context) (*QueueResult, error) {
 		}()
 	}
 	pg.Wait()
+	close(stopSampler)
+	<-samplerDone
 	close(errs)
 	var runErrs []error
 	for err := range errs {
@@ -657,7 +681,8 @@ func (d *Driver) RunQueue(ctx context.Context) (*QueueResult, error) {
 	// last ones a second past the deadline of the check.
 	ev := QueueEvidence{Bots: map[string]bool{}, Early: q.early, Numbers: q.numbers, Conflicts: q.conflicts,
 		Abuses: q.abuses, RepeatJoins: q.repeat, RepeatSame: q.repeatOK, Holds: q.holds,
-		Committed: q.st.committed, Unknown: q.st.unknown, APIStatus: map[string]string{}, LastSale: q.lastSale}
+		Committed: q.st.committed, Unknown: q.st.unknown, APIStatus: map[string]string{}, LastSale: q.lastSale,
+		Samples: samples}
 	for i, who := range q.principal {
 		ev.Bots[who] = q.isBot(i)
 	}
@@ -1299,7 +1324,7 @@ func JudgeQueue(res *QueueResult, ev QueueEvidence) []Check {
 	// No unit oversold: the drop's checks on the queued SKU, then each hold
 	// as Redis and the ledger have it.
 	v := Judge(VerdictInput{Observed: Observed{Committed: ev.Committed, Unknown: ev.Unknown,
-		Samples: []StockSample{{Stock: ev.API}}}, API: ev.API, Ledger: ev.Ledger, Settled: ev.Settled})
+		Samples: append(slices.Clone(ev.Samples), StockSample{Stock: ev.API})}, API: ev.API, Ledger: ev.Ledger, Settled: ev.Settled})
 	for _, c := range v.Checks {
 		c.Name = "queue: " + c.Name
 		checks = append(checks, c)

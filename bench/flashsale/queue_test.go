@@ -17,7 +17,7 @@ import (
 )
 
 // TestQueueRehearsal runs the drop with the queue rehearsal against two real
-// servers: 300 people (a fifth polling) and 30 bots (three connections
+// servers: 200 people (a fifth polling) and 20 bots (three connections
 // each, every abuse) queue for 40 units behind a queue with proof of work
 // and access codes, and every check of the verdict must run and pass: the
 // admissions in ticket order, the pre-queue recomputed as verify-queue
@@ -37,8 +37,10 @@ func TestQueueRehearsal(t *testing.T) {
 	cfg.QuietCommits = 0
 	cfg.Think = time.Millisecond
 	cfg.Mode = flashsale.ModeQueue
-	cfg.QueuePeople, cfg.QueueBots, cfg.QueueBotConns = 300, 30, 3
-	cfg.QueueWindow, cfg.QueueAdmitPerMinute, cfg.QueuePassSeconds = 20*time.Second, 1200, 10
+	cfg.QueuePeople, cfg.QueueBots, cfg.QueueBotConns = 200, 20, 3
+	// The pre-queue's joins must all be in before the opening: under -race
+	// on a loaded machine 240 of them have taken 17 s.
+	cfg.QueueWindow, cfg.QueueAdmitPerMinute, cfg.QueuePassSeconds = 30*time.Second, 1200, 10
 	cfg.QueuePowBits, cfg.QueueAccessCodes = 6, true
 	cfg.DatabaseURL = dbURL
 	cfg.RunID = "qr"
@@ -58,15 +60,15 @@ func TestQueueRehearsal(t *testing.T) {
 	q := res.Queue
 	require.NotNil(t, q)
 	require.Equal(t, 2, q.Servers)
-	require.Equal(t, 330, q.Tickets, "one ticket per principal")
+	require.Equal(t, 220, q.Tickets, "one ticket per principal")
 	require.Equal(t, q.Early, q.PreQueue)
 	require.Equal(t, 40, q.PeopleUnits+q.BotUnits, "every unit sold behind the queue")
 	require.Equal(t, 40, res.Queue.Final.Sold)
-	require.Equal(t, 60, q.Pollers, "a fifth of the people poll")
+	require.Equal(t, 40, q.Pollers, "a fifth of the people poll")
 	require.True(t, q.LedgerChecked)
 	require.Contains(t, q.Verification, "queue sku:QUEUE-qr verified")
 	require.Equal(t, q.RepeatJoins, q.RepeatSame)
-	require.Equal(t, 60, q.RepeatJoins, "two more joins per bot")
+	require.Equal(t, 40, q.RepeatJoins, "two more joins per bot")
 	for _, kind := range []string{flashsale.AbuseNoProof, flashsale.AbuseWrongProof, flashsale.AbuseNoPass,
 		flashsale.AbuseForgedPass, flashsale.AbuseOthersPass} {
 		require.Positive(t, q.Abuses[kind][map[string]string{
