@@ -61,6 +61,7 @@ const countOperation = (payload) => {
 
 let browser;
 const buyers = {};
+const drawMarks = new Map(); // each buyer's log, where it stood once entered in the draw
 const problems = []; // console errors and CSP violations, from every page
 let resetExpected = false; // while a request is cut on purpose
 
@@ -110,6 +111,7 @@ before(async () => {
           const body = r.postDataJSON();
           countOperation(body);
           if (body?.operationName === 'MyQueueTicket') log.push({ ask: body.variables });
+          if (body?.operationName === 'MyDrawEntries') log.push({ drawAsk: true });
         } catch {
           // not JSON: not an operation
         }
@@ -129,6 +131,8 @@ before(async () => {
           const m = JSON.parse(payload);
           const q = m.type === 'next' && m.payload?.data?.queueChanged;
           if (q) log.push({ push: q });
+          const d = m.type === 'next' && m.payload?.data?.myDrawEntryChanged;
+          if (d) log.push({ drawPush: d });
         } catch {
           // not JSON: not a message
         }
@@ -288,6 +292,7 @@ test('two buyers watch one drop', async (t) => {
         assert.match(await page.getByTestId(`draw-countdown-${drawSku}`).textContent(), /^\d+:\d\d$/);
         assert.equal(await page.getByTestId(`draw-seed-hash-${drawSku}`).textContent(), env('SHOP_DRAW_SEED_HASH'));
       }
+      for (const { log } of [alice, bob]) drawMarks.set(log, log.length);
     }));
 
   await t.test('all three join the queued drop before it opens: the pre-queue, explained', () =>
@@ -633,6 +638,13 @@ test('two buyers watch one drop', async (t) => {
       };
       const [a, b] = await Promise.all([outcome(alice.page), outcome(bob.page)]);
       assert.deepEqual([a, b].sort(), ['lost', 'won'], `alice ${a}, bob ${b}`);
+      // Each result was pushed (myDrawEntryChanged), not asked for.
+      for (const [who, { log }] of [['alice', alice], ['bob', bob]]) {
+        const mark = drawMarks.get(log);
+        const pushed = log.slice(mark).filter((e) => e.drawPush && ['WON', 'LOST'].includes(e.drawPush.status));
+        assert.equal(pushed.length, 1, `${who}'s result came as one push`);
+        assert.equal(log.slice(mark).filter((e) => e.drawAsk).length, 0, `${who} did not ask for the entries`);
+      }
       const [winner, loser] = a === 'won' ? [alice, bob] : [bob, alice];
       result.drawWinner = a === 'won' ? 'alice' : 'bob';
       for (const { page } of [winner, loser]) {

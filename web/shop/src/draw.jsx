@@ -1,10 +1,12 @@
 // A product sold by draw: enter (enterDraw) while entries are open, a
 // countdown to the draw, the SHA-256 of the seed published before anyone
 // entered, then the outcome: won (a hold to pay, which the card shows) or
-// lost, with the revealed seed and how anyone can check the result.
+// lost, with the revealed seed and how anyone can check the result. The
+// entrant's result is pushed (myDrawEntryChanged) the moment the draw has
+// been carried out.
 import { useContext, useEffect, useRef, useState } from 'react';
-import { useClient } from 'urql';
-import { DRAW_INFO, ENTER_DRAW, MY_DRAW_ENTRIES, TokenContext, poll } from './api.js';
+import { useClient, useSubscription } from 'urql';
+import { DRAW_INFO, ENTER_DRAW, LiveContext, MY_DRAW_ENTRIES, MY_DRAW_ENTRY, TokenContext, poll } from './api.js';
 import { formatClock, formatLeft, useNow } from './clock.js';
 import { SeedProof } from './seedproof.jsx';
 
@@ -13,6 +15,7 @@ import { SeedProof } from './seedproof.jsx';
 export function DrawPanel({ product, signedIn, entry, onEntry, onWon, holding }) {
   const client = useClient();
   const token = useContext(TokenContext);
+  const socketUp = useContext(LiveContext);
   const now = useNow(1000);
   const sku = product.sku;
   const [draw, setDraw] = useState(product.draw);
@@ -24,13 +27,26 @@ export function DrawPanel({ product, signedIn, entry, onEntry, onWon, holding })
   // Until the outcome has reached the stock, a winner has no reservation yet.
   const pending = !!entry && (entry.status === 'ENTERED' || (entry.status === 'WON' && !entry.reservation));
 
-  // There is no subscription for draws: the page asks for the draw (and,
-  // once it has run, for the buyer's entry) every few seconds until the
-  // outcome is known; every second once the entries have closed.
-  // One ask at a time: a poll is sent only once the last one has been
-  // answered.
+  // The buyer's entry is pushed: first as it is, then its result once the
+  // draw has been carried out (a winner's hold made, every loser queued).
+  const [{ error: subError }] = useSubscription(
+    { query: MY_DRAW_ENTRY, variables: { sku }, pause: !(signedIn && pending) },
+    (_, d) => {
+      onEntry(d.myDrawEntryChanged);
+      return d;
+    },
+  );
+  const pushed = socketUp && !subError;
+
+  // The draw itself (its entries, then its seed and winners) has no
+  // subscription: the page asks for it every few seconds until it is
+  // drawn, every second once the entries have closed, and at once when the
+  // buyer's result arrives. Without the websocket it asks for the buyer's
+  // entry too. One ask at a time: a poll is sent only once the last one
+  // has been answered.
   const wantDraw = !drawn;
-  const wantEntry = signedIn && pending && (closed || drawn);
+  const wantEntry = signedIn && pending && (closed || drawn) && !pushed;
+  const settled = entry?.status === 'WON' || entry?.status === 'LOST';
   const inFlight = useRef(Promise.resolve());
   useEffect(() => {
     if (!wantDraw && !wantEntry) return undefined;
@@ -58,6 +74,20 @@ export function DrawPanel({ product, signedIn, entry, onEntry, onWon, holding })
       clearTimeout(timer);
     };
   }, [wantDraw, wantEntry, closed, sku, token]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  useEffect(() => {
+    if (!settled || drawn) return undefined;
+    let stop = false;
+    inFlight.current = inFlight.current
+      .then(async () => {
+        const d = stop ? null : (await poll(token, DRAW_INFO, { sku }))?.product?.draw;
+        if (d && !stop) setDraw(d);
+      })
+      .catch(() => {});
+    return () => {
+      stop = true;
+    };
+  }, [settled]); // eslint-disable-line react-hooks/exhaustive-deps
 
   useEffect(() => {
     if (entry?.status === 'WON' && entry.reservation?.status === 'HELD') onWon(entry.reservation);

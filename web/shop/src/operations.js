@@ -64,6 +64,8 @@ export const DRAW_INFO = `query DrawInfo($sku: ID!) { product(sku: $sku) { sku d
 
 export const MY_DRAW_ENTRIES = `query MyDrawEntries { myDrawEntries { sku quantity status enteredAt place reservation { token sku quantity status expiresAt createdAt committedAt extensions } } }`;
 
+export const MY_DRAW_ENTRY = `subscription MyDrawEntry($sku: ID!) { myDrawEntryChanged(sku: $sku) { sku quantity status enteredAt place reservation { token sku quantity status expiresAt createdAt committedAt extensions } } }`;
+
 export const ENTER_DRAW = `mutation EnterDraw($input: EnterDrawInput!) {
   enterDraw(input: $input) { entry { sku quantity status enteredAt place reservation { token sku quantity status expiresAt createdAt committedAt extensions } } userErrors { code message retryAfterSeconds } } }`;
 
