@@ -12,11 +12,11 @@
 // engine's core (package inventory/core: the Redis client, ledger, key
 // layout, script runner, metrics, and the hand-offs of the holds an
 // aggregate needs; a cart asks what more it needs of the holds its lines
-// are through cart.Holds) and imports only it, the script layer
-// (inventory/script), the sale policy (inventory/policy) and the outcomes
-// (inventory/outcome): never another aggregate, never this package
-// (internal/archtest's layers check it). Draws and the catalog are still
-// files of this package, kept apart by TestAggregatesStayApart (see
+// are through cart.Holds) and imports, of the engine's packages, only it,
+// the script layer (inventory/script), the sale policy (inventory/policy)
+// and the outcomes (inventory/outcome): never another aggregate, never this
+// package (internal/archtest's layers check it). Draws and the catalog are
+// still files of this package, kept apart by TestAggregatesStayApart (see
 // units.go).
 //
 // # Lifecycle of a reservation
