@@ -299,12 +299,21 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg.logf("sold-out storm, %d buyers, wrk -c %d, %s ...", cfg.StormBuyers, cfg.Connections, cfg.Step)
 	storm := w
 	storm.tokensFile, storm.sku = stormFile, soldOut
+	cpu0, rcpu0 = server.cpuTime(), redisProc.cpuTime()
 	if res.Storm, err = storm.run(ctx); err != nil {
 		return res, err
 	}
-	cfg.logf("  %.0f answers/s (%d out of stock, %d rate limited, %d other), p50 %.2f ms p99 %.2f ms",
+	// The storm's CPU per answer, as the reserve step's per hold: the
+	// figure that holds still on a shared machine.
+	var stormCPU, stormRedisCPU, stormLoadCPU time.Duration
+	if n := res.Storm.Requests; n > 0 {
+		stormCPU = (server.cpuTime() - cpu0) / time.Duration(n)
+		stormRedisCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(n)
+		stormLoadCPU = res.Storm.CPU / time.Duration(n)
+	}
+	cfg.logf("  %.0f answers/s (%d out of stock, %d rate limited, %d other), p50 %.2f ms p99 %.2f ms; CPU per answer: dropline %s, redis-server %s, wrk %s",
 		res.Storm.PerSecond(res.Storm.Requests), res.Storm.OutOfStock, res.Storm.RateLimited, res.Storm.Other+res.Storm.Failed,
-		ms(res.Storm.P50US), ms(res.Storm.P99US))
+		ms(res.Storm.P50US), ms(res.Storm.P99US), stormCPU, stormRedisCPU, stormLoadCPU)
 
 	res.SteadyRate = 0.8 * res.Reserve.PerSecond(res.Reserve.Held)
 	cfg.logf("constant rate %.0f/s (80 %% of the maximum), %s ...", res.SteadyRate, cfg.Step)
