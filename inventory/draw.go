@@ -340,8 +340,10 @@ type DrawReport struct {
 	Decide, Apply time.Duration
 }
 
-// drawApplyBatch is how many entries one apply_draw.lua call writes.
-const drawApplyBatch = 1000
+// drawApplyBatch is how many entries one apply_draw.lua call writes: a
+// few milliseconds of Redis's time, which runs nothing else meanwhile (a
+// loser costs four writes and an outbox entry).
+const drawApplyBatch = 250
 
 // RunDraw draws a SKU whose entries have closed and carries the result to
 // Redis. The draw is one Postgres transaction under the product's row lock

@@ -331,7 +331,7 @@ func drawCrashResumesWithoutDrawingTwice(t *testing.T, backend string) {
 }
 
 // TestDrawOfTwentyThousandEntriesInManyBatches draws 20,000 entries for
-// 4,000 units, a result carried to Redis in twenty batches of
+// 4,000 units, a result carried to Redis in batches of 250 entries of
 // apply_draw.lua, and checks Redis and the ledger against a recomputation,
 // entry by entry. How long a draw takes is BenchmarkDrawOfHundredThousandEntries'.
 func TestDrawOfTwentyThousandEntriesInManyBatches(t *testing.T) {

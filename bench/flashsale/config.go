@@ -102,6 +102,11 @@ type Config struct {
 	// DrawWindow is how long the rehearsal's draw takes entries; every
 	// entry must be in by then. Default 10 seconds.
 	DrawWindow time.Duration
+	// DrawWatchers is how many of the entrants (spread evenly over them)
+	// watch their entry with myDrawEntryChanged, each on a websocket of its
+	// own, to time the push of the result; 0 to MaxDrawWatchers, default
+	// 1000 (never more than the entrants).
+	DrawWatchers int
 
 	// With Mode ModeQueue, the drop is followed by the queue rehearsal
 	// (RunQueue) on a SKU of Stock units behind an admission queue that
@@ -195,9 +200,10 @@ func DefaultConfig() Config {
 		WatchP99:        250 * time.Millisecond,
 		WatchRSSKiB:     32,
 
-		Mode:       ModeDrop,
-		Entrants:   1000,
-		DrawWindow: 10 * time.Second,
+		Mode:         ModeDrop,
+		Entrants:     1000,
+		DrawWindow:   10 * time.Second,
+		DrawWatchers: 1000,
 
 		QueuePeople:         2000,
 		QueueBots:           200,
@@ -268,6 +274,9 @@ func (c Config) Validate(ctx context.Context) error {
 	case ModeDraw:
 		if c.Entrants < 1 || c.Entrants > MaxEntrants {
 			bad("--entrants must be 1-%d", MaxEntrants)
+		}
+		if c.DrawWatchers < 0 || c.DrawWatchers > MaxDrawWatchers {
+			bad("--draw-watchers must be 0-%d", MaxDrawWatchers)
 		}
 		if c.DrawWindow < time.Second || c.DrawWindow > MaxDuration {
 			bad("--draw-window must be at least 1s and at most %s", MaxDuration)

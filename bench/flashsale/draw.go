@@ -25,6 +25,9 @@ const (
 // MaxEntrants bounds the draw rehearsal's entrants.
 const MaxEntrants = 100_000
 
+// MaxDrawWatchers bounds the entrants that watch their entry by a push.
+const MaxDrawWatchers = 20_000
+
 // DrawResult is what the draw rehearsal (--mode draw) measured: a SKU of
 // Stock units sold by draw, Entrants buyers entering at once (every tenth
 // twice), the draw run by the server at closesAt, and its outcome as every
@@ -45,20 +48,40 @@ type DrawResult struct {
 	WonUnits int `json:"wonUnits"`
 	// EnterSeconds is how long the entries took, all in flight together;
 	// DrawSeconds from closesAt until every buyer saw the result.
-	EnterSeconds  float64   `json:"enterSeconds"`
-	DrawSeconds   float64   `json:"drawSeconds"`
-	EnterP99ms    float64   `json:"enterP99ms"`
-	Seed          string    `json:"seed"`
-	SeedHash      string    `json:"seedHash"`
-	Final         Stock     `json:"finalStock"`
-	LedgerChecked bool      `json:"ledgerChecked"`
-	Verification  string    `json:"verification,omitempty"`
-	Checks        []Check   `json:"checks"`
-	StartedAt     time.Time `json:"startedAt"`
+	EnterSeconds float64 `json:"enterSeconds"`
+	DrawSeconds  float64 `json:"drawSeconds"`
+	EnterP99ms   float64 `json:"enterP99ms"`
+	// EntriesPerSecond is the first entries over EnterSeconds.
+	EntriesPerSecond float64 `json:"entriesPerSecond"`
+	// AppliedSeconds is from closesAt to the result applied (every winner's
+	// hold in Redis, every loser queued) as the server recorded it
+	// (Draw.appliedAt); AppliedSeenSeconds when this driver first read it.
+	AppliedSeconds     float64 `json:"appliedSeconds"`
+	AppliedSeenSeconds float64 `json:"appliedSeenSeconds"`
+	// Watchers is how many entrants watched their entry with
+	// myDrawEntryChanged; Told how many were pushed WON (with their hold)
+	// or LOST, TellMismatch how many pushes disagreed with the entry read
+	// after; PushP50Seconds and PushAllSeconds are from closesAt to the
+	// median and the last watcher told.
+	Watchers       int       `json:"watchers"`
+	Told           int       `json:"told"`
+	TellMismatch   int       `json:"tellMismatch"`
+	PushP50Seconds float64   `json:"pushP50Seconds"`
+	PushAllSeconds float64   `json:"pushAllSeconds"`
+	WatchErrors    []string  `json:"watchErrors,omitempty"`
+	Seed           string    `json:"seed"`
+	SeedHash       string    `json:"seedHash"`
+	Final          Stock     `json:"finalStock"`
+	LedgerChecked  bool      `json:"ledgerChecked"`
+	Verification   string    `json:"verification,omitempty"`
+	Checks         []Check   `json:"checks"`
+	StartedAt      time.Time `json:"startedAt"`
 }
 
 const (
-	enterDrawDoc = `mutation Enter($input: EnterDrawInput!) { enterDraw(input: $input) {
+	drawAppliedDoc = `query Applied($sku: ID!) { product(sku: $sku) { draw { appliedAt } } }`
+	watchDrawDoc   = `subscription Mine($sku: ID!) { myDrawEntryChanged(sku: $sku) { status quantity place reservation { token status quantity } } }`
+	enterDrawDoc   = `mutation Enter($input: EnterDrawInput!) { enterDraw(input: $input) {
   entry { sku quantity status enteredAt place reservation { token status quantity } }
   userErrors { code field message retryAfterSeconds } } }`
 	myDrawEntriesDoc = `query Mine { myDrawEntries { sku quantity status enteredAt place reservation { token status quantity } } }`
@@ -208,9 +231,22 @@ func (d *Driver) RunDraw(ctx context.Context) (*DrawResult, error) {
 	}
 	res.Replays, res.ReplaysSame = int(replays.Load()), int(same.Load())
 	res.EnterP99ms = p99(enterMs)
+	res.EntriesPerSecond = float64(res.Entrants) / res.EnterSeconds
 	if time.Now().After(closesAt) {
 		return nil, fmt.Errorf("the entries took %.1fs, past the draw's close: raise --draw-window", res.EnterSeconds)
 	}
+	watchers, err := d.watchDraw(ctx, res, token)
+	if err != nil {
+		return nil, err
+	}
+	defer watchers.close()
+	if time.Now().After(closesAt) {
+		return nil, fmt.Errorf("the entries and the watchers took past the draw's close: raise --draw-window")
+	}
+	if err := d.awaitApplied(ctx, res, closesAt); err != nil {
+		return nil, err
+	}
+	watchers.wait(closesAt.Add(cfg.DrainTimeout))
 
 	// The server draws at closesAt; every buyer reads its entry until the
 	// result, winners' reservations included, has reached it.
@@ -265,6 +301,7 @@ func (d *Driver) RunDraw(ctx context.Context) (*DrawResult, error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	res.DrawSeconds = time.Since(closesAt).Seconds()
+	watchers.judge(res, closesAt, entries)
 	info, err := c.Draw(ctx, res.SKU)
 	if err != nil {
 		return nil, err
@@ -371,6 +408,9 @@ func JudgeDraw(res *DrawResult, firsts, entries []DrawEntry, verifyErr error) []
 	sum := sha256.Sum256(seed)
 	add("the revealed seed hashes to seedHash", err == nil && len(seed) == 32 && hex.EncodeToString(sum[:]) == res.SeedHash,
 		"seed %s, seedHash %s", res.Seed, res.SeedHash)
+	add("every watcher told its result by a push", res.Told == res.Watchers && res.TellMismatch == 0,
+		"%d of %d watchers pushed WON (with their hold) or LOST, %d disagreeing with their entry; the last %.2fs after closesAt",
+		res.Told, res.Watchers, res.TellMismatch, res.PushAllSeconds)
 	if !res.LedgerChecked {
 		checks = append(checks, Check{Name: "draw: recomputed draw equals the published one", Skipped: true, Detail: "ledger not read (--no-ledger)"})
 	} else {

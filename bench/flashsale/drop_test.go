@@ -285,6 +285,7 @@ func TestDrawRehearsal(t *testing.T) {
 	cfg.Buyers, cfg.Concurrency, cfg.Stock = 100, 24, 300
 	cfg.Think = time.Millisecond
 	cfg.Mode, cfg.Entrants, cfg.DrawWindow = flashsale.ModeDraw, 800, 15*time.Second
+	cfg.DrawWatchers = 100
 	cfg.DatabaseURL = dbURL
 	cfg.RunID = "dr"
 
@@ -315,7 +316,8 @@ func TestDrawRehearsal(t *testing.T) {
 			names = append(names, c.Name)
 		}
 	}
-	require.Len(t, names, 6)
+	require.Len(t, names, 7)
+	require.Equal(t, 100, dr.Told, "every watcher told by a push")
 	var html strings.Builder
 	require.NoError(t, flashsale.WriteHTML(&html, res))
 	require.Contains(t, html.String(), "<h2>Draw rehearsal</h2>")

@@ -59,6 +59,12 @@ func dialWatch(ctx context.Context, endpoint string, local net.IP, transport, sk
 // dialSubscription opens a connection from local to the endpoint and sends
 // the subscription payload (a GraphQL request: query and variables).
 func dialSubscription(ctx context.Context, endpoint string, local net.IP, transport string, payload []byte, timeout time.Duration) (*watchConn, error) {
+	return dialSubscriptionAs(ctx, endpoint, local, transport, "", payload, timeout)
+}
+
+// dialSubscriptionAs is dialSubscription as the bearer of a token ("":
+// anonymous), which a websocket carries in its connection_init.
+func dialSubscriptionAs(ctx context.Context, endpoint string, local net.IP, transport, bearer string, payload []byte, timeout time.Duration) (*watchConn, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return nil, err
@@ -73,7 +79,7 @@ func dialSubscription(ctx context.Context, endpoint string, local net.IP, transp
 	if w.sse {
 		err = w.startSSE(u, payload)
 	} else {
-		err = w.startWS(u, payload)
+		err = w.startWS(u, payload, bearer)
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -87,7 +93,7 @@ func subscribePayload(doc string, vars map[string]any) ([]byte, error) {
 	return json.Marshal(map[string]any{"query": doc, "variables": vars})
 }
 
-func (w *watchConn) startWS(u *url.URL, p []byte) error {
+func (w *watchConn) startWS(u *url.URL, p []byte, bearer string) error {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	key := base64.StdEncoding.EncodeToString(nonce[:])
@@ -104,7 +110,11 @@ func (w *watchConn) startWS(u *url.URL, p []byte) error {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		return fmt.Errorf("websocket upgrade: HTTP %d", resp.StatusCode)
 	}
-	if err := w.writeText([]byte(`{"type":"connection_init","payload":{}}`)); err != nil {
+	init := []byte(`{"type":"connection_init","payload":{}}`)
+	if bearer != "" {
+		init, _ = json.Marshal(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + bearer}})
+	}
+	if err := w.writeText(init); err != nil {
 		return err
 	}
 	for {

@@ -91,6 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&cfg.Waiters, "waitlist", 0, "after the drop, rehearse the waitlist: sell --stock units out, queue this many waiters, cancel every hold while outsiders reserve (0: none; max 10000)")
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "drop (the drop alone), draw (the drop, then a draw rehearsal: --entrants buyers enter a draw of --stock units, the server draws, the verdict checks and recomputes it) or queue (the drop, then a queued drop of --stock units: --queue-people people and --queue-bots bots against every --url)")
 	fs.IntVar(&cfg.Entrants, "entrants", cfg.Entrants, "buyers entering the draw rehearsal, every tenth twice (--mode draw; max 100000)")
+	fs.IntVar(&cfg.DrawWatchers, "draw-watchers", cfg.DrawWatchers, "entrants (spread over them) that watch their entry with myDrawEntryChanged over a websocket each, to time the push of the result (--mode draw; max 20000)")
 	fs.DurationVar(&cfg.DrawWindow, "draw-window", cfg.DrawWindow, "how long the rehearsal's draw takes entries before it is drawn (--mode draw)")
 	fs.IntVar(&cfg.QueuePeople, "queue-people", cfg.QueuePeople, fmt.Sprintf("people joining the queue rehearsal once each (--mode queue; max %d)", flashsale.MaxQueuePeople))
 	fs.IntVar(&cfg.QueueBots, "queue-bots", cfg.QueueBots, "bot principals of the queue rehearsal, each joining over many connections and trying every abuse (--mode queue)")
