@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/inventory"
 )
 
 // An operation's loaders are made when a resolver first asks for one, and
 // that one serves the rest of the operation: an operation that reads no
 // stock, product, drop or draw (a reserve, a commit) builds none.
 func TestLoadersAreMadeOnFirstUse(t *testing.T) {
-	l := loadersFrom(withLoaders(context.Background(), nil))
+	l := loadersFrom(withLoaders(context.Background(), &inventory.Engine{}))
 	require.Nil(t, l.stockL)
 	require.Nil(t, l.productL)
 	require.Nil(t, l.dropL)

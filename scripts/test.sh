@@ -43,11 +43,11 @@ esac
 marks() {
 	local files
 	mapfile -t files < <(grep -rlE --include='*_test.go' --exclude-dir=node_modules \
-		'^[[:space:]]+testenv\.Quiet\([[:alnum:]_]+\)[[:space:]]*$' . | sort)
+		'^[[:space:]]+testenv\.Quiet\([[:alnum:]_]+\)[[:space:]]*(//.*)?$' . | sort)
 	((${#files[@]} > 0)) || return 0
 	awk '
 		/^func / { fn = $2; sub(/\(.*/, "", fn) }
-		/^[ \t]+testenv\.Quiet\([A-Za-z0-9_]+\)[ \t]*$/ { f = FILENAME; sub(/^\.\//, "", f); sub(/\/[^\/]*$/, "", f); print f, fn }
+		/^[ \t]+testenv\.Quiet\([A-Za-z0-9_]+\)[ \t]*(\/\/.*)?$/ { f = FILENAME; sub(/^\.\//, "", f); sub(/\/[^\/]*$/, "", f); print f, fn }
 	' "${files[@]}"
 }
 
