@@ -53,6 +53,7 @@
 //	dl:{p07}:walks                  zset   SKUs whose waitlist walk is unfinished, by when it was left (ms)
 //	dl:{p07}:draw:<sku>             hash   done: entries of a draw's result apply_draw.lua has written;
 //	                                       short:<token>: why a winner could not be held
+//	dl:{p07}:drawn:<sku>            sharded pub/sub channel saying a draw's result is applied in full
 //	dl:{p07}:rebuild:<sku>:wait     zset   the queue a rebuild stages
 //	dl:{p07}:rebuild:<sku>:waiters  hash   the entries a rebuild stages
 //	dl:{pNN}:cart:<token>           hash   who st ctd dl exp lines idem fp rej: a cart, in its home partition

@@ -79,7 +79,7 @@ func TestSupersededRebuildWritesNothing(t *testing.T) {
 			ttl, err := r.Client.TTL(ctx, e.keys.Hold(p, loserTok)).Result()
 			require.NoError(t, err)
 			require.Positive(t, ttl, "and it does not stay for ever")
-			n, err := r.Client.Exists(ctx, e.keys.Rebuild(sku), e.keys.RebuildQuota(sku)).Result()
+			n, err := r.Client.Exists(ctx, e.keys.Staged().Rebuild(sku), e.keys.Staged().Quota(sku)).Result()
 			require.NoError(t, err)
 			require.Zero(t, n)
 		})

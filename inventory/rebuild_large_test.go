@@ -354,7 +354,7 @@ func TestConcurrentChunkedRebuilds(t *testing.T) {
 		quota, err := b.rdb.HGetAll(b.ctx, b.engine.Keys().Quota(sku)).Result()
 		require.NoError(t, err)
 		require.Equal(t, want, quota)
-		n, err := b.rdb.Exists(b.ctx, b.engine.Keys().Rebuild(sku), b.engine.Keys().RebuildQuota(sku)).Result()
+		n, err := b.rdb.Exists(b.ctx, b.engine.Keys().Staged().Rebuild(sku), b.engine.Keys().Staged().Quota(sku)).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "no staging left behind")
 	})

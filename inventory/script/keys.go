@@ -93,15 +93,27 @@ func (k Keys) Quota(sku string) string { return k.quotaIn(k.PartitionOf(sku), sk
 
 func (k Keys) quotaIn(p int, sku string) string { return k.Base(p) + "quota:" + sku }
 
+// Staged is the keys a SKU's rebuild writes beside the live ones, which the
+// publish step renames onto them (see Rebuild in inventory/doc.go).
+type Staged struct{ k Keys }
+
+// Staged returns the rebuild's staging keys.
+func (k Keys) Staged() Staged { return Staged{k} }
+
 // Rebuild is the hash of a SKU's rebuild under way (gen: its generation,
 // next: the chunks written), checked by every chunk and by the publish step.
-func (k Keys) Rebuild(sku string) string { return k.Base(k.PartitionOf(sku)) + "rebuild:" + sku }
+func (s Staged) Rebuild(sku string) string { return s.k.Base(s.k.PartitionOf(sku)) + "rebuild:" + sku }
 
-// RebuildQuota is the quota hash a rebuild stages; publishing renames it onto
-// Quota.
-func (k Keys) RebuildQuota(sku string) string {
-	return k.Base(k.PartitionOf(sku)) + "rebuild:" + sku + ":quota"
-}
+// Quota is the quota hash a rebuild stages; publishing renames it onto
+// Keys.Quota.
+func (s Staged) Quota(sku string) string { return s.Rebuild(sku) + ":quota" }
+
+// WaitQueue and WaitEntries are the waitlist a rebuild stages; publishing
+// renames them onto Keys.WaitQueue and Keys.WaitEntries.
+func (s Staged) WaitQueue(sku string) string { return s.Rebuild(sku) + ":wait" }
+
+// WaitEntries is the entries hash a rebuild stages (see WaitQueue).
+func (s Staged) WaitEntries(sku string) string { return s.Rebuild(sku) + ":waiters" }
 
 // Idempotency is the record of a reserve's first outcome, in the SKU's partition.
 func (k Keys) Idempotency(sku, idemHash string) string {
@@ -234,13 +246,6 @@ func (k Keys) WaitEntries(sku string) string { return k.waitEntriesIn(k.Partitio
 
 func (k Keys) waitEntriesIn(p int, sku string) string { return k.Base(p) + "waiters:" + sku }
 
-// RebuildWaitQueue and RebuildWaitEntries are the waitlist a rebuild stages;
-// publishing renames them onto WaitQueue and WaitEntries.
-func (k Keys) RebuildWaitQueue(sku string) string { return k.Rebuild(sku) + ":wait" }
-
-// RebuildWaitEntries is the entries hash a rebuild stages (see RebuildWaitQueue).
-func (k Keys) RebuildWaitEntries(sku string) string { return k.Rebuild(sku) + ":waiters" }
-
 // waitlistKeys is join_waitlist.lua's and leave_waitlist.lua's KEYS.
 func (k Keys) waitlistKeys(sku string) []string {
 	p := k.PartitionOf(sku)
@@ -277,12 +282,13 @@ func (k Keys) applyDrawKeys(sku string) []string {
 
 // stageWaitlistKeys is stage_waitlist.lua's KEYS.
 func (k Keys) stageWaitlistKeys(sku string) []string {
-	return []string{k.SKU(sku), k.Rebuild(sku), k.RebuildWaitQueue(sku), k.RebuildWaitEntries(sku)}
+	st := k.Staged()
+	return []string{k.SKU(sku), st.Rebuild(sku), st.WaitQueue(sku), st.WaitEntries(sku)}
 }
 
 // stageRebuildKeys is stage_rebuild.lua's KEYS.
 func (k Keys) stageRebuildKeys(sku string) []string {
-	return []string{k.SKU(sku), k.Rebuild(sku), k.RebuildQuota(sku)}
+	return []string{k.SKU(sku), k.Staged().Rebuild(sku), k.Staged().Quota(sku)}
 }
 
 // hydrateKeys is hydrate_sku.lua's KEYS.
@@ -294,7 +300,7 @@ func (k Keys) hydrateKeys(sku string) []string {
 // publishKeys is publish_sku.lua's KEYS.
 func (k Keys) publishKeys(sku string) []string {
 	p := k.PartitionOf(sku)
-	return append(k.stageRebuildKeys(sku), k.Quota(sku), k.Channel(sku), k.RebuildWaitQueue(sku), k.RebuildWaitEntries(sku),
+	return append(k.stageRebuildKeys(sku), k.Quota(sku), k.Channel(sku), k.Staged().WaitQueue(sku), k.Staged().WaitEntries(sku),
 		k.WaitQueue(sku), k.WaitEntries(sku), k.Expiry(p), k.Outbox(p))
 }
 

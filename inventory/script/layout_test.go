@@ -10,35 +10,38 @@ import (
 	"testing"
 )
 
-// builtNames is every key name Keys can build, one per exported builder
-// (found by reflection, so a new builder is seen), with each argument
-// written <> and the partition tag {p}.
+// builtNames is every key name Keys (and the rebuild's Staged) can build,
+// one per exported builder (found by reflection, so a new builder is seen),
+// with each argument written <> and the partition tag {p}.
 func builtNames(t *testing.T) map[string]string {
 	t.Helper()
 	k := NewKeys("dl:")
-	v := reflect.ValueOf(k)
 	tag := regexp.MustCompile(`\{p\d\d\}`)
 	out := map[string]string{}
-	for i := range v.NumMethod() {
-		m, mt := v.Method(i), v.Type().Method(i)
-		ft := m.Type()
-		if ft.NumOut() != 1 || ft.Out(0).Kind() != reflect.String || mt.Name == "Base" {
-			continue
-		}
-		args := make([]reflect.Value, ft.NumIn())
-		for j := range args {
-			switch ft.In(j).Kind() {
-			case reflect.Int:
-				args[j] = reflect.ValueOf(7)
-			case reflect.String:
-				args[j] = reflect.ValueOf("<>")
-			default:
-				t.Fatalf("Keys.%s takes a %s", mt.Name, ft.In(j))
+	builders := func(v reflect.Value, prefix string) {
+		for i := range v.NumMethod() {
+			m, mt := v.Method(i), v.Type().Method(i)
+			ft := m.Type()
+			if ft.NumOut() != 1 || ft.Out(0).Kind() != reflect.String || mt.Name == "Base" {
+				continue
 			}
+			args := make([]reflect.Value, ft.NumIn())
+			for j := range args {
+				switch ft.In(j).Kind() {
+				case reflect.Int:
+					args[j] = reflect.ValueOf(7)
+				case reflect.String:
+					args[j] = reflect.ValueOf("<>")
+				default:
+					t.Fatalf("%s%s takes a %s", prefix, mt.Name, ft.In(j))
+				}
+			}
+			name := m.Call(args)[0].String()
+			out[tag.ReplaceAllString(name, "{p}")] = prefix + mt.Name
 		}
-		name := m.Call(args)[0].String()
-		out[tag.ReplaceAllString(name, "{p}")] = mt.Name
 	}
+	builders(reflect.ValueOf(k), "")
+	builders(reflect.ValueOf(k.Staged()), "Staged.")
 	// The builders only the scripts' KEYS use, unexported.
 	out[tag.ReplaceAllString(k.cartIdempotency(7, "<>"), "{p}")] = "cartIdempotency"
 	out[tag.ReplaceAllString(k.idempotencyClaims("<>"), "{p}")] = "idempotencyClaims"
