@@ -12,16 +12,13 @@ import (
 // aggregateOf says which aggregate a file of the engine belongs to, by its
 // name; "" is the engine's own part (holds, and what every aggregate shares).
 func aggregateOf(file string) string {
-	switch {
-	case strings.HasPrefix(file, "draw"):
-		return "Draws"
-	case file == "product.go" || file == "stock.go":
+	if file == "product.go" || file == "stock.go" {
 		return "Catalog"
 	}
 	return ""
 }
 
-var aggregates = []string{"Draws", "Catalog"}
+var aggregates = []string{"Catalog"}
 
 // TestAggregatesStayApart checks the engine's cut by aggregate (units.go):
 // an aggregate's methods are declared in its own files, and no file calls

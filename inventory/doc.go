@@ -7,17 +7,17 @@
 //
 // Engine keeps the holds (reserve, commit, cancel, extend, read) and hands
 // out the other aggregates: Carts, Waitlists, Draws, Drops and Catalog.
-// Carts (package inventory/cart), drops (inventory/drop) and waitlists
-// (inventory/waitlist) are packages of their own; each is handed the
-// engine's core (package inventory/core: the Redis client, ledger, key
-// layout, script runner, metrics, and the hand-offs of the holds an
-// aggregate needs; a cart asks what more it needs of the holds its lines
-// are through cart.Holds) and imports, of the engine's packages, only it,
-// the script layer (inventory/script), the sale policy (inventory/policy)
-// and the outcomes (inventory/outcome): never another aggregate, never this
-// package (internal/archtest's layers check it). Draws and the catalog are
-// still files of this package, kept apart by TestAggregatesStayApart (see
-// units.go).
+// Carts (package inventory/cart), draws (inventory/draw), drops
+// (inventory/drop) and waitlists (inventory/waitlist) are packages of their
+// own; each is handed the engine's core (package inventory/core: the Redis
+// client, ledger, key layout, script runner, metrics, and the hand-offs of
+// the holds an aggregate needs; a cart asks what more it needs of the holds
+// its lines are through cart.Holds, a draw through draw.Holds) and imports,
+// of the engine's packages, only it, the script layer (inventory/script),
+// the sale policy (inventory/policy) and the outcomes (inventory/outcome):
+// never another aggregate, never this package (internal/archtest's layers
+// check it). The catalog is still files of this package, kept apart by
+// TestAggregatesStayApart (see units.go).
 //
 // # Lifecycle of a reservation
 //
@@ -146,19 +146,19 @@
 //
 // # Draws
 //
-// A product created with a draw (draw.go) has the mode draw, which admits
-// only a draw's result and waitlist offers: a reserve, a cart line and a
-// join are refused (DRAW_ONLY). Its entries live in Postgres only; the draw
-// is decided there (db.Ledger.RunDraw, the shuffle in draw_shuffle.go, for
-// the units neither sold nor held) and carried to Redis by apply_draw.lua in
-// batches, every winner in draw order and then the losers in draw order: a
-// winner's HELD hold (a reserve event, like any other), a loser's waitlist
-// entry (a wjoin event). The progress hash makes each batch apply once. A
-// winner may_take refuses (the units the draw counted were not there) is
-// recorded in the progress hash and put in the waitlist, ahead of the
-// losers; RunDraw then records it in the ledger (draw_results.unheld), logs
-// and counts it, writes every winner's hold to the ledger, and only then
-// marks the draw applied.
+// A product created with a draw (inventory/draw) has the mode draw, which
+// admits only a draw's result and waitlist offers: a reserve, a cart line
+// and a join are refused (DRAW_ONLY). Its entries live in Postgres only; the
+// draw is decided there (db.Ledger.RunDraw, the shuffle in
+// draw/draw_shuffle.go, for the units neither sold nor held) and carried to
+// Redis by apply_draw.lua in batches, every winner in draw order and then
+// the losers in draw order: a winner's HELD hold (a reserve event, like any
+// other), a loser's waitlist entry (a wjoin event). The progress hash makes
+// each batch apply once. A winner may_take refuses (the units the draw
+// counted were not there) is recorded in the progress hash and put in the
+// waitlist, ahead of the losers; RunDraw then records it in the ledger
+// (draw_results.unheld), logs and counts it, writes every winner's hold to
+// the ledger, and only then marks the draw applied.
 //
 // # Waitlist
 //

@@ -203,7 +203,7 @@ func (c *Config) validate() error {
 	if err := c.CartPause.Validate(); err != nil {
 		return err
 	}
-	if err := c.DrawPause.validate(); err != nil {
+	if err := c.DrawPause.Validate(); err != nil {
 		return err
 	}
 	if c.Retention < c.IdempotencyTTL {
@@ -245,14 +245,15 @@ type Engine struct {
 	rebuild singleflight.Group
 	metrics *metrics
 	batches reserveBatcher
-	// drawEntries gathers concurrent draw entries into one transaction.
-	drawEntries drawEntryBatcher
 	// tracer is nil when tracing is off (Config.Tracer).
 	tracer trace.Tracer
 	// core is what the engine hands its aggregates (newCore).
 	core *core.Core
 	// carts are the engine's carts (newCarts).
 	carts Carts
+	// draws are the engine's draws (newDraws), which gather concurrent
+	// entries into one transaction.
+	draws Draws
 	// restoreQueue restores a queue lost with Redis from the ledger
 	// (RestoreQueuesWith); nil until set.
 	restoreQueue atomic.Pointer[func(ctx context.Context, queueID string) error]
@@ -292,6 +293,7 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 	}
 	e.core = e.newCore()
 	e.carts = e.newCarts()
+	e.draws = e.newDraws()
 	e.hot = rdb
 	if ap, err := rdb.AutoPipeline(); err == nil {
 		e.hot = ap

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/inventory/core"
+	"github.com/dropline/dropline/inventory/draw"
 )
 
 // metrics are the engine's Prometheus series. With a nil registerer they are
@@ -21,10 +22,8 @@ type metrics struct {
 	reserveBatch prometheus.Histogram
 	// reserveDur is how long each Reserve took, whatever its outcome.
 	reserveDur prometheus.Histogram
-	// drawEntryBatch is the number of draw entries each transaction recorded.
-	drawEntryBatch prometheus.Histogram
-	// drawUnheld counts draws' winners whose hold could not be made.
-	drawUnheld prometheus.Counter
+	// draws are the draws' own series (draw.Metrics).
+	draws *draw.Metrics
 	// soldOutFromMemory counts reserves answered OUT_OF_STOCK without a
 	// script, from what the process knew (SoldOutMemory).
 	soldOutFromMemory prometheus.Counter
@@ -56,15 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time of one reserve in the engine, whatever its outcome: the idempotency claim, the wait for its batch, its run of reserve.lua and any rebuild (deploy/alerts.yml watches its 99th percentile).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		})),
-		drawEntryBatch: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "dropline_draw_entry_batch_size",
-			Help:    "Draw entries recorded by one Postgres transaction (concurrent entries go together).",
-			Buckets: []float64{1, 4, 16, 64, 128, 256},
-		})),
-		drawUnheld: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dropline_draw_winners_unheld_total",
-			Help: "Draws' winners whose hold could not be made (the units the draw counted were not there); each waits first in the waitlist and is recorded in the ledger's result.",
-		})),
+		draws: draw.NewMetrics(reg),
 		soldOutFromMemory: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_reserve_sold_out_from_memory_total",
 			Help: "Reserves answered OUT_OF_STOCK from the process's memory of sold-out SKUs, without a script run.",

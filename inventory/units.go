@@ -3,7 +3,9 @@ package inventory
 import (
 	"context"
 
+	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory/cart"
+	"github.com/dropline/dropline/inventory/draw"
 	"github.com/dropline/dropline/inventory/drop"
 	"github.com/dropline/dropline/inventory/waitlist"
 )
@@ -13,14 +15,14 @@ import (
 // shares (configuration, keys, scripts, the ledger, rebuilds, the mutation
 // budget); each other aggregate is a type of its own, reached through its
 // accessor: e.Carts().ReserveCart(...), e.Catalog().Stock(...). An
-// aggregate that is a package of its own (inventory/cart, inventory/drop,
-// inventory/waitlist) is handed the engine's core (package inventory/core,
-// built in shared.go) and imports nothing of this package or of another
-// aggregate (internal/archtest's layers). The others are still files of
-// this package (draws: draw*.go; the catalog: product.go, stock.go,
-// status.go), and TestAggregatesStayApart checks that no aggregate's code
-// calls another's exported methods: they meet only in the engine's shared
-// parts, the sale policy and the script layer.
+// aggregate that is a package of its own (inventory/cart, inventory/draw,
+// inventory/drop, inventory/waitlist) is handed the engine's core (package
+// inventory/core, built in shared.go) and imports nothing of this package
+// or of another aggregate (internal/archtest's layers). The catalog is
+// still files of this package (product.go, stock.go, status.go), and
+// TestAggregatesStayApart checks that the engine's own code calls none of
+// its exported methods: they meet only in the engine's shared parts, the
+// sale policy and the script layer.
 
 // Carts reserves, commits, cancels and extends carts: several SKUs held
 // together or not at all (see Carts in doc.go). Package inventory/cart has
@@ -99,11 +101,73 @@ const (
 const MaxMyWaitlist = waitlist.MaxMine
 
 // Draws takes a draw's entries, runs it and reads its result (see Draws in
-// doc.go).
-type Draws struct{ e *Engine }
+// doc.go). Package inventory/draw has them.
+type Draws = draw.Draws
 
 // Draws is the engine's draws.
-func (e *Engine) Draws() Draws { return Draws{e: e} }
+func (e *Engine) Draws() Draws { return e.draws }
+
+func (e *Engine) newDraws() Draws {
+	return draw.New(e.core, holds{e: e}, draw.Settings{Pause: e.cfg.DrawPause}, e.metrics.draws)
+}
+
+// A draw, its entries and what makes one, as package draw has them.
+type (
+	// DrawInput makes a new product sold by draw.
+	DrawInput = draw.Input
+	// Draw is a product's draw as anyone may see it.
+	Draw = draw.Draw
+	// DrawEntry is a principal's entry in a draw.
+	DrawEntry = draw.Entry
+	// DrawReport is what one RunDraw did.
+	DrawReport = draw.Report
+	// DrawStage names a point of RunDrawSteps.
+	DrawStage = draw.Stage
+	// DrawPause is a test-only pause of RunDraw at one step.
+	DrawPause = draw.Pause
+)
+
+// The statuses of a draw and of an entry, the stages RunDrawSteps reports,
+// the steps a DrawPause may stop at, and the bound of MyDrawEntries.
+const (
+	DrawOpen         = draw.Open
+	DrawDrawn        = draw.Drawn
+	EntryEntered     = draw.Entered
+	EntryWon         = draw.Won
+	EntryLost        = draw.Lost
+	DrawDecided      = draw.Decided
+	DrawApplying     = draw.Applying
+	DrawPauseDecided = draw.PauseDecided
+	DrawPauseApplied = draw.PauseApplied
+	MaxMyDrawEntries = draw.MaxMine
+)
+
+// DrawDecision computes a draw's outcome (see draw.Decision).
+func DrawDecision(seed []byte, stock int, quantities []int) (places []int, won []bool) {
+	return draw.Decision(seed, stock, quantities)
+}
+
+// DrawWinners is the draw's walk of the shuffled entries (see draw.Winners).
+func DrawWinners(seed []byte, stock int, quantities []int) (order []int, won []bool) {
+	return draw.Winners(seed, stock, quantities)
+}
+
+// DrawOrder is the draw's shuffle of n entries (see draw.Order).
+func DrawOrder(seed []byte, n int) []int { return draw.Order(seed, n) }
+
+// DueDraws lists up to limit SKUs whose draw should run now (see
+// draw.Draws.DueDraws).
+func (m *Maintenance) DueDraws(ctx context.Context, limit int) ([]string, error) {
+	return m.e.draws.DueDraws(ctx, limit)
+}
+
+// checkDraw validates a new product's draw (draw.Check).
+func (e *Engine) checkDraw(in ProductInput) error {
+	return draw.Check(*in.Draw, in.SaleStartsAt, in.SaleEndsAt, e.core.Limits)
+}
+
+// newDraw is a new product's draw with its seed (draw.Seeded).
+func newDraw(d DrawInput) *db.NewDraw { return draw.Seeded(d) }
 
 // Drops creates and reads drops: SKUs under one per-person limit and one
 // sale window (see Drops in doc.go). Package inventory/drop has them.

@@ -40,7 +40,7 @@ var layers = map[string]int{
 	// The engine's aggregates share one layer, so none imports another:
 	// they meet only in the core, the script layer, the policy and the
 	// outcomes below them, and the engine above hands each its core.
-	"inventory/cart": 5, "inventory/drop": 5, "inventory/waitlist": 5,
+	"inventory/cart": 5, "inventory/draw": 5, "inventory/drop": 5, "inventory/waitlist": 5,
 	"inventory": 6,
 	// What builds on the engine.
 	"inventory/queue": 7, "webhook": 7,

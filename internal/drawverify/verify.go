@@ -3,7 +3,7 @@
 // checks what the draw handed out: that its stock was free when it ran, and
 // that every winner holds a reservation of its quantity under the token the
 // result gave it. The shuffle is written here again from its description in
-// docs/design.md (G14), apart from the engine's (inventory/draw_shuffle.go),
+// docs/design.md (G14), apart from the engine's (inventory/draw/draw_shuffle.go),
 // so that a mistake in either shows up as a mismatch. `dropline verify-draw`
 // and the flashsale draw rehearsal both use it.
 package drawverify

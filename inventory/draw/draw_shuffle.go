@@ -1,4 +1,4 @@
-package inventory
+package draw
 
 import (
 	"crypto/hmac"
@@ -58,9 +58,9 @@ func (s *drawStream) below(n uint64) uint64 {
 	}
 }
 
-// DrawOrder returns the shuffled order of n entries sorted by id: order[p]
+// Order returns the shuffled order of n entries sorted by id: order[p]
 // is the index (in id order) of the entry at place p+1.
-func DrawOrder(seed []byte, n int) []int {
+func Order(seed []byte, n int) []int {
 	order := make([]int, n)
 	for i := range order {
 		order[i] = i
@@ -73,14 +73,14 @@ func DrawOrder(seed []byte, n int) []int {
 	return order
 }
 
-// DrawWinners applies step 4: quantities are the entries' in id order, stock
-// the units given out. It returns the order (as DrawOrder) and, per entry in
+// Winners applies step 4: quantities are the entries' in id order, stock
+// the units given out. It returns the order (as Order) and, per entry in
 // id order, whether it won. Whether an entry's quantity fits what is left is
 // the policy's decision on the draw's path (policy.Check), the one
 // apply_draw.lua asks again of what Redis has when it gives the winner its
 // hold.
-func DrawWinners(seed []byte, stock int, quantities []int) (order []int, won []bool) {
-	order = DrawOrder(seed, len(quantities))
+func Winners(seed []byte, stock int, quantities []int) (order []int, won []bool) {
+	order = Order(seed, len(quantities))
 	won = make([]bool, len(quantities))
 	left := stock
 	for _, i := range order {

@@ -1,4 +1,10 @@
-package inventory
+// Package draw sells a product by draw: it takes entries until the draw
+// closes, then picks the winners from a published seed (the shuffle in
+// draw_shuffle.go) and carries the result to Redis, every winner a HELD
+// reservation and every loser a waitlist place (see Draws in package
+// inventory's doc). Like every aggregate package it reaches the engine
+// only through package core, and the holds through Holds.
+package draw
 
 import (
 	"context"
@@ -11,25 +17,27 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory/core"
+	"github.com/dropline/dropline/inventory/outcome"
 	"github.com/dropline/dropline/inventory/script"
 )
 
-// DrawInput makes a new product sold by draw: between its sale start and
+// Input makes a new product sold by draw: between its sale start and
 // ClosesAt it takes entries (EnterDraw) instead of reserves; at ClosesAt the
 // draw picks the winners (RunDraw), who get HELD reservations of WinnerHold.
-type DrawInput struct {
+type Input struct {
 	ClosesAt   time.Time
 	WinnerHold time.Duration
 }
 
 // The statuses of a draw and of an entry.
 const (
-	DrawOpen  = db.DrawOpen
-	DrawDrawn = db.DrawDrawn
+	Open  = db.DrawOpen
+	Drawn = db.DrawDrawn
 
-	EntryEntered = db.EntryEntered
-	EntryWon     = db.EntryWon
-	EntryLost    = db.EntryLost
+	Entered = db.EntryEntered
+	Won     = db.EntryWon
+	Lost    = db.EntryLost
 )
 
 // Draw is a product's draw as anyone may see it.
@@ -53,8 +61,8 @@ type Draw struct {
 	AppliedAt *time.Time
 }
 
-// DrawEntry is a principal's entry in a draw.
-type DrawEntry struct {
+// Entry is a principal's entry in a draw.
+type Entry struct {
 	ID        int64
 	SKU       string
 	Principal string
@@ -65,46 +73,46 @@ type DrawEntry struct {
 	Place int
 	// Token names a winner's reservation; Reservation is its state when read.
 	Token       string
-	Reservation *Reservation
+	Reservation *core.Reservation
 	// Replayed is true when EnterDraw found the principal's entry.
 	Replayed bool
 }
 
-func drawFrom(d db.Draw) Draw {
+func from(d db.Draw) Draw {
 	return Draw{
 		SKU: d.SKU, ClosesAt: d.ClosesAt.UTC(), WinnerHold: time.Duration(d.WinnerHoldMillis) * time.Millisecond,
 		Status: d.Status, Entries: d.Entries, SeedHash: d.SeedHash, Seed: d.Seed, Stock: d.Stock, Winners: d.Winners,
-		DrawnAt: utcPtr(d.DrawnAt), Applied: d.AppliedAt != nil, AppliedAt: utcPtr(d.AppliedAt),
+		DrawnAt: core.UTCPtr(d.DrawnAt), Applied: d.AppliedAt != nil, AppliedAt: core.UTCPtr(d.AppliedAt),
 	}
 }
 
-func entryFrom(e db.DrawEntry) DrawEntry {
-	return DrawEntry{ID: e.ID, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity, EnteredAt: e.EnteredAt.UTC(),
+func entryFrom(e db.DrawEntry) Entry {
+	return Entry{ID: e.ID, SKU: e.SKU, Principal: e.Principal, Quantity: e.Quantity, EnteredAt: e.EnteredAt.UTC(),
 		Status: e.Status, Place: e.Place, Token: e.Token}
 }
 
-// checkDraw validates a new product's draw against its sale window and the
-// hold bounds.
-func (e *Engine) checkDraw(in ProductInput) error {
-	d := in.Draw
+// Check validates a new product's draw against the product's sale window
+// (saleStarts, saleEnds: nil for none) and the hold bounds.
+func Check(d Input, saleStarts, saleEnds *time.Time, l core.Limits) error {
 	if d.ClosesAt.IsZero() {
-		return &InvalidInputError{Field: "draw.closesAt", Reason: "is required"}
+		return &outcome.InvalidInputError{Field: "draw.closesAt", Reason: "is required"}
 	}
-	if in.SaleStartsAt != nil && !d.ClosesAt.After(*in.SaleStartsAt) {
-		return &InvalidInputError{Field: "draw.closesAt", Reason: "must be after saleStartsAt"}
+	if saleStarts != nil && !d.ClosesAt.After(*saleStarts) {
+		return &outcome.InvalidInputError{Field: "draw.closesAt", Reason: "must be after saleStartsAt"}
 	}
-	if in.SaleEndsAt != nil && !in.SaleEndsAt.After(d.ClosesAt) {
-		return &InvalidInputError{Field: "draw.closesAt", Reason: "must be before saleEndsAt"}
+	if saleEnds != nil && !saleEnds.After(d.ClosesAt) {
+		return &outcome.InvalidInputError{Field: "draw.closesAt", Reason: "must be before saleEndsAt"}
 	}
-	if d.WinnerHold < e.cfg.MinHold || d.WinnerHold > e.cfg.MaxHold {
-		return &InvalidInputError{Field: "draw.winnerHoldSeconds", Reason: fmt.Sprintf("must be between %d and %d",
-			int(e.cfg.MinHold/time.Second), int(e.cfg.MaxHold/time.Second))}
+	if d.WinnerHold < l.MinHold || d.WinnerHold > l.MaxHold {
+		return &outcome.InvalidInputError{Field: "draw.winnerHoldSeconds", Reason: fmt.Sprintf("must be between %d and %d",
+			int(l.MinHold/time.Second), int(l.MaxHold/time.Second))}
 	}
 	return nil
 }
 
-// newDraw fixes a draw's seed: 32 bytes from crypto/rand.
-func newDraw(d DrawInput) *db.NewDraw {
+// Seeded is a new product's draw as the ledger records it, its seed fixed:
+// 32 bytes from crypto/rand.
+func Seeded(d Input) *db.NewDraw {
 	seed := make([]byte, 32)
 	if _, err := rand.Read(seed); err != nil {
 		panic(fmt.Sprintf("crypto/rand failed: %v", err))
@@ -114,11 +122,10 @@ func newDraw(d DrawInput) *db.NewDraw {
 
 // DrawOf returns a product's draw, or nil when the product is not sold by draw.
 func (a Draws) DrawOf(ctx context.Context, sku string) (*Draw, error) {
-	e := a.e
-	if !ValidSKU(sku) {
-		return nil, productNotFound(sku)
+	if !core.ValidSKU(sku) {
+		return nil, core.ProductNotFound(sku)
 	}
-	list, err := e.Draws().DrawsOf(ctx, []string{sku})
+	list, err := a.DrawsOf(ctx, []string{sku})
 	if err != nil {
 		return nil, err
 	}
@@ -132,17 +139,17 @@ func (a Draws) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
 	e := a.e
 	valid := make([]string, 0, len(skus))
 	for _, s := range skus {
-		if ValidSKU(s) {
+		if core.ValidSKU(s) {
 			valid = append(valid, s)
 		}
 	}
 	rows, err := e.ledger.DrawsBySKU(ctx, valid)
 	if err != nil {
-		return nil, ledgerError("reading draws", "", err)
+		return nil, core.LedgerError("reading draws", "", err)
 	}
 	bySKU := make(map[string]Draw, len(rows))
 	for _, r := range rows {
-		bySKU[r.SKU] = drawFrom(r)
+		bySKU[r.SKU] = from(r)
 	}
 	out := make([]*Draw, len(skus))
 	for i, s := range skus {
@@ -155,13 +162,13 @@ func (a Draws) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
 
 // DrawEntries returns every entry of a SKU's draw by id, as the shuffle
 // takes them, for verifiers and audits.
-func (a Draws) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {
+func (a Draws) DrawEntries(ctx context.Context, sku string) ([]Entry, error) {
 	e := a.e
 	rows, err := e.ledger.DrawEntries(ctx, sku)
 	if err != nil {
-		return nil, ledgerError("reading the draw's entries", sku, err)
+		return nil, core.LedgerError("reading the draw's entries", sku, err)
 	}
-	out := make([]DrawEntry, len(rows))
+	out := make([]Entry, len(rows))
 	for i, r := range rows {
 		out[i] = entryFrom(r)
 	}
@@ -171,22 +178,22 @@ func (a Draws) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error)
 // EnterDraw enters the principal in a SKU's draw for quantity units. One
 // entry per principal: entering again returns the entry (Replayed). The
 // entry is a Postgres row before the answer: concurrent entries are recorded
-// together, in one transaction (drawEntryBatcher), each answered once it
+// together, in one transaction (entryBatcher), each answered once it
 // committed. Refusals: *InvalidInputError
 // (a bad quantity, or a product not sold by draw), *NotFoundError,
 // *SaleNotActiveError (outside saleStartsAt..closesAt, or drawn: EndsAt is
 // closesAt), *QuotaExceededError (above the per-principal limit).
-func (a Draws) EnterDraw(ctx context.Context, p Principal, sku string, quantity int) (w DrawEntry, err error) {
+func (a Draws) EnterDraw(ctx context.Context, p core.Principal, sku string, quantity int) (w Entry, err error) {
 	e := a.e
-	defer func() { e.metrics.outcome("enter_draw", err) }()
-	if err := checkPrincipal(p); err != nil {
-		return DrawEntry{}, err
+	defer func() { e.core.Metrics.Outcome("enter_draw", err) }()
+	if err := core.CheckPrincipal(p); err != nil {
+		return Entry{}, err
 	}
-	if !ValidSKU(sku) {
-		return DrawEntry{}, productNotFound(sku)
+	if !core.ValidSKU(sku) {
+		return Entry{}, core.ProductNotFound(sku)
 	}
-	if quantity < 1 || quantity > e.cfg.MaxQuantity {
-		return DrawEntry{}, &InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", e.cfg.MaxQuantity)}
+	if most := e.core.Limits.MaxQuantity; quantity < 1 || quantity > most {
+		return Entry{}, &outcome.InvalidInputError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", most)}
 	}
 	ans, err := e.enterInBatch(ctx, db.DrawEntryRequest{SKU: sku, Principal: p.ID, Quantity: quantity})
 	if err == nil {
@@ -198,102 +205,102 @@ func (a Draws) EnterDraw(ctx context.Context, p Principal, sku string, quantity 
 	switch {
 	case errors.As(err, &closed):
 		ends := closed.ClosesAt.UTC()
-		return DrawEntry{}, &SaleNotActiveError{StartsAt: utcPtr(closed.StartsAt), EndsAt: &ends}
+		return Entry{}, &outcome.SaleNotActiveError{StartsAt: core.UTCPtr(closed.StartsAt), EndsAt: &ends}
 	case errors.As(err, &quota):
-		return DrawEntry{}, &QuotaExceededError{Limit: quota.Limit}
+		return Entry{}, &outcome.QuotaExceededError{Limit: quota.Limit}
 	case errors.Is(err, db.ErrNotFound):
 		if _, perr := e.ledger.Product(ctx, sku); perr == nil {
-			return DrawEntry{}, &InvalidInputError{Field: "sku", Reason: "this product is not sold by draw"}
+			return Entry{}, &outcome.InvalidInputError{Field: "sku", Reason: "this product is not sold by draw"}
 		}
-		return DrawEntry{}, productNotFound(sku)
+		return Entry{}, core.ProductNotFound(sku)
 	case err != nil:
-		return DrawEntry{}, ledgerError("entering the draw", sku, err)
+		return Entry{}, core.LedgerError("entering the draw", sku, err)
 	}
 	w = entryFrom(row)
 	w.Replayed = replayed
-	return e.withDrawReservation(ctx, p, w), nil
+	return e.withReservation(ctx, p, w), nil
 }
 
-// MaxMyDrawEntries bounds the entries MyDrawEntries lists (and so what the
-// API prices the list at).
-const MaxMyDrawEntries = 100
+// MaxMine bounds the entries MyDrawEntries lists (and so what the API
+// prices the list at).
+const MaxMine = 100
 
 // MyDrawEntries lists the principal's draw entries, newest first, with a
 // winner's reservation.
-func (a Draws) MyDrawEntries(ctx context.Context, p Principal) ([]DrawEntry, error) {
+func (a Draws) MyDrawEntries(ctx context.Context, p core.Principal) ([]Entry, error) {
 	e := a.e
-	if err := checkPrincipal(p); err != nil {
+	if err := core.CheckPrincipal(p); err != nil {
 		return nil, err
 	}
-	rows, err := e.ledger.DrawEntriesOf(ctx, p.ID, MaxMyDrawEntries)
+	rows, err := e.ledger.DrawEntriesOf(ctx, p.ID, MaxMine)
 	if err != nil {
-		return nil, ledgerError("listing draw entries", "", err)
+		return nil, core.LedgerError("listing draw entries", "", err)
 	}
-	out := make([]DrawEntry, len(rows))
+	out := make([]Entry, len(rows))
 	for i, r := range rows {
-		out[i] = e.withDrawReservation(ctx, p, entryFrom(r))
+		out[i] = e.withReservation(ctx, p, entryFrom(r))
 	}
 	return out, nil
 }
 
 // MyDrawEntry returns the principal's entry in a SKU's draw, with a
 // winner's reservation; *NotFoundError when it has none.
-func (a Draws) MyDrawEntry(ctx context.Context, p Principal, sku string) (DrawEntry, error) {
+func (a Draws) MyDrawEntry(ctx context.Context, p core.Principal, sku string) (Entry, error) {
 	e := a.e
-	if err := checkPrincipal(p); err != nil {
-		return DrawEntry{}, err
+	if err := core.CheckPrincipal(p); err != nil {
+		return Entry{}, err
 	}
-	if !ValidSKU(sku) {
-		return DrawEntry{}, &NotFoundError{Kind: "draw entry", Key: sku}
+	if !core.ValidSKU(sku) {
+		return Entry{}, &outcome.NotFoundError{Kind: "draw entry", Key: sku}
 	}
 	row, err := e.ledger.DrawEntryOf(ctx, sku, p.ID)
 	if errors.Is(err, db.ErrNotFound) {
-		return DrawEntry{}, &NotFoundError{Kind: "draw entry", Key: sku}
+		return Entry{}, &outcome.NotFoundError{Kind: "draw entry", Key: sku}
 	}
 	if err != nil {
-		return DrawEntry{}, ledgerError("reading a draw entry", sku, err)
+		return Entry{}, core.LedgerError("reading a draw entry", sku, err)
 	}
-	return e.withDrawReservation(ctx, p, entryFrom(row)), nil
+	return e.withReservation(ctx, p, entryFrom(row)), nil
 }
 
 // WithReservation adds a winner's reservation to an entry read elsewhere
 // (the live result of a draw), as the principal may read it.
-func (a Draws) WithReservation(ctx context.Context, p Principal, w DrawEntry) DrawEntry {
-	return a.e.withDrawReservation(ctx, p, w)
+func (a Draws) WithReservation(ctx context.Context, p core.Principal, w Entry) Entry {
+	return a.e.withReservation(ctx, p, w)
 }
 
 // AppliedResult returns a SKU's draw result, every entry in draw order,
 // once the result has been carried to Redis in full (the winners hold,
 // the losers are queued); applied is false, and entries nil, before. It is
 // what live updates read once per process to tell every entrant.
-func (a Draws) AppliedResult(ctx context.Context, sku string) (applied bool, entries []DrawEntry, err error) {
+func (a Draws) AppliedResult(ctx context.Context, sku string) (applied bool, entries []Entry, err error) {
 	e := a.e
 	d, err := e.ledger.Draw(ctx, sku)
 	if errors.Is(err, db.ErrNotFound) {
-		return false, nil, &NotFoundError{Kind: "draw", Key: sku}
+		return false, nil, &outcome.NotFoundError{Kind: "draw", Key: sku}
 	}
 	if err != nil {
-		return false, nil, ledgerError("reading the draw", sku, err)
+		return false, nil, core.LedgerError("reading the draw", sku, err)
 	}
 	if d.AppliedAt == nil {
 		return false, nil, nil
 	}
 	rows, err := e.ledger.DrawResult(ctx, sku)
 	if err != nil {
-		return false, nil, ledgerError("reading the draw's result", sku, err)
+		return false, nil, core.LedgerError("reading the draw's result", sku, err)
 	}
-	entries = make([]DrawEntry, len(rows))
+	entries = make([]Entry, len(rows))
 	for i, r := range rows {
 		entries[i] = entryFrom(r)
 	}
 	return true, entries, nil
 }
 
-func (e *Engine) withDrawReservation(ctx context.Context, p Principal, w DrawEntry) DrawEntry {
+func (e *engine) withReservation(ctx context.Context, p core.Principal, w Entry) Entry {
 	if w.Token == "" {
 		return w
 	}
-	r, err := e.Reservation(ctx, p, w.Token)
+	r, err := e.holds.Reservation(ctx, p, w.Token)
 	if err != nil {
 		// Not applied to Redis yet, or the hold is gone: the entry still says WON.
 		return w
@@ -302,11 +309,11 @@ func (e *Engine) withDrawReservation(ctx context.Context, p Principal, w DrawEnt
 	return w
 }
 
-// DrawDecision computes a draw's outcome for entries in id order: each
+// Decision computes a draw's outcome for entries in id order: each
 // entry's place and whether it won (see draw_shuffle.go). It is what the
 // draw records and what a verifier recomputes.
-func DrawDecision(seed []byte, stock int, quantities []int) (places []int, won []bool) {
-	order, won := DrawWinners(seed, stock, quantities)
+func Decision(seed []byte, stock int, quantities []int) (places []int, won []bool) {
+	order, won := Winners(seed, stock, quantities)
 	places = make([]int, len(quantities))
 	for p, i := range order {
 		places[i] = p + 1
@@ -314,20 +321,20 @@ func DrawDecision(seed []byte, stock int, quantities []int) (places []int, won [
 	return places, won
 }
 
-// DrawStage names a point of RunDrawSteps.
-type DrawStage string
+// Stage names a point of RunDrawSteps.
+type Stage string
 
 // The stages RunDrawSteps reports.
 const (
-	// DrawDecided: the result is computed, not yet committed.
-	DrawDecided DrawStage = "decided"
-	// DrawApplying: a batch of the result was written to Redis (applied says
+	// Decided: the result is computed, not yet committed.
+	Decided Stage = "decided"
+	// Applying: a batch of the result was written to Redis (applied says
 	// how many entries are written so far).
-	DrawApplying DrawStage = "applying"
+	Applying Stage = "applying"
 )
 
-// DrawReport is what one RunDraw did.
-type DrawReport struct {
+// Report is what one RunDraw did.
+type Report struct {
 	Draw Draw
 	// Drew is true when this call drew (false: it was drawn before).
 	Drew bool
@@ -340,10 +347,10 @@ type DrawReport struct {
 	Decide, Apply time.Duration
 }
 
-// drawApplyBatch is how many entries one apply_draw.lua call writes: a
+// applyBatch is how many entries one apply_draw.lua call writes: a
 // few milliseconds of Redis's time, which runs nothing else meanwhile (a
 // loser costs four writes and an outbox entry).
-const drawApplyBatch = 250
+const applyBatch = 250
 
 // RunDraw draws a SKU whose entries have closed and carries the result to
 // Redis. The draw is one Postgres transaction under the product's row lock
@@ -353,16 +360,15 @@ const drawApplyBatch = 250
 // batches of apply_draw.lua in draw order, each applied once (the batch
 // checks the progress it moves), so a call after a crash goes on where the
 // last one stopped. Calling it for a draw not yet due is *InvalidInputError.
-func (a Draws) RunDraw(ctx context.Context, sku string) (DrawReport, error) {
-	e := a.e
-	return e.Draws().RunDrawSteps(ctx, sku, e.drawPause())
+func (a Draws) RunDraw(ctx context.Context, sku string) (Report, error) {
+	return a.RunDrawSteps(ctx, sku, a.e.pause())
 }
 
-// DrawPause is a test-only pause of RunDraw at one step (see
-// Config.DrawPause).
-type DrawPause struct {
-	// At is where: DrawPauseDecided (the result computed inside the draw's
-	// Postgres transaction, not committed) or DrawPauseApplied (the first
+// Pause is a test-only pause of RunDraw at one step (see package
+// inventory's Config.DrawPause).
+type Pause struct {
+	// At is where: PauseDecided (the result computed inside the draw's
+	// Postgres transaction, not committed) or PauseApplied (the first
 	// batch of the result written to Redis, the rest not yet); "" never
 	// pauses.
 	At string
@@ -370,36 +376,37 @@ type DrawPause struct {
 	For time.Duration
 }
 
-// The steps a DrawPause may stop at.
+// The steps a Pause may stop at.
 const (
-	DrawPauseDecided = "decided"
-	DrawPauseApplied = "applied"
+	PauseDecided = "decided"
+	PauseApplied = "applied"
 )
 
-func (c DrawPause) validate() error {
-	if (c.At != "" && c.At != DrawPauseDecided && c.At != DrawPauseApplied) || c.For < 0 {
-		return fmt.Errorf("draw pause %q for %s: the step must be %q or %q, the time not negative", c.At, c.For, DrawPauseDecided, DrawPauseApplied)
+// Validate refuses a step that is none of the two, or a negative time.
+func (c Pause) Validate() error {
+	if (c.At != "" && c.At != PauseDecided && c.At != PauseApplied) || c.For < 0 {
+		return fmt.Errorf("draw pause %q for %s: the step must be %q or %q, the time not negative", c.At, c.For, PauseDecided, PauseApplied)
 	}
 	return nil
 }
 
-// drawPause is the step function of Config.DrawPause, nil when none is
-// set; only the fault tests set one, to kill a server in the middle of a
-// draw. It waits once per draw, at the first point of its kind.
-func (e *Engine) drawPause() func(DrawStage, int) error {
-	p := e.cfg.DrawPause
+// pause is the step function of Settings.Pause, nil when none is set;
+// only the fault tests set one, to kill a server in the middle of a draw.
+// It waits once per draw, at the first point of its kind.
+func (e *engine) pause() func(Stage, int) error {
+	p := e.cfg.Pause
 	if p.At == "" || p.For <= 0 {
 		return nil
 	}
 	paused := false
-	return func(stage DrawStage, applied int) error {
+	return func(stage Stage, applied int) error {
 		var step string
 		switch {
 		case paused:
 			return nil
-		case p.At == DrawPauseDecided && stage == DrawDecided:
+		case p.At == PauseDecided && stage == Decided:
 			step = "draw decided, not committed"
-		case p.At == DrawPauseApplied && stage == DrawApplying:
+		case p.At == PauseApplied && stage == Applying:
 			step = "first batch of the draw applied"
 		default:
 			return nil
@@ -414,10 +421,10 @@ func (e *Engine) drawPause() func(DrawStage, int) error {
 // RunDrawSteps is RunDraw, calling step (when not nil) at each stage; an
 // error from step stops the draw there as a crash would, which is what the
 // fault tests use.
-func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage DrawStage, applied int) error) (rep DrawReport, err error) {
+func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Stage, applied int) error) (rep Report, err error) {
 	e := a.e
 	if step == nil {
-		step = func(DrawStage, int) error { return nil }
+		step = func(Stage, int) error { return nil }
 	}
 	partition := e.keys.PartitionOf(sku)
 	began := time.Now()
@@ -426,23 +433,23 @@ func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Dra
 		for i, en := range entries {
 			qty[i] = en.Quantity
 		}
-		places, won := DrawDecision(seed, stock, qty)
+		places, won := Decision(seed, stock, qty)
 		out := make([]db.DrawOutcome, len(entries))
 		for i, en := range entries {
 			out[i] = db.DrawOutcome{ID: en.ID, Place: places[i], Won: won[i]}
 			if won[i] {
-				out[i].Token = newToken(partition)
+				out[i].Token = core.NewToken(partition)
 			}
 		}
-		return out, step(DrawDecided, 0)
+		return out, step(Decided, 0)
 	})
 	if errors.Is(err, db.ErrInvalid) {
-		return DrawReport{}, &InvalidInputError{Field: "sku", Reason: "the draw has not closed yet"}
+		return Report{}, &outcome.InvalidInputError{Field: "sku", Reason: "the draw has not closed yet"}
 	}
 	if err != nil {
-		return DrawReport{}, ledgerError("drawing", sku, err)
+		return Report{}, core.LedgerError("drawing", sku, err)
 	}
-	rep = DrawReport{Draw: drawFrom(d), Drew: drew, Decide: time.Since(began)}
+	rep = Report{Draw: from(d), Drew: drew, Decide: time.Since(began)}
 	if rep.Draw.Applied {
 		return rep, nil
 	}
@@ -450,46 +457,46 @@ func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Dra
 	defer func() { rep.Apply = time.Since(began) }()
 	result, err := e.ledger.DrawResult(ctx, sku)
 	if err != nil {
-		return rep, ledgerError("reading the draw's result", sku, err)
+		return rep, core.LedgerError("reading the draw's result", sku, err)
 	}
-	result = drawApplyOrder(result, e.cfg.WaitlistMax)
+	result = applyOrder(result, e.core.Limits.WaitlistMax)
 	done := 0
 	for done < len(result) {
-		end := min(done+drawApplyBatch, len(result))
+		end := min(done+applyBatch, len(result))
 		entries := make([]script.DrawEntry, 0, end-done)
 		for _, en := range result[done:end] {
 			entries = append(entries, script.DrawEntry{Won: en.Status == db.EntryWon, Principal: en.Principal,
 				Quantity: en.Quantity, Token: en.Token})
 		}
-		r, err := script.RunApplyDraw(ctx, e.run, e.keys, script.ApplyDraw{SKU: sku, Done: done,
-			HoldMs: d.WinnerHoldMillis, WaitlistMax: e.cfg.WaitlistMax, Nonce: newNonce(), Entries: entries})
+		r, err := script.RunApplyDraw(ctx, e.core.Run, e.keys, script.ApplyDraw{SKU: sku, Done: done,
+			HoldMs: d.WinnerHoldMillis, WaitlistMax: e.core.Limits.WaitlistMax, Nonce: core.NewNonce(), Entries: entries})
 		if err != nil {
 			return rep, fmt.Errorf("applying the draw of %s: %w", sku, err)
 		}
-		switch replyCode(r.Code) {
-		case codeOK:
+		switch core.ReplyCode(r.Code) {
+		case core.CodeOK:
 			rep.Holds += r.Holds
 			rep.Queued += r.Queued
 			done = end
-		case codeSkip:
+		case core.CodeSkip:
 			done = r.Done // applied before: go on from where it stands
-		case codeNeedsHydration:
-			if err := e.Rebuild(ctx, sku); err != nil {
+		case core.CodeNeedsHydration:
+			if err := e.holds.Rebuild(ctx, sku); err != nil {
 				return rep, err
 			}
 			continue
 		default:
 			return rep, fmt.Errorf("applying the draw of %s: unexpected script reply %q", sku, r.Code)
 		}
-		if err := step(DrawApplying, done); err != nil {
+		if err := step(Applying, done); err != nil {
 			return rep, err
 		}
 	}
-	if rep.Unheld, err = e.recordDrawHolds(ctx, sku, result); err != nil {
+	if rep.Unheld, err = e.recordHolds(ctx, sku, result); err != nil {
 		return rep, err
 	}
 	if err := e.ledger.MarkDrawApplied(ctx, sku); err != nil {
-		return rep, ledgerError("marking the draw applied", sku, err)
+		return rep, core.LedgerError("marking the draw applied", sku, err)
 	}
 	rep.Draw.Applied = true
 	// One message for the whole draw: each process's live updates read the
@@ -501,14 +508,14 @@ func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Dra
 	return rep, nil
 }
 
-// drawApplyOrder is the order in which a result (by place) goes to Redis:
+// applyOrder is the order in which a result (by place) goes to Redis:
 // every winner in draw order, then the losers in draw order, as many as the
 // waitlist keeps (a draw's waitlist starts empty: joins are refused; losers
 // after those would find it full, so they are not sent). The winners come
 // first so that the units of a winner not yet applied can never go to a
 // waiter, and a winner whose hold cannot be made waits ahead of every loser
 // (apply_draw.lua).
-func drawApplyOrder(result []db.DrawEntry, waitlistMax int) []db.DrawEntry {
+func applyOrder(result []db.DrawEntry, waitlistMax int) []db.DrawEntry {
 	out := make([]db.DrawEntry, 0, len(result))
 	losers := make([]db.DrawEntry, 0, min(len(result), waitlistMax))
 	for _, en := range result {
@@ -522,7 +529,7 @@ func drawApplyOrder(result []db.DrawEntry, waitlistMax int) []db.DrawEntry {
 	return append(out, losers...)
 }
 
-// recordDrawHolds ends carrying a draw to Redis by bringing the ledger up to
+// recordHolds ends carrying a draw to Redis by bringing the ledger up to
 // what Redis has, before the draw is marked applied: a winner whose hold
 // could not be made (apply_draw.lua recorded the policy's refusal in the
 // draw's progress and put it first in the waitlist) is recorded in the
@@ -531,10 +538,10 @@ func drawApplyOrder(result []db.DrawEntry, waitlistMax int) []db.DrawEntry {
 // also bring it, later), so that once a draw is applied the ledger holds
 // what it handed out and `dropline verify-draw` can check it. It returns how
 // many winners were recorded as not held by this call.
-func (e *Engine) recordDrawHolds(ctx context.Context, sku string, result []db.DrawEntry) (int, error) {
+func (e *engine) recordHolds(ctx context.Context, sku string, result []db.DrawEntry) (int, error) {
 	progress, err := e.rdb.HGetAll(ctx, e.keys.DrawProgress(sku)).Result()
 	if err != nil {
-		return 0, unavailable("reading the draw's progress", err)
+		return 0, core.Unavailable("reading the draw's progress", err)
 	}
 	unheld := map[string]string{}
 	for f, code := range progress {
@@ -544,7 +551,7 @@ func (e *Engine) recordDrawHolds(ctx context.Context, sku string, result []db.Dr
 	}
 	recorded, err := e.ledger.RecordDrawUnheld(ctx, sku, unheld)
 	if err != nil {
-		return 0, ledgerError("recording the draw's winners not held", sku, err)
+		return 0, core.LedgerError("recording the draw's winners not held", sku, err)
 	}
 	who := map[string]string{}
 	var tokens []string
@@ -555,13 +562,13 @@ func (e *Engine) recordDrawHolds(ctx context.Context, sku string, result []db.Dr
 		}
 	}
 	for _, tok := range recorded {
-		e.metrics.drawUnheld.Inc()
+		e.metrics.unheld.Inc()
 		e.log.Error().Str("sku", sku).Str("principal", who[tok]).Str("token", tok).Str("refusal", unheld[tok]).
 			Msg("a draw's winner could not be held: the units the draw counted were not there; it waits first in the waitlist")
 	}
 	p := e.keys.PartitionOf(sku)
 	for len(tokens) > 0 {
-		chunk := tokens[:min(drawApplyBatch, len(tokens))]
+		chunk := tokens[:min(applyBatch, len(tokens))]
 		tokens = tokens[len(chunk):]
 		cmds := make([]*redis.MapStringStringCmd, len(chunk))
 		_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -571,21 +578,21 @@ func (e *Engine) recordDrawHolds(ctx context.Context, sku string, result []db.Dr
 			return nil
 		})
 		if err != nil {
-			return 0, unavailable("reading the draw's holds", err)
+			return 0, core.Unavailable("reading the draw's holds", err)
 		}
 		events := make([]db.Event, 0, len(chunk))
 		for i, c := range cmds {
-			h := holdFromHash(chunk[i], c.Val())
-			if h.sku != sku {
+			h := e.holds.HoldFromHash(chunk[i], c.Val())
+			if h.SKU != sku {
 				continue // not held (recorded above)
 			}
 			events = append(events, db.Event{
-				ID: "reserve:" + h.token, Kind: "reserve", Token: h.token, SKU: sku, Principal: h.who, Quantity: h.qty,
-				ExpiresAt: msTime(h.exp), CreatedAt: msTime(h.ctd), At: msTime(h.ctd), Extensions: h.ext,
+				ID: "reserve:" + h.Token, Kind: "reserve", Token: h.Token, SKU: sku, Principal: h.Principal, Quantity: h.Quantity,
+				ExpiresAt: h.ExpiresAt, CreatedAt: h.CreatedAt, At: h.CreatedAt, Extensions: h.Extensions,
 			})
 		}
 		if err := e.ledger.ApplyEvents(ctx, nil, events); err != nil {
-			return 0, ledgerError("recording the draw's holds", sku, err)
+			return 0, core.LedgerError("recording the draw's holds", sku, err)
 		}
 	}
 	return len(recorded), nil
@@ -593,11 +600,11 @@ func (e *Engine) recordDrawHolds(ctx context.Context, sku string, result []db.Dr
 
 // DueDraws lists up to limit SKUs whose draw should run now (closed and not
 // drawn, or drawn and not yet applied to Redis).
-func (m *Maintenance) DueDraws(ctx context.Context, limit int) ([]string, error) {
-	e := m.e
+func (a Draws) DueDraws(ctx context.Context, limit int) ([]string, error) {
+	e := a.e
 	skus, err := e.ledger.DueDraws(ctx, limit)
 	if err != nil {
-		return nil, unavailable("listing due draws", err)
+		return nil, core.Unavailable("listing due draws", err)
 	}
 	return skus, nil
 }

@@ -1,4 +1,4 @@
-package inventory
+package draw
 
 import (
 	"context"
@@ -11,18 +11,18 @@ import (
 )
 
 const (
-	// maxDrawEntryBatch bounds the entries one Postgres transaction records.
-	maxDrawEntryBatch = 256
-	// drawEntryBatchesInFlight is how many batches may be on their way at
+	// maxEntryBatch bounds the entries one Postgres transaction records.
+	maxEntryBatch = 256
+	// entryBatchesInFlight is how many batches may be on their way at
 	// once: while one waits for its commit to reach the disk, the entries
 	// that arrive meanwhile gather for the next.
-	drawEntryBatchesInFlight = 4
-	// drawEntryBatchTimeout bounds one batch's transaction (its callers may
+	entryBatchesInFlight = 4
+	// entryBatchTimeout bounds one batch's transaction (its callers may
 	// stop waiting sooner).
-	drawEntryBatchTimeout = 10 * time.Second
+	entryBatchTimeout = 10 * time.Second
 )
 
-// drawEntryBatcher is group commit for draw entries: the entries that
+// entryBatcher is group commit for draw entries: the entries that
 // arrive while earlier batches are on their way queue up and are recorded
 // together, in one Postgres transaction (db.Ledger.EnterDraws), and each
 // caller is answered only once its batch has committed. So an entry is
@@ -32,18 +32,18 @@ const (
 // entry replays its first, in the batch as across batches).
 //
 // Nothing waits for a batch to fill: an entry that finds fewer than
-// drawEntryBatchesInFlight batches on their way starts one at once, so a
+// entryBatchesInFlight batches on their way starts one at once, so a
 // quiet draw records every entry in a transaction of its own.
-type drawEntryBatcher struct {
+type entryBatcher struct {
 	mu       sync.Mutex
-	pending  []*drawEntryCall
+	pending  []*entryCall
 	inFlight int
 }
 
-// drawEntryCall is one request of a batch and, once done is closed, its
+// entryCall is one request of a batch and, once done is closed, its
 // answer or the batch's error. left says its caller stopped waiting: a
 // batch that has not left yet drops it.
-type drawEntryCall struct {
+type entryCall struct {
 	req  db.DrawEntryRequest
 	done chan struct{}
 	ans  db.DrawEntryAnswer
@@ -55,18 +55,18 @@ type drawEntryCall struct {
 // its batch committed (or failed), or with ctx's error when ctx ends first;
 // an entry whose batch has not left by then is not recorded, one on its way
 // may still be (entering again replays it).
-func (e *Engine) enterInBatch(ctx context.Context, req db.DrawEntryRequest) (db.DrawEntryAnswer, error) {
-	c := &drawEntryCall{req: req, done: make(chan struct{})}
-	b := &e.drawEntries
+func (e *engine) enterInBatch(ctx context.Context, req db.DrawEntryRequest) (db.DrawEntryAnswer, error) {
+	c := &entryCall{req: req, done: make(chan struct{})}
+	b := &e.entries
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
-	start := b.inFlight < drawEntryBatchesInFlight
+	start := b.inFlight < entryBatchesInFlight
 	if start {
 		b.inFlight++
 	}
 	b.mu.Unlock()
 	if start {
-		go e.drainDrawEntries(context.WithoutCancel(ctx))
+		go e.drainEntries(context.WithoutCancel(ctx))
 	}
 	select {
 	case <-c.done:
@@ -77,9 +77,9 @@ func (e *Engine) enterInBatch(ctx context.Context, req db.DrawEntryRequest) (db.
 	}
 }
 
-// drainDrawEntries records the waiting entries in batches until none waits.
-func (e *Engine) drainDrawEntries(ctx context.Context) {
-	b := &e.drawEntries
+// drainEntries records the waiting entries in batches until none waits.
+func (e *engine) drainEntries(ctx context.Context) {
+	b := &e.entries
 	for {
 		b.mu.Lock()
 		if len(b.pending) == 0 {
@@ -88,27 +88,27 @@ func (e *Engine) drainDrawEntries(ctx context.Context) {
 			b.mu.Unlock()
 			return
 		}
-		n := min(len(b.pending), maxDrawEntryBatch)
+		n := min(len(b.pending), maxEntryBatch)
 		calls := b.pending[:n:n]
 		b.pending = b.pending[n:]
 		b.mu.Unlock()
-		calls = slices.DeleteFunc(calls, func(c *drawEntryCall) bool { return c.left.Load() })
+		calls = slices.DeleteFunc(calls, func(c *entryCall) bool { return c.left.Load() })
 		if len(calls) > 0 {
-			e.runDrawEntryBatch(ctx, calls)
+			e.runEntryBatch(ctx, calls)
 		}
 	}
 }
 
-// runDrawEntryBatch records one batch and answers each of its callers.
-func (e *Engine) runDrawEntryBatch(ctx context.Context, calls []*drawEntryCall) {
+// runEntryBatch records one batch and answers each of its callers.
+func (e *engine) runEntryBatch(ctx context.Context, calls []*entryCall) {
 	reqs := make([]db.DrawEntryRequest, len(calls))
 	for i, c := range calls {
 		reqs[i] = c.req
 	}
-	ctx, cancel := context.WithTimeout(ctx, drawEntryBatchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, entryBatchTimeout)
 	out, err := e.ledger.EnterDraws(ctx, reqs)
 	cancel()
-	e.metrics.drawEntryBatch.Observe(float64(len(calls)))
+	e.metrics.entryBatch.Observe(float64(len(calls)))
 	for i, c := range calls {
 		if err != nil {
 			c.err = err
