@@ -130,7 +130,7 @@ func TestAReserveWhoseRowExistsIsWrittenAsAnUpsert(t *testing.T) {
 		return db.Event{ID: "reserve:" + tok, Kind: "reserve", Token: tok, SKU: "FRESH-1", Principal: "p-" + tok, Quantity: 1,
 			ExpiresAt: at.Add(time.Minute), CreatedAt: at, At: at, IdempotencyHash: "h-" + tok, RequestHash: "q-" + tok}
 	}
-	_, err := l.RecordSale(ctx, db.Reservation{Token: "sold", SKU: "FRESH-1", Principal: "p-sold", Quantity: 1,
+	_, err := l.Sales().RecordSale(ctx, db.Reservation{Token: "sold", SKU: "FRESH-1", Principal: "p-sold", Quantity: 1,
 		ExpiresAt: at.Add(time.Minute), CreatedAt: at})
 	require.NoError(t, err)
 	cancel := reserve("gone")
@@ -148,7 +148,7 @@ func TestAReserveWhoseRowExistsIsWrittenAsAnUpsert(t *testing.T) {
 		"gone":  {db.StatusCancelled, "h-gone", "q-gone"},
 	}
 	for tok, w := range want {
-		r, err := l.Reservation(ctx, tok)
+		r, err := l.Reservations().Reservation(ctx, tok)
 		require.NoError(t, err)
 		require.Equal(t, w, [3]string{r.Status, r.IdempotencyHash, r.RequestHash}, "status and hashes of %s", tok)
 	}

@@ -74,12 +74,12 @@ func TestACopiedBatchWritesWhatItsInsertsWould(t *testing.T) {
 	// A sale wrote one fresh hold's row first: the batch is written as
 	// upserts, the sale stays, every other hold is written.
 	third := ledger(1)
-	_, err := third.RecordSale(ctx, db.Reservation{Token: "c007", SKU: "COPY-1", Principal: "p-c007", Quantity: 2,
+	_, err := third.Sales().RecordSale(ctx, db.Reservation{Token: "c007", SKU: "COPY-1", Principal: "p-c007", Quantity: 2,
 		ExpiresAt: at.Add(7 * time.Second), CreatedAt: at})
 	require.NoError(t, err)
 	require.NoError(t, third.ApplyEvents(ctx, nil, batch))
 	require.Equal(t, int64(0), db.CopiedBatches(third))
-	r, err := third.Reservation(ctx, "c007")
+	r, err := third.Reservations().Reservation(ctx, "c007")
 	require.NoError(t, err)
 	require.Equal(t, db.StatusCommitted, r.Status)
 	var moves int

@@ -22,7 +22,7 @@
 // events (wjoin, wleave, woffer) ride in the same ApplyEvents batches as the
 // reservations' and are applied in the same transaction.
 //
-// A cart is sold in one transaction (RecordCartSale): its row in carts
+// A cart is sold in one transaction (Sales.RecordCartSale): its row in carts
 // (token, principal, lines: how many sales it has) and one sale per line,
 // each naming it in sales.cart. Either the row and every sale exist, or
 // none: a reader checks a cart by counting sales.cart against carts.lines.

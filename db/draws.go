@@ -123,15 +123,15 @@ func collectEntries(rows pgx.Rows, err error) ([]DrawEntry, error) {
 }
 
 // Draw returns a product's draw; ErrNotFound when the product has none.
-func (l *Ledger) Draw(ctx context.Context, sku string) (Draw, error) {
-	return scanDraw(l.pool.QueryRow(ctx, `SELECT `+drawColumns+` FROM draws d WHERE d.sku = $1`, sku))
+func (ds Draws) Draw(ctx context.Context, sku string) (Draw, error) {
+	return scanDraw(ds.l.pool.QueryRow(ctx, `SELECT `+drawColumns+` FROM draws d WHERE d.sku = $1`, sku))
 }
 
 // DrawsBySKU returns the draws of several products in one statement; a
 // product sold first come, first served (or unknown) has no entry. It
 // exists for per-request batching.
-func (l *Ledger) DrawsBySKU(ctx context.Context, skus []string) ([]Draw, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+drawColumns+` FROM draws d WHERE d.sku = ANY($1)`, skus)
+func (ds Draws) DrawsBySKU(ctx context.Context, skus []string) ([]Draw, error) {
+	rows, err := ds.l.pool.Query(ctx, `SELECT `+drawColumns+` FROM draws d WHERE d.sku = ANY($1)`, skus)
 	if err != nil {
 		return nil, fmt.Errorf("reading draws: %w", interpret(err))
 	}
@@ -146,8 +146,8 @@ func (l *Ledger) DrawsBySKU(ctx context.Context, skus []string) ([]Draw, error) 
 // entry it has (replayed true; the quantity asked this time is ignored).
 // It is EnterDraws of one request. Refusals: ErrNotFound, *DrawClosedError,
 // *DrawQuotaError.
-func (l *Ledger) EnterDraw(ctx context.Context, sku, principal string, quantity int) (e DrawEntry, replayed bool, err error) {
-	out, err := l.EnterDraws(ctx, []DrawEntryRequest{{SKU: sku, Principal: principal, Quantity: quantity}})
+func (ds Draws) EnterDraw(ctx context.Context, sku, principal string, quantity int) (e DrawEntry, replayed bool, err error) {
+	out, err := ds.EnterDraws(ctx, []DrawEntryRequest{{SKU: sku, Principal: principal, Quantity: quantity}})
 	if err != nil {
 		return DrawEntry{}, false, err
 	}
@@ -187,9 +187,9 @@ type drawWindow struct {
 // the draw takes exclusively, so an entry accepted is in the draw; then the
 // per-principal limit. The error returned is the transaction's (every
 // request failed); refusals are per answer.
-func (l *Ledger) EnterDraws(ctx context.Context, reqs []DrawEntryRequest) ([]DrawEntryAnswer, error) {
+func (ds Draws) EnterDraws(ctx context.Context, reqs []DrawEntryRequest) ([]DrawEntryAnswer, error) {
 	var out []DrawEntryAnswer
-	err := l.inTx(ctx, "enter_draws", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := ds.l.inTx(ctx, "enter_draws", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		out = make([]DrawEntryAnswer, len(reqs))
 		skus := make([]string, 0, 1)
 		seen := map[string]bool{}
@@ -219,7 +219,7 @@ func (l *Ledger) EnterDraws(ctx context.Context, reqs []DrawEntryRequest) ([]Dra
 			return interpret(err)
 		}
 		key := func(sku, principal string) string { return sku + "\x00" + principal }
-		found, err := l.entriesOf(ctx, tx, reqs, windows)
+		found, err := ds.entriesOf(ctx, tx, reqs, windows)
 		if err != nil {
 			return err
 		}
@@ -281,7 +281,7 @@ func (l *Ledger) EnterDraws(ctx context.Context, reqs []DrawEntryRequest) ([]Dra
 					late = append(late, reqs[i])
 				}
 			}
-			again, err := l.entriesOf(ctx, tx, late, windows)
+			again, err := ds.entriesOf(ctx, tx, late, windows)
 			if err != nil {
 				return err
 			}
@@ -312,7 +312,7 @@ func (l *Ledger) EnterDraws(ctx context.Context, reqs []DrawEntryRequest) ([]Dra
 
 // entriesOf reads the entries the principals of reqs have in the draws of
 // windows, by sku and principal.
-func (l *Ledger) entriesOf(ctx context.Context, tx pgx.Tx, reqs []DrawEntryRequest, windows map[string]drawWindow) (map[string]DrawEntry, error) {
+func (ds Draws) entriesOf(ctx context.Context, tx pgx.Tx, reqs []DrawEntryRequest, windows map[string]drawWindow) (map[string]DrawEntry, error) {
 	sk, pr := make([]string, 0, len(reqs)), make([]string, 0, len(reqs))
 	for _, r := range reqs {
 		if _, ok := windows[r.SKU]; ok {
@@ -335,27 +335,27 @@ func (l *Ledger) entriesOf(ctx context.Context, tx pgx.Tx, reqs []DrawEntryReque
 }
 
 // DrawEntriesOf lists a principal's entries, newest first, at most limit.
-func (l *Ledger) DrawEntriesOf(ctx context.Context, principal string, limit int) ([]DrawEntry, error) {
-	return collectEntries(l.pool.Query(ctx, `SELECT `+entryColumns+entryFrom+`
+func (ds Draws) DrawEntriesOf(ctx context.Context, principal string, limit int) ([]DrawEntry, error) {
+	return collectEntries(ds.l.pool.Query(ctx, `SELECT `+entryColumns+entryFrom+`
 		WHERE e.principal = $1 ORDER BY e.entered_at DESC, e.id DESC LIMIT $2`, principal, limit))
 }
 
 // DrawEntryOf returns a principal's entry in a SKU's draw; ErrNotFound
 // when it has none.
-func (l *Ledger) DrawEntryOf(ctx context.Context, sku, principal string) (DrawEntry, error) {
-	return scanEntry(l.pool.QueryRow(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 AND e.principal = $2`, sku, principal))
+func (ds Draws) DrawEntryOf(ctx context.Context, sku, principal string) (DrawEntry, error) {
+	return scanEntry(ds.l.pool.QueryRow(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 AND e.principal = $2`, sku, principal))
 }
 
 // DrawEntries returns every entry of a SKU's draw by id: what the shuffle
 // starts from, and what a verifier reads.
-func (l *Ledger) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {
-	return collectEntries(l.pool.Query(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 ORDER BY e.id`, sku))
+func (ds Draws) DrawEntries(ctx context.Context, sku string) ([]DrawEntry, error) {
+	return collectEntries(ds.l.pool.Query(ctx, `SELECT `+entryColumns+entryFrom+`WHERE e.sku = $1 ORDER BY e.id`, sku))
 }
 
 // DueDraws returns up to limit SKUs whose draw is due on Postgres' clock
 // (OPEN past closes_at) or drawn but not yet applied to Redis.
-func (l *Ledger) DueDraws(ctx context.Context, limit int) ([]string, error) {
-	rows, err := l.pool.Query(ctx, `
+func (ds Draws) DueDraws(ctx context.Context, limit int) ([]string, error) {
+	rows, err := ds.l.pool.Query(ctx, `
 		SELECT sku FROM draws
 		WHERE (status = 'OPEN' AND closes_at <= clock_timestamp()) OR (status = 'DRAWN' AND applied_at IS NULL)
 		ORDER BY closes_at LIMIT $1`, limit)
@@ -384,8 +384,8 @@ type DrawDecider func(seed []byte, stock int, entries []DrawEntry) ([]DrawOutcom
 // and records every entry's outcome, the winners and the revealed status.
 // When the draw is already DRAWN it returns it unchanged (drawn false); when
 // it is not due yet, ErrInvalid.
-func (l *Ledger) RunDraw(ctx context.Context, sku string, decide DrawDecider) (d Draw, drawn bool, err error) {
-	err = l.inTx(ctx, "run_draw", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+func (ds Draws) RunDraw(ctx context.Context, sku string, decide DrawDecider) (d Draw, drawn bool, err error) {
+	err = ds.l.inTx(ctx, "run_draw", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		var total, sold, held int
 		if err := tx.QueryRow(ctx, `SELECT total, sold FROM products WHERE sku = $1 FOR UPDATE`, sku).Scan(&total, &sold); err != nil {
 			return interpret(err)
@@ -447,19 +447,19 @@ func (l *Ledger) RunDraw(ctx context.Context, sku string, decide DrawDecider) (d
 	if err != nil {
 		return Draw{}, false, fmt.Errorf("drawing %s: %w", sku, err)
 	}
-	d, err = l.Draw(ctx, sku)
+	d, err = ds.Draw(ctx, sku)
 	return d, drawn, err
 }
 
 // DrawResult returns a drawn SKU's entries in draw order (place 1 first).
-func (l *Ledger) DrawResult(ctx context.Context, sku string) ([]DrawEntry, error) {
-	return collectEntries(l.pool.Query(ctx, `SELECT `+entryColumns+` FROM draw_results r JOIN draw_entries e ON e.id = r.entry_id
+func (ds Draws) DrawResult(ctx context.Context, sku string) ([]DrawEntry, error) {
+	return collectEntries(ds.l.pool.Query(ctx, `SELECT `+entryColumns+` FROM draw_results r JOIN draw_entries e ON e.id = r.entry_id
 		WHERE r.sku = $1 ORDER BY r.place`, sku))
 }
 
 // MarkDrawApplied records that Redis has a drawn SKU's result.
-func (l *Ledger) MarkDrawApplied(ctx context.Context, sku string) error {
-	_, err := l.pool.Exec(ctx, `UPDATE draws SET applied_at = clock_timestamp() WHERE sku = $1 AND status = 'DRAWN' AND applied_at IS NULL`, sku)
+func (ds Draws) MarkDrawApplied(ctx context.Context, sku string) error {
+	_, err := ds.l.pool.Exec(ctx, `UPDATE draws SET applied_at = clock_timestamp() WHERE sku = $1 AND status = 'DRAWN' AND applied_at IS NULL`, sku)
 	return interpret(err)
 }
 
@@ -467,7 +467,7 @@ func (l *Ledger) MarkDrawApplied(ctx context.Context, sku string) error {
 // be made in Redis (by token), why: the refusal the policy gave. A winner
 // recorded before is left as it is; the tokens recorded now are returned, so
 // a caller that runs again after a crash reports each winner once.
-func (l *Ledger) RecordDrawUnheld(ctx context.Context, sku string, unheld map[string]string) ([]string, error) {
+func (ds Draws) RecordDrawUnheld(ctx context.Context, sku string, unheld map[string]string) ([]string, error) {
 	if len(unheld) == 0 {
 		return nil, nil
 	}
@@ -477,7 +477,7 @@ func (l *Ledger) RecordDrawUnheld(ctx context.Context, sku string, unheld map[st
 		tokens = append(tokens, t)
 		codes = append(codes, c)
 	}
-	rows, err := l.pool.Query(ctx, `
+	rows, err := ds.l.pool.Query(ctx, `
 		UPDATE draw_results r SET unheld = v.code FROM unnest($2::text[], $3::text[]) AS v(token, code)
 		WHERE r.sku = $1 AND r.won AND r.token = v.token AND r.unheld IS NULL RETURNING r.token`, sku, tokens, codes)
 	if err != nil {
@@ -511,11 +511,11 @@ type WinnerHandout struct {
 }
 
 // DrawHandout reads what a drawn SKU's draw handed out (see DrawHandout).
-func (l *Ledger) DrawHandout(ctx context.Context, sku string) (DrawHandout, error) {
+func (ds Draws) DrawHandout(ctx context.Context, sku string) (DrawHandout, error) {
 	var h DrawHandout
 	// One snapshot for every read.
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err := l.inTx(ctx, "draw_handout", opts, func(ctx context.Context, tx pgx.Tx) error {
+	err := ds.l.inTx(ctx, "draw_handout", opts, func(ctx context.Context, tx pgx.Tx) error {
 		var drawn *time.Time
 		if err := tx.QueryRow(ctx, `SELECT drawn_at FROM draws WHERE sku = $1`, sku).Scan(&drawn); err != nil {
 			return interpret(err)

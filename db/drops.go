@@ -39,8 +39,8 @@ func scanDrop(row pgx.Row) (Drop, error) {
 }
 
 // CreateDrop inserts a drop without SKUs; ErrExists when the id is taken.
-func (l *Ledger) CreateDrop(ctx context.Context, d Drop) (Drop, error) {
-	out, err := scanDrop(l.pool.QueryRow(ctx, `
+func (dp Drops) CreateDrop(ctx context.Context, d Drop) (Drop, error) {
+	out, err := scanDrop(dp.l.pool.QueryRow(ctx, `
 		INSERT INTO drops (id, name, max_per_user, sale_starts_at, sale_ends_at)
 		VALUES ($1, $2, $3, $4, $5) RETURNING `+dropColumns,
 		d.ID, d.Name, d.MaxPerUser, d.SaleStartsAt, d.SaleEndsAt))
@@ -51,10 +51,35 @@ func (l *Ledger) CreateDrop(ctx context.Context, d Drop) (Drop, error) {
 	return out, nil
 }
 
+// CreateDropWith is CreateDrop for a drop sold behind an admission queue
+// when q is not nil: every product that joins it later is queued.
+func (dp Drops) CreateDropWith(ctx context.Context, d Drop, q *NewQueue) (Drop, error) {
+	var out Drop
+	err := dp.l.inTx(ctx, "create_drop", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		out, err = scanDrop(tx.QueryRow(ctx, `
+			INSERT INTO drops (id, name, max_per_user, sale_starts_at, sale_ends_at)
+			VALUES ($1, $2, $3, $4, $5) RETURNING `+dropColumns,
+			d.ID, d.Name, d.MaxPerUser, d.SaleStartsAt, d.SaleEndsAt))
+		if err != nil {
+			return err
+		}
+		if q != nil {
+			return insertQueue(ctx, tx, "drop", d.ID, *q)
+		}
+		return nil
+	})
+	if err != nil {
+		return Drop{}, fmt.Errorf("creating drop %s: %w", d.ID, err)
+	}
+	out.SKUs = []string{}
+	return out, nil
+}
+
 // Drop returns a drop with its SKUs, read in one statement (one view of
 // the drop and its members); ErrNotFound when there is none.
-func (l *Ledger) Drop(ctx context.Context, id string) (Drop, error) {
-	list, err := l.DropsByID(ctx, []string{id})
+func (dp Drops) Drop(ctx context.Context, id string) (Drop, error) {
+	list, err := dp.DropsByID(ctx, []string{id})
 	if err != nil {
 		return Drop{}, fmt.Errorf("reading drop %s: %w", id, err)
 	}
@@ -67,8 +92,8 @@ func (l *Ledger) Drop(ctx context.Context, id string) (Drop, error) {
 // DropsByID returns the drops of several ids with their SKUs, in one
 // statement; an unknown id has no entry. It exists for per-request
 // batching.
-func (l *Ledger) DropsByID(ctx context.Context, ids []string) ([]Drop, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+dropColumns+`, coalesce(
+func (dp Drops) DropsByID(ctx context.Context, ids []string) ([]Drop, error) {
+	rows, err := dp.l.pool.Query(ctx, `SELECT `+dropColumns+`, coalesce(
 			(SELECT array_agg(p.sku ORDER BY p.sku) FROM products p WHERE p.drop_id = drops.id), '{}')
 		FROM drops WHERE id = ANY($1)`, ids)
 	if err != nil {
@@ -103,9 +128,9 @@ func joinDrop(ctx context.Context, tx pgx.Tx, id string) error {
 
 // ProductDrop returns the drop a SKU belongs to ("" for none), or ErrNotFound
 // for an unknown SKU.
-func (l *Ledger) ProductDrop(ctx context.Context, sku string) (string, error) {
+func (dp Drops) ProductDrop(ctx context.Context, sku string) (string, error) {
 	var drop string
-	err := l.pool.QueryRow(ctx, `SELECT coalesce(drop_id, '') FROM products WHERE sku = $1`, sku).Scan(&drop)
+	err := dp.l.pool.QueryRow(ctx, `SELECT coalesce(drop_id, '') FROM products WHERE sku = $1`, sku).Scan(&drop)
 	if err != nil {
 		return "", fmt.Errorf("reading the drop of %s: %w", sku, interpret(err))
 	}

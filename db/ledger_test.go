@@ -86,12 +86,12 @@ func TestLedgerRefusesWhatMustNeverHappen(t *testing.T) {
 	r := func(tok string, qty int) db.Reservation {
 		return db.Reservation{Token: tok, SKU: "L-1", Principal: "p", Quantity: qty, ExpiresAt: time.Now(), CreatedAt: time.Now()}
 	}
-	first, err := l.RecordSale(ctx, r("t1", 2))
+	first, err := l.Sales().RecordSale(ctx, r("t1", 2))
 	require.NoError(t, err)
-	again, err := l.RecordSale(ctx, r("t1", 2))
+	again, err := l.Sales().RecordSale(ctx, r("t1", 2))
 	require.NoError(t, err)
 	require.Equal(t, first.CommittedAt, again.CommittedAt, "a repeated sale returns the first")
-	_, err = l.RecordSale(ctx, r("t2", 1))
+	_, err = l.Sales().RecordSale(ctx, r("t2", 1))
 	require.ErrorIs(t, err, db.ErrWouldOversell)
 	p, err := l.Product(ctx, "L-1")
 	require.NoError(t, err)
@@ -155,16 +155,16 @@ func TestLedgerReleasesOnceAndNeverSellsAFinishedReservation(t *testing.T) {
 	}
 	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("reserve", "t1"), ev("cancel", "t1"), ev("expire", "t1")}))
 	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("expire", "t1")}))
-	r, err := l.Reservation(ctx, "t1")
+	r, err := l.Reservations().Reservation(ctx, "t1")
 	require.NoError(t, err)
 	require.Equal(t, db.StatusCancelled, r.Status)
-	_, err = l.RecordSale(ctx, db.Reservation{Token: "t1", SKU: "ONCE-1", Principal: "alice", Quantity: 1,
+	_, err = l.Sales().RecordSale(ctx, db.Reservation{Token: "t1", SKU: "ONCE-1", Principal: "alice", Quantity: 1,
 		ExpiresAt: now.Add(time.Minute), CreatedAt: now})
 	require.ErrorIs(t, err, db.ErrEnded)
 	var ended *db.EndedError
 	require.ErrorAs(t, err, &ended)
 	require.Equal(t, db.StatusCancelled, ended.Status)
-	_, err = l.Sale(ctx, "t1")
+	_, err = l.Sales().Sale(ctx, "t1")
 	require.ErrorIs(t, err, db.ErrNotFound)
 	p, err := l.Product(ctx, "ONCE-1")
 	require.NoError(t, err)
@@ -172,11 +172,11 @@ func TestLedgerReleasesOnceAndNeverSellsAFinishedReservation(t *testing.T) {
 
 	// A sold hold whose release arrives late records no release.
 	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("reserve", "t2")}))
-	_, err = l.RecordSale(ctx, db.Reservation{Token: "t2", SKU: "ONCE-1", Principal: "alice", Quantity: 1,
+	_, err = l.Sales().RecordSale(ctx, db.Reservation{Token: "t2", SKU: "ONCE-1", Principal: "alice", Quantity: 1,
 		ExpiresAt: now.Add(time.Minute), CreatedAt: now, IdempotencyHash: "h2", RequestHash: "f2"})
 	require.NoError(t, err)
 	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("cancel", "t2")}))
-	r, err = l.Reservation(ctx, "t2")
+	r, err = l.Reservations().Reservation(ctx, "t2")
 	require.NoError(t, err)
 	require.Equal(t, db.StatusCommitted, r.Status)
 	require.Equal(t, "h2", r.IdempotencyHash, "the sale records the idempotency key")

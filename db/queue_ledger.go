@@ -236,8 +236,8 @@ func scanQueueTicket(row pgx.Row) (QueueTicket, error) {
 
 // QueueTickets returns every ticket of a queue, numbered ones by number, then
 // the pre-queue's by principal: for tests, audits and dropline verify-queue.
-func (l *Ledger) QueueTickets(ctx context.Context, queue string) ([]QueueTicket, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+queueTicketColumns+` FROM queue_tickets WHERE queue_id = $1
+func (qs Queues) QueueTickets(ctx context.Context, queue string) ([]QueueTicket, error) {
+	rows, err := qs.l.pool.Query(ctx, `SELECT `+queueTicketColumns+` FROM queue_tickets WHERE queue_id = $1
 		ORDER BY number NULLS LAST, principal`, queue)
 	if err != nil {
 		return nil, fmt.Errorf("reading the tickets of %s: %w", queue, interpret(err))
@@ -260,7 +260,7 @@ type QueueProgress struct {
 }
 
 // QueueSnapshot is a queue's rows under its row lock: what a rebuild of the
-// queue in Redis restores (Ledger.WithQueueSnapshot).
+// queue in Redis restores (Queues.WithQueueSnapshot).
 type QueueSnapshot struct {
 	tx       pgx.Tx
 	Queue    Queue
@@ -273,8 +273,8 @@ type QueueSnapshot struct {
 // lock first): the rebuild of a queue lost with Redis sees every event the
 // ledger has, or the batch waits for it. ErrNotFound when there is no such
 // queue.
-func (l *Ledger) WithQueueSnapshot(ctx context.Context, id string, fn func(*QueueSnapshot) error) error {
-	err := l.inTx(ctx, "queue_snapshot", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+func (qs Queues) WithQueueSnapshot(ctx context.Context, id string, fn func(*QueueSnapshot) error) error {
+	err := qs.l.inTx(ctx, "queue_snapshot", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		s := &QueueSnapshot{tx: tx}
 		var err error
 		s.Queue, err = scanQueue(tx.QueryRow(ctx, `SELECT `+queueColumns+` FROM queues WHERE id = $1 FOR UPDATE`, id))

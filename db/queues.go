@@ -79,31 +79,6 @@ func insertQueue(ctx context.Context, tx pgx.Tx, kind, id string, q NewQueue) er
 	return nil
 }
 
-// CreateDropWith is CreateDrop for a drop sold behind an admission queue
-// when q is not nil: every product that joins it later is queued.
-func (l *Ledger) CreateDropWith(ctx context.Context, d Drop, q *NewQueue) (Drop, error) {
-	var out Drop
-	err := l.inTx(ctx, "create_drop", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		out, err = scanDrop(tx.QueryRow(ctx, `
-			INSERT INTO drops (id, name, max_per_user, sale_starts_at, sale_ends_at)
-			VALUES ($1, $2, $3, $4, $5) RETURNING `+dropColumns,
-			d.ID, d.Name, d.MaxPerUser, d.SaleStartsAt, d.SaleEndsAt))
-		if err != nil {
-			return err
-		}
-		if q != nil {
-			return insertQueue(ctx, tx, "drop", d.ID, *q)
-		}
-		return nil
-	})
-	if err != nil {
-		return Drop{}, fmt.Errorf("creating drop %s: %w", d.ID, err)
-	}
-	out.SKUs = []string{}
-	return out, nil
-}
-
 const queueColumns = `id, coalesce(sku, ''), coalesce(drop_id, ''), opens_at, admit_per_minute, pass_seconds, pow_bits,
 	CASE WHEN opens_at <= now() THEN seed END, seed_hash,
 	EXISTS (SELECT 1 FROM queue_access_codes c WHERE c.queue_id = queues.id), created_at`
@@ -116,8 +91,8 @@ func scanQueue(row pgx.Row) (Queue, error) {
 }
 
 // Queue returns a queue by id; ErrNotFound when there is none.
-func (l *Ledger) Queue(ctx context.Context, id string) (Queue, error) {
-	q, err := scanQueue(l.pool.QueryRow(ctx, `SELECT `+queueColumns+` FROM queues WHERE id = $1`, id))
+func (qs Queues) Queue(ctx context.Context, id string) (Queue, error) {
+	q, err := scanQueue(qs.l.pool.QueryRow(ctx, `SELECT `+queueColumns+` FROM queues WHERE id = $1`, id))
 	if err != nil {
 		return Queue{}, fmt.Errorf("reading queue %s: %w", id, err)
 	}
@@ -126,8 +101,8 @@ func (l *Ledger) Queue(ctx context.Context, id string) (Queue, error) {
 
 // QueuesByID returns the queues of several ids in one statement; an id with
 // no queue has no entry.
-func (l *Ledger) QueuesByID(ctx context.Context, ids []string) ([]Queue, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+queueColumns+` FROM queues WHERE id = ANY($1)`, ids)
+func (qs Queues) QueuesByID(ctx context.Context, ids []string) ([]Queue, error) {
+	rows, err := qs.l.pool.Query(ctx, `SELECT `+queueColumns+` FROM queues WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("reading queues: %w", interpret(err))
 	}
@@ -137,8 +112,8 @@ func (l *Ledger) QueuesByID(ctx context.Context, ids []string) ([]Queue, error) 
 
 // QueueIDs returns the ids of every queue, in id order, after the id given
 // ("" from the start), at most limit.
-func (l *Ledger) QueueIDs(ctx context.Context, after string, limit int) ([]string, error) {
-	rows, err := l.pool.Query(ctx, `SELECT id FROM queues WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+func (qs Queues) QueueIDs(ctx context.Context, after string, limit int) ([]string, error) {
+	rows, err := qs.l.pool.Query(ctx, `SELECT id FROM queues WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing queues: %w", interpret(err))
 	}
@@ -149,8 +124,8 @@ func (l *Ledger) QueueIDs(ctx context.Context, after string, limit int) ([]strin
 // ClaimAccessCode gives an access code of a queue to a principal: true when
 // the code is the queue's and unused or the principal's already, false when
 // it is unknown or another principal's.
-func (l *Ledger) ClaimAccessCode(ctx context.Context, queue, code, principal string) (bool, error) {
-	tag, err := l.pool.Exec(ctx, `UPDATE queue_access_codes SET principal = $3, used_at = coalesce(used_at, now())
+func (qs Queues) ClaimAccessCode(ctx context.Context, queue, code, principal string) (bool, error) {
+	tag, err := qs.l.pool.Exec(ctx, `UPDATE queue_access_codes SET principal = $3, used_at = coalesce(used_at, now())
 		WHERE queue_id = $1 AND code_hash = $2 AND (principal IS NULL OR principal = $3)`,
 		queue, AccessCodeHash(code), principal)
 	if err != nil {

@@ -48,8 +48,8 @@ func scanReservation(row pgx.Row) (Reservation, error) {
 }
 
 // Reservation returns the ledger's copy of one reservation.
-func (l *Ledger) Reservation(ctx context.Context, token string) (Reservation, error) {
-	r, err := scanReservation(l.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE token = $1`, token))
+func (rs Reservations) Reservation(ctx context.Context, token string) (Reservation, error) {
+	r, err := scanReservation(rs.l.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE token = $1`, token))
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reading reservation: %w", err)
 	}
@@ -59,13 +59,13 @@ func (l *Ledger) Reservation(ctx context.Context, token string) (Reservation, er
 // ReservationsByPrincipal lists a principal's reservations, newest first,
 // after the given (createdAt, token) keyset cursor when after is non-nil.
 // status "" means every status.
-func (l *Ledger) ReservationsByPrincipal(ctx context.Context, principal, status string, after *ReservationCursor, limit int) ([]Reservation, error) {
+func (rs Reservations) ReservationsByPrincipal(ctx context.Context, principal, status string, after *ReservationCursor, limit int) ([]Reservation, error) {
 	var afterAt *time.Time
 	afterToken := ""
 	if after != nil {
 		afterAt, afterToken = &after.CreatedAt, after.Token
 	}
-	rows, err := l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+	rows, err := rs.l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
 		WHERE principal = $1 AND ($2 = '' OR status = $2)
 		  AND ($3::timestamptz IS NULL OR (created_at, token) < ($3, $4))
 		ORDER BY created_at DESC, token DESC LIMIT $5`, principal, status, afterAt, afterToken, limit)
@@ -95,9 +95,9 @@ type Sale struct {
 }
 
 // Sale returns the sale of a token.
-func (l *Ledger) Sale(ctx context.Context, token string) (Sale, error) {
+func (ss Sales) Sale(ctx context.Context, token string) (Sale, error) {
 	var s Sale
-	err := l.pool.QueryRow(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE token = $1`, token).
+	err := ss.l.pool.QueryRow(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE token = $1`, token).
 		Scan(&s.Token, &s.SKU, &s.Principal, &s.Quantity, &s.CommittedAt)
 	if err != nil {
 		return Sale{}, fmt.Errorf("reading sale: %w", interpret(err))
@@ -112,9 +112,9 @@ func (l *Ledger) Sale(ctx context.Context, token string) (Sale, error) {
 // the total, and an *EndedError when the ledger has the reservation as
 // CANCELLED or EXPIRED: a finished reservation is never turned into a sale
 // (Redis can think it HELD after a rebuild that predates its ending).
-func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
+func (ss Sales) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 	var sale Sale
-	err := l.inTx(ctx, "record_sale", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := ss.l.inTx(ctx, "record_sale", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		sale, err = recordSale(ctx, tx, r, "")
 		return err
@@ -132,11 +132,11 @@ func (l *Ledger) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 // oversell or that the ledger has as finished rolls the whole cart back, with
 // RecordSale's errors. Lines are written in SKU order, so two carts sharing
 // products lock their rows in one order.
-func (l *Ledger) RecordCartSale(ctx context.Context, cart, principal string, lines []Reservation) ([]Sale, error) {
+func (ss Sales) RecordCartSale(ctx context.Context, cart, principal string, lines []Reservation) ([]Sale, error) {
 	sorted := slices.Clone(lines)
 	slices.SortFunc(sorted, func(a, b Reservation) int { return strings.Compare(a.SKU+"\x00"+a.Token, b.SKU+"\x00"+b.Token) })
 	var sales []Sale
-	err := l.inTx(ctx, "record_cart_sale", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := ss.l.inTx(ctx, "record_cart_sale", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		sales = sales[:0]
 		if _, err := tx.Exec(ctx, `INSERT INTO carts (token, principal, lines) VALUES ($1, $2, $3)
 			ON CONFLICT (token) DO NOTHING`, cart, principal, len(lines)); err != nil {
@@ -159,11 +159,11 @@ func (l *Ledger) RecordCartSale(ctx context.Context, cart, principal string, lin
 
 // CartSales returns the sales of a cart, and how many lines its row says it
 // has; ErrNotFound when the ledger has no such cart.
-func (l *Ledger) CartSales(ctx context.Context, cart string) (lines int, sales []Sale, err error) {
-	if err := l.pool.QueryRow(ctx, `SELECT lines FROM carts WHERE token = $1`, cart).Scan(&lines); err != nil {
+func (ss Sales) CartSales(ctx context.Context, cart string) (lines int, sales []Sale, err error) {
+	if err := ss.l.pool.QueryRow(ctx, `SELECT lines FROM carts WHERE token = $1`, cart).Scan(&lines); err != nil {
 		return 0, nil, fmt.Errorf("reading cart %s: %w", cart, interpret(err))
 	}
-	rows, err := l.pool.Query(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE cart = $1 ORDER BY sku`, cart)
+	rows, err := ss.l.pool.Query(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE cart = $1 ORDER BY sku`, cart)
 	if err != nil {
 		return 0, nil, fmt.Errorf("reading cart %s: %w", cart, interpret(err))
 	}
@@ -347,8 +347,8 @@ func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempo
 }
 
 // ReservationsByToken returns the ledger's rows of the given tokens that exist.
-func (l *Ledger) ReservationsByToken(ctx context.Context, tokens []string) (map[string]Reservation, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE token = ANY($1)`, tokens)
+func (rs Reservations) ReservationsByToken(ctx context.Context, tokens []string) (map[string]Reservation, error) {
+	rows, err := rs.l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE token = ANY($1)`, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("reading reservations: %w", interpret(err))
 	}
@@ -367,8 +367,8 @@ func (l *Ledger) ReservationsByToken(ctx context.Context, tokens []string) (map[
 // expiry is before the given time and whose token starts with tokenPrefix
 // (a partition's tokens share one), by expiry and token, after the keyset
 // position (afterExp, afterToken) when afterToken is not "".
-func (l *Ledger) OverdueHeld(ctx context.Context, tokenPrefix string, before, afterExp time.Time, afterToken string, limit int) ([]Reservation, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+func (rs Reservations) OverdueHeld(ctx context.Context, tokenPrefix string, before, afterExp time.Time, afterToken string, limit int) ([]Reservation, error) {
+	rows, err := rs.l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
 		WHERE status = 'HELD' AND expires_at < $1 AND starts_with(token, $2)
 		  AND ($3 = '' OR (expires_at, token) > ($4, $3))
 		ORDER BY expires_at, token LIMIT $5`, before, tokenPrefix, afterToken, afterExp, limit)
@@ -384,8 +384,8 @@ func (l *Ledger) OverdueHeld(ctx context.Context, tokenPrefix string, before, af
 
 // IdempotencyUse returns the oldest reservation made with an idempotency
 // hash since the given time, whatever its SKU, or ErrNotFound.
-func (l *Ledger) IdempotencyUse(ctx context.Context, idemHash string, since time.Time) (Reservation, error) {
-	r, err := scanReservation(l.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations
+func (rs Reservations) IdempotencyUse(ctx context.Context, idemHash string, since time.Time) (Reservation, error) {
+	r, err := scanReservation(rs.l.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations
 		WHERE idempotency_hash = $1 AND created_at > $2 ORDER BY created_at LIMIT 1`, idemHash, since))
 	if err != nil {
 		return Reservation{}, fmt.Errorf("looking up idempotency key: %w", err)
@@ -395,9 +395,9 @@ func (l *Ledger) IdempotencyUse(ctx context.Context, idemHash string, since time
 
 // LatestIdempotencyUse returns when the newest reservation made with an
 // idempotency key since the given time was made, or ErrNotFound.
-func (l *Ledger) LatestIdempotencyUse(ctx context.Context, since time.Time) (time.Time, error) {
+func (rs Reservations) LatestIdempotencyUse(ctx context.Context, since time.Time) (time.Time, error) {
 	var at *time.Time
-	err := l.pool.QueryRow(ctx, `SELECT max(created_at) FROM reservations
+	err := rs.l.pool.QueryRow(ctx, `SELECT max(created_at) FROM reservations
 		WHERE idempotency_hash IS NOT NULL AND created_at > $1`, since).Scan(&at)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reading latest idempotency key use: %w", interpret(err))

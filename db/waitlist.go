@@ -125,8 +125,8 @@ func queueWaitlist(b *pgx.Batch, events []Event) {
 
 // WaitlistOf returns a principal's entries, newest first, at most limit:
 // which SKUs it waits on (Redis has the live position and status).
-func (l *Ledger) WaitlistOf(ctx context.Context, principal string, limit int) ([]WaitlistEntry, error) {
-	rows, err := l.pool.Query(ctx, `
+func (wl Waitlists) WaitlistOf(ctx context.Context, principal string, limit int) ([]WaitlistEntry, error) {
+	rows, err := wl.l.pool.Query(ctx, `
 		SELECT DISTINCT ON (sku) `+waitlistColumns+` FROM waitlist_entries
 		WHERE principal = $1 ORDER BY sku, seq DESC`, principal)
 	if err != nil {
@@ -144,8 +144,8 @@ func (l *Ledger) WaitlistOf(ctx context.Context, principal string, limit int) ([
 
 // WaitlistEntries returns every entry of a SKU in queue order, for tests and
 // audits.
-func (l *Ledger) WaitlistEntries(ctx context.Context, sku string) ([]WaitlistEntry, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+waitlistColumns+` FROM waitlist_entries WHERE sku = $1 ORDER BY seq`, sku)
+func (wl Waitlists) WaitlistEntries(ctx context.Context, sku string) ([]WaitlistEntry, error) {
+	rows, err := wl.l.pool.Query(ctx, `SELECT `+waitlistColumns+` FROM waitlist_entries WHERE sku = $1 ORDER BY seq`, sku)
 	if err != nil {
 		return nil, interpret(err)
 	}

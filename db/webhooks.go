@@ -94,8 +94,8 @@ func (e WebhookEndpoint) Secrets(now time.Time) []string {
 
 // CreateWebhookEndpoint subscribes an endpoint; ErrTooManyEndpoints when
 // MaxWebhookEndpoints exist. It receives the events recorded from then on.
-func (l *Ledger) CreateWebhookEndpoint(ctx context.Context, e WebhookEndpoint) (WebhookEndpoint, error) {
-	out, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
+func (ws Webhooks) CreateWebhookEndpoint(ctx context.Context, e WebhookEndpoint) (WebhookEndpoint, error) {
+	out, err := scanWebhookEndpoint(ws.l.pool.QueryRow(ctx, `
 		INSERT INTO webhook_endpoints (url, secret, event_types, description, enabled)
 		SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM webhook_endpoints) < $6
 		RETURNING `+webhookEndpointColumns,
@@ -111,8 +111,8 @@ func (l *Ledger) CreateWebhookEndpoint(ctx context.Context, e WebhookEndpoint) (
 
 // UpdateWebhookEndpoint changes an endpoint; ErrNotFound when it does not
 // exist.
-func (l *Ledger) UpdateWebhookEndpoint(ctx context.Context, id int64, u WebhookEndpointUpdate) (WebhookEndpoint, error) {
-	out, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `
+func (ws Webhooks) UpdateWebhookEndpoint(ctx context.Context, id int64, u WebhookEndpointUpdate) (WebhookEndpoint, error) {
+	out, err := scanWebhookEndpoint(ws.l.pool.QueryRow(ctx, `
 		UPDATE webhook_endpoints SET
 			url = coalesce($2, url),
 			-- a new secret keeps the one it replaces beside it for $7 seconds
@@ -137,8 +137,8 @@ func (l *Ledger) UpdateWebhookEndpoint(ctx context.Context, id int64, u WebhookE
 // DeleteWebhookEndpoint removes an endpoint and its deliveries, pending and
 // dead; ErrNotFound when it does not exist. A send in flight to it finishes,
 // and its outcome is recorded nowhere.
-func (l *Ledger) DeleteWebhookEndpoint(ctx context.Context, id int64) (WebhookEndpoint, error) {
-	out, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `DELETE FROM webhook_endpoints WHERE id = $1 RETURNING `+webhookEndpointColumns, id))
+func (ws Webhooks) DeleteWebhookEndpoint(ctx context.Context, id int64) (WebhookEndpoint, error) {
+	out, err := scanWebhookEndpoint(ws.l.pool.QueryRow(ctx, `DELETE FROM webhook_endpoints WHERE id = $1 RETURNING `+webhookEndpointColumns, id))
 	if err != nil {
 		return WebhookEndpoint{}, fmt.Errorf("deleting webhook endpoint %d: %w", id, err)
 	}
@@ -146,8 +146,8 @@ func (l *Ledger) DeleteWebhookEndpoint(ctx context.Context, id int64) (WebhookEn
 }
 
 // WebhookEndpoint returns one endpoint.
-func (l *Ledger) WebhookEndpoint(ctx context.Context, id int64) (WebhookEndpoint, error) {
-	out, err := scanWebhookEndpoint(l.pool.QueryRow(ctx, `SELECT `+webhookEndpointColumns+` FROM webhook_endpoints WHERE id = $1`, id))
+func (ws Webhooks) WebhookEndpoint(ctx context.Context, id int64) (WebhookEndpoint, error) {
+	out, err := scanWebhookEndpoint(ws.l.pool.QueryRow(ctx, `SELECT `+webhookEndpointColumns+` FROM webhook_endpoints WHERE id = $1`, id))
 	if err != nil {
 		return WebhookEndpoint{}, fmt.Errorf("reading webhook endpoint %d: %w", id, err)
 	}
@@ -156,8 +156,8 @@ func (l *Ledger) WebhookEndpoint(ctx context.Context, id int64) (WebhookEndpoint
 
 // WebhookEndpoints returns every endpoint (at most MaxWebhookEndpoints), by
 // id; with enabledOnly, only the enabled ones.
-func (l *Ledger) WebhookEndpoints(ctx context.Context, enabledOnly bool) ([]WebhookEndpoint, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+webhookEndpointColumns+` FROM webhook_endpoints
+func (ws Webhooks) WebhookEndpoints(ctx context.Context, enabledOnly bool) ([]WebhookEndpoint, error) {
+	rows, err := ws.l.pool.Query(ctx, `SELECT `+webhookEndpointColumns+` FROM webhook_endpoints
 		WHERE enabled OR NOT $1 ORDER BY id`, enabledOnly)
 	if err != nil {
 		return nil, fmt.Errorf("listing webhook endpoints: %w", interpret(err))
@@ -177,8 +177,8 @@ func (l *Ledger) WebhookEndpoints(ctx context.Context, enabledOnly bool) ([]Webh
 // order; other products go on. Rows claimed by another process at the same
 // moment are skipped (SKIP LOCKED), so any number of processes may claim
 // at once and each delivery is in flight at most once.
-func (l *Ledger) ClaimWebhookDeliveries(ctx context.Context, endpoint int64, owner string, limit int, claimFor time.Duration) ([]WebhookDelivery, error) {
-	rows, err := l.pool.Query(ctx, `
+func (ws Webhooks) ClaimWebhookDeliveries(ctx context.Context, endpoint int64, owner string, limit int, claimFor time.Duration) ([]WebhookDelivery, error) {
+	rows, err := ws.l.pool.Query(ctx, `
 		WITH heads AS (
 			SELECT DISTINCT ON (sku) event_id FROM webhook_deliveries
 			WHERE endpoint_id = $1 AND status = 'PENDING'
@@ -238,13 +238,13 @@ type WebhookAttempt struct {
 // (its endpoint was deleted), is no longer pending (delivered meanwhile),
 // or is claimed by another process (this owner's claim lapsed: the other's
 // outcome counts).
-func (l *Ledger) RecordWebhookAttempt(ctx context.Context, endpoint, event int64, owner string, a WebhookAttempt) (string, error) {
+func (ws Webhooks) RecordWebhookAttempt(ctx context.Context, endpoint, event int64, owner string, a WebhookAttempt) (string, error) {
 	var status string
 	var lastError *string
 	if a.Error != "" {
 		lastError = &a.Error
 	}
-	err := l.pool.QueryRow(ctx, `
+	err := ws.l.pool.QueryRow(ctx, `
 		UPDATE webhook_deliveries SET
 			attempts = attempts + 1,
 			last_attempt_at = now(),
@@ -268,8 +268,8 @@ func (l *Ledger) RecordWebhookAttempt(ctx context.Context, endpoint, event int64
 
 // ReleaseWebhookClaim gives a claimed delivery back unattempted (its send
 // was cut short by a stop), so that it is due again at once.
-func (l *Ledger) ReleaseWebhookClaim(ctx context.Context, endpoint, event int64, owner string) error {
-	_, err := l.pool.Exec(ctx, `UPDATE webhook_deliveries SET claimed_until = '-infinity'
+func (ws Webhooks) ReleaseWebhookClaim(ctx context.Context, endpoint, event int64, owner string) error {
+	_, err := ws.l.pool.Exec(ctx, `UPDATE webhook_deliveries SET claimed_until = '-infinity'
 		WHERE endpoint_id = $1 AND event_id = $2 AND status = 'PENDING' AND claimed_by = $3`, endpoint, event, owner)
 	if err != nil {
 		return fmt.Errorf("releasing webhook %d for endpoint %d: %w", event, endpoint, interpret(err))
@@ -282,8 +282,8 @@ const webhookDeliveryColumns = `d.endpoint_id, d.event_id, e.type, d.sku, e.payl
 
 // WebhookDeliveries returns up to limit deliveries of an endpoint with the
 // given status, by event id, after the event id given (keyset pages).
-func (l *Ledger) WebhookDeliveries(ctx context.Context, endpoint int64, status string, afterEvent int64, limit int) ([]WebhookDelivery, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+webhookDeliveryColumns+`
+func (ws Webhooks) WebhookDeliveries(ctx context.Context, endpoint int64, status string, afterEvent int64, limit int) ([]WebhookDelivery, error) {
+	rows, err := ws.l.pool.Query(ctx, `SELECT `+webhookDeliveryColumns+`
 		FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
 		WHERE d.endpoint_id = $1 AND d.status = $2 AND d.event_id > $3
 		ORDER BY d.event_id LIMIT $4`, endpoint, status, afterEvent, limit)
@@ -303,8 +303,8 @@ func (l *Ledger) WebhookDeliveries(ctx context.Context, endpoint int64, status s
 // delivery is sent after the pending ones of its product before it, and
 // may arrive after later events of its product that were delivered while
 // it was dead.
-func (l *Ledger) RedeliverWebhooks(ctx context.Context, endpoint int64, events []int64) (int, error) {
-	tag, err := l.pool.Exec(ctx, `
+func (ws Webhooks) RedeliverWebhooks(ctx context.Context, endpoint int64, events []int64) (int, error) {
+	tag, err := ws.l.pool.Exec(ctx, `
 		UPDATE webhook_deliveries SET status = 'PENDING', attempts = 0, next_attempt_at = now(), claimed_until = '-infinity'
 		WHERE endpoint_id = $1 AND status = 'DEAD' AND ($2::bigint[] IS NULL OR event_id = ANY($2))`, endpoint, events)
 	if err != nil {
@@ -324,8 +324,8 @@ type WebhookBacklog struct {
 }
 
 // WebhookBacklogs returns every endpoint's backlog, by id.
-func (l *Ledger) WebhookBacklogs(ctx context.Context) ([]WebhookBacklog, error) {
-	rows, err := l.pool.Query(ctx, `
+func (ws Webhooks) WebhookBacklogs(ctx context.Context) ([]WebhookBacklog, error) {
+	rows, err := ws.l.pool.Query(ctx, `
 		SELECT w.id,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id AND d.status = 'PENDING'),
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id AND d.status = 'DEAD'),
@@ -357,8 +357,8 @@ func (l *Ledger) WebhookBacklogs(ctx context.Context) ([]WebhookBacklog, error) 
 // event are never deleted, however old. The conditions are checked again
 // on each row as it is deleted, so a dead letter redelivered at that moment
 // stays.
-func (l *Ledger) PruneWebhooks(ctx context.Context, olderThan time.Duration, limit int) (deliveries, events int, err error) {
-	tag, err := l.pool.Exec(ctx, `
+func (ws Webhooks) PruneWebhooks(ctx context.Context, olderThan time.Duration, limit int) (deliveries, events int, err error) {
+	tag, err := ws.l.pool.Exec(ctx, `
 		DELETE FROM webhook_deliveries d
 		WHERE (d.endpoint_id, d.event_id) IN (
 				SELECT endpoint_id, event_id FROM webhook_deliveries
@@ -370,7 +370,7 @@ func (l *Ledger) PruneWebhooks(ctx context.Context, olderThan time.Duration, lim
 		return 0, 0, fmt.Errorf("pruning webhook deliveries: %w", interpret(err))
 	}
 	deliveries = int(tag.RowsAffected())
-	tag, err = l.pool.Exec(ctx, `
+	tag, err = ws.l.pool.Exec(ctx, `
 		DELETE FROM webhook_events e
 		WHERE e.id IN (
 				SELECT id FROM webhook_events ev

@@ -112,7 +112,7 @@ func TestCartIsHeldWholeOrNotAtAll(t *testing.T) {
 			s := b.requireBalanced(t, sku)
 			require.Equal(t, []int{2, 1, 2}[i], s.Sold)
 		}
-		nlines, sales, err := b.engine.Ledger().CartSales(b.ctx, cart.Token)
+		nlines, sales, err := b.engine.Ledger().Sales().CartSales(b.ctx, cart.Token)
 		require.NoError(t, err)
 		require.Equal(t, 3, nlines)
 		require.Len(t, sales, 3)
@@ -263,7 +263,7 @@ func TestOverlappingCartsConcurrently(t *testing.T) {
 			}
 			if r.committed {
 				committed++
-				n, sales, err := b.engine.Ledger().CartSales(b.ctx, c.Token)
+				n, sales, err := b.engine.Ledger().Sales().CartSales(b.ctx, c.Token)
 				require.NoError(t, err)
 				require.Equal(t, 3, n)
 				require.Len(t, sales, 3, "cart %d is sold whole in the ledger", i)

@@ -96,7 +96,7 @@ func newAttemptID() string { return core.NewAttemptID() }
 // cancelled, unless Postgres has the sale: a Redis that came back with older
 // state (a stale replica, an old snapshot) must not deny a durable sale.
 func (e *Engine) refusedUnlessSold(ctx context.Context, token string, code replyCode) (Reservation, error) {
-	sale, err := e.ledger.Sale(ctx, token)
+	sale, err := e.ledger.Sales().Sale(ctx, token)
 	if err == nil {
 		e.log.Warn().Str("token", token).Str("sku", sale.SKU).Msg("Redis refused a commit Postgres has: Redis state is older than the ledger")
 		return Reservation{Token: token, SKU: sale.SKU, Principal: sale.Principal, Quantity: sale.Quantity,
@@ -116,7 +116,7 @@ func nothingSent(err error) bool { return core.NothingSent(err) }
 // writeSale is the durable middle of a commit and its ending in Redis.
 func (e *Engine) writeSale(ctx context.Context, token string, h Reservation, a attempt) (Reservation, error) {
 	wctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
-	sale, err := e.ledger.RecordSale(wctx, db.Reservation{
+	sale, err := e.ledger.Sales().RecordSale(wctx, db.Reservation{
 		Token: token, SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
 		ExpiresAt: h.ExpiresAt, CreatedAt: h.CreatedAt, IdempotencyHash: a.idem, RequestHash: a.fp,
 	})
@@ -202,7 +202,7 @@ func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, 
 // and the caller tries again. Otherwise it returns the ledger's view for the
 // caller to answer from (a *NotFoundError when Postgres has never seen it).
 func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (rebuilt bool, r Reservation, err error) {
-	row, err := e.ledger.Reservation(ctx, token)
+	row, err := e.ledger.Reservations().Reservation(ctx, token)
 	if errors.Is(err, db.ErrNotFound) {
 		return false, Reservation{}, reservationNotFound(token)
 	}

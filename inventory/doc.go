@@ -149,7 +149,7 @@
 // A product created with a draw (inventory/draw) has the mode draw, which
 // admits only a draw's result and waitlist offers: a reserve, a cart line
 // and a join are refused (DRAW_ONLY). Its entries live in Postgres only; the
-// draw is decided there (db.Ledger.RunDraw, the shuffle in
+// draw is decided there (db.Draws.RunDraw, the shuffle in
 // draw/draw_shuffle.go, for the units neither sold nor held) and carried to
 // Redis by apply_draw.lua in batches, every winner in draw order and then
 // the losers in draw order: a winner's HELD hold (a reserve event, like any
@@ -246,7 +246,7 @@
 // (releasing it instead when the ledger has it as cancelled or expired).
 //
 // The ledger never sells a reservation it has as CANCELLED or EXPIRED
-// (db.Ledger.RecordSale refuses with db.ErrEnded): such a commit is answered
+// (db.Sales.RecordSale refuses with db.ErrEnded): such a commit is answered
 // ErrAlreadyCancelled or ErrExpired, and Redis releases the hold with the
 // ledger's status. The sale row records the hold's idempotency hash and
 // fingerprint, so the key replays the sale after Redis loss even when the

@@ -56,7 +56,7 @@ func (b *bundle) requireDrawApplied(t *testing.T, sku string, waitlistMax int) [
 	require.Equal(t, inventory.DrawDrawn, d.Status)
 	require.True(t, d.Applied)
 	require.Equal(t, db.SeedHash(d.Seed), d.SeedHash, "the revealed seed is the one committed to")
-	entries, err := b.engine.Ledger().DrawEntries(b.ctx, sku)
+	entries, err := b.engine.Ledger().Draws().DrawEntries(b.ctx, sku)
 	require.NoError(t, err)
 	qty := make([]int, len(entries))
 	for i, e := range entries {
@@ -77,7 +77,7 @@ func (b *bundle) requireDrawApplied(t *testing.T, sku string, waitlistMax int) [
 	require.Equal(t, winners, d.Winners)
 	require.LessOrEqual(t, units, d.Stock)
 
-	result, err := b.engine.Ledger().DrawResult(b.ctx, sku)
+	result, err := b.engine.Ledger().Draws().DrawResult(b.ctx, sku)
 	require.NoError(t, err)
 	require.Len(t, result, len(entries))
 	var losers []db.DrawEntry
@@ -313,7 +313,7 @@ func drawCrashResumesWithoutDrawingTwice(t *testing.T, backend string) {
 	})
 	require.ErrorIs(t, err, crash)
 	require.True(t, rep.Drew)
-	half, err := b.engine.Ledger().DrawResult(b.ctx, sku)
+	half, err := b.engine.Ledger().Draws().DrawResult(b.ctx, sku)
 	require.NoError(t, err)
 	require.Positive(t, b.stock(t, sku).Held, "the first batch reached Redis")
 
@@ -438,7 +438,7 @@ func TestDrawGivesOutOnlyUnitsNotHeld(t *testing.T) {
 	require.Equal(t, 3, rep.Draw.Stock, "the draw gives out what is not held")
 	require.Equal(t, 3, rep.Holds)
 	require.Zero(t, rep.Unheld)
-	result, err := b.engine.Ledger().DrawResult(b.ctx, sku)
+	result, err := b.engine.Ledger().Draws().DrawResult(b.ctx, sku)
 	require.NoError(t, err)
 	for _, e := range result {
 		if e.Status == db.EntryWon {
@@ -487,7 +487,7 @@ func TestDrawWinnerNotHeldWaitsFirst(t *testing.T) {
 		require.Equal(t, 2, rep.Unheld, "two winners could not be held, and say so")
 		require.EqualValues(t, 2, testutil.ToFloat64(collectorOf(t, reg, "dropline_draw_winners_unheld_total")))
 
-		result, err := b.engine.Ledger().DrawResult(b.ctx, sku)
+		result, err := b.engine.Ledger().Draws().DrawResult(b.ctx, sku)
 		require.NoError(t, err)
 		var held, short, losers []db.DrawEntry
 		for _, e := range result {

@@ -160,7 +160,7 @@ func (m *Maintenance) ReconcileCommits(ctx context.Context, partition int, older
 		// meanwhile, the RESTORE below no longer matches and changes nothing.
 		stored := holdFromHash(tok, h)
 		hold, attemptID := stored.reservation(), stored.attempt
-		sale, err := e.ledger.Sale(ctx, tok)
+		sale, err := e.ledger.Sales().Sale(ctx, tok)
 		var res Reservation
 		switch {
 		case err == nil:
@@ -169,7 +169,7 @@ func (m *Maintenance) ReconcileCommits(ctx context.Context, partition int, older
 			// No sale. A hold the ledger has as finished is released as such
 			// (no commit can sell it); any other goes back to HELD.
 			outcome := outcomeRestore
-			row, rerr := e.ledger.Reservation(ctx, tok)
+			row, rerr := e.ledger.Reservations().Reservation(ctx, tok)
 			switch {
 			case rerr == nil && (row.Status == db.StatusCancelled || row.Status == db.StatusExpired):
 				outcome = row.Status

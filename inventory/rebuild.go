@@ -136,7 +136,7 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	// SKU another instance put in a drop is placed here before any key of
 	// it is read or written, and its drop's copy in Redis is brought up to
 	// date before the SKU can go live (or when Redis lost only the drop).
-	drop, err := e.ledger.ProductDrop(ctx, sku)
+	drop, err := e.ledger.Drops().ProductDrop(ctx, sku)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		return productNotFound(sku)

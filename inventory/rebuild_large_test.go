@@ -232,7 +232,7 @@ func TestQuotaAfterOnlyTheSKUIsLost(t *testing.T) {
 			r, err := b.engine.Reservation(b.ctx, admin, tok)
 			require.NoError(t, err)
 			require.Equal(t, st, r.Status, "Redis: %s", tok)
-			row, err := b.engine.Ledger().Reservation(b.ctx, tok)
+			row, err := b.engine.Ledger().Reservations().Reservation(b.ctx, tok)
 			require.NoError(t, err)
 			require.Equal(t, string(st), row.Status, "Postgres: %s", tok)
 		}

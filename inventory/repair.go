@@ -63,7 +63,7 @@ func (m *Maintenance) ReconcileApplied(ctx context.Context, partition int, event
 	if len(tokens) == 0 {
 		return 0, nil
 	}
-	rows, err := e.ledger.ReservationsByToken(ctx, tokens)
+	rows, err := e.ledger.Reservations().ReservationsByToken(ctx, tokens)
 	if err != nil {
 		return 0, unavailable("reading reservations", err)
 	}
@@ -150,7 +150,7 @@ func (e *Engine) closeOverdueOf(ctx context.Context, prefix string, partition in
 	var afterExp time.Time
 	afterToken := ""
 	for range overduePages {
-		rows, err := e.ledger.OverdueHeld(ctx, prefix, before, afterExp, afterToken, limit)
+		rows, err := e.ledger.Reservations().OverdueHeld(ctx, prefix, before, afterExp, afterToken, limit)
 		if err != nil {
 			return closed, unavailable("listing overdue holds", err)
 		}

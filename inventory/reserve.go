@@ -232,7 +232,7 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 	}
 	claimed := sku
 	if replyCode(res.Code) == codeCheck {
-		first, err := e.ledger.IdempotencyUse(ctx, idem, time.Now().Add(-e.cfg.IdempotencyTTL))
+		first, err := e.ledger.Reservations().IdempotencyUse(ctx, idem, time.Now().Add(-e.cfg.IdempotencyTTL))
 		switch {
 		case err == nil:
 			claimed = first.SKU
@@ -265,7 +265,7 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 // idempotency key the ledger has, plus the TTL; 0 when it has none within the
 // TTL. When Postgres cannot answer, a whole TTL from now.
 func (e *Engine) claimCheckUntil(ctx context.Context) int64 {
-	latest, err := e.ledger.LatestIdempotencyUse(ctx, time.Now().Add(-e.cfg.IdempotencyTTL))
+	latest, err := e.ledger.Reservations().LatestIdempotencyUse(ctx, time.Now().Add(-e.cfg.IdempotencyTTL))
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		return 0

@@ -85,7 +85,7 @@ func (e *Engine) MyReservations(ctx context.Context, p Principal, status Status,
 	if after != nil {
 		cur = &db.ReservationCursor{CreatedAt: after.CreatedAt, Token: after.Token}
 	}
-	rows, err := e.ledger.ReservationsByPrincipal(ctx, p.ID, string(status), cur, limit+1)
+	rows, err := e.ledger.Reservations().ReservationsByPrincipal(ctx, p.ID, string(status), cur, limit+1)
 	if err != nil {
 		return ReservationPage{}, unavailable("listing reservations", err)
 	}

@@ -58,7 +58,7 @@ func (b *bundle) requireWaitlist(t *testing.T, sku string, n, offered, qty int) 
 // drained: the entries' statuses and tokens, and the offered reservations.
 func (b *bundle) requireLedgerWaitlist(t *testing.T, sku string, n int, tokens map[string]string) {
 	t.Helper()
-	rows, err := b.engine.Ledger().WaitlistEntries(b.ctx, sku)
+	rows, err := b.engine.Ledger().Waitlists().WaitlistEntries(b.ctx, sku)
 	require.NoError(t, err)
 	require.Len(t, rows, n)
 	for i, r := range rows {
@@ -66,7 +66,7 @@ func (b *bundle) requireLedgerWaitlist(t *testing.T, sku string, n int, tokens m
 		if tok, ok := tokens[r.Principal]; ok {
 			require.Equal(t, db.WaitOffered, r.Status, r.Principal)
 			require.Equal(t, tok, r.Token)
-			res, err := b.engine.Ledger().Reservation(b.ctx, tok)
+			res, err := b.engine.Ledger().Reservations().Reservation(b.ctx, tok)
 			require.NoError(t, err)
 			require.Equal(t, r.Principal, res.Principal)
 			require.Equal(t, db.StatusHeld, res.Status)
@@ -238,7 +238,7 @@ func TestWaitlistSkipsWaitersThatDoNotFit(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 	b.drainOutbox(t)
-	rows, err := b.engine.Ledger().WaitlistEntries(b.ctx, sku)
+	rows, err := b.engine.Ledger().Waitlists().WaitlistEntries(b.ctx, sku)
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	require.Equal(t, db.WaitLeft, rows[0].Status)
@@ -366,7 +366,7 @@ func TestWaitlistTakesUnitsARefusedCommitReleases(t *testing.T) {
 			b.joinInOrder(t, sku, 1, 1, time.Minute)
 			// A sale Redis never heard of (it lost what it had promised)
 			// leaves the ledger one unit short of alice's two.
-			_, err = b.engine.Ledger().RecordSale(b.ctx, db.Reservation{Token: "r00.lostsale", SKU: sku, Principal: "someone",
+			_, err = b.engine.Ledger().Sales().RecordSale(b.ctx, db.Reservation{Token: "r00.lostsale", SKU: sku, Principal: "someone",
 				Quantity: 1, ExpiresAt: time.Now().Add(time.Minute), CreatedAt: time.Now()})
 			require.NoError(t, err)
 

@@ -189,7 +189,7 @@ func (b *bundle) requireWalked(t *testing.T, sku string, who []string, qty map[s
 	require.Equal(t, offers, made, "the offers, one each, in the order expected")
 
 	b.drainOutbox(t)
-	rows, err := b.engine.Ledger().WaitlistEntries(b.ctx, sku)
+	rows, err := b.engine.Ledger().Waitlists().WaitlistEntries(b.ctx, sku)
 	require.NoError(t, err)
 	require.Len(t, rows, len(who))
 	for i, r := range rows {
@@ -198,7 +198,7 @@ func (b *bundle) requireWalked(t *testing.T, sku string, who []string, qty map[s
 		if tok, ok := tokens[r.Principal]; ok {
 			require.Equal(t, db.WaitOffered, r.Status, r.Principal)
 			require.Equal(t, tok, r.Token)
-			res, err := b.engine.Ledger().Reservation(b.ctx, tok)
+			res, err := b.engine.Ledger().Reservations().Reservation(b.ctx, tok)
 			require.NoError(t, err)
 			require.Equal(t, r.Principal, res.Principal)
 			require.Equal(t, db.StatusHeld, res.Status)

@@ -85,7 +85,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, p inventory.Principal, in 
 	if err := validate(&in.URL, &in.Secret, in.EventTypes, &in.Description); err != nil {
 		return db.WebhookEndpoint{}, err
 	}
-	e, err := s.ledger.CreateWebhookEndpoint(ctx, db.WebhookEndpoint{URL: in.URL, Secret: in.Secret,
+	e, err := s.ledger.Webhooks().CreateWebhookEndpoint(ctx, db.WebhookEndpoint{URL: in.URL, Secret: in.Secret,
 		EventTypes: dedupe(in.EventTypes), Description: in.Description, Enabled: enabled})
 	if errors.Is(err, db.ErrTooManyEndpoints) {
 		return db.WebhookEndpoint{}, &inventory.InvalidInputError{Field: "url", Reason: fmt.Sprintf("at most %d endpoints may exist", db.MaxWebhookEndpoints)}
@@ -115,7 +115,7 @@ func (s *Service) UpdateEndpoint(ctx context.Context, p inventory.Principal, id 
 	if err := validate(u.URL, u.Secret, u.EventTypes, u.Description); err != nil {
 		return db.WebhookEndpoint{}, err
 	}
-	e, err := s.ledger.UpdateWebhookEndpoint(ctx, n, db.WebhookEndpointUpdate{URL: u.URL, Secret: u.Secret,
+	e, err := s.ledger.Webhooks().UpdateWebhookEndpoint(ctx, n, db.WebhookEndpointUpdate{URL: u.URL, Secret: u.Secret,
 		KeepPreviousFor: SecretOverlap, EventTypes: u.EventTypes, Description: u.Description, Enabled: u.Enabled})
 	return e, ledgerError("updating a webhook endpoint", n, err)
 }
@@ -129,7 +129,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, p inventory.Principal, id 
 	if err != nil {
 		return db.WebhookEndpoint{}, err
 	}
-	e, err := s.ledger.DeleteWebhookEndpoint(ctx, n)
+	e, err := s.ledger.Webhooks().DeleteWebhookEndpoint(ctx, n)
 	return e, ledgerError("deleting a webhook endpoint", n, err)
 }
 
@@ -138,7 +138,7 @@ func (s *Service) Endpoints(ctx context.Context, p inventory.Principal) ([]db.We
 	if err := requireAdmin(p); err != nil {
 		return nil, err
 	}
-	e, err := s.ledger.WebhookEndpoints(ctx, false)
+	e, err := s.ledger.Webhooks().WebhookEndpoints(ctx, false)
 	return e, ledgerError("listing webhook endpoints", 0, err)
 }
 
@@ -162,10 +162,10 @@ func (s *Service) Deliveries(ctx context.Context, p inventory.Principal, id, sta
 	if limit < 1 || limit > MaxPage {
 		return nil, &inventory.InvalidInputError{Field: "first", Reason: "must be between 1 and " + strconv.Itoa(MaxPage)}
 	}
-	if _, err := s.ledger.WebhookEndpoint(ctx, n); err != nil {
+	if _, err := s.ledger.Webhooks().WebhookEndpoint(ctx, n); err != nil {
 		return nil, ledgerError("reading a webhook endpoint", n, err)
 	}
-	d, err := s.ledger.WebhookDeliveries(ctx, n, status, afterEvent, limit)
+	d, err := s.ledger.Webhooks().WebhookDeliveries(ctx, n, status, afterEvent, limit)
 	return d, ledgerError("listing webhook deliveries", n, err)
 }
 
@@ -191,10 +191,10 @@ func (s *Service) Redeliver(ctx context.Context, p inventory.Principal, id strin
 			events = append(events, ev)
 		}
 	}
-	if _, err := s.ledger.WebhookEndpoint(ctx, n); err != nil {
+	if _, err := s.ledger.Webhooks().WebhookEndpoint(ctx, n); err != nil {
 		return 0, ledgerError("reading a webhook endpoint", n, err)
 	}
-	count, err := s.ledger.RedeliverWebhooks(ctx, n, events)
+	count, err := s.ledger.Webhooks().RedeliverWebhooks(ctx, n, events)
 	return count, ledgerError("redelivering webhooks", n, err)
 }
 

@@ -231,7 +231,7 @@ func (w *WebhookDispatcher) claimFor() time.Duration {
 // the others go on.
 func (w *WebhookDispatcher) pass(ctx context.Context) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
-	endpoints, err := w.ledger.WebhookEndpoints(sctx, true)
+	endpoints, err := w.ledger.Webhooks().WebhookEndpoints(sctx, true)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -253,7 +253,7 @@ func (w *WebhookDispatcher) pass(ctx context.Context) {
 			continue
 		}
 		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
-		due, err := w.ledger.ClaimWebhookDeliveries(sctx, e.ID, w.cfg.Owner, free, w.claimFor())
+		due, err := w.ledger.Webhooks().ClaimWebhookDeliveries(sctx, e.ID, w.cfg.Owner, free, w.claimFor())
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -319,7 +319,7 @@ func (w *WebhookDispatcher) attempt(ctx context.Context, e db.WebhookEndpoint, s
 	took := time.Since(began)
 
 	rctx, cancel := stepContext(context.WithoutCancel(ctx), w.cfg.StepTimeout)
-	status, err := w.ledger.RecordWebhookAttempt(rctx, e.ID, d.EventID, w.cfg.Owner, db.WebhookAttempt{
+	status, err := w.ledger.Webhooks().RecordWebhookAttempt(rctx, e.ID, d.EventID, w.cfg.Owner, db.WebhookAttempt{
 		Delivered: res.Delivered, Status: res.Status, Error: res.Error,
 		RetryIn: backoff(w.cfg.MinBackoff, w.cfg.MaxBackoff, d.Attempts), MaxAttempts: w.cfg.MaxAttempts,
 	})
@@ -355,7 +355,7 @@ func (w *WebhookDispatcher) attempt(ctx context.Context, e db.WebhookEndpoint, s
 func (w *WebhookDispatcher) prune(ctx context.Context) {
 	for range 20 {
 		sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
-		deliveries, events, err := w.ledger.PruneWebhooks(sctx, w.cfg.Retention, w.cfg.PruneBatch)
+		deliveries, events, err := w.ledger.Webhooks().PruneWebhooks(sctx, w.cfg.Retention, w.cfg.PruneBatch)
 		cancel()
 		w.pruned.WithLabelValues("deliveries").Add(float64(deliveries))
 		w.pruned.WithLabelValues("events").Add(float64(events))
@@ -374,7 +374,7 @@ func (w *WebhookDispatcher) prune(ctx context.Context) {
 // measure sets the backlog gauges from the ledger.
 func (w *WebhookDispatcher) measure(ctx context.Context) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
-	backlogs, err := w.ledger.WebhookBacklogs(sctx)
+	backlogs, err := w.ledger.Webhooks().WebhookBacklogs(sctx)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {

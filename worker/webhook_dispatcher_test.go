@@ -59,7 +59,7 @@ func (b *bundle) waitSettled(t *testing.T, endpoint int64, within time.Duration,
 	deadline := time.NewTimer(within)
 	defer deadline.Stop()
 	for {
-		n, err := b.engine.Ledger().WebhookDeliveries(b.ctx, endpoint, db.WebhookPending, 0, 1)
+		n, err := b.engine.Ledger().Webhooks().WebhookDeliveries(b.ctx, endpoint, db.WebhookPending, 0, 1)
 		require.NoError(t, err)
 		if len(n) == 0 {
 			return
@@ -125,7 +125,7 @@ func (b *bundle) webhookOutbox(t *testing.T, endpoint int64, status string) []db
 	var out []db.WebhookDelivery
 	after := int64(0)
 	for {
-		page, err := b.engine.Ledger().WebhookDeliveries(b.ctx, endpoint, status, after, 100)
+		page, err := b.engine.Ledger().Webhooks().WebhookDeliveries(b.ctx, endpoint, status, after, 100)
 		require.NoError(t, err)
 		out = append(out, page...)
 		if len(page) < 100 {
@@ -377,7 +377,7 @@ func TestDrawDrawnWebhookRevealsTheSeed(t *testing.T) {
 		}
 	}
 	require.NoError(t, json.Unmarshal(recorded[0].Payload, &msg))
-	draw, err := b.engine.Ledger().Draw(b.ctx, "WH-DRAW")
+	draw, err := b.engine.Ledger().Draws().Draw(b.ctx, "WH-DRAW")
 	require.NoError(t, err)
 	require.Equal(t, hex.EncodeToString(draw.Seed), msg.Data.Seed)
 	require.Equal(t, draw.SeedHash, msg.Data.SeedHash)

@@ -338,7 +338,7 @@ func p99(ms []float64) float64 {
 func (r *LedgerReader) VerifyDraw(ctx context.Context, sku string, out *strings.Builder) error {
 	l := db.NewLedger(r.pool)
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		d, err := l.Draw(ctx, sku)
+		d, err := l.Draws().Draw(ctx, sku)
 		if err != nil {
 			return fmt.Errorf("reading the draw of %s: %w", sku, err)
 		}

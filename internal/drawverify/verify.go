@@ -25,7 +25,7 @@ import (
 // winners (Product.draw.applied): only then does the ledger have their
 // reservations.
 func Verify(ctx context.Context, out io.Writer, l *db.Ledger, sku string) error {
-	d, err := l.Draw(ctx, sku)
+	d, err := l.Draws().Draw(ctx, sku)
 	if err != nil {
 		return fmt.Errorf("reading the draw of %s: %w", sku, err)
 	}
@@ -35,11 +35,11 @@ func Verify(ctx context.Context, out io.Writer, l *db.Ledger, sku string) error 
 	if d.AppliedAt == nil {
 		return fmt.Errorf("the draw of %s is drawn but not yet carried to its winners: verify it once it is applied", sku)
 	}
-	entries, err := l.DrawEntries(ctx, sku)
+	entries, err := l.Draws().DrawEntries(ctx, sku)
 	if err != nil {
 		return fmt.Errorf("reading the entries of %s: %w", sku, err)
 	}
-	h, err := l.DrawHandout(ctx, sku)
+	h, err := l.Draws().DrawHandout(ctx, sku)
 	if err != nil {
 		return err
 	}

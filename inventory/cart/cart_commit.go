@@ -99,7 +99,7 @@ func (a Carts) CommitCart(ctx context.Context, p core.Principal, token string) (
 				ExpiresAt: b.line.ExpiresAt, CreatedAt: b.line.CreatedAt}
 		}
 		wctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
-		sales, err := e.ledger.RecordCartSale(wctx, token, p.ID, rows)
+		sales, err := e.ledger.Sales().RecordCartSale(wctx, token, p.ID, rows)
 		cancel()
 		var ended *db.EndedError
 		switch {

@@ -143,7 +143,7 @@ func (a Draws) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
 			valid = append(valid, s)
 		}
 	}
-	rows, err := e.ledger.DrawsBySKU(ctx, valid)
+	rows, err := e.ledger.Draws().DrawsBySKU(ctx, valid)
 	if err != nil {
 		return nil, core.LedgerError("reading draws", "", err)
 	}
@@ -164,7 +164,7 @@ func (a Draws) DrawsOf(ctx context.Context, skus []string) ([]*Draw, error) {
 // takes them, for verifiers and audits.
 func (a Draws) DrawEntries(ctx context.Context, sku string) ([]Entry, error) {
 	e := a.e
-	rows, err := e.ledger.DrawEntries(ctx, sku)
+	rows, err := e.ledger.Draws().DrawEntries(ctx, sku)
 	if err != nil {
 		return nil, core.LedgerError("reading the draw's entries", sku, err)
 	}
@@ -232,7 +232,7 @@ func (a Draws) MyDrawEntries(ctx context.Context, p core.Principal) ([]Entry, er
 	if err := core.CheckPrincipal(p); err != nil {
 		return nil, err
 	}
-	rows, err := e.ledger.DrawEntriesOf(ctx, p.ID, MaxMine)
+	rows, err := e.ledger.Draws().DrawEntriesOf(ctx, p.ID, MaxMine)
 	if err != nil {
 		return nil, core.LedgerError("listing draw entries", "", err)
 	}
@@ -253,7 +253,7 @@ func (a Draws) MyDrawEntry(ctx context.Context, p core.Principal, sku string) (E
 	if !core.ValidSKU(sku) {
 		return Entry{}, &outcome.NotFoundError{Kind: "draw entry", Key: sku}
 	}
-	row, err := e.ledger.DrawEntryOf(ctx, sku, p.ID)
+	row, err := e.ledger.Draws().DrawEntryOf(ctx, sku, p.ID)
 	if errors.Is(err, db.ErrNotFound) {
 		return Entry{}, &outcome.NotFoundError{Kind: "draw entry", Key: sku}
 	}
@@ -275,7 +275,7 @@ func (a Draws) WithReservation(ctx context.Context, p core.Principal, w Entry) E
 // what live updates read once per process to tell every entrant.
 func (a Draws) AppliedResult(ctx context.Context, sku string) (applied bool, entries []Entry, err error) {
 	e := a.e
-	d, err := e.ledger.Draw(ctx, sku)
+	d, err := e.ledger.Draws().Draw(ctx, sku)
 	if errors.Is(err, db.ErrNotFound) {
 		return false, nil, &outcome.NotFoundError{Kind: "draw", Key: sku}
 	}
@@ -285,7 +285,7 @@ func (a Draws) AppliedResult(ctx context.Context, sku string) (applied bool, ent
 	if d.AppliedAt == nil {
 		return false, nil, nil
 	}
-	rows, err := e.ledger.DrawResult(ctx, sku)
+	rows, err := e.ledger.Draws().DrawResult(ctx, sku)
 	if err != nil {
 		return false, nil, core.LedgerError("reading the draw's result", sku, err)
 	}
@@ -354,7 +354,7 @@ const applyBatch = 250
 
 // RunDraw draws a SKU whose entries have closed and carries the result to
 // Redis. The draw is one Postgres transaction under the product's row lock
-// (db.Ledger.RunDraw), so it happens once however many processes call this;
+// (db.Draws.RunDraw), so it happens once however many processes call this;
 // a crash before its commit leaves nothing, and the next call decides the
 // same result from the same seed and entries. Carrying it to Redis is
 // batches of apply_draw.lua in draw order, each applied once (the batch
@@ -428,7 +428,7 @@ func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Sta
 	}
 	partition := e.keys.PartitionOf(sku)
 	began := time.Now()
-	d, drew, err := e.ledger.RunDraw(ctx, sku, func(seed []byte, stock int, entries []db.DrawEntry) ([]db.DrawOutcome, error) {
+	d, drew, err := e.ledger.Draws().RunDraw(ctx, sku, func(seed []byte, stock int, entries []db.DrawEntry) ([]db.DrawOutcome, error) {
 		qty := make([]int, len(entries))
 		for i, en := range entries {
 			qty[i] = en.Quantity
@@ -455,7 +455,7 @@ func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Sta
 	}
 	began = time.Now()
 	defer func() { rep.Apply = time.Since(began) }()
-	result, err := e.ledger.DrawResult(ctx, sku)
+	result, err := e.ledger.Draws().DrawResult(ctx, sku)
 	if err != nil {
 		return rep, core.LedgerError("reading the draw's result", sku, err)
 	}
@@ -495,7 +495,7 @@ func (a Draws) RunDrawSteps(ctx context.Context, sku string, step func(stage Sta
 	if rep.Unheld, err = e.recordHolds(ctx, sku, result); err != nil {
 		return rep, err
 	}
-	if err := e.ledger.MarkDrawApplied(ctx, sku); err != nil {
+	if err := e.ledger.Draws().MarkDrawApplied(ctx, sku); err != nil {
 		return rep, core.LedgerError("marking the draw applied", sku, err)
 	}
 	rep.Draw.Applied = true
@@ -549,7 +549,7 @@ func (e *engine) recordHolds(ctx context.Context, sku string, result []db.DrawEn
 			unheld[tok] = code
 		}
 	}
-	recorded, err := e.ledger.RecordDrawUnheld(ctx, sku, unheld)
+	recorded, err := e.ledger.Draws().RecordDrawUnheld(ctx, sku, unheld)
 	if err != nil {
 		return 0, core.LedgerError("recording the draw's winners not held", sku, err)
 	}
@@ -602,7 +602,7 @@ func (e *engine) recordHolds(ctx context.Context, sku string, result []db.DrawEn
 // drawn, or drawn and not yet applied to Redis).
 func (a Draws) DueDraws(ctx context.Context, limit int) ([]string, error) {
 	e := a.e
-	skus, err := e.ledger.DueDraws(ctx, limit)
+	skus, err := e.ledger.Draws().DueDraws(ctx, limit)
 	if err != nil {
 		return nil, core.Unavailable("listing due draws", err)
 	}

@@ -24,7 +24,7 @@ const (
 
 // entryBatcher is group commit for draw entries: the entries that
 // arrive while earlier batches are on their way queue up and are recorded
-// together, in one Postgres transaction (db.Ledger.EnterDraws), and each
+// together, in one Postgres transaction (db.Draws.EnterDraws), and each
 // caller is answered only once its batch has committed. So an entry is
 // still a Postgres row before its answer, but a thousand entries cost a few
 // transactions and WAL flushes instead of a thousand. The decisions are
@@ -106,7 +106,7 @@ func (e *engine) runEntryBatch(ctx context.Context, calls []*entryCall) {
 		reqs[i] = c.req
 	}
 	ctx, cancel := context.WithTimeout(ctx, entryBatchTimeout)
-	out, err := e.ledger.EnterDraws(ctx, reqs)
+	out, err := e.ledger.Draws().EnterDraws(ctx, reqs)
 	cancel()
 	e.metrics.entryBatch.Observe(float64(len(calls)))
 	for i, c := range calls {

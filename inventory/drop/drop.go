@@ -79,7 +79,7 @@ func (a Drops) CreateDrop(ctx context.Context, p core.Principal, in Input) (Drop
 	if err != nil {
 		return Drop{}, err
 	}
-	row, err := c.Ledger.CreateDropWith(ctx, db.Drop{ID: in.ID, Name: in.Name, MaxPerUser: in.MaxPerUser,
+	row, err := c.Ledger.Drops().CreateDropWith(ctx, db.Drop{ID: in.ID, Name: in.Name, MaxPerUser: in.MaxPerUser,
 		SaleStartsAt: in.SaleStartsAt, SaleEndsAt: in.SaleEndsAt}, queue)
 	if errors.Is(err, db.ErrExists) {
 		return Drop{}, &outcome.InvalidInputError{Field: "id", Reason: "a drop with this id exists"}
@@ -118,7 +118,7 @@ func (a Drops) DropsByID(ctx context.Context, ids []string) ([]*Drop, error) {
 			valid = append(valid, id)
 		}
 	}
-	rows, err := c.Ledger.DropsByID(ctx, valid)
+	rows, err := c.Ledger.Drops().DropsByID(ctx, valid)
 	if err != nil {
 		return nil, core.Unavailable("reading drops", err)
 	}
@@ -142,7 +142,7 @@ func (a Drops) DropsByID(ctx context.Context, ids []string) ([]*Drop, error) {
 // version (apply_drop.lua): an older copy is replaced, a newer one kept. A
 // rebuild of one of its SKUs calls it too.
 func Apply(ctx context.Context, c *core.Core, id string) error {
-	d, err := c.Ledger.Drop(ctx, id)
+	d, err := c.Ledger.Drops().Drop(ctx, id)
 	if err != nil {
 		return core.Unavailable("reading drop "+id, err)
 	}

@@ -99,7 +99,7 @@ func TestFailedCartGivesThePassBack(t *testing.T) {
 		require.ErrorIs(t, err, inventory.ErrPassInvalid, "a pass buys once")
 		require.Equal(t, 1, b.drain(t)[db.KindQueueSpend])
 		b.requireLedgerAgrees(t, r, b.queueState(t, r))
-		tickets, err := b.engine.Ledger().QueueTickets(b.ctx, r.String())
+		tickets, err := b.engine.Ledger().Queues().QueueTickets(b.ctx, r.String())
 		require.NoError(t, err)
 		require.Len(t, tickets, 1)
 		require.NotNil(t, tickets[0].SpentAt)

@@ -94,7 +94,7 @@ func (b *bundle) queueState(t testing.TB, r queue.Ref) queueState {
 // and state, the admitted number, and no pass for a number not admitted.
 func (b *bundle) requireLedgerAgrees(t testing.TB, r queue.Ref, st queueState) []db.QueueTicket {
 	t.Helper()
-	tickets, err := b.engine.Ledger().QueueTickets(b.ctx, r.String())
+	tickets, err := b.engine.Ledger().Queues().QueueTickets(b.ctx, r.String())
 	require.NoError(t, err)
 	require.Len(t, tickets, len(st.Numbers), "one ledger row per ticket in Redis")
 	for _, tk := range tickets {
@@ -168,7 +168,7 @@ func TestQueueIsInTheLedger(t *testing.T) {
 			require.Zero(t, tk.Number)
 		}
 		require.Equal(t, map[string]int{db.KindQueueJoin: 5}, b.drain(t))
-		tickets, err := b.engine.Ledger().QueueTickets(b.ctx, r.String())
+		tickets, err := b.engine.Ledger().Queues().QueueTickets(b.ctx, r.String())
 		require.NoError(t, err)
 		require.Len(t, tickets, 5)
 		for _, tk := range tickets {

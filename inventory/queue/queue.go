@@ -161,7 +161,7 @@ func (s *Service) Settings(ctx context.Context, r Ref) (db.Queue, error) {
 	if ok && (q.Seed != nil || s.cfg.Now().Before(q.OpensAt)) {
 		return q, nil
 	}
-	v, err, _ := s.reads.Do(r.String(), func() (any, error) { return s.ledger.Queue(ctx, r.String()) })
+	v, err, _ := s.reads.Do(r.String(), func() (any, error) { return s.ledger.Queues().Queue(ctx, r.String()) })
 	q, _ = v.(db.Queue)
 	if errors.Is(err, db.ErrNotFound) {
 		return db.Queue{}, &inventory.NotFoundError{Kind: "queue", Key: r.String(), Field: string(r.Kind)}
@@ -223,7 +223,7 @@ func (s *Service) Join(ctx context.Context, principal string, r Ref, in JoinInpu
 		return Ticket{}, inventory.ErrProofInvalid
 	}
 	if q.HasAccessCodes {
-		ok, err := s.ledger.ClaimAccessCode(ctx, q.ID, in.AccessCode, principal)
+		ok, err := s.ledger.Queues().ClaimAccessCode(ctx, q.ID, in.AccessCode, principal)
 		if err != nil {
 			return Ticket{}, fmt.Errorf("%w: %w", errUnavailable, err)
 		}
@@ -355,7 +355,7 @@ type StepResult struct {
 // Queues lists every queue, from the ledger, after the id given ("" from
 // the start), at most limit.
 func (s *Service) Queues(ctx context.Context, after string, limit int) ([]Ref, error) {
-	ids, err := s.ledger.QueueIDs(ctx, after, limit)
+	ids, err := s.ledger.Queues().QueueIDs(ctx, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
@@ -399,7 +399,7 @@ func (s *Service) Step(ctx context.Context, r Ref) (StepResult, error) {
 		case "NEEDS_HYDRATION":
 			sku := rep.SKU
 			if sku == "" && r.Kind == OfDrop {
-				d, err := s.ledger.Drop(ctx, r.ID)
+				d, err := s.ledger.Drops().Drop(ctx, r.ID)
 				if err != nil || len(d.SKUs) == 0 {
 					return StepResult{Status: StatusPaused}, nil // a drop without SKUs has nothing to admit to
 				}

@@ -327,7 +327,7 @@ func TestQueuePairs(t *testing.T) {
 			st := b.queueState(t, r)
 			requireAdmittedInOrder(t, st)
 			b.requireLedgerAgrees(t, r, st)
-			tickets, err := b.engine.Ledger().QueueTickets(b.ctx, r.String())
+			tickets, err := b.engine.Ledger().Queues().QueueTickets(b.ctx, r.String())
 			require.NoError(t, err)
 			spent := map[string]bool{}
 			for _, tk := range tickets {

@@ -65,7 +65,7 @@ func (s *Service) restoreOnce(ctx context.Context, r Ref) error {
 	}
 	start := time.Now()
 	tickets := 0
-	err := s.ledger.WithQueueSnapshot(ctx, r.String(), func(snap *db.QueueSnapshot) error {
+	err := s.ledger.Queues().WithQueueSnapshot(ctx, r.String(), func(snap *db.QueueSnapshot) error {
 		q, p := snap.Queue, snap.Progress
 		state, pre, numbered := "pre", int64(0), int64(0)
 		if p.PreQueueSize >= 0 || p.LastNumber > 0 {

@@ -25,7 +25,7 @@ type Verification struct {
 // StepMost. ErrNotVerified (wrapped, with the first difference) when they
 // differ; an error when the queue has not opened yet.
 func (s *Service) VerifyPreQueue(ctx context.Context, r Ref) (Verification, error) {
-	q, err := s.ledger.Queue(ctx, r.String())
+	q, err := s.ledger.Queues().Queue(ctx, r.String())
 	if err != nil {
 		return Verification{}, err
 	}

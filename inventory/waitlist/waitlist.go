@@ -281,7 +281,7 @@ func (a Waitlists) MyWaitlist(ctx context.Context, p core.Principal) ([]Entry, e
 	if err := core.CheckPrincipal(p); err != nil {
 		return nil, err
 	}
-	rows, err := c.Ledger.WaitlistOf(ctx, p.ID, MaxMine)
+	rows, err := c.Ledger.Waitlists().WaitlistOf(ctx, p.ID, MaxMine)
 	if err != nil {
 		return nil, core.LedgerError("listing the waitlist", "", err)
 	}
