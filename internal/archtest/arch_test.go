@@ -35,8 +35,8 @@ var layers = map[string]int{
 	// The scripts, then the script layer, the engine's shared core, its
 	// aggregates and the engine over them.
 	"lua":              2,
-	"inventory/script": 3,
-	"inventory/core":   4,
+	"inventory/script": 3, "internal/scripttest": 3,
+	"inventory/core": 4,
 	// The engine's aggregates share one layer, so none imports another:
 	// they meet only in the core, the script layer, the policy and the
 	// outcomes below them, and the engine above hands each its core.
