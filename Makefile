@@ -28,6 +28,10 @@ help: ## show this help
 services: ## make sure Redis and PostgreSQL answer at REDIS_URL / DATABASE_URL (starts them if needed)
 	@bash scripts/services.sh
 
+.PHONY: bench-tools
+bench-tools: ## install what the black-box benchmarks drive besides the server: wrk, redis-benchmark, pgbench (Debian, as root)
+	@bash scripts/bench-tools.sh
+
 .PHONY: tools
 tools: ## install what the tests run besides Go and the services: nginx-light, redis-sentinel, chromium (Debian, as root), e2e's npm packages (npm ci)
 	@bash scripts/tools.sh
@@ -93,7 +97,7 @@ $(GOLANGCI_LINT):
 	GOBIN=$(GOLANGCI_LINT_DIR) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 .PHONY: bench-queue
-bench-queue: services build ## the admission queue black-box: 50,000 joins, Redis bytes per ticket, longest script, myQueueTicket vs a stock query, 10,000 websocket waiters
+bench-queue: bench-tools services build ## the admission queue black-box: 50,000 joins, Redis bytes per ticket, longest script, myQueueTicket vs a stock query, 10,000 websocket waiters
 	$(GO) run ./cmd/bench-queue --bin $(BIN) $(BENCH_QUEUE_FLAGS)
 
 .PHONY: bench
@@ -103,11 +107,12 @@ bench: services ## run the benchmarks (no tests) against real services
 # Black-box: the built binary as its own process on a free loopback port
 # (private redis-server, own database), driven by wrk, next to a bare
 # reserve-shaped script (redis-benchmark) and a PostgreSQL-only path
-# (pgbench). Needs wrk, redis-tools and postgresql-client (docs/benchmarks.md).
+# (pgbench); `make bench-tools` installs wrk, redis-tools and postgresql-client
+# when missing (scripts/bench-tools.sh).
 # About 2 minutes with the defaults; BENCH_FLAGS="--step 3s --peak 10s" for a quick look.
 BENCH_FLAGS ?=
 .PHONY: bench-http
-bench-http: build ## black-box reserve benchmark of bin/dropline vs raw Redis and PostgreSQL; rewrites its section of docs/benchmarks.md
+bench-http: bench-tools build ## black-box reserve benchmark of bin/dropline vs raw Redis and PostgreSQL; rewrites its section of docs/benchmarks.md
 	$(GO) build -trimpath -o bin/bench-floor ./cmd/bench-floor
 	$(GO) run ./cmd/bench-http --bin $(BIN) --floor bin/bench-floor --doc docs/benchmarks.md $(BENCH_FLAGS)
 
