@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Reservation statuses as the ledger stores them.
@@ -106,19 +108,25 @@ func (ss Sales) Sale(ctx context.Context, token string) (Sale, error) {
 }
 
 // RecordSale writes the sale of a reservation durably: the sale row, the
-// product's sold count, the reservation row and the movement, in one
+// reservation row, the movement and the product's sold count, in one
 // transaction. It is idempotent on the token: a second call returns the first
 // sale and changes nothing. It returns ErrWouldOversell when sold would exceed
 // the total, and an *EndedError when the ledger has the reservation as
 // CANCELLED or EXPIRED: a finished reservation is never turned into a sale
 // (Redis can think it HELD after a rebuild that predates its ending).
+//
+// The sale is one call of record_sale (migration 0018), one round trip in a
+// transaction of its own: the product's row, which every sale of the SKU
+// waits for, is held for its update and the commit only.
 func (ss Sales) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
-	var sale Sale
-	err := ss.l.inTx(ctx, "record_sale", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		sale, err = recordSale(ctx, tx, r, "")
-		return err
-	})
+	var span trace.Span
+	if ss.l.tracer != nil {
+		ctx, span = ss.l.startTx(ctx, "record_sale")
+	}
+	sale, err := recordSale(ctx, ss.l.pool, r, "")
+	if span != nil {
+		endTx(span, err)
+	}
 	if err != nil {
 		return Sale{}, fmt.Errorf("recording sale %s: %w", r.Token, err)
 	}
@@ -177,62 +185,37 @@ func (ss Sales) CartSales(ctx context.Context, cart string) (lines int, sales []
 	return lines, sales, nil
 }
 
-// recordSale is the body of RecordSale inside tx; cart is the cart the sale
+// recordSale sells one reservation with record_sale, in q's transaction (a
+// transaction of its own when q is the pool); cart is the cart the sale
 // belongs to, "" for none.
-func recordSale(ctx context.Context, tx pgx.Tx, r Reservation, cart string) (Sale, error) {
-	sale := Sale{Token: r.Token, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity}
-	err := tx.QueryRow(ctx, `
-		INSERT INTO sales (token, sku, principal, quantity, cart) VALUES ($1, $2, $3, $4, nullif($5, ''))
-		ON CONFLICT (token) DO NOTHING RETURNING committed_at`,
-		r.Token, r.SKU, r.Principal, r.Quantity, cart).Scan(&sale.CommittedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Committed before: answer with the first sale.
-		err = tx.QueryRow(ctx, `SELECT token, sku, principal, quantity, committed_at FROM sales WHERE token = $1`, r.Token).
-			Scan(&sale.Token, &sale.SKU, &sale.Principal, &sale.Quantity, &sale.CommittedAt)
-		return sale, interpret(err)
-	}
-	if err != nil {
-		return Sale{}, interpret(err)
-	}
-	// Locks the product row: a rebuild of this SKU from Postgres (Snapshot)
-	// runs either wholly before or wholly after this sale.
-	tag, err := tx.Exec(ctx, `UPDATE products SET sold = sold + $2, updated_at = now()
-		WHERE sku = $1 AND sold + $2 <= total`, r.SKU, r.Quantity)
-	if err != nil {
-		return Sale{}, interpret(err)
-	}
-	if tag.RowsAffected() == 0 {
-		return Sale{}, ErrWouldOversell
-	}
-	// The reservation row becomes COMMITTED unless the ledger has it as
-	// finished (the guard is evaluated on the latest row, after waiting
-	// for a writer of it): then the whole sale is rolled back.
-	tag, err = tx.Exec(ctx, `
-		INSERT INTO reservations (token, sku, principal, quantity, status, idempotency_hash, request_hash,
-			expires_at, created_at, committed_at)
-		VALUES ($1, $2, $3, $4, 'COMMITTED', nullif($5, ''), nullif($6, ''), $7, $8, $9)
-		ON CONFLICT (token) DO UPDATE SET status = 'COMMITTED', committed_at = $9, updated_at = now(),
-			idempotency_hash = coalesce(reservations.idempotency_hash, excluded.idempotency_hash),
-			request_hash = coalesce(reservations.request_hash, excluded.request_hash)
-		WHERE reservations.status IN ('HELD', 'COMMITTED')`,
-		r.Token, r.SKU, r.Principal, r.Quantity, r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt,
-		sale.CommittedAt)
-	if err != nil {
-		return Sale{}, interpret(err)
-	}
-	if tag.RowsAffected() == 0 {
-		var status string
-		if err := tx.QueryRow(ctx, `SELECT status FROM reservations WHERE token = $1`, r.Token).Scan(&status); err != nil {
-			return Sale{}, interpret(err)
+func recordSale(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, r Reservation, cart string) (Sale, error) {
+	sale := Sale{Token: r.Token}
+	err := q.QueryRow(ctx, `SELECT sold_sku, sold_principal, sold_quantity, sold_at
+		FROM record_sale($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		r.Token, r.SKU, r.Principal, r.Quantity, cart, r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt).
+		Scan(&sale.SKU, &sale.Principal, &sale.Quantity, &sale.CommittedAt)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case saleEndedCode:
+			return Sale{}, &EndedError{Status: pgErr.Detail}
+		case saleOversellCode:
+			return Sale{}, ErrWouldOversell
 		}
-		return Sale{}, &EndedError{Status: status}
 	}
-	_, err = tx.Exec(ctx, `
-		INSERT INTO stock_movements (event_id, sku, kind, token, principal, quantity, occurred_at)
-		VALUES ($1, $2, 'commit', $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING`,
-		"commit:"+r.Token, r.SKU, r.Token, r.Principal, r.Quantity, sale.CommittedAt)
-	return sale, interpret(err)
+	if err != nil {
+		return Sale{}, interpret(err)
+	}
+	return sale, nil
 }
+
+// The SQLSTATEs of record_sale's refusals (migration 0018).
+const (
+	saleEndedCode    = "DL002"
+	saleOversellCode = "DL003"
+)
 
 // Snapshot is what Postgres knows of one SKU, read under the product's row
 // lock: enough to rebuild the SKU in Redis. Its rows are streamed in batches
