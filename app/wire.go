@@ -91,6 +91,8 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 				CostRate:        in.Config.CostRate,
 				CostBurst:       in.Config.CostBurst,
 				ResponseBytes:   int64(in.Config.ResponseMaxBytes),
+				GateSlots:       in.Config.GraphQLGateSlots(),
+				GateWait:        in.Config.GateWait,
 			},
 		}),
 		Checks:  []server.Check{{Name: "scripts", Fn: engine.Ping}},

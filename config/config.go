@@ -71,6 +71,8 @@ const (
 	EnvSubgraph           = "DROPLINE_SUBGRAPH"
 	EnvBodyTimeout        = "DROPLINE_BODY_TIMEOUT"
 	EnvRequestsPerAddr    = "DROPLINE_REQUESTS_PER_ADDR"
+	EnvGateSlots          = "DROPLINE_GATE_SLOTS"
+	EnvGateWait           = "DROPLINE_GATE_WAIT"
 
 	EnvWebhookTimeout     = "DROPLINE_WEBHOOK_TIMEOUT"
 	EnvWebhookConcurrency = "DROPLINE_WEBHOOK_CONCURRENCY"
@@ -131,6 +133,8 @@ const (
 	DefaultAPQBytesPerAddr    = graphql.DefaultAPQBytesPerAddr
 	DefaultBodyTimeout        = server.DefaultBodyTimeout
 	DefaultRequestsPerAddr    = server.DefaultRequestsPerAddr
+	DefaultGateSlots          = graphql.DefaultGateSlots
+	DefaultGateWait           = graphql.DefaultGateWait
 
 	DefaultWebhookTimeout     = worker.DefaultWebhookTimeout
 	DefaultWebhookConcurrency = worker.DefaultWebhookConcurrency
@@ -476,6 +480,19 @@ type Config struct {
 	// StreamConnsPerIP instead. Default: 1024, per instance; at least 1.
 	RequestsPerAddr int
 
+	// GateSlots is how many queries and mutations that are not money run
+	// at once in one instance (DROPLINE_GATE_SLOTS); the others wait for a
+	// slot in the order they came. Commits and cancels (commit, commitCart,
+	// cancel, cancelCart) skip the wait, so a paying buyer is not queued
+	// behind a sold-out storm of reserves. Default: 16; between 1 and 4096,
+	// or 0 to turn the gate off.
+	GateSlots int
+
+	// GateWait is the longest an operation waits for a slot of the gate
+	// (DROPLINE_GATE_WAIT); one that waited longer is answered SERVER_BUSY,
+	// to retry. Default: 10s; between 100ms and 1m.
+	GateWait time.Duration
+
 	// AdminAddr, when set, opens a second listener for operators with the Go
 	// profiler (net/http/pprof under /debug/pprof/) and a /readyz that names
 	// each failure, which the public one does not (DROPLINE_ADMIN_ADDR,
@@ -633,6 +650,8 @@ func Load(getenv func(string) string) (Config, error) {
 	boolean(EnvSubgraph, &c.Subgraph)
 	dur(EnvBodyTimeout, &c.BodyTimeout)
 	num(EnvRequestsPerAddr, &c.RequestsPerAddr)
+	num(EnvGateSlots, &c.GateSlots)
+	dur(EnvGateWait, &c.GateWait)
 	dur(EnvWebhookTimeout, &c.WebhookTimeout)
 	num(EnvWebhookConcurrency, &c.WebhookConcurrency)
 	num(EnvWebhookMaxAttempts, &c.WebhookMaxAttempts)

@@ -414,3 +414,28 @@ func TestAPQBytesPerAddr(t *testing.T) {
 		require.ErrorContains(t, c.Validate(), config.EnvAPQBytesPerAddr, bad)
 	}
 }
+
+func TestGateSettings(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, config.DefaultGateSlots, c.GateSlots)
+	require.Equal(t, config.DefaultGateSlots, c.GraphQLGateSlots())
+	require.Equal(t, 10*time.Second, c.GateWait)
+	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_GATE_SLOTS": "0", "DROPLINE_GATE_WAIT": "2s"}))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Negative(t, c.GraphQLGateSlots(), "0 turns the gate off")
+	require.Equal(t, 2*time.Second, c.GateWait)
+	for _, bad := range []string{"-1", "5000"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_GATE_SLOTS": bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvGateSlots, bad)
+	}
+	for _, bad := range []string{"10ms", "2m"} {
+		c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_GATE_WAIT": bad}))
+		require.NoError(t, err)
+		require.ErrorContains(t, c.Validate(), config.EnvGateWait)
+	}
+}

@@ -38,6 +38,8 @@ func Default() Config {
 		APQBytesPerAddr:         DefaultAPQBytesPerAddr,
 		BodyTimeout:             DefaultBodyTimeout,
 		RequestsPerAddr:         DefaultRequestsPerAddr,
+		GateSlots:               DefaultGateSlots,
+		GateWait:                DefaultGateWait,
 		WebhookTimeout:          DefaultWebhookTimeout,
 		WebhookConcurrency:      DefaultWebhookConcurrency,
 		WebhookMaxAttempts:      DefaultWebhookMaxAttempts,

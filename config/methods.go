@@ -95,3 +95,12 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// GraphQLGateSlots is GateSlots as graphql.Limits takes it: 0 (the gate
+// off) is negative there, where 0 means the default.
+func (c Config) GraphQLGateSlots() int {
+	if c.GateSlots == 0 {
+		return -1
+	}
+	return c.GateSlots
+}

@@ -227,6 +227,12 @@ func (c Config) Validate() error {
 		add(EnvBodyTimeout, "is %s: the time to send a request body must be between 1s and 1m (default %s)", c.BodyTimeout, DefaultBodyTimeout)
 	}
 	atLeast(EnvRequestsPerAddr, c.RequestsPerAddr, 1, "the requests in flight allowed per client address")
+	if c.GateSlots < 0 || c.GateSlots > 4096 {
+		add(EnvGateSlots, "is %d: the operations that are not commits or cancels running at once must be between 1 and 4096, or 0 to turn the gate off (default %d)", c.GateSlots, DefaultGateSlots)
+	}
+	if c.GateWait < 100*time.Millisecond || c.GateWait > time.Minute {
+		add(EnvGateWait, "is %s: the longest wait for a slot of the gate must be between 100ms and 1m (default %s)", c.GateWait, DefaultGateWait)
+	}
 	if c.APQBytesPerAddr < 64<<10 || c.APQBytesPerAddr > 1<<30 {
 		add(EnvAPQBytesPerAddr, "is %d: the persisted-query bytes one address may register must be between 65536 and 1073741824 (default %d)", c.APQBytesPerAddr, DefaultAPQBytesPerAddr)
 	}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
 )
 
 // NewHandlerUnshared is NewHandler executing every subscription on its own,
@@ -39,4 +43,32 @@ func NewHandlerGqlgenWebsocket(cfg Config) http.Handler {
 		}
 		return sharingTransport{inner: ws, groups: t.groups}
 	}})
+}
+
+// TestGate is a gate the test holds slots of.
+type TestGate struct{ g *gate }
+
+// NewTestGate makes a gate of slots that waits at most wait.
+func NewTestGate(slots int, wait time.Duration, reg prometheus.Registerer) *TestGate {
+	return &TestGate{g: newGate(slots, wait, reg)}
+}
+
+// Hold takes a slot as a running operation would.
+func (g *TestGate) Hold() { g.g.slots <- struct{}{} }
+
+// Release gives a slot back.
+func (g *TestGate) Release() { g.g.release() }
+
+// NewHandlerGated is NewHandler with g as its gate.
+func NewHandlerGated(cfg Config, g *TestGate) http.Handler {
+	return newHandler(cfg, handlerOptions{share: true, gate: g.g})
+}
+
+// IsPriority parses query and reports whether its operation skips the gate.
+func IsPriority(query string) (bool, error) {
+	doc, err := parser.ParseQuery(&ast.Source{Input: query})
+	if err != nil {
+		return false, err
+	}
+	return isPriority(doc.Operations[0]), nil
 }

@@ -126,6 +126,13 @@ type Limits struct {
 	// after its last registration; beyond it a query runs but is not
 	// registered. Default DefaultAPQBytesPerAddr.
 	APQBytesPerAddr int64
+	// GateSlots is how many queries and mutations that are not priority
+	// operations (commits and cancels: priority.go) execute at once in this
+	// process; the others wait for a slot, in order, for at most GateWait,
+	// then get SERVER_BUSY. Defaults DefaultGateSlots and DefaultGateWait; a
+	// negative GateSlots turns the gate off.
+	GateSlots int
+	GateWait  time.Duration
 }
 
 // Defaults of the persisted queries' bounds (Limits).
@@ -174,6 +181,10 @@ func (l Limits) withDefaults() Limits {
 	if l.APQBytesPerAddr == 0 {
 		l.APQBytesPerAddr = DefaultAPQBytesPerAddr
 	}
+	def(&l.GateSlots, DefaultGateSlots)
+	if l.GateWait <= 0 {
+		l.GateWait = DefaultGateWait
+	}
 	return l
 }
 
@@ -191,6 +202,8 @@ type handlerOptions struct {
 	share bool
 	// websocket, when set, replaces the websocket transport.
 	websocket func(*wsTransport) gqlgen.Transport
+	// gate, when set, replaces the gate Limits.GateSlots would make.
+	gate *gate
 }
 
 // newHandler is NewHandler with opts.
@@ -263,6 +276,12 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	} else {
 		srv.Use(newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
 	}
+	// Last of the extensions: only what will run waits for a slot.
+	g := opts.gate
+	if g == nil {
+		g = newGate(cfg.Limits.GateSlots, cfg.Limits.GateWait, cfg.Registerer)
+	}
+	srv.Use(g)
 	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {
 		return next(res.WithLoaders(ctx))
 	})
