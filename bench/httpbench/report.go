@@ -72,9 +72,9 @@ func (r Result) Markdown() string {
 		r.Steady.PerSecond(r.Steady.Held), ms(r.Steady.P50US), ms(r.Steady.P99US), ms(r.Steady.MaxUS))
 	row(fmt.Sprintf("sustained peak (%s)", c.Peak), r.Peak.EventRate, ms(r.Peak.Reserve.P50US), ms(r.Peak.Reserve.P99US), ms(r.Peak.Reserve.MaxUS))
 	fmt.Fprintf(&b, "\nWrite-behind over the peak: %s events/s produced, %s/s applied, apply capacity %s/s "+
-		"(events per second of flusher busy time), PostgreSQL CPU %.1f µs per event; lag p50 %.2f s, p99 %.2f s, max %.2f s (%d samples); "+
-		"backlog at most %s; drained %.1f s after the peak.\n\n",
-		thousands(r.Peak.EventRate), thousands(r.Peak.AppliedRate), thousands(r.Peak.Capacity), us(r.Peak.PostgresCPU),
+		"(events per second of flusher busy time; %.0f events a batch, busy %.0f %% of the time), PostgreSQL CPU %.1f µs per event; "+
+		"lag p50 %.2f s, p99 %.2f s, max %.2f s (%d samples); backlog at most %s; drained %.1f s after the peak.\n\n",
+		thousands(r.Peak.EventRate), thousands(r.Peak.AppliedRate), thousands(r.Peak.Capacity), r.Peak.BatchMean, 100*r.Peak.BusyShare, us(r.Peak.PostgresCPU),
 		r.Peak.LagP50, r.Peak.LagP99, r.Peak.LagMax, r.Peak.Samples, thousands(r.Peak.BacklogMax), r.Peak.DrainSeconds)
 	fmt.Fprintf(&b, "CPU time per successful reserve over the reserve step: dropline %.1f µs, redis-server %.1f µs, "+
 		"PostgreSQL %.1f µs (the database's backends), wrk %.1f µs (the load generator); %.1f µs in all.\n\n",

@@ -101,6 +101,12 @@ type PeakResult struct {
 	// Capacity is events applied per second of flusher busy time (the sum
 	// of its batch durations): the rate it could sustain if it never waited.
 	Capacity float64
+	// BatchMean is the events per batch over the peak, and BusyShare the
+	// share of the peak's wall time the flusher spent in batches. Its
+	// reads from Redis are outside the batches: a flusher whose batches are
+	// full and whose busy share is well below 1 spends the rest reading, so
+	// Capacity is then more than it could sustain.
+	BatchMean, BusyShare float64
 	// PostgresCPU is the database's backends' CPU time per applied event.
 	PostgresCPU time.Duration
 	LagP50      float64
@@ -333,8 +339,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if res.Peak, err = peak(ctx, w, api.client, base, dbURL); err != nil {
 		return res, err
 	}
-	cfg.logf("  %.0f events/s, applied %.0f/s, apply capacity %.0f/s, postgres CPU %s per event; lag p50 %.2f s p99 %.2f s max %.2f s; drained in %.1f s",
-		res.Peak.EventRate, res.Peak.AppliedRate, res.Peak.Capacity, res.Peak.PostgresCPU, res.Peak.LagP50, res.Peak.LagP99, res.Peak.LagMax, res.Peak.DrainSeconds)
+	cfg.logf("  %.0f events/s, applied %.0f/s, apply capacity %.0f/s (%.0f events a batch, busy %.0f %% of the time), postgres CPU %s per event; lag p50 %.2f s p99 %.2f s max %.2f s; drained in %.1f s",
+		res.Peak.EventRate, res.Peak.AppliedRate, res.Peak.Capacity, res.Peak.BatchMean, 100*res.Peak.BusyShare, res.Peak.PostgresCPU,
+		res.Peak.LagP50, res.Peak.LagP99, res.Peak.LagMax, res.Peak.DrainSeconds)
 	return res, nil
 }
 
@@ -420,6 +427,12 @@ func peak(ctx context.Context, w wrkRun, client *http.Client, base, dbURL string
 	}
 	if busy := end.batchSeconds - first.batchSeconds; busy > 0 {
 		p.Capacity = (end.applied - first.applied) / busy
+		if secs := end.at.Sub(first.at).Seconds(); secs > 0 {
+			p.BusyShare = busy / secs
+		}
+	}
+	if n := end.batches - first.batches; n > 0 {
+		p.BatchMean = (end.applied - first.applied) / n
 	}
 	if applied := end.applied - first.applied; applied > 0 {
 		p.PostgresCPU = time.Duration(float64(pgCPU) / applied)
