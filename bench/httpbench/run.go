@@ -48,8 +48,13 @@ type Config struct {
 	// ReserveOnly stops after the reserve step: for comparing two builds
 	// quickly (its CPU per reserve is the figure to read under load).
 	ReserveOnly bool
+	// ReserveAndStorm runs the reserve step and the sold-out storm only:
+	// the baselines, the paced step and the peak are skipped (to compare
+	// builds on the storm's CPU per answer and its ratio).
+	ReserveAndStorm bool
 	// Profile, when set, is where a CPU profile of the server over the
-	// reserve step is written (taken through its admin listener).
+	// reserve step is written (taken through its admin listener); the
+	// storm step's is written beside it, ".storm" added to its name.
 	Profile string
 	// Floor is the bench-floor binary (cmd/bench-floor); when set, its
 	// HTTP floor is driven right after the reserve step by the same wrk
@@ -285,28 +290,26 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 
-	cfg.logf("reserve-shaped script by EVALSHA, redis-benchmark -c %d ...", cfg.Connections)
-	rcpu0 = redisProc.cpuTime()
-	if res.Redis, err = redisBaseline(ctx, redisAddr, cfg.Connections, int(30000*cfg.Step.Seconds())); err != nil {
-		return res, err
+	if !cfg.ReserveAndStorm {
+		if err := baselines(ctx, cfg, &res, redisProc, redisAddr, dir, dbURL); err != nil {
+			return res, err
+		}
 	}
-	if res.Redis.Requests > 0 {
-		res.RedisBareCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(res.Redis.Requests)
-	}
-	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms; redis-server CPU per call %s; per hold ÷ per bare call %.2f",
-		res.Redis.PerSecond, res.Redis.P50MS, res.Redis.P99MS, res.RedisBareCPU, div(float64(res.RedisCPU), float64(res.RedisBareCPU)))
-
-	cfg.logf("PostgreSQL only, pgbench -c %d, %s ...", cfg.Connections, cfg.Step)
-	if res.Postgres, err = postgresBaseline(ctx, dir, dbURL, cfg.Connections, cfg.Step); err != nil {
-		return res, err
-	}
-	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms", res.Postgres.PerSecond, res.Postgres.P50MS, res.Postgres.P99MS)
 
 	cfg.logf("sold-out storm, %d buyers, wrk -c %d, %s ...", cfg.StormBuyers, cfg.Connections, cfg.Step)
 	storm := w
 	storm.tokensFile, storm.sku = stormFile, soldOut
+	stormProfiled := make(chan error, 1)
+	if adminBase != "" {
+		go func() { stormProfiled <- takeProfile(ctx, adminBase, cfg.Step-time.Second, cfg.Profile+".storm") }()
+	} else {
+		stormProfiled <- nil
+	}
 	cpu0, rcpu0 = server.cpuTime(), redisProc.cpuTime()
 	if res.Storm, err = storm.run(ctx); err != nil {
+		return res, err
+	}
+	if err := <-stormProfiled; err != nil {
 		return res, err
 	}
 	// The storm's CPU per answer, as the reserve step's per hold: the
@@ -320,6 +323,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg.logf("  %.0f answers/s (%d out of stock, %d rate limited, %d other), p50 %.2f ms p99 %.2f ms; CPU per answer: dropline %s, redis-server %s, wrk %s",
 		res.Storm.PerSecond(res.Storm.Requests), res.Storm.OutOfStock, res.Storm.RateLimited, res.Storm.Other+res.Storm.Failed,
 		ms(res.Storm.P50US), ms(res.Storm.P99US), stormCPU, stormRedisCPU, stormLoadCPU)
+	if cfg.ReserveAndStorm {
+		cfg.logf("  storm out-of-stock answers/s ÷ successful holds/s: %.2f",
+			div(res.Storm.PerSecond(res.Storm.OutOfStock), res.Reserve.PerSecond(res.Reserve.Held)))
+		return res, nil
+	}
 
 	res.SteadyRate = 0.8 * res.Reserve.PerSecond(res.Reserve.Held)
 	cfg.logf("constant rate %.0f/s (80 %% of the maximum), %s ...", res.SteadyRate, cfg.Step)
@@ -624,3 +632,25 @@ func (a apiClient) available(ctx context.Context, sku string) (int64, error) {
 }
 
 func ms(us int64) float64 { return float64(us) / 1000 }
+
+// baselines measures the reserve-shaped script by EVALSHA alone
+// (redis-benchmark) and PostgreSQL alone (pgbench), into res.
+func baselines(ctx context.Context, cfg Config, res *Result, redisProc *process, redisAddr, dir, dbURL string) (err error) {
+	cfg.logf("reserve-shaped script by EVALSHA, redis-benchmark -c %d ...", cfg.Connections)
+	rcpu0 := redisProc.cpuTime()
+	if res.Redis, err = redisBaseline(ctx, redisAddr, cfg.Connections, int(30000*cfg.Step.Seconds())); err != nil {
+		return err
+	}
+	if res.Redis.Requests > 0 {
+		res.RedisBareCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(res.Redis.Requests)
+	}
+	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms; redis-server CPU per call %s; per hold ÷ per bare call %.2f",
+		res.Redis.PerSecond, res.Redis.P50MS, res.Redis.P99MS, res.RedisBareCPU, div(float64(res.RedisCPU), float64(res.RedisBareCPU)))
+
+	cfg.logf("PostgreSQL only, pgbench -c %d, %s ...", cfg.Connections, cfg.Step)
+	if res.Postgres, err = postgresBaseline(ctx, dir, dbURL, cfg.Connections, cfg.Step); err != nil {
+		return err
+	}
+	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms", res.Postgres.PerSecond, res.Postgres.P50MS, res.Postgres.P99MS)
+	return nil
+}

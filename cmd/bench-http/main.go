@@ -28,6 +28,7 @@ func main() {
 	conns := fs.Int("connections", 50, "concurrency of wrk and of the baselines")
 	buyers := fs.Int("buyers", 3000, "distinct buyers rotating through the successful reserves")
 	profile := fs.String("profile", "", "write a CPU profile of the server over the reserve step to this file (go tool pprof -top FILE)")
+	reserveAndStorm := fs.Bool("reserve-storm", false, "run the reserve step and the sold-out storm only, printing the storm's ratio (to compare builds on it)")
 	reserveOnly := fs.Bool("reserve-only", false, "stop after the GraphQL reserve step (to compare builds; read its CPU per reserve)")
 	var serverEnv []string
 	fs.Func("server-env", "KEY=VALUE added to the server's environment (repeatable), e.g. DROPLINE_MUTATION_RATE=-1", func(v string) error {
@@ -67,7 +68,7 @@ func main() {
 	defer stop()
 	res, err := httpbench.Run(ctx, httpbench.Config{
 		Binary: *bin, DatabaseURL: url, Step: *step, Peak: *peak, Connections: *conns, Buyers: *buyers,
-		Env: serverEnv, Profile: *profile, Floor: *floorBin, ReserveOnly: *reserveOnly, Progress: os.Stderr,
+		Env: serverEnv, Profile: *profile, Floor: *floorBin, ReserveOnly: *reserveOnly, ReserveAndStorm: *reserveAndStorm, Progress: os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench-http: %v\n", err)
@@ -77,7 +78,7 @@ func main() {
 	if sink != nil {
 		fmt.Fprintf(os.Stderr, "bench-http: traces: %d spans received in %d OTLP exports\n", sink.spans.Load(), sink.exports.Load())
 	}
-	if *reserveOnly {
+	if *reserveOnly || *reserveAndStorm {
 		return
 	}
 	fmt.Print(res.Text())
