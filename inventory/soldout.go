@@ -128,3 +128,30 @@ func (e *Engine) reserveFromMemory(req ReserveRequest) (answered bool, err error
 	e.metrics.soldOutFromMemory.Inc()
 	return true, &OutOfStockError{Available: 0}
 }
+
+// KnownSoldOut reports whether the sold-out memory, if one is set, vouches
+// now that sku is sold out (SoldOutMemory.SoldOut): a hint for a caller
+// deciding whether to try ReserveFromMemory. It spends nothing.
+func (e *Engine) KnownSoldOut(sku string) bool {
+	m := e.soldOutMemory()
+	return m != nil && m.SoldOut(sku)
+}
+
+// ReserveFromMemory is Reserve for a request the sold-out memory answers
+// alone, with Reserve's checks, budget and metrics: its error is what
+// Reserve would return (*OutOfStockError, or *RateLimitedError when the
+// caller's budget is spent). answered is false when the memory cannot
+// answer (an invalid request, an idempotency key, a SKU it does not vouch
+// for): then nothing was spent or counted, and Reserve must decide.
+func (e *Engine) ReserveFromMemory(p Principal, req ReserveRequest) (answered bool, err error) {
+	began := time.Now()
+	if _, cerr := e.checkReserve(p, req); cerr != nil {
+		return false, nil
+	}
+	if answered, err = e.reserveFromMemory(req); !answered {
+		return false, nil
+	}
+	e.metrics.outcome("reserve", err)
+	e.metrics.reserveDur.Observe(time.Since(began).Seconds())
+	return true, err
+}

@@ -17,6 +17,19 @@ import (
 // as gqlgen alone would, to compare against the shared execution.
 func NewHandlerUnshared(cfg Config) http.Handler { return newHandler(cfg, handlerOptions{}) }
 
+// NewHandlerExecutingAll is NewHandler executing every operation, the
+// reserves the sold-out memory refuses too, to compare with what the HTTP
+// transport answers for them without executing them.
+func NewHandlerExecutingAll(cfg Config) http.Handler {
+	return newHandler(cfg, handlerOptions{share: true, noSoldOutAnswers: true})
+}
+
+// NewHandlerGatedExecutingAll is NewHandlerGated executing every
+// operation, as NewHandlerExecutingAll.
+func NewHandlerGatedExecutingAll(cfg Config, g *TestGate) http.Handler {
+	return newHandler(cfg, handlerOptions{share: true, gate: g.g, noSoldOutAnswers: true})
+}
+
 // NewHandlerGqlgenWebsocket is NewHandler with gqlgen's own websocket
 // transport, with the same limits and authentication, to compare what the
 // two answer.

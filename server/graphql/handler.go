@@ -204,6 +204,9 @@ type handlerOptions struct {
 	websocket func(*wsTransport) gqlgen.Transport
 	// gate, when set, replaces the gate Limits.GateSlots would make.
 	gate *gate
+	// noSoldOutAnswers executes every reserve the sold-out memory refuses
+	// instead of answering it in the HTTP transport (soldout_answer.go).
+	noSoldOutAnswers bool
 }
 
 // newHandler is NewHandler with opts.
@@ -243,7 +246,13 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	if opts.websocket != nil {
 		ws = opts.websocket(ws.(*wsTransport))
 	}
-	addTransports(srv, ws, cfg.Streams, groups)
+	// Refusals the sold-out memory decides are answered in the HTTP
+	// transport (soldout_answer.go), except when tracing is on.
+	var soldOut *soldOutAnswers
+	if cfg.Tracer == nil && !opts.noSoldOutAnswers {
+		soldOut = newSoldOutAnswers(res, cfg.Registerer)
+	}
+	addTransports(srv, ws, cfg.Streams, groups, soldOut)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
@@ -267,6 +276,9 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		cost.budgets = newCostBudgets(cfg.Limits.CostRate, cfg.Limits.CostBurst, cfg.Now)
 	}
 	srv.Use(cost)
+	if soldOut != nil {
+		soldOut.cost = cost
+	}
 	// After the cost, whose budget may refuse an operation when it is
 	// dispatched: a persisted query is registered only once it runs. Its
 	// hash is looked up before any of the above (parameters come first),
@@ -282,6 +294,9 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		g = newGate(cfg.Limits.GateSlots, cfg.Limits.GateWait, cfg.Registerer)
 	}
 	srv.Use(g)
+	if soldOut != nil {
+		soldOut.gate = g
+	}
 	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {
 		return next(res.WithLoaders(ctx))
 	})
@@ -316,9 +331,9 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 // first transport that supports a request. With groups, identical
 // shareable subscriptions on either stream transport are executed once for
 // all (shared.go).
-func addTransports(srv *handler.Server, ws gqlgen.Transport, l StreamLimits, groups *subscriptionGroups) {
+func addTransports(srv *handler.Server, ws gqlgen.Transport, l StreamLimits, groups *subscriptionGroups, soldOut *soldOutAnswers) {
 	srv.AddTransport(ws)
 	srv.AddTransport(newSSE(l, groups))
 	srv.AddTransport(httpTransport{method: http.MethodGet})
-	srv.AddTransport(httpTransport{method: http.MethodPost})
+	srv.AddTransport(httpTransport{method: http.MethodPost, soldOut: soldOut})
 }

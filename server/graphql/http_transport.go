@@ -41,6 +41,9 @@ const (
 // (which cannot send that without a preflight) never reaches a mutation.
 type httpTransport struct {
 	method string
+	// soldOut answers the reserves the sold-out memory refuses without
+	// executing them; nil executes every operation.
+	soldOut *soldOutAnswers
 }
 
 var _ gqlgen.Transport = httpTransport{}
@@ -101,8 +104,11 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 		writeResponse(w, &gqlgen.Response{Errors: gqlerror.List{badRequest("GET serves queries only: send " + string(opCtx.Operation.Operation) + "s with POST")}})
 		return
 	}
-	responses, ctx := exec.DispatchOperation(ctx, opCtx)
-	resp := responses(ctx)
+	resp, answered := t.soldOut.answer(ctx, opCtx)
+	if !answered {
+		responses, ctx := exec.DispatchOperation(ctx, opCtx)
+		resp = responses(ctx)
+	}
 	if resp == nil {
 		// The executor answers nothing once the request's context has
 		// ended: the client is gone (it gave up, or this process was

@@ -1,0 +1,37 @@
+package resolvers
+
+import (
+	"context"
+
+	"github.com/dropline/dropline/graph/model"
+	"github.com/dropline/dropline/inventory"
+)
+
+// KnownSoldOut reports whether the engine's sold-out memory vouches now
+// that sku is sold out (inventory.Engine.KnownSoldOut): a hint, which
+// spends nothing, for a transport deciding whether to try
+// ReserveFromMemory.
+func (r *Resolver) KnownSoldOut(sku string) bool { return r.deps.engine.KnownSoldOut(sku) }
+
+// ReserveFromMemory is the reserve mutation's resolver for a request without
+// an idempotency key, an admission pass or a hold length, answered only when
+// the engine's sold-out memory answers it (inventory.Engine.ReserveFromMemory):
+// the payload is then the one Reserve returns for that answer. ok is false
+// when the caller has no principal or the memory does not answer; nothing
+// was spent then, and the mutation must run as usual.
+func (r *Resolver) ReserveFromMemory(ctx context.Context, sku string, quantity int) (out *model.ReservePayload, ok bool) {
+	p, refused := r.deps.reserveCaller(ctx)
+	if refused != nil {
+		return nil, false
+	}
+	req := inventory.ReserveRequest{SKU: sku, Quantity: quantity, RateLimit: r.deps.limiter.budget(p.ID)}
+	answered, err := r.deps.engine.ReserveFromMemory(p, req)
+	if !answered || err == nil {
+		return nil, false
+	}
+	ue, uerr := userError(err)
+	if uerr != nil {
+		return nil, false
+	}
+	return &model.ReservePayload{UserErrors: []*model.UserError{ue}}, true
+}
