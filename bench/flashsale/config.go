@@ -70,6 +70,10 @@ type Config struct {
 	// DatabaseURL locates the Postgres ledger the verdict reads. Empty
 	// skips the ledger checks.
 	DatabaseURL string
+	// RedisURL locates the servers' Redis, whose CPU time the draw
+	// rehearsal reads (INFO cpu) to give its CPU per entry. Empty: not
+	// read.
+	RedisURL string
 	// DrainTimeout bounds the wait for the write-behind to drain and the
 	// ledger to agree with the live stock. Default 20s.
 	DrainTimeout time.Duration

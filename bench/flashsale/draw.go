@@ -6,10 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/internal/drawverify"
@@ -51,8 +54,13 @@ type DrawResult struct {
 	EnterSeconds float64 `json:"enterSeconds"`
 	DrawSeconds  float64 `json:"drawSeconds"`
 	EnterP99ms   float64 `json:"enterP99ms"`
-	// EntriesPerSecond is the first entries over EnterSeconds.
-	EntriesPerSecond float64 `json:"entriesPerSecond"`
+	// EntriesPerSecond is the first entries over EnterSeconds (each a
+	// new row); RequestsPerSecond counts the second entries too (each
+	// answered, none a new row).
+	EntriesPerSecond  float64 `json:"entriesPerSecond"`
+	RequestsPerSecond float64 `json:"requestsPerSecond"`
+	// EntryCost is the CPU the entries cost each process, per first entry.
+	EntryCost EntryCost `json:"entryCost"`
 	// AppliedSeconds is from closesAt to the result applied (every winner's
 	// hold in Redis, every loser queued) as the server recorded it
 	// (Draw.appliedAt); AppliedSeenSeconds when this driver first read it.
@@ -192,14 +200,30 @@ func (d *Driver) RunDraw(ctx context.Context) (*DrawResult, error) {
 	if ue := created.CreateProduct.UserErrors; len(ue) > 0 {
 		return nil, callFailed("creating "+res.SKU, &ue[0], nil)
 	}
-	token := func(i int) (string, error) {
-		return d.issuer.Mint(fmt.Sprintf("draw-%s-%d", cfg.RunID, i), false, time.Hour)
+	// Each entrant's token is minted before the entries are timed, as a
+	// real entrant comes signed in: the timed part is the requests alone.
+	bearers := make([]string, res.Entrants)
+	for i := range bearers {
+		if bearers[i], err = d.issuer.Mint(fmt.Sprintf("draw-%s-%d", cfg.RunID, i), false, time.Hour); err != nil {
+			return nil, err
+		}
 	}
+	token := func(i int) (string, error) { return bearers[i], nil }
 
 	// Every entrant enters; every tenth sends a second entry right away.
 	firsts := make([]DrawEntry, res.Entrants)
 	enterMs := make([]float64, res.Entrants)
 	var replays, same atomic.Int64
+	var rdb *redis.Client
+	if cfg.RedisURL != "" {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-url: %w", err)
+		}
+		rdb = redis.NewClient(opts)
+		defer rdb.Close()
+	}
+	cost0 := d.readCost(ctx, rdb)
 	t0 := time.Now()
 	err = parallel(res.Entrants, cfg.Concurrency, func(i int) error {
 		b, err := token(i)
@@ -230,8 +254,10 @@ func (d *Driver) RunDraw(ctx context.Context) (*DrawResult, error) {
 		return nil, fmt.Errorf("entering the draw of %s: %w", res.SKU, err)
 	}
 	res.Replays, res.ReplaysSame = int(replays.Load()), int(same.Load())
+	res.EntryCost = entryCost(cost0, d.readCost(ctx, rdb), res.Entrants, res.Entrants+res.Replays, runtime.NumCPU())
 	res.EnterP99ms = p99(enterMs)
 	res.EntriesPerSecond = float64(res.Entrants) / res.EnterSeconds
+	res.RequestsPerSecond = float64(res.Entrants+res.Replays) / res.EnterSeconds
 	if time.Now().After(closesAt) {
 		return nil, fmt.Errorf("the entries took %.1fs, past the draw's close: raise --draw-window", res.EnterSeconds)
 	}

@@ -76,6 +76,7 @@ func WriteText(w io.Writer, r *Result) error {
 	if d := r.Draw; d != nil {
 		fmt.Fprintf(&b, "\ndraw rehearsal: SKU %s, %d units, %d entrants (%d entered twice) in %.2fs (%.0f entries/s), enter p99 %.1f ms\n",
 			d.SKU, d.Stock, d.Entrants, d.Replays, d.EnterSeconds, d.EntriesPerSecond, d.EnterP99ms)
+		writeEntryCost(&b, d)
 		fmt.Fprintf(&b, "  applied %.2fs after closesAt (server's appliedAt; seen %.2fs); %d of %d watchers told by a push, median %.2fs, last %.2fs after closesAt\n",
 			d.AppliedSeconds, d.AppliedSeenSeconds, d.Told, d.Watchers, d.PushP50Seconds, d.PushAllSeconds)
 		for _, e := range d.WatchErrors {

@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		dbDefault = config.DefaultDatabaseURL
 	}
 	fs.StringVar(&cfg.DatabaseURL, "database-url", dbDefault, "Postgres ledger the verdict reads ($DATABASE_URL when set)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", getenv(config.EnvRedisURL), "the servers' Redis, whose CPU the draw rehearsal reads for its CPU per entry ($REDIS_URL when set; empty: not read)")
 	noLedger := fs.Bool("no-ledger", false, "skip the ledger checks (the verdict then rests on the API alone)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the write-behind to drain")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the buyers' choices")

@@ -24,3 +24,17 @@ func TestCPUReadingsGrowWithWork(t *testing.T) {
 	require.Empty(t, CPUByPid([]int{-1}), "and is left out of a reading")
 	require.NotEqual(t, "unknown", LoadAverage())
 }
+
+// TestMachineBusyGrows: the machine's CPU time grows, its busy share
+// stays within 0..1.
+func TestMachineBusyGrows(t *testing.T) {
+	b0 := MachineBusy()
+	self0 := SelfCPU()
+	for end := time.Now().Add(10 * time.Second); SelfCPU()-self0 < 50*time.Millisecond && time.Now().Before(end); {
+	}
+	b1 := MachineBusy()
+	require.Greater(t, b1.Total, b0.Total)
+	require.GreaterOrEqual(t, b1.Busy, b0.Busy)
+	share := b1.Since(b0)
+	require.True(t, share > 0 && share <= 1, "busy share %v", share)
+}
