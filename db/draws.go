@@ -311,25 +311,33 @@ func (ds Draws) EnterDraws(ctx context.Context, reqs []DrawEntryRequest) ([]Draw
 }
 
 // entriesOf reads the entries the principals of reqs have in the draws of
-// windows, by sku and principal.
+// windows, by sku and principal: one statement per draw (a batch is
+// nearly always of one), each principal one probe of the (sku, principal)
+// key and one of the result by entry id. The statement is written so that
+// its plan cannot be anything else: each connection keeps one plan, made
+// when draw_entries may still be empty and never analyzed, and a plan
+// chosen for an empty table (a hash join against a scan of the table, or
+// an index scan on the sku alone) costs each batch a pass over every entry
+// of the draw so far once the table has grown.
 func (ds Draws) entriesOf(ctx context.Context, tx pgx.Tx, reqs []DrawEntryRequest, windows map[string]drawWindow) (map[string]DrawEntry, error) {
-	sk, pr := make([]string, 0, len(reqs)), make([]string, 0, len(reqs))
+	bySKU := map[string][]string{}
 	for _, r := range reqs {
 		if _, ok := windows[r.SKU]; ok {
-			sk, pr = append(sk, r.SKU), append(pr, r.Principal)
+			bySKU[r.SKU] = append(bySKU[r.SKU], r.Principal)
 		}
 	}
 	out := map[string]DrawEntry{}
-	if len(sk) == 0 {
-		return out, nil
-	}
-	list, err := collectEntries(tx.Query(ctx, `SELECT `+entryColumns+entryFrom+`
-		WHERE (e.sku, e.principal) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, sk, pr))
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range list {
-		out[e.SKU+"\x00"+e.Principal] = e
+	for sku, principals := range bySKU {
+		list, err := collectEntries(tx.Query(ctx, `SELECT `+entryColumns+` FROM unnest($2::text[]) AS k(principal)
+			CROSS JOIN LATERAL (SELECT * FROM draw_entries e WHERE e.sku = $1 AND e.principal = k.principal LIMIT 1) e
+			LEFT JOIN LATERAL (SELECT won, place, token FROM draw_results r WHERE r.entry_id = e.id LIMIT 1) r ON true`,
+			sku, principals))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range list {
+			out[e.SKU+"\x00"+e.Principal] = e
+		}
 	}
 	return out, nil
 }
