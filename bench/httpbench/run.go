@@ -13,12 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/internal/machine"
@@ -45,8 +42,9 @@ type Config struct {
 	Env []string
 	// Progress receives one line per step; nil for none.
 	Progress io.Writer
-	// ReserveOnly stops after the reserve step: for comparing two builds
-	// quickly (its CPU per reserve is the figure to read under load).
+	// ReserveOnly stops after the reserve step and the bare script's
+	// (and the floor's, when Floor is set): for comparing two builds quickly
+	// (their CPU per operation is the figure to read under load).
 	ReserveOnly bool
 	// ReserveAndStorm runs the reserve step and the sold-out storm only:
 	// the baselines, the paced step and the peak are skipped (to compare
@@ -252,13 +250,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	} else {
 		profiled <- nil
 	}
+	rs0, _ := readRedisStats(ctx, redisAddr)
 	cpu0, rcpu0, pg0 := server.cpuTime(), redisProc.cpuTime(), backends(ctx, dbURL)
 	if res.Reserve, err = w.run(ctx); err != nil {
 		return res, err
 	}
+	rcpu1 := redisProc.cpuTime()
+	rs1, _ := readRedisStats(ctx, redisAddr)
 	if n := res.Reserve.Held; n > 0 {
 		res.ServerCPU = (server.cpuTime() - cpu0) / time.Duration(n)
-		res.RedisCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(n)
+		res.RedisCPU = (rcpu1 - rcpu0) / time.Duration(n)
 		res.PostgresCPU = machine.CPUSince(pg0, backends(ctx, dbURL)) / time.Duration(n)
 		res.LoadCPU = res.Reserve.CPU / time.Duration(n)
 	}
@@ -273,6 +274,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg.logf("  %.0f holds/s (%d of %d requests), p50 %.2f ms p99 %.2f ms; stock fell by %d; CPU per hold: dropline %s, redis-server %s, postgres %s, wrk %s",
 		res.Reserve.PerSecond(res.Reserve.Held), res.Reserve.Held, res.Reserve.Requests,
 		ms(res.Reserve.P50US), ms(res.Reserve.P99US), before-after, res.ServerCPU, res.RedisCPU, res.PostgresCPU, res.LoadCPU)
+	cfg.logf("  redis-server per hold (INFO commandstats and stats):\n%s", perOp(rs0, rs1, res.Reserve.Held))
 	if cfg.Floor != "" {
 		cfg.logf("floor server (net/http + gqlgen, fixed reservation), wrk -c %d, %s ...", cfg.Connections, cfg.Step)
 		if res.Floor, res.FloorCPU, err = floorRun(ctx, cfg, w); err != nil {
@@ -282,12 +284,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			res.Floor.PerSecond(res.Floor.Requests), ms(res.Floor.P50US), ms(res.Floor.P99US), res.FloorCPU,
 			div(float64(res.ServerCPU), float64(res.FloorCPU)))
 	}
-	if cfg.ReserveOnly {
-		cfg.logf("redis-server time by command over the whole run so far:\n%s", commandStats(ctx, redisAddr))
-		return res, nil
-	}
 	if err := waitDrained(ctx, api.client, base, time.Minute); err != nil {
 		return res, err
+	}
+	if cfg.ReserveOnly {
+		return res, bareBaseline(ctx, cfg, &res, redisProc, redisAddr)
 	}
 
 	if !cfg.ReserveAndStorm {
@@ -461,46 +462,23 @@ func peak(ctx context.Context, w wrkRun, client *http.Client, base, dbURL string
 	return p, nil
 }
 
-// commandStats lists Redis' commands by the time it spent in them.
-func commandStats(ctx context.Context, addr string) string {
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return err.Error()
+// bareBaseline runs the bare reserve-shaped script (redisBaseline) and
+// reads redis-server's CPU and commands per call.
+func bareBaseline(ctx context.Context, cfg Config, res *Result, redisProc *process, redisAddr string) (err error) {
+	cfg.logf("reserve-shaped script by EVALSHA, redis-benchmark -c %d ...", cfg.Connections)
+	rs0, _ := readRedisStats(ctx, redisAddr)
+	rcpu0 := redisProc.cpuTime()
+	if res.Redis, err = redisBaseline(ctx, redisAddr, cfg.Connections, int(30000*cfg.Step.Seconds())); err != nil {
+		return err
 	}
-	type stat struct {
-		name        string
-		calls, usec float64
+	if res.Redis.Requests > 0 {
+		res.RedisBareCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(res.Redis.Requests)
 	}
-	var stats []stat
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		st := stat{name: strings.TrimPrefix(name, "cmdstat_")}
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			f, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				st.calls = f
-			case "usec":
-				st.usec = f
-			}
-		}
-		stats = append(stats, st)
-	}
-	sort.Slice(stats, func(i, j int) bool { return stats[i].usec > stats[j].usec })
-	var b strings.Builder
-	for i, st := range stats {
-		if i == 12 {
-			break
-		}
-		fmt.Fprintf(&b, "  %-20s %10.0f calls %10.0f ms %6.1f µs/call\n", st.name, st.calls, st.usec/1000, div(st.usec, st.calls))
-	}
-	return b.String()
+	rs1, _ := readRedisStats(ctx, redisAddr)
+	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms; redis-server CPU per call %s; per hold ÷ per bare call %.2f",
+		res.Redis.PerSecond, res.Redis.P50MS, res.Redis.P99MS, res.RedisBareCPU, div(float64(res.RedisCPU), float64(res.RedisBareCPU)))
+	cfg.logf("  redis-server per bare call:\n%s", perOp(rs0, rs1, res.Redis.Requests))
+	return nil
 }
 
 // takeProfile writes a CPU profile of d from the server's admin listener.
@@ -636,16 +614,9 @@ func ms(us int64) float64 { return float64(us) / 1000 }
 // baselines measures the reserve-shaped script by EVALSHA alone
 // (redis-benchmark) and PostgreSQL alone (pgbench), into res.
 func baselines(ctx context.Context, cfg Config, res *Result, redisProc *process, redisAddr, dir, dbURL string) (err error) {
-	cfg.logf("reserve-shaped script by EVALSHA, redis-benchmark -c %d ...", cfg.Connections)
-	rcpu0 := redisProc.cpuTime()
-	if res.Redis, err = redisBaseline(ctx, redisAddr, cfg.Connections, int(30000*cfg.Step.Seconds())); err != nil {
+	if err := bareBaseline(ctx, cfg, res, redisProc, redisAddr); err != nil {
 		return err
 	}
-	if res.Redis.Requests > 0 {
-		res.RedisBareCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(res.Redis.Requests)
-	}
-	cfg.logf("  %.0f/s, p50 %.2f ms p99 %.2f ms; redis-server CPU per call %s; per hold ÷ per bare call %.2f",
-		res.Redis.PerSecond, res.Redis.P50MS, res.Redis.P99MS, res.RedisBareCPU, div(float64(res.RedisCPU), float64(res.RedisBareCPU)))
 
 	cfg.logf("PostgreSQL only, pgbench -c %d, %s ...", cfg.Connections, cfg.Step)
 	if res.Postgres, err = postgresBaseline(ctx, dir, dbURL, cfg.Connections, cfg.Step); err != nil {

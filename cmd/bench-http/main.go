@@ -29,7 +29,7 @@ func main() {
 	buyers := fs.Int("buyers", 3000, "distinct buyers rotating through the successful reserves")
 	profile := fs.String("profile", "", "write a CPU profile of the server over the reserve step to this file (go tool pprof -top FILE)")
 	reserveAndStorm := fs.Bool("reserve-storm", false, "run the reserve step and the sold-out storm only, printing the storm's ratio (to compare builds on it)")
-	reserveOnly := fs.Bool("reserve-only", false, "stop after the GraphQL reserve step (to compare builds; read its CPU per reserve)")
+	reserveOnly := fs.Bool("reserve-only", false, "stop after the GraphQL reserve step and the bare script's (to compare builds; read their CPU per operation)")
 	var serverEnv []string
 	fs.Func("server-env", "KEY=VALUE added to the server's environment (repeatable), e.g. DROPLINE_MUTATION_RATE=-1", func(v string) error {
 		if !strings.Contains(v, "=") {
