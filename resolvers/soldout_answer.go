@@ -29,9 +29,21 @@ func (r *Resolver) ReserveFromMemory(ctx context.Context, sku string, quantity i
 	if !answered || err == nil {
 		return nil, false
 	}
-	ue, uerr := userError(err)
-	if uerr != nil {
+	var ue *model.UserError
+	if oos, isOOS := err.(*inventory.OutOfStockError); isOOS && oos.Available == 0 {
+		ue = soldOutUserError()
+	} else if ue, err = userError(err); err != nil {
 		return nil, false
 	}
 	return &model.ReservePayload{UserErrors: []*model.UserError{ue}}, true
 }
+
+// soldOutUserError is userError's answer to the memory's refusal, nothing
+// available: a copy of one made once (its Field is shared, and read only).
+var soldOutUserError = func() func() *model.UserError {
+	ue, err := userError(&inventory.OutOfStockError{})
+	if err != nil {
+		panic(err)
+	}
+	return func() *model.UserError { c := *ue; return &c }
+}()

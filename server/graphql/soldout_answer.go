@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"strings"
+	"sync"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
@@ -47,6 +49,9 @@ type soldOutAnswers struct {
 	res  *resolvers.Resolver
 	cost queryCost
 	gate *gate
+	// plans are the collected fields of operations without directives,
+	// which do not depend on the variables (soldOutPlans).
+	plans soldOutPlans
 	// answered counts the operations answered here.
 	answered prometheus.Counter
 }
@@ -73,14 +78,49 @@ var (
 	userErrorType      = []string{"UserError"}
 )
 
-// soldOutReserve is an operation soldOutAnswers may answer: its reserve
-// field, the payload's fields and the user error's.
+// soldOutReserve is an operation soldOutAnswers may answer: its reserve's
+// input and its plan.
 type soldOutReserve struct {
 	sku      string
 	quantity int
-	field    gqlgen.CollectedField
-	payload  []gqlgen.CollectedField
-	errors   []gqlgen.CollectedField // the userErrors field's selection
+	*soldOutPlan
+}
+
+// soldOutPlan is what the fields of an operation collect to: its reserve
+// field, the payload's fields and the user error's; nil when it may not be
+// answered by soldOutAnswers whatever its variables.
+type soldOutPlan struct {
+	field   gqlgen.CollectedField
+	payload []gqlgen.CollectedField
+	errors  []gqlgen.CollectedField // the userErrors field's selection
+}
+
+// soldOutPlans remembers the plans of the last few operations without
+// directives (so without @skip or @include, through which alone the
+// variables change what fields collect to), by their parsed definition:
+// gqlgen's query cache hands every request of the same document the same
+// one. Past soldOutPlansMax it starts over.
+type soldOutPlans struct {
+	mu sync.RWMutex
+	m  map[*ast.OperationDefinition]*soldOutPlan
+}
+
+const soldOutPlansMax = 64
+
+func (p *soldOutPlans) get(op *ast.OperationDefinition) (*soldOutPlan, bool) {
+	p.mu.RLock()
+	plan, ok := p.m[op]
+	p.mu.RUnlock()
+	return plan, ok
+}
+
+func (p *soldOutPlans) put(op *ast.OperationDefinition, plan *soldOutPlan) {
+	p.mu.Lock()
+	if p.m == nil || len(p.m) >= soldOutPlansMax {
+		p.m = make(map[*ast.OperationDefinition]*soldOutPlan, soldOutPlansMax)
+	}
+	p.m[op] = plan
+	p.mu.Unlock()
 }
 
 // answer answers opCtx when it can (see soldOutAnswers). answered is false
@@ -141,38 +181,59 @@ func (s *soldOutAnswers) operation(opCtx *gqlgen.OperationContext) (op soldOutRe
 	if st, _ := opCtx.Stats.GetExtension(apqStats).(*extension.ApqStats); st != nil && st.SentQuery {
 		return op, false
 	}
+	cacheable := !strings.Contains(opCtx.RawQuery, "@")
+	plan, known := (*soldOutPlan)(nil), false
+	if cacheable {
+		plan, known = s.plans.get(opCtx.Operation)
+	}
+	if !known {
+		plan = planSoldOut(opCtx)
+		if cacheable {
+			s.plans.put(opCtx.Operation, plan)
+		}
+	}
+	if plan == nil {
+		return op, false
+	}
+	op.soldOutPlan = plan
+	if op.sku, op.quantity, ok = reserveInput(plan.field.ArgumentMap(opCtx.Variables)); !ok {
+		return op, false
+	}
+	return op, true
+}
+
+// planSoldOut collects the fields of opCtx's operation into its plan; nil
+// when soldOutAnswers may not answer it.
+func planSoldOut(opCtx *gqlgen.OperationContext) *soldOutPlan {
 	root := gqlgen.CollectFields(opCtx, opCtx.Operation.SelectionSet, mutationType)
 	if len(root) != 1 || root[0].Name != "reserve" || len(root[0].Deferrables) > 0 {
-		return op, false
+		return nil
 	}
-	op.field = root[0]
-	if op.sku, op.quantity, ok = reserveInput(op.field.ArgumentMap(opCtx.Variables)); !ok {
-		return op, false
-	}
-	op.payload = gqlgen.CollectFields(opCtx, op.field.Selections, reservePayloadType)
-	for _, f := range op.payload {
+	plan := &soldOutPlan{field: root[0]}
+	plan.payload = gqlgen.CollectFields(opCtx, plan.field.Selections, reservePayloadType)
+	for _, f := range plan.payload {
 		if len(f.Deferrables) > 0 {
-			return op, false
+			return nil
 		}
 		switch f.Name {
 		case "__typename", "reservation":
 		case "userErrors":
-			op.errors = gqlgen.CollectFields(opCtx, f.Selections, userErrorType)
-			for _, e := range op.errors {
+			plan.errors = gqlgen.CollectFields(opCtx, f.Selections, userErrorType)
+			for _, e := range plan.errors {
 				if len(e.Deferrables) > 0 {
-					return op, false
+					return nil
 				}
 				switch e.Name {
 				case "__typename", "code", "field", "message", "retryAfterSeconds", "available":
 				default:
-					return op, false
+					return nil
 				}
 			}
 		default:
-			return op, false
+			return nil
 		}
 	}
-	return op, true
+	return plan
 }
 
 // reserveInput reads reserve's arguments: an input of a string sku and an

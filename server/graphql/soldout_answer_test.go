@@ -126,6 +126,8 @@ func TestSoldOutAnswerIsTheExecutedAnswer(t *testing.T) {
 		answered bool
 	}{
 		{"the storefront's", `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token expiresAt } userErrors { code retryAfterSeconds } } }`, vars, "", buyer, true},
+		{"the storefront's again, other variables", `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token expiresAt } userErrors { code retryAfterSeconds } } }`, map[string]any{"input": map[string]any{"sku": sku, "quantity": 3}}, "", buyer, true},
+		{"the storefront's, another idempotent", `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token expiresAt } userErrors { code retryAfterSeconds } } }`, map[string]any{"input": map[string]any{"sku": sku, "quantity": 1, "idempotencyKey": "k-2"}}, "", buyer, false},
 		{"inline input", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1}) { userErrors { code message field } } }`, nil, "", buyer, true},
 		{"every field", `mutation R($input: ReserveInput!) { reserve(input: $input) ` + full + ` }`, vars, "", buyer, true},
 		{"aliases", `mutation($input: ReserveInput!) { r: reserve(input: $input) { res: reservation { t: token } errs: userErrors { c: code m: message f: field a: available w: retryAfterSeconds t: __typename } tn: __typename } }`, vars, "", buyer, true},
