@@ -130,6 +130,46 @@ func (o *Outbox) Read(ctx context.Context, p, n int) ([]OutboxEntry, error) {
 	return o.read(ctx, p, ">", n)
 }
 
+// ReadMany is Read for several partitions in one round trip (a pipeline,
+// which a cluster client sends to each partition's node): up to n new
+// entries of each of ps, and each partition's error, by partition. A
+// partition whose group is missing is read again alone by Read, which
+// creates it.
+func (o *Outbox) ReadMany(ctx context.Context, ps []int, n int) (map[int][]OutboxEntry, map[int]error) {
+	cmds := make([]*redis.XStreamSliceCmd, len(ps))
+	_, _ = o.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, p := range ps {
+			cmds[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: o.group, Consumer: o.consumer, Streams: []string{o.keys.Outbox(p), ">"},
+				Count: int64(n), Block: -1, // -1: no BLOCK argument
+			})
+		}
+		return nil
+	})
+	entries := make(map[int][]OutboxEntry, len(ps))
+	var errs map[int]error
+	for i, p := range ps {
+		res, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil && isNoGroup(err):
+			entries[p], err = o.Read(ctx, p, n)
+		case err != nil:
+			err = fmt.Errorf("reading outbox of partition %d: %w", p, err)
+		case len(res) > 0 && len(res[0].Messages) > 0:
+			entries[p] = decodeEntries(res[0].Messages)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = map[int]error{}
+			}
+			errs[p] = err
+		}
+	}
+	return entries, errs
+}
+
 // ReadPending returns up to n entries of partition p delivered to this
 // consumer and not acknowledged: what it read before a crash or a failure.
 func (o *Outbox) ReadPending(ctx context.Context, p, n int) ([]OutboxEntry, error) {

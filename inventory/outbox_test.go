@@ -135,3 +135,48 @@ func TestOutboxEntryVersions(t *testing.T) {
 		require.NotErrorIs(t, err, inventory.ErrNewerEvent)
 	}
 }
+
+// ReadMany reads several partitions' new entries at once: each partition's
+// own, a partition whose group does not exist yet reads as empty (the group
+// is created), and what was read is not read again.
+func TestOutboxReadMany(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		skus := map[int]string{}
+		for i := 0; len(skus) < 2; i++ {
+			sku := "MANY-" + strconv.Itoa(i)
+			if _, ok := skus[inventory.PartitionOf(sku)]; !ok {
+				skus[inventory.PartitionOf(sku)] = sku
+			}
+		}
+		var ps []int
+		for p, sku := range skus {
+			b.product(t, sku, 10, 0)
+			for i := range 2 + len(ps) {
+				_, err := b.engine.Reserve(b.ctx, buyer(i), inventory.ReserveRequest{SKU: sku, Quantity: 1})
+				require.NoError(t, err)
+			}
+			ps = append(ps, p)
+		}
+		empty := 0
+		for ; empty == ps[0] || empty == ps[1]; empty++ {
+		}
+		require.NoError(t, b.rdb.Del(b.ctx, b.engine.Keys().Outbox(empty)).Err())
+
+		out := b.engine.Maintenance().Outbox("dropline", "a")
+		got, errs := out.ReadMany(b.ctx, []int{ps[0], empty, ps[1]}, 100)
+		require.Empty(t, errs)
+		require.Empty(t, got[empty])
+		for i, p := range ps {
+			require.Len(t, got[p], 2+i, "partition %d", p)
+			for _, e := range got[p] {
+				require.NoError(t, e.Err)
+				require.Equal(t, skus[p], e.Event.SKU)
+			}
+		}
+		again, errs := out.ReadMany(b.ctx, []int{ps[0], empty, ps[1]}, 100)
+		require.Empty(t, errs)
+		require.Empty(t, again)
+	})
+}

@@ -124,14 +124,29 @@ func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]parti
 // pass reads and applies one batch from every owned partition and returns
 // how many entries it handled, and whether one partition's batch was full
 // (BatchSize entries: more may be waiting). A partition that fails is logged
-// and left alone for a backoff; the others go on in the same pass.
+// and left alone for a backoff; the others go on in the same pass. The new
+// entries of every partition with nothing pending to look at are read in
+// one round trip first (readNew).
 func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partitionState) (total int, full bool) {
+	read := f.readNew(ctx, state)
 	for p := range inventory.Partitions {
 		st := &state[p]
 		if !f.leases.Held(p) || !st.due() {
+			if len(read[p].entries) > 0 {
+				// The lease lapsed since the read: what was read stays
+				// pending on this consumer; read it again first if the
+				// lease comes back.
+				st.ownPending = true
+			}
 			continue
 		}
-		n, err := f.flushPartition(ctx, p, st)
+		var n int
+		var err error
+		if r, ok := read[p]; ok {
+			n, err = f.applyNew(ctx, p, st, r.entries, r.err)
+		} else {
+			n, err = f.flushPartition(ctx, p, st)
+		}
 		total += n
 		full = full || n >= f.cfg.BatchSize
 		f.settle(ctx, p, st, err)
@@ -203,6 +218,43 @@ func (f *Flusher) flushPartition(ctx context.Context, p int, st *partitionState)
 	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
 	entries, err := f.outbox.Read(sctx, p, f.cfg.BatchSize)
 	cancel()
+	return f.applyNew(ctx, p, st, entries, err)
+}
+
+// newRead is what one partition's read of new entries returned.
+type newRead struct {
+	entries []inventory.OutboxEntry
+	err     error
+}
+
+// readNew reads new entries of every partition the pass would read them
+// from (held, due, with nothing of this consumer's pending to look at
+// first) in one round trip, when there are two or more: one pass then costs
+// one read however many partitions are idle. The others are read by
+// flushPartition.
+func (f *Flusher) readNew(ctx context.Context, state *[inventory.Partitions]partitionState) map[int]newRead {
+	var ps []int
+	for p := range inventory.Partitions {
+		st := &state[p]
+		if f.leases.Held(p) && st.due() && !st.ownPending && !st.lookPending {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) < 2 {
+		return nil
+	}
+	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
+	entries, errs := f.outbox.ReadMany(sctx, ps, f.cfg.BatchSize)
+	cancel()
+	out := make(map[int]newRead, len(ps))
+	for _, p := range ps {
+		out[p] = newRead{entries: entries[p], err: errs[p]}
+	}
+	return out
+}
+
+// applyNew applies what a read of partition p's new entries returned.
+func (f *Flusher) applyNew(ctx context.Context, p int, st *partitionState, entries []inventory.OutboxEntry, err error) (int, error) {
 	if err != nil || len(entries) == 0 {
 		return 0, err
 	}
