@@ -133,8 +133,8 @@ const (
 	DefaultAPQBytesPerAddr    = graphql.DefaultAPQBytesPerAddr
 	DefaultBodyTimeout        = server.DefaultBodyTimeout
 	DefaultRequestsPerAddr    = server.DefaultRequestsPerAddr
-	DefaultGateSlots          = graphql.DefaultGateSlots
 	DefaultGateWait           = graphql.DefaultGateWait
+	GateSlotsPerCPU           = graphql.GateSlotsPerCPU
 
 	DefaultWebhookTimeout     = worker.DefaultWebhookTimeout
 	DefaultWebhookConcurrency = worker.DefaultWebhookConcurrency
@@ -484,8 +484,9 @@ type Config struct {
 	// at once in one instance (DROPLINE_GATE_SLOTS); the others wait for a
 	// slot in the order they came. Commits and cancels (commit, commitCart,
 	// cancel, cancelCart) skip the wait, so a paying buyer is not queued
-	// behind a sold-out storm of reserves. Default: 16; between 1 and 4096,
-	// or 0 to turn the gate off.
+	// behind a sold-out storm of reserves. Default: 8 per core the process
+	// runs on (GOMAXPROCS), 16 on two; between 1 and 4096, or 0 to turn the
+	// gate off.
 	GateSlots int
 
 	// GateWait is the longest an operation waits for a slot of the gate

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -420,8 +421,8 @@ func TestGateSettings(t *testing.T) {
 	c, err := config.Load(env(map[string]string{"DROPLINE_DEV": "1"}))
 	require.NoError(t, err)
 	require.NoError(t, c.Validate())
-	require.Equal(t, config.DefaultGateSlots, c.GateSlots)
-	require.Equal(t, config.DefaultGateSlots, c.GraphQLGateSlots())
+	require.Equal(t, 8*runtime.GOMAXPROCS(0), c.GateSlots)
+	require.Equal(t, c.GateSlots, c.GraphQLGateSlots())
 	require.Equal(t, 10*time.Second, c.GateWait)
 	c, err = config.Load(env(map[string]string{"DROPLINE_DEV": "1", "DROPLINE_GATE_SLOTS": "0", "DROPLINE_GATE_WAIT": "2s"}))
 	require.NoError(t, err)

@@ -104,3 +104,7 @@ func (c Config) GraphQLGateSlots() int {
 	}
 	return c.GateSlots
 }
+
+// DefaultGateSlots is GateSlots' default: GateSlotsPerCPU per core the
+// process runs on (GOMAXPROCS).
+func DefaultGateSlots() int { return graphql.DefaultGateSlots() }

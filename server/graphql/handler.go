@@ -129,7 +129,7 @@ type Limits struct {
 	// GateSlots is how many queries and mutations that are not priority
 	// operations (commits and cancels: priority.go) execute at once in this
 	// process; the others wait for a slot, in order, for at most GateWait,
-	// then get SERVER_BUSY. Defaults DefaultGateSlots and DefaultGateWait; a
+	// then get SERVER_BUSY. Defaults DefaultGateSlots() and DefaultGateWait; a
 	// negative GateSlots turns the gate off.
 	GateSlots int
 	GateWait  time.Duration
@@ -181,7 +181,7 @@ func (l Limits) withDefaults() Limits {
 	if l.APQBytesPerAddr == 0 {
 		l.APQBytesPerAddr = DefaultAPQBytesPerAddr
 	}
-	def(&l.GateSlots, DefaultGateSlots)
+	def(&l.GateSlots, DefaultGateSlots())
 	if l.GateWait <= 0 {
 		l.GateWait = DefaultGateWait
 	}

@@ -2,6 +2,7 @@ package graphql
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"time"
 
@@ -13,11 +14,19 @@ import (
 	"github.com/dropline/dropline/internal/prom"
 )
 
-// The gate's defaults (Limits.GateSlots, Limits.GateWait).
+// The gate's defaults (Limits.GateSlots, Limits.GateWait): eight slots per
+// core the process runs on, and ten seconds.
 const (
-	DefaultGateSlots = 16
-	DefaultGateWait  = 10 * time.Second
+	GateSlotsPerCPU = 8
+	DefaultGateWait = 10 * time.Second
 )
+
+// DefaultGateSlots is GateSlotsPerCPU times GOMAXPROCS: the slots bound
+// the goroutines that compete with a commit for each core. On two cores,
+// 16: in the flash-sale rehearsal, 8 slots per process gave the storm's
+// commits about half the latency 16 gave, but a quarter fewer answers per
+// second than 16 and a third fewer than no gate (docs/benchmarks.md).
+func DefaultGateSlots() int { return GateSlotsPerCPU * runtime.GOMAXPROCS(0) }
 
 // priorityFields are the mutations that are money, or give units back: an
 // operation made of these only is never made to wait at the gate.
