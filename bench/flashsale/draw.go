@@ -223,10 +223,6 @@ func (d *Driver) RunDraw(ctx context.Context) (*DrawResult, error) {
 		rdb = redis.NewClient(opts)
 		defer rdb.Close()
 	}
-	// The driver's collector waits while the entries are timed, as the
-	// watchers' does (pauseGC): its marking would take a core the servers
-	// and Postgres share on one machine.
-	resume := pauseGC()
 	cost0 := d.readCost(ctx, rdb)
 	t0 := time.Now()
 	err = parallel(res.Entrants, cfg.Concurrency, func(i int) error {
@@ -254,13 +250,11 @@ func (d *Driver) RunDraw(ctx context.Context) (*DrawResult, error) {
 		return nil
 	})
 	res.EnterSeconds = time.Since(t0).Seconds()
-	cost1 := d.readCost(ctx, rdb)
-	resume()
 	if err != nil {
 		return nil, fmt.Errorf("entering the draw of %s: %w", res.SKU, err)
 	}
 	res.Replays, res.ReplaysSame = int(replays.Load()), int(same.Load())
-	res.EntryCost = entryCost(cost0, cost1, res.Entrants, res.Entrants+res.Replays, runtime.NumCPU())
+	res.EntryCost = entryCost(cost0, d.readCost(ctx, rdb), res.Entrants, res.Entrants+res.Replays, runtime.NumCPU())
 	res.EnterP99ms = p99(enterMs)
 	res.EntriesPerSecond = float64(res.Entrants) / res.EnterSeconds
 	res.RequestsPerSecond = float64(res.Entrants+res.Replays) / res.EnterSeconds
