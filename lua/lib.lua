@@ -1,5 +1,7 @@
 -- lib.lua: helpers shared by every Dropline script. The Go loader prepends this
--- file to each script, so the scripts stay single atomic units on the server.
+-- file to each script, so the scripts stay single atomic units on the server:
+-- the definitions the script reaches, in this order (lua/shake.go). Each
+-- definition opens on a line of its own starting with "local ".
 --
 -- Keys. A script receives in KEYS every key its caller can name, in the
 -- order its header gives (inventory/keys.go builds them), and the helpers

@@ -1,6 +1,7 @@
 // Package lua holds Dropline's Redis scripts. Each script is one atomic step of
 // the inventory engine or of the worker group's leases; lib.lua is prepended
-// to every one of them, so shared helpers need no second round trip.
+// to every one of them (the definitions each reaches: shake), so shared
+// helpers need no second round trip.
 //
 // Every script opens with its contract: its KEYS in a fixed order, its ARGV,
 // its reply codes, and why it must be one script. The Go side builds the KEYS
@@ -128,15 +129,15 @@ func Source(name string) (string, error) {
 	return withLibrary(string(body))
 }
 
-// withLibrary prepends the policy and lib.lua to a script's body.
+// withLibrary prepends the policy and lib.lua to a script's body: those of
+// their definitions the body reaches (shake).
 func withLibrary(body string) (string, error) {
 	lib, err := files.ReadFile("lib.lua")
 	if err != nil {
 		return "", fmt.Errorf("reading lib.lua: %w", err)
 	}
 	var b strings.Builder
-	b.WriteString(policyLua())
-	b.Write(lib)
+	b.WriteString(shake(policyLua()+string(lib), body))
 	b.WriteString("\n")
 	b.WriteString(body)
 	return b.String(), nil
