@@ -283,7 +283,11 @@ func (r *mutationResolver) LeaveWaitlist(ctx context.Context, input model.LeaveW
 
 // EnterDraw is the resolver for the enterDraw field.
 func (r *mutationResolver) EnterDraw(ctx context.Context, input model.EnterDrawInput) (*model.DrawEntryPayload, error) {
-	return r.deps.enterDraw(ctx, input)
+	p, refused := r.deps.mutationCaller(ctx)
+	if refused != nil {
+		return drawEntryRefused(refused), nil
+	}
+	return drawEntryResult(r.deps.engine.Draws().EnterDraw(ctx, p, input.Sku, input.Quantity))
 }
 
 // Stock is the resolver for the stock field.
