@@ -91,7 +91,7 @@ func buildServices(ctx context.Context, in Infra) (Services, error) {
 				CostRate:        in.Config.CostRate,
 				CostBurst:       in.Config.CostBurst,
 				ResponseBytes:   int64(in.Config.ResponseMaxBytes),
-				GateSlots:       in.Config.GraphQLGateSlots(),
+				GateSlots:       in.Config.GateSlots,
 				GateWait:        in.Config.GateWait,
 			},
 		}),

@@ -484,9 +484,10 @@ type Config struct {
 	// at once in one instance (DROPLINE_GATE_SLOTS); the others wait for a
 	// slot in the order they came. Commits and cancels (commit, commitCart,
 	// cancel, cancelCart) skip the wait, so a paying buyer is not queued
-	// behind a sold-out storm of reserves. Default: 8 per core the process
-	// runs on (GOMAXPROCS), 16 on two; between 1 and 4096, or 0 to turn the
-	// gate off.
+	// behind a sold-out storm of reserves. Default: 0, no gate (a slot is
+	// held while its operation waits for a loader or a reserve batch, which
+	// costs ordinary traffic more than commits gain; docs/design.md); between
+	// 1 and 4096, 8 per core the process runs on (GOMAXPROCS) to start from.
 	GateSlots int
 
 	// GateWait is the longest an operation waits for a slot of the gate

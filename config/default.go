@@ -38,7 +38,7 @@ func Default() Config {
 		APQBytesPerAddr:         DefaultAPQBytesPerAddr,
 		BodyTimeout:             DefaultBodyTimeout,
 		RequestsPerAddr:         DefaultRequestsPerAddr,
-		GateSlots:               DefaultGateSlots(),
+		GateSlots:               0,
 		GateWait:                DefaultGateWait,
 		WebhookTimeout:          DefaultWebhookTimeout,
 		WebhookConcurrency:      DefaultWebhookConcurrency,

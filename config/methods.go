@@ -96,15 +96,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// GraphQLGateSlots is GateSlots as graphql.Limits takes it: 0 (the gate
-// off) is negative there, where 0 means the default.
-func (c Config) GraphQLGateSlots() int {
-	if c.GateSlots == 0 {
-		return -1
-	}
-	return c.GateSlots
-}
-
-// DefaultGateSlots is GateSlots' default: GateSlotsPerCPU per core the
-// process runs on (GOMAXPROCS).
-func DefaultGateSlots() int { return graphql.DefaultGateSlots() }
+// SuggestedGateSlots is where to start when turning the gate on:
+// GateSlotsPerCPU per core the process runs on (GOMAXPROCS).
+func SuggestedGateSlots() int { return graphql.SuggestedGateSlots() }

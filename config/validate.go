@@ -228,7 +228,7 @@ func (c Config) Validate() error {
 	}
 	atLeast(EnvRequestsPerAddr, c.RequestsPerAddr, 1, "the requests in flight allowed per client address")
 	if c.GateSlots < 0 || c.GateSlots > 4096 {
-		add(EnvGateSlots, "is %d: the operations that are not commits or cancels running at once must be between 1 and 4096, or 0 to turn the gate off (default %d, 8 per core)", c.GateSlots, DefaultGateSlots())
+		add(EnvGateSlots, "is %d: the operations that are not commits or cancels running at once must be between 1 and 4096, or 0 for no gate (the default; 8 per core, %d here, is where to start)", c.GateSlots, SuggestedGateSlots())
 	}
 	if c.GateWait < 100*time.Millisecond || c.GateWait > time.Minute {
 		add(EnvGateWait, "is %s: the longest wait for a slot of the gate must be between 100ms and 1m (default %s)", c.GateWait, DefaultGateWait)

@@ -91,7 +91,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_APQ_BYTES_PER_ADDR          persisted-query bytes one client address may register (1048576)
   DROPLINE_BODY_TIMEOUT                time to send a request body once its headers are in, 1s-1m (10s)
   DROPLINE_REQUESTS_PER_ADDR           requests in flight per client address, streams aside (1024)
-  DROPLINE_GATE_SLOTS                  queries and mutations other than commits and cancels run at once, 0 = off (8 per core)
+  DROPLINE_GATE_SLOTS                  queries and mutations other than commits and cancels run at once, 0 = off (default; 8 per core to start)
   DROPLINE_GATE_WAIT                   longest wait for a slot of that gate, 100ms-1m (10s)
   DROPLINE_TRUSTED_DOCUMENTS           manifest of the only documents that run, by id; APQ off (any document runs)
   DROPLINE_SUBGRAPH                    1 = serve Federation v2 _service and _entities for a gateway (off)

@@ -129,8 +129,9 @@ type Limits struct {
 	// GateSlots is how many queries and mutations that are not priority
 	// operations (commits and cancels: priority.go) execute at once in this
 	// process; the others wait for a slot, in order, for at most GateWait,
-	// then get SERVER_BUSY. Defaults DefaultGateSlots() and DefaultGateWait; a
-	// negative GateSlots turns the gate off.
+	// then get SERVER_BUSY. 0 or a negative GateSlots leaves the gate off
+	// (SuggestedGateSlots() is where to start); GateWait defaults to
+	// DefaultGateWait.
 	GateSlots int
 	GateWait  time.Duration
 }
@@ -181,7 +182,9 @@ func (l Limits) withDefaults() Limits {
 	if l.APQBytesPerAddr == 0 {
 		l.APQBytesPerAddr = DefaultAPQBytesPerAddr
 	}
-	def(&l.GateSlots, DefaultGateSlots())
+	if l.GateSlots < 0 {
+		l.GateSlots = 0
+	}
 	if l.GateWait <= 0 {
 		l.GateWait = DefaultGateWait
 	}
