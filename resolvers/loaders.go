@@ -82,21 +82,37 @@ func loadersFrom(ctx context.Context) *loaders {
 	return l
 }
 
-// prefetchStock asks the stock loader for a page's SKUs at once when the
-// page selects edges { node { stock } }: the page's stock is then one
-// batch, one pipelined round trip, however long gqlgen takes to reach each
-// node's stock field (on a loaded machine, longer than loaderWait). The
-// nodes' own loads find the keys already asked for.
-func prefetchStock(ctx context.Context, page []inventory.Product) {
+// prefetchPage asks the loaders for a whole page at once: its SKUs' stock,
+// their draws and their drops, each when the page selects
+// edges { node { stock | draw | drop } }. Each kind of read is then one
+// batch (one pipelined round trip, one PostgreSQL statement), however long
+// gqlgen takes to reach each node's field: on a loaded machine, or under
+// the race detector, longer than loaderWait, which would split the page's
+// reads into several batches. The nodes' own loads find the keys already
+// asked for.
+func prefetchPage(ctx context.Context, page []inventory.Product) {
 	l := loadersFrom(ctx)
-	if l == nil || len(page) == 0 || !selects(ctx, []string{"edges", "node", "stock"}, [][]string{{"ProductConnection"}, {"ProductEdge"}, {"Product", "Node"}}) {
+	if l == nil || len(page) == 0 {
 		return
 	}
+	types := [][]string{{"ProductConnection"}, {"ProductEdge"}, {"Product", "Node"}}
 	skus := make([]string, len(page))
+	var drops []string
 	for i, p := range page {
 		skus[i] = p.SKU
+		if p.Drop != "" {
+			drops = append(drops, p.Drop)
+		}
 	}
-	l.stock().LoadAllThunk(ctx, skus)
+	if selects(ctx, []string{"edges", "node", "stock"}, types) {
+		l.stock().LoadAllThunk(ctx, skus)
+	}
+	if selects(ctx, []string{"edges", "node", "draw"}, types) {
+		l.draw().LoadAllThunk(ctx, skus)
+	}
+	if len(drops) > 0 && selects(ctx, []string{"edges", "node", "drop"}, types) {
+		l.drop().LoadAllThunk(ctx, drops)
+	}
 }
 
 // selects says whether the field being resolved selects path below it,

@@ -419,7 +419,7 @@ func (r *queryResolver) Products(ctx context.Context, first *int, after *string)
 	for _, p := range list {
 		conn.Edges = append(conn.Edges, &model.ProductEdge{Cursor: productCursor(p.SKU), Node: productModel(p)})
 	}
-	prefetchStock(ctx, list)
+	prefetchPage(ctx, list)
 	if len(conn.Edges) > 0 {
 		conn.PageInfo.StartCursor = &conn.Edges[0].Cursor
 		conn.PageInfo.EndCursor = &conn.Edges[len(conn.Edges)-1].Cursor
