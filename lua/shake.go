@@ -126,12 +126,12 @@ func references(src string) map[string]bool {
 				open = open[:len(open)-1]
 			}
 			i++
-		case ident(c) && !(c >= '0' && c <= '9'):
+		case ident(c) && (c < '0' || c > '9'):
 			j := i
 			for j < n && ident(src[j]) {
 				j++
 			}
-			field := i > 0 && (src[i-1] == '.' || src[i-1] == ':') && !(i > 1 && src[i-1] == '.' && src[i-2] == '.')
+			field := i > 0 && (src[i-1] == '.' || src[i-1] == ':') && (i <= 1 || src[i-1] != '.' || src[i-2] != '.')
 			k := j
 			for k < n && (src[k] == ' ' || src[k] == '\t' || src[k] == '\n') {
 				k++

@@ -2,6 +2,7 @@ package resolvers
 
 import (
 	"context"
+	"errors"
 
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/inventory"
@@ -30,7 +31,7 @@ func (r *Resolver) ReserveFromMemory(ctx context.Context, sku string, quantity i
 		return nil, false
 	}
 	var ue *model.UserError
-	if oos, isOOS := err.(*inventory.OutOfStockError); isOOS && oos.Available == 0 {
+	if oos := (*inventory.OutOfStockError)(nil); errors.As(err, &oos) && oos.Available == 0 {
 		ue = soldOutUserError()
 	} else if ue, err = userError(err); err != nil {
 		return nil, false

@@ -65,7 +65,7 @@ type costReading struct {
 // readCost reads every counter EntryCost compares; rdb is the servers'
 // Redis (nil: not read).
 func (d *Driver) readCost(ctx context.Context, rdb *redis.Client) costReading {
-	r := costReading{self: machine.SelfCPU(), busy: machine.MachineBusy(), load: machine.LoadAverage()}
+	r := costReading{self: machine.SelfCPU(), busy: machine.ReadBusy(), load: machine.LoadAverage()}
 	for _, c := range d.clients {
 		m := scrape(ctx, c)
 		r.servers = append(r.servers, m["process_cpu_seconds_total"])

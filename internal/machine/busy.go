@@ -16,8 +16,8 @@ type Busy struct {
 	Busy, Total time.Duration
 }
 
-// MachineBusy reads Busy now.
-func MachineBusy() Busy {
+// ReadBusy reads Busy now.
+func ReadBusy() Busy {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return Busy{}

@@ -25,14 +25,14 @@ func TestCPUReadingsGrowWithWork(t *testing.T) {
 	require.NotEqual(t, "unknown", LoadAverage())
 }
 
-// TestMachineBusyGrows: the machine's CPU time grows, its busy share
+// TestReadBusyGrows: the machine's CPU time grows, its busy share
 // stays within 0..1.
-func TestMachineBusyGrows(t *testing.T) {
-	b0 := MachineBusy()
+func TestReadBusyGrows(t *testing.T) {
+	b0 := ReadBusy()
 	self0 := SelfCPU()
 	for end := time.Now().Add(10 * time.Second); SelfCPU()-self0 < 50*time.Millisecond && time.Now().Before(end); {
 	}
-	b1 := MachineBusy()
+	b1 := ReadBusy()
 	require.Greater(t, b1.Total, b0.Total)
 	require.GreaterOrEqual(t, b1.Busy, b0.Busy)
 	share := b1.Since(b0)
