@@ -3,8 +3,6 @@ package graphql
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"math"
 	"strings"
 	"sync"
 
@@ -253,9 +251,11 @@ func reserveInput(args map[string]any) (sku string, quantity int, ok bool) {
 				return "", 0, false
 			}
 		case "quantity":
-			if quantity, ok = integer(v); !ok {
+			q, err := gqlgen.UnmarshalInt32(v)
+			if err != nil {
 				return "", 0, false
 			}
+			quantity = int(q)
 		default:
 			if v != nil {
 				return "", 0, false
@@ -263,31 +263,6 @@ func reserveInput(args map[string]any) (sku string, quantity int, ok bool) {
 		}
 	}
 	return sku, quantity, sku != "" && quantity != 0
-}
-
-// integer is an Int argument's value as gqlparser leaves it: int64 from the
-// document, json.Number or a Go integer from the variables.
-func integer(v any) (int, bool) {
-	var n int64
-	switch v := v.(type) {
-	case int64:
-		n = v
-	case int:
-		n = int64(v)
-	case int32:
-		n = int64(v)
-	case json.Number:
-		var err error
-		if n, err = v.Int64(); err != nil {
-			return 0, false
-		}
-	default:
-		return 0, false
-	}
-	if n < math.MinInt32 || n > math.MaxInt32 {
-		return 0, false
-	}
-	return int(n), true
 }
 
 // write writes the data of op's answer, payload, as gqlgen's execution
