@@ -53,33 +53,39 @@ func TestChecksJudgeTheGoals(t *testing.T) {
 		Reserve:    WrkResult{DurationUS: 1e6, Held: 15000, P50US: 2000, P99US: 5000},
 		Redis:      Baseline{PerSecond: 28000},
 		Postgres:   Baseline{PerSecond: 1000, P99MS: 80},
-		Storm:      WrkResult{DurationUS: 1e6, Requests: 20000, OutOfStock: 20000},
+		Storm:      WrkResult{DurationUS: 1e6, Requests: 45000, OutOfStock: 45000},
 		Steady:     WrkResult{DurationUS: 1e6, Requests: 12000, Held: 12000, P50US: 1000, P99US: 3900},
 		SteadyRate: 12000,
-		Peak:       PeakResult{EventRate: 15000, Capacity: 40000, LagP99: 0.3, Samples: 240},
+		Peak:       PeakResult{EventRate: 15000, Capacity: 45000, LagP99: 0.3, Samples: 240},
 		StockFell:  15010,
 		ServerCPU:  60 * time.Microsecond, FloorCPU: 45 * time.Microsecond,
 		RedisCPU: 20 * time.Microsecond, RedisBareCPU: 20 * time.Microsecond,
 	}
 	for _, c := range r.Checks() {
-		require.True(t, c.Passed, "%s: %s (goal %s)", c.Name, c.Value, c.Goal)
+		require.True(t, c.Passed || c.Retired, "%s: %s (goal %s)", c.Name, c.Value, c.Goal)
 	}
-	r.Reserve.Held = 13000 // 13,000 ÷ 28,000 < 0.5
-	r.StockFell = 13010
+	// A storm answered below 3 times the holds' rate, and a write-behind
+	// below 3 times the events' rate, fail; the retired EVALSHA ratio is
+	// printed, never judged.
+	r.Storm.OutOfStock = 44000    // 44,000 ÷ 15,000 < 3
+	r.Peak.Capacity = 44000       // 44,000 ÷ 15,000 < 3
+	r.Redis.PerSecond = 1_000_000 // 0.015, far below the old 0.5
 	failed := map[string]bool{}
 	for _, c := range r.Checks() {
-		if !c.Passed {
+		if !c.Passed && !c.Retired {
 			failed[c.Name] = true
 		}
 	}
-	require.Equal(t, map[string]bool{"GraphQL reserves ÷ raw EVALSHA": true}, failed)
+	require.Equal(t, map[string]bool{"sold-out answers ÷ successful reserves": true,
+		"ledger apply capacity ÷ event rate (peak)": true}, failed)
+	require.Contains(t, r.Markdown(), "| GraphQL reserves ÷ raw EVALSHA | 0.01 | retired: the two floors below replace it | — |")
+	r.Storm.OutOfStock, r.Peak.Capacity = 45000, 45000
 
 	// The floors: above 1.5 and 1.0 fails, and so does a floor not measured.
-	r.Reserve.Held, r.StockFell = 15000, 15010
 	r.ServerCPU, r.RedisCPU = 68*time.Microsecond, 21*time.Microsecond
 	failed = map[string]bool{}
 	for _, c := range r.Checks() {
-		if !c.Passed {
+		if !c.Passed && !c.Retired {
 			failed[c.Name] = true
 		}
 	}
