@@ -73,7 +73,12 @@
 // (see below). ext counts the hold's extensions and xid is the id of the
 // last extension call, x:<hash> the idempotency key of each extension a
 // client made with one (see Extending a hold). Every outbox event carries
-// the generation its hold lived in, and the extensions its hold had.
+// the generation its hold lived in, and the extensions its hold had. A hold
+// made without an idempotency key has no idem and fp fields, and an event
+// leaves idem and fp out when they are empty and ext when it is 0: every
+// reader, of every EventVersion, takes a missing field as empty or 0, and
+// the common hold and event are that much shorter for Redis to write and
+// the write-behind to read.
 //
 // Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
 // partition, so a commit finds its hold without a lookup. A line of a cart

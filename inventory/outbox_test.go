@@ -136,6 +136,45 @@ func TestOutboxEntryVersions(t *testing.T) {
 	}
 }
 
+// TestOutboxEntryLeavesOutEmptyFields: a hold made without an idempotency
+// key writes its event without idem, fp and ext (lib.lua's emit_event), and
+// its hash without idem and fp; the reader takes the missing fields as
+// empty and 0, so the ledger gets the same event as from the full entry.
+func TestOutboxEntryLeavesOutEmptyFields(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "single", inventory.Config{})
+	b.product(t, "SHORT-1", 10, 0)
+	res, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "SHORT-1", Quantity: 2})
+	require.NoError(t, err)
+	msgs, err := b.rdb.XRange(b.ctx, b.engine.Keys().Outbox(inventory.PartitionOf("SHORT-1")), "-", "+").Result()
+	require.NoError(t, err)
+	var found bool
+	for _, m := range msgs {
+		if m.Values["tok"] != res.Token {
+			continue
+		}
+		found = true
+		for _, f := range []string{"idem", "fp", "ext"} {
+			require.NotContains(t, m.Values, f, "entry %s %v", m.ID, m.Values)
+		}
+		ev, err := inventory.ParseEvent(m)
+		require.NoError(t, err)
+		require.NoError(t, ev.Validate())
+		require.Equal(t, "reserve:"+res.Token, ev.ID)
+		require.Equal(t, 2, ev.Quantity)
+		require.Empty(t, ev.IdempotencyHash)
+		require.Empty(t, ev.RequestHash)
+		require.Zero(t, ev.Extensions)
+	}
+	require.True(t, found, "no entry for hold %s in %v", res.Token, msgs)
+	h, err := b.rdb.HGetAll(b.ctx, b.engine.Keys().Hold(inventory.PartitionOf("SHORT-1"), res.Token)).Result()
+	require.NoError(t, err)
+	require.Equal(t, "HELD", h["st"])
+	require.Equal(t, "2", h["qty"])
+	require.NotContains(t, h, "idem")
+	require.NotContains(t, h, "fp")
+}
+
 // ReadMany reads several partitions' new entries at once: each partition's
 // own, a partition whose group does not exist yet reads as empty (the group
 // is created), and what was read is not read again.

@@ -93,6 +93,13 @@ local rate_clock = rate_now(clock)
 local stock = {}
 local exact_seq = 9007199254740992
 
+-- retried says whether any hold this batch's requests would make exists
+-- already: one EXISTS over the batch's hold keys, so that only a retried
+-- batch (the reply of an earlier run of the same requests was lost) reads
+-- each request's hold. made holds the tokens of the holds this run made, so
+-- that a later request of the same token finds its hold as before.
+local retried, made = false, {}
+
 -- exact reports whether a copy's sequence is one a Lua number holds
 -- exactly: below 2^53 (it starts at a rebuild's time in microseconds).
 -- Beyond, or when missing, bump_stock moves the hash itself and the SKU is
@@ -146,11 +153,12 @@ end
 
 -- reserve_new decides a request that made no hold yet, after its budget
 -- allowed it: its six keys start at KEYS[ki], its eleven arguments at ARGV[ai],
--- and qty is its quantity. It returns the request's reply, and its SKU's
--- stock hash and channel when it changed the stock.
-local function reserve_new(ki, ai, qty, tp)
+-- qty is its quantity (qty_s the same as text) and hold_ms how long the hold
+-- lasts. It returns the request's reply, and its SKU's stock hash and
+-- channel when it changed the stock.
+local function reserve_new(ki, ai, qty, qty_s, hold_ms, tp)
   local sku_key, hold, quota, idem_rec, channel = KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4]
-  local sku, who, hold_ms, token, fp, idem = ARGV[ai], ARGV[ai + 1], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6]
+  local sku, who, token, fp, idem = ARGV[ai], ARGV[ai + 1], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6]
   local pass = ARGV[ai + 10]
 
   -- 2. Idempotency: replay the first outcome, refuse a different request.
@@ -206,10 +214,17 @@ local function reserve_new(ki, ai, qty, tp)
   end
 
   -- 5. Every check passed: write.
-  local exp = now + tonumber(hold_ms)
-  local qty_s, exp_s = tostring(qty), tostring(exp)
-  redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', qty_s, 'st', 'HELD',
-    'exp', exp_s, 'ctd', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen)
+  -- The hold's fields idem and fp are left out when empty (every reader
+  -- takes a missing one as empty): two fields fewer in the common hold.
+  local exp = now + hold_ms
+  local exp_s = string.format('%d', exp)
+  if fp == '' and idem == '' then
+    redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', qty_s, 'st', 'HELD', 'exp', exp_s, 'ctd', now_s, 'gen', st.gen)
+  else
+    redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', qty_s, 'st', 'HELD',
+      'exp', exp_s, 'ctd', now_s, 'idem', idem, 'fp', fp, 'gen', st.gen)
+  end
+  made[token] = true
   redis.call('HINCRBY', quota, who, qty_s)
   redis.call('ZADD', expiry, exp_s, token)
   spend_pass(base, view, who, now, token, outbox)
@@ -228,6 +243,20 @@ local function reserve_new(ki, ai, qty, tp)
   return { 'HELD', exp, now }, sku_key, channel
 end
 
+-- budget_of returns a budget's burst, rate and period as numbers, from their
+-- text, converted once per run for each budget the run meets (the requests
+-- of a batch mostly share one): Lua would convert the text again in every
+-- step of rate_check's arithmetic.
+local budgets = {}
+local function budget_of(burst, rate, period)
+  local b = budgets[burst]
+  if not (b and b[2] == rate and b[3] == period) then
+    b = { burst, rate, period, tonumber(burst), tonumber(rate), tonumber(period) }
+    budgets[burst] = b
+  end
+  return b[4], b[5], b[6]
+end
+
 -- reserve_one decides one request, whose six keys start at KEYS[ki] and eleven
 -- arguments at ARGV[ai]; tp is its traceparent (nil or "" when untraced). It
 -- returns what reserve_new returns.
@@ -237,10 +266,15 @@ local function reserve_one(ki, ai, tp)
   local burst, rate, period = ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9]
 
   -- 1. Validate.
-  if not is_int(qty, 1, max_qty_n) then
+  local qty_n = is_int(qty, 1, max_qty_n)
+  if not qty_n then
     return { 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. max_qty, 0 }
   end
-  if not is_int(ARGV[ai + 3], 1000, max_hold) then
+  -- The quantity's text as the hold and its event record it: the argument
+  -- itself when it is written as tostring would write it.
+  local qty_s = string.match(qty, '^[1-9]%d*$') and qty or tostring(qty_n)
+  local hold_ms = is_int(ARGV[ai + 3], 1000, max_hold)
+  if not hold_ms then
     return { 'INVALID_INPUT', 'holdSeconds', 'out of range', 0 }
   end
   if sku == '' or who == '' or token == '' then
@@ -248,7 +282,7 @@ local function reserve_one(ki, ai, tp)
   end
 
   -- A retry of this very call (the reply was lost) finds its own hold.
-  local mine = hash_get(hold)
+  local mine = (retried or made[token]) and hash_get(hold)
   if mine then
     if mine['who'] ~= who or mine['sku'] ~= sku then
       return { 'INVALID_INPUT', 'token', 'token already used', 0 }
@@ -258,13 +292,14 @@ local function reserve_one(ki, ai, tp)
 
   -- 1b. The principal's budget, when this run spends it.
   if burst == '' then
-    return reserve_new(ki, ai, tonumber(qty), tp)
+    return reserve_new(ki, ai, qty_n, qty_s, hold_ms, tp)
   end
-  local ok, tat, reset = rate_check(budget, burst, rate, period, rate_clock)
+  local burst_n, rate_n, period_n = budget_of(burst, rate, period)
+  local ok, tat, reset = rate_check(budget, burst_n, rate_n, period_n, rate_clock)
   if not ok then
     return { 'RATE_LIMITED', tat, '', 0 }
   end
-  local r, sku_key, channel = reserve_new(ki, ai, tonumber(qty), tp)
+  local r, sku_key, channel = reserve_new(ki, ai, qty_n, qty_s, hold_ms, tp)
   if r[1] ~= 'NEEDS_HYDRATION' and r[1] ~= 'WALK_PENDING' then
     rate_spend(budget, tat, reset)
   end
@@ -274,6 +309,13 @@ end
 local replies, changed, order = {}, {}, {}
 local n = (#KEYS - 2) / 6
 local tps = 6 + 11 * n
+if n > 0 then
+  local holds = {}
+  for i = 0, n - 1 do
+    holds[i + 1] = KEYS[4 + 6 * i]
+  end
+  retried = redis.call('EXISTS', unpack(holds)) > 0
+end
 for i = 0, n - 1 do
   local ki, ai = 3 + 6 * i, 6 + 11 * i
   local ok, r, sku_key, channel = pcall(reserve_one, ki, ai, ARGV[tps + i])
