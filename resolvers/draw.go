@@ -48,6 +48,27 @@ func drawEntryResult(e inventory.DrawEntry, err error) (*model.DrawEntryPayload,
 	return &model.DrawEntryPayload{Entry: drawEntryModel(e), UserErrors: []*model.UserError{}}, nil
 }
 
+// enterDraw enters the caller in a draw. The mutation budget is spent
+// after the entry, and only by an answer that is not a fresh entry (a
+// replay or a refusal): a principal's first entry in a draw is made once
+// whatever it sends, so it cannot be repeated to load the service, and
+// sparing it a Redis script run per entry is most of a large draw's
+// Redis time. Anything sent again, which is what a flood is, still spends
+// the budget and is refused RATE_LIMITED once it is spent.
+func (d *deps) enterDraw(ctx context.Context, input model.EnterDrawInput) (*model.DrawEntryPayload, error) {
+	p, refused := d.reserveCaller(ctx)
+	if refused != nil {
+		return drawEntryRefused(refused), nil
+	}
+	e, err := d.engine.Draws().EnterDraw(ctx, p, input.Sku, input.Quantity)
+	if err != nil || e.Replayed {
+		if allowed, retry := d.limiter.allow(ctx, p.ID); !allowed {
+			return drawEntryRefused(rateLimitedError(retry)), nil
+		}
+	}
+	return drawEntryResult(e, err)
+}
+
 const fieldMyDrawEntryChanged = "myDrawEntryChanged"
 
 // myDrawEntryChanged watches the caller's entry in a SKU's draw: its

@@ -135,3 +135,51 @@ func TestCartSpendsTheBudgetPerLine(t *testing.T) {
 	require.Len(t, big.Cart.Lines, 50)
 	only(t, e.Reserve(t, bob, map[string]any{"sku": skus[0], "quantity": 1}), "RATE_LIMITED")
 }
+
+// A draw entry spends the mutation budget only when it is not a fresh
+// entry: each principal's first entry in a draw runs no budget script, even
+// with the budget spent, and its replays and refusals spend one unit each,
+// refused RATE_LIMITED once the budget is gone.
+func TestDrawEntrySpendsTheBudgetWhenNotFresh(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *graphql.Config) {
+		c.Limits.MutationRate, c.Limits.MutationPeriod, c.Limits.MutationBurst = 1, time.Minute, 2
+	})
+	closes := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	for _, sku := range []string{"DRAW-A", "DRAW-B"} {
+		e.CreateProduct(t, map[string]any{"sku": sku, "stock": 10, "draw": map[string]any{"closesAt": closes, "winnerHoldSeconds": 600}})
+	}
+	const doc = `mutation($i: EnterDrawInput!) { enterDraw(input: $i) { entry { status } userErrors { code } } }`
+	enter := func(who, sku string, quantity int) (status, code string) {
+		var out struct {
+			EnterDraw struct {
+				Entry      *struct{ Status string }
+				UserErrors []struct{ Code string }
+			}
+		}
+		e.MustDo(t, who, doc, map[string]any{"i": map[string]any{"sku": sku, "quantity": quantity}}, &out)
+		if p := out.EnterDraw; len(p.UserErrors) > 0 {
+			return "", p.UserErrors[0].Code
+		}
+		return out.EnterDraw.Entry.Status, ""
+	}
+	alice := e.Token(t, "alice", false)
+	runs := &atomic.Int64{}
+	e.Redis.AddHook(scriptRuns{n: runs})
+	status, code := enter(alice, "DRAW-A", 1)
+	require.Equal(t, "ENTERED", status, code)
+	require.Zero(t, runs.Load(), "a fresh entry runs no budget script")
+	_, code = enter(alice, "DRAW-A", 0)
+	require.Equal(t, "INVALID_INPUT", code, "a refusal spends the first unit")
+	status, _ = enter(alice, "DRAW-A", 1)
+	require.Equal(t, "ENTERED", status, "a replay spends the second")
+	_, code = enter(alice, "DRAW-A", 1)
+	require.Equal(t, "RATE_LIMITED", code, "the third replay finds the budget spent")
+	before := runs.Load()
+	status, code = enter(alice, "DRAW-B", 1)
+	require.Equal(t, "ENTERED", status, "a first entry in another draw is made with the budget spent: %s", code)
+	require.Equal(t, before, runs.Load())
+	var n int
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT count(*) FROM draw_entries WHERE principal = 'alice'`).Scan(&n))
+	require.Equal(t, 2, n)
+}

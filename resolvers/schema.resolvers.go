@@ -283,11 +283,7 @@ func (r *mutationResolver) LeaveWaitlist(ctx context.Context, input model.LeaveW
 
 // EnterDraw is the resolver for the enterDraw field.
 func (r *mutationResolver) EnterDraw(ctx context.Context, input model.EnterDrawInput) (*model.DrawEntryPayload, error) {
-	p, refused := r.deps.mutationCaller(ctx)
-	if refused != nil {
-		return drawEntryRefused(refused), nil
-	}
-	return drawEntryResult(r.deps.engine.Draws().EnterDraw(ctx, p, input.Sku, input.Quantity))
+	return r.deps.enterDraw(ctx, input)
 }
 
 // Stock is the resolver for the stock field.
