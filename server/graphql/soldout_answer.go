@@ -5,23 +5,27 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/graph/model"
 	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/resolvers"
 )
 
-// soldOutAnswers answers, in the HTTP transport, the refusal of a reserve
-// the engine's sold-out memory decides (inventory.Engine.ReserveFromMemory)
-// without executing the operation: during a storm of buyers asking for a
-// sold-out SKU, gqlgen's execution of the mutation (a context, a field
+// soldOutAnswers answers, in the HTTP transport, the reserves it can
+// without executing the operation: the refusal the engine's sold-out memory
+// decides (inventory.Engine.ReserveFromMemory), and any other reserve of the
+// same shape whose payload it can write, by calling the reserve mutation's
+// resolver itself. gqlgen's execution of the mutation (a context, a field
 // context and an interceptor chain per field, the payload built and
-// marshaled through them) was most of what each refusal cost.
+// marshaled through them) was most of what each refusal cost, during a
+// storm of buyers asking for a sold-out SKU, and a fifth of a hold's cost.
 //
 // It takes only an operation it can answer as gqlgen would, byte for byte,
 // once gqlgen has parsed, validated and priced it (CreateOperationContext):
@@ -29,11 +33,15 @@ import (
 // to one reserve and nothing else, with an input of a sku and a quantity
 // only (no idempotency key, whose refusal Redis records for replay, no
 // admission pass, no hold length), selecting ReservePayload's and
-// UserError's fields with nothing deferred, from a principal. Everything
-// else, and every request the memory does not answer, runs as usual, as
-// does every operation when tracing is on (its span is the operation's)
-// or when the request registers a persisted query (which happens as the
-// operation runs).
+// UserError's fields with nothing deferred, from a principal. A reserve
+// the memory does not answer is answered here when the reservation's
+// selection asks for none of its fields with a resolver of their own
+// (product) and nothing deferred; the resolver's error or panic is answered
+// as execution answers it (the error presenter's error on the field's
+// path, data null). Everything else, and every request the memory does not
+// answer, runs as usual, as does every operation when tracing is on (its
+// span is the operation's) or when the request registers a persisted query
+// (which happens as the operation runs).
 //
 // What the operation's execution would have done besides is done here in
 // its order: the cost is spent from the caller's budget (a refusal is left
@@ -50,15 +58,24 @@ type soldOutAnswers struct {
 	// plans are the collected fields of operations without directives,
 	// which do not depend on the variables (soldOutPlans).
 	plans soldOutPlans
-	// answered counts the operations answered here.
-	answered prometheus.Counter
+	// presenter is the error presenter execution uses, for a reserve
+	// whose resolver fails.
+	presenter gqlgen.ErrorPresenterFunc
+	// answered counts the operations the memory answered here, held those
+	// whose resolver ran here.
+	answered, held prometheus.Counter
 }
 
 func newSoldOutAnswers(res *resolvers.Resolver, reg prometheus.Registerer) *soldOutAnswers {
-	return &soldOutAnswers{res: res, answered: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "dropline_graphql_sold_out_answered_total",
-		Help: "Reserves the sold-out memory refused that were answered without executing the operation.",
-	}))}
+	return &soldOutAnswers{res: res, presenter: res.ErrorPresenter(),
+		answered: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_graphql_sold_out_answered_total",
+			Help: "Reserves the sold-out memory refused that were answered without executing the operation.",
+		})),
+		held: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dropline_graphql_reserve_answered_total",
+			Help: "Reserves whose resolver was called and answered in the HTTP transport without executing the operation.",
+		}))}
 }
 
 // Bounds within which an answer's size is known to be far below the
@@ -74,6 +91,9 @@ var (
 	mutationType       = []string{"Mutation"}
 	reservePayloadType = []string{"ReservePayload"}
 	userErrorType      = []string{"UserError"}
+	// reservationType is what a Reservation's selection collects on, as
+	// the generated code collects it (its interfaces included).
+	reservationType = []string{"Reservation", "Node", "_Entity"}
 )
 
 // soldOutReserve is an operation soldOutAnswers may answer: its reserve's
@@ -91,6 +111,11 @@ type soldOutPlan struct {
 	field   gqlgen.CollectedField
 	payload []gqlgen.CollectedField
 	errors  []gqlgen.CollectedField // the userErrors field's selection
+	// reservation is the reservation field's selection; held is true when
+	// writeReservation can write every field of it (all but product), so
+	// that a reserve the memory does not answer may be answered too.
+	reservation []gqlgen.CollectedField
+	held        bool
 }
 
 // soldOutPlans remembers the plans of the last few operations without
@@ -123,14 +148,18 @@ func (p *soldOutPlans) put(op *ast.OperationDefinition, plan *soldOutPlan) {
 
 // answer answers opCtx when it can (see soldOutAnswers). answered is false
 // when the operation must run as usual, and then nothing was spent; resp
-// is nil when the client left while the operation waited at the gate
-// (nothing is written then, as for an executed one).
+// is nil when the client left while the operation waited at the gate, or
+// before its reserve ran (nothing is written then, as for an executed one).
 func (s *soldOutAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationContext) (resp *gqlgen.Response, answered bool) {
 	if s == nil || s.cost.maxBytes < soldOutMinResponse {
 		return nil, false
 	}
 	op, ok := s.operation(opCtx)
-	if !ok || !s.res.KnownSoldOut(op.sku) {
+	if !ok {
+		return nil, false
+	}
+	soldOut := s.res.KnownSoldOut(op.sku)
+	if !soldOut && !op.held {
 		return nil, false
 	}
 	m := meterOf(opCtx)
@@ -148,26 +177,87 @@ func (s *soldOutAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationCont
 		}
 		defer s.gate.release()
 	}
-	payload, ok := s.res.ReserveFromMemory(ctx, op.sku, op.quantity)
-	if !ok {
-		if spent {
-			m.state = s.cost.budgets.refund(m.key, m.requested)
-		}
-		return nil, false
+	var payload *model.ReservePayload
+	fromMemory := false
+	if soldOut {
+		payload, fromMemory = s.res.ReserveFromMemory(ctx, op.sku, op.quantity)
 	}
-	s.answered.Inc()
+	if !fromMemory {
+		if !op.held {
+			if spent {
+				m.state = s.cost.budgets.refund(m.key, m.requested)
+			}
+			return nil, false
+		}
+		if ctx.Err() != nil {
+			// Execution answers nothing once the client has left.
+			return nil, true
+		}
+		var failed *gqlgen.Response
+		var fields int
+		if payload, failed, fields = s.reserve(ctx, opCtx, op); failed != nil {
+			s.held.Inc()
+			return s.finish(m, spent, failed, fields), true
+		}
+		s.held.Inc()
+	} else {
+		s.answered.Inc()
+	}
 	var b bytes.Buffer
 	b.Grow(256 + len(opCtx.RawQuery))
-	fields := op.write(&b, payload)
-	resp = &gqlgen.Response{Data: b.Bytes()}
-	if m != nil {
-		m.fields.Add(int64(fields))
-		if spent && m.refunded.CompareAndSwap(false, true) {
-			m.state = s.cost.budgets.refund(m.key, m.requested-int(m.fields.Load()))
-		}
-		resp.Extensions = map[string]any{"cost": s.cost.report(m)}
+	fields, errs := op.write(ctx, &b, payload, s.presenter, opCtx)
+	return s.finish(m, spent, &gqlgen.Response{Data: b.Bytes(), Errors: errs}, fields), true
+}
+
+// finish counts the fields an answer resolved as the operation's actual
+// cost, gives the rest of the budget back and adds the cost report, as
+// queryCost does for an executed operation.
+func (s *soldOutAnswers) finish(m *costMeter, spent bool, resp *gqlgen.Response, fields int) *gqlgen.Response {
+	if m == nil {
+		return resp
 	}
-	return resp, true
+	m.fields.Add(int64(fields))
+	if spent && m.refunded.CompareAndSwap(false, true) {
+		m.state = s.cost.budgets.refund(m.key, m.requested-int(m.fields.Load()))
+	}
+	resp.Extensions = map[string]any{"cost": s.cost.report(m)}
+	return resp
+}
+
+// reserve runs the reserve mutation's resolver for op. When it fails (an
+// error, a panic) failed is the response execution makes of it: the error
+// as gqlgen adds it on the field's path, and no data (the payload is
+// non-null, so the mutation's data is null).
+// fields is what the failure resolved: the reserve field, unless it
+// panicked.
+func (s *soldOutAnswers) reserve(ctx context.Context, opCtx *gqlgen.OperationContext, op soldOutReserve) (payload *model.ReservePayload, failed *gqlgen.Response, fields int) {
+	in := model.ReserveInput{Sku: op.sku, Quantity: op.quantity}
+	var err error
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		payload, err = s.res.Mutation().Reserve(ctx, in)
+	}()
+	if recovered == nil && err == nil && payload != nil {
+		return payload, nil, 0
+	}
+	// The contexts execution would have made, for the error presenter
+	// and the error's path and location.
+	ctx = gqlgen.WithResponseContext(gqlgen.WithOperationContext(ctx, opCtx), s.presenter, opCtx.RecoverFunc)
+	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "Mutation"})
+	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "Mutation", Field: op.field, Args: map[string]any{"input": in},
+		IsMethod: true, IsResolver: true})
+	fields = 1
+	switch {
+	case recovered != nil:
+		fields = 0 // queryCost counts a field once its resolver returns
+		opCtx.Error(ctx, opCtx.Recover(ctx, recovered))
+	case err != nil:
+		opCtx.Error(ctx, gqlgen.AddFieldLocationToError(ctx, err))
+	default:
+		gqlgen.AddInvalidNullError(ctx, "")
+	}
+	return nil, &gqlgen.Response{Data: []byte("null"), Errors: gqlgen.GetErrors(ctx)}, fields
 }
 
 // operation reads what answer needs of opCtx; false when it may not be
@@ -207,14 +297,26 @@ func planSoldOut(opCtx *gqlgen.OperationContext) *soldOutPlan {
 	if len(root) != 1 || root[0].Name != "reserve" || len(root[0].Deferrables) > 0 {
 		return nil
 	}
-	plan := &soldOutPlan{field: root[0]}
+	plan := &soldOutPlan{field: root[0], held: true}
 	plan.payload = gqlgen.CollectFields(opCtx, plan.field.Selections, reservePayloadType)
 	for _, f := range plan.payload {
 		if len(f.Deferrables) > 0 {
 			return nil
 		}
 		switch f.Name {
-		case "__typename", "reservation":
+		case "__typename":
+		case "reservation":
+			plan.reservation = gqlgen.CollectFields(opCtx, f.Selections, reservationType)
+			for _, r := range plan.reservation {
+				switch r.Name {
+				case "__typename", "id", "token", "sku", "quantity", "status", "expiresAt", "createdAt", "committedAt", "extensions":
+				default:
+					plan.held = false // product: a resolver of its own
+				}
+				if len(r.Deferrables) > 0 {
+					plan.held = false
+				}
+			}
 		case "userErrors":
 			plan.errors = gqlgen.CollectFields(opCtx, f.Selections, userErrorType)
 			for _, e := range plan.errors {
@@ -267,8 +369,12 @@ func reserveInput(args map[string]any) (sku string, quantity int, ok bool) {
 
 // write writes the data of op's answer, payload, as gqlgen's execution
 // writes it, and returns how many fields it resolved (the operation's
-// actual cost, __typename aside, as queryCost counts them).
-func (op soldOutReserve) write(b *bytes.Buffer, payload *model.ReservePayload) (fields int) {
+// actual cost, __typename aside, as queryCost counts them) and the errors
+// execution would add (none but for a hold without its times).
+// ctx, presenter and opCtx are only for those errors.
+func (op soldOutReserve) write(ctx context.Context, b *bytes.Buffer, payload *model.ReservePayload,
+	presenter gqlgen.ErrorPresenterFunc, opCtx *gqlgen.OperationContext,
+) (fields int, errs gqlerror.List) {
 	b.WriteByte('{')
 	gqlgen.MarshalString(op.field.Alias).MarshalGQL(b)
 	b.WriteByte(':')
@@ -285,7 +391,17 @@ func (op soldOutReserve) write(b *bytes.Buffer, payload *model.ReservePayload) (
 			gqlgen.MarshalString("ReservePayload").MarshalGQL(b)
 		case "reservation":
 			fields++
-			b.WriteString("null")
+			if payload.Reservation == nil {
+				b.WriteString("null")
+				break
+			}
+			if missing := op.missingTimes(payload.Reservation); len(missing) > 0 {
+				fields += op.reservationFields()
+				errs = op.invalidNulls(gqlgen.WithResponseContext(gqlgen.WithOperationContext(ctx, opCtx), presenter, opCtx.RecoverFunc), f, missing)
+				b.WriteString("null")
+				break
+			}
+			fields += op.writeReservation(b, payload.Reservation)
 		case "userErrors":
 			fields++
 			b.WriteByte('[')
@@ -299,7 +415,96 @@ func (op soldOutReserve) write(b *bytes.Buffer, payload *model.ReservePayload) (
 		}
 	}
 	b.WriteString("}}")
+	return fields, errs
+}
+
+// reservationFields is how many fields of the reservation's selection
+// queryCost counts.
+func (op soldOutReserve) reservationFields() (n int) {
+	for _, f := range op.reservation {
+		if f.Name != "__typename" {
+			n++
+		}
+	}
+	return n
+}
+
+// writeReservation writes r as execution writes it (every time field
+// that must not be null is set: missingTimes).
+func (op soldOutReserve) writeReservation(b *bytes.Buffer, r *model.Reservation) (fields int) {
+	b.WriteByte('{')
+	for i, f := range op.reservation {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		gqlgen.MarshalString(f.Alias).MarshalGQL(b)
+		b.WriteByte(':')
+		if f.Name != "__typename" {
+			fields++
+		}
+		switch f.Name {
+		case "__typename":
+			gqlgen.MarshalString("Reservation").MarshalGQL(b)
+		case "id":
+			gqlgen.MarshalString(r.ID).MarshalGQL(b)
+		case "token":
+			gqlgen.MarshalString(r.Token).MarshalGQL(b)
+		case "sku":
+			gqlgen.MarshalString(r.Sku).MarshalGQL(b)
+		case "quantity":
+			gqlgen.MarshalInt(r.Quantity).MarshalGQL(b)
+		case "status":
+			r.Status.MarshalGQL(b)
+		case "expiresAt":
+			writeTime(b, r.ExpiresAt)
+		case "createdAt":
+			writeTime(b, r.CreatedAt)
+		case "committedAt":
+			if r.CommittedAt == nil || r.CommittedAt.IsZero() {
+				b.WriteString("null")
+				break
+			}
+			writeTime(b, *r.CommittedAt)
+		case "extensions":
+			gqlgen.MarshalInt(r.Extensions).MarshalGQL(b)
+		}
+	}
+	b.WriteByte('}')
 	return fields
+}
+
+// writeTime writes t as gqlgen.MarshalTime does (RFC 3339 with
+// nanoseconds, which strconv.Quote leaves as it is), without its closure.
+func writeTime(b *bytes.Buffer, t time.Time) {
+	var buf [64]byte
+	b.WriteByte('"')
+	b.Write(t.AppendFormat(buf[:0], time.RFC3339Nano))
+	b.WriteByte('"')
+}
+
+// missingTimes lists the selected fields of r that must not be null and
+// that gqlgen.MarshalTime would make null (a zero time).
+func (op soldOutReserve) missingTimes(r *model.Reservation) (missing []gqlgen.CollectedField) {
+	for _, f := range op.reservation {
+		if f.Name == "expiresAt" && r.ExpiresAt.IsZero() || f.Name == "createdAt" && r.CreatedAt.IsZero() {
+			missing = append(missing, f)
+		}
+	}
+	return missing
+}
+
+// invalidNulls are the errors execution adds for missing, each on its
+// field's path, the reservation (nullable) being null then; ctx carries
+// the response context execution would.
+func (op soldOutReserve) invalidNulls(ctx context.Context, reservation gqlgen.CollectedField, missing []gqlgen.CollectedField) gqlerror.List {
+	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "Mutation"})
+	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "Mutation", Field: op.field, IsMethod: true, IsResolver: true})
+	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "ReservePayload", Field: reservation})
+	for _, f := range missing {
+		fc, _ := gqlgen.NewScalarFieldContext("Reservation", f, false, false, "Time")
+		gqlgen.AddInvalidNullFromMarshaler(gqlgen.WithFieldContext(ctx, fc), "Time!")
+	}
+	return gqlgen.GetErrors(ctx)
 }
 
 func (op soldOutReserve) writeUserError(b *bytes.Buffer, ue *model.UserError) (fields int) {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,14 +68,19 @@ func postRaw(t *testing.T, h http.Handler, authz, body string) (int, string, str
 
 func (p *soldOutPair) answered(t *testing.T) float64 {
 	t.Helper()
+	return p.counter(t, "dropline_graphql_sold_out_answered_total")
+}
+
+func (p *soldOutPair) counter(t *testing.T, name string) float64 {
+	t.Helper()
 	mfs, err := p.reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() == "dropline_graphql_sold_out_answered_total" {
+		if mf.GetName() == name {
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	t.Fatal("no dropline_graphql_sold_out_answered_total")
+	t.Fatal("no " + name)
 	return 0
 }
 
@@ -264,4 +271,85 @@ func TestSoldOutAnswerWaitsAtTheGate(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Equal(t, wantCode, code)
 	require.Equal(t, wantLimit, limit)
+}
+
+// heldValues are what differs between two holds made alike: the token, the
+// global id made of it, and the times.
+var heldValues = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`"UmVzZXJ2YXRpb246[A-Za-z0-9+/=]+"`), `"<id>"`},
+	{regexp.MustCompile(`"[A-Za-z][0-9]{2}\.[A-Za-z0-9_-]+"`), `"<token>"`},
+	{regexp.MustCompile(`"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:[0-9]{2})"`), `"<time>"`},
+}
+
+func withoutHeldValues(body string) string {
+	for _, v := range heldValues {
+		body = v.re.ReplaceAllString(body, v.with)
+	}
+	return body
+}
+
+// TestReserveAnswerIsTheExecutedAnswer sends reserves of many shapes for a
+// SKU with units to the handler as served and to one executing every
+// operation: status, RateLimit header and body are the same byte for byte
+// but for the hold's own token, id and times, and the shapes that may be
+// answered by calling the resolver in the transport were (and no other).
+func TestReserveAnswerIsTheExecutedAnswer(t *testing.T) {
+	p := setupSoldOutPair(t, graphql.Limits{MutationBurst: 1000})
+	const sku = "MANY-1"
+	p.e.CreateProduct(t, map[string]any{"sku": sku, "stock": 1000})
+	p.e.CreateProduct(t, map[string]any{"sku": "FEW-1", "stock": 2})
+	buyer := p.e.Token(t, "buyer-1", false)
+
+	vars := map[string]any{"input": map[string]any{"sku": sku, "quantity": 1}}
+	const storefront = `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token expiresAt } userErrors { code retryAfterSeconds } } }`
+	const every = `{ __typename reservation { __typename id token sku quantity status expiresAt createdAt committedAt extensions } userErrors { __typename code field message retryAfterSeconds available } }`
+	cases := []struct {
+		name     string
+		query    string
+		vars     map[string]any
+		authz    string
+		answered bool
+	}{
+		{"the storefront's", storefront, vars, buyer, true},
+		{"every field", `mutation R($input: ReserveInput!) { reserve(input: $input) ` + every + ` }`, vars, buyer, true},
+		{"aliases and fragments", `mutation($input: ReserveInput!) { r: reserve(input: $input) { h: reservation { ... on Node { i: id } ...F q: quantity } } } fragment F on Reservation { t: token s: status token }`, vars, buyer, true},
+		{"skip and include", `mutation($input: ReserveInput!, $yes: Boolean!) { reserve(input: $input) { reservation { token @include(if: $yes) sku @skip(if: $yes) } } }`, map[string]any{"input": vars["input"], "yes": true}, buyer, true},
+		{"no reservation asked for", `mutation($input: ReserveInput!) { reserve(input: $input) { userErrors { code } } }`, vars, buyer, true},
+		{"more than there is", `mutation($input: ReserveInput!) { reserve(input: $input) ` + every + ` }`, map[string]any{"input": map[string]any{"sku": "FEW-1", "quantity": 5}}, buyer, true},
+		{"negative quantity", `mutation { reserve(input: {sku: "` + sku + `", quantity: -3}) ` + every + ` }`, nil, buyer, true},
+		{"an unknown sku", `mutation { reserve(input: {sku: "NOPE-1", quantity: 1}) ` + every + ` }`, nil, buyer, true},
+		{"an invalid sku", `mutation { reserve(input: {sku: "no spaces", quantity: 1}) ` + every + ` }`, nil, buyer, true},
+		{"anonymous", `mutation($input: ReserveInput!) { reserve(input: $input) ` + every + ` }`, vars, "", true},
+		{"the product", `mutation($input: ReserveInput!) { reserve(input: $input) { reservation { token product { sku } } } }`, vars, buyer, false},
+		{"an idempotency key", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, idempotencyKey: "k-1"}) { reservation { token } } }`, nil, buyer, false},
+		{"a hold length", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, holdSeconds: 60}) { reservation { token } } }`, nil, buyer, false},
+		{"two reserves", `mutation($input: ReserveInput!) { a: reserve(input: $input) { reservation { token } } b: reserve(input: $input) { reservation { token } } }`, vars, buyer, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			body := reqBody(t, c.query, c.vars, "")
+			before := p.counter(t, "dropline_graphql_reserve_answered_total")
+			code, limit, got := postRaw(t, p.served, c.authz, body)
+			answered := p.counter(t, "dropline_graphql_reserve_answered_total") - before
+			wantCode, wantLimit, want := postRaw(t, p.execAll, c.authz, body)
+			require.Equal(t, withoutHeldValues(want), withoutHeldValues(got))
+			require.Equal(t, wantCode, code)
+			require.Equal(t, wantLimit, limit)
+			if c.answered {
+				require.Equal(t, 1.0, answered, "answered in the transport: %s", got)
+			} else {
+				require.Zero(t, answered, "answered in the transport: %s", got)
+			}
+		})
+	}
+	// The holds were made: each handler's run of the nine requests that
+	// hold a unit of the SKU (two for two reserves), but for the
+	// idempotent one, whose second run replays the first.
+	require.Eventually(t, func() bool {
+		_, _, got := postRaw(t, p.execAll, buyer, reqBody(t, `{ product(sku: "`+sku+`") { stock { available } } }`, nil, ""))
+		return strings.Contains(got, `"available":`+strconv.Itoa(1000-19))
+	}, 5*time.Second, 50*time.Millisecond)
 }
