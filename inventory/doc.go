@@ -80,8 +80,10 @@
 // the common hold and event are that much shorter for Redis to write and
 // the write-behind to read.
 //
-// Tokens look like "r07.<26 base32 chars>": 128 random bits, prefixed by the
-// partition, so a commit finds its hold without a lookup. A line of a cart
+// Tokens look like "r07.<26 base32 chars>": the second the token was made
+// and 96 random bits, prefixed by the partition, so a commit finds its hold
+// without a lookup (the second first keeps the ledger's token indexes
+// local; see core.NewTokenOf). A line of a cart
 // is "l07.", a cart "c07." (its home partition). Keys (package script)
 // builds every name; nothing else formats a key. The table above is checked
 // against Keys (TestTheLayoutTableIsTheKeys), and so are lib.lua's key
