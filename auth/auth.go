@@ -340,7 +340,22 @@ func uniqueKeys(token string) error {
 
 // duplicateKey returns the first key named twice in one object of the JSON
 // document b. A document it cannot read has none: the parser has read it.
+// It walks b by hand (a token's claims are a few short keys, and
+// encoding/json's tokenizer cost more than the rest of the check); a key
+// that is not plain ASCII or has an escape is decoded by encoding/json, so
+// two keys are the same exactly when the parser reads them the same.
 func duplicateKey(b []byte) (string, bool) {
+	d := dupScanner{b: b}
+	d.value(0)
+	if d.deep {
+		return duplicateKeyByTokens(b)
+	}
+	return d.dup, d.found
+}
+
+// duplicateKeyByTokens is duplicateKey by encoding/json's tokenizer, for a
+// document nested deeper than the walk follows.
+func duplicateKeyByTokens(b []byte) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	type frame struct {
 		object bool
@@ -383,6 +398,156 @@ func duplicateKey(b []byte) (string, bool) {
 		}
 		if len(stack) == 0 {
 			return "", false
+		}
+	}
+}
+
+// dupScanner is duplicateKey's walk: i is the next byte; bad ends it
+// without a duplicate, found with one (dup).
+type dupScanner struct {
+	b     []byte
+	i     int
+	bad   bool
+	deep  bool // nested deeper than maxDupDepth
+	found bool
+	dup   string
+}
+
+// maxDupDepth bounds the nesting the walk follows; deeper goes to the
+// tokenizer.
+const maxDupDepth = 64
+
+func (d *dupScanner) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// stop says the walk is over: unreadable, or a duplicate found.
+func (d *dupScanner) stop() bool { return d.bad || d.found }
+
+func (d *dupScanner) value(depth int) {
+	d.ws()
+	if d.i >= len(d.b) || depth > maxDupDepth {
+		d.bad, d.deep = true, depth > maxDupDepth
+		return
+	}
+	switch d.b[d.i] {
+	case '{':
+		d.object(depth)
+	case '[':
+		d.i++
+		d.ws()
+		if d.i < len(d.b) && d.b[d.i] == ']' {
+			d.i++
+			return
+		}
+		for !d.stop() {
+			d.value(depth + 1)
+			d.ws()
+			switch {
+			case d.stop():
+			case d.i < len(d.b) && d.b[d.i] == ',':
+				d.i++
+			case d.i < len(d.b) && d.b[d.i] == ']':
+				d.i++
+				return
+			default:
+				d.bad = true
+			}
+		}
+	case '"':
+		d.str()
+	default: // a number, true, false or null: up to the next delimiter
+		for d.i < len(d.b) {
+			switch d.b[d.i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return
+			}
+			d.i++
+		}
+	}
+}
+
+// str skips a string and returns it as written, quotes included, and
+// whether it is plain (ASCII, no escape: its bytes are its value).
+func (d *dupScanner) str() (raw []byte, plain bool) {
+	start := d.i
+	d.i++ // the opening quote
+	plain = true
+	for d.i < len(d.b) {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			d.i++
+			return d.b[start:d.i], plain
+		case c == '\\':
+			plain = false
+			d.i += 2
+		case c >= 0x80 || c < 0x20:
+			plain = false
+			d.i++
+		default:
+			d.i++
+		}
+	}
+	d.bad = true
+	return nil, false
+}
+
+func (d *dupScanner) object(depth int) {
+	d.i++ // {
+	var keys []string
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return
+	}
+	for !d.stop() {
+		d.ws()
+		if d.i >= len(d.b) || d.b[d.i] != '"' {
+			d.bad = true
+			return
+		}
+		raw, plain := d.str()
+		if d.bad {
+			return
+		}
+		var k string
+		if plain {
+			k = string(raw[1 : len(raw)-1])
+		} else if err := json.Unmarshal(raw, &k); err != nil {
+			d.bad = true
+			return
+		}
+		for _, seen := range keys {
+			if seen == k {
+				d.dup, d.found = k, true
+				return
+			}
+		}
+		keys = append(keys, k)
+		d.ws()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			d.bad = true
+			return
+		}
+		d.i++
+		d.value(depth + 1)
+		d.ws()
+		switch {
+		case d.stop():
+		case d.i < len(d.b) && d.b[d.i] == ',':
+			d.i++
+		case d.i < len(d.b) && d.b[d.i] == '}':
+			d.i++
+			return
+		default:
+			d.bad = true
 		}
 	}
 }
