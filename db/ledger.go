@@ -59,11 +59,13 @@ type Ledger struct {
 	// writes them by COPY (applyRowsCopy); copied counts those batches.
 	copyMinRows int
 	copied      *atomic.Int64
+	// sales gathers concurrent sales into batches (sale_batcher.go).
+	sales *saleBatcher
 }
 
 // NewLedger wraps a pool. The pool is the caller's to close.
 func NewLedger(pool *pgxpool.Pool) *Ledger {
-	return &Ledger{pool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64)}
+	return &Ledger{pool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64), sales: &saleBatcher{}}
 }
 
 // Product is one row of the catalogue.

@@ -115,17 +115,27 @@ func (ss Sales) Sale(ctx context.Context, token string) (Sale, error) {
 // CANCELLED or EXPIRED: a finished reservation is never turned into a sale
 // (Redis can think it HELD after a rebuild that predates its ending).
 //
-// The sale is one call of record_sale (migration 0018), one round trip in a
-// transaction of its own: the product's row, which every sale of the SKU
-// waits for, is held for its update and the commit only.
+// The sales that arrive together are written together, in one transaction
+// (saleBatcher, record_sales of migration 0019): the product's row, which
+// every sale of the SKU waits for, is locked once for all of them, for its
+// update and the commit only, and their WAL flushed once. Each sale is
+// answered for itself: one refused does not refuse the others.
 func (ss Sales) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
-	var span trace.Span
-	if ss.l.tracer != nil {
-		ctx, span = ss.l.startTx(ctx, "record_sale")
-	}
-	sale, err := recordSale(ctx, ss.l.pool, r, "")
-	if span != nil {
-		endTx(span, err)
+	var (
+		sale Sale
+		err  error
+	)
+	if ss.l.sales != nil {
+		sale, err = ss.l.recordSaleInBatch(ctx, r)
+	} else {
+		var span trace.Span
+		if ss.l.tracer != nil {
+			ctx, span = ss.l.startTx(ctx, "record_sale")
+		}
+		sale, err = recordSale(ctx, ss.l.pool, r, "")
+		if span != nil {
+			endTx(span, err)
+		}
 	}
 	if err != nil {
 		return Sale{}, fmt.Errorf("recording sale %s: %w", r.Token, err)

@@ -1,0 +1,284 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+const (
+	// maxSaleBatch bounds the sales one call of record_sales writes. Each
+	// sale is a subtransaction; PostgreSQL keeps up to 64 of a transaction's
+	// in shared memory before every other backend's snapshots get dearer.
+	maxSaleBatch = 32
+	// saleBatchesInFlight is how many batches may be on their way at once:
+	// with two, one writes its rows while the other holds the products rows
+	// for its updates and its commit, and the sales that arrive meanwhile
+	// gather for the next.
+	saleBatchesInFlight = 2
+	// saleBatchTimeout bounds a batch whose callers set no deadline.
+	saleBatchTimeout = 10 * time.Second
+)
+
+// saleBatcher is group commit for sales: the sales that arrive while earlier
+// batches are on their way queue up and are written together, in one
+// transaction (record_sales, migration 0019). The hot SKU's products row is
+// then locked, and the WAL flushed, once per batch instead of once per sale,
+// and the sales of one SKU no longer wait for each other one by one.
+//
+// Nothing waits for a batch to fill: a sale that finds fewer than
+// saleBatchesInFlight batches on their way starts one at once, so on a quiet
+// ledger every sale is a batch of one.
+type saleBatcher struct {
+	mu       sync.Mutex
+	pending  []*saleCall
+	inFlight int
+	// batches and sales count what was sent, for tests and metrics.
+	batches, sales atomic.Int64
+}
+
+// saleCall is one sale of a batch and, once done is closed, its answer.
+type saleCall struct {
+	r    Reservation
+	done chan struct{}
+	sale Sale
+	err  error
+	// state is callWaiting until a batch takes the call (callTaken) or its
+	// caller stops waiting first (callLeft): a call that left is not sent.
+	state    atomic.Int32
+	deadline time.Time
+	// span is the caller's span, when it is traced.
+	span trace.SpanContext
+}
+
+const (
+	callWaiting int32 = iota
+	callTaken
+	callLeft
+)
+
+// errNotSent is the error of a sale whose caller stopped waiting before its
+// batch left: nothing of it reached Postgres, so it is safe to retry (it
+// satisfies pgconn.SafeToRetry).
+type errNotSent struct{ err error }
+
+func (e *errNotSent) Error() string     { return "the sale was not sent: " + e.err.Error() }
+func (e *errNotSent) Unwrap() error     { return e.err }
+func (e *errNotSent) SafeToRetry() bool { return true }
+
+// SaleBatches reports how many batches of sales the ledger has written and
+// how many sales they held.
+func (l *Ledger) SaleBatches() (batches, sales int64) {
+	if l.sales == nil {
+		return 0, 0
+	}
+	return l.sales.batches.Load(), l.sales.sales.Load()
+}
+
+// recordSaleInBatch writes one sale with the concurrent ones. It returns
+// when its batch answered, or when ctx ends: with an error that is safe to
+// retry if the sale had not left, else with ctx's error (the sale may still
+// be written: the batch does not stop for one caller).
+func (l *Ledger) recordSaleInBatch(ctx context.Context, r Reservation) (Sale, error) {
+	if err := ctx.Err(); err != nil {
+		return Sale{}, &errNotSent{err}
+	}
+	c := &saleCall{r: r, done: make(chan struct{})}
+	c.deadline, _ = ctx.Deadline()
+	c.span = trace.SpanContextFromContext(ctx)
+	b := l.sales
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	start := b.inFlight < saleBatchesInFlight
+	if start {
+		b.inFlight++
+	}
+	b.mu.Unlock()
+	if start {
+		go l.drainSales(context.WithoutCancel(ctx))
+	}
+	select {
+	case <-c.done:
+		return c.sale, c.err
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callWaiting, callLeft) {
+			return Sale{}, &errNotSent{ctx.Err()}
+		}
+		return Sale{}, ctx.Err()
+	}
+}
+
+// drainSales writes the waiting sales in batches until none waits.
+func (l *Ledger) drainSales(ctx context.Context) {
+	b := l.sales
+	for {
+		b.mu.Lock()
+		if len(b.pending) == 0 {
+			b.inFlight--
+			b.pending = nil // let go of the backing array a burst grew
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(b.pending), maxSaleBatch)
+		calls := b.pending[:n:n]
+		b.pending = b.pending[n:]
+		b.mu.Unlock()
+		calls = slices.DeleteFunc(calls, func(c *saleCall) bool { return !c.state.CompareAndSwap(callWaiting, callTaken) })
+		if len(calls) > 0 {
+			l.runSaleBatch(ctx, calls)
+		}
+	}
+}
+
+// runSaleBatch writes one batch and hands each sale its answer. When
+// Postgres refuses the batch as a whole (a SKU's sales together would
+// oversell, a deadlock, a value of one sale it rejects), nothing of it was
+// written, and each sale is written alone with record_sale, which answers
+// for that sale only.
+func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
+	// SKU then token: the order two batches, or a batch and a cart, take
+	// the rows they share.
+	slices.SortFunc(calls, func(a, b *saleCall) int {
+		return strings.Compare(a.r.SKU+"\x00"+a.r.Token, b.r.SKU+"\x00"+b.r.Token)
+	})
+	deadline := time.Now().Add(saleBatchTimeout)
+	if latest := slices.MaxFunc(calls, func(a, b *saleCall) int { return a.deadline.Compare(b.deadline) }).deadline; !latest.IsZero() {
+		deadline = latest
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var span trace.Span
+	if l.tracer != nil {
+		ctx, span = l.startSaleBatch(ctx, calls)
+	}
+	l.sales.batches.Add(1)
+	l.sales.sales.Add(int64(len(calls)))
+	answers, err := l.writeSales(ctx, calls)
+	if span != nil {
+		endTx(span, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// The transaction rolled back: each sale on its own.
+		var wg sync.WaitGroup
+		for _, c := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.sale, c.err = recordSale(ctx, l.pool, c.r, "")
+				close(c.done)
+			}()
+		}
+		wg.Wait()
+		return
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.err = err
+		} else {
+			c.sale, c.err = answers[i].sale, answers[i].err
+		}
+		close(c.done)
+	}
+}
+
+// saleAnswer is record_sales's answer for one sale.
+type saleAnswer struct {
+	sale Sale
+	err  error
+}
+
+// writeSales calls record_sales for calls, and returns its answers in the
+// calls' order.
+func (l *Ledger) writeSales(ctx context.Context, calls []*saleCall) ([]saleAnswer, error) {
+	n := len(calls)
+	tokens, skus, principals := make([]string, n), make([]string, n), make([]string, n)
+	quantities := make([]int32, n)
+	idem, req := make([]string, n), make([]string, n)
+	expires, created := make([]time.Time, n), make([]time.Time, n)
+	for i, c := range calls {
+		tokens[i], skus[i], principals[i], quantities[i] = c.r.Token, c.r.SKU, c.r.Principal, int32(c.r.Quantity)
+		idem[i], req[i], expires[i], created[i] = c.r.IdempotencyHash, c.r.RequestHash, c.r.ExpiresAt, c.r.CreatedAt
+	}
+	rows, err := l.pool.Query(ctx, `SELECT sold_token, outcome, sold_sku, sold_principal, sold_quantity, sold_at, detail
+		FROM record_sales($1, $2, $3, $4, $5, $6, $7, $8)`,
+		tokens, skus, principals, quantities, idem, req, expires, created)
+	if err != nil {
+		return nil, err
+	}
+	// One row a sale, in the order sent (a token sent twice is answered
+	// twice: the second time as replayed).
+	answers := make([]saleAnswer, n)
+	i := 0
+	for rows.Next() {
+		var (
+			token, outcome       string
+			sku, principal, note *string
+			quantity             *int32
+			at                   *time.Time
+		)
+		if err := rows.Scan(&token, &outcome, &sku, &principal, &quantity, &at, &note); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if i >= n || token != tokens[i] {
+			rows.Close()
+			return nil, fmt.Errorf("record_sales answered for %s out of turn", token)
+		}
+		switch outcome {
+		case "sold", "replayed":
+			if sku == nil || principal == nil || quantity == nil || at == nil {
+				rows.Close()
+				return nil, fmt.Errorf("record_sales answered %s for %s without its sale", outcome, token)
+			}
+			answers[i].sale = Sale{Token: token, SKU: *sku, Principal: *principal, Quantity: int(*quantity), CommittedAt: *at}
+		case "ended":
+			status := ""
+			if note != nil {
+				status = *note
+			}
+			answers[i].err = &EndedError{Status: status}
+		default:
+			rows.Close()
+			return nil, fmt.Errorf("record_sales answered %q for %s", outcome, token)
+		}
+		i++
+	}
+	// The commit is the end of the statement: its error (a failed flush,
+	// the DL004 of the products' updates) comes here.
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if i != n {
+		return nil, fmt.Errorf("record_sales answered %d sales of %d", i, n)
+	}
+	return answers, nil
+}
+
+// startSaleBatch starts a batch's transaction span: in its caller's trace
+// when the batch is one sale, else in a trace of its own linking the traced
+// callers.
+func (l *Ledger) startSaleBatch(ctx context.Context, calls []*saleCall) (context.Context, trace.Span) {
+	if len(calls) == 1 {
+		return l.startTx(trace.ContextWithSpanContext(ctx, calls[0].span), "record_sale")
+	}
+	var links []trace.Link
+	for _, c := range calls {
+		if c.span.IsValid() {
+			links = append(links, trace.Link{SpanContext: c.span})
+		}
+	}
+	return l.tracer.Start(ctx, "transaction record_sale", trace.WithNewRoot(), trace.WithLinks(links...),
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system", "postgresql"), attribute.String("db.operation.name", "record_sale"),
+			attribute.Int("dropline.sales", len(calls))))
+}
