@@ -42,8 +42,9 @@ type saleBatcher struct {
 	mu       sync.Mutex
 	pending  []*saleCall
 	inFlight int
-	// batches and sales count what was sent, for tests and metrics.
-	batches, sales atomic.Int64
+	// batches and sales count what was sent, alone the sales then written
+	// one at a time (busy, or their batch refused), for tests and metrics.
+	batches, sales, alone atomic.Int64
 }
 
 // saleCall is one sale of a batch and, once done is closed, its answer.
@@ -75,13 +76,14 @@ func (e *errNotSent) Error() string     { return "the sale was not sent: " + e.e
 func (e *errNotSent) Unwrap() error     { return e.err }
 func (e *errNotSent) SafeToRetry() bool { return true }
 
-// SaleBatches reports how many batches of sales the ledger has written and
-// how many sales they held.
-func (l *Ledger) SaleBatches() (batches, sales int64) {
+// SaleBatches reports how many batches of sales the ledger has sent, how
+// many sales they held, and how many of those were then written alone (their
+// rows were busy, or Postgres refused their batch).
+func (l *Ledger) SaleBatches() (batches, sales, alone int64) {
 	if l.sales == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return l.sales.batches.Load(), l.sales.sales.Load()
+	return l.sales.batches.Load(), l.sales.sales.Load(), l.sales.alone.Load()
 }
 
 // recordSaleInBatch writes one sale with the concurrent ones. It returns
@@ -163,12 +165,19 @@ func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
 	l.sales.batches.Add(1)
 	l.sales.sales.Add(int64(len(calls)))
 	answers, err := l.writeSales(ctx, calls)
+	for _, a := range answers {
+		if a.busy {
+			l.sales.alone.Add(1)
+		}
+	}
+
 	if span != nil {
 		endTx(span, err)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// The transaction rolled back: each sale on its own.
+		l.sales.alone.Add(int64(len(calls)))
 		var wg sync.WaitGroup
 		for _, c := range calls {
 			wg.Add(1)
@@ -181,20 +190,36 @@ func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
 		wg.Wait()
 		return
 	}
+	var wg sync.WaitGroup
 	for i, c := range calls {
-		if err != nil {
+		switch {
+		case err != nil:
 			c.err = err
-		} else {
+		case answers[i].busy:
+			// Another transaction held its rows: alone, it may wait for
+			// them without holding anything of the others.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.sale, c.err = recordSale(ctx, l.pool, c.r, "")
+				close(c.done)
+			}()
+			continue
+		default:
 			c.sale, c.err = answers[i].sale, answers[i].err
 		}
 		close(c.done)
 	}
+	wg.Wait()
 }
 
 // saleAnswer is record_sales's answer for one sale.
 type saleAnswer struct {
 	sale Sale
 	err  error
+	// busy says another transaction held the sale's rows: nothing of it
+	// was written.
+	busy bool
 }
 
 // writeSales calls record_sales for calls, and returns its answers in the
@@ -247,6 +272,8 @@ func (l *Ledger) writeSales(ctx context.Context, calls []*saleCall) ([]saleAnswe
 				status = *note
 			}
 			answers[i].err = &EndedError{Status: status}
+		case "busy":
+			answers[i].busy = true
 		default:
 			rows.Close()
 			return nil, fmt.Errorf("record_sales answered %q for %s", outcome, token)

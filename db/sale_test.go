@@ -105,8 +105,7 @@ func TestConcurrentSalesAreEachAnsweredForThemselves(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	_, sent0 := l.SaleBatches()
-	batches0, _ := l.SaleBatches()
+	batches0, sent0, _ := l.SaleBatches()
 
 	// Every sale twice at once (the second call of a token is a repeat,
 	// whichever comes first), all calls released together.
@@ -211,7 +210,7 @@ func TestConcurrentSalesAreEachAnsweredForThemselves(t *testing.T) {
 		AND (committed_at IS NOT NULL OR token IN (SELECT token FROM sales))`).Scan(&refusedWritten))
 	require.Zero(t, refusedWritten, "a refused sale writes nothing")
 
-	batches, sent := l.SaleBatches()
+	batches, sent, _ := l.SaleBatches()
 	require.Equal(t, int64(len(sales)*callsPerSale), sent-sent0, "every call went through the batches")
 	require.Less(t, batches-batches0, sent-sent0, "concurrent sales share batches")
 
@@ -276,6 +275,31 @@ func TestAStuckSaleDoesNotHoldTheOthers(t *testing.T) {
 	p, err := l.Product(ctx, "HOT-2")
 	require.NoError(t, err)
 	require.Equal(t, 51, p.Sold)
+
+	// A sale whose sale row another transaction is writing (it waits for
+	// it after the batch has written others) is written alone, and its
+	// batch goes on without it.
+	_, _, alone0 := l.SaleBatches()
+	other, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, `INSERT INTO sales (token, sku, principal, quantity) VALUES ('busy', 'HOT-2', 'p-busy', 1)`)
+	require.NoError(t, err)
+	go func() {
+		_, err := l.Sales().RecordSale(ctx, r("busy"))
+		waiting <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, _, alone := l.SaleBatches()
+		return alone > alone0
+	}, 10*time.Second, 5*time.Millisecond, "the busy sale is sent alone")
+	_, err = l.Sales().RecordSale(ctx, r("free-after"))
+	require.NoError(t, err)
+	require.NoError(t, other.Rollback(ctx))
+	require.NoError(t, <-waiting)
+	p, err = l.Product(ctx, "HOT-2")
+	require.NoError(t, err)
+	require.Equal(t, 53, p.Sold)
 }
 
 // TestASaleWhoseCallerLeftBeforeItsBatchIsNotWritten: a sale still waiting
@@ -289,24 +313,22 @@ func TestASaleWhoseCallerLeftBeforeItsBatchIsNotWritten(t *testing.T) {
 		return db.Reservation{Token: tok, SKU: "LEFT-1", Principal: "p-" + tok, Quantity: 1,
 			ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}
 	}
-	// Two batches stuck on the write-behind's inserts fill the batches in
-	// flight.
-	batch, err := pool.Begin(ctx)
+	// Two batches waiting for the product's row, which another transaction
+	// holds, fill the batches in flight.
+	holder, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = batch.Rollback(ctx) }()
-	_, err = batch.Exec(ctx, `INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
-		VALUES ('s1', 'LEFT-1', 'p-s1', 1, 'HELD', now() + interval '1 hour', now()),
-		       ('s2', 'LEFT-1', 'p-s2', 1, 'HELD', now() + interval '1 hour', now())`)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT 1 FROM products WHERE sku = 'LEFT-1' FOR NO KEY UPDATE`)
 	require.NoError(t, err)
 	waiting := make(chan error, 2)
-	for _, tok := range []string{"s1", "s2"} {
+	for i, tok := range []string{"s1", "s2"} {
 		go func() {
 			_, err := l.Sales().RecordSale(ctx, r(tok))
 			waiting <- err
 		}()
 		require.Eventually(t, func() bool {
-			b, _ := l.SaleBatches()
-			return b >= 1 && (tok == "s1" || b >= 2)
+			b, _, _ := l.SaleBatches()
+			return b >= int64(i+1)
 		}, 10*time.Second, 5*time.Millisecond)
 	}
 	require.Eventually(t, func() bool {
@@ -322,7 +344,7 @@ func TestASaleWhoseCallerLeftBeforeItsBatchIsNotWritten(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.True(t, pgconn.SafeToRetry(err), "a sale that never left is safe to retry: %v", err)
 
-	require.NoError(t, batch.Commit(ctx))
+	require.NoError(t, holder.Commit(ctx))
 	require.NoError(t, <-waiting)
 	require.NoError(t, <-waiting)
 	// The next batches drop the sale whose caller left.

@@ -13,6 +13,15 @@
 -- products rows updated, each SKU once with the sum of its new sales, in SKU
 -- order: they are held for those updates and the commit only.
 --
+-- A sale must not wait for another writer while the batch holds the rows of
+-- the sales before it: the write-behind inserts reservation rows in its own
+-- order, and two such waits could wait for each other until PostgreSQL's
+-- deadlock detection broke them, a second later. So the batch first waits,
+-- holding nothing, for the writers of its tokens' reservation rows; then a
+-- sale whose rows another transaction still holds for more than a moment
+-- (lock_timeout) is answered 'busy', with nothing of it written, and the
+-- caller sells it alone with record_sale.
+--
 -- When a SKU's new sales together would take sold above total, nothing is
 -- written: the whole call fails with DL004, and the caller sells those
 -- reservations one at a time with record_sale, which refuses (DL003) exactly
@@ -29,7 +38,24 @@ DECLARE
     v_quantities integer[] := '{}';
     v_sku text;
     v_sum bigint;
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
+    -- First, holding nothing, wait for the transactions inserting the
+    -- tokens' reservation rows (the write-behind's): an insert that finds
+    -- the row waits for its writer, and one that does not is undone.
+    FOR i IN 1 .. coalesce(array_length(p_tokens, 1), 0) LOOP
+        BEGIN
+            INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
+            VALUES (p_tokens[i], p_skus[i], p_principals[i], p_quantities[i], 'HELD', p_expires_at[i], p_created_at[i])
+            ON CONFLICT (token) DO NOTHING;
+            IF FOUND THEN
+                RAISE EXCEPTION 'undone' USING ERRCODE = 'DL005';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'DL005' THEN
+            NULL;
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', '2ms', true);
     FOR i IN 1 .. coalesce(array_length(p_tokens, 1), 0) LOOP
         sold_token := p_tokens[i];
         detail := NULL;
@@ -69,6 +95,11 @@ BEGIN
             sold_sku := NULL; sold_principal := NULL; sold_quantity := NULL; sold_at := NULL;
             RETURN NEXT;
             CONTINUE;
+        WHEN lock_not_available THEN
+            outcome := 'busy';
+            sold_sku := NULL; sold_principal := NULL; sold_quantity := NULL; sold_at := NULL;
+            RETURN NEXT;
+            CONTINUE;
         END;
         v_skus := v_skus || p_skus[i];
         v_quantities := v_quantities || p_quantities[i];
@@ -76,6 +107,7 @@ BEGIN
         sold_sku := p_skus[i]; sold_principal := p_principals[i]; sold_quantity := p_quantities[i]; sold_at := v_at;
         RETURN NEXT;
     END LOOP;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     -- Last: the rows every sale of their SKU waits for, in the order carts
     -- lock them (byte order of the SKU).
     FOR v_sku, v_sum IN
