@@ -81,10 +81,23 @@ local function rate_check(key, burst, rate, period, now, cost)
   return true, new_tat, new_tat - now
 end
 
--- rate_spend records a mutation rate_check allowed.
-local function rate_spend(key, new_tat, reset_after)
+-- rate_spend records a mutation rate_check allowed. texts, when given, is
+-- a table the caller keeps for one run: the expiry's text by its seconds,
+-- so that a run spending many budgets of one rate prints each expiry once
+-- (Redis prints a Lua number it is given with 17 significant digits, which
+-- costs more than the SET itself; the text is the same).
+local function rate_spend(key, new_tat, reset_after, texts)
   if reset_after > 0 then
-    redis.call('SET', key, new_tat, 'EX', math.ceil(reset_after))
+    local ex = math.ceil(reset_after)
+    if texts then
+      local t = texts[ex]
+      if not t then
+        t = string.format('%d', ex)
+        texts[ex] = t
+      end
+      ex = t
+    end
+    redis.call('SET', key, new_tat, 'EX', ex)
   end
 end
 

@@ -122,7 +122,7 @@ local function stock_of(sku_key)
     gen = s[1], avail = tonumber(s[2]), held = tonumber(s[3] or '0'), seq = tonumber(s[4] or ''),
     max = tonumber(s[5] or '0'), starts = tonumber(s[6] or '0'), ends = tonumber(s[7] or '0'),
     drop = (s[8] and s[8] ~= '') and s[8] or nil, mode = (s[9] and s[9] ~= '') and s[9] or nil,
-    total = s[10], sold = s[11], walk = s[12], moved = false,
+    total = s[10], sold = s[11], walk = s[12], moved = false, view = false,
   }
   stock[sku_key] = st
   return st
@@ -192,10 +192,17 @@ local function reserve_new(ki, ai, qty, qty_s, hold_ms, tp)
   -- a reserve, then the sale window on Redis' clock (every server agrees on
   -- it), the per-person limit (units held plus bought), the drop's window
   -- and limit across every SKU of the drop, and the stock, in that order.
-  local view = {
-    sku = sku, mode = st.mode, max = st.max, starts = st.starts, ends = st.ends, drop = st.drop, quota = quota,
-    free = st.avail, pass = pass,
-  }
+  -- The view is made once per SKU of the run, with the SKU's copy; each
+  -- request sets its own free units and pass (nothing keeps the view).
+  local view = st.view
+  if not view then
+    view = {
+      sku = sku, mode = st.mode, max = st.max, starts = st.starts, ends = st.ends, drop = st.drop, quota = quota,
+      free = st.avail, pass = pass,
+    }
+    st.view = view
+  end
+  view.free, view.pass = st.avail, pass
   local no = may_take('reserve', base, view, who, qty, now)
   if no and no[1] == 'NEEDS_HYDRATION' then
     return { 'NEEDS_HYDRATION', no[2], '', 0 }
@@ -247,7 +254,7 @@ end
 -- text, converted once per run for each budget the run meets (the requests
 -- of a batch mostly share one): Lua would convert the text again in every
 -- step of rate_check's arithmetic.
-local budgets = {}
+local budgets, expiry_texts = {}, {}
 local function budget_of(burst, rate, period)
   local b = budgets[burst]
   if not (b and b[2] == rate and b[3] == period) then
@@ -301,7 +308,7 @@ local function reserve_one(ki, ai, tp)
   end
   local r, sku_key, channel = reserve_new(ki, ai, qty_n, qty_s, hold_ms, tp)
   if r[1] ~= 'NEEDS_HYDRATION' and r[1] ~= 'WALK_PENDING' then
-    rate_spend(budget, tat, reset)
+    rate_spend(budget, tat, reset, expiry_texts)
   end
   return r, sku_key, channel
 end
