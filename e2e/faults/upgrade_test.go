@@ -112,7 +112,10 @@ func TestRollingUpgrade(t *testing.T) {
 	require.NoError(t, err, "the previous release migrates: %s", out)
 	old := s.startBinary("old", prev)
 
-	d := startDrop(s, dropConfig{SKU: "UPGRADE-1", Total: 80, Buyers: scale(240, 600), Concurrency: 16,
+	// Units enough that the drop is not sold out before the new release has
+	// started: on a loaded machine the old one alone sold 68 of 80 before the
+	// new one answered, and the new one then had almost no hold to commit.
+	d := startDrop(s, dropConfig{SKU: "UPGRADE-1", Total: 160, Buyers: scale(240, 600), Concurrency: 16,
 		Pace: 40 * time.Millisecond, HoldSeconds: 3, Commit: 0.6, Cancel: 0.2, DoubleCommit: 0.2})
 	d.waitProgress(t, 20)
 
