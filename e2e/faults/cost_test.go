@@ -46,8 +46,10 @@ func TestNestedListsAreRefusedBeforeTheyRun(t *testing.T) {
 		fmt.Fprintf(&q, ` a%d: drop(id: "NEST") { products { drop { products { drop { products { drop { products { sku } } } } } } } }`, i)
 	}
 	q.WriteString(" }")
-	// Sent three times, keeping the fewest statements: a worker may run
-	// one of its own meanwhile (the queue admitter lists queues every 2 s).
+	// Sent up to ten times, keeping the fewest statements: a worker may run
+	// some of its own meanwhile (the queue admitter lists queues every 2 s,
+	// the write-behind applies the drop's setup), and on a busy machine a
+	// request of a few milliseconds can overlap them three times running.
 	var (
 		r     costResult
 		took  time.Duration
@@ -56,7 +58,7 @@ func TestNestedListsAreRefusedBeforeTheyRun(t *testing.T) {
 		start time.Time
 		read  = int64(1 << 40)
 	)
-	for range 3 {
+	for try := 0; try < 10 && read > 0; try++ {
 		before := pg.n.Load()
 		peak = resetPeakRSS(t, p)
 		start = time.Now()
