@@ -315,3 +315,52 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 		require.Equal(t, b[4], s[4], "quota of SKU %d", i)
 	}
 }
+
+// reserve.lua checks each distinct quantity and duration text once a run and
+// keeps the answer for the requests after: a text it refused is refused
+// again, one it took is taken again, and a quantity written with a leading
+// zero is recorded as its number, whatever the requests around it asked.
+func TestReserveBatchChecksEachRequestsNumbers(t *testing.T) {
+	t.Parallel()
+	e, r := engineWithProduct(t, ProductInput{SKU: "NUMS", Name: "n", Price: Money{1, "EUR"}, Stock: 20})
+	ctx := context.Background()
+	p := PartitionOf("NUMS")
+	type req struct{ qty, holdMs, want string }
+	reqs := []req{
+		{"2", "60000", "HELD"}, {"x", "60000", "INVALID_INPUT quantity"}, {"02", "60000", "HELD"},
+		{"2", "999", "INVALID_INPUT holdSeconds"}, {"x", "60000", "INVALID_INPUT quantity"}, {"0", "60000", "INVALID_INPUT quantity"},
+		{"2", "60000", "HELD"}, {"02", "999", "INVALID_INPUT holdSeconds"}, {"1e1", "60000", "INVALID_INPUT quantity"},
+		{"3", "0x3e8", "INVALID_INPUT holdSeconds"}, {"3", "61000", "HELD"},
+	}
+	calls := make([]*reserveCall, len(reqs))
+	for i := range reqs {
+		calls[i] = plainReserveCall(e, p, "NUMS", fmt.Sprintf("buyer-%d", i), 1)
+	}
+	call := e.reserveScript(p, calls)
+	for i, q := range reqs {
+		call.Argv[5+11*i+2], call.Argv[5+11*i+3] = q.qty, q.holdMs
+	}
+	res, err := e.run(ctx, call)
+	require.NoError(t, err)
+	var got, want []string
+	for i, x := range res {
+		rep := script.Reply(x.([]any))
+		code := rep.Code()
+		if code == "INVALID_INPUT" {
+			code += " " + rep.Str(1)
+		}
+		got, want = append(got, code), append(want, reqs[i].want)
+	}
+	require.Equal(t, want, got)
+	for i, q := range reqs {
+		if q.want != "HELD" {
+			continue
+		}
+		h, err := r.Client.HMGet(ctx, e.keys.Hold(p, calls[i].token()), "qty").Result()
+		require.NoError(t, err)
+		require.Equal(t, strings.TrimLeft(q.qty, "0"), h[0], "request %d's recorded quantity", i)
+	}
+	s, err := e.Catalog().Stock(ctx, "NUMS")
+	require.NoError(t, err)
+	require.Equal(t, 2+2+2+3, s.Held)
+}

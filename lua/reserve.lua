@@ -264,6 +264,32 @@ local function budget_of(burst, rate, period)
   return b[4], b[5], b[6]
 end
 
+-- quantity_of returns a quantity's text checked (is_int) as {number, text}
+-- (the text as the hold and its event record it: the argument itself when it
+-- is written as tostring would write it), or false; hold_of a hold's
+-- milliseconds as a number, or false. Each distinct text is checked once a
+-- run: a batch's requests mostly ask the same quantity and duration, and a
+-- pattern match costs more than the rest of a request's validation.
+local quantities, holds_ms = {}, {}
+local function quantity_of(s)
+  local q = s and quantities[s]
+  if q == nil then
+    local n = is_int(s, 1, max_qty_n)
+    q = n and { n, string.match(s, '^[1-9]%d*$') and s or tostring(n) }
+    quantities[s] = q
+  end
+  return q
+end
+
+local function hold_of(s)
+  local h = s and holds_ms[s]
+  if h == nil then
+    h = is_int(s, 1000, max_hold)
+    holds_ms[s] = h
+  end
+  return h
+end
+
 -- reserve_one decides one request, whose six keys start at KEYS[ki] and eleven
 -- arguments at ARGV[ai]; tp is its traceparent (nil or "" when untraced). It
 -- returns what reserve_new returns.
@@ -272,15 +298,13 @@ local function reserve_one(ki, ai, tp)
   local sku, who, qty, token = ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 4]
   local burst, rate, period = ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9]
 
-  -- 1. Validate.
-  local qty_n = is_int(qty, 1, max_qty_n)
-  if not qty_n then
+  -- 1. Validate (quantity_of, hold_of: once per distinct text a run).
+  local q = quantity_of(qty)
+  if not q then
     return { 'INVALID_INPUT', 'quantity', 'must be between 1 and ' .. max_qty, 0 }
   end
-  -- The quantity's text as the hold and its event record it: the argument
-  -- itself when it is written as tostring would write it.
-  local qty_s = string.match(qty, '^[1-9]%d*$') and qty or tostring(qty_n)
-  local hold_ms = is_int(ARGV[ai + 3], 1000, max_hold)
+  local qty_n, qty_s = q[1], q[2]
+  local hold_ms = hold_of(ARGV[ai + 3])
   if not hold_ms then
     return { 'INVALID_INPUT', 'holdSeconds', 'out of range', 0 }
   end
