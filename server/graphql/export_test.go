@@ -21,13 +21,13 @@ func NewHandlerUnshared(cfg Config) http.Handler { return newHandler(cfg, handle
 // reserves the sold-out memory refuses too, to compare with what the HTTP
 // transport answers for them without executing them.
 func NewHandlerExecutingAll(cfg Config) http.Handler {
-	return newHandler(cfg, handlerOptions{share: true, noSoldOutAnswers: true})
+	return newHandler(cfg, handlerOptions{share: true, noReserveAnswers: true})
 }
 
 // NewHandlerGatedExecutingAll is NewHandlerGated executing every
 // operation, as NewHandlerExecutingAll.
 func NewHandlerGatedExecutingAll(cfg Config, g *TestGate) http.Handler {
-	return newHandler(cfg, handlerOptions{share: true, gate: g.g, noSoldOutAnswers: true})
+	return newHandler(cfg, handlerOptions{share: true, gate: g.g, noReserveAnswers: true})
 }
 
 // NewHandlerGqlgenWebsocket is NewHandler with gqlgen's own websocket

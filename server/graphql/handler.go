@@ -207,9 +207,9 @@ type handlerOptions struct {
 	websocket func(*wsTransport) gqlgen.Transport
 	// gate, when set, replaces the gate Limits.GateSlots would make.
 	gate *gate
-	// noSoldOutAnswers executes every reserve the sold-out memory refuses
-	// instead of answering it in the HTTP transport (soldout_answer.go).
-	noSoldOutAnswers bool
+	// noReserveAnswers executes every reserve instead of answering the
+	// plain ones in the HTTP transport (reserve_answer.go).
+	noReserveAnswers bool
 }
 
 // newHandler is NewHandler with opts.
@@ -249,13 +249,14 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	if opts.websocket != nil {
 		ws = opts.websocket(ws.(*wsTransport))
 	}
-	// Refusals the sold-out memory decides are answered in the HTTP
-	// transport (soldout_answer.go), except when tracing is on.
-	var soldOut *soldOutAnswers
-	if cfg.Tracer == nil && !opts.noSoldOutAnswers {
-		soldOut = newSoldOutAnswers(res, cfg.Registerer)
+	// Plain reserves, and the refusals the sold-out memory decides, are
+	// answered in the HTTP transport (reserve_answer.go), except when
+	// tracing is on.
+	var answers *reserveAnswers
+	if cfg.Tracer == nil && !opts.noReserveAnswers {
+		answers = newReserveAnswers(res, cfg.Registerer)
 	}
-	addTransports(srv, ws, cfg.Streams, groups, soldOut)
+	addTransports(srv, ws, cfg.Streams, groups, answers)
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
@@ -279,8 +280,8 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		cost.budgets = newCostBudgets(cfg.Limits.CostRate, cfg.Limits.CostBurst, cfg.Now)
 	}
 	srv.Use(cost)
-	if soldOut != nil {
-		soldOut.cost = cost
+	if answers != nil {
+		answers.cost = cost
 	}
 	// After the cost, whose budget may refuse an operation when it is
 	// dispatched: a persisted query is registered only once it runs. Its
@@ -297,8 +298,8 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		g = newGate(cfg.Limits.GateSlots, cfg.Limits.GateWait, cfg.Registerer)
 	}
 	srv.Use(g)
-	if soldOut != nil {
-		soldOut.gate = g
+	if answers != nil {
+		answers.gate = g
 	}
 	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {
 		return next(res.WithLoaders(ctx))
@@ -334,9 +335,9 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 // first transport that supports a request. With groups, identical
 // shareable subscriptions on either stream transport are executed once for
 // all (shared.go).
-func addTransports(srv *handler.Server, ws gqlgen.Transport, l StreamLimits, groups *subscriptionGroups, soldOut *soldOutAnswers) {
+func addTransports(srv *handler.Server, ws gqlgen.Transport, l StreamLimits, groups *subscriptionGroups, answers *reserveAnswers) {
 	srv.AddTransport(ws)
 	srv.AddTransport(newSSE(l, groups))
 	srv.AddTransport(httpTransport{method: http.MethodGet})
-	srv.AddTransport(httpTransport{method: http.MethodPost, soldOut: soldOut})
+	srv.AddTransport(httpTransport{method: http.MethodPost, answers: answers})
 }

@@ -41,9 +41,9 @@ const (
 // (which cannot send that without a preflight) never reaches a mutation.
 type httpTransport struct {
 	method string
-	// soldOut answers the reserves the sold-out memory refuses without
-	// executing them; nil executes every operation.
-	soldOut *soldOutAnswers
+	// answers answers plain reserves without executing them
+	// (reserve_answer.go); nil executes every operation.
+	answers *reserveAnswers
 }
 
 var _ gqlgen.Transport = httpTransport{}
@@ -104,7 +104,7 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 		writeResponse(w, &gqlgen.Response{Errors: gqlerror.List{badRequest("GET serves queries only: send " + string(opCtx.Operation.Operation) + "s with POST")}})
 		return
 	}
-	resp, answered := t.soldOut.answer(ctx, opCtx)
+	resp, answered := t.answers.answer(ctx, opCtx)
 	if !answered {
 		responses, ctx := exec.DispatchOperation(ctx, opCtx)
 		resp = responses(ctx)

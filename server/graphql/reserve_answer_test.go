@@ -19,19 +19,19 @@ import (
 	"github.com/dropline/dropline/server/graphql"
 )
 
-// soldOutPair is two /graphql handlers over one engine, whose live hub is
+// answerPair is two /graphql handlers over one engine, whose live hub is
 // its sold-out memory: one as served (answering the memory's refusals in
 // the HTTP transport), one executing every operation. Each has its own
 // metrics and cost budgets, on a clock that does not move, so that the same
 // requests leave both in the same state.
-type soldOutPair struct {
+type answerPair struct {
 	e               *env
 	served, execAll http.Handler
 	reg             *prometheus.Registry
 	cfg             graphql.Config
 }
 
-func setupSoldOutPair(t *testing.T, limits graphql.Limits) *soldOutPair {
+func setupAnswerPair(t *testing.T, limits graphql.Limits) *answerPair {
 	t.Helper()
 	var cfg graphql.Config
 	e := setup(t, func(c *graphql.Config) {
@@ -45,7 +45,7 @@ func setupSoldOutPair(t *testing.T, limits graphql.Limits) *soldOutPair {
 		c.Now = func() time.Time { return now }
 		cfg = *c
 	})
-	p := &soldOutPair{e: e, reg: prometheus.NewRegistry(), cfg: cfg}
+	p := &answerPair{e: e, reg: prometheus.NewRegistry(), cfg: cfg}
 	served, execAll := cfg, cfg
 	served.Registerer, execAll.Registerer = p.reg, prometheus.NewRegistry()
 	p.served, p.execAll = graphql.NewHandler(served), graphql.NewHandlerExecutingAll(execAll)
@@ -66,12 +66,12 @@ func postRaw(t *testing.T, h http.Handler, authz, body string) (int, string, str
 	return w.Code, w.Header().Get("RateLimit"), w.Body.String()
 }
 
-func (p *soldOutPair) answered(t *testing.T) float64 {
+func (p *answerPair) answered(t *testing.T) float64 {
 	t.Helper()
 	return p.counter(t, "dropline_graphql_sold_out_answered_total")
 }
 
-func (p *soldOutPair) counter(t *testing.T, name string) float64 {
+func (p *answerPair) counter(t *testing.T, name string) float64 {
 	t.Helper()
 	mfs, err := p.reg.Gather()
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func (p *soldOutPair) counter(t *testing.T, name string) float64 {
 }
 
 // soldOutKnown reserves sku until the memory vouches that it is sold out.
-func (p *soldOutPair) soldOutKnown(t *testing.T, authz, sku string) {
+func (p *answerPair) soldOutKnown(t *testing.T, authz, sku string) {
 	t.Helper()
 	body := reqBody(t, `mutation { reserve(input: {sku: "`+sku+`", quantity: 1}) { userErrors { code } } }`, nil, "")
 	require.Eventually(t, func() bool {
@@ -114,7 +114,7 @@ func reqBody(t *testing.T, query string, vars map[string]any, op string) string 
 // same byte for byte, and the shapes that may be answered without
 // execution were (and no other).
 func TestSoldOutAnswerIsTheExecutedAnswer(t *testing.T) {
-	p := setupSoldOutPair(t, graphql.Limits{MutationBurst: 1000})
+	p := setupAnswerPair(t, graphql.Limits{MutationBurst: 1000})
 	admin := p.e.Token(t, "ops", true)
 	const sku = "GONE-1"
 	p.e.CreateProduct(t, map[string]any{"sku": sku, "stock": 0})
@@ -208,7 +208,7 @@ func dataOf(t *testing.T, body string) string {
 // a SKU the memory vouches for is answered RATE_LIMITED without execution,
 // as the executed operation answers another buyer in the same state.
 func TestSoldOutAnswerRateLimited(t *testing.T) {
-	p := setupSoldOutPair(t, graphql.Limits{MutationRate: 1, MutationPeriod: time.Minute, MutationBurst: 2})
+	p := setupAnswerPair(t, graphql.Limits{MutationRate: 1, MutationPeriod: time.Minute, MutationBurst: 2})
 	const sku = "GONE-2"
 	p.e.CreateProduct(t, map[string]any{"sku": sku, "stock": 0})
 	p.soldOutKnown(t, p.e.Token(t, "ops", true), sku)
@@ -237,7 +237,7 @@ func TestSoldOutAnswerRateLimited(t *testing.T) {
 // held it waits and is answered SERVER_BUSY as the executed one is; once
 // a slot is free it is answered.
 func TestSoldOutAnswerWaitsAtTheGate(t *testing.T) {
-	p := setupSoldOutPair(t, graphql.Limits{MutationBurst: 1000})
+	p := setupAnswerPair(t, graphql.Limits{MutationBurst: 1000})
 	const sku = "GONE-3"
 	p.e.CreateProduct(t, map[string]any{"sku": sku, "stock": 0})
 	p.soldOutKnown(t, p.e.Token(t, "ops", true), sku)
@@ -297,7 +297,7 @@ func withoutHeldValues(body string) string {
 // but for the hold's own token, id and times, and the shapes that may be
 // answered by calling the resolver in the transport were (and no other).
 func TestReserveAnswerIsTheExecutedAnswer(t *testing.T) {
-	p := setupSoldOutPair(t, graphql.Limits{MutationBurst: 1000})
+	p := setupAnswerPair(t, graphql.Limits{MutationBurst: 1000})
 	const sku = "MANY-1"
 	p.e.CreateProduct(t, map[string]any{"sku": sku, "stock": 1000})
 	p.e.CreateProduct(t, map[string]any{"sku": "FEW-1", "stock": 2})

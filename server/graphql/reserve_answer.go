@@ -18,7 +18,7 @@ import (
 	"github.com/dropline/dropline/resolvers"
 )
 
-// soldOutAnswers answers, in the HTTP transport, the reserves it can
+// reserveAnswers answers, in the HTTP transport, the reserves it can
 // without executing the operation: the refusal the engine's sold-out memory
 // decides (inventory.Engine.ReserveFromMemory), and any other reserve of the
 // same shape whose payload it can write, by calling the reserve mutation's
@@ -51,13 +51,13 @@ import (
 // its outcome in the engine, the fields resolved are the operation's
 // actual cost, the rest is given back and the response carries its cost
 // report.
-type soldOutAnswers struct {
+type reserveAnswers struct {
 	res  *resolvers.Resolver
 	cost queryCost
 	gate *gate
 	// plans are the collected fields of operations without directives,
-	// which do not depend on the variables (soldOutPlans).
-	plans soldOutPlans
+	// which do not depend on the variables (reservePlans).
+	plans reservePlans
 	// presenter is the error presenter execution uses, for a reserve
 	// whose resolver fails.
 	presenter gqlgen.ErrorPresenterFunc
@@ -66,8 +66,8 @@ type soldOutAnswers struct {
 	answered, held prometheus.Counter
 }
 
-func newSoldOutAnswers(res *resolvers.Resolver, reg prometheus.Registerer) *soldOutAnswers {
-	return &soldOutAnswers{res: res, presenter: res.ErrorPresenter(),
+func newReserveAnswers(res *resolvers.Resolver, reg prometheus.Registerer) *reserveAnswers {
+	return &reserveAnswers{res: res, presenter: res.ErrorPresenter(),
 		answered: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_graphql_sold_out_answered_total",
 			Help: "Reserves the sold-out memory refused that were answered without executing the operation.",
@@ -80,11 +80,11 @@ func newSoldOutAnswers(res *resolvers.Resolver, reg prometheus.Registerer) *sold
 
 // Bounds within which an answer's size is known to be far below the
 // response's limit, whose check (queryCost) the answer does not make: a
-// document of at most soldOutMaxQuery bytes, whose aliases are all the
-// answer can repeat, and a limit of at least soldOutMinResponse.
+// document of at most answerMaxQuery bytes, whose aliases are all the
+// answer can repeat, and a limit of at least answerMinResponse.
 const (
-	soldOutMaxQuery    = 8 << 10
-	soldOutMinResponse = 64 << 10
+	answerMaxQuery    = 8 << 10
+	answerMinResponse = 64 << 10
 )
 
 var (
@@ -96,18 +96,18 @@ var (
 	reservationType = []string{"Reservation", "Node", "_Entity"}
 )
 
-// soldOutReserve is an operation soldOutAnswers may answer: its reserve's
+// plainReserve is an operation reserveAnswers may answer: its reserve's
 // input and its plan.
-type soldOutReserve struct {
+type plainReserve struct {
 	sku      string
 	quantity int
-	*soldOutPlan
+	*reservePlan
 }
 
-// soldOutPlan is what the fields of an operation collect to: its reserve
+// reservePlan is what the fields of an operation collect to: its reserve
 // field, the payload's fields and the user error's; nil when it may not be
-// answered by soldOutAnswers whatever its variables.
-type soldOutPlan struct {
+// answered by reserveAnswers whatever its variables.
+type reservePlan struct {
 	field   gqlgen.CollectedField
 	payload []gqlgen.CollectedField
 	errors  []gqlgen.CollectedField // the userErrors field's selection
@@ -118,40 +118,40 @@ type soldOutPlan struct {
 	held        bool
 }
 
-// soldOutPlans remembers the plans of the last few operations without
+// reservePlans remembers the plans of the last few operations without
 // directives (so without @skip or @include, through which alone the
 // variables change what fields collect to), by their parsed definition:
 // gqlgen's query cache hands every request of the same document the same
-// one. Past soldOutPlansMax it starts over.
-type soldOutPlans struct {
+// one. Past reservePlansMax it starts over.
+type reservePlans struct {
 	mu sync.RWMutex
-	m  map[*ast.OperationDefinition]*soldOutPlan
+	m  map[*ast.OperationDefinition]*reservePlan
 }
 
-const soldOutPlansMax = 64
+const reservePlansMax = 64
 
-func (p *soldOutPlans) get(op *ast.OperationDefinition) (*soldOutPlan, bool) {
+func (p *reservePlans) get(op *ast.OperationDefinition) (*reservePlan, bool) {
 	p.mu.RLock()
 	plan, ok := p.m[op]
 	p.mu.RUnlock()
 	return plan, ok
 }
 
-func (p *soldOutPlans) put(op *ast.OperationDefinition, plan *soldOutPlan) {
+func (p *reservePlans) put(op *ast.OperationDefinition, plan *reservePlan) {
 	p.mu.Lock()
-	if p.m == nil || len(p.m) >= soldOutPlansMax {
-		p.m = make(map[*ast.OperationDefinition]*soldOutPlan, soldOutPlansMax)
+	if p.m == nil || len(p.m) >= reservePlansMax {
+		p.m = make(map[*ast.OperationDefinition]*reservePlan, reservePlansMax)
 	}
 	p.m[op] = plan
 	p.mu.Unlock()
 }
 
-// answer answers opCtx when it can (see soldOutAnswers). answered is false
+// answer answers opCtx when it can (see reserveAnswers). answered is false
 // when the operation must run as usual, and then nothing was spent; resp
 // is nil when the client left while the operation waited at the gate, or
 // before its reserve ran (nothing is written then, as for an executed one).
-func (s *soldOutAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationContext) (resp *gqlgen.Response, answered bool) {
-	if s == nil || s.cost.maxBytes < soldOutMinResponse {
+func (s *reserveAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationContext) (resp *gqlgen.Response, answered bool) {
+	if s == nil || s.cost.maxBytes < answerMinResponse {
 		return nil, false
 	}
 	op, ok := s.operation(opCtx)
@@ -212,7 +212,7 @@ func (s *soldOutAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationCont
 // finish counts the fields an answer resolved as the operation's actual
 // cost, gives the rest of the budget back and adds the cost report, as
 // queryCost does for an executed operation.
-func (s *soldOutAnswers) finish(m *costMeter, spent bool, resp *gqlgen.Response, fields int) *gqlgen.Response {
+func (s *reserveAnswers) finish(m *costMeter, spent bool, resp *gqlgen.Response, fields int) *gqlgen.Response {
 	if m == nil {
 		return resp
 	}
@@ -230,7 +230,7 @@ func (s *soldOutAnswers) finish(m *costMeter, spent bool, resp *gqlgen.Response,
 // non-null, so the mutation's data is null).
 // fields is what the failure resolved: the reserve field, unless it
 // panicked.
-func (s *soldOutAnswers) reserve(ctx context.Context, opCtx *gqlgen.OperationContext, op soldOutReserve) (payload *model.ReservePayload, failed *gqlgen.Response, fields int) {
+func (s *reserveAnswers) reserve(ctx context.Context, opCtx *gqlgen.OperationContext, op plainReserve) (payload *model.ReservePayload, failed *gqlgen.Response, fields int) {
 	in := model.ReserveInput{Sku: op.sku, Quantity: op.quantity}
 	var err error
 	var recovered any
@@ -262,20 +262,20 @@ func (s *soldOutAnswers) reserve(ctx context.Context, opCtx *gqlgen.OperationCon
 
 // operation reads what answer needs of opCtx; false when it may not be
 // answered here.
-func (s *soldOutAnswers) operation(opCtx *gqlgen.OperationContext) (op soldOutReserve, ok bool) {
-	if opCtx.Operation == nil || opCtx.Operation.Operation != ast.Mutation || len(opCtx.RawQuery) > soldOutMaxQuery {
+func (s *reserveAnswers) operation(opCtx *gqlgen.OperationContext) (op plainReserve, ok bool) {
+	if opCtx.Operation == nil || opCtx.Operation.Operation != ast.Mutation || len(opCtx.RawQuery) > answerMaxQuery {
 		return op, false
 	}
 	if st, _ := opCtx.Stats.GetExtension(apqStats).(*extension.ApqStats); st != nil && st.SentQuery {
 		return op, false
 	}
 	cacheable := !strings.Contains(opCtx.RawQuery, "@")
-	plan, known := (*soldOutPlan)(nil), false
+	plan, known := (*reservePlan)(nil), false
 	if cacheable {
 		plan, known = s.plans.get(opCtx.Operation)
 	}
 	if !known {
-		plan = planSoldOut(opCtx)
+		plan = planReserve(opCtx)
 		if cacheable {
 			s.plans.put(opCtx.Operation, plan)
 		}
@@ -283,21 +283,21 @@ func (s *soldOutAnswers) operation(opCtx *gqlgen.OperationContext) (op soldOutRe
 	if plan == nil {
 		return op, false
 	}
-	op.soldOutPlan = plan
+	op.reservePlan = plan
 	if op.sku, op.quantity, ok = reserveInput(plan.field.ArgumentMap(opCtx.Variables)); !ok {
 		return op, false
 	}
 	return op, true
 }
 
-// planSoldOut collects the fields of opCtx's operation into its plan; nil
-// when soldOutAnswers may not answer it.
-func planSoldOut(opCtx *gqlgen.OperationContext) *soldOutPlan {
+// planReserve collects the fields of opCtx's operation into its plan; nil
+// when reserveAnswers may not answer it.
+func planReserve(opCtx *gqlgen.OperationContext) *reservePlan {
 	root := gqlgen.CollectFields(opCtx, opCtx.Operation.SelectionSet, mutationType)
 	if len(root) != 1 || root[0].Name != "reserve" || len(root[0].Deferrables) > 0 {
 		return nil
 	}
-	plan := &soldOutPlan{field: root[0], held: true}
+	plan := &reservePlan{field: root[0], held: true}
 	plan.payload = gqlgen.CollectFields(opCtx, plan.field.Selections, reservePayloadType)
 	for _, f := range plan.payload {
 		if len(f.Deferrables) > 0 {
@@ -372,7 +372,7 @@ func reserveInput(args map[string]any) (sku string, quantity int, ok bool) {
 // actual cost, __typename aside, as queryCost counts them) and the errors
 // execution would add (none but for a hold without its times).
 // ctx, presenter and opCtx are only for those errors.
-func (op soldOutReserve) write(ctx context.Context, b *bytes.Buffer, payload *model.ReservePayload,
+func (op plainReserve) write(ctx context.Context, b *bytes.Buffer, payload *model.ReservePayload,
 	presenter gqlgen.ErrorPresenterFunc, opCtx *gqlgen.OperationContext,
 ) (fields int, errs gqlerror.List) {
 	b.WriteByte('{')
@@ -420,7 +420,7 @@ func (op soldOutReserve) write(ctx context.Context, b *bytes.Buffer, payload *mo
 
 // reservationFields is how many fields of the reservation's selection
 // queryCost counts.
-func (op soldOutReserve) reservationFields() (n int) {
+func (op plainReserve) reservationFields() (n int) {
 	for _, f := range op.reservation {
 		if f.Name != "__typename" {
 			n++
@@ -431,7 +431,7 @@ func (op soldOutReserve) reservationFields() (n int) {
 
 // writeReservation writes r as execution writes it (every time field
 // that must not be null is set: missingTimes).
-func (op soldOutReserve) writeReservation(b *bytes.Buffer, r *model.Reservation) (fields int) {
+func (op plainReserve) writeReservation(b *bytes.Buffer, r *model.Reservation) (fields int) {
 	b.WriteByte('{')
 	for i, f := range op.reservation {
 		if i > 0 {
@@ -484,7 +484,7 @@ func writeTime(b *bytes.Buffer, t time.Time) {
 
 // missingTimes lists the selected fields of r that must not be null and
 // that gqlgen.MarshalTime would make null (a zero time).
-func (op soldOutReserve) missingTimes(r *model.Reservation) (missing []gqlgen.CollectedField) {
+func (op plainReserve) missingTimes(r *model.Reservation) (missing []gqlgen.CollectedField) {
 	for _, f := range op.reservation {
 		if f.Name == "expiresAt" && r.ExpiresAt.IsZero() || f.Name == "createdAt" && r.CreatedAt.IsZero() {
 			missing = append(missing, f)
@@ -496,7 +496,7 @@ func (op soldOutReserve) missingTimes(r *model.Reservation) (missing []gqlgen.Co
 // invalidNulls are the errors execution adds for missing, each on its
 // field's path, the reservation (nullable) being null then; ctx carries
 // the response context execution would.
-func (op soldOutReserve) invalidNulls(ctx context.Context, reservation gqlgen.CollectedField, missing []gqlgen.CollectedField) gqlerror.List {
+func (op plainReserve) invalidNulls(ctx context.Context, reservation gqlgen.CollectedField, missing []gqlgen.CollectedField) gqlerror.List {
 	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "Mutation"})
 	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "Mutation", Field: op.field, IsMethod: true, IsResolver: true})
 	ctx = gqlgen.WithFieldContext(ctx, &gqlgen.FieldContext{Object: "ReservePayload", Field: reservation})
@@ -507,7 +507,7 @@ func (op soldOutReserve) invalidNulls(ctx context.Context, reservation gqlgen.Co
 	return gqlgen.GetErrors(ctx)
 }
 
-func (op soldOutReserve) writeUserError(b *bytes.Buffer, ue *model.UserError) (fields int) {
+func (op plainReserve) writeUserError(b *bytes.Buffer, ue *model.UserError) (fields int) {
 	b.WriteByte('{')
 	for i, f := range op.errors {
 		if i > 0 {
