@@ -44,8 +44,7 @@ func newBatchEngine(t *testing.T, gatherWait time.Duration) (*engine, *fakeLedge
 	t.Helper()
 	f := &fakeLedger{arrived: make(chan int, 1024), release: make(chan struct{}, 1024)}
 	e := &engine{metrics: NewMetrics(nil)}
-	e.entries.record = f.record
-	e.entries.gatherWait = gatherWait
+	e.entries = e.newEntryBatcher(f.record, gatherWait)
 	return e, f
 }
 
@@ -85,10 +84,7 @@ func waitAll(t *testing.T, errs <-chan error, n int) {
 func waitPending(t *testing.T, e *engine, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		e.entries.mu.Lock()
-		got := len(e.entries.pending)
-		e.entries.mu.Unlock()
-		if got >= n {
+		if got, _ := e.entries.Waiting(struct{}{}); got >= n {
 			return
 		}
 	}
@@ -140,10 +136,7 @@ func TestEntryBatcherGathersAFewMoreWhenBusy(t *testing.T) {
 	f.release <- struct{}{}
 	waitAll(t, first, 1)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		e.entries.mu.Lock()
-		gathering := e.entries.gathering
-		e.entries.mu.Unlock()
-		if gathering {
+		if _, gathering := e.entries.Waiting(struct{}{}); gathering {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -57,7 +57,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // New is the draws of the engine whose shared parts c are. The engine
 // builds them once: they gather concurrent entries (entryBatcher).
 func New(c *core.Core, h Holds, s Settings, m *Metrics) Draws {
-	return Draws{e: &engine{core: c, holds: h, cfg: s, metrics: m, rdb: c.Redis, ledger: c.Ledger, keys: c.Keys, log: c.Log}}
+	e := &engine{core: c, holds: h, cfg: s, metrics: m, rdb: c.Redis, ledger: c.Ledger, keys: c.Keys, log: c.Log}
+	e.entries = e.newEntryBatcher(nil, entryGatherWait)
+	return Draws{e: e}
 }
 
 // engine is what the draws' code reaches through e: the core, the holds,
@@ -72,5 +74,5 @@ type engine struct {
 	keys    script.Keys
 	log     zerolog.Logger
 	// entries gathers concurrent draw entries into one transaction.
-	entries entryBatcher
+	entries *entryBatcher
 }
