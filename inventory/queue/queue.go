@@ -137,6 +137,7 @@ func New(cfg Config, rdb redis.UniversalClient, stock Stock) *Service {
 	cfg.setDefaults()
 	s := &Service{cfg: cfg, rdb: rdb, stock: stock, keys: stock.Keys(), ledger: stock.Ledger(), scripts: newScripts(),
 		settings: map[string]db.Queue{}}
+	s.newJoinBatcher()
 	if e, ok := stock.(queueRestorer); ok {
 		e.RestoreQueuesWith(s.RestoreID)
 	}
