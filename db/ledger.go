@@ -65,7 +65,9 @@ type Ledger struct {
 
 // NewLedger wraps a pool. The pool is the caller's to close.
 func NewLedger(pool *pgxpool.Pool) *Ledger {
-	return &Ledger{pool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64), sales: &saleBatcher{}}
+	l := &Ledger{pool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64)}
+	l.sales = newSaleBatcher(l)
+	return l
 }
 
 // Product is one row of the catalogue.

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dropline/dropline/internal/batch"
 )
 
 const (
@@ -39,33 +41,30 @@ const (
 // saleBatchesInFlight batches on their way starts one at once, so on a quiet
 // ledger every sale is a batch of one.
 type saleBatcher struct {
-	mu       sync.Mutex
-	pending  []*saleCall
-	inFlight int
+	*batch.Batcher[struct{}, saleReq, Sale]
 	// batches and sales count what was sent, alone the sales then written
 	// one at a time (busy, or their batch refused), for tests and metrics.
 	batches, sales, alone atomic.Int64
 }
 
-// saleCall is one sale of a batch and, once done is closed, its answer.
-type saleCall struct {
-	r    Reservation
-	done chan struct{}
-	sale Sale
-	err  error
-	// state is callWaiting until a batch takes the call (callTaken) or its
-	// caller stops waiting first (callLeft): a call that left is not sent.
-	state    atomic.Int32
+// saleReq is one sale of a batch: its reservation, and its caller's
+// deadline and span (when it is traced).
+type saleReq struct {
+	r        Reservation
 	deadline time.Time
-	// span is the caller's span, when it is traced.
-	span trace.SpanContext
+	span     trace.SpanContext
 }
 
-const (
-	callWaiting int32 = iota
-	callTaken
-	callLeft
-)
+type saleCall = batch.Call[saleReq, Sale]
+
+// newSaleBatcher is l's sale batcher.
+func newSaleBatcher(l *Ledger) *saleBatcher {
+	b := &saleBatcher{}
+	b.Batcher = batch.New(batch.Options{Max: maxSaleBatch, InFlight: saleBatchesInFlight,
+		NotSent: func(err error) error { return &errNotSent{err} }},
+		func(ctx context.Context, _ struct{}, calls []*saleCall) { l.runSaleBatch(ctx, calls) })
+	return b
+}
 
 // errNotSent is the error of a sale whose caller stopped waiting before its
 // batch left: nothing of it reached Postgres, so it is safe to retry (it
@@ -91,54 +90,9 @@ func (l *Ledger) SaleBatches() (batches, sales, alone int64) {
 // retry if the sale had not left, else with ctx's error (the sale may still
 // be written: the batch does not stop for one caller).
 func (l *Ledger) recordSaleInBatch(ctx context.Context, r Reservation) (Sale, error) {
-	if err := ctx.Err(); err != nil {
-		return Sale{}, &errNotSent{err}
-	}
-	c := &saleCall{r: r, done: make(chan struct{})}
-	c.deadline, _ = ctx.Deadline()
-	c.span = trace.SpanContextFromContext(ctx)
-	b := l.sales
-	b.mu.Lock()
-	b.pending = append(b.pending, c)
-	start := b.inFlight < saleBatchesInFlight
-	if start {
-		b.inFlight++
-	}
-	b.mu.Unlock()
-	if start {
-		go l.drainSales(context.WithoutCancel(ctx))
-	}
-	select {
-	case <-c.done:
-		return c.sale, c.err
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(callWaiting, callLeft) {
-			return Sale{}, &errNotSent{ctx.Err()}
-		}
-		return Sale{}, ctx.Err()
-	}
-}
-
-// drainSales writes the waiting sales in batches until none waits.
-func (l *Ledger) drainSales(ctx context.Context) {
-	b := l.sales
-	for {
-		b.mu.Lock()
-		if len(b.pending) == 0 {
-			b.inFlight--
-			b.pending = nil // let go of the backing array a burst grew
-			b.mu.Unlock()
-			return
-		}
-		n := min(len(b.pending), maxSaleBatch)
-		calls := b.pending[:n:n]
-		b.pending = b.pending[n:]
-		b.mu.Unlock()
-		calls = slices.DeleteFunc(calls, func(c *saleCall) bool { return !c.state.CompareAndSwap(callWaiting, callTaken) })
-		if len(calls) > 0 {
-			l.runSaleBatch(ctx, calls)
-		}
-	}
+	req := saleReq{r: r, span: trace.SpanContextFromContext(ctx)}
+	req.deadline, _ = ctx.Deadline()
+	return l.sales.Do(ctx, struct{}{}, req)
 }
 
 // runSaleBatch writes one batch and hands each sale its answer. When
@@ -150,10 +104,10 @@ func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
 	// SKU then token: the order two batches, or a batch and a cart, take
 	// the rows they share.
 	slices.SortFunc(calls, func(a, b *saleCall) int {
-		return strings.Compare(a.r.SKU+"\x00"+a.r.Token, b.r.SKU+"\x00"+b.r.Token)
+		return strings.Compare(a.Req.r.SKU+"\x00"+a.Req.r.Token, b.Req.r.SKU+"\x00"+b.Req.r.Token)
 	})
 	deadline := time.Now().Add(saleBatchTimeout)
-	if latest := slices.MaxFunc(calls, func(a, b *saleCall) int { return a.deadline.Compare(b.deadline) }).deadline; !latest.IsZero() {
+	if latest := slices.MaxFunc(calls, func(a, b *saleCall) int { return a.Req.deadline.Compare(b.Req.deadline) }).Req.deadline; !latest.IsZero() {
 		deadline = latest
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
@@ -180,12 +134,7 @@ func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
 		l.sales.alone.Add(int64(len(calls)))
 		var wg sync.WaitGroup
 		for _, c := range calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c.sale, c.err = recordSale(ctx, l.pool, c.r, "")
-				close(c.done)
-			}()
+			wg.Go(func() { c.Answer(recordSale(ctx, l.pool, c.Req.r, "")) })
 		}
 		wg.Wait()
 		return
@@ -194,21 +143,14 @@ func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
 	for i, c := range calls {
 		switch {
 		case err != nil:
-			c.err = err
+			c.Answer(Sale{}, err)
 		case answers[i].busy:
 			// Another transaction held its rows: alone, it may wait for
 			// them without holding anything of the others.
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c.sale, c.err = recordSale(ctx, l.pool, c.r, "")
-				close(c.done)
-			}()
-			continue
+			wg.Go(func() { c.Answer(recordSale(ctx, l.pool, c.Req.r, "")) })
 		default:
-			c.sale, c.err = answers[i].sale, answers[i].err
+			c.Answer(answers[i].sale, answers[i].err)
 		}
-		close(c.done)
 	}
 	wg.Wait()
 }
@@ -231,8 +173,9 @@ func (l *Ledger) writeSales(ctx context.Context, calls []*saleCall) ([]saleAnswe
 	idem, req := make([]string, n), make([]string, n)
 	expires, created := make([]time.Time, n), make([]time.Time, n)
 	for i, c := range calls {
-		tokens[i], skus[i], principals[i], quantities[i] = c.r.Token, c.r.SKU, c.r.Principal, int32(c.r.Quantity)
-		idem[i], req[i], expires[i], created[i] = c.r.IdempotencyHash, c.r.RequestHash, c.r.ExpiresAt, c.r.CreatedAt
+		r := c.Req.r
+		tokens[i], skus[i], principals[i], quantities[i] = r.Token, r.SKU, r.Principal, int32(r.Quantity)
+		idem[i], req[i], expires[i], created[i] = r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt
 	}
 	rows, err := l.pool.Query(ctx, `SELECT sold_token, outcome, sold_sku, sold_principal, sold_quantity, sold_at, detail
 		FROM record_sales($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -296,12 +239,12 @@ func (l *Ledger) writeSales(ctx context.Context, calls []*saleCall) ([]saleAnswe
 // callers.
 func (l *Ledger) startSaleBatch(ctx context.Context, calls []*saleCall) (context.Context, trace.Span) {
 	if len(calls) == 1 {
-		return l.startTx(trace.ContextWithSpanContext(ctx, calls[0].span), "record_sale")
+		return l.startTx(trace.ContextWithSpanContext(ctx, calls[0].Req.span), "record_sale")
 	}
 	var links []trace.Link
 	for _, c := range calls {
-		if c.span.IsValid() {
-			links = append(links, trace.Link{SpanContext: c.span})
+		if c.Req.span.IsValid() {
+			links = append(links, trace.Link{SpanContext: c.Req.span})
 		}
 	}
 	return l.tracer.Start(ctx, "transaction record_sale", trace.WithNewRoot(), trace.WithLinks(links...),

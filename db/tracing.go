@@ -20,13 +20,14 @@ const tracerName = "github.com/dropline/dropline/db"
 // whose own spans (otelpgx, on the pool) are its children. Outside a traced
 // operation no span is made (tracing.ChildOnly). A nil tp returns l as it
 // is: no span, no context value, no allocation, the transaction run as
-// before.
+// before. The traced ledger gathers its sales into batches of its own.
 func (l *Ledger) Traced(tp trace.TracerProvider) *Ledger {
 	if tp == nil {
 		return l
 	}
 	c := *l
 	c.tracer = tracing.Tracer(tracing.ChildOnly(tp), tracerName)
+	c.sales = newSaleBatcher(&c)
 	return &c
 }
 
