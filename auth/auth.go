@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -438,29 +439,8 @@ func (d *dupScanner) value(depth int) {
 		return
 	}
 	switch d.b[d.i] {
-	case '{':
-		d.object(depth)
-	case '[':
-		d.i++
-		d.ws()
-		if d.i < len(d.b) && d.b[d.i] == ']' {
-			d.i++
-			return
-		}
-		for !d.stop() {
-			d.value(depth + 1)
-			d.ws()
-			switch {
-			case d.stop():
-			case d.i < len(d.b) && d.b[d.i] == ',':
-				d.i++
-			case d.i < len(d.b) && d.b[d.i] == ']':
-				d.i++
-				return
-			default:
-				d.bad = true
-			}
-		}
+	case '{', '[':
+		d.list(depth)
 	case '"':
 		d.str()
 	default: // a number, true, false or null: up to the next delimiter
@@ -499,55 +479,70 @@ func (d *dupScanner) str() (raw []byte, plain bool) {
 	return nil, false
 }
 
-func (d *dupScanner) object(depth int) {
-	d.i++ // {
+// list walks an array's items, or an object's keys and values, up to its
+// closing bracket.
+func (d *dupScanner) list(depth int) {
+	object, end := d.b[d.i] == '{', byte(']')
+	if object {
+		end = '}'
+	}
+	d.i++
 	var keys []string
 	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
+	if d.i < len(d.b) && d.b[d.i] == end {
 		d.i++
 		return
 	}
 	for !d.stop() {
-		d.ws()
-		if d.i >= len(d.b) || d.b[d.i] != '"' {
-			d.bad = true
-			return
-		}
-		raw, plain := d.str()
-		if d.bad {
-			return
-		}
-		var k string
-		if plain {
-			k = string(raw[1 : len(raw)-1])
-		} else if err := json.Unmarshal(raw, &k); err != nil {
-			d.bad = true
-			return
-		}
-		for _, seen := range keys {
-			if seen == k {
+		if object {
+			k := d.key()
+			if d.bad {
+				return
+			}
+			if slices.Contains(keys, k) {
 				d.dup, d.found = k, true
 				return
 			}
+			keys = append(keys, k)
 		}
-		keys = append(keys, k)
-		d.ws()
-		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			d.bad = true
-			return
-		}
-		d.i++
 		d.value(depth + 1)
 		d.ws()
 		switch {
 		case d.stop():
 		case d.i < len(d.b) && d.b[d.i] == ',':
 			d.i++
-		case d.i < len(d.b) && d.b[d.i] == '}':
+		case d.i < len(d.b) && d.b[d.i] == end:
 			d.i++
 			return
 		default:
 			d.bad = true
 		}
 	}
+}
+
+// key reads an object member's key and the colon after it.
+func (d *dupScanner) key() string {
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		d.bad = true
+		return ""
+	}
+	raw, plain := d.str()
+	if d.bad {
+		return ""
+	}
+	var k string
+	if plain {
+		k = string(raw[1 : len(raw)-1])
+	} else if err := json.Unmarshal(raw, &k); err != nil {
+		d.bad = true
+		return ""
+	}
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != ':' {
+		d.bad = true
+		return ""
+	}
+	d.i++
+	return k
 }
