@@ -432,19 +432,8 @@ func (op plainReserve) reservationFields() (n int) {
 // writeReservation writes r as execution writes it (every time field
 // that must not be null is set: missingTimes).
 func (op plainReserve) writeReservation(b *bytes.Buffer, r *model.Reservation) (fields int) {
-	b.WriteByte('{')
-	for i, f := range op.reservation {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		gqlgen.MarshalString(f.Alias).MarshalGQL(b)
-		b.WriteByte(':')
-		if f.Name != "__typename" {
-			fields++
-		}
-		switch f.Name {
-		case "__typename":
-			gqlgen.MarshalString("Reservation").MarshalGQL(b)
+	return writeObject(b, op.reservation, "Reservation", func(b *bytes.Buffer, name string) {
+		switch name {
 		case "id":
 			gqlgen.MarshalString(r.ID).MarshalGQL(b)
 		case "token":
@@ -462,15 +451,36 @@ func (op plainReserve) writeReservation(b *bytes.Buffer, r *model.Reservation) (
 		case "committedAt":
 			if r.CommittedAt == nil || r.CommittedAt.IsZero() {
 				b.WriteString("null")
-				break
+				return
 			}
 			writeTime(b, *r.CommittedAt)
 		case "extensions":
 			gqlgen.MarshalInt(r.Extensions).MarshalGQL(b)
 		}
+	})
+}
+
+// writeObject writes an object of typename whose selection is fields:
+// each field's alias, then __typename's value or what value writes for
+// the field's name. It returns how many fields it resolved (all but
+// __typename, as queryCost counts them).
+func writeObject(b *bytes.Buffer, fields []gqlgen.CollectedField, typename string, value func(b *bytes.Buffer, name string)) (n int) {
+	b.WriteByte('{')
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		gqlgen.MarshalString(f.Alias).MarshalGQL(b)
+		b.WriteByte(':')
+		if f.Name == "__typename" {
+			gqlgen.MarshalString(typename).MarshalGQL(b)
+			continue
+		}
+		n++
+		value(b, f.Name)
 	}
 	b.WriteByte('}')
-	return fields
+	return n
 }
 
 // writeTime writes t as gqlgen.MarshalTime does (RFC 3339 with
@@ -508,25 +518,14 @@ func (op plainReserve) invalidNulls(ctx context.Context, reservation gqlgen.Coll
 }
 
 func (op plainReserve) writeUserError(b *bytes.Buffer, ue *model.UserError) (fields int) {
-	b.WriteByte('{')
-	for i, f := range op.errors {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		gqlgen.MarshalString(f.Alias).MarshalGQL(b)
-		b.WriteByte(':')
-		if f.Name != "__typename" {
-			fields++
-		}
-		switch f.Name {
-		case "__typename":
-			gqlgen.MarshalString("UserError").MarshalGQL(b)
+	return writeObject(b, op.errors, "UserError", func(b *bytes.Buffer, name string) {
+		switch name {
 		case "code":
 			ue.Code.MarshalGQL(b)
 		case "field":
 			if ue.Field == nil {
 				b.WriteString("null")
-				break
+				return
 			}
 			b.WriteByte('[')
 			for j, s := range ue.Field {
@@ -543,9 +542,7 @@ func (op plainReserve) writeUserError(b *bytes.Buffer, ue *model.UserError) (fie
 		case "available":
 			writeOptionalInt(b, ue.Available)
 		}
-	}
-	b.WriteByte('}')
-	return fields
+	})
 }
 
 func writeOptionalInt(b *bytes.Buffer, v *int) {
