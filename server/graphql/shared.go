@@ -123,6 +123,7 @@ type subscriptionGroup struct {
 	// notifying is the run goroutine's reusable copy of them.
 	watchers  []*groupMember
 	notifying []*groupMember
+	waking    []*sockWriter
 }
 
 // groupSlot is the newest response for one SKU (or, for a response no
@@ -200,9 +201,27 @@ func (g *subscriptionGroup) notify() {
 	g.mu.RLock()
 	g.notifying = append(g.notifying[:0], g.watchers...)
 	g.mu.RUnlock()
+	// The members' connections are queued for the shared writers
+	// together, a run of connections of one set of writers at a time (a
+	// server has one).
+	waking := g.waking[:0]
 	for _, m := range g.notifying {
-		m.notify()
+		w := m.w
+		if !w.markDirty() {
+			continue
+		}
+		if len(waking) > 0 && waking[0].writers != w.writers {
+			waking[0].writers.scheduleAll(waking)
+			clear(waking)
+			waking = waking[:0]
+		}
+		waking = append(waking, w)
 	}
+	if len(waking) > 0 {
+		waking[0].writers.scheduleAll(waking)
+	}
+	clear(waking)
+	g.waking = waking[:0]
 	clear(g.notifying)
 }
 
@@ -290,10 +309,10 @@ type groupMember struct {
 	sent    func()
 	done    func(reason string)
 	left    bool
-	// For a watcher: called on every change of the group, and its place
-	// in the group's watchers (-1 when it is not one, memberLeft once
-	// it left the group).
-	onChange func()
+	// For a watcher: the connection woken on every change of the group,
+	// and its place in the group's watchers (-1 when it is not one,
+	// memberLeft once it left the group).
+	w        *sockWriter
 	watching int
 }
 
@@ -363,27 +382,25 @@ func (m *groupMember) next(ctx context.Context) *gqlgen.Response {
 	}
 }
 
-// watch makes m a watcher: onChange is called (from the group's run
-// goroutine, with no lock held) after every change, and once now, so a
-// member joining a group that has values already takes them.
+// watch makes m a watcher: w is woken (from the group's run goroutine,
+// with no lock held) after every change, and once now, so a member
+// joining a group that has values already takes them.
 //
 // A member that left already (its connection closed while it joined)
 // does not become one.
-func (m *groupMember) watch(onChange func()) {
+func (m *groupMember) watch(w *sockWriter) {
 	g := m.g
 	g.mu.Lock()
 	if m.watching == memberLeft {
 		g.mu.Unlock()
 		return
 	}
-	m.onChange = onChange
+	m.w = w
 	m.watching = len(g.watchers)
 	g.watchers = append(g.watchers, m)
 	g.mu.Unlock()
-	onChange()
+	w.wake()
 }
-
-func (m *groupMember) notify() { m.onChange() }
 
 // memberLeft is the watching of a member that left its group: it is no
 // watcher and may not become one.

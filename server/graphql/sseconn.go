@@ -204,7 +204,7 @@ func (t *sseTransport) serveMember(w http.ResponseWriter, r *http.Request, m *gr
 	}
 	c.end = st.keep()
 	t.ticker.add(c)
-	m.watch(c.wake)
+	m.watch(&c.sockWriter)
 	go c.read()
 }
 

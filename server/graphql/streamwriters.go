@@ -57,40 +57,74 @@ func (p *streamWriters) schedule(c mailbox) {
 	}
 }
 
+// scheduleAll queues many connections at once, as a change of a group
+// does for its websocket and SSE members: one lock for all of them, and
+// as many writers started as the queue can use.
+func (p *streamWriters) scheduleAll(cs []*sockWriter) {
+	if len(cs) == 0 {
+		return
+	}
+	p.mu.Lock()
+	for _, c := range cs {
+		p.queue = append(p.queue, c)
+	}
+	start := min(p.max-p.workers, (len(p.queue)-p.head+writerBatch-1)/writerBatch)
+	p.workers += max(start, 0)
+	p.mu.Unlock()
+	for range start {
+		go p.work()
+	}
+}
+
+// writerBatch is how many connections a writer takes from the queue at
+// once: ten thousand watchers of one SKU are ten thousand entries per
+// change, and the writers would otherwise take the queue's lock once
+// each, in turn with each other and with whoever is queueing.
+const writerBatch = 32
+
 func (p *streamWriters) work() {
 	var scratch []byte
+	batch := make([]mailbox, 0, writerBatch)
 	for {
-		c := p.next()
-		if c == nil {
+		batch = p.next(batch[:0])
+		if len(batch) == 0 {
 			return
 		}
-		scratch = c.flush(scratch, false, nil)
-		if cap(scratch) > 64<<10 {
-			scratch = nil
+		for i, c := range batch {
+			scratch = c.flush(scratch, false, nil)
+			if cap(scratch) > 64<<10 {
+				scratch = nil
+			}
+			batch[i] = nil
 		}
 	}
 }
 
-// next takes the first connection of the queue, or, when it is empty, ends
-// the calling worker (nil). The taken part of the queue is let go of once
+// next appends to batch up to writerBatch connections from the head of the
+// queue (at least one when the queue is not empty, and no more than the
+// writers' fair share of it), or, when it is empty, ends the calling
+// worker (an empty batch). The taken part of the queue is let go of once
 // it is half the queue: under a load that never lets the queue empty, the
 // queue would otherwise grow by every connection ever scheduled.
-func (p *streamWriters) next() mailbox {
+func (p *streamWriters) next(batch []mailbox) []mailbox {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.head == len(p.queue) {
+	left := len(p.queue) - p.head
+	if left == 0 {
 		p.queue, p.head = p.queue[:0], 0
 		p.workers--
-		return nil
+		return batch
 	}
-	c := p.queue[p.head]
-	p.queue[p.head] = nil
-	p.head++
+	n := min(writerBatch, max(1, left/max(p.workers, 1)))
+	batch = append(batch, p.queue[p.head:p.head+n]...)
+	clear(p.queue[p.head : p.head+n])
+	p.head += n
 	if p.head > len(p.queue)/2 {
-		n := copy(p.queue, p.queue[p.head:])
-		p.queue, p.head = p.queue[:n], 0
+		m := copy(p.queue, p.queue[p.head:])
+		clear(p.queue[m:])
+		p.queue, p.head = p.queue[:m], 0
 	}
-	return c
+	return batch
 }
 
 // sockWriter is the write side of a connection the shared writers empty,
@@ -125,10 +159,16 @@ type sockOwner interface {
 
 // wake schedules the connection's mailbox for writing.
 func (w *sockWriter) wake() {
-	w.dirty.Store(true)
-	if w.scheduled.CompareAndSwap(false, true) {
+	if w.markDirty() {
 		w.writers.schedule(w)
 	}
+}
+
+// markDirty says the mailbox has something; true when the caller is to
+// schedule the connection (no writer owns it yet).
+func (w *sockWriter) markDirty() bool {
+	w.dirty.Store(true)
+	return w.scheduled.CompareAndSwap(false, true)
 }
 
 // flush empties the mailbox. A writer calls it with blocking false: its

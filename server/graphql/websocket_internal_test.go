@@ -38,22 +38,63 @@ func TestDataMessagesEncodeLikeJSONMarshal(t *testing.T) {
 }
 
 // The writers' queue stays as long as what waits in it when it never
-// empties: a worker that takes one connection while another is scheduled,
-// a hundred thousand times, leaves a queue of one.
+// empties: a worker (one of two, so its share of two is one) that takes
+// one connection while another is scheduled, a hundred thousand times,
+// leaves a queue of one.
 func TestWriterQueueDoesNotGrowWhileItNeverEmpties(t *testing.T) {
 	p := &streamWriters{max: 0} // no worker starts: the test is the worker
-	p.workers = 1
+	p.workers = 2
 	a, b := &wsConn{}, &wsConn{}
 	p.schedule(a)
 	for range 100_000 {
 		p.schedule(b)
-		require.NotNil(t, p.next())
+		require.Len(t, p.next(nil), 1)
 	}
 	require.Len(t, p.queue[p.head:], 1)
 	require.Less(t, cap(p.queue), 64, "the queue kept every connection it ever had")
-	require.NotNil(t, p.next())
-	require.Nil(t, p.next(), "an empty queue ends its worker")
-	require.Zero(t, p.workers)
+	require.Len(t, p.next(nil), 1)
+	require.Empty(t, p.next(nil), "an empty queue ends its worker")
+	require.Equal(t, 1, p.workers)
+}
+
+// A group's change queues all its members' connections at once; the
+// writers take them in batches of at most writerBatch, each its share when
+// there are fewer, every connection exactly once and in order, and a
+// connection already queued is not queued again.
+func TestWritersTakeAGroupsConnectionsInBatches(t *testing.T) {
+	p := &streamWriters{max: 0, workers: 2} // no worker starts: the test is the writers
+	ws := make([]*sockWriter, 100)
+	for i := range ws {
+		ws[i] = &sockWriter{writers: p}
+	}
+	var marked []*sockWriter
+	for _, w := range ws {
+		if w.markDirty() {
+			marked = append(marked, w)
+		}
+	}
+	for _, w := range ws[:10] {
+		require.False(t, w.markDirty(), "a queued connection is queued once")
+	}
+	p.scheduleAll(marked)
+	var taken []mailbox
+	var sizes []int
+	for {
+		b := p.next(nil)
+		if len(b) == 0 {
+			break
+		}
+		sizes = append(sizes, len(b))
+		taken = append(taken, b...)
+	}
+	require.Len(t, taken, len(ws))
+	for i, w := range ws {
+		require.Same(t, w, taken[i].(*sockWriter))
+	}
+	// 100 for two writers: a full batch while there are more than two
+	// batches left, then half of what is left, down to one.
+	require.Equal(t, []int{32, 32, 18, 9, 4, 2, 1, 1, 1}, sizes)
+	require.Equal(t, 1, p.workers, "the writer that found the queue empty ended")
 }
 
 // A member whose end was decided before it began to watch its group (its
@@ -68,8 +109,9 @@ func TestMemberThatLeftIsNotAWatcher(t *testing.T) {
 	}
 	gone, stays := member(), member()
 	gone.end("client")
-	gone.watch(func() {})
-	stays.watch(func() {})
+	writers := &streamWriters{max: 0, workers: 1} // no worker starts
+	gone.watch(&sockWriter{writers: writers})
+	stays.watch(&sockWriter{writers: writers})
 	require.Equal(t, []*groupMember{stays}, g.watchers)
 }
 

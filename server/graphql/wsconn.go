@@ -377,7 +377,7 @@ func (c *wsConn) subscribeShared(ctx context.Context, rc *gqlgen.OperationContex
 	c.active[id] = sub
 	c.shared = append(slices.Clip(c.shared), sub)
 	c.mu.Unlock()
-	m.watch(c.wake)
+	m.watch(&c.sockWriter)
 	return true
 }
 

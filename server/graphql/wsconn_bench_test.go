@@ -44,6 +44,6 @@ func BenchmarkWSWrite(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c.send(frame, nil)
-		scratch = writers.next().flush(scratch, false, nil)
+		scratch = writers.next(nil)[0].flush(scratch, false, nil)
 	}
 }
