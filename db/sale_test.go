@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,32 +25,13 @@ func TestASaleWaitingForTheWriteBehindDoesNotHoldTheProduct(t *testing.T) {
 	t.Parallel()
 	pool, l := ledgerWithProduct(t, "HOT-1", 10)
 	ctx := context.Background()
-	r := func(tok string) db.Reservation {
-		return db.Reservation{Token: tok, SKU: "HOT-1", Principal: "p-" + tok, Quantity: 1,
-			ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}
-	}
-	batch, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = batch.Rollback(ctx) }()
-	_, err = batch.Exec(ctx, `INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
-		VALUES ('a', 'HOT-1', 'p-a', 1, 'HELD', now() + interval '1 hour', now())`)
-	require.NoError(t, err)
-
-	waiting := make(chan error, 1)
-	go func() {
-		_, err := l.Sales().RecordSale(ctx, r("a"))
-		waiting <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
-		return n == 1
-	}, 10*time.Second, 5*time.Millisecond, "the sale of a waits for the batch")
+	batch := insertingReservation(t, pool, saleOf("HOT-1", "a"))
+	waiting := recordLater(l, saleOf("HOT-1", "a"))
+	waitForLockWaits(t, pool, 1, "the sale of a waits for the batch")
 
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err = l.Sales().RecordSale(bctx, r("b"))
+	_, err := l.Sales().RecordSale(bctx, saleOf("HOT-1", "b"))
 	require.NoError(t, err, "the sale of b is not held behind the wait of a")
 
 	require.NoError(t, batch.Commit(ctx))
@@ -100,9 +83,7 @@ func TestConcurrentSalesAreEachAnsweredForThemselves(t *testing.T) {
 	add("GC-SCARCE", 300) // 450 units asked of 150
 	for _, s := range sales {
 		if s.ended != "" {
-			_, err := pool.Exec(ctx, `INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.r.Token, s.r.SKU, s.r.Principal, s.r.Quantity, s.ended, s.r.ExpiresAt, s.r.CreatedAt)
-			require.NoError(t, err)
+			insertReservation(t, pool, s.r, s.ended)
 		}
 	}
 	batches0, sent0, _ := l.SaleBatches()
@@ -235,27 +216,10 @@ func TestAStuckSaleDoesNotHoldTheOthers(t *testing.T) {
 	t.Parallel()
 	pool, l := ledgerWithProduct(t, "HOT-2", 100)
 	ctx := context.Background()
-	r := func(tok string) db.Reservation {
-		return db.Reservation{Token: tok, SKU: "HOT-2", Principal: "p-" + tok, Quantity: 1,
-			ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}
-	}
-	batch, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = batch.Rollback(ctx) }()
-	_, err = batch.Exec(ctx, `INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
-		VALUES ('stuck', 'HOT-2', 'p-stuck', 1, 'HELD', now() + interval '1 hour', now())`)
-	require.NoError(t, err)
-	waiting := make(chan error, 1)
-	go func() {
-		_, err := l.Sales().RecordSale(ctx, r("stuck"))
-		waiting <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
-		return n == 1
-	}, 10*time.Second, 5*time.Millisecond, "the sale of stuck waits for the insert")
+	r := func(tok string) db.Reservation { return saleOf("HOT-2", tok) }
+	batch := insertingReservation(t, pool, r("stuck"))
+	waiting := recordLater(l, r("stuck"))
+	waitForLockWaits(t, pool, 1, "the sale of stuck waits for the insert")
 
 	var wg sync.WaitGroup
 	errs := make([]error, 50)
@@ -285,10 +249,7 @@ func TestAStuckSaleDoesNotHoldTheOthers(t *testing.T) {
 	defer func() { _ = other.Rollback(ctx) }()
 	_, err = other.Exec(ctx, `INSERT INTO sales (token, sku, principal, quantity) VALUES ('busy', 'HOT-2', 'p-busy', 1)`)
 	require.NoError(t, err)
-	go func() {
-		_, err := l.Sales().RecordSale(ctx, r("busy"))
-		waiting <- err
-	}()
+	waiting = recordLater(l, r("busy"))
 	require.Eventually(t, func() bool {
 		_, _, alone := l.SaleBatches()
 		return alone > alone0
@@ -309,10 +270,7 @@ func TestASaleWhoseCallerLeftBeforeItsBatchIsNotWritten(t *testing.T) {
 	t.Parallel()
 	pool, l := ledgerWithProduct(t, "LEFT-1", 100)
 	ctx := context.Background()
-	r := func(tok string) db.Reservation {
-		return db.Reservation{Token: tok, SKU: "LEFT-1", Principal: "p-" + tok, Quantity: 1,
-			ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}
-	}
+	r := func(tok string) db.Reservation { return saleOf("LEFT-1", tok) }
 	// Two batches waiting for the product's row, which another transaction
 	// holds, fill the batches in flight.
 	holder, err := pool.Begin(ctx)
@@ -331,12 +289,7 @@ func TestASaleWhoseCallerLeftBeforeItsBatchIsNotWritten(t *testing.T) {
 			return b >= int64(i+1)
 		}, 10*time.Second, 5*time.Millisecond)
 	}
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
-		return n == 2
-	}, 10*time.Second, 5*time.Millisecond, "both batches wait")
+	waitForLockWaits(t, pool, 2, "both batches wait")
 
 	lctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	_, err = l.Sales().RecordSale(lctx, r("left"))
@@ -356,4 +309,56 @@ func TestASaleWhoseCallerLeftBeforeItsBatchIsNotWritten(t *testing.T) {
 	p, err := l.Product(ctx, "LEFT-1")
 	require.NoError(t, err)
 	require.Equal(t, 3, p.Sold)
+}
+
+// saleOf is a reservation of one unit of sku, held for an hour, to sell.
+func saleOf(sku, tok string) db.Reservation {
+	return db.Reservation{Token: tok, SKU: sku, Principal: "p-" + tok, Quantity: 1,
+		ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}
+}
+
+// insertReservation writes r with status into the reservations, as the
+// write-behind does, through q (the pool, or a transaction left open).
+func insertReservation(t *testing.T, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, r db.Reservation, status string) {
+	t.Helper()
+	_, err := q.Exec(context.Background(), `INSERT INTO reservations (token, sku, principal, quantity, status, expires_at, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, r.Token, r.SKU, r.Principal, r.Quantity, status, r.ExpiresAt, r.CreatedAt)
+	require.NoError(t, err)
+}
+
+// insertingReservation opens a transaction that inserts r as held and
+// keeps it open (the write-behind's batch on its way): a sale of r waits
+// for it. The test commits it or it is rolled back.
+func insertingReservation(t *testing.T, pool *pgxpool.Pool, r db.Reservation) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	insertReservation(t, tx, r, db.StatusHeld)
+	return tx
+}
+
+// recordLater sells r in the background; its error comes on the channel.
+func recordLater(l *db.Ledger, r db.Reservation) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Sales().RecordSale(context.Background(), r)
+		done <- err
+	}()
+	return done
+}
+
+// waitForLockWaits waits until n statements of the test's database wait
+// for a lock.
+func waitForLockWaits(t *testing.T, pool *pgxpool.Pool, n int, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var got int
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got))
+		return got == n
+	}, 10*time.Second, 5*time.Millisecond, what)
 }
