@@ -102,19 +102,29 @@ func nextBatch(t *testing.T, f *fakeLedger) int {
 	}
 }
 
+// afterALoneBatch enters one principal, whose batch goes at once, then n
+// more (from p1), which wait for it, and lets the lone batch commit: the
+// batch that comes back finds the n waiting. It returns the channel of the
+// n entries' errors.
+func afterALoneBatch(t *testing.T, e *engine, f *fakeLedger, n int) <-chan error {
+	t.Helper()
+	first := enterMany(e, 0, 1)
+	if got := nextBatch(t, f); got != 1 {
+		t.Fatalf("the lone entry went in a batch of %d", got)
+	}
+	more := enterMany(e, 1, n)
+	waitPending(t, e, n)
+	f.release <- struct{}{}
+	waitAll(t, first, 1)
+	return more
+}
+
 // A lone entry goes at once, in a batch of its own; the entries that come
 // while it commits go together in the next, one batch on its way at a
 // time.
 func TestEntryBatcherGathersWhileABatchCommits(t *testing.T) {
 	e, f := newBatchEngine(t, time.Hour)
-	first := enterMany(e, 0, 1)
-	if n := nextBatch(t, f); n != 1 {
-		t.Fatalf("the lone entry went in a batch of %d", n)
-	}
-	more := enterMany(e, 1, 100)
-	waitPending(t, e, 100)
-	f.release <- struct{}{}
-	waitAll(t, first, 1)
+	more := afterALoneBatch(t, e, f, 100)
 	if n := nextBatch(t, f); n != 100 {
 		t.Fatalf("the 100 entries that came meanwhile went in a batch of %d", n)
 	}
@@ -129,12 +139,7 @@ func TestEntryBatcherGathersWhileABatchCommits(t *testing.T) {
 // entryGatherFew before it leaves (here for as long as it takes).
 func TestEntryBatcherGathersAFewMoreWhenBusy(t *testing.T) {
 	e, f := newBatchEngine(t, time.Hour)
-	first := enterMany(e, 0, 1)
-	nextBatch(t, f)
-	few := enterMany(e, 1, 3)
-	waitPending(t, e, 3)
-	f.release <- struct{}{}
-	waitAll(t, first, 1)
+	few := afterALoneBatch(t, e, f, 3)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, gathering := e.entries.Waiting(struct{}{}); gathering {
 			break
@@ -155,12 +160,7 @@ func TestEntryBatcherGathersAFewMoreWhenBusy(t *testing.T) {
 // A gathering batch leaves after entryGatherWait with what it has.
 func TestEntryBatcherGathersNoLongerThanItsWait(t *testing.T) {
 	e, f := newBatchEngine(t, time.Millisecond)
-	first := enterMany(e, 0, 1)
-	nextBatch(t, f)
-	few := enterMany(e, 1, 3)
-	waitPending(t, e, 3)
-	f.release <- struct{}{}
-	waitAll(t, first, 1)
+	few := afterALoneBatch(t, e, f, 3)
 	if n := nextBatch(t, f); n != 3 {
 		t.Fatalf("the batch had %d entries, want the 3 waiting", n)
 	}
