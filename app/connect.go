@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/internal/cpugate"
 	"github.com/dropline/dropline/internal/tracing"
 )
 
@@ -88,6 +89,9 @@ func connectRedis(ctx context.Context, cfg config.Config, log zerolog.Logger, tp
 	}
 	newEvictionGuard(log.With().Str("component", "redis").Logger()).install(opts)
 	rdb := opts.NewClient()
+	// A request gives its slot of the gate back while it waits for Redis
+	// (server/graphql/priority.go).
+	rdb.AddHook(cpugate.RedisHook{})
 	if tp != nil {
 		if err := redisotel.InstrumentTracing(rdb,
 			redisotel.WithTracerProvider(tracing.ChildOnly(tp)),

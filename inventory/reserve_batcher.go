@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/dropline/dropline/internal/cpugate"
 	"github.com/dropline/dropline/inventory/script"
 	"github.com/dropline/dropline/lua"
 )
@@ -102,8 +103,11 @@ func (e *Engine) reserveInBatch(ctx context.Context, p int, c *reserveCall) (scr
 	if start {
 		// The batch carries the starter's values, not its end: it decides
 		// for every request in it.
-		go e.drainReserves(context.WithoutCancel(ctx), p, q)
+		go e.drainReserves(cpugate.Detach(context.WithoutCancel(ctx)), p, q)
 	}
+	// The batch runs on another goroutine: the caller's slot of the
+	// gate is free meanwhile.
+	defer cpugate.Pause(ctx)()
 	select {
 	case <-c.done:
 		return c.res, c.err

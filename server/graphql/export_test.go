@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
+
+	"github.com/dropline/dropline/internal/cpugate"
 )
 
 // NewHandlerUnshared is NewHandler executing every subscription on its own,
@@ -59,7 +61,10 @@ func NewHandlerGqlgenWebsocket(cfg Config) http.Handler {
 }
 
 // TestGate is a gate the test holds slots of.
-type TestGate struct{ g *gate }
+type TestGate struct {
+	g    *gate
+	held []*cpugate.Ticket
+}
 
 // NewTestGate makes a gate of slots that waits at most wait.
 func NewTestGate(slots int, wait time.Duration, reg prometheus.Registerer) *TestGate {
@@ -67,10 +72,20 @@ func NewTestGate(slots int, wait time.Duration, reg prometheus.Registerer) *Test
 }
 
 // Hold takes a slot as a running operation would.
-func (g *TestGate) Hold() { g.g.slots <- struct{}{} }
+func (g *TestGate) Hold() {
+	t := g.g.cpu.NewTicket()
+	if _, err := t.Acquire(context.Background(), 0); err != nil {
+		panic(err)
+	}
+	g.held = append(g.held, t)
+}
 
-// Release gives a slot back.
-func (g *TestGate) Release() { g.g.release() }
+// Release gives back the slot Hold took first.
+func (g *TestGate) Release() {
+	t := g.held[0]
+	g.held = g.held[1:]
+	t.Leave()
+}
 
 // NewHandlerGated is NewHandler with g as its gate.
 func NewHandlerGated(cfg Config, g *TestGate) http.Handler {

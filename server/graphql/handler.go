@@ -320,8 +320,11 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 
 	var h http.Handler = srv
 	h = newStreamTracker(cfg.Streams, sm).middleware(h)
-	h = limitBody(cfg.Limits.BodyBytes, h)
+	// The gate comes before the token's check, after the body is read
+	// (its slot is for the CPU, and the body tells a commit).
 	h = auth.Middleware(cfg.Verifier, refuseToken)(h)
+	h = g.middleware(h)
+	h = limitBody(cfg.Limits.BodyBytes, h)
 	h = origins.middleware(h)
 	return h
 }

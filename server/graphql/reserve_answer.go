@@ -171,11 +171,13 @@ func (s *reserveAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationCont
 		}
 		m.state, spent = st, true
 	}
-	if s.gate != nil && s.gate.slots != nil {
-		if busy, ok := s.gate.acquire(ctx); !ok {
+	if s.gate != nil && s.gate.cpu != nil {
+		var leave func()
+		var busy *gqlgen.Response
+		if ctx, leave, busy, ok = s.gate.admit(ctx); !ok {
 			return busy, true
 		}
-		defer s.gate.release()
+		defer leave()
 	}
 	var payload *model.ReservePayload
 	fromMemory := false
