@@ -9,6 +9,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vikstrous/dataloadgen"
 
+	"github.com/dropline/dropline/internal/cpugate"
 	"github.com/dropline/dropline/inventory"
 )
 
@@ -141,4 +142,17 @@ func selects(ctx context.Context, path []string, satisfies [][]string) bool {
 		fields = next
 	}
 	return true
+}
+
+// load is l.Load(ctx, key), the request's slot of the gate given back while
+// the loader gathers keys and reads (cpugate.Pause).
+func load[V any](ctx context.Context, l *dataloadgen.Loader[string, V], key string) (V, error) {
+	defer cpugate.Pause(ctx)()
+	return l.Load(ctx, key)
+}
+
+// loadAll is l.LoadAll(ctx, keys), as load.
+func loadAll[V any](ctx context.Context, l *dataloadgen.Loader[string, V], keys []string) ([]V, error) {
+	defer cpugate.Pause(ctx)()
+	return l.LoadAll(ctx, keys)
 }

@@ -22,7 +22,7 @@ func (r *dropResolver) Products(ctx context.Context, obj *model.Drop, first *int
 	if first != nil && (*first < 1 || *first > inventory.MaxDropSKUs) {
 		return nil, queryError(&inventory.InvalidInputError{Field: "first", Reason: fmt.Sprintf("must be between 1 and %d", inventory.MaxDropSKUs)})
 	}
-	d, err := loadersFrom(ctx).drop().Load(ctx, obj.DropID)
+	d, err := load(ctx, loadersFrom(ctx).drop(), obj.DropID)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -33,7 +33,7 @@ func (r *dropResolver) Products(ctx context.Context, obj *model.Drop, first *int
 	if first != nil && *first < len(skus) {
 		skus = skus[:*first]
 	}
-	list, err := loadersFrom(ctx).product().LoadAll(ctx, skus)
+	list, err := loadAll(ctx, loadersFrom(ctx).product(), skus)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -288,7 +288,7 @@ func (r *mutationResolver) EnterDraw(ctx context.Context, input model.EnterDrawI
 
 // Stock is the resolver for the stock field.
 func (r *productResolver) Stock(ctx context.Context, obj *model.Product) (*model.Stock, error) {
-	s, err := loadersFrom(ctx).stock().Load(ctx, obj.Sku)
+	s, err := load(ctx, loadersFrom(ctx).stock(), obj.Sku)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -303,7 +303,7 @@ func (r *productResolver) Drop(ctx context.Context, obj *model.Product) (*model.
 	if obj.DropID == "" {
 		return nil, nil
 	}
-	d, err := loadersFrom(ctx).drop().Load(ctx, obj.DropID)
+	d, err := load(ctx, loadersFrom(ctx).drop(), obj.DropID)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -315,7 +315,7 @@ func (r *productResolver) Drop(ctx context.Context, obj *model.Product) (*model.
 
 // Draw is the resolver for the draw field.
 func (r *productResolver) Draw(ctx context.Context, obj *model.Product) (*model.Draw, error) {
-	d, err := loadersFrom(ctx).draw().Load(ctx, obj.Sku)
+	d, err := load(ctx, loadersFrom(ctx).draw(), obj.Sku)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -350,7 +350,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 		}
 		return p, nil
 	case typeStock:
-		s, err := loadersFrom(ctx).stock().Load(ctx, key)
+		s, err := load(ctx, loadersFrom(ctx).stock(), key)
 		if err != nil {
 			return nil, queryError(err)
 		}
@@ -382,7 +382,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 
 // Product is the resolver for the product field.
 func (r *queryResolver) Product(ctx context.Context, sku string) (*model.Product, error) {
-	p, err := loadersFrom(ctx).product().Load(ctx, sku)
+	p, err := load(ctx, loadersFrom(ctx).product(), sku)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -514,7 +514,7 @@ func (r *queryResolver) Cart(ctx context.Context, token string) (*model.Cart, er
 
 // Drop is the resolver for the drop field.
 func (r *queryResolver) Drop(ctx context.Context, id string) (*model.Drop, error) {
-	d, err := loadersFrom(ctx).drop().Load(ctx, id)
+	d, err := load(ctx, loadersFrom(ctx).drop(), id)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -563,7 +563,7 @@ func (r *queryResolver) WebhookDeliveries(ctx context.Context, endpointID string
 
 // Product is the resolver for the product field.
 func (r *reservationResolver) Product(ctx context.Context, obj *model.Reservation) (*model.Product, error) {
-	p, err := loadersFrom(ctx).product().Load(ctx, obj.Sku)
+	p, err := load(ctx, loadersFrom(ctx).product(), obj.Sku)
 	if err != nil {
 		return nil, internal(err)
 	}

@@ -127,11 +127,12 @@ type Limits struct {
 	// registered. Default DefaultAPQBytesPerAddr.
 	APQBytesPerAddr int64
 	// GateSlots is how many queries and mutations that are not priority
-	// operations (commits and cancels: priority.go) execute at once in this
-	// process; the others wait for a slot, in order, for at most GateWait,
-	// then get SERVER_BUSY. 0 or a negative GateSlots leaves the gate off
-	// (SuggestedGateSlots() is where to start); GateWait defaults to
-	// DefaultGateWait.
+	// operations (commits and cancels: priority.go) are on the CPU at once
+	// in this process (one waiting for Redis, a reserve batch or a loader
+	// gives its slot back meanwhile); the others wait for a slot, in order,
+	// for at most GateWait, then get SERVER_BUSY. 0 or a negative GateSlots
+	// leaves the gate off (SuggestedGateSlots() is where to start); GateWait
+	// defaults to DefaultGateWait.
 	GateSlots int
 	GateWait  time.Duration
 }

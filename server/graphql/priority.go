@@ -26,15 +26,14 @@ const (
 )
 
 // SuggestedGateSlots is GateSlotsPerCPU times GOMAXPROCS, the size to
-// start from when the gate is turned on: the slots bound the goroutines
-// that compete with a commit for each core. On two cores, 16: in the
-// flash-sale rehearsal, 8 slots per process gave the storm's commits about
-// half the latency 16 gave, but a quarter fewer answers per second than 16
-// and a third fewer than no gate (docs/benchmarks.md). The gate is off
-// unless asked for: an operation holds its slot while it waits too (a
-// loader's gathering, the reserve batcher's run), so on a quiet machine 16
-// slots cut stock queries at 50 connections to a third and the storm's
-// answers by a third.
+// start from when the gate is turned on: the slots bound the ordinary
+// requests on the CPU that compete with a commit for each core. On two
+// cores, 16: in the flash-sale rehearsal, 4 slots a process served the
+// storm's commits sooner than 16 but answered the storm more slowly in
+// two rounds of three (docs/benchmarks.md, "A gate for the CPU"). The
+// gate is off unless asked for: on the loaded machine of those rounds, 16
+// slots served the storm's commits sooner in four of six and answered the
+// storm faster in three, slower in two.
 func SuggestedGateSlots() int { return GateSlotsPerCPU * runtime.GOMAXPROCS(0) }
 
 // priorityFields are the mutations that are money, or give units back: an
@@ -50,7 +49,7 @@ var priorityFields = map[string]bool{
 // queue behind all of them. So every query and mutation that is not a
 // priority operation holds one of the gate's slots while it is on the CPU
 // (cpugate): it takes one as it comes in, before its token is checked and
-// its body decoded, gives it back while it waits for Redis or for the
+// its body decoded, gives it back while it waits for Redis, a loader or the
 // engine's reserve batch, and takes one again, ahead of the requests that
 // have not started, when the wait ends. The others wait, parked (not
 // runnable), in the order they came, for at most wait (or until their
