@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -237,14 +238,17 @@ type Engine struct {
 	// scripts of concurrent reserves to Redis together (one write and one
 	// read for a batch instead of one round trip each). Every script still
 	// runs on its own, atomically; only the transport is shared.
-	hot     redis.Scripter
+	hot     hotClient
 	ledger  *db.Ledger
 	keys    Keys
 	scripts map[string]*redis.Script
-	log     zerolog.Logger
-	rebuild singleflight.Group
-	metrics *metrics
-	batches reserveBatcher
+	// functions are the scripts run as Redis functions (lua.Functions), by
+	// script name.
+	functions map[string]function
+	log       zerolog.Logger
+	rebuild   singleflight.Group
+	metrics   *metrics
+	batches   reserveBatcher
 	// tracer is nil when tracing is off (Config.Tracer).
 	tracer trace.Tracer
 	// core is what the engine hands its aggregates (newCore).
@@ -305,6 +309,14 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 		}
 		e.scripts[name] = redis.NewScript(src)
 	}
+	e.functions = map[string]function{}
+	for _, name := range lua.Functions {
+		code, fn, err := lua.Function(name)
+		if err != nil {
+			return nil, err
+		}
+		e.functions[name] = function{name: fn, code: code}
+	}
 	if err := checkLayout(ctx, rdb, e.keys); err != nil {
 		return nil, err
 	}
@@ -314,8 +326,11 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 	return e, nil
 }
 
-// LoadScripts loads every script into Redis. Running by SHA recovers from a
-// SCRIPT FLUSH on its own; this exists for start-up and readiness.
+// LoadScripts loads every script into Redis, and the functions into every
+// primary (a replica has them from its primary, before and after a
+// failover). Running by SHA recovers from a SCRIPT FLUSH on its own, and a
+// function's call from a Redis that lost it (a new server, FUNCTION FLUSH)
+// by loading again; this exists for start-up and readiness.
 func (e *Engine) LoadScripts(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
 		for name, s := range e.scripts {
@@ -326,28 +341,82 @@ func (e *Engine) LoadScripts(ctx context.Context) error {
 		return nil
 	}
 	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+		if err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }); err != nil {
+			return err
+		}
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return e.loadFunctions(ctx, c) })
 	}
-	return load(ctx, e.rdb)
+	if err := load(ctx, e.rdb); err != nil {
+		return err
+	}
+	return e.loadFunctions(ctx, e.rdb)
 }
 
-// Ping reports whether Redis answers and the scripts are loaded, for readiness.
+// loadFunctions loads the engine's functions into one Redis: a library
+// loaded already (by another instance of the same build) is left as it is.
+func (e *Engine) loadFunctions(ctx context.Context, c redis.Cmdable) error {
+	for name, f := range e.functions {
+		if err := c.FunctionLoad(ctx, f.code).Err(); err != nil && !isLoadedAlready(err) {
+			return fmt.Errorf("loading function %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Ping reports whether Redis answers and the scripts are loaded, for
+// readiness: reserve.lua's function, which a Redis that lost it (a new
+// server) gets again.
 func (e *Engine) Ping(ctx context.Context) error {
-	s := e.scripts[lua.Reserve]
-	check := func(ctx context.Context, c redis.Scripter) error {
-		ok, err := c.ScriptExists(ctx, s.Hash()).Result()
+	f := e.functions[lua.Reserve]
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: f.name}).Result()
 		if err != nil {
 			return err
 		}
-		if len(ok) == 0 || !ok[0] {
-			return s.Load(ctx, c).Err()
+		if len(libs) == 0 {
+			return e.loadFunctions(ctx, c)
 		}
 		return nil
 	}
 	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	}
 	return check(ctx, e.rdb)
+}
+
+// function is a script the engine runs as a Redis function (lua.Function):
+// the function's name and its library's code.
+type function struct {
+	name, code string
+}
+
+// hotClient is what reserve.lua's calls go through: the client, or its
+// autopipeliner.
+type hotClient interface {
+	redis.Scripter
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+}
+
+// isLoadedAlready says a FUNCTION LOAD found its library there.
+func isLoadedAlready(err error) bool {
+	return redis.HasErrorPrefix(err, "Library ") && strings.Contains(err.Error(), "already exists")
+}
+
+// isNoFunction says an FCALL found no such function: the Redis lost it, or
+// never had it (a new server, FUNCTION FLUSH).
+func isNoFunction(err error) bool { return redis.HasErrorPrefix(err, "Function not found") }
+
+// fcall runs function f through c, loading the functions once more when the
+// Redis has lost them.
+func (e *Engine) fcall(ctx context.Context, c hotClient, f function, keys []string, args []any) *redis.Cmd {
+	cmd := c.FCall(ctx, f.name, keys, args...)
+	if err := cmd.Err(); err != nil && isNoFunction(err) {
+		if lerr := e.LoadScripts(ctx); lerr != nil {
+			return cmd
+		}
+		cmd = c.FCall(ctx, f.name, keys, args...)
+	}
+	return cmd
 }
 
 // Keys exposes the key layout to the worker group and to tests.
@@ -376,7 +445,7 @@ func (e *Engine) Config() Config { return e.cfg }
 // ErrUnavailable with its cause.
 func (e *Engine) run(ctx context.Context, call script.Call) (_ script.Reply, err error) {
 	name, keys, args := call.Script, call.Keys, call.Argv
-	var c redis.Scripter = e.rdb
+	var c hotClient = e.rdb
 	if name == lua.Reserve {
 		c = e.hot
 	} else if e.tracer != nil {
@@ -384,7 +453,12 @@ func (e *Engine) run(ctx context.Context, call script.Call) (_ script.Reply, err
 		ctx, span = e.startScript(ctx, name)
 		defer func() { endSpan(span, err) }()
 	}
-	res, err := e.scripts[name].Run(ctx, c, keys, args...).Slice()
+	var res []any
+	if f, ok := e.functions[name]; ok {
+		res, err = e.fcall(ctx, c, f, keys, args).Slice()
+	} else {
+		res, err = e.scripts[name].Run(ctx, c, keys, args...).Slice()
+	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err
@@ -483,9 +557,22 @@ func (e *Engine) runReplicated(ctx context.Context, call script.Call) (script.Re
 		return out, n, nil
 	}
 	start := time.Now()
-	out, n, err := exec(func(p redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, p, keys, args...) })
-	if err != nil && isNoScript(err) {
-		out, n, err = exec(func(p redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, p, keys, args...) })
+	var out []any
+	var n int64
+	var err error
+	if f, ok := e.functions[name]; ok {
+		fcall := func(p redis.Pipeliner) *redis.Cmd { return p.FCall(ctx, f.name, keys, args...) }
+		out, n, err = exec(fcall)
+		if err != nil && isNoFunction(err) {
+			if err = e.LoadScripts(ctx); err == nil {
+				out, n, err = exec(fcall)
+			}
+		}
+	} else {
+		out, n, err = exec(func(p redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, p, keys, args...) })
+		if err != nil && isNoScript(err) {
+			out, n, err = exec(func(p redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, p, keys, args...) })
+		}
 	}
 	if err != nil && out == nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

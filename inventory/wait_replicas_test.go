@@ -65,9 +65,17 @@ func TestWaitForReplicas(t *testing.T) {
 	}
 	require.Zero(t, short())
 
+	// The replica has reserve.lua's function from its primary: promoted, it
+	// runs reserves without loading anything.
+	libs, err := onReplica.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "dropline_reserve_*"}).Result()
+	require.NoError(t, err)
+	require.Len(t, libs, 1, "the replica has the primary's functions")
+
 	// After a failover the new primary may not have the scripts: NOSCRIPT
-	// is answered by EVAL in the same pipeline shape.
+	// is answered by EVAL in the same pipeline shape, and a function not
+	// found by loading the functions and calling again.
 	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	require.NoError(t, rdb.FunctionFlush(ctx).Err())
 	_, err = e.Reserve(ctx, buyer(8), inventory.ReserveRequest{SKU: "WAIT-1", Quantity: 1})
 	require.NoError(t, err)
 
