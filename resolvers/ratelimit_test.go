@@ -14,7 +14,8 @@ import (
 	"github.com/dropline/dropline/server/graphql"
 )
 
-// scriptRuns counts the scripts a client sends to Redis (EVALSHA and EVAL),
+// scriptRuns counts the scripts a client sends to Redis (EVALSHA, EVAL and
+// FCALL: reserve.lua runs as a function),
 // alone or in pipelines.
 type scriptRuns struct{ n *atomic.Int64 }
 
@@ -37,7 +38,7 @@ func (c scriptRuns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 func (c scriptRuns) count(cmd redis.Cmder) {
-	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "fcall" {
 		c.n.Add(1)
 	}
 }

@@ -28,7 +28,7 @@ var layers = map[string]int{
 	"internal/requestid": 0, "internal/startstop": 0, "internal/testsignal": 0, "internal/tracing": 0,
 	"internal/websocket": 0, "internal/wsclient": 0, "internal/webhooktest": 0, "auth": 0,
 	"graph/model": 0, "server/static": 0, "internal/archtest": 0, "internal/otlpreceiver": 0,
-	"internal/batch": 0,
+	"internal/batch": 0, "internal/cpugate": 0,
 	// Built on the leaves only.
 	"inventory/policy": 1, "db": 1, "graph": 1, "server/playground": 1, "server/shop": 1, "server": 1,
 	// Built on the ledger.
