@@ -355,7 +355,9 @@ local function may_take(path, base, s, who, qty, now, drop_qty, memo)
     return { r[1], r[2], r[3] }
   end
   local d
-  for _, limit in ipairs(policy_limits[path]) do
+  local limits = policy_limits[path]
+  for li = 1, #limits do
+    local limit = limits[li]
     if limit == 'pass' then
       if policy_pass[mode] then
         local no = pass_check(base, s, who, now)

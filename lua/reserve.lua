@@ -59,15 +59,16 @@
 -- last unit. Each request runs every check before its first write, because
 -- Redis does not roll a script back, and sees the writes of the requests
 -- before it: the batch decides exactly what the same requests run one after
--- the other would. A request's writes (quota, hold, expiry, event) are
+-- the other would. A request's own writes (quota, hold, event) are
 -- complete before the next request starts, so an error in a later request
 -- leaves every earlier one whole, and fails that request alone (ERR): the
--- callers of the others get their answers. Only a SKU's stock hash and its
--- announcement are shared: the hash is read once per run, by the first
--- request of its SKU that gets that far; each request checks and deducts on
--- the run's copy of the counters; and each SKU the batch changed is written
--- and announced once, after the last request (nothing else runs meanwhile,
--- and nothing the requests do reads those counters in Redis). A retried
+-- callers of the others get their answers. What the requests share is
+-- written once, after the last request (nothing else runs meanwhile, and
+-- nothing the requests do reads it in Redis): the expiry set, one ZADD of
+-- every hold the run made; and each SKU's stock hash and announcement: the
+-- hash is read once per run, by the first request of its SKU that gets that
+-- far, each request checks and deducts on the run's copy of the counters,
+-- and each SKU the batch changed is written and announced once. A retried
 -- batch (same tokens) replays the holds it made.
 --
 -- A request that carries its principal's budget spends it here, first, as
@@ -99,6 +100,20 @@ local exact_seq = 9007199254740992
 -- each request's hold. made holds the tokens of the holds this run made, so
 -- that a later request of the same token finds its hold as before.
 local retried, made = false, {}
+
+-- expiries is the expiry set's scores and members of the holds this run
+-- made (exp, token, exp, token ...), added by one ZADD after the last
+-- request: nothing a request does reads the set, and a request's error
+-- (pcall) stops no later write of the run, so every hold made gets its
+-- entry as it did when each request added its own. The first hold's are
+-- kept in first_exp and first_token, and the table made only for a second
+-- (a batch of one makes none).
+local first_exp, first_token, expiries = nil, nil, nil
+
+-- exp_text is the expiry, as text, of the last hold this run made, which
+-- lasted exp_text_ms: the run's requests share one clock and mostly ask one
+-- duration, so the expiry is mostly printed once a run.
+local exp_text, exp_text_ms = nil, nil
 
 -- exact reports whether a copy's sequence is one a Lua number holds
 -- exactly: below 2^53 (it starts at a rebuild's time in microseconds).
@@ -224,7 +239,11 @@ local function reserve_new(ki, ai, qty, qty_s, hold_ms, tp)
   -- The hold's fields idem and fp are left out when empty (every reader
   -- takes a missing one as empty): two fields fewer in the common hold.
   local exp = now + hold_ms
-  local exp_s = string.format('%d', exp)
+  local exp_s = exp_text
+  if hold_ms ~= exp_text_ms then
+    exp_s = string.format('%d', exp)
+    exp_text, exp_text_ms = exp_s, hold_ms
+  end
   if fp == '' and idem == '' then
     redis.call('HSET', hold, 'sku', sku, 'who', who, 'qty', qty_s, 'st', 'HELD', 'exp', exp_s, 'ctd', now_s, 'gen', st.gen)
   else
@@ -233,7 +252,14 @@ local function reserve_new(ki, ai, qty, qty_s, hold_ms, tp)
   end
   made[token] = true
   redis.call('HINCRBY', quota, who, qty_s)
-  redis.call('ZADD', expiry, exp_s, token)
+  if expiries then
+    expiries[#expiries + 1] = exp_s
+    expiries[#expiries + 1] = token
+  elseif first_exp then
+    expiries = { first_exp, first_token, exp_s, token }
+  else
+    first_exp, first_token = exp_s, token
+  end
   spend_pass(base, view, who, now, token, outbox)
   if exact(st) then
     st.avail, st.held, st.seq, st.moved = st.avail - qty, st.held + qty, st.seq + 1, true
@@ -361,6 +387,11 @@ for i = 0, n - 1 do
     changed[sku_key] = true
     order[#order + 1] = { sku_key, channel, ARGV[ai] }
   end
+end
+if expiries then
+  redis.call('ZADD', expiry, unpack(expiries))
+elseif first_exp then
+  redis.call('ZADD', expiry, first_exp, first_token)
 end
 -- Each SKU the run changed: first every counter written, then each SKU
 -- announced, by publish_stock from the run's copy when its sequence is
