@@ -376,18 +376,22 @@ func contextWithTimeout(t *testing.T, d time.Duration) context.Context {
 // a shared subscription costs the server one goroutine (its reader), on
 // either protocol; keep-alives, timeouts and writes are shared. The clients
 // here are raw sockets that hold no goroutine, so every goroutine counted
-// is the server's.
+// is the server's. Its heap is small too: net/http's buffers of the
+// connection are let go once it is upgraded.
 func TestIdleSubscribersHoldOneGoroutineEach(t *testing.T) {
 	e := setupLive(t, live.HubConfig{}, func(c *graphql.Config) { c.Streams.ConnsPerIP = 1000 })
 	e.CreateProduct(t, map[string]any{"sku": "IDLE-1", "stock": 5})
 	const n = 200
-	settle := func() int {
+	var ms runtime.MemStats
+	settle := func() (int, uint64) {
 		runtime.GC()
-		return runtime.NumGoroutine()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return runtime.NumGoroutine(), ms.HeapInuse
 	}
 	warm := dialRaw(t, e.wsURL, wsclient.TransportWS)
 	warm.subscribe(t, "IDLE-1")
-	before := settle()
+	before, heapBefore := settle()
 	for i := range n {
 		proto := wsclient.TransportWS
 		if i%2 == 1 {
@@ -395,9 +399,15 @@ func TestIdleSubscribersHoldOneGoroutineEach(t *testing.T) {
 		}
 		dialRaw(t, e.wsURL, proto).subscribe(t, "IDLE-1")
 	}
-	after := settle()
-	t.Logf("%d idle subscribers: goroutines %d -> %d (%.2f each)", n, before, after, float64(after-before)/n)
+	after, heapAfter := settle()
+	perHeap := (float64(heapAfter) - float64(heapBefore)) / n
+	t.Logf("%d idle subscribers: goroutines %d -> %d (%.2f each), heap in use %.0f bytes each",
+		n, before, after, float64(after-before)/n, perHeap)
 	require.LessOrEqual(t, after-before, n+4, "more than one goroutine per idle subscriber")
+	// Both ends are in this process (the raw client's reader is 4 KiB of
+	// it). net/http's 4 KiB reader and 4 KiB writer of the connection,
+	// which it points at for as long as the handler runs, made it 20 KiB.
+	require.LessOrEqual(t, perHeap, 16384.0, "an idle subscriber holds more heap than it should: net/http's buffers of its connection?")
 }
 
 // rawWSClient is a websocket client without goroutines: its test reads
