@@ -413,12 +413,15 @@ type Config struct {
 	// (DROPLINE_STREAM_WRITE_TIMEOUT). Default: 10s.
 	StreamWriteTimeout time.Duration
 
-	// LiveInterval is the shortest time between two deliveries of one SKU's
-	// stock to a live subscriber (DROPLINE_LIVE_INTERVAL): the first change
-	// after a quiet interval goes out at once, the changes within it are
-	// coalesced into one delivery of the newest when it ends. Default:
-	// 100ms; between 1ms and 1s. Shorter is fresher and costs more CPU
-	// while a watched SKU changes fast (a write per watcher per delivery).
+	// LiveInterval bounds the pacing of one SKU's stock to live subscribers
+	// (DROPLINE_LIVE_INTERVAL). Pacing is self-clocked: a change goes out
+	// at once when the SKU's previous value has reached every subscriber
+	// (and a fifth of the interval has passed since it went out, more when
+	// that fan-out took long), else the newest goes out as soon as it has;
+	// a change never waits more than the interval for a slow subscriber.
+	// Default: 100ms; between 1ms and 1s. Shorter is fresher and costs
+	// more CPU while a watched SKU changes fast (a write per watcher per
+	// delivery).
 	LiveInterval time.Duration
 
 	// WebhookTimeout bounds one delivery attempt to one webhook endpoint

@@ -12,7 +12,7 @@
 //	shard p07 (one pub/sub connection per partition, ≤ 16 per process)
 //	                               │  receive goroutine: parse, drop if seq <= known
 //	                               ▼
-//	feed <sku>: newest value, seq, pacing ──flush (≤ 1 per Interval)──▶ mailboxes
+//	feed <sku>: newest value, seq, pacing ──flush (self-clocked)──▶ mailboxes
 //	                                                                     │ overwrite, never wait
 //	subscriber: 1 slot per SKU + goroutine ──send at the reader's pace──▶ <-chan inventory.Stock
 //
@@ -25,13 +25,32 @@
 //
 // # Pacing and the last value
 //
-// Per SKU, the first change after a quiet Interval (100 ms by default) is
-// delivered at once; changes within the Interval are coalesced and the newest
-// is delivered when it ends (a trailing flush by one flusher goroutine for all
-// SKUs). The last value is therefore always delivered, at most Interval after
-// the change plus the fan-out time. Pacing is per SKU: a subscription of 50
-// SKUs may receive 50 values per Interval. The server takes the Interval from
-// its configuration (config.Config.LiveInterval).
+// Per SKU, pacing is self-clocked: a change goes out at once when the SKU's
+// previous fan-out is finished, that is when every subscriber has handed the
+// previous value to its reader (a feed counts the subscribers that still owe
+// one). A change that comes while the fan-out is still going is coalesced
+// with any later ones, and the newest goes out as soon as the fan-out
+// finishes. Two bounds keep this from saturating a small machine or waiting
+// on one slow reader:
+//
+//   - a minimum gap between two flushes of a SKU: 4 times the time its last
+//     fan-out took (so a SKU's fan-out runs at most a fifth of the time,
+//     however fast it changes), never less than MinInterval (Interval/5,
+//     20 ms by default) and never more than Interval;
+//   - Interval (100 ms by default) as the upper bound: a change waits at most
+//     Interval after the previous flush even when a subscriber has not taken
+//     the previous value yet (its mailbox slot is overwritten, as always).
+//
+// The last value is therefore always delivered, at most Interval after the
+// change plus the fan-out time, and at once for a SKU whose subscribers keep
+// up. A GraphQL subscription shared by thousands of clients is one
+// subscriber of the hub, which takes each value in a fraction of a
+// millisecond, so a hot SKU's changes reach the transport as they come; the
+// transport's own writers coalesce per connection (server/graphql). Pacing
+// is per SKU: a subscription of 50 SKUs may receive 50 values at once. The
+// server takes the Interval from its configuration
+// (config.Config.LiveInterval). A trailing flush (a change that must wait)
+// is queued with one flusher goroutine for all SKUs.
 //
 // # Never blocking on a client
 //
@@ -87,8 +106,10 @@
 //     number of identical client subscriptions (server/graphql, shared
 //     subscriptions), so a hot SKU's browsers cost the hub one.
 //   - Fan-out is CPU work proportional to subscribers x deliveries: 2,000
-//     subscribers of one SKU at the default 100 ms is 20,000 sends a second.
-//     A much smaller Interval saturates a small machine; see the figures in
+//     subscribers of one SKU that all keep up, at the 20 ms minimum gap, are
+//     up to 100,000 sends a second; the gap grows with the fan-out's own
+//     span (4 times it), so a large fan-out paces itself towards Interval. A
+//     much smaller Interval saturates a small machine; see the figures in
 //     TestHotSKUFanout.
 //   - Delivery latency is measured from the announcement's timestamp, taken
 //     from Redis's clock in whole milliseconds, to the send: clock skew

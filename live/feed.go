@@ -2,6 +2,7 @@ package live
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dropline/dropline/inventory"
@@ -30,6 +31,16 @@ type feed struct {
 	force     bool // deliver cur even to subscribers that already have it
 	scheduled bool // a trailing flush is queued with the flusher
 	lastFlush time.Time
+
+	// Self-clocking (see maybeFlush). owed counts the subscribers that
+	// were offered a value of the SKU and have not yet handed it to their
+	// reader; when it falls to zero the last fan-out is finished, and
+	// fanning says a flush is waiting for that (so its span is measured).
+	// gap is the least time between two flushes that the last fan-out's
+	// span asks for.
+	owed    atomic.Int64
+	fanning bool
+	gap     time.Duration
 
 	// confirmed is set when Redis first confirms the SKU's subscription; a
 	// later confirmation means the connection was rebuilt, so messages may
@@ -90,16 +101,59 @@ func (f *feed) set(h *Hub, s inventory.Stock, live bool) {
 	f.dirty = true
 }
 
-// maybeFlush delivers at once when the SKU's interval has passed (the
-// leading edge of a burst) and otherwise queues the trailing flush.
+// maybeFlush delivers cur now or queues it. Pacing is self-clocked: a
+// change goes out at once when the SKU's previous fan-out is finished
+// (every subscriber handed the previous value to its reader) and at least
+// the gap since the previous flush has passed; a change that comes sooner
+// is coalesced with any later ones and goes out, the newest, as soon as
+// both hold (drained), or at the latest Interval after the previous flush,
+// even if a subscriber still holds the previous value (a slow reader holds
+// up nobody for longer than the Interval).
 func (f *feed) maybeFlush(h *Hub, now time.Time) {
 	if f.scheduled {
 		return
 	}
-	if next := f.lastFlush.Add(h.cfg.Interval); now.Before(next) {
+	due := f.lastFlush.Add(h.cfg.Interval)
+	if f.owed.Load() == 0 {
+		due = f.lastFlush.Add(f.gap)
+	}
+	if now.Before(due) {
 		f.scheduled = true
-		h.scheduleFlush(f, next)
+		h.scheduleFlush(f, due)
 		return
+	}
+	f.flush(h, now)
+}
+
+// drained is called when the last subscriber owing a value of the SKU
+// handed it to its reader: the fan-out is finished. Its span sets the gap
+// to the next flush, 4 times the span (so a SKU's fan-out takes at most a
+// fifth of the time, however fast its changes come), never below
+// MinInterval nor above Interval; a change waiting for it goes out when
+// the gap has passed.
+func (f *feed) drained(h *Hub) {
+	now := time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.owed.Load() != 0 {
+		return // offered again since
+	}
+	if f.fanning {
+		f.fanning = false
+		f.gap = min(max(4*now.Sub(f.lastFlush), h.cfg.MinInterval), h.cfg.Interval)
+	}
+	if !f.dirty {
+		return
+	}
+	due := f.lastFlush.Add(f.gap)
+	if now.Before(due) {
+		f.scheduled = true
+		h.scheduleFlush(f, due) // moves a queued Interval flush earlier
+		return
+	}
+	if f.scheduled {
+		h.unscheduleFlush(f)
+		f.scheduled = false
 	}
 	f.flush(h, now)
 }
@@ -122,6 +176,13 @@ func (f *feed) flush(h *Hub, now time.Time) {
 	}
 	f.dirty, f.force = false, false
 	f.lastFlush = now
+	f.fanning = true
+	if f.owed.Load() == 0 {
+		// Nobody was offered anything (no subscriber, or all had the
+		// value): the fan-out is over already.
+		f.fanning = false
+		f.gap = h.cfg.MinInterval
+	}
 }
 
 // offerCurrent gives a new subscriber the feed's current value.

@@ -25,10 +25,16 @@ const DefaultInterval = 100 * time.Millisecond
 
 // HubConfig tunes the hub. Zero values take the defaults named on each field.
 type HubConfig struct {
-	// Interval is the shortest time between two deliveries of one SKU to a
-	// subscriber; changes in between are coalesced and the last one is always
-	// delivered when the interval ends. Default DefaultInterval.
+	// Interval is the longest a change of a SKU waits for the SKU's
+	// previous fan-out to finish (every subscriber to hand the previous
+	// value to its reader) before it is delivered anyway; changes in
+	// between are coalesced and the last one is always delivered. Default
+	// DefaultInterval.
 	Interval time.Duration
+	// MinInterval is the shortest time between two deliveries of one SKU;
+	// the gap grows with the time the SKU's last fan-out took (4 times it),
+	// up to Interval. Default Interval/5; at most Interval.
+	MinInterval time.Duration
 	// MaxSKUs caps the SKUs of one subscription; default 50.
 	MaxSKUs int
 	// StallTimeout is how long a subscriber may leave a value unread before it
@@ -58,6 +64,10 @@ func (c *HubConfig) setDefaults() {
 	if c.Interval <= 0 {
 		c.Interval = DefaultInterval
 	}
+	if c.MinInterval <= 0 {
+		c.MinInterval = c.Interval / 5
+	}
+	c.MinInterval = min(c.MinInterval, c.Interval)
 	if c.MaxSKUs <= 0 {
 		c.MaxSKUs = 50
 	}
@@ -188,8 +198,10 @@ func (h *Hub) Start(ctx context.Context) error {
 }
 
 // Subscribe watches the stock of skus. The channel first carries the current
-// value of each SKU, then its changes, at most one per SKU every Interval and
-// always the last one. It closes when ctx is done, when the hub stops, or
+// value of each SKU, then its changes: at once when the SKU's previous value
+// has reached every subscriber, else the newest when it has (or when
+// Interval has passed), never two within MinInterval, and always the last
+// one. It closes when ctx is done, when the hub stops, or
 // when the reader leaves a value unread for StallTimeout.
 //
 // Errors: *inventory.InvalidInputError for an empty list, a malformed SKU or
@@ -314,6 +326,7 @@ func (h *Hub) attach(s *subscriber) (feeds []*feed, created []string, ok bool) {
 			h.m.skus.Inc()
 			created = append(created, sku)
 		}
+		s.slots[i].feed = f // before a flush can offer it anything
 		f.mu.Lock()
 		f.subs[s] = i
 		f.idleSince = time.Time{}
@@ -357,6 +370,13 @@ func (h *Hub) scheduleFlush(f *feed, t time.Time) {
 	h.flushAt[f] = t
 	h.flushMu.Unlock()
 	kick(h.flushKick)
+}
+
+// unscheduleFlush forgets a queued flush of f (f.mu is held).
+func (h *Hub) unscheduleFlush(f *feed) {
+	h.flushMu.Lock()
+	delete(h.flushAt, f)
+	h.flushMu.Unlock()
 }
 
 // runFlusher delivers the trailing value of every SKU whose interval has

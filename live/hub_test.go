@@ -390,8 +390,8 @@ func TestBurstIsCoalesced(t *testing.T) {
 			t.Logf("%s: %d reserves in %s -> %d deliveries, %.0f messages received, %.0f coalesced",
 				backend, reserves, burst.Round(time.Millisecond), deliveries,
 				b.metric(t, "dropline_live_messages_received_total"), b.metric(t, "dropline_live_coalesced_total"))
-			// One delivery per interval at most, plus the leading edge.
-			require.LessOrEqual(t, deliveries, int(burst/b.cfg.Interval)+3)
+			// One delivery per MinInterval at most, plus the leading edge.
+			require.LessOrEqual(t, deliveries, int(burst/b.cfg.MinInterval)+3)
 			require.Less(t, deliveries, reserves/10)
 			require.Positive(t, b.metric(t, "dropline_live_coalesced_total"))
 
@@ -566,24 +566,21 @@ func TestRedisRestart(t *testing.T) {
 }
 
 // TestQuietSKUIsDeliveredAtOnce: the first change of a SKU that was quiet
-// for an Interval reaches the subscriber at once, not at the end of an
-// Interval (the leading edge); a change right after it waits for the
-// Interval's end (at most one delivery per Interval), and is delivered then
-// (the last value always is). The Interval is long, so that "at once" and
-// "at the end" cannot be mistaken for each other.
+// reaches the subscriber at once; a change right after it waits only for
+// the first to reach every subscriber and for MinInterval, not for the
+// Interval's end (self-clocked pacing), and the last value always arrives.
+// The Interval is long, so that "at once" and "at the end" cannot be
+// mistaken for each other.
 func TestQuietSKUIsDeliveredAtOnce(t *testing.T) {
 	t.Parallel()
-	const interval = 2 * time.Second
-	b := setupBackend(t, testenv.Backends[0], live.HubConfig{Interval: interval})
+	const interval, minInterval = 2 * time.Second, 100 * time.Millisecond
+	b := setupBackend(t, testenv.Backends[0], live.HubConfig{Interval: interval, MinInterval: minInterval})
 	b.product(t, "QUIET", 10)
 	ch, err := b.hub.Subscribe(b.ctx, []string{"QUIET"})
 	require.NoError(t, err)
 	c := collect(ch)
-	subscribed := time.Now()
 	b.waitConverged(t, c, "QUIET")
-	// The subscription's own first value counts as a delivery: let an
-	// Interval pass without changes, so the SKU is quiet.
-	time.Sleep(time.Until(subscribed.Add(interval + 100*time.Millisecond)))
+	time.Sleep(2 * minInterval)
 
 	before := time.Now()
 	_, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "QUIET", Quantity: 1})
@@ -598,16 +595,69 @@ func TestQuietSKUIsDeliveredAtOnce(t *testing.T) {
 	_, err = b.engine.Reserve(b.ctx, buyer(2), inventory.ReserveRequest{SKU: "QUIET", Quantity: 1})
 	require.NoError(t, err)
 	second := b.truth(t, "QUIET")
-	c.waitFor(t, 2*interval, func() bool {
+	took = c.waitFor(t, interval/2, func() bool {
 		v, ok := c.lastOf("QUIET")
 		return ok && same(v, second)
-	}, "the change after it was never delivered")
+	}, "the change after it waited for the Interval although its subscriber had taken the first")
+	t.Logf("the change right after it delivered %s after its reserve returned", took.Round(time.Millisecond))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.got {
 		if same(r.v, second) {
-			require.GreaterOrEqual(t, r.at.Sub(before), interval, "two deliveries within one Interval")
+			require.GreaterOrEqual(t, r.at.Sub(before), minInterval, "two deliveries within MinInterval")
 		}
 	}
 	require.Equal(t, 8, second.Available)
+}
+
+// TestSlowReaderHoldsASKUBackAtMostAnInterval: a subscriber that does not
+// take its SKU's value keeps the SKU's fan-out from finishing, so the next
+// change waits, but for the Interval at most: the other subscribers then
+// get it, and the slow one holds only the newest value.
+func TestSlowReaderHoldsASKUBackAtMostAnInterval(t *testing.T) {
+	t.Parallel()
+	const interval, minInterval = time.Second, 50 * time.Millisecond
+	b := setupBackend(t, testenv.Backends[0], live.HubConfig{Interval: interval, MinInterval: minInterval})
+	b.product(t, "SLOWREADER", 10)
+	ch, err := b.hub.Subscribe(b.ctx, []string{"SLOWREADER"})
+	require.NoError(t, err)
+	c := collect(ch)
+	b.waitConverged(t, c, "SLOWREADER")
+	slow, err := b.hub.Subscribe(b.ctx, []string{"SLOWREADER"}) // never read until the end
+	require.NoError(t, err)
+	time.Sleep(interval + 100*time.Millisecond) // past the Interval since the last flush
+
+	_, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "SLOWREADER", Quantity: 1})
+	require.NoError(t, err)
+	first := b.truth(t, "SLOWREADER")
+	c.waitFor(t, interval/2, func() bool {
+		v, ok := c.lastOf("SLOWREADER")
+		return ok && same(v, first)
+	}, "a change more than an Interval after the last flush was held back")
+	delivered := time.Now()
+
+	_, err = b.engine.Reserve(b.ctx, buyer(2), inventory.ReserveRequest{SKU: "SLOWREADER", Quantity: 1})
+	require.NoError(t, err)
+	second := b.truth(t, "SLOWREADER")
+	c.waitFor(t, 2*interval, func() bool {
+		v, ok := c.lastOf("SLOWREADER")
+		return ok && same(v, second)
+	}, "the change was never delivered")
+	c.mu.Lock()
+	for _, r := range c.got {
+		if same(r.v, second) {
+			require.GreaterOrEqual(t, r.at.Sub(delivered), interval-100*time.Millisecond,
+				"a change went out before the slow subscriber took the previous one and before the Interval")
+		}
+	}
+	c.mu.Unlock()
+
+	// The value in the slow subscriber's hand was kept fresh: it reads the
+	// newest at once.
+	select {
+	case v := <-slow:
+		require.True(t, same(v, second), "the slow subscriber's value is not the newest")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow subscriber never got a value")
+	}
 }

@@ -32,6 +32,11 @@ type slot struct {
 	// offered twice (a flush and a snapshot) is delivered once.
 	last    inventory.Stock
 	hasLast bool
+	// owed says a value was offered that the reader has not been handed
+	// yet (pending, or in the goroutine's hand); feed counts it in its
+	// owed, so that it knows when its fan-out is finished.
+	owed bool
+	feed *feed
 }
 
 func newSubscriber(h *Hub, skus []string) *subscriber {
@@ -56,6 +61,10 @@ func (s *subscriber) offer(i int, v inventory.Stock, live, force bool) {
 	}
 	sl.val, sl.live, sl.pending = v, live, true
 	sl.last, sl.hasLast = v, true
+	if !sl.owed && sl.feed != nil {
+		sl.owed = true
+		sl.feed.owed.Add(1)
+	}
 	s.mu.Unlock()
 	kick(s.wake)
 }
@@ -88,6 +97,38 @@ func (s *subscriber) takeSlot(i int) (inventory.Stock, bool, bool) {
 	return sl.val, sl.live, true
 }
 
+// settle is called when the reader was handed a value of SKU i: unless a
+// newer one is pending, the subscriber owes its feed nothing more, and the
+// last one to settle tells the feed its fan-out is finished.
+func (s *subscriber) settle(i int) {
+	s.mu.Lock()
+	sl := &s.slots[i]
+	f := sl.feed
+	done := sl.owed && !sl.pending
+	if done {
+		sl.owed = false
+	}
+	s.mu.Unlock()
+	if done && f.owed.Add(-1) == 0 {
+		f.drained(s.h)
+	}
+}
+
+// settleAll releases whatever the subscriber still owes, when it leaves.
+func (s *subscriber) settleAll() {
+	for i := range s.slots {
+		s.mu.Lock()
+		sl := &s.slots[i]
+		f := sl.feed
+		done := sl.owed
+		sl.owed, sl.pending = false, false
+		s.mu.Unlock()
+		if done && f.owed.Add(-1) == 0 {
+			f.drained(s.h)
+		}
+	}
+}
+
 // run delivers the mailbox until ctx (the caller's) is done, the hub stops or
 // the caller stalls; then it leaves the feeds and closes the channel.
 func (s *subscriber) run(ctx context.Context) {
@@ -95,6 +136,7 @@ func (s *subscriber) run(ctx context.Context) {
 	defer h.wg.Done()
 	defer close(s.out)
 	defer h.m.subscriptions.Dec()
+	defer s.settleAll()
 	defer h.detach(s)
 
 	stall := time.NewTimer(h.cfg.StallTimeout)
@@ -118,6 +160,7 @@ func (s *subscriber) run(ctx context.Context) {
 		select {
 		case s.out <- v:
 			s.delivered(v, live)
+			s.settle(i)
 			continue
 		default:
 		}
@@ -130,6 +173,7 @@ func (s *subscriber) run(ctx context.Context) {
 			case s.out <- v:
 				stall.Stop()
 				s.delivered(v, live)
+				s.settle(i)
 				break wait
 			case <-s.wake:
 				// A newer value of the SKU in hand replaces it. Values of

@@ -87,7 +87,7 @@ Configuration comes from the environment (defaults in parentheses):
   DROPLINE_STREAM_INIT_TIMEOUT         time to send connection_init (3s)
   DROPLINE_STREAM_PING_INTERVAL        ping and SSE keep-alive interval (15s)
   DROPLINE_STREAM_WRITE_TIMEOUT        bound on each websocket write (10s)
-  DROPLINE_LIVE_INTERVAL               shortest time between two deliveries of a SKU to a live subscriber, 1ms-1s (100ms)
+  DROPLINE_LIVE_INTERVAL               longest a SKU's change waits for its previous fan-out (a fifth of it: the shortest gap), 1ms-1s (100ms)
   DROPLINE_APQ_BYTES_PER_ADDR          persisted-query bytes one client address may register (1048576)
   DROPLINE_BODY_TIMEOUT                time to send a request body once its headers are in, 1s-1m (10s)
   DROPLINE_REQUESTS_PER_ADDR           requests in flight per client address, streams aside (1024)
