@@ -66,6 +66,10 @@ type Infra struct {
 	Redis redis.UniversalClient
 	// Postgres is the ledger's connection pool.
 	Postgres *pgxpool.Pool
+	// SalePool is the ledger's pool for the commits' sales (db.SaleConns
+	// connections, opened at start), so that a commit never queues for a
+	// connection behind the write-behind; nil outside Start.
+	SalePool *pgxpool.Pool
 	// Registry receives every metric; /metrics serves it.
 	Registry *prometheus.Registry
 	// Issuer verifies bearer tokens (and mints them for seeding and tests).
@@ -127,6 +131,7 @@ type App struct {
 	issuer   *auth.Issuer
 	rdb      redis.UniversalClient
 	pool     *pgxpool.Pool
+	salePool *pgxpool.Pool
 	services Services
 	server   *server.Server
 	admin    *server.AdminServer
@@ -168,6 +173,11 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	if err := a.connect(ctx, true, true); err != nil {
 		return err
+	}
+	if a.salePool == nil {
+		if a.salePool, err = connectSalePool(ctx, a.Config.DatabaseURL, a.tracing.TracerProvider()); err != nil {
+			return err
+		}
 	}
 
 	if a.Deps.PendingMigrations != nil {
@@ -399,9 +409,12 @@ func (a *App) Stop(ctx context.Context) error {
 		if err := a.tracing.Shutdown(ctx); err != nil {
 			a.Log.Warn().Err(err).Msg("traces of the last moments may be lost")
 		}
-		if a.pool != nil {
+		for _, pool := range []*pgxpool.Pool{a.salePool, a.pool} {
+			if pool == nil {
+				continue
+			}
 			closed := make(chan struct{})
-			go func() { a.pool.Close(); close(closed) }()
+			go func() { pool.Close(); close(closed) }()
 			select {
 			case <-closed:
 			case <-ctx.Done():
@@ -444,6 +457,7 @@ func (a *App) infra() Infra {
 		Log:      a.Log,
 		Redis:    a.rdb,
 		Postgres: a.pool,
+		SalePool: a.salePool,
 		Registry: a.registry,
 		Issuer:   a.issuer,
 		Tracer:   a.tracing.TracerProvider(),
@@ -475,7 +489,7 @@ func (a *App) startTracing(ctx context.Context) error {
 // connect opens the requested stores, each verified with a round trip.
 func (a *App) connect(ctx context.Context, postgres, rds bool) error {
 	if postgres && a.pool == nil {
-		pool, err := connectPostgres(ctx, a.Config.DatabaseURL, a.tracing.TracerProvider())
+		pool, err := connectPostgres(ctx, a.Config.DatabaseURL, a.tracing.TracerProvider(), 0)
 		if err != nil {
 			return err
 		}

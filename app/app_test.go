@@ -22,6 +22,7 @@ import (
 	"github.com/dropline/dropline/app"
 	"github.com/dropline/dropline/auth"
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/internal/startstop"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/server"
@@ -107,6 +108,9 @@ func TestStartServesAndStops(t *testing.T) {
 		Build: func(_ context.Context, in app.Infra) (app.Services, error) {
 			require.NotNil(t, in.Redis)
 			require.NotNil(t, in.Postgres)
+			require.NotNil(t, in.SalePool, "the sales have a pool of their own")
+			require.Equal(t, int32(db.SaleConns), in.SalePool.Stat().TotalConns(), "its connections are open before the first commit")
+			require.NotSame(t, in.Postgres, in.SalePool)
 			require.NotNil(t, in.Registry)
 			require.NotNil(t, in.Issuer)
 			return app.Services{

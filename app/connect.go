@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dropline/dropline/config"
+	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/internal/cpugate"
 	"github.com/dropline/dropline/internal/tracing"
 )
@@ -31,11 +32,16 @@ const startHint = `start it with "make services"`
 //
 // With tp (tracing on), every query, batch and transaction statement run
 // inside a traced operation gets a span (otelpgx), without its parameters.
-func connectPostgres(ctx context.Context, dsn string, tp trace.TracerProvider) (*pgxpool.Pool, error) {
+// conns > 0 sizes the pool at exactly conns connections, kept open; 0
+// leaves pgxpool's size (DATABASE_URL's pool_max_conns, or its default).
+func connectPostgres(ctx context.Context, dsn string, tp trace.TracerProvider, conns int32) (*pgxpool.Pool, error) {
 	where := config.RedactURL(dsn)
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%s cannot be parsed: %s", config.EnvDatabaseURL, oneLine(err))
+	}
+	if conns > 0 {
+		pcfg.MaxConns, pcfg.MinConns = conns, conns
 	}
 	if tp != nil {
 		pcfg.ConnConfig.Tracer = otelpgx.NewTracer(
@@ -52,6 +58,34 @@ func connectPostgres(ctx context.Context, dsn string, tp trace.TracerProvider) (
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		return nil, describePostgresError(where, pcfg.ConnConfig.Database, err)
+	}
+	return pool, nil
+}
+
+// connectSalePool opens the ledger's pool for the commits' sales
+// (db.Ledger.WithSalePool) with all its db.SaleConns connections, and keeps
+// them open: the first commits of a drop do not open connections while the
+// storm has the CPU.
+func connectSalePool(ctx context.Context, dsn string, tp trace.TracerProvider) (*pgxpool.Pool, error) {
+	pool, err := connectPostgres(ctx, dsn, tp, db.SaleConns)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conns := make([]*pgxpool.Conn, 0, db.SaleConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range db.SaleConns {
+		c, err := pool.Acquire(pctx)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("opening the sales' connections to PostgreSQL at %s: %s", config.RedactURL(dsn), oneLine(err))
+		}
+		conns = append(conns, c)
 	}
 	return pool, nil
 }

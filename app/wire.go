@@ -43,6 +43,7 @@ func newEngine(ctx context.Context, in Infra) (*inventory.Engine, error) {
 		DrawPause:     in.Config.TestDrawPause,
 		Registerer:    in.Registry,
 		Tracer:        in.Tracer,
+		SalePool:      in.SalePool,
 	}, in.Redis, in.Postgres, in.Log.With().Str("component", "inventory").Logger())
 }
 

@@ -59,15 +59,36 @@ type Ledger struct {
 	// writes them by COPY (applyRowsCopy); copied counts those batches.
 	copyMinRows int
 	copied      *atomic.Int64
-	// sales gathers concurrent sales into batches (sale_batcher.go).
-	sales *saleBatcher
+	// sales gathers concurrent sales into batches (sale_batcher.go);
+	// salePool writes them: pool, unless WithSalePool gave one.
+	sales    *saleBatcher
+	salePool *pgxpool.Pool
 }
 
 // NewLedger wraps a pool. The pool is the caller's to close.
 func NewLedger(pool *pgxpool.Pool) *Ledger {
-	l := &Ledger{pool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64)}
+	l := &Ledger{pool: pool, salePool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64)}
 	l.sales = newSaleBatcher(l)
 	return l
+}
+
+// SaleConns is how many connections a pool of its own for the sales
+// (WithSalePool) needs: one for each batch of sales on its way.
+const SaleConns = saleBatchesInFlight
+
+// WithSalePool returns a ledger that writes its sales (RecordSale's
+// batches, and the sales then written alone) over pool, and everything
+// else over l's: a commit then never waits for a connection behind the
+// write-behind's batches, the cancels' releases or the reads. The pool is
+// the caller's to close, and needs SaleConns connections. Nil: l itself.
+func (l *Ledger) WithSalePool(pool *pgxpool.Pool) *Ledger {
+	if pool == nil {
+		return l
+	}
+	c := *l
+	c.salePool = pool
+	c.sales = newSaleBatcher(&c)
+	return &c
 }
 
 // Product is one row of the catalogue.

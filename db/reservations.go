@@ -132,7 +132,7 @@ func (ss Sales) RecordSale(ctx context.Context, r Reservation) (Sale, error) {
 		if ss.l.tracer != nil {
 			ctx, span = ss.l.startTx(ctx, "record_sale")
 		}
-		sale, err = recordSale(ctx, ss.l.pool, r, "")
+		sale, err = recordSale(ctx, ss.l.salePool, r, "")
 		if span != nil {
 			endTx(span, err)
 		}

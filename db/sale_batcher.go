@@ -134,7 +134,7 @@ func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
 		l.sales.alone.Add(int64(len(calls)))
 		var wg sync.WaitGroup
 		for _, c := range calls {
-			wg.Go(func() { c.Answer(recordSale(ctx, l.pool, c.Req.r, "")) })
+			wg.Go(func() { c.Answer(recordSale(ctx, l.salePool, c.Req.r, "")) })
 		}
 		wg.Wait()
 		return
@@ -147,7 +147,7 @@ func (l *Ledger) runSaleBatch(ctx context.Context, calls []*saleCall) {
 		case answers[i].busy:
 			// Another transaction held its rows: alone, it may wait for
 			// them without holding anything of the others.
-			wg.Go(func() { c.Answer(recordSale(ctx, l.pool, c.Req.r, "")) })
+			wg.Go(func() { c.Answer(recordSale(ctx, l.salePool, c.Req.r, "")) })
 		default:
 			c.Answer(answers[i].sale, answers[i].err)
 		}
@@ -177,7 +177,7 @@ func (l *Ledger) writeSales(ctx context.Context, calls []*saleCall) ([]saleAnswe
 		tokens[i], skus[i], principals[i], quantities[i] = r.Token, r.SKU, r.Principal, int32(r.Quantity)
 		idem[i], req[i], expires[i], created[i] = r.IdempotencyHash, r.RequestHash, r.ExpiresAt, r.CreatedAt
 	}
-	rows, err := l.pool.Query(ctx, `SELECT sold_token, outcome, sold_sku, sold_principal, sold_quantity, sold_at, detail
+	rows, err := l.salePool.Query(ctx, `SELECT sold_token, outcome, sold_sku, sold_principal, sold_quantity, sold_at, detail
 		FROM record_sales($1, $2, $3, $4, $5, $6, $7, $8)`,
 		tokens, skus, principals, quantities, idem, req, expires, created)
 	if err != nil {

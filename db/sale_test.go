@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/testenv"
 )
 
 // TestASaleWaitingForTheWriteBehindDoesNotHoldTheProduct: a sale whose
@@ -42,6 +43,44 @@ func TestASaleWaitingForTheWriteBehindDoesNotHoldTheProduct(t *testing.T) {
 	var status string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM reservations WHERE token = 'a'`).Scan(&status))
 	require.Equal(t, db.StatusCommitted, status)
+}
+
+// TestSalesOverAPoolOfTheirOwnDoNotWaitForTheLedgersConnections: with
+// WithSalePool, a sale is written while every connection of the ledger's
+// own pool is taken (by the write-behind's batches, the reads), and it is
+// in the ledger like any other.
+func TestSalesOverAPoolOfTheirOwnDoNotWaitForTheLedgersConnections(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	ctx := context.Background()
+	sized := func(n int32) *pgxpool.Pool {
+		cfg := pool.Config()
+		cfg.MaxConns = n
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		return p
+	}
+	shared, own := sized(1), sized(db.SaleConns)
+	l := db.NewLedger(shared).WithSalePool(own)
+	_, err := l.CreateProduct(ctx, db.Product{SKU: "OWN-1", Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 10})
+	require.NoError(t, err)
+
+	busy, err := shared.Acquire(ctx)
+	require.NoError(t, err)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sale, err := l.Sales().RecordSale(sctx, saleOf("OWN-1", "a"))
+	require.NoError(t, err, "the sale does not wait for the shared pool's only connection")
+	require.Equal(t, "a", sale.Token)
+	busy.Release()
+
+	p, err := l.Product(ctx, "OWN-1")
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Sold)
+	got, err := l.Sales().Sale(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, "OWN-1", got.SKU)
 }
 
 // TestConcurrentSalesAreEachAnsweredForThemselves: a thousand and more sales

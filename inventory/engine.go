@@ -125,6 +125,10 @@ type Config struct {
 	// transaction of the ledger inside one gets a span too (db.Ledger.Traced).
 	// Nil: tracing off, and no span, link or trace context is made.
 	Tracer trace.TracerProvider
+	// SalePool, when set, is the ledger's pool for the commits' sales
+	// (db.Ledger.WithSalePool, db.SaleConns connections); nil: the sales
+	// share the engine's pool. The caller closes it.
+	SalePool *pgxpool.Pool
 }
 
 func (c *Config) setDefaults() {
@@ -283,7 +287,7 @@ func NewEngine(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 		return nil, fmt.Errorf("inventory config: %w", err)
 	}
 	e := &Engine{
-		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool).Traced(cfg.Tracer), keys: NewKeys(cfg.KeyPrefix),
+		cfg: cfg, rdb: rdb, ledger: db.NewLedger(pool).WithSalePool(cfg.SalePool).Traced(cfg.Tracer), keys: NewKeys(cfg.KeyPrefix),
 		scripts: map[string]*redis.Script{}, log: log, metrics: newMetrics(cfg.Registerer),
 		tracer: tracing.Tracer(cfg.Tracer, tracerName),
 	}
