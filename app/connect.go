@@ -123,9 +123,7 @@ func connectRedis(ctx context.Context, cfg config.Config, log zerolog.Logger, tp
 	}
 	newEvictionGuard(log.With().Str("component", "redis").Logger()).install(opts)
 	rdb := opts.NewClient()
-	// A request gives its slot of the gate back while it waits for Redis
-	// (server/graphql/priority.go).
-	rdb.AddHook(cpugate.RedisHook{})
+	installGateHook(rdb, cfg)
 	if tp != nil {
 		if err := redisotel.InstrumentTracing(rdb,
 			redisotel.WithTracerProvider(tracing.ChildOnly(tp)),
@@ -143,6 +141,16 @@ func connectRedis(ctx context.Context, cfg config.Config, log zerolog.Logger, tp
 		return nil, describeRedisError(redisWhere(cfg, opts), err)
 	}
 	return rdb, nil
+}
+
+// installGateHook makes a request give its slot of the gate back while it
+// waits for Redis (server/graphql/priority.go), when the gate is on
+// (DROPLINE_GATE_SLOTS above 0). With the gate off no request carries a
+// ticket, and the hook would only look for one on every command.
+func installGateHook(rdb redis.UniversalClient, cfg config.Config) {
+	if cfg.GateSlots > 0 {
+		rdb.AddHook(cpugate.RedisHook{})
+	}
 }
 
 func redisWhere(cfg config.Config, opts config.RedisOptions) string {

@@ -8,7 +8,9 @@ import (
 
 // RedisHook gives the request's slot back while a command or a pipeline
 // is on its way to Redis and back (Pause). Install it on a client with
-// AddHook; for a context without a ticket it does nothing.
+// AddHook, only when a gate is in use (the server does so when
+// DROPLINE_GATE_SLOTS is above 0): for a context without a ticket it does
+// nothing but look for one.
 type RedisHook struct{}
 
 var _ redis.Hook = RedisHook{}
