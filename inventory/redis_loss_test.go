@@ -214,6 +214,50 @@ func TestReconcileAppliedClosesALateReserveThatNoLongerFits(t *testing.T) {
 	})
 }
 
+// A cancel the write-behind read before Redis lost its data (a failover:
+// the promoted replica never had it) and wrote after the SKU was rebuilt,
+// by when the hold was past its expiry: the rebuild, reading the hold as
+// HELD, recorded it as EXPIRED; the ledger then took the cancel, and keeps
+// it over the rebuild's expire event. ReconcileApplied makes Redis say
+// CANCELLED too, moving no stock; a second call changes nothing.
+func TestReconcileAppliedRestatesAnEndingTheRebuildGuessed(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		b.product(t, "LATE-4", 2, 0)
+		alice := buyer(1)
+		a, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "LATE-4", Quantity: 1, IdempotencyKey: "ka", HoldFor: time.Second})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		_, err = b.deadEngine(t).Cancel(b.ctx, alice, a.Token) // only the outbox records it
+		require.NoError(t, err)
+		inFlight := b.outboxEvents(t)
+		time.Sleep(time.Until(a.ExpiresAt) + 50*time.Millisecond)
+		b.wipe(t)
+		require.Equal(t, 2, b.requireBalanced(t, "LATE-4").Available, "rebuilt with A past its expiry")
+		require.Equal(t, "EXPIRED", b.rawStatus(t, "LATE-4", a.Token))
+
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, inFlight))
+		p := inventory.PartitionOf("LATE-4")
+		n, err := b.engine.Maintenance().ReconcileApplied(b.ctx, p, inFlight)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "A restated")
+		b.drainOutbox(t) // the rebuild's expire event of A
+		n, err = b.engine.Maintenance().ReconcileApplied(b.ctx, p, inFlight)
+		require.NoError(t, err)
+		require.Zero(t, n, "idempotent")
+		require.Equal(t, db.StatusCancelled, b.ledgerStatus(t, a.Token), "the ledger keeps the first ending it was told of")
+		require.Equal(t, "CANCELLED", b.rawStatus(t, "LATE-4", a.Token))
+		s := b.requireBalanced(t, "LATE-4")
+		require.Equal(t, 2, s.Available)
+		require.Zero(t, s.Held)
+		require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM stock_movements
+			WHERE token = $1 AND kind IN ('commit', 'cancel', 'expire')`, a.Token), "A released once")
+		_, err = b.engine.Commit(b.ctx, alice, a.Token)
+		require.ErrorIs(t, err, inventory.ErrAlreadyCancelled)
+	})
+}
+
 // A hold the ledger has as HELD past its expiry that Redis does not have
 // (its reserve reached the ledger after the rebuild and nothing told Redis)
 // is closed as EXPIRED, exactly once; a hold Redis has is never touched.

@@ -25,11 +25,13 @@ import (
 // ReconcileApplied makes Redis agree with the ledger for the holds of events
 // just applied to it whose SKU was rebuilt since they were written (their
 // generation is no longer the SKU's): a hold the ledger has as cancelled or
-// expired and the rebuild restored as HELD is released; a hold the ledger
-// has as HELD and the rebuild did not know is adopted if the stock and the
-// quota allow, or else recorded as expired (an expire event). It returns how
-// many holds it changed. In the normal case (no rebuild) it costs one
-// pipelined HGET per SKU of the batch.
+// expired and the rebuild restored as HELD is released; one Redis has ended
+// the other way (the rebuild recorded as expired a hold whose cancel reached
+// the ledger only afterwards) takes the ledger's ending, which the ledger
+// never changes; a hold the ledger has as HELD and the rebuild did not know
+// is adopted if the stock and the quota allow, or else recorded as expired
+// (an expire event). It returns how many holds it changed. In the normal
+// case (no rebuild) it costs one pipelined HGET per SKU of the batch.
 func (m *Maintenance) ReconcileApplied(ctx context.Context, partition int, events []db.Event) (int, error) {
 	e := m.e
 	for _, ev := range events {
@@ -223,7 +225,7 @@ func (e *Engine) reconcileHoldReply(ctx context.Context, partition int, r db.Res
 		return res, fmt.Errorf("reconciling hold %s: %w", r.Token, err)
 	}
 	switch code := replyCode(res.Code); code {
-	case codeAgrees, codeReleased, codeAdopted, codeClosed, codeNeedsHydration:
+	case codeAgrees, codeReleased, codeAdopted, codeClosed, codeRestated, codeNeedsHydration:
 		return res, nil
 	default:
 		return res, fmt.Errorf("reconciling hold %s: unexpected script reply %q", r.Token, code)

@@ -38,6 +38,7 @@ const (
 	codeReleased         = core.CodeReleased
 	codeAdopted          = core.CodeAdopted
 	codeClosed           = core.CodeClosed
+	codeRestated         = core.CodeRestated
 )
 
 var protocolCodes = core.ProtocolCodes

@@ -26,6 +26,12 @@
 --   ledger CANCELLED/EXPIRED, live HELD        released with the ledger's status, the
 --                                              units to the SKU's waiters first
 --                                              (handoff in lib.lua)               -> RELEASED
+--   ledger CANCELLED/EXPIRED, live ended the other way (EXPIRED/CANCELLED)
+--                                              its status set to the ledger's, nothing else:
+--                                              both endings gave the units back once, and
+--                                              the ledger keeps the first it was told of
+--                                              (a cancel it recorded after the rebuild, or
+--                                              the sweeper, had expired the hold) -> RESTATED
 --   ledger CANCELLED/EXPIRED, anything else    nothing (a COMMITTING hold is settled by its
 --                                              commit, which the ledger refuses)  -> AGREES
 --   ledger HELD, live in any state              nothing (Redis knows it; any event
@@ -64,6 +70,12 @@ if status == 'CANCELLED' or status == 'EXPIRED' then
     release(k, token, h, status, now, retention)
     handoff(k, ARGV[13], sku, ARGV[14], now, h['who'])
     return { 'RELEASED' }
+  end
+  if live and h['st'] ~= status and (h['st'] == 'CANCELLED' or h['st'] == 'EXPIRED') then
+    -- The ledger never changes an ending, so Redis takes its word: no
+    -- stock moves and no event is written (the ledger has it).
+    redis.call('HSET', KEYS[1], 'st', status)
+    return { 'RESTATED' }
   end
   return { 'AGREES' }
 end

@@ -72,13 +72,14 @@ const (
 	CodeReleased ReplyCode = "RELEASED"
 	CodeAdopted  ReplyCode = "ADOPTED"
 	CodeClosed   ReplyCode = "CLOSED"
+	CodeRestated ReplyCode = "RESTATED"
 )
 
 // ProtocolCodes lists the codes above, for the test that ties every code a
 // script answers to exactly one meaning.
 var ProtocolCodes = []ReplyCode{CodeOK, CodeHeld, CodeNeedsHydration, CodeCommitInProgress, CodeNotDue,
 	CodeReserveError, CodeWalkPending, CodePending, CodeSkip, CodeExists, CodeStale, CodeDone, CodeReused, CodeMark, CodeCheck, CodeRefused,
-	CodeLate, CodeAgrees, CodeReleased, CodeAdopted, CodeClosed}
+	CodeLate, CodeAgrees, CodeReleased, CodeAdopted, CodeClosed, CodeRestated}
 
 // RejectionError is the error of a refusal of reserve.lua (or
 // join_waitlist.lua), {code, a, b, replayed}; nil when the code is not one

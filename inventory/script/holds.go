@@ -265,8 +265,8 @@ func (a ReconcileHold) Call(k Keys) Call {
 			a.Retention, a.IdempotencyTTL, a.Extensions, k.Base(a.Partition), a.Nonce}}
 }
 
-// ReconcileReply is reconcile_hold.lua's reply: AGREES, RELEASED, ADOPTED
-// or CLOSED, {code, status, ended_ms, expires_ms, extensions} when it names
+// ReconcileReply is reconcile_hold.lua's reply: AGREES, RELEASED, ADOPTED,
+// CLOSED or RESTATED, {code, status, ended_ms, expires_ms, extensions} when it names
 // an ending (CLOSED, or AGREES with Redis' ending), or {NEEDS_HYDRATION, sku}.
 type ReconcileReply struct {
 	Code               string
