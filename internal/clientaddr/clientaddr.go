@@ -216,23 +216,46 @@ func parseHop(s string) netip.Addr {
 
 type key struct{}
 
+// resolved is what With stores: the address, with its text and its key
+// written once, since a request's log line, in-flight cap and budgets all
+// ask for them.
+type resolved struct {
+	addr      netip.Addr
+	text, key string
+}
+
 // With returns ctx carrying the client address.
 func With(ctx context.Context, a netip.Addr) context.Context {
-	return context.WithValue(ctx, key{}, a)
+	r := &resolved{addr: a}
+	if a.IsValid() {
+		r.text = a.String()
+		r.key = r.text
+		if a.Is6() {
+			r.key = group(a)
+		}
+	}
+	return context.WithValue(ctx, key{}, r)
+}
+
+func resolvedFrom(ctx context.Context) (*resolved, bool) {
+	r, ok := ctx.Value(key{}).(*resolved)
+	return r, ok && r.addr.IsValid()
 }
 
 // From returns the client address ctx carries, or false when the request
 // did not pass through a resolver.
 func From(ctx context.Context) (netip.Addr, bool) {
-	a, ok := ctx.Value(key{}).(netip.Addr)
-	return a, ok && a.IsValid()
+	if r, ok := resolvedFrom(ctx); ok {
+		return r.addr, true
+	}
+	return netip.Addr{}, false
 }
 
 // Of returns the client address of req as text: the resolved one when the
 // server put it in the context, else the TCP peer without its port.
 func Of(req *http.Request) string {
-	if a, ok := From(req.Context()); ok {
-		return a.String()
+	if r, ok := resolvedFrom(req.Context()); ok {
+		return r.text
 	}
 	if a := parseHop(req.RemoteAddr); a.IsValid() {
 		return a.String()
@@ -244,8 +267,8 @@ func Of(req *http.Request) string {
 // (Of), an IPv6 address by its /64, since one client commonly has a whole
 // /64 to pick addresses from.
 func Key(req *http.Request) string {
-	if a, ok := From(req.Context()); ok {
-		return group(a)
+	if r, ok := resolvedFrom(req.Context()); ok {
+		return r.key
 	}
 	if a := parseHop(req.RemoteAddr); a.IsValid() {
 		return group(a)
@@ -257,8 +280,8 @@ func Key(req *http.Request) string {
 // operation): the key of the address the server resolved, or "" when ctx
 // carries none.
 func KeyFrom(ctx context.Context) string {
-	if a, ok := From(ctx); ok {
-		return group(a)
+	if r, ok := resolvedFrom(ctx); ok {
+		return r.key
 	}
 	return ""
 }
