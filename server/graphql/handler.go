@@ -258,7 +258,17 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		answers = newReserveAnswers(res, cfg.Registerer)
 	}
 	addTransports(srv, ws, cfg.Streams, groups, answers)
-	srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
+	var vars *reserveVars
+	if answers != nil {
+		// Its cache hands a plain reserve's document out without the
+		// variable's declaration, and its extension, first of all, puts
+		// it back (reserve_vars.go).
+		vars = newReserveVars(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
+		srv.SetQueryCache(vars)
+		srv.Use(vars)
+	} else {
+		srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
+	}
 	srv.SetParserTokenLimit(cfg.Limits.ParserTokens)
 	srv.SetDisableSuggestion(!cfg.Dev)
 	srv.SetErrorPresenter(res.ErrorPresenter())

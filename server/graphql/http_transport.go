@@ -85,7 +85,11 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 	}
 
 	ctx := r.Context()
-	opCtx, errs := exec.CreateOperationContext(ctx, params)
+	createCtx := ctx
+	if t.answers != nil {
+		createCtx = markReserveVars(ctx, params)
+	}
+	opCtx, errs := exec.CreateOperationContext(createCtx, params)
 	if errs != nil {
 		// Nothing executed: no data entry at all, not even null.
 		resp := exec.DispatchError(gqlgen.WithOperationContext(ctx, opCtx), errs)
