@@ -409,7 +409,11 @@ func (a *App) Stop(ctx context.Context) error {
 		if err := a.tracing.Shutdown(ctx); err != nil {
 			a.Log.Warn().Err(err).Msg("traces of the last moments may be lost")
 		}
-		for _, pool := range []*pgxpool.Pool{a.salePool, a.pool} {
+		for _, p := range []struct {
+			name string
+			pool *pgxpool.Pool
+		}{{"the sales'", a.salePool}, {"the ledger's", a.pool}} {
+			pool := p.pool
 			if pool == nil {
 				continue
 			}
@@ -420,7 +424,7 @@ func (a *App) Stop(ctx context.Context) error {
 			case <-ctx.Done():
 				// pgxpool.Close waits for acquired connections; give up on
 				// them rather than outlive the shutdown deadline.
-				errs = append(errs, fmt.Errorf("closing Postgres pool: %w", ctx.Err()))
+				errs = append(errs, fmt.Errorf("closing %s Postgres pool: %w", p.name, ctx.Err()))
 			}
 		}
 		a.running = false

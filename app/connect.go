@@ -42,6 +42,9 @@ func connectPostgres(ctx context.Context, dsn string, tp trace.TracerProvider, c
 	}
 	if conns > 0 {
 		pcfg.MaxConns, pcfg.MinConns = conns, conns
+		// Opened together, they would also reach MaxConnLifetime together
+		// and be replaced at once; spread their ends.
+		pcfg.MaxConnLifetimeJitter = pcfg.MaxConnLifetime / 5
 	}
 	if tp != nil {
 		pcfg.ConnConfig.Tracer = otelpgx.NewTracer(

@@ -73,7 +73,9 @@ func NewLedger(pool *pgxpool.Pool) *Ledger {
 }
 
 // SaleConns is how many connections a pool of its own for the sales
-// (WithSalePool) needs: one for each batch of sales on its way.
+// (WithSalePool) needs: one for each batch of sales on its way. The sales
+// of a refused batch, retried one by one when a SKU sells out, share them
+// too, so those retries wait for each other.
 const SaleConns = saleBatchesInFlight
 
 // WithSalePool returns a ledger that writes its sales (RecordSale's

@@ -19,7 +19,10 @@ import (
 const (
 	// maxReserveBatch bounds the requests one run of reserve.lua decides:
 	// Redis runs nothing else meanwhile (64 reserves are well under a
-	// millisecond of its time).
+	// millisecond of its time). reserve.lua unpacks a run's holds into one
+	// EXISTS (one value a hold) and its expiries into one ZADD (two a
+	// hold), and Redis's Lua unpacks at most about 8,000 values, so a batch
+	// must stay far below 4,000.
 	maxReserveBatch = 64
 	// reserveBatchesInFlight is how many batches of one partition may be on
 	// their way at once: with two, Redis runs one while the replies of the

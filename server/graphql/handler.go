@@ -273,7 +273,9 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	srv.SetDisableSuggestion(!cfg.Dev)
 	srv.SetErrorPresenter(res.ErrorPresenter())
 	srv.SetRecoverFunc(res.Recover())
-	// First, so that its span covers what every other extension does.
+	// Before every other extension (reserveVars, which must come first of
+	// all, is off when tracing is on), so that its span covers what they do.
+	// Any extension added above this point must come after reserveVars.
 	if cfg.Tracer != nil {
 		srv.Use(operationTracer{tracer: cfg.Tracer.Tracer("github.com/dropline/dropline/server/graphql")})
 	}
