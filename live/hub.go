@@ -200,8 +200,9 @@ func (h *Hub) Start(ctx context.Context) error {
 // Subscribe watches the stock of skus. The channel first carries the current
 // value of each SKU, then its changes: at once when the SKU's previous value
 // has reached every subscriber, else the newest when it has (or when
-// Interval has passed), never two within MinInterval, and always the last
-// one. It closes when ctx is done, when the hub stops, or
+// Interval has passed), as a rule not two within MinInterval (a trailing
+// flush that races the end of a fan-out can come sooner, once), and always
+// the last one. It closes when ctx is done, when the hub stops, or
 // when the reader leaves a value unread for StallTimeout.
 //
 // Errors: *inventory.InvalidInputError for an empty list, a malformed SKU or
