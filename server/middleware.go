@@ -15,7 +15,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,15 +99,6 @@ type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inFlight prometheus.Gauge
-	// graphQL holds the series of the commonest request, a POST to
-	// /graphql answered 200, once it has been served: looking a series up
-	// by its labels hashes them each time.
-	graphQL *atomic.Pointer[graphQLSeries]
-}
-
-type graphQLSeries struct {
-	ok       prometheus.Counter
-	duration prometheus.Observer
 }
 
 func newHTTPMetrics(reg *prometheus.Registry) httpMetrics {
@@ -126,7 +116,6 @@ func newHTTPMetrics(reg *prometheus.Registry) httpMetrics {
 			Name: "dropline_http_requests_in_flight",
 			Help: "HTTP requests (and websocket sessions) being served now.",
 		}),
-		graphQL: &atomic.Pointer[graphQLSeries]{},
 	}
 	m.requests = prom.Register(reg, m.requests)
 	m.duration = prom.Register(reg, m.duration)
@@ -175,22 +164,9 @@ func accessLog(m httpMetrics, next http.Handler) http.Handler {
 func logRequest(m httpMetrics, r *http.Request, sw *statusWriter, elapsed time.Duration) {
 	status := sw.statusCode()
 	route := routeOf(r.URL.Path)
-	if route == routeGraphQL && r.Method == http.MethodPost && status == http.StatusOK && !sw.hijacked {
-		g := m.graphQL.Load()
-		if g == nil {
-			g = &graphQLSeries{
-				ok:       m.requests.WithLabelValues(routeGraphQL, http.MethodPost, "200"),
-				duration: m.duration.WithLabelValues(routeGraphQL),
-			}
-			m.graphQL.Store(g)
-		}
-		g.ok.Inc()
-		g.duration.Observe(elapsed.Seconds())
-	} else {
-		m.requests.WithLabelValues(route, normalizedMethod(r.Method), statusLabel(status)).Inc()
-		if !sw.hijacked {
-			m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
-		}
+	m.requests.WithLabelValues(route, normalizedMethod(r.Method), statusLabel(status)).Inc()
+	if !sw.hijacked {
+		m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 	}
 
 	l := zerolog.Ctx(r.Context())

@@ -34,26 +34,10 @@ type costBudgets struct {
 	// response (never changed once made).
 	policy []string
 
-	mu sync.Mutex
-	// full is when each budget is full again (absent: full), principals'
-	// and addresses' apart: a map keyed by a string alone hashes it
-	// faster than one keyed by a pair of strings.
-	full  budgetMaps
+	mu    sync.Mutex
+	full  map[budgetKey]time.Time // when each budget is full again; absent: full
 	swept time.Time
 }
-
-type budgetMaps struct {
-	principal, addr map[string]time.Time
-}
-
-func (m budgetMaps) of(key budgetKey) (map[string]time.Time, string) {
-	if key.principal != "" {
-		return m.principal, key.principal
-	}
-	return m.addr, key.addr
-}
-
-func (m budgetMaps) len() int { return len(m.principal) + len(m.addr) }
 
 // budgetKey names a budget: a principal's, or a client address' (by
 // clientaddr.Key, as every per-address limit counts it: an IPv6 address by
@@ -89,7 +73,7 @@ func newCostBudgets(rate, burst int, now func() time.Time) *costBudgets {
 	w := int(math.Ceil(float64(burst) / float64(rate)))
 	policy := `"cost";q=` + strconv.Itoa(burst) + ";w=" + strconv.Itoa(w)
 	return &costBudgets{rate: float64(rate), burst: float64(burst), now: now, policy: []string{policy},
-		full: budgetMaps{principal: map[string]time.Time{}, addr: map[string]time.Time{}}}
+		full: map[budgetKey]time.Time{}}
 }
 
 // rateLimit is the RateLimit header's value for a budget that holds st:
@@ -108,8 +92,7 @@ func (b *costBudgets) spend(key budgetKey, cost int) (ok bool, st budgetState) {
 	defer b.mu.Unlock()
 	now := b.now()
 	b.sweep(now)
-	m, k := b.full.of(key)
-	full := m[k]
+	full := b.full[key]
 	if full.Before(now) {
 		full = now
 	}
@@ -120,7 +103,7 @@ func (b *costBudgets) spend(key budgetKey, cost int) (ok bool, st budgetState) {
 		return false, st
 	}
 	full = full.Add(need)
-	m[k] = full
+	b.full[key] = full
 	return true, b.state(now, full)
 }
 
@@ -129,17 +112,16 @@ func (b *costBudgets) refund(key budgetKey, points int) budgetState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	m, k := b.full.of(key)
-	full, ok := m[k]
+	full, ok := b.full[key]
 	if !ok {
 		return b.state(now, now)
 	}
 	full = full.Add(-b.seconds(float64(points)))
 	if !full.After(now) {
-		delete(m, k)
+		delete(b.full, key)
 		full = now
 	} else {
-		m[k] = full
+		b.full[key] = full
 	}
 	return b.state(now, full)
 }
@@ -149,8 +131,7 @@ func (b *costBudgets) peek(key budgetKey) budgetState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	m, k := b.full.of(key)
-	full := m[k]
+	full := b.full[key]
 	if full.Before(now) {
 		full = now
 	}
@@ -174,11 +155,9 @@ func (b *costBudgets) sweep(now time.Time) {
 		return
 	}
 	b.swept = now
-	for _, m := range []map[string]time.Time{b.full.principal, b.full.addr} {
-		for k, full := range m {
-			if !full.After(now) {
-				delete(m, k)
-			}
+	for k, full := range b.full {
+		if !full.After(now) {
+			delete(b.full, k)
 		}
 	}
 }

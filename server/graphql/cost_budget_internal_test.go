@@ -36,7 +36,7 @@ func TestCostBudgets(t *testing.T) {
 	st = b.refund(key("a"), 10_000)
 	require.InDelta(t, 1000, st.Available, 1e-9, "never past full")
 	require.Zero(t, st.UntilFull)
-	require.Zero(t, b.full.len(), "a full budget is not kept")
+	require.Empty(t, b.full, "a full budget is not kept")
 
 	// Budgets that filled up again are swept, once per time it takes to
 	// fill one.
@@ -44,11 +44,11 @@ func TestCostBudgets(t *testing.T) {
 		ok, _ := b.spend(key(k), 100)
 		require.True(t, ok)
 	}
-	require.Equal(t, 3, b.full.len())
+	require.Len(t, b.full, 3)
 	now = now.Add(11 * time.Second)
 	ok, _ = b.spend(key("f"), 1)
 	require.True(t, ok)
-	require.Equal(t, 1, b.full.len(), "only f is not full")
+	require.Len(t, b.full, 1, "only f is not full")
 }
 
 func key(principal string) budgetKey { return budgetKey{principal: principal} }
