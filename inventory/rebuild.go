@@ -38,6 +38,16 @@ const rebuildStagingTTL = 10 * rebuildTimeout
 // replays them), and each principal's quota count. Holds that never reached
 // Postgres are lost with Redis, and their units return to stock.
 //
+// Before the snapshot, every event of the SKU still in its partition's
+// outbox is applied to the ledger (applyOutboxOf): events Redis accepted that
+// the write-behind had not applied yet, a hold's reserve or its ending. When
+// Redis kept the outbox but not the SKU (a reload after a promotion dropped
+// the stock hash, or the hash alone was lost), the rebuild restores those
+// holds as Redis had them instead of reading an older ledger. Whichever
+// caller rebuilds, the lazy path of a request or the rebuilder, does it: no
+// script adds an event of the SKU while its stock hash is missing, so
+// nothing the snapshot should see is left in the outbox.
+//
 // The writing is cut into chunks of RebuildBatch reservations, one script
 // each, so no script blocks Redis for long however big the SKU is: a
 // generation is staged first (stage_rebuild.lua), each chunk is written under
@@ -65,20 +75,17 @@ func (e *Engine) Rebuild(ctx context.Context, sku string) error {
 //
 // Holds Redis kept whose events are still in the outbox (the write-behind
 // had not applied them) are acknowledged holds the promoted Redis did not
-// lose: between dropping the stock hash and the snapshot, every event of
-// the SKU still in its partition's outbox is applied to the ledger here
-// (ApplyEvents is idempotent, and a reservation only moves forward), so the
-// rebuild restores those holds with the others instead of handing their
-// units to other buyers until the write-behind brings them back. No reserve
-// of the SKU can add an event once the stock hash is gone.
+// lose: the rebuild applies the SKU's outbox to the ledger before its
+// snapshot (ApplyEvents is idempotent, and a reservation only moves
+// forward), so it restores those holds with the others instead of handing
+// their units to other buyers until the write-behind brings them back. A
+// request that finds the SKU missing once the stock hash is dropped rebuilds
+// it the same way (Rebuild), so it does not matter which of the two rebuilds.
 func (m *Maintenance) RebuildStale(ctx context.Context, sku string) error {
 	e := m.e
 	defer e.adding(sku)()
 	if err := e.rdb.Del(ctx, e.keys.SKU(sku)).Err(); err != nil {
 		return unavailable("dropping stale "+sku, err)
-	}
-	if err := e.applyOutboxOf(ctx, sku); err != nil {
-		return err
 	}
 	return e.Rebuild(ctx, sku)
 }
@@ -153,6 +160,9 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 		return unavailable("rebuilding "+sku, err)
 	} else if n == 1 {
 		return nil
+	}
+	if err := e.applyOutboxOf(ctx, sku); err != nil {
+		return err
 	}
 	start := time.Now()
 	var st rebuildStats
