@@ -335,9 +335,11 @@
 // When a script finds its SKU missing it answers NEEDS_HYDRATION, and Rebuild
 // reloads the SKU from Postgres under the product's row lock (so no sale can
 // commit between the read and the write) before the call is retried. Postgres
-// knows every sale and every hold the write-behind worker has recorded;
-// holds made in the last moments before Redis lost its data are lost with it,
-// and their units return to stock. Restored holds are admitted oldest first
+// knows every sale and every hold the write-behind worker has recorded, and
+// the rebuild first applies the events of the SKU still in its partition's
+// outbox, when Redis kept it (the SKU's hash alone was dropped, as a reload
+// after a promotion does); holds made in the last moments before Redis lost
+// its data with its outbox are lost with it, and their units return to stock. Restored holds are admitted oldest first
 // while they fit in total - sold; any that do not fit are recorded as expired.
 // Finished reservations of the last 24 hours are restored with their
 // idempotency keys, so a key replays what it did; a rejection is not in
