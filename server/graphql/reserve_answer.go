@@ -116,6 +116,10 @@ type reservePlan struct {
 	// that a reserve the memory does not answer may be answered too.
 	reservation []gqlgen.CollectedField
 	held        bool
+	// inputVar is the variable the reserve's one argument is when it is
+	// written input: $inputVar (ArgumentMap would give that variable's
+	// value as it is); "" for any other argument list.
+	inputVar string
 }
 
 // reservePlans remembers the plans of the last few operations without
@@ -286,10 +290,34 @@ func (s *reserveAnswers) operation(opCtx *gqlgen.OperationContext) (op plainRese
 		return op, false
 	}
 	op.reservePlan = plan
-	if op.sku, op.quantity, ok = reserveInput(plan.field.ArgumentMap(opCtx.Variables)); !ok {
+	if plan.inputVar != "" {
+		in, given := opCtx.Variables[plan.inputVar]
+		if !given {
+			return op, false // ArgumentMap leaves input out: no argument
+		}
+		op.sku, op.quantity, ok = reserveInputObject(in)
+	} else {
+		op.sku, op.quantity, ok = reserveInput(plan.field.ArgumentMap(opCtx.Variables))
+	}
+	if !ok {
 		return op, false
 	}
 	return op, true
+}
+
+// argumentVariable is the variable field's arguments are when they are
+// exactly input: $variable, and input is the one argument the field takes,
+// without a default: ArgumentMap then maps input to the variable's value,
+// when the variable is given, and to nothing otherwise.
+func argumentVariable(field gqlgen.CollectedField) string {
+	if len(field.Arguments) != 1 || field.Definition == nil || len(field.Definition.Arguments) != 1 {
+		return ""
+	}
+	arg, def := field.Arguments[0], field.Definition.Arguments[0]
+	if arg.Name != "input" || def.Name != "input" || def.DefaultValue != nil || arg.Value == nil || arg.Value.Kind != ast.Variable {
+		return ""
+	}
+	return arg.Value.Raw
 }
 
 // planReserve collects the fields of opCtx's operation into its plan; nil
@@ -299,7 +327,7 @@ func planReserve(opCtx *gqlgen.OperationContext) *reservePlan {
 	if len(root) != 1 || root[0].Name != "reserve" || len(root[0].Deferrables) > 0 {
 		return nil
 	}
-	plan := &reservePlan{field: root[0], held: true}
+	plan := &reservePlan{field: root[0], held: true, inputVar: argumentVariable(root[0])}
 	plan.payload = gqlgen.CollectFields(opCtx, plan.field.Selections, reservePayloadType)
 	for _, f := range plan.payload {
 		if len(f.Deferrables) > 0 {
@@ -344,7 +372,13 @@ func reserveInput(args map[string]any) (sku string, quantity int, ok bool) {
 	if len(args) != 1 {
 		return "", 0, false
 	}
-	in, _ := args["input"].(map[string]any)
+	return reserveInputObject(args["input"])
+}
+
+// reserveInputObject reads reserve's input argument, v: reserveInput's
+// checks of it.
+func reserveInputObject(v any) (sku string, quantity int, ok bool) {
+	in, _ := v.(map[string]any)
 	if in == nil {
 		return "", 0, false
 	}
@@ -445,7 +479,11 @@ func (op plainReserve) writeReservation(b *bytes.Buffer, r *model.Reservation) (
 		case "quantity":
 			gqlgen.MarshalInt(r.Quantity).MarshalGQL(b)
 		case "status":
-			r.Status.MarshalGQL(b)
+			if st := string(r.Status); enumName(st) {
+				writeEnumName(b, st)
+			} else {
+				r.Status.MarshalGQL(b)
+			}
 		case "expiresAt":
 			writeTime(b, r.ExpiresAt)
 		case "createdAt":
@@ -523,7 +561,11 @@ func (op plainReserve) writeUserError(b *bytes.Buffer, ue *model.UserError) (fie
 	return writeObject(b, op.errors, "UserError", func(b *bytes.Buffer, name string) {
 		switch name {
 		case "code":
-			ue.Code.MarshalGQL(b)
+			if c := string(ue.Code); enumName(c) {
+				writeEnumName(b, c)
+			} else {
+				ue.Code.MarshalGQL(b)
+			}
 		case "field":
 			if ue.Field == nil {
 				b.WriteString("null")
@@ -545,6 +587,30 @@ func (op plainReserve) writeUserError(b *bytes.Buffer, ue *model.UserError) (fie
 			writeOptionalInt(b, ue.Available)
 		}
 	})
+}
+
+// enumName reports whether v is a GraphQL name ([_A-Za-z][_0-9A-Za-z]*),
+// as every enum value is: one that strconv.Quote, which the generated
+// MarshalGQL of an enum writes, leaves as it is between its quotes.
+func enumName(v string) bool {
+	if v == "" || v[0] >= '0' && v[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// writeEnumName writes an enum value whose name is an enumName as its
+// generated MarshalGQL does, without the fmt call and the quoted copy.
+func writeEnumName(b *bytes.Buffer, name string) {
+	b.WriteByte('"')
+	b.WriteString(name)
+	b.WriteByte('"')
 }
 
 func writeOptionalInt(b *bytes.Buffer, v *int) {

@@ -166,6 +166,8 @@ func TestSoldOutAnswerIsTheExecutedAnswer(t *testing.T) {
 		{"a sku and no quantity", `mutation($input: ReserveInput!) { reserve(input: $input) { userErrors { code } } }`, map[string]any{"input": map[string]any{"sku": sku, "nope": 1}}, "", buyer, false},
 		{"a nullable input", `mutation($input: ReserveInput) { reserve(input: $input) { userErrors { code } } }`, vars, "", buyer, false},
 		{"an input with a default", `mutation($input: ReserveInput! = {sku: "X-1", quantity: 1}) { reserve(input: $input) { userErrors { code } } }`, vars, "", buyer, true},
+		{"a variable of another name", `mutation($in: ReserveInput!) { reserve(input: $in) { userErrors { code } } }`, map[string]any{"in": vars["input"]}, "", buyer, true},
+		{"the input's default", `mutation($input: ReserveInput! = {sku: "` + sku + `", quantity: 2}) { reserve(input: $input) { userErrors { code } } }`, nil, "", buyer, true},
 		{"another variable beside", `mutation($input: ReserveInput!) { reserve(input: $input) { userErrors { code } } }`, map[string]any{"input": vars["input"], "other": 1}, "", buyer, true},
 		{"a numeric sku", `mutation($input: ReserveInput!) { reserve(input: $input) { userErrors { code } } }`, map[string]any{"input": map[string]any{"sku": 7, "quantity": 1}}, "", buyer, false},
 		{"an invalid sku", `mutation { reserve(input: {sku: "no spaces", quantity: 1}) { userErrors { code field } } }`, nil, "", buyer, false},

@@ -190,6 +190,9 @@ func (r *reserveVars) MutateOperationContext(ctx context.Context, opCtx *gqlgen.
 		return nil
 	}
 	opCtx.Doc, opCtx.Operation = m.doc, m.op
-	opCtx.Variables = map[string]any{"input": m.vars["input"]}
+	// The request's own variables, which are exactly {"input": ...}
+	// (plainReserveVars) and which nothing writes to: what the coercion
+	// would have copied them into.
+	opCtx.Variables = m.vars
 	return nil
 }
