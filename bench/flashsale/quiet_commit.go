@@ -3,6 +3,7 @@ package flashsale
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -10,14 +11,34 @@ import (
 // QuietCommitResult is the commit's latency on a quiet server, measured in
 // the same rehearsal before the buyers come, beside the commit's latency
 // during the storm (the drop's commit operation).
+//
+// Both p99s are the nearest rank (Percentile): the commit that ceil(0.99n)
+// of the n are no slower than. Below 100 commits that is the slowest one,
+// so a handful of quiet commits would divide the storm's p99 by their
+// worst outlier; the *Rank fields say which commit, counted from the
+// slowest, each p99 is.
 type QuietCommitResult struct {
-	SKU     string    `json:"sku"`
-	Commits int       `json:"commits"`
-	Quiet   Quantiles `json:"quiet"`
-	// Storm is the drop's commits (OpCommit), and Ratio its p99 ÷ Quiet's.
-	Storm   Quantiles `json:"storm"`
-	Ratio   float64   `json:"ratio"`
-	LoadAvg string    `json:"loadAvg"`
+	SKU       string    `json:"sku"`
+	Commits   int       `json:"commits"`
+	Quiet     Quantiles `json:"quiet"`
+	QuietRank int       `json:"quietP99Rank"`
+	// Storm is the drop's commits (OpCommit, StormCommits requests), and
+	// Ratio its p99 ÷ Quiet's.
+	Storm        Quantiles `json:"storm"`
+	StormCommits int       `json:"stormCommits"`
+	StormRank    int       `json:"stormP99Rank"`
+	Ratio        float64   `json:"ratio"`
+	LoadAvg      string    `json:"loadAvg"`
+}
+
+// p99Rank is which of n samples, counted from the slowest (1), is their
+// p99 by Percentile; 0 for none.
+func p99Rank(n int) int {
+	if n == 0 {
+		return 0
+	}
+	i := int(math.Ceil(0.99*float64(n))) - 1
+	return n - max(0, min(i, n-1))
 }
 
 // quietCommits creates a SKU of cfg.QuietCommits units of its own (the
@@ -64,7 +85,7 @@ func (d *Driver) quietCommits(ctx context.Context) (*QuietCommitResult, error) {
 			return nil, fmt.Errorf("quiet commit %d: %s: %s", i, ue.Code, ue.Message)
 		}
 	}
-	res.Commits, res.Quiet = len(lat), quantiles(lat)
+	res.Commits, res.Quiet, res.QuietRank = len(lat), quantiles(lat), p99Rank(len(lat))
 	return res, nil
 }
 
@@ -78,9 +99,26 @@ func (q *QuietCommitResult) compareStorm(ops []OpStats, load string) {
 	for _, o := range ops {
 		if o.Op == OpCommit {
 			q.Storm = Quantiles{P50ms: o.P50ms, P99ms: o.P99ms, MaxMs: o.MaxMs}
+			q.StormCommits, q.StormRank = o.Requests, p99Rank(o.Requests)
 		}
 	}
 	if q.Quiet.P99ms > 0 {
 		q.Ratio = q.Storm.P99ms / q.Quiet.P99ms
 	}
+}
+
+// rankWord names a p99's rank for the report: "the slowest", "the 4th
+// slowest".
+func rankWord(rank int) string {
+	switch {
+	case rank <= 1:
+		return "the slowest"
+	case rank%10 == 1 && rank%100 != 11:
+		return fmt.Sprintf("the %dst slowest", rank)
+	case rank%10 == 2 && rank%100 != 12:
+		return fmt.Sprintf("the %dnd slowest", rank)
+	case rank%10 == 3 && rank%100 != 13:
+		return fmt.Sprintf("the %drd slowest", rank)
+	}
+	return fmt.Sprintf("the %dth slowest", rank)
 }

@@ -30,8 +30,9 @@ func WriteText(w io.Writer, r *Result) error {
 		fmt.Fprintf(&b, "  %-8s %s\n", o.Op, strings.Join(parts, ", "))
 	}
 	if q := r.QuietCommit; q != nil {
-		fmt.Fprintf(&b, "\ncommit p99: quiet server %.1f ms (p50 %.1f, %d commits one after the other on %s), during the storm %.1f ms (p50 %.1f): ÷ %.2f (goal <= 3); load average %s\n",
-			q.Quiet.P99ms, q.Quiet.P50ms, q.Commits, q.SKU, q.Storm.P99ms, q.Storm.P50ms, q.Ratio, q.LoadAvg)
+		fmt.Fprintf(&b, "\ncommit p99: quiet server %.1f ms (p50 %.1f, max %.1f; %s of %d commits one after the other on %s), during the storm %.1f ms (p50 %.1f, max %.1f; %s of %d commits): ÷ %.2f (goal <= 3); load average %s\n",
+			q.Quiet.P99ms, q.Quiet.P50ms, q.Quiet.MaxMs, rankWord(q.QuietRank), q.Commits, q.SKU,
+			q.Storm.P99ms, q.Storm.P50ms, q.Storm.MaxMs, rankWord(q.StormRank), q.StormCommits, q.Ratio, q.LoadAvg)
 	}
 	b.WriteString("\nbuyers\n")
 	for _, k := range sortedCodes(r.BuyerOutcomes) {
