@@ -56,8 +56,8 @@ func BenchmarkReserveOverhead(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			if one, ok := res[0].([]any); !ok || one[0] != "HELD" {
-				return fmt.Errorf("reserve.lua answered %v", res[0])
+			if replies, err := script.ReserveRepliesOf(res, 1); err != nil || replies[0].Code != "HELD" {
+				return fmt.Errorf("reserve.lua answered %v", res)
 			}
 			return nil
 		})

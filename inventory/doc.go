@@ -125,7 +125,10 @@
 // Every key the caller can name is passed in KEYS, all of one partition and
 // so of one hash tag and one Cluster slot. A script derives a key from the
 // partition base only from data it has just read, through lib.lua's hold_key,
-// idem_key, sku_keys, wait_keys and drop_key, and says so in its header.
+// idem_key, sku_keys, wait_keys and drop_key, and says so in its header;
+// reserve.lua alone also derives each request's hold and idempotency record
+// from the token and hash its arguments carry (every argument of a batch
+// costs Redis about as much to read as a small command does).
 // These do: reserve.lua (the hold an idempotency record names, and for a SKU
 // of a drop the drop's hash and its SKUs' stock and quota hashes, which
 // may_take reads for every path: hold_cart_lines.lua, join_waitlist.lua and

@@ -65,8 +65,8 @@ func holdOf(h script.Hold) holdReply {
 	}, replayed: h.Replayed}
 }
 
-// newHold is reserve.lua's reply for a hold its run made, {HELD,
-// expires_ms, created_ms}: the token, SKU, principal and quantity are the
+// newHold is reserve.lua's reply for a hold its run made (its expiry, and
+// the run's clock as its creation): the token, SKU, principal and quantity are the
 // request's, and nothing else of a new hold is set yet.
 func newHold(r script.ReserveReply, token, sku, who string, qty int) holdReply {
 	return holdReply{hold: storedHold{token: token, sku: sku, who: who, qty: qty, status: string(StatusHeld),

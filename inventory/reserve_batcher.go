@@ -166,22 +166,18 @@ func (e *Engine) runReserveBatch(ctx context.Context, p int, calls []*reserveCal
 	cancel()
 	endBatch(span, calls, err)
 	e.metrics.reserveBatch.Observe(float64(len(calls)))
-	if err == nil && len(res) != len(calls) {
-		err = fmt.Errorf("script %s answered %d replies for %d requests", lua.Reserve, len(res), len(calls))
+	var replies []script.ReserveReply
+	if err == nil {
+		replies, err = script.ReserveRepliesOf(res, len(calls))
 	}
 	for i, c := range calls {
 		switch {
 		case err != nil:
 			c.err = err
+		case replies[i].Code == string(codeReserveError):
+			c.err = unavailable(fmt.Sprintf("running %s for request %d", lua.Reserve, i), errors.New(replies[i].Message))
 		default:
-			r, ok := res[i].([]any)
-			if !ok || len(r) == 0 {
-				c.err = fmt.Errorf("script %s answered %v for request %d", lua.Reserve, res[i], i)
-			} else if res := script.ReserveReplyOf(r); res.Code == string(codeReserveError) {
-				c.err = unavailable(fmt.Sprintf("running %s for request %d", lua.Reserve, i), errors.New(res.Message))
-			} else {
-				c.res = res
-			}
+			c.res = replies[i]
 		}
 		close(c.done)
 	}

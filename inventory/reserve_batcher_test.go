@@ -37,18 +37,19 @@ func TestReserveBatchDecidesInTurn(t *testing.T) {
 	}
 	seqBefore, err := r.Client.HGet(ctx, e.keys.SKU("BATCH"), "seq").Int64()
 	require.NoError(t, err)
-	res, err := e.run(ctx, e.reserveScript(p, calls))
+	raw, err := e.run(ctx, e.reserveScript(p, calls))
 	require.NoError(t, err)
-	require.Len(t, res, len(buyers))
+	res, err := script.ReserveRepliesOf(raw, len(buyers))
+	require.NoError(t, err)
 	seqAfter, err := r.Client.HGet(ctx, e.keys.SKU("BATCH"), "seq").Int64()
 	require.NoError(t, err)
 	require.Equal(t, seqBefore+2, seqAfter, "each hold moves the stock's sequence by one")
 	var got []string
 	for _, x := range res {
-		got = append(got, script.ReserveReplyOf(x.([]any)).Code)
+		got = append(got, x.Code)
 	}
 	require.Equal(t, []string{"HELD", "QUOTA_EXCEEDED", "HELD", "OUT_OF_STOCK", "OUT_OF_STOCK"}, got)
-	require.Equal(t, &OutOfStockError{Available: 0}, rejectionError(script.ReserveReplyOf(res[3].([]any)).Rejection))
+	require.Equal(t, &OutOfStockError{Available: 0}, rejectionError(res[3].Rejection))
 
 	s, err := e.Catalog().Stock(ctx, "BATCH")
 	require.NoError(t, err)
@@ -224,11 +225,13 @@ func reserveBatchAtSequence(t *testing.T, e *Engine, r testenv.RedisEnv, sku, se
 	for i, who := range buyers {
 		calls[i] = plainReserveCall(e, p, sku, who, 1)
 	}
-	res, err := e.run(ctx, e.reserveScript(p, calls))
+	raw, err := e.run(ctx, e.reserveScript(p, calls))
+	require.NoError(t, err)
+	res, err := script.ReserveRepliesOf(raw, len(calls))
 	require.NoError(t, err)
 	codes := make([]string, len(res))
 	for i, x := range res {
-		codes[i] = script.ReserveReplyOf(x.([]any)).Code
+		codes[i] = x.Code
 	}
 	return codes, sub
 }
@@ -265,10 +268,15 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 	}
 	reqs := []req{{0, "alice", 1}, {1, "bob", 1}, {0, "alice", 1}, {0, "alice", 1}, {1, "carol", 1},
 		{1, "dave", 1}, {0, "erin", 2}, {0, "frank", 1}, {1, "bob", 1}}
-	codes := func(res script.Reply) []string {
+	codes := func(res []script.ReserveReply) []string {
 		var out []string
 		for _, x := range res {
-			out = append(out, fmt.Sprintf("%s %v", script.Reply(x.([]any)).Code(), x.([]any)[1:]))
+			if x.Code == "HELD" {
+				out = append(out, x.Code)
+				continue
+			}
+			r := x.Rejection
+			out = append(out, fmt.Sprintf("%s [%s %s %d]", x.Code, r.A, r.B, map[bool]int{false: 0, true: 1}[r.Replayed]))
 		}
 		return out
 	}
@@ -287,12 +295,16 @@ func TestReserveBatchOfTwoSKUsIsItsRequestsInTurn(t *testing.T) {
 	for _, r := range reqs {
 		batch = append(batch, plainReserveCall(e, p, skus[r.sku], r.who, r.qty))
 	}
-	batched, err := e.run(ctx, e.reserveScript(p, batch))
+	raw, err := e.run(ctx, e.reserveScript(p, batch))
+	require.NoError(t, err)
+	batched, err := script.ReserveRepliesOf(raw, len(batch))
 	require.NoError(t, err)
 
-	var single script.Reply
+	var single []script.ReserveReply
 	for _, r := range reqs {
-		res, err := e.run(ctx, e.reserveScript(p, []*reserveCall{plainReserveCall(e, p, skus[2+r.sku], r.who, r.qty)}))
+		raw, err := e.run(ctx, e.reserveScript(p, []*reserveCall{plainReserveCall(e, p, skus[2+r.sku], r.who, r.qty)}))
+		require.NoError(t, err)
+		res, err := script.ReserveRepliesOf(raw, 1)
 		require.NoError(t, err)
 		single = append(single, res[0])
 	}
@@ -337,17 +349,21 @@ func TestReserveBatchChecksEachRequestsNumbers(t *testing.T) {
 		calls[i] = plainReserveCall(e, p, "NUMS", fmt.Sprintf("buyer-%d", i), 1)
 	}
 	call := e.reserveScript(p, calls)
+	// The requests' arguments follow the head's seven, the one SKU and no
+	// budget, nine each.
+	const first = 7 + 1
 	for i, q := range reqs {
-		call.Argv[5+11*i+2], call.Argv[5+11*i+3] = q.qty, q.holdMs
+		call.Argv[first+9*i+2], call.Argv[first+9*i+3] = q.qty, q.holdMs
 	}
-	res, err := e.run(ctx, call)
+	raw, err := e.run(ctx, call)
+	require.NoError(t, err)
+	res, err := script.ReserveRepliesOf(raw, len(calls))
 	require.NoError(t, err)
 	var got, want []string
-	for i, x := range res {
-		rep := script.Reply(x.([]any))
-		code := rep.Code()
+	for i, rep := range res {
+		code := rep.Code
 		if code == "INVALID_INPUT" {
-			code += " " + rep.Str(1)
+			code += " " + rep.Rejection.A
 		}
 		got, want = append(got, code), append(want, reqs[i].want)
 	}

@@ -9,7 +9,10 @@
 -- from data it has just read: the hold an idempotency record points at, the
 -- SKU of a hold its caller knows by token only, the holds of a rebuild chunk,
 -- the drop a SKU's stock hash names and the SKUs that drop lists, the
--- partition's set of unfinished waitlist walks (walks_key).
+-- partition's set of unfinished waitlist walks (walks_key); and in
+-- reserve.lua, each request's hold and idempotency record, from the token
+-- and hash its arguments carry (an argument costs Redis about what a small
+-- command does, and a batch has many).
 -- Each such script names that exception in its header and derives through
 -- the functions below, which mirror inventory/keys.go. They start from the
 -- partition base ("<prefix>{pNN}:", passed in ARGV), so a derived key carries
@@ -109,6 +112,20 @@ local function is_int(s, lo, hi)
   end
   local n = tonumber(s)
   return n >= lo and n <= hi and n
+end
+
+-- count returns the number a small count's text (0 to 64) is, as tonumber
+-- would, by looking it up in small_counts: tonumber calls C's strtod, about
+-- 800 instructions for a digit. The table is made once when the script
+-- runs as a function (its library's top level runs when it is loaded, where
+-- Redis gives it no tostring: the concatenation prints the number).
+local small_counts = {}
+for i = 0, 64 do
+  small_counts['' .. i] = i
+end
+
+local function count(s)
+  return small_counts[s] or tonumber(s)
 end
 
 -- hash_get returns the fields of a hash as a table, or nil when it is absent.

@@ -2,31 +2,40 @@
 -- why not, each buyer in turn (group commit: the engine coalesces concurrent
 -- reserves of one partition into one run of this script).
 --
+-- What the requests of a batch share is named once, not per request: each
+-- argument costs Redis about as much to read as a small command does, and
+-- a batch's requests are mostly of one SKU and one budget.
+--
 -- KEYS[1]  {p}expiry             HELD tokens by expiry (ms)
 -- KEYS[2]  {p}outbox             the partition's event stream
--- then six keys per request i = 0..n-1, at KEYS[3+6i] .. KEYS[8+6i]:
+-- then three keys per SKU j = 0..s-1 of the batch (ARGV[6]), at KEYS[3+3j] .. KEYS[5+3j]:
 --          {p}sku:<sku>          stock hash (total avail held sold max start end ver seq upd gen)
---          {p}hold:<token>       the hold this request creates
 --          {p}quota:<sku>        units each principal holds or bought of this SKU (field: principal)
---          {p}idem:<hash>        idempotency record (a placeholder key when there is none)
 --          {p}avail:<sku>        the SKU's announce channel
+-- then one key per request i = 0..n-1, at KEYS[3+3s+i]:
 --          rate:...:<principal>  the principal's mutation budget (see rate_limit.lua), when
 --                                this run spends it; a placeholder key of the partition,
 --                                never touched, when it does not. Only a single Redis is
 --                                given a budget here: on a cluster it lives in another slot.
--- ARGV[1]  partition base, for the keys derived here (e.g. "dl:{p07}:"): the hold an
---          idempotency record names (read from the record, so the caller cannot know it); and
---          for a SKU of a drop (its stock hash names the drop), the drop's hash and the stock
---          and quota hashes of each of the drop's SKUs (at most 100, listed in the drop's hash)
+-- ARGV[1]  partition base, for the keys derived here (e.g. "dl:{p07}:"): each request's
+--          hold (hold_key of its token) and idempotency record (idem_key of its hash), which
+--          its token and hash name; the hold an idempotency record names (read from the
+--          record, so the caller cannot know it); and for a SKU of a drop (its stock hash
+--          names the drop), the drop's hash and the stock and quota hashes of each of the
+--          drop's SKUs (at most 100, listed in the drop's hash)
 -- ARGV[2]  idempotency TTL seconds    ARGV[3] max quantity per call
 -- ARGV[4]  max hold milliseconds      ARGV[5] rejection TTL seconds (how long a rejection replays)
--- then eleven arguments per request i, at ARGV[6+11i] .. ARGV[16+11i]:
---          sku, principal, quantity, hold milliseconds, token,
+-- ARGV[6]  s, how many SKUs the batch names   ARGV[7] b, how many budgets it names
+-- then the s SKUs, at ARGV[8+j], in the order of their keys
+-- then three arguments per budget k = 1..b, at ARGV[5+s+3k] .. ARGV[7+s+3k]: its burst,
+--          rate and period in seconds
+-- then nine arguments per request i, at ARGV[8+s+3b+9i] .. ARGV[16+s+3b+9i]:
+--          sku (one of the s), principal, quantity, hold milliseconds, token,
 --          request fingerprint ("" when the call has no idempotency key), idempotency hash ("" when none),
---          the budget's burst, rate and period in seconds ("" "" "" when this run does not spend it),
+--          its budget's number k ("" when this run does not spend one),
 --          the admission pass presented ("" when none; only a queued SKU asks for one)
 -- then, optionally (only when a request of the batch is traced), one more argument per
--- request i, at ARGV[6+11n+i]: its W3C traceparent, or "" when it is not traced. A hold's
+-- request i, at ARGV[8+s+3b+9n+i]: its W3C traceparent, or "" when it is not traced. A hold's
 -- event carries it (field tp), so the write-behind that records the hold continues its trace.
 --
 -- The new hold carries the SKU's generation (see sku_gen in lib.lua).
@@ -40,9 +49,11 @@
 -- hashes, so the drop's count needs no state of its own and is right whatever
 -- released, sold or rebuilt any of them) and the stock.
 --
--- Returns one reply per request, in order: {'HELD', expires_ms, created_ms} for a
--- hold this run made (its token, SKU, principal and quantity are the request's,
--- so they are not sent back), hold_reply('OK', ...) for a replay, or a
+-- Returns the run's clock (created_ms of every hold it made), then one reply per
+-- request, in order: expires_ms, a number, for a hold this run made (its token,
+-- SKU, principal and quantity are the request's, so they are not sent back; a
+-- number costs Redis far less to send than a table, which it searches for
+-- error, status and map fields), hold_reply('OK', ...) for a replay, or a
 -- rejection {code, a, b, replayed}: RATE_LIMITED {retry_after seconds}
 -- (the budget is spent: nothing else was looked at), INVALID_INPUT {field, reason},
 -- IDEMPOTENCY_KEY_REUSED, NEEDS_HYDRATION {sku} (that SKU, or another of its drop, or the drop
@@ -87,6 +98,13 @@ local clock = redis.call('TIME')
 local now = now_ms(clock)
 local now_s = tostring(now)
 local rate_clock = rate_now(clock)
+
+-- skus gives each SKU the batch names the index in KEYS of its three keys.
+local nskus = count(ARGV[6])
+local skus = {}
+for j = 0, nskus - 1 do
+  skus[ARGV[8 + j]] = 3 + 3 * j
+end
 
 -- stock is each SKU's stock hash as this run has left it, by key: read once
 -- by stock_of and written once by flush_stock (the header says why that is
@@ -167,14 +185,16 @@ local function reject(fp, idem_rec, code, ra, rb)
 end
 
 -- reserve_new decides a request that made no hold yet, after its budget
--- allowed it: its six keys start at KEYS[ki], its eleven arguments at ARGV[ai],
--- qty is its quantity (qty_s the same as text) and hold_ms how long the hold
--- lasts. It returns the request's reply, and its SKU's stock hash and
--- channel when it changed the stock.
-local function reserve_new(ki, ai, qty, qty_s, hold_ms, tp)
-  local sku_key, hold, quota, idem_rec, channel = KEYS[ki], KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4]
+-- allowed it: its SKU's three keys start at KEYS[sk], its nine arguments at
+-- ARGV[ai], hold is its hold's key, qty its quantity (qty_s the same as
+-- text) and hold_ms how long the hold lasts. It returns the request's reply,
+-- and its SKU's stock hash and channel when it changed the stock.
+local function reserve_new(sk, ai, hold, qty, qty_s, hold_ms, tp)
+  local sku_key, quota, channel = KEYS[sk], KEYS[sk + 1], KEYS[sk + 2]
   local sku, who, token, fp, idem = ARGV[ai], ARGV[ai + 1], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6]
-  local pass = ARGV[ai + 10]
+  local pass = ARGV[ai + 8]
+  -- The record is named only when the request has one (fp is set with idem).
+  local idem_rec = fp ~= '' and idem_key(base, idem)
 
   -- 2. Idempotency: replay the first outcome, refuse a different request.
   if fp ~= '' then
@@ -273,21 +293,22 @@ local function reserve_new(ki, ai, qty, qty_s, hold_ms, tp)
     redis.call('EXPIRE', idem_rec, idem_ttl)
   end
   emit_event(outbox, 'reserve:' .. token, 'reserve', token, sku, who, qty_s, exp_s, now_s, now_s, idem, fp, st.gen, '0', tp)
-  return { 'HELD', exp, now }, sku_key, channel
+  return exp, sku_key, channel
 end
 
--- budget_of returns a budget's burst, rate and period as numbers, from their
--- text, converted once per run for each budget the run meets (the requests
--- of a batch mostly share one): Lua would convert the text again in every
--- step of rate_check's arithmetic.
+-- budget_of returns the burst, rate and period of the batch's budget
+-- numbered k (its text, as the request names it), as numbers, converted
+-- once per run for each budget the run meets: Lua would convert the text
+-- again in every step of rate_check's arithmetic.
 local budgets, expiry_texts = {}, {}
-local function budget_of(burst, rate, period)
-  local b = budgets[burst]
-  if not (b and b[2] == rate and b[3] == period) then
-    b = { burst, rate, period, tonumber(burst), tonumber(rate), tonumber(period) }
-    budgets[burst] = b
+local function budget_of(k)
+  local b = budgets[k]
+  if not b then
+    local at = 5 + nskus + 3 * count(k)
+    b = { tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]) }
+    budgets[k] = b
   end
-  return b[4], b[5], b[6]
+  return b[1], b[2], b[3]
 end
 
 -- quantity_of returns a quantity's text checked (is_int) as {number, text}
@@ -316,13 +337,12 @@ local function hold_of(s)
   return h
 end
 
--- reserve_one decides one request, whose six keys start at KEYS[ki] and eleven
--- arguments at ARGV[ai]; tp is its traceparent (nil or "" when untraced). It
--- returns what reserve_new returns.
-local function reserve_one(ki, ai, tp)
-  local hold, budget = KEYS[ki + 1], KEYS[ki + 5]
+-- reserve_one decides one request, whose budget's key is KEYS[bk], nine
+-- arguments start at ARGV[ai] and hold's key is hold; tp is its traceparent
+-- (nil or "" when untraced). It returns what reserve_new returns.
+local function reserve_one(bk, ai, hold, tp)
   local sku, who, qty, token = ARGV[ai], ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 4]
-  local burst, rate, period = ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9]
+  local k = ARGV[ai + 7]
 
   -- 1. Validate (quantity_of, hold_of: once per distinct text a run).
   local q = quantity_of(qty)
@@ -338,6 +358,11 @@ local function reserve_one(ki, ai, tp)
     return { 'INVALID_INPUT', 'input', 'sku, principal and token are required', 0 }
   end
 
+  local sk = skus[sku]
+  if not sk then
+    error('SKU ' .. sku .. ' is not one of the batch')
+  end
+
   -- A retry of this very call (the reply was lost) finds its own hold.
   local mine = (retried or made[token]) and hash_get(hold)
   if mine then
@@ -348,34 +373,37 @@ local function reserve_one(ki, ai, tp)
   end
 
   -- 1b. The principal's budget, when this run spends it.
-  if burst == '' then
-    return reserve_new(ki, ai, qty_n, qty_s, hold_ms, tp)
+  if k == '' then
+    return reserve_new(sk, ai, hold, qty_n, qty_s, hold_ms, tp)
   end
-  local burst_n, rate_n, period_n = budget_of(burst, rate, period)
+  local budget = KEYS[bk]
+  local burst_n, rate_n, period_n = budget_of(k)
   local ok, tat, reset = rate_check(budget, burst_n, rate_n, period_n, rate_clock)
   if not ok then
     return { 'RATE_LIMITED', tat, '', 0 }
   end
-  local r, sku_key, channel = reserve_new(ki, ai, qty_n, qty_s, hold_ms, tp)
-  if r[1] ~= 'NEEDS_HYDRATION' and r[1] ~= 'WALK_PENDING' then
+  local r, sku_key, channel = reserve_new(sk, ai, hold, qty_n, qty_s, hold_ms, tp)
+  if type(r) == 'number' or (r[1] ~= 'NEEDS_HYDRATION' and r[1] ~= 'WALK_PENDING') then
     rate_spend(budget, tat, reset, expiry_texts)
   end
   return r, sku_key, channel
 end
 
-local replies, changed, order = {}, {}, {}
-local n = (#KEYS - 2) / 6
-local tps = 6 + 11 * n
+local replies, changed, order = { now }, {}, {}
+local n = #KEYS - 2 - 3 * nskus
+local args = 8 + nskus + 3 * count(ARGV[7])
+local tps = args + 9 * n
+-- holds are the requests' hold keys, named from their tokens.
+local holds = {}
+for i = 0, n - 1 do
+  holds[i + 1] = hold_key(base, ARGV[args + 9 * i + 4])
+end
 if n > 0 then
-  local holds = {}
-  for i = 0, n - 1 do
-    holds[i + 1] = KEYS[4 + 6 * i]
-  end
   retried = redis.call('EXISTS', unpack(holds)) > 0
 end
 for i = 0, n - 1 do
-  local ki, ai = 3 + 6 * i, 6 + 11 * i
-  local ok, r, sku_key, channel = pcall(reserve_one, ki, ai, ARGV[tps + i])
+  local ai = args + 9 * i
+  local ok, r, sku_key, channel = pcall(reserve_one, 3 + 3 * nskus + i, ai, holds[i + 1], ARGV[tps + i])
   if not ok then
     -- An error fails this request alone; the requests before it are
     -- decided and written, and keep their replies.

@@ -89,9 +89,13 @@ func run(addr string, setup bool, batches, size int, tag string, first int) erro
 		if err != nil {
 			return err
 		}
-		for i, r := range res {
-			if rr, ok := r.([]any); !ok || len(rr) == 0 || rr[0] != "HELD" {
-				return fmt.Errorf("request %d answered %v", i, r)
+		replies, err := script.ReserveRepliesOf(res, size)
+		if err != nil {
+			return err
+		}
+		for i, r := range replies {
+			if r.Code != "HELD" {
+				return fmt.Errorf("request %d answered %+v", i, r)
 			}
 		}
 	}

@@ -42,7 +42,7 @@ func samples() map[string]sample {
 	byToken := union(handoff, []string{"wait_keys"})
 	return map[string]sample{
 		lua.Reserve: {call: Reserve{Partition: p, Requests: []ReserveRequest{{SKU: sku, Token: tok}, {SKU: sku, Token: "r03.two", Idem: "h"}}}.Call(k),
-			keys: 2 + 6*2, argv: 5 + 11*2, derives: union(take, []string{"hold_key"})},
+			keys: 2 + 3 + 1*2, argv: 7 + 1 + 9*2, derives: union(take, []string{"hold_key", "idem_key"})},
 		lua.BeginCommit:  {call: BeginCommit{Partition: p, Token: tok}.Call(k), keys: 4, argv: 6, derives: byToken},
 		lua.FinishCommit: {call: FinishCommit{Partition: p, Token: tok, SKU: sku}.Call(k), keys: 9, argv: 10, derives: handoff},
 		lua.ReleaseHold:  {call: ReleaseHold{Partition: p, Token: tok}.Call(k), keys: 4, argv: 8, derives: byToken},

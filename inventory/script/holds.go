@@ -2,13 +2,15 @@ package script
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/dropline/dropline/lua"
 )
 
-// ReserveRequest is one request of a reserve.lua batch: its six KEYS and
-// eleven ARGV (and its traceparent, sent only when a request of the batch
-// is traced).
+// ReserveRequest is one request of a reserve.lua batch: its one key and
+// nine ARGV, its share of the SKUs and budgets the batch names once (and its
+// traceparent, sent only when a request of the batch is traced).
 type ReserveRequest struct {
 	SKU, Principal string
 	Quantity       int
@@ -36,28 +38,52 @@ type Reserve struct {
 }
 
 // reserveRequestArgs is how many ARGV each request has.
-const reserveRequestArgs = 11
+const reserveRequestArgs = 9
 
-// Call builds reserve.lua's KEYS and ARGV.
+// Call builds reserve.lua's KEYS and ARGV. The SKUs and budgets of the
+// batch are named once each, in the order the requests first name them
+// (a batch mostly has one of each): every argument costs Redis about as
+// much to read as a small command does.
 func (a Reserve) Call(k Keys) Call {
 	n := len(a.Requests)
 	traced := false
+	var skus []string
+	var budgets [][3]any
 	for i := range a.Requests {
-		traced = traced || a.Requests[i].Traceparent != ""
+		r := &a.Requests[i]
+		traced = traced || r.Traceparent != ""
+		if !slices.Contains(skus, r.SKU) {
+			skus = append(skus, r.SKU)
+		}
+		if r.BudgetKey != "" && !slices.Contains(budgets, r.Budget) {
+			budgets = append(budgets, r.Budget)
+		}
 	}
-	size := 5 + reserveRequestArgs*n
+	size := 7 + len(skus) + 3*len(budgets) + reserveRequestArgs*n
 	if traced {
 		size += n
 	}
-	keys := k.reserveBatchKeys(a.Partition, n)
+	keys := make([]string, 0, 2+3*len(skus)+n)
+	keys = append(keys, k.Expiry(a.Partition), k.Outbox(a.Partition))
 	argv := make([]any, 0, size)
-	argv = append(argv, k.Base(a.Partition), a.IdempotencyTTL, a.MaxQuantity, a.MaxHoldMs, a.RejectionTTL)
+	argv = append(argv, k.Base(a.Partition), a.IdempotencyTTL, a.MaxQuantity, a.MaxHoldMs, a.RejectionTTL,
+		len(skus), len(budgets))
+	for _, sku := range skus {
+		keys = append(keys, k.skuIn(a.Partition, sku), k.quotaIn(a.Partition, sku), k.channelIn(a.Partition, sku))
+		argv = append(argv, sku)
+	}
+	for _, b := range budgets {
+		argv = append(argv, b[0], b[1], b[2])
+	}
 	for i := range a.Requests {
 		r := &a.Requests[i]
-		rk := k.reserveRequestKeys(a.Partition, r.SKU, r.Token, r.Idem, r.BudgetKey)
-		keys = append(keys, rk[:]...)
-		argv = append(argv, r.SKU, r.Principal, r.Quantity, r.HoldMs, r.Token, r.Fingerprint, r.Idem,
-			r.Budget[0], r.Budget[1], r.Budget[2], r.Pass)
+		// The budget is named by its number among the batch's (1, 2 ...).
+		var budget any = ""
+		if r.BudgetKey != "" {
+			budget = slices.Index(budgets, r.Budget) + 1
+		}
+		keys = append(keys, k.reserveBudgetKey(a.Partition, r.BudgetKey))
+		argv = append(argv, r.SKU, r.Principal, r.Quantity, r.HoldMs, r.Token, r.Fingerprint, r.Idem, budget, r.Pass)
 	}
 	if traced {
 		for i := range a.Requests {
@@ -67,10 +93,11 @@ func (a Reserve) Call(k Keys) Call {
 	return Call{Script: lua.Reserve, Keys: keys, Argv: argv}
 }
 
-// ReserveReply is reserve.lua's reply to one request: {HELD, expires_ms,
-// created_ms} for a hold the run made, hold_reply OK for a replay (Hold),
-// {NEEDS_HYDRATION or WALK_PENDING, sku} (Missing), {ERR, message}
-// (Message), or a rejection (RATE_LIMITED's A is the seconds to wait).
+// ReserveReply is reserve.lua's reply to one request: HELD with the hold's
+// expiry and the run's clock for a hold the run made, hold_reply OK for a
+// replay (Hold), {NEEDS_HYDRATION or WALK_PENDING, sku} (Missing), {ERR,
+// message} (Message), or a rejection (RATE_LIMITED's A is the seconds to
+// wait).
 type ReserveReply struct {
 	Code                 string
 	ExpiresMs, CreatedMs int64
@@ -80,12 +107,39 @@ type ReserveReply struct {
 	Rejection            Rejection
 }
 
-// ReserveReplyOf decodes one request's reply of reserve.lua.
+// ReserveRepliesOf decodes reserve.lua's reply to a batch of n requests:
+// the run's clock, then per request a hold's expiry (a number) for a hold
+// the run made, or a list.
+func ReserveRepliesOf(res []any, n int) ([]ReserveReply, error) {
+	if len(res) != n+1 {
+		return nil, fmt.Errorf("script %s answered %d replies for %d requests", lua.Reserve, len(res)-1, n)
+	}
+	created, ok := res[0].(int64)
+	if !ok {
+		return nil, fmt.Errorf("script %s answered %v for its clock", lua.Reserve, res[0])
+	}
+	out := make([]ReserveReply, n)
+	for i, x := range res[1:] {
+		switch r := x.(type) {
+		case int64:
+			out[i] = ReserveReply{Code: "HELD", ExpiresMs: r, CreatedMs: created}
+		case []any:
+			if len(r) == 0 {
+				return nil, fmt.Errorf("script %s answered an empty list for request %d", lua.Reserve, i)
+			}
+			out[i] = ReserveReplyOf(r)
+		default:
+			return nil, fmt.Errorf("script %s answered %v for request %d", lua.Reserve, x, i)
+		}
+	}
+	return out, nil
+}
+
+// ReserveReplyOf decodes one request's list reply of reserve.lua (every
+// reply but a hold the run made).
 func ReserveReplyOf(r Reply) ReserveReply {
 	out := ReserveReply{Code: r.Code()}
 	switch out.Code {
-	case "HELD":
-		out.ExpiresMs, out.CreatedMs = r.Int(1), r.Int(2)
 	case "OK":
 		out.Hold = HoldOf(r)
 	case codeNeedsHydration, "WALK_PENDING":

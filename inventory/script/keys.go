@@ -185,23 +185,14 @@ func (k Keys) CartsPending(p int) string { return k.Base(p) + "cartpending" }
 // in that partition, as the scripts did when they derived them: a token is
 // always made in its SKU's partition.
 
-// reserveBatchKeys is the start of reserve.lua's KEYS, shared by every
-// request of a batch of partition p; reserveRequestKeys follow, per request.
-func (k Keys) reserveBatchKeys(p, requests int) []string {
-	keys := make([]string, 0, 2+6*requests)
-	return append(keys, k.Expiry(p), k.Outbox(p))
-}
-
-// reserveRequestKeys is one request's part of reserve.lua's KEYS: a new hold
-// of sku in partition p under token, with idempotency hash idemHash ("" when
-// the call has none: the record key is then a placeholder that is never
-// written), spending the budget at budgetKey ("" when the run does not spend
-// one: a placeholder of the partition that is never touched).
-func (k Keys) reserveRequestKeys(p int, sku, token, idemHash, budgetKey string) [6]string {
+// reserveBudgetKey is one request's key in reserve.lua's KEYS: the budget
+// at budgetKey it spends, or, when the run does not spend one ("" here), a
+// placeholder of partition p that is never touched.
+func (k Keys) reserveBudgetKey(p int, budgetKey string) string {
 	if budgetKey == "" {
-		budgetKey = k.Base(p) + "nobudget"
+		return k.Base(p) + "nobudget"
 	}
-	return [6]string{k.skuIn(p, sku), k.Hold(p, token), k.quotaIn(p, sku), k.idempotencyIn(p, idemHash), k.channelIn(p, sku), budgetKey}
+	return budgetKey
 }
 
 // tokenHoldKeys is the KEYS of begin_commit.lua and release_hold.lua, whose
