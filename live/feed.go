@@ -27,9 +27,10 @@ type feed struct {
 	// that returns with gen still g is the freshest thing known.
 	gen uint64
 
-	dirty     bool // cur has not been delivered yet
-	force     bool // deliver cur even to subscribers that already have it
-	scheduled bool // a trailing flush is queued with the flusher
+	dirty     bool      // cur has not been delivered yet
+	force     bool      // deliver cur even to subscribers that already have it
+	scheduled bool      // a trailing flush is queued with the flusher
+	due       time.Time // while scheduled: when that flush may go
 	lastFlush time.Time
 
 	// Self-clocking (see maybeFlush). owed counts the subscribers that
@@ -65,7 +66,7 @@ func (f *feed) applyMessage(h *Hub, s inventory.Stock) {
 		return
 	}
 	f.set(h, s, true)
-	f.maybeFlush(h, time.Now())
+	f.maybeFlush(h, h.now())
 }
 
 // applyRead takes a value read from Redis by a read issued when the feed was
@@ -88,7 +89,7 @@ func (f *feed) applyRead(h *Hub, s inventory.Stock, gen uint64, force bool) {
 		f.force, f.dirty = true, true
 	}
 	if f.dirty {
-		f.maybeFlush(h, time.Now())
+		f.maybeFlush(h, h.now())
 	}
 }
 
@@ -113,16 +114,31 @@ func (f *feed) maybeFlush(h *Hub, now time.Time) {
 	if f.scheduled {
 		return
 	}
-	due := f.lastFlush.Add(h.cfg.Interval)
-	if f.owed.Load() == 0 {
-		due = f.lastFlush.Add(f.gap)
-	}
+	due := f.nextDue(h)
 	if now.Before(due) {
-		f.scheduled = true
-		h.scheduleFlush(f, due)
+		f.schedule(h, due)
 		return
 	}
 	f.flush(h, now)
+}
+
+// nextDue is the earliest the feed may flush again: the gap after the
+// previous flush when its fan-out is finished, else the Interval after it;
+// never sooner than MinInterval after it (the gap is measured only when
+// drained runs, which may be a moment after the fan-out finished).
+func (f *feed) nextDue(h *Hub) time.Time {
+	if f.owed.Load() != 0 {
+		return f.lastFlush.Add(h.cfg.Interval)
+	}
+	return f.lastFlush.Add(max(f.gap, h.cfg.MinInterval))
+}
+
+// schedule queues the trailing flush for due, or moves a queued one there.
+// The feed keeps due itself: the flusher may already hold a flush of the
+// feed taken off its queue earlier, and flushDue goes by the feed's due.
+func (f *feed) schedule(h *Hub, due time.Time) {
+	f.scheduled, f.due = true, due
+	h.scheduleFlush(f, due)
 }
 
 // drained is called when the last subscriber owing a value of the SKU
@@ -132,7 +148,7 @@ func (f *feed) maybeFlush(h *Hub, now time.Time) {
 // MinInterval nor above Interval; a change waiting for it goes out when
 // the gap has passed.
 func (f *feed) drained(h *Hub) {
-	now := time.Now()
+	now := h.now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.owed.Load() != 0 {
@@ -145,10 +161,9 @@ func (f *feed) drained(h *Hub) {
 	if !f.dirty {
 		return
 	}
-	due := f.lastFlush.Add(f.gap)
+	due := f.nextDue(h)
 	if now.Before(due) {
-		f.scheduled = true
-		h.scheduleFlush(f, due) // moves a queued Interval flush earlier
+		f.schedule(h, due) // moves a queued Interval flush earlier
 		return
 	}
 	if f.scheduled {
@@ -158,13 +173,24 @@ func (f *feed) drained(h *Hub) {
 	f.flush(h, now)
 }
 
-// flushDue is the trailing flush, called by the flusher.
+// flushDue is the trailing flush, called by the flusher with a feed it took
+// off its queue. Between the two the feed may have flushed by another path
+// (drained) and queued a new flush for later: the feed's own due time then
+// says the flush waits, and it is queued again for then.
 func (f *feed) flushDue(h *Hub) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.scheduled {
+		return // flushed since by another path, nothing new
+	}
+	now := h.now()
+	if now.Before(f.due) {
+		h.scheduleFlush(f, f.due)
+		return
+	}
 	f.scheduled = false
 	if f.dirty {
-		f.flush(h, time.Now())
+		f.flush(h, now)
 	}
 }
 

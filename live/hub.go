@@ -129,6 +129,8 @@ type Hub struct {
 	flushMu   sync.Mutex
 	flushAt   map[*feed]time.Time
 	flushKick chan struct{}
+	// now is the clock of the pacing (time.Now; a test steps its own).
+	now func() time.Time
 
 	resyncMu   sync.Mutex
 	resyncWant map[string]bool // SKU -> deliver even if unchanged
@@ -160,6 +162,7 @@ func NewHub(cfg HubConfig, engine *inventory.Engine, rdb redis.UniversalClient, 
 		controlKick: make(chan struct{}, 1),
 		flushAt:     map[*feed]time.Time{},
 		flushKick:   make(chan struct{}, 1),
+		now:         time.Now,
 		resyncWant:  map[string]bool{},
 		resyncKick:  make(chan struct{}, 1),
 		so:          soldOutState{f: map[string]*feed{}, add: map[string]*soldAdding{}, kick: make(chan struct{}, 1)},
@@ -200,9 +203,9 @@ func (h *Hub) Start(ctx context.Context) error {
 // Subscribe watches the stock of skus. The channel first carries the current
 // value of each SKU, then its changes: at once when the SKU's previous value
 // has reached every subscriber, else the newest when it has (or when
-// Interval has passed), as a rule not two within MinInterval (a trailing
-// flush that races the end of a fan-out can come sooner, once), and always
-// the last one. It closes when ctx is done, when the hub stops, or
+// Interval has passed), the hub never handing it two within MinInterval
+// (a reader that takes one late may take the next right after), and
+// always the last one. It closes when ctx is done, when the hub stops, or
 // when the reader leaves a value unread for StallTimeout.
 //
 // Errors: *inventory.InvalidInputError for an empty list, a malformed SKU or
@@ -387,25 +390,14 @@ func (h *Hub) runFlusher(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := time.Now()
-		var due []*feed
-		var next time.Time
-		h.flushMu.Lock()
-		for f, t := range h.flushAt {
-			if !t.After(now) {
-				due = append(due, f)
-				delete(h.flushAt, f)
-			} else if next.IsZero() || t.Before(next) {
-				next = t
-			}
-		}
-		h.flushMu.Unlock()
+		now := h.now()
+		due, next := h.takeDueFlushes(now)
 		for _, f := range due {
 			f.flushDue(h)
 		}
 		wait := time.Hour
 		if !next.IsZero() {
-			wait = time.Until(next)
+			wait = next.Sub(h.now())
 		}
 		timer.Reset(wait)
 		select {
@@ -415,6 +407,24 @@ func (h *Hub) runFlusher(ctx context.Context) {
 		case <-h.flushKick:
 		}
 	}
+}
+
+// takeDueFlushes removes from the queue the feeds whose flush is due at now
+// and returns them, with the earliest time still queued (zero if none).
+// Another path may flush such a feed before the flusher gets to it; flushDue
+// then finds the feed's own due time and waits for it.
+func (h *Hub) takeDueFlushes(now time.Time) (due []*feed, next time.Time) {
+	h.flushMu.Lock()
+	defer h.flushMu.Unlock()
+	for f, t := range h.flushAt {
+		if !t.After(now) {
+			due = append(due, f)
+			delete(h.flushAt, f)
+		} else if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return due, next
 }
 
 // requestResync queues a re-read of sku; force delivers the value to every
