@@ -3,10 +3,14 @@ package graphql
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
 	"time"
+	"unsafe"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -99,4 +103,33 @@ func IsPriority(query string) (bool, error) {
 		return false, err
 	}
 	return isPriority(doc.Operations[0]), nil
+}
+
+// OperationContextMutators builds the handler NewHandler builds for cfg
+// and names, by type, the operation context mutators of its gqlgen
+// executor in the order gqlgen runs them. gqlgen keeps that list
+// unexported; it is read by reflection, and an error says when gqlgen's
+// layout no longer has it where this looks.
+func OperationContextMutators(cfg Config) ([]string, error) {
+	var srv *handler.Server
+	newHandler(cfg, handlerOptions{share: true, server: func(s *handler.Server) { srv = s }})
+	exec := reflect.ValueOf(srv).Elem().FieldByName("exec")
+	if !exec.IsValid() || exec.Kind() != reflect.Pointer || exec.IsNil() {
+		return nil, errors.New("gqlgen's handler.Server has no exec *executor.Executor")
+	}
+	ext := exec.Elem().FieldByName("ext")
+	if !ext.IsValid() || ext.Kind() != reflect.Struct {
+		return nil, errors.New("gqlgen's executor.Executor has no ext struct")
+	}
+	f := ext.FieldByName("operationContextMutators")
+	want := reflect.TypeFor[[]gqlgen.OperationContextMutator]()
+	if !f.IsValid() || f.Type() != want {
+		return nil, errors.New("gqlgen's executor extensions have no operationContextMutators list")
+	}
+	ms := reflect.NewAt(want, unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().([]gqlgen.OperationContextMutator)
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = fmt.Sprintf("%T", m)
+	}
+	return names, nil
 }

@@ -211,6 +211,9 @@ type handlerOptions struct {
 	// noReserveAnswers executes every reserve instead of answering the
 	// plain ones in the HTTP transport (reserve_answer.go).
 	noReserveAnswers bool
+	// server, when set, is handed gqlgen's server once it is built, for a
+	// test to look at its extensions.
+	server func(*handler.Server)
 }
 
 // newHandler is NewHandler with opts.
@@ -265,7 +268,6 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		// it back (reserve_vars.go).
 		vars = newReserveVars(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 		srv.SetQueryCache(vars)
-		srv.Use(vars)
 	} else {
 		srv.SetQueryCache(lru.New[*ast.QueryDocument](cfg.Limits.QueryCache))
 	}
@@ -273,18 +275,21 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	srv.SetDisableSuggestion(!cfg.Dev)
 	srv.SetErrorPresenter(res.ErrorPresenter())
 	srv.SetRecoverFunc(res.Recover())
-	// Before every other extension (reserveVars, which must come first of
-	// all, is off when tracing is on), so that its span covers what they do.
-	// Any extension added above this point must come after reserveVars.
+	// The extensions, in order; useExtensions puts reserveVars before all
+	// of them.
+	var exts []gqlgen.HandlerExtension
+	// Before every other extension (but reserveVars, which is off when
+	// tracing is on), so that its span covers what they do.
 	if cfg.Tracer != nil {
-		srv.Use(operationTracer{tracer: cfg.Tracer.Tracer("github.com/dropline/dropline/server/graphql")})
+		exts = append(exts, operationTracer{tracer: cfg.Tracer.Tracer("github.com/dropline/dropline/server/graphql")})
 	}
 	if cfg.Dev {
-		srv.Use(extension.Introspection{})
+		exts = append(exts, extension.Introspection{})
 	}
-	srv.Use(newSubgraph(cfg.Subgraph))
-	srv.Use(depthLimit{max: cfg.Limits.Depth})
-	srv.Use(mutationFieldLimit{max: cfg.Limits.RootMutationFields})
+	exts = append(exts,
+		newSubgraph(cfg.Subgraph),
+		depthLimit{max: cfg.Limits.Depth},
+		mutationFieldLimit{max: cfg.Limits.RootMutationFields})
 	// After the limits, so that only an operation nothing else refuses
 	// spends its cost.
 	cost := queryCost{price: newComplexityLimit(cfg.Limits.Complexity, cfg.Limits.QueryCache),
@@ -292,7 +297,7 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	if cfg.Limits.CostRate > 0 {
 		cost.budgets = newCostBudgets(cfg.Limits.CostRate, cfg.Limits.CostBurst, cfg.Now)
 	}
-	srv.Use(cost)
+	exts = append(exts, cost)
 	if answers != nil {
 		answers.cost = cost
 	}
@@ -301,19 +306,20 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	// hash is looked up before any of the above (parameters come first),
 	// as is a trusted document's id.
 	if cfg.TrustedDocuments != nil {
-		srv.Use(newTrustedOnly(cfg.TrustedDocuments, cfg.Dev, cfg.Registerer))
+		exts = append(exts, newTrustedOnly(cfg.TrustedDocuments, cfg.Dev, cfg.Registerer))
 	} else {
-		srv.Use(newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
+		exts = append(exts, newPersistedQueries(cfg.Redis, prefix, cfg.Limits, cfg.Registerer))
 	}
 	// Last of the extensions: only what will run waits for a slot.
 	g := opts.gate
 	if g == nil {
 		g = newGate(cfg.Limits.GateSlots, cfg.Limits.GateWait, cfg.Registerer)
 	}
-	srv.Use(g)
+	exts = append(exts, g)
 	if answers != nil {
 		answers.gate = g
 	}
+	useExtensions(srv, vars, exts)
 	srv.AroundOperations(func(ctx context.Context, next gqlgen.OperationHandler) gqlgen.ResponseHandler {
 		return next(res.WithLoaders(ctx))
 	})
@@ -330,6 +336,9 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 		}
 		return next(ctx)
 	})
+	if opts.server != nil {
+		opts.server(srv)
+	}
 
 	var h http.Handler = srv
 	h = newStreamTracker(cfg.Streams, sm).middleware(h)
@@ -340,6 +349,21 @@ func newHandler(cfg Config, opts handlerOptions) http.Handler {
 	h = limitBody(cfg.Limits.BodyBytes, h)
 	h = origins.middleware(h)
 	return h
+}
+
+// useExtensions installs the extensions of srv's operations: vars first
+// when it is on, then exts in their order. vars must be the first of the
+// operation context mutators, because it puts back the document its cache
+// replaced (reserve_vars.go) before any other sees the operation; taking
+// it apart from the others makes that order the only one possible.
+// TestReserveVarsIsTheFirstMutator checks the built server.
+func useExtensions(srv *handler.Server, vars *reserveVars, exts []gqlgen.HandlerExtension) {
+	if vars != nil {
+		srv.Use(vars)
+	}
+	for _, e := range exts {
+		srv.Use(e)
+	}
 }
 
 // addTransports is the one place transports are chosen. Queries and

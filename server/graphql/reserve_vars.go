@@ -183,7 +183,8 @@ func declaresReserveInput(op *ast.OperationDefinition) bool {
 
 // MutateOperationContext puts the original document and operation back,
 // with the variables as validator.VariableValues would have coerced them.
-// It is the first of the mutators, so no other extension sees the copy.
+// It is the first of the mutators (useExtensions installs it before all
+// others), so no other extension sees the copy.
 func (r *reserveVars) MutateOperationContext(ctx context.Context, opCtx *gqlgen.OperationContext) *gqlerror.Error {
 	m, _ := ctx.Value(reserveVarsKey{}).(*reserveVarsMark)
 	if m == nil || m.doc == nil {
