@@ -73,6 +73,21 @@ func (b *bundle) drainOutbox(t *testing.T) map[string]int {
 	return kinds
 }
 
+// loseOutbox deletes every entry of every partition's outbox, as a Redis that
+// lost the stream (evicted, or deleted by hand) would: events the ledger has
+// not applied are gone, and a rebuild cannot apply them first.
+func (b *bundle) loseOutbox(t *testing.T) {
+	t.Helper()
+	for p := 0; p < inventory.Partitions; p++ {
+		key := b.engine.Keys().Outbox(p)
+		msgs, err := b.rdb.XRange(b.ctx, key, "-", "+").Result()
+		require.NoError(t, err)
+		for _, m := range msgs {
+			require.NoError(t, b.rdb.XDel(b.ctx, key, m.ID).Err())
+		}
+	}
+}
+
 func TestNoOversellUnderTenThousandBuyers(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
