@@ -597,8 +597,9 @@ func enumName(v string) bool {
 		return false
 	}
 	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+		switch c := v[i]; {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		default:
 			return false
 		}
 	}
