@@ -361,25 +361,14 @@ func (rs Reservations) ReservationsByToken(ctx context.Context, tokens []string)
 // (a partition's tokens share one), by expiry and token, after the keyset
 // position (afterExp, afterToken) when afterToken is not "".
 //
-// The HELD rows are indexed by SKU and expiry (reservations_held, migration
-// 0022): the query walks the SKUs that have HELD rows, one index descent
-// each (PostgreSQL has no skip scan), reads up to limit of each one's
-// overdue rows in expiry order, and keeps the first limit of them all.
+// The HELD rows' expiries have an index of their own
+// (reservations_held_by_expiry): the pass reads only the overdue rows'
+// pages, however many SKUs have holds.
 func (rs Reservations) OverdueHeld(ctx context.Context, tokenPrefix string, before, afterExp time.Time, afterToken string, limit int) ([]Reservation, error) {
-	rows, err := rs.l.pool.Query(ctx, `
-		WITH RECURSIVE held (sku) AS (
-			(SELECT sku FROM reservations WHERE status = 'HELD' ORDER BY sku LIMIT 1)
-			UNION ALL
-			SELECT (SELECT r.sku FROM reservations r WHERE r.status = 'HELD' AND r.sku > held.sku ORDER BY r.sku LIMIT 1)
-			FROM held WHERE held.sku IS NOT NULL
-		)
-		SELECT o.* FROM held CROSS JOIN LATERAL (
-			SELECT `+reservationColumns+` FROM reservations
-			WHERE sku = held.sku AND status = 'HELD' AND expires_at < $1 AND starts_with(token, $2)
-			  AND ($3 = '' OR (expires_at, token) > ($4, $3))
-			ORDER BY expires_at, token LIMIT $5
-		) o
-		ORDER BY o.expires_at, o.token LIMIT $5`, before, tokenPrefix, afterToken, afterExp, limit)
+	rows, err := rs.l.pool.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+		WHERE status = 'HELD' AND expires_at < $1 AND starts_with(token, $2)
+		  AND ($3 = '' OR (expires_at, token) > ($4, $3))
+		ORDER BY expires_at, token LIMIT $5`, before, tokenPrefix, afterToken, afterExp, limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing overdue holds: %w", interpret(err))
 	}
