@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
@@ -93,4 +96,132 @@ func TestACopiedBatchWritesWhatItsInsertsWould(t *testing.T) {
 	require.ErrorIs(t, err, db.ErrFenced)
 	require.NoError(t, db.PoolOf(fenced).QueryRow(ctx, `SELECT count(*) FROM reservations`).Scan(&n))
 	require.Equal(t, 70, n)
+}
+
+// turnConn counts a connection's round trips: the reads that follow a
+// write (however many reads and writes each side takes).
+type turnConn struct {
+	net.Conn
+	turns   *atomic.Int64
+	written atomic.Bool
+}
+
+func (c *turnConn) Write(p []byte) (int, error) {
+	c.written.Store(true)
+	return c.Conn.Write(p)
+}
+
+func (c *turnConn) Read(p []byte) (int, error) {
+	if c.written.Swap(false) {
+		c.turns.Add(1)
+	}
+	return c.Conn.Read(p)
+}
+
+// A batch of fresh holds only is one round trip to PostgreSQL: the begin,
+// the fence, the products' locks (the SKUs written into the query, quotes
+// and backslashes as they are), both COPYs and the commit go in one write.
+// A batch that also has upserts sends them first: two. Refused batches
+// (fenced, or a COPY's unique violation, sent again as upserts) leave the
+// connection in the pool, idle, and the ledger unchanged.
+func TestACopiedBatchOfFreshHoldsIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.NewDatabase(t))
+	require.NoError(t, err)
+	var turns atomic.Int64
+	cfg.MaxConns = 1
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &turnConn{Conn: c, turns: &turns}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	l := db.NewLedger(pool)
+	db.SetCopyMinRows(l, 1)
+	skus := []string{"A-1", "B.2", "c_3"}
+	wb := `wb'\`
+	for _, sku := range skus {
+		_, err := l.CreateProduct(ctx, db.Product{SKU: sku, Name: "n", PriceAmount: 1, PriceCurrency: "EUR", Total: 1000})
+		require.NoError(t, err)
+	}
+	at := time.Date(2026, 12, 7, 2, 0, 0, 0, time.UTC)
+	reserves := func(prefix string, n int) []db.Event {
+		var evs []db.Event
+		for i := range n {
+			tok := fmt.Sprintf("%s%03d", prefix, i)
+			evs = append(evs, db.Event{ID: "reserve:" + tok, Kind: "reserve", Token: tok, SKU: skus[i%len(skus)],
+				Principal: "p-" + tok, Quantity: 1, ExpiresAt: at.Add(time.Hour), CreatedAt: at, At: at})
+		}
+		return evs
+	}
+	count := func() (res, moves int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM reservations), (SELECT count(*) FROM stock_movements WHERE kind = 'reserve')`).Scan(&res, &moves))
+		return res, moves
+	}
+	conns := pool.Stat().NewConnsCount()
+	apply := func(fence *db.Fence, evs []db.Event) (int64, error) {
+		t.Helper()
+		before := turns.Load()
+		err := l.ApplyEvents(ctx, fence, evs)
+		return turns.Load() - before, err
+	}
+
+	first := reserves("a", 30)
+	n, err := apply(&db.Fence{Name: wb, Token: 5}, first)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "round trips of a batch of fresh holds")
+	require.Equal(t, int64(1), db.CopiedBatches(l))
+	res, moves := count()
+	require.Equal(t, 30, res)
+	require.Equal(t, 30, moves)
+	var token int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM worker_fences WHERE name = $1`, wb).Scan(&token))
+	require.Equal(t, int64(5), token)
+
+	// A SKU the catalogue does not have, whatever it is made of: refused.
+	odd := reserves("o", 1)
+	odd[0].SKU = `no'such\`
+	_, err = apply(&db.Fence{Name: wb, Token: 5}, odd)
+	require.ErrorIs(t, err, db.ErrRefused)
+	require.ErrorIs(t, err, db.ErrNotFound, "the SKU looked up, not a syntax error")
+
+	// Fenced off: refused, nothing written.
+	_, err = apply(&db.Fence{Name: wb, Token: 4}, reserves("b", 30))
+	require.ErrorIs(t, err, db.ErrFenced)
+	res, _ = count()
+	require.Equal(t, 30, res)
+
+	// Applied again: the COPY fails on the existing rows, the batch goes
+	// again as upserts and changes nothing.
+	_, err = apply(&db.Fence{Name: wb, Token: 5}, first)
+	require.NoError(t, err)
+	res, moves = count()
+	require.Equal(t, 30, res)
+	require.Equal(t, 30, moves)
+	require.Equal(t, int64(1), db.CopiedBatches(l))
+
+	// Fresh holds with the commit of an earlier one: the upserts first
+	// (the first time, pgx prepares their statements: one more).
+	for i, prefix := range []string{"c", "d"} {
+		tok := fmt.Sprintf("a%03d", i)
+		mixed := append(reserves(prefix, 30), db.Event{ID: "commit:" + tok, Kind: "commit", Token: tok, SKU: skus[i],
+			Principal: "p-" + tok, Quantity: 1, ExpiresAt: at.Add(time.Hour), CreatedAt: at, At: at.Add(time.Second)})
+		n, err = apply(&db.Fence{Name: wb, Token: 5}, mixed)
+		require.NoError(t, err)
+		require.Equal(t, int64(2+1-i), n, "round trips of a batch with upserts")
+	}
+	require.Equal(t, int64(3), db.CopiedBatches(l))
+	res, moves = count()
+	require.Equal(t, 90, res)
+	require.Equal(t, 90, moves)
+	var sold int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE status = 'COMMITTED'`).Scan(&sold))
+	require.Equal(t, 2, sold)
+	require.Equal(t, conns, pool.Stat().NewConnsCount(), "the connection stayed in the pool")
 }

@@ -4,22 +4,27 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // defaultCopyMinRows is the fewest fresh reservations a batch must have for
-// its fresh rows to be written by COPY rather than by unnest inserts. COPY
-// costs two round trips more and a goroutine per COPY in pgconn: measured
-// with BenchmarkFlusherApply, old and new builds alternated, a batch of 500
-// fresh holds cost the flusher's process 5.1-7.1 µs of CPU per event by
-// COPY against 12.8-16.3 by unnest, while at 100 COPY cost more (16-24
-// against 12-20 µs) and applied fewer per second. Full batches (500, the
-// default BatchSize) are what a flusher that has fallen behind applies.
+// its fresh rows to be written by COPY rather than by unnest inserts. When
+// COPY cost two round trips more and a goroutine per COPY in pgconn,
+// measured with BenchmarkFlusherApply, old and new builds alternated, a
+// batch of 500 fresh holds cost the flusher's process 5.1-7.1 µs of CPU per
+// event by COPY against 12.8-16.3 by unnest, while at 100 COPY cost more
+// (16-24 against 12-20 µs) and applied fewer per second. A copied batch is
+// one round trip now (copyExchange); at 100 and 25 the two were still
+// within each other's noise on a loaded machine, so the threshold stayed.
+// Full batches (500, the default BatchSize) are what a flusher that has
+// fallen behind applies.
 const defaultCopyMinRows = 400
 
 // Binary COPY of the fresh rows. The columns are those of insertMovements
@@ -31,14 +36,17 @@ const (
 )
 
 // applyRowsCopy is applyRows for a batch with many fresh reservations: one
-// explicit transaction on one connection, in three round trips. The first
-// is a pipeline that begins it, checks the fence, takes the locks and
-// writes the rows that may exist already (upserts, as applyRows does); the
-// second copies the fresh movements in PostgreSQL's binary COPY format; the
-// third copies the fresh reservations and commits. COPY is a plain insert:
-// a fresh row that exists after all fails it with a unique violation, the
-// transaction is rolled back, and ApplyEvents sends the batch again as
-// upserts, as it does for applyRows' plain inserts.
+// explicit transaction on one connection. Its fresh movements and
+// reservations are copied in PostgreSQL's binary COPY format, by one simple
+// query (BEGIN, the fence, the products' locks, the two COPYs and COMMIT)
+// sent with both COPYs' data in one write (copyExchange): one round trip.
+// A batch that also has rows that may exist already (upserts, as applyRows
+// writes them), or locks of released holds, or the waitlist's or a queue's
+// events, sends those first as a pipeline that begins the transaction: two
+// round trips. COPY is a plain insert: a fresh row that exists after all
+// fails it with a unique violation, the transaction is rolled back, and
+// ApplyEvents sends the batch again as upserts, as it does for applyRows'
+// plain inserts.
 func (l *Ledger) applyRowsCopy(ctx context.Context, fence *Fence, fb *foldedBatch,
 	freshMoves, otherMoves *moveRows, freshRes, otherRes *reservationRows,
 ) (err error) {
@@ -53,13 +61,10 @@ func (l *Ledger) applyRowsCopy(ctx context.Context, fence *Fence, fb *foldedBatc
 		return err
 	}
 	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	queueLocks(b, fence, fb)
-	queueUpserts(b, fb, otherMoves, nil, otherRes)
+	pg := conn.Conn().PgConn()
 	began := false
 	defer func() {
-		if err != nil && began {
+		if err != nil && began && !pg.IsClosed() {
 			// The transaction failed or was left open: end it, or the
 			// connection is of no further use.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -69,37 +74,146 @@ func (l *Ledger) applyRowsCopy(ctx context.Context, fence *Fence, fb *foldedBatc
 			}
 		}
 	}()
-	res := conn.SendBatch(ctx, b)
-	began = true
-	for range b.Len() {
-		if _, err = res.Exec(); err != nil {
-			break
+	var sql strings.Builder
+	locks, literal := lockLiterals(pg, fence, fb)
+	if !literal || len(otherMoves.ids) > 0 || len(otherRes.toks) > 0 || len(fb.released) > 0 ||
+		len(fb.waits) > 0 || len(fb.queued) > 0 {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		queueLocks(b, fence, fb)
+		queueUpserts(b, fb, otherMoves, nil, otherRes)
+		res := conn.SendBatch(ctx, b)
+		began = true
+		for range b.Len() {
+			if _, err = res.Exec(); err != nil {
+				break
+			}
 		}
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	pg := conn.Conn().PgConn()
-	if len(freshMoves.ids) > 0 {
-		if _, err = pg.CopyFrom(ctx, newCopyReader(freshMoves.encode()), copyMovements); err != nil {
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			return err
 		}
+	} else {
+		sql.WriteString("BEGIN; ")
+		sql.WriteString(locks)
 	}
-	// The COPY and the COMMIT in one simple query: PostgreSQL runs the
-	// COMMIT once the COPY is done, and skips it when the COPY fails.
-	tag, err := pg.CopyFrom(ctx, newCopyReader(freshRes.encode()), copyReservations+`; COMMIT`)
+	var payloads [][]byte
+	if len(freshMoves.ids) > 0 {
+		sql.WriteString(copyMovements + "; ")
+		payloads = append(payloads, freshMoves.encode())
+	}
+	sql.WriteString(copyReservations + "; COMMIT")
+	payloads = append(payloads, freshRes.encode())
+	began = true
+	tag, err := copyExchange(ctx, pg, sql.String(), payloads...)
 	if err != nil {
 		return err
 	}
-	if tag.String() != "COMMIT" {
-		return fmt.Errorf("copying reservations: the transaction ended with %q, not COMMIT", tag.String())
+	if tag != "COMMIT" || pg.TxStatus() != 'I' {
+		return fmt.Errorf("copying reservations: the transaction ended with %q, not COMMIT", tag)
 	}
 	began = false
 	l.copied.Add(1)
 	return nil
+}
+
+// lockLiterals is what queueLocks queues for a batch without released
+// holds, as SQL with its values written in (quoteLiteral), for a simple
+// query. ok is false when they cannot be written so: the server does not
+// take backslashes in a string literal as they are
+// (standard_conforming_strings off), or a value has a NUL byte, which no
+// text can hold and the query's text would end at.
+func lockLiterals(pg *pgconn.PgConn, fence *Fence, fb *foldedBatch) (sql string, ok bool) {
+	if pg.ParameterStatus("standard_conforming_strings") != "on" {
+		return "", false
+	}
+	var b strings.Builder
+	if fence != nil {
+		if strings.IndexByte(fence.Name, 0) >= 0 {
+			return "", false
+		}
+		fmt.Fprintf(&b, "SELECT worker_fence(%s, %d); ", quoteLiteral(fence.Name), fence.Token)
+	}
+	b.WriteString("SELECT lock_products(ARRAY[")
+	for i, sku := range fb.skus {
+		if strings.IndexByte(sku, 0) >= 0 {
+			return "", false
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(quoteLiteral(sku))
+	}
+	b.WriteString("]::text[]); ")
+	return b.String(), true
+}
+
+// quoteLiteral is s as an SQL string literal, for a server with
+// standard_conforming_strings on: between single quotes, each single quote
+// doubled, everything else (backslashes too) as it is.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// copyExchange runs sql, a simple query whose COPY ... FROM STDIN statements
+// take payloads in order, in one round trip: the query and every COPY's
+// data (one CopyData and a CopyDone each) go out in one write, without
+// waiting for the server to ask for them, and the results are read up to
+// the query's end (ReadyForQuery). The server reads each COPY's data when it
+// comes to it; when a statement fails before, the rest of the query is
+// skipped and the data that follows is read and ignored, as the protocol
+// has it. It returns the last command's tag and the first error. A
+// connection the exchange could not finish on (a failed write or read, or
+// ctx ending) is closed, never left half-way through the protocol.
+func copyExchange(ctx context.Context, pg *pgconn.PgConn, sql string, payloads ...[]byte) (tag string, err error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	fe := pg.Frontend()
+	fe.Send(&pgproto3.Query{String: sql})
+	for _, p := range payloads {
+		fe.Send(&pgproto3.CopyData{Data: p})
+		fe.Send(&pgproto3.CopyDone{})
+	}
+	// The write does not watch ctx itself: a deadline stops it when ctx
+	// ends (a server that stopped reading, say), and the connection is
+	// closed.
+	stop := context.AfterFunc(ctx, func() { _ = pg.Conn().SetWriteDeadline(time.Now()) })
+	err = fe.Flush()
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = pg.Close(cctx)
+		}
+	}()
+	if err != nil {
+		return "", err
+	}
+	var pgErr error
+	for {
+		msg, err := pg.ReceiveMessage(ctx)
+		if err != nil {
+			return "", err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			if pgErr == nil {
+				pgErr = pgconn.ErrorResponseToPgError(m)
+			}
+		case *pgproto3.CommandComplete:
+			tag = string(m.CommandTag)
+		case *pgproto3.ReadyForQuery:
+			finished = true
+			return tag, pgErr
+		}
+	}
 }
 
 // copyBuf builds PostgreSQL's binary COPY format: a header, one tuple per
@@ -176,18 +290,4 @@ func (r *reservationRows) encode() []byte {
 			timestamptzOrNull(r.cmts[i]).timestamptzOrNull(r.ends[i]).int4(r.exts[i])
 	}
 	return c.end()
-}
-
-// copyReader reads a prepared COPY payload once.
-type copyReader struct{ b []byte }
-
-func newCopyReader(b []byte) *copyReader { return &copyReader{b: b} }
-
-func (r *copyReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
 }
