@@ -135,22 +135,31 @@ func TestListFieldsAreBatched(t *testing.T) {
 	p := s.start("a")
 	costDrop(t, s, p, "NEST", 10)
 
-	// The fewest statements of three runs of query: a worker may run one
-	// of its own meanwhile.
-	statements := func(query string) int64 {
+	// The fewest statements of up to ten runs of query, which stop at the
+	// first within most: the counter sees the server's workers too (the
+	// drawer lists due draws every 250 ms, the queue admitter its queues
+	// every 2 s, the write-behind applies the products costDrop just made),
+	// and on a busy machine a request of a few milliseconds can overlap
+	// them three times running. A query whose statements grow with its
+	// items exceeds most on every run.
+	statements := func(query string, most int64) int64 {
 		least := int64(1 << 40)
-		for range 3 {
+		for try := 0; try < 10 && least > most; try++ {
 			before := pg.n.Load()
 			r := costPost(t, http.DefaultClient, p.URL, "", query)
 			require.Empty(t, r.Errors)
-			least = min(least, pg.n.Load()-before)
+			n := pg.n.Load() - before
+			if n > most {
+				t.Logf("try %d: %d PostgreSQL statements, more than %d", try+1, n, most)
+			}
+			least = min(least, n)
 		}
 		return least
 	}
 	// The drop, its products, the catalogue page, the product, and the
 	// draws: those of the drop's products come a level later than the
 	// product's, so they are two batches, and a slow machine may split one.
-	under := statements(underLimit)
+	under := statements(underLimit, 7)
 	t.Logf("the query just under the limit: %d PostgreSQL statements", under)
 	require.LessOrEqual(t, under, int64(7))
 
@@ -158,9 +167,9 @@ func TestListFieldsAreBatched(t *testing.T) {
 	// page, the draws, the drops (the stock is Redis'); the same over 11
 	// products and over 32.
 	const catalogue = `{ products(first: 100) { edges { node { sku stock { available } draw { status } drop { name } } } } }`
-	small := statements(catalogue)
+	small := statements(catalogue, 4)
 	costDrop(t, s, p, "MORE", 20)
-	large := statements(catalogue)
+	large := statements(catalogue, 4)
 	t.Logf("the catalogue with draws and drops: %d statements over 11 products, %d over 32", small, large)
 	require.LessOrEqual(t, small, int64(4), "three kinds of read; a slow machine may split a batch")
 	require.LessOrEqual(t, large, int64(4), "statements do not grow with the items")
