@@ -16,16 +16,18 @@ import (
 
 // defaultCopyMinRows is the fewest fresh reservations a batch must have for
 // its fresh rows to be written by COPY rather than by unnest inserts. When
-// COPY cost two round trips more and a goroutine per COPY in pgconn,
-// measured with BenchmarkFlusherApply, old and new builds alternated, a
-// batch of 500 fresh holds cost the flusher's process 5.1-7.1 µs of CPU per
-// event by COPY against 12.8-16.3 by unnest, while at 100 COPY cost more
-// (16-24 against 12-20 µs) and applied fewer per second. A copied batch is
-// one round trip now (copyExchange); at 100 and 25 the two were still
-// within each other's noise on a loaded machine, so the threshold stayed.
-// Full batches (500, the default BatchSize) are what a flusher that has
-// fallen behind applies.
-const defaultCopyMinRows = 400
+// COPY cost two round trips more and a goroutine per COPY in pgconn, it
+// paid from about 400 rows on (BenchmarkFlusherApply, 2026-12-01: at 500
+// the flusher's CPU 5.1-7.1 µs per event by COPY against 12.8-16.3 by
+// unnest; at 100 COPY cost more). A copied batch is one round trip now
+// (copyExchange), as an unnest batch is, and COPY costs less from 100 rows:
+// batches of 100, 150, 200, 250 and 300 fresh holds written both ways into
+// two databases alternated, four to six rounds each, the test process's CPU per
+// event (medians) 6.8/8.3, 3.9/4.7, 5.0/5.8, 3.7/5.2 and 3.0/4.7 µs by
+// COPY/unnest, PostgreSQL's within the noise of each other. Under a steady
+// flow of r events a second a flusher's batches are about r times its
+// PollInterval (50 ms): below 400 events up to 8,000 a second.
+const defaultCopyMinRows = 100
 
 // Binary COPY of the fresh rows. The columns are those of insertMovements
 // and insertReservations.
