@@ -232,15 +232,15 @@ func TestMemoryPerPrincipalIsBounded(t *testing.T) {
 	}
 	attacker := inventory.Principal{ID: "attacker-with-a-long-principal-id-0123456789"}
 	// A budget of a unit an hour and a burst nothing reaches: the arrival
-	// time it keeps, in hours, counts the units spent.
-	budget := &inventory.RateLimit{Key: "rate:dl:mutations:" + attacker.ID, Rate: 1, Period: time.Hour, Burst: 1_000_000}
+	// time it keeps (in microseconds), in hours, counts the units spent.
+	budget := &inventory.RateLimit{Key: "rate:dl:budget:" + attacker.ID, Rate: 1, Period: time.Hour, Burst: 1_000_000}
 	spent := func() float64 {
 		v, err := client.Get(ctx, budget.Key).Float64()
 		if errors.Is(err, redis.Nil) {
 			return 0
 		}
 		require.NoError(t, err)
-		return v / 3600
+		return v / float64(time.Hour/time.Microsecond)
 	}
 	require.NoError(t, e.SpendRateLimit(ctx, *budget)) // from now on the key exists
 	key := func(kind string, i int) string { return fmt.Sprintf("%s-%06d-%s", kind, i, strings.Repeat("k", 100)) }

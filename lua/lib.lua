@@ -52,55 +52,84 @@ local function now_ms(t)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The per-principal mutation budget is GCRA, computed as the go-redis
--- redis_rate limiter computes it (its key holds the theoretical arrival time,
--- in seconds since 2017, as a float, and expires once the budget is full
--- again), so every instance and every script agree on one budget.
+-- The per-principal mutation budget is GCRA, the algorithm of the go-redis
+-- redis_rate limiter, counted in whole microseconds: its key holds the
+-- theoretical arrival time, in microseconds since 2017 as a decimal integer,
+-- and expires once the budget is full again, so every instance and every
+-- script agree on one budget. An integer is printed and parsed for a few
+-- hundred instructions, where redis_rate's float seconds cost Redis some
+-- 4,000 to print with %.17g on every spend. A key an earlier release wrote
+-- holds float seconds since 2017 (below 1e11 for millennia, where
+-- microseconds passed it on the second day of 2017): rate_check reads
+-- either.
+--
 -- rate_now is Redis' clock as that algorithm counts it, from a TIME reply.
 local function rate_now(t)
-  return (t[1] - 1483228800) + (t[2] / 1000000)
+  return (t[1] - 1483228800) * 1000000 + t[2]
+end
+
+-- rate_budget is a budget's emission interval and burst offset in whole
+-- microseconds, from its burst, rate and period in seconds: the interval
+-- rounded up when a period is not a whole number of microseconds per unit
+-- (what the division's rounding leaves above a whole number is not), so a
+-- budget never lets through more than its rate, and every step of the
+-- arithmetic is exact.
+local function rate_budget(burst, rate, period)
+  local iv = period * 1000000 / rate
+  local whole = iv - iv % 1
+  if iv - whole > 1e-6 then
+    whole = whole + 1
+  end
+  return whole, whole * burst
 end
 
 -- rate_check says whether cost more mutations (1 when nil) fit the budget
--- at key (burst, rate per period seconds) at time now (rate_now). It writes
--- nothing: it returns true and the new arrival time and reset delay for
--- rate_spend, or false and how many seconds to wait (a string, as
--- redis_rate answers it). A cost above the burst never fits.
-local function rate_check(key, burst, rate, period, now, cost)
-  local emission_interval = period / rate
-  local burst_offset = emission_interval * burst
+-- at key (interval and offset from rate_budget) at time now (rate_now). It
+-- writes nothing: it returns true and the new arrival time and reset delay
+-- for rate_spend, or false and how many seconds to wait (a string, as
+-- redis_rate answers it). A cost above the burst never fits. The key holds
+-- an integer as this release writes it, or float seconds as an earlier one
+-- did (below 1e11), read as microseconds rounded up, never earlier than
+-- they were.
+local function rate_check(key, interval, offset, now, cost)
   local tat = redis.call('GET', key)
-  if not tat then
-    tat = now
+  if tat then
+    -- Arithmetic converts the text once; tonumber converts it twice.
+    tat = tat + 0
+    if tat < 1e11 then
+      tat = math.ceil(tat * 1000000)
+    end
+    if tat < now then
+      tat = now
+    end
   else
-    tat = tonumber(tat)
+    tat = now
   end
-  tat = math.max(tat, now)
-  local new_tat = tat + emission_interval * (cost or 1)
-  local diff = now - (new_tat - burst_offset)
-  if diff / emission_interval < 0 then
-    return false, tostring(diff * -1)
+  local new_tat = tat + interval * (cost or 1)
+  local diff = now - (new_tat - offset)
+  if diff < 0 then
+    return false, tostring(-diff / 1000000)
   end
   return true, new_tat, new_tat - now
 end
 
--- rate_spend records a mutation rate_check allowed. texts, when given, is
--- a table the caller keeps for one run: the expiry's text by its seconds,
--- so that a run spending many budgets of one rate prints each expiry once
--- (Redis prints a Lua number it is given with 17 significant digits, which
--- costs more than the SET itself; the text is the same).
+-- rate_spend records a mutation rate_check allowed: the arrival time as an
+-- integer, and the key's life in whole seconds, both printed by
+-- string.format (Redis prints a Lua number it is given with %.17g, which
+-- costs more than the SET itself). texts, when given, is a table the caller
+-- keeps for one run: the life's text by its seconds, so that a run spending
+-- many budgets of one rate prints each life once.
 local function rate_spend(key, new_tat, reset_after, texts)
   if reset_after > 0 then
-    local ex = math.ceil(reset_after)
-    if texts then
-      local t = texts[ex]
-      if not t then
-        t = string.format('%d', ex)
+    local ex = math.ceil(reset_after / 1000000)
+    local t = texts and texts[ex]
+    if not t then
+      t = string.format('%d', ex)
+      if texts then
         texts[ex] = t
       end
-      ex = t
     end
-    redis.call('SET', key, new_tat, 'EX', ex)
+    redis.call('SET', key, string.format('%d', new_tat), 'EX', t)
   end
 end
 

@@ -1,7 +1,7 @@
 -- rate_limit.lua: spend units of a principal's mutation budget (one per
 -- mutation, one per line of a cart), or say how long to wait for them.
 --
--- KEYS[1]  the budget's key (rate:<prefix>mutations:<principal>; its own slot)
+-- KEYS[1]  the budget's key (rate:<prefix>budget:<principal>; its own slot)
 -- ARGV[1]  burst   ARGV[2] rate   ARGV[3] period in seconds
 -- ARGV[4]  how many units the mutation spends (at most the burst)
 --
@@ -13,7 +13,8 @@
 -- Why one script: the read of the budget and its spending must be one step,
 -- or two concurrent mutations could both spend the last unit.
 
-local ok, a, b = rate_check(KEYS[1], ARGV[1], ARGV[2], ARGV[3], rate_now(redis.call('TIME')), tonumber(ARGV[4]))
+local interval, offset = rate_budget(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+local ok, a, b = rate_check(KEYS[1], interval, offset, rate_now(redis.call('TIME')), tonumber(ARGV[4]))
 if not ok then
   return { 0, a }
 end

@@ -296,19 +296,19 @@ local function reserve_new(sk, ai, hold, qty, qty_s, hold_ms, tp)
   return exp, sku_key, channel
 end
 
--- budget_of returns the burst, rate and period of the batch's budget
--- numbered k (its text, as the request names it), as numbers, converted
--- once per run for each budget the run meets: Lua would convert the text
--- again in every step of rate_check's arithmetic.
+-- budget_of returns the emission interval and burst offset (rate_budget)
+-- of the batch's budget numbered k (its text, as the request names it),
+-- computed once per run for each budget the run meets.
 local budgets, expiry_texts = {}, {}
 local function budget_of(k)
   local b = budgets[k]
   if not b then
     local at = 5 + nskus + 3 * count(k)
-    b = { tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]) }
+    local interval, offset = rate_budget(tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]))
+    b = { interval, offset }
     budgets[k] = b
   end
-  return b[1], b[2], b[3]
+  return b[1], b[2]
 end
 
 -- quantity_of returns a quantity's text checked (is_int) as {number, text}
@@ -377,8 +377,8 @@ local function reserve_one(bk, ai, hold, tp)
     return reserve_new(sk, ai, hold, qty_n, qty_s, hold_ms, tp)
   end
   local budget = KEYS[bk]
-  local burst_n, rate_n, period_n = budget_of(k)
-  local ok, tat, reset = rate_check(budget, burst_n, rate_n, period_n, rate_clock)
+  local interval, offset = budget_of(k)
+  local ok, tat, reset = rate_check(budget, interval, offset, rate_clock)
   if not ok then
     return { 'RATE_LIMITED', tat, '', 0 }
   end

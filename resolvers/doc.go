@@ -33,9 +33,12 @@
 // websocket subscription ends with an UNAVAILABLE error message (SSE just
 // completes).
 //
-// Redis keys, under the engine's prefix P: "rate:"+P+"mutations:<principal>"
-// for the rate limiter (the key redis_rate would use for the same budget;
-// it expires once the budget is full again). A reserve spends its budget in
+// Redis keys, under the engine's prefix P: "rate:"+P+"budget:<principal>"
+// for the rate limiter (its arrival time in whole microseconds, see lib.lua's
+// rate_check; it expires once the budget is full again). Earlier releases
+// kept float seconds under "rate:"+P+"mutations:<principal>", which this
+// one never reads, so a release of each kind running side by side during an
+// upgrade reads only what it wrote. A reserve spends its budget in
 // the engine, in the same script run as the reserve when Redis is a single
 // node; every other mutation spends it first, in a script of its own.
 package resolvers

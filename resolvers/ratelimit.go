@@ -22,7 +22,7 @@ func newMutationLimiter(engine *inventory.Engine, prefix string, l Limits) *muta
 	return &mutationLimiter{
 		engine: engine,
 		limits: l,
-		prefix: "rate:" + prefix + "mutations:",
+		prefix: "rate:" + prefix + "budget:",
 		off:    l.MutationRate < 0,
 	}
 }

@@ -4,9 +4,9 @@ import "time"
 
 // RateLimit is one principal's mutation budget: GCRA, Rate mutations per
 // Period on average and bursts of up to Burst, kept in Redis under Key so
-// that every instance shares it. It is the algorithm and the stored form of
-// the go-redis redis_rate limiter (lib.lua's rate_check), so a budget spent
-// by one script is seen by the other.
+// that every instance shares it. It is the algorithm of the go-redis
+// redis_rate limiter counted in whole microseconds (lib.lua's rate_check),
+// and every script that spends a budget reads and writes it the same way.
 type RateLimit struct {
 	Key    string
 	Rate   int

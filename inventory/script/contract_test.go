@@ -68,7 +68,7 @@ func samples() map[string]sample {
 		lua.ExtendCart:          {call: ExtendCart{Home: 3, Token: "c03.c"}.Call(k), keys: 2, argv: 3},
 		lua.ApplyDraw: {call: ApplyDraw{SKU: sku, Entries: []DrawEntry{{Won: true}, {}}}.Call(k), keys: 8, argv: 7 + 4*2,
 			derives: handoff},
-		lua.RateLimit:    {call: RateLimit{Key: "rate:t:mutations:alice"}.Call(k), keys: 1, argv: 4},
+		lua.RateLimit:    {call: RateLimit{Key: "rate:t:budget:alice"}.Call(k), keys: 1, argv: 4},
 		lua.ContinueWalk: {call: ContinueWalk{Partition: p, SKU: sku}.Call(k), keys: 8, argv: 3, derives: handoff},
 	}
 }
