@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -108,7 +110,8 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 		writeResponse(w, &gqlgen.Response{Errors: gqlerror.List{badRequest("GET serves queries only: send " + string(opCtx.Operation.Operation) + "s with POST")}})
 		return
 	}
-	resp, answered := t.answers.answer(ctx, opCtx)
+	a, answered := t.answers.answer(ctx, opCtx)
+	resp := a.resp
 	if !answered {
 		responses, ctx := exec.DispatchOperation(ctx, opCtx)
 		resp = responses(ctx)
@@ -124,7 +127,8 @@ func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.Gr
 	if m := meterOf(opCtx); m != nil && m.writeHeaders(w.Header()) && m.throttled() {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
-	writeResponse(w, resp)
+	writeResponseCost(w, resp, a.cost)
+	a.release()
 }
 
 // params reads the request's query, operationName, variables, extensions
@@ -198,31 +202,84 @@ func responseMediaType(accept string) string {
 // leave as they are (plainJSON) is written around them without marshaling
 // them again.
 func writeResponse(w io.Writer, resp *gqlgen.Response) {
+	writeResponseCost(w, resp, nil)
+}
+
+// writeResponseCost is writeResponse for a response whose cost extension
+// is cost when cost is not nil, written as if resp.Extensions held it
+// under "cost" (and nothing else under that name), without the map.
+func writeResponseCost(w io.Writer, resp *gqlgen.Response, cost *costReport) {
+	given := cost != nil
+	costOnly := given && len(resp.Extensions) == 0
+	if !given {
+		cost, costOnly = resp.Extensions["cost"].(*costReport)
+		costOnly = costOnly && len(resp.Extensions) == 1
+	}
+	if len(resp.Errors) == 0 && resp.Label == "" && len(resp.Path) == 0 && resp.HasNext == nil &&
+		(len(resp.Extensions) == 0 || costOnly) && plainJSON(resp.Data) {
+		b := responseBuffers.get()
+		b.WriteString(`{"data":`)
+		b.Write(resp.Data)
+		if costOnly {
+			b.WriteString(`,"extensions":{"cost":`)
+			b.Write(cost.appendJSON(b.AvailableBuffer()))
+			b.WriteByte('}')
+		}
+		b.WriteByte('}')
+		// w keeps nothing of what it is given (io.Writer), so the buffer
+		// serves the next response.
+		_, _ = w.Write(b.Bytes())
+		responseBuffers.put(b)
+		return
+	}
+	if given {
+		r := *resp
+		r.Extensions = make(map[string]any, len(resp.Extensions)+1)
+		maps.Copy(r.Extensions, resp.Extensions)
+		r.Extensions["cost"] = cost
+		resp = &r
+	}
 	var b []byte
 	var err error
-	cost, costOnly := resp.Extensions["cost"].(*costReport)
-	costOnly = costOnly && len(resp.Extensions) == 1
-	switch {
-	case len(resp.Errors) == 0 && resp.Label == "" && len(resp.Path) == 0 && resp.HasNext == nil &&
-		(len(resp.Extensions) == 0 || costOnly) && plainJSON(resp.Data):
-		b = make([]byte, 0, len(`{"data":,"extensions":{"cost":}}`)+len(resp.Data)+costReportBytes)
-		b = append(append(b, `{"data":`...), resp.Data...)
-		if costOnly {
-			b = append(cost.appendJSON(append(b, `,"extensions":{"cost":`...)), '}')
-		}
-		b = append(b, '}')
-	case resp.Data == nil:
+	if resp.Data == nil {
 		b, err = json.Marshal(struct {
 			Errors     gqlerror.List  `json:"errors,omitempty"`
 			Extensions map[string]any `json:"extensions,omitempty"`
 		}{resp.Errors, resp.Extensions})
-	default:
+	} else {
 		b, err = json.Marshal(resp)
 	}
 	if err != nil {
 		b, _ = json.Marshal(map[string]any{"errors": []map[string]any{{"message": "internal error", "extensions": map[string]any{"code": resolvers.CodeInternal}}}})
 	}
 	_, _ = w.Write(b)
+}
+
+// bufferPool lends out buffers for the bytes of a response while they are
+// written, so that each response does not allocate its own.
+type bufferPool struct{ p sync.Pool }
+
+// maxPooledBuffer bounds the buffers a bufferPool keeps: a large response
+// now and then does not pin its memory for every later small one.
+const maxPooledBuffer = 16 << 10
+
+// responseBuffers are the HTTP transport's: the answer's data
+// (reserveAnswers) and the response around it.
+var responseBuffers bufferPool
+
+func (p *bufferPool) get() *bytes.Buffer {
+	if b, _ := p.p.Get().(*bytes.Buffer); b != nil {
+		return b
+	}
+	return bytes.NewBuffer(make([]byte, 0, 512))
+}
+
+func (p *bufferPool) put(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBuffer {
+		return
+	}
+	b.Reset()
+	p.p.Put(b)
 }
 
 // plainJSON reports whether data, which gqlgen writes as valid JSON, is

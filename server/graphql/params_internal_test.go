@@ -3,6 +3,7 @@ package graphql
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 
@@ -88,6 +89,27 @@ func TestWriteResponseIsWhatJSONMarshalWrites(t *testing.T) {
 		var got bytes.Buffer
 		writeResponse(&got, resp)
 		require.Equal(t, string(want), got.String())
+	}
+	// A cost report given beside the response is written as the same
+	// report among its extensions is.
+	cost := &costReport{requested: 3, actual: 2, ran: true, budgets: true, maximum: 100, current: 97, rate: 10}
+	for _, resp := range []*gqlgen.Response{
+		{Data: json.RawMessage(`{"reserve":{"userErrors":[{"code":"OUT_OF_STOCK"}]}}`)},
+		{Data: json.RawMessage(`{"a":"<b> & c"}`)},
+		{Data: json.RawMessage(`null`), Errors: gqlerror.List{{Message: "boom"}}},
+		{Errors: gqlerror.List{{Message: "bad"}}},
+		{Data: json.RawMessage(`{"a":1}`), Extensions: map[string]any{"x": 1}},
+	} {
+		withCost := *resp
+		withCost.Extensions = map[string]any{"cost": cost}
+		maps.Copy(withCost.Extensions, resp.Extensions)
+		var want, got bytes.Buffer
+		writeResponse(&want, &withCost)
+		require.Contains(t, want.String(), `"extensions":{`)
+		before := maps.Clone(resp.Extensions)
+		writeResponseCost(&got, resp, cost)
+		require.Equal(t, want.String(), got.String())
+		require.Equal(t, before, resp.Extensions, "the response's own extensions are left as they are")
 	}
 	var got bytes.Buffer
 	writeResponse(&got, &gqlgen.Response{Errors: gqlerror.List{{Message: "bad"}}})

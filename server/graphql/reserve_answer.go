@@ -150,28 +150,47 @@ func (p *reservePlans) put(op *ast.OperationDefinition, plan *reservePlan) {
 	p.mu.Unlock()
 }
 
+// reserveAnswer is what reserveAnswers.answer answers: the response, its
+// cost report (nil without a meter), which the transport writes as the
+// response's cost extension, and the buffer the response's data is in
+// (nil when it is in none of responseBuffers), given back by release once
+// the response is written.
+type reserveAnswer struct {
+	resp *gqlgen.Response
+	cost *costReport
+	buf  *bytes.Buffer
+}
+
+// release gives a's buffer back to responseBuffers: a.resp's data is not
+// to be read again.
+func (a reserveAnswer) release() {
+	if a.buf != nil {
+		responseBuffers.put(a.buf)
+	}
+}
+
 // answer answers opCtx when it can (see reserveAnswers). answered is false
-// when the operation must run as usual, and then nothing was spent; resp
+// when the operation must run as usual, and then nothing was spent; a.resp
 // is nil when the client left while the operation waited at the gate, or
 // before its reserve ran (nothing is written then, as for an executed one).
-func (s *reserveAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationContext) (resp *gqlgen.Response, answered bool) {
+func (s *reserveAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationContext) (a reserveAnswer, answered bool) {
 	if s == nil || s.cost.maxBytes < answerMinResponse {
-		return nil, false
+		return a, false
 	}
 	op, ok := s.operation(opCtx)
 	if !ok {
-		return nil, false
+		return a, false
 	}
 	soldOut := s.res.KnownSoldOut(op.sku)
 	if !soldOut && !op.held {
-		return nil, false
+		return a, false
 	}
 	m := meterOf(opCtx)
 	spent := false
 	if m != nil && s.cost.budgets != nil {
 		ok, st := s.cost.budgets.spend(m.key, m.requested)
 		if !ok {
-			return nil, false // refused by the usual path, as it would be
+			return a, false // refused by the usual path, as it would be
 		}
 		m.state, spent = st, true
 	}
@@ -179,7 +198,7 @@ func (s *reserveAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationCont
 		var leave func()
 		var busy *gqlgen.Response
 		if ctx, leave, busy, ok = s.gate.admit(ctx); !ok {
-			return busy, true
+			return reserveAnswer{resp: busy}, true
 		}
 		defer leave()
 	}
@@ -193,41 +212,40 @@ func (s *reserveAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationCont
 			if spent {
 				m.state = s.cost.budgets.refund(m.key, m.requested)
 			}
-			return nil, false
+			return a, false
 		}
 		if ctx.Err() != nil {
 			// Execution answers nothing once the client has left.
-			return nil, true
+			return a, true
 		}
 		var failed *gqlgen.Response
 		var fields int
 		if payload, failed, fields = s.reserve(ctx, opCtx, op); failed != nil {
 			s.held.Inc()
-			return s.finish(m, spent, failed, fields), true
+			return s.finish(m, spent, reserveAnswer{resp: failed}, fields), true
 		}
 		s.held.Inc()
 	} else {
 		s.answered.Inc()
 	}
-	var b bytes.Buffer
-	b.Grow(256 + len(opCtx.RawQuery))
-	fields, errs := op.write(ctx, &b, payload, s.presenter, opCtx)
-	return s.finish(m, spent, &gqlgen.Response{Data: b.Bytes(), Errors: errs}, fields), true
+	b := responseBuffers.get()
+	fields, errs := op.write(ctx, b, payload, s.presenter, opCtx)
+	return s.finish(m, spent, reserveAnswer{resp: &gqlgen.Response{Data: b.Bytes(), Errors: errs}, buf: b}, fields), true
 }
 
 // finish counts the fields an answer resolved as the operation's actual
 // cost, gives the rest of the budget back and adds the cost report, as
 // queryCost does for an executed operation.
-func (s *reserveAnswers) finish(m *costMeter, spent bool, resp *gqlgen.Response, fields int) *gqlgen.Response {
+func (s *reserveAnswers) finish(m *costMeter, spent bool, a reserveAnswer, fields int) reserveAnswer {
 	if m == nil {
-		return resp
+		return a
 	}
 	m.fields.Add(int64(fields))
 	if spent && m.refunded.CompareAndSwap(false, true) {
 		m.state = s.cost.budgets.refund(m.key, m.requested-int(m.fields.Load()))
 	}
-	resp.Extensions = map[string]any{"cost": s.cost.report(m)}
-	return resp
+	a.cost = s.cost.report(m)
+	return a
 }
 
 // reserve runs the reserve mutation's resolver for op. When it fails (an
