@@ -52,12 +52,28 @@ func limitBody(n int64, next http.Handler) http.Handler {
 }
 
 // readAll is io.ReadAll with room from the start for a body of its
-// declared length (up to 64 KiB: a declared length is not yet a body).
+// declared length (up to 64 KiB: a declared length is not yet a body) and
+// the read that finds its end, which is all a body as long as it declared
+// needs; a body of unknown length starts as io.ReadAll does.
 func readAll(r io.Reader, length int64) ([]byte, error) {
-	var b bytes.Buffer
-	b.Grow(int(min(max(length, 0), 64<<10)) + bytes.MinRead)
-	_, err := b.ReadFrom(r)
-	return b.Bytes(), err
+	size := 512
+	if length >= 0 {
+		size = int(min(length, 64<<10)) + 1
+	}
+	b := make([]byte, 0, size)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF { //nolint:errorlint // io.Reader's own sentinel, returned as is
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // room to read more
+		}
+	}
 }
 
 // readBody is a body limitBody has read whole; bodyBytes hands out its
