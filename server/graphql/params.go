@@ -2,6 +2,8 @@ package graphql
 
 import (
 	"encoding/json"
+	"hash/maphash"
+	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -32,7 +34,7 @@ func decodeParams(b []byte, p *requestParams) bool {
 			if d.literal("null") {
 				return true
 			}
-			s, ok := d.string()
+			s, ok := d.string(true)
 			if !ok {
 				return false
 			}
@@ -112,7 +114,7 @@ func (d *paramsDecoder) value(depth int) (any, bool) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '"':
-		return d.string()
+		return d.string(false)
 	case c == '{':
 		return d.object(depth + 1)
 	case c == '[':
@@ -156,7 +158,7 @@ func (d *paramsDecoder) members(member func(key string) bool) bool {
 	}
 	for {
 		d.space()
-		key, ok := d.string()
+		key, ok := d.string(true)
 		if !ok {
 			return false
 		}
@@ -238,8 +240,10 @@ func (d *paramsDecoder) digits() int {
 
 // string takes a JSON string whose bytes are valid UTF-8 and whose escapes
 // name no surrogate: what encoding/json would decode to the same text
-// without replacing anything.
-func (d *paramsDecoder) string() (string, bool) {
+// without replacing anything. With intern, a string without escapes is
+// the copy decodedStrings keeps of it: the members' names, and the
+// request's document, operation name and document id.
+func (d *paramsDecoder) string(intern bool) (string, bool) {
 	if !d.consume('"') {
 		return "", false
 	}
@@ -256,9 +260,17 @@ func (d *paramsDecoder) string() (string, bool) {
 		switch {
 		case c == '"':
 			var s string
-			if out == nil {
+			switch {
+			case out == nil && intern:
+				raw := d.b[start:d.i]
+				d.i++
+				if !ascii && !utf8.Valid(raw) {
+					return "", false
+				}
+				return decodedStrings.intern(raw), true
+			case out == nil:
 				s = string(d.b[start:d.i])
-			} else {
+			default:
 				s = string(append(out, d.b[start:d.i]...))
 			}
 			d.i++
@@ -324,4 +336,41 @@ func (d *paramsDecoder) hex4() (rune, bool) {
 	}
 	d.i += 4
 	return r, true
+}
+
+// decodedStrings keeps one copy of the strings requests send again and
+// again (paramsDecoder.string's interned ones): a client sends the same
+// few documents, with variables of the same names, so a request's strings
+// need no allocation of their own once a request has sent them.
+var decodedStrings = internTable{seed: maphash.MakeSeed()}
+
+// internTable keeps at most one string in each of its slots, the slot of
+// its hash: a string found in its slot is given as that copy, any other
+// is copied and takes the slot. Finding one takes no lock (every request
+// looks its strings up, on every core), and what it keeps is bounded
+// (internSlots strings of at most internMaxLen bytes); requests of ever
+// new strings cost a string's copy each, as without the table, and the
+// pointer to it.
+type internTable struct {
+	seed  maphash.Seed
+	slots [internSlots]atomic.Pointer[string]
+}
+
+const (
+	internSlots  = 1024
+	internMaxLen = 2 << 10
+)
+
+// intern returns b as a string, the table's copy when it has one.
+func (t *internTable) intern(b []byte) string {
+	if len(b) > internMaxLen {
+		return string(b)
+	}
+	slot := &t.slots[maphash.Bytes(t.seed, b)%internSlots]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
 }

@@ -3,9 +3,12 @@ package graphql
 import (
 	"bytes"
 	"encoding/json"
+	"hash/maphash"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	gqlgen "github.com/99designs/gqlgen/graphql"
 	"github.com/stretchr/testify/require"
@@ -114,4 +117,66 @@ func TestWriteResponseIsWhatJSONMarshalWrites(t *testing.T) {
 	var got bytes.Buffer
 	writeResponse(&got, &gqlgen.Response{Errors: gqlerror.List{{Message: "bad"}}})
 	require.Equal(t, `{"errors":[{"message":"bad"}]}`, got.String())
+}
+
+// The strings requests send again and again (documents, names) are one
+// copy, the body's bytes are not what they are made of, and the copies
+// kept are bounded.
+func TestDecodeParamsKeepsOneCopyOfItsStrings(t *testing.T) {
+	body := []byte(paramsBodies[0])
+	var a, b requestParams
+	require.True(t, decodeParams(bytes.Clone(body), &a))
+	again := bytes.Clone(body)
+	require.True(t, decodeParams(again, &b))
+	require.Equal(t, a, b)
+	require.Same(t, unsafe.StringData(a.Query), unsafe.StringData(b.Query), "the document's one copy")
+	nameOf := func(m map[string]any) string {
+		for k := range m {
+			return k
+		}
+		return ""
+	}
+	require.Same(t, unsafe.StringData(nameOf(a.Variables)), unsafe.StringData(nameOf(b.Variables)), "the variable's name's one copy")
+	query := b.Query
+	clear(again)
+	require.Equal(t, query, b.Query, "not the body's bytes")
+
+	tab := internTable{seed: maphash.MakeSeed()}
+	kept := func() (n int, longest int) {
+		for i := range tab.slots {
+			if p := tab.slots[i].Load(); p != nil {
+				n, longest = n+1, max(longest, len(*p))
+			}
+		}
+		return n, longest
+	}
+	for i := range 3 * internSlots {
+		tab.intern([]byte(strconv.Itoa(i)))
+	}
+	n, _ := kept()
+	require.LessOrEqual(t, n, internSlots)
+	tab.intern(bytes.Repeat([]byte("x"), internMaxLen+1))
+	_, longest := kept()
+	require.LessOrEqual(t, longest, internMaxLen, "a long string is not kept")
+	require.Equal(t, strings.Repeat("x", internMaxLen+1), tab.intern(bytes.Repeat([]byte("x"), internMaxLen+1)))
+	a1, a2 := tab.intern([]byte("again")), tab.intern([]byte("again"))
+	require.Equal(t, "again", a2)
+	require.Same(t, unsafe.StringData(a1), unsafe.StringData(a2))
+	require.Equal(t, "x", tab.intern([]byte("x")))
+}
+
+// BenchmarkDecodeParams: the body of the reserve clients send, decoded on
+// every core at once.
+func BenchmarkDecodeParams(b *testing.B) {
+	body := []byte(paramsBodies[0])
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			var p requestParams
+			if !decodeParams(body, &p) {
+				b.Error("the reserve body was not taken")
+				return
+			}
+		}
+	})
 }
