@@ -31,16 +31,16 @@ func limitBody(n int64, next http.Handler) http.Handler {
 			return
 		}
 		body, err := readAll(http.MaxBytesReader(w, r.Body, n), r.ContentLength)
-		var tooLarge *http.MaxBytesError
 		switch {
-		case errors.As(err, &tooLarge):
+		case err == nil:
+		case tooLarge(err):
 			writeError(w, r, http.StatusRequestEntityTooLarge, "request body too large")
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The server's bound on the time to send a body (BodyTimeout).
 			writeError(w, r, http.StatusRequestTimeout, "the request body did not arrive in time")
 			return
-		case err != nil:
+		default:
 			writeError(w, r, http.StatusBadRequest, "could not read request body")
 			return
 		}
@@ -49,6 +49,14 @@ func limitBody(n int64, next http.Handler) http.Handler {
 		r.Body = rb
 		next.ServeHTTP(w, r)
 	})
+}
+
+// tooLarge reports whether err is http.MaxBytesReader's refusal of a body
+// over its limit (out of line, so that a request whose body is read has no
+// place for errors.As to allocate).
+func tooLarge(err error) bool {
+	var e *http.MaxBytesError
+	return errors.As(err, &e)
 }
 
 // readAll is io.ReadAll with room from the start for a body of its

@@ -52,7 +52,22 @@ func markReserveVars(ctx context.Context, params *gqlgen.RawParams) context.Cont
 	if !plainReserveVars(params.Variables) {
 		return ctx
 	}
-	return context.WithValue(ctx, reserveVarsKey{}, &reserveVarsMark{vars: params.Variables, opName: params.OperationName})
+	return &markedContext{Context: ctx, mark: reserveVarsMark{vars: params.Variables, opName: params.OperationName}}
+}
+
+// markedContext is a context marked by markReserveVars: what
+// context.WithValue would make of it, the mark and its context in one
+// allocation.
+type markedContext struct {
+	context.Context
+	mark reserveVarsMark
+}
+
+func (c *markedContext) Value(key any) any {
+	if key == (reserveVarsKey{}) {
+		return &c.mark
+	}
+	return c.Context.Value(key)
 }
 
 // plainReserveVars reports whether vars is the shape whose coercion is
