@@ -31,10 +31,13 @@ const (
 	LayoutCompatible = 1
 )
 
-// EventVersion is the version of the outbox entries this binary writes
-// (lib.lua's emit_event and emit_wait put it in each entry's "v" field) and
-// the newest it reads. An entry without "v" was written by a release from
-// before the field (version 1). A new field that readers may ignore does not
+// EventVersion is the version of the outbox entries this binary writes and
+// the newest it reads, in each entry's "v" field, except that an entry of
+// version 1 carries none: every reader takes an entry without "v" as
+// version 1 (releases from before the field wrote none either), so the
+// scripts leave out a field that would cost every XADD and every read
+// (lib.lua's emit_event). A release that bumps it writes "v" in every
+// entry again. A new field that readers may ignore does not
 // bump it; a field whose meaning changes, or one a reader must not ignore,
 // does. The release that bumps it must read both versions and is deployed
 // writing the old one; only once no older reader runs does the next

@@ -77,8 +77,9 @@ func decodeEntries(msgs []redis.XMessage) []OutboxEntry {
 }
 
 // ParseEvent decodes one outbox stream entry into a ledger event. Fields it
-// does not know are ignored; an entry whose version ("v", absent before
-// the field: 1) is newer than EventVersion is refused with ErrNewerEvent.
+// does not know are ignored; an entry whose version ("v", absent from an
+// entry of version 1) is newer than EventVersion is refused with
+// ErrNewerEvent.
 func ParseEvent(m redis.XMessage) (db.Event, error) {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }

@@ -95,21 +95,41 @@ func TestOutboxReadDeadLetterAckTrim(t *testing.T) {
 	})
 }
 
-// TestOutboxEntryVersions: every entry the scripts write carries
-// EventVersion; a reader takes an entry without a version (written before
-// the field) and ignores fields it does not know, and refuses an entry of a
-// newer version with ErrNewerEvent, or one whose version is not a number.
+// TestOutboxEntryVersions: every entry the scripts write is of
+// EventVersion, which version 1 says by carrying no "v" at all (a bump of
+// EventVersion that the scripts do not write fails here); a reader takes an
+// entry without a version as version 1 and ignores fields it does not know,
+// and refuses an entry of a newer version with ErrNewerEvent, or one whose
+// version is not a number.
 func TestOutboxEntryVersions(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "single", inventory.Config{})
-	b.product(t, "VERSIONED-1", 10, 0)
-	_, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "VERSIONED-1", Quantity: 1})
+	b.product(t, "VERSIONED-1", 1, 0)
+	// A hold, a waiter, and the hold cancelled: reserve and cancel entries
+	// (emit_event), the waiter's join and offer (emit_wait).
+	h, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: "VERSIONED-1", Quantity: 1})
+	require.NoError(t, err)
+	_, err = b.engine.Waitlists().JoinWaitlist(b.ctx, waiter(1),
+		inventory.JoinWaitlistRequest{SKU: "VERSIONED-1", Quantity: 1, HoldFor: time.Minute})
+	require.NoError(t, err)
+	_, err = b.engine.Cancel(b.ctx, buyer(1), h.Token)
 	require.NoError(t, err)
 	msgs, err := b.rdb.XRange(b.ctx, b.engine.Keys().Outbox(inventory.PartitionOf("VERSIONED-1")), "-", "+").Result()
 	require.NoError(t, err)
-	require.NotEmpty(t, msgs)
+	kinds := map[string]bool{}
 	for _, m := range msgs {
-		require.Equal(t, strconv.Itoa(inventory.EventVersion), m.Values["v"], "entry %s %v", m.ID, m.Values)
+		kinds[m.Values["type"].(string)] = true
+	}
+	for _, kind := range []string{"reserve", "cancel", "wjoin", "woffer"} {
+		require.True(t, kinds[kind], "a %s entry among %v", kind, kinds)
+	}
+	for _, m := range msgs {
+		v, ok := m.Values["v"]
+		if inventory.EventVersion == 1 {
+			require.False(t, ok, "entry %s %v: version 1 carries no v", m.ID, m.Values)
+			continue
+		}
+		require.Equal(t, strconv.Itoa(inventory.EventVersion), v, "entry %s %v", m.ID, m.Values)
 	}
 
 	base := func(extra map[string]any) redis.XMessage {
