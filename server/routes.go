@@ -106,8 +106,8 @@ func (s *Server) routes() http.Handler {
 	}
 	h = recoverer(h)
 	h = accessLog(m, h)
-	h = s.cfg.ClientAddr.Middleware(h)
-	h = RequestID(s.log, h)
+	// RequestID, then the client address resolver's middleware.
+	h = requestScope(s.log, s.cfg.ClientAddr, h)
 	if s.cfg.Tracer != nil {
 		h = continueTrace(h)
 	}
