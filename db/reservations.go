@@ -37,15 +37,19 @@ type Reservation struct {
 	// Extensions is how many times the hold's expiry was extended; ExpiresAt
 	// is the latest one.
 	Extensions int
+	// DroppedAt is set on a HELD row when a rebuild of its SKU recorded the
+	// hold as expired in Redis (Snapshot.MarkDropped): its expiry is on its
+	// way through the outbox, and the ledger refuses its sale as EXPIRED.
+	DroppedAt *time.Time
 }
 
 const reservationColumns = `token, sku, principal, quantity, status, coalesce(idempotency_hash, ''),
-	coalesce(request_hash, ''), expires_at, created_at, committed_at, ended_at, extensions`
+	coalesce(request_hash, ''), expires_at, created_at, committed_at, ended_at, extensions, dropped_at`
 
 func scanReservation(row pgx.Row) (Reservation, error) {
 	var r Reservation
 	err := row.Scan(&r.Token, &r.SKU, &r.Principal, &r.Quantity, &r.Status, &r.IdempotencyHash,
-		&r.RequestHash, &r.ExpiresAt, &r.CreatedAt, &r.CommittedAt, &r.EndedAt, &r.Extensions)
+		&r.RequestHash, &r.ExpiresAt, &r.CreatedAt, &r.CommittedAt, &r.EndedAt, &r.Extensions, &r.DroppedAt)
 	return r, interpret(err)
 }
 
@@ -261,14 +265,14 @@ func (s *Snapshot) Reservations(ctx context.Context, batch int, fn func([]Reserv
 			UNION ALL
 			SELECT s.token, s.sku, s.principal, s.quantity, 'COMMITTED', coalesce(r.idempotency_hash, ''),
 				coalesce(r.request_hash, ''), coalesce(r.expires_at, s.committed_at), coalesce(r.created_at, s.committed_at),
-				s.committed_at, NULL::timestamptz, coalesce(r.extensions, 0)
+				s.committed_at, NULL::timestamptz, coalesce(r.extensions, 0), NULL::timestamptz
 			FROM sales s LEFT JOIN reservations r USING (token)
 			WHERE s.sku = $1 AND s.committed_at > now() - make_interval(secs => $2)
 			UNION ALL
 			SELECT `+reservationColumns+` FROM reservations
 			WHERE sku = $1 AND status IN ('CANCELLED', 'EXPIRED') AND idempotency_hash IS NOT NULL
 			  AND created_at > now() - make_interval(secs => $3)
-		) snapshot (token, sku, principal, quantity, status, idempotency_hash, request_hash, expires_at, created_at, committed_at, ended_at, extensions)
+		) snapshot (token, sku, principal, quantity, status, idempotency_hash, request_hash, expires_at, created_at, committed_at, ended_at, extensions, dropped_at)
 		ORDER BY status <> 'HELD', created_at, token`,
 		s.Product.SKU, s.retention.Seconds(), s.idempotencyTTL.Seconds())
 	if err != nil {
@@ -290,6 +294,51 @@ func (s *Snapshot) Bought(ctx context.Context, batch int, fn func([]Bought) erro
 		var b Bought
 		return b, interpret(row.Scan(&b.Principal, &b.Units))
 	}, fn)
+}
+
+// ErrRowsBusy means MarkDropped found a row another transaction holds: a
+// sale of that hold is being written, and waits for the product's row lock
+// the snapshot holds. The snapshot must be given up (its transaction rolled
+// back, nothing published) and taken again: the sale then ends first.
+var ErrRowsBusy = errors.New("a reservation row is being written")
+
+// markDroppedLockTimeout bounds MarkDropped's wait for a row lock. A sale
+// writing the row waits for the snapshot's product lock, so it never lets
+// go; the write-behind's transactions take the product's lock first, so
+// they do not hold a row of the SKU while the snapshot runs.
+const markDroppedLockTimeout = "200ms"
+
+// MarkDropped records, on the given reservations the ledger still has as
+// HELD, that this rebuild records them as expired in Redis (dropped_at): the
+// ledger then refuses their sale as EXPIRED (record_sale, migration 0024).
+// Their status stays HELD: the expiry reaches the ledger through the outbox,
+// and a cancel acknowledged earlier that reaches it first is still recorded
+// as a cancel. Call it after the snapshot's rows are read and before the SKU
+// is published, so that no sale is written between the two: a sale whose
+// write finds the row marked is refused, and one that holds the row (it
+// waits for the product's lock) makes MarkDropped return ErrRowsBusy.
+func (s *Snapshot) MarkDropped(ctx context.Context, tokens []string) error {
+	if len(tokens) == 0 {
+		return nil
+	}
+	var was string
+	if err := s.tx.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&was); err != nil {
+		return interpret(err)
+	}
+	if _, err := s.tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, markDroppedLockTimeout); err != nil {
+		return interpret(err)
+	}
+	_, err := s.tx.Exec(ctx, `UPDATE reservations SET dropped_at = now(), updated_at = now()
+		WHERE token = ANY($1) AND status = 'HELD' AND dropped_at IS NULL`, tokens)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		return ErrRowsBusy
+	}
+	if err != nil {
+		return interpret(err)
+	}
+	_, err = s.tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, was)
+	return interpret(err)
 }
 
 // eachBatch hands rows to fn in batches of at most batch, reusing one slice.

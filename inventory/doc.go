@@ -258,7 +258,11 @@
 // The ledger never sells a reservation it has as CANCELLED or EXPIRED
 // (db.Sales.RecordSale refuses with db.ErrEnded): such a commit is answered
 // ErrAlreadyCancelled or ErrExpired, and Redis releases the hold with the
-// ledger's status. The sale row records the hold's idempotency hash and
+// ledger's status. Nor does it sell one it still has as HELD that a rebuild
+// recorded as expired in Redis (the rebuild marks the row before the SKU
+// goes live, db.Snapshot.MarkDropped; the expiry itself comes through the
+// outbox): a commit begun before the rebuild and written after is answered
+// ErrExpired, and the unit stays with the buyer the rebuild gave it to. The sale row records the hold's idempotency hash and
 // fingerprint, so the key replays the sale after Redis loss even when the
 // reserve event never reached Postgres.
 //

@@ -33,7 +33,9 @@ const rebuildStagingTTL = 10 * rebuildTimeout
 // Redis before the lock is released, so no commit lands between the two.
 // Restored: the total and sold counts, holds Postgres has as HELD and not yet
 // due (oldest first, while they fit in total - sold; the rest are recorded as
-// expired), sales of the retention window (so a repeated commit replays),
+// expired, and marked so in the ledger before the SKU goes live, so that a
+// sale of one begun before the rebuild is refused as expired: see
+// statusDrop), sales of the retention window (so a repeated commit replays),
 // cancelled and expired reservations of the idempotency window (so their key
 // replays them), and each principal's quota count. Holds that never reached
 // Postgres are lost with Redis, and their units return to stock.
@@ -166,10 +168,27 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	}
 	start := time.Now()
 	var st rebuildStats
-	err = e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, e.cfg.IdempotencyTTL, func(s *db.Snapshot) error {
-		return e.hydrate(ctx, s, &st)
-	})
+	for try := 1; ; try++ {
+		st = rebuildStats{}
+		err = e.ledger.WithSnapshot(ctx, sku, e.cfg.Retention, e.cfg.IdempotencyTTL, func(s *db.Snapshot) error {
+			return e.hydrate(ctx, s, &st)
+		})
+		if !errors.Is(err, db.ErrRowsBusy) || try == rebuildBusyTries {
+			break
+		}
+		// A sale of a hold this rebuild would record as expired is being
+		// written, waiting for the product's lock: let it end, then read
+		// again (it is a sale then).
+		e.log.Info().Str("sku", sku).Int("try", try).Msg("a sale of a hold the rebuild drops is being written; rebuilding again")
+		select {
+		case <-ctx.Done():
+			return unavailable("rebuilding "+sku, ctx.Err())
+		case <-time.After(time.Duration(try) * 20 * time.Millisecond):
+		}
+	}
 	switch {
+	case errors.Is(err, errRebuildExists):
+		return nil // loaded by another meanwhile; nothing of this one was kept
 	case errors.Is(err, db.ErrNotFound):
 		return productNotFound(sku)
 	case errors.Is(err, ErrUnavailable):
@@ -189,6 +208,10 @@ func (e *Engine) rebuildOnce(ctx context.Context, sku string) error {
 	return nil
 }
 
+// rebuildBusyTries is how many times a rebuild takes its snapshot again
+// when a sale of a hold it drops is being written (db.ErrRowsBusy).
+const rebuildBusyTries = 5
+
 // errRebuildExists stops a rebuild that finds the SKU loaded by another;
 // errRebuildSuperseded one whose stage a newer rebuild has replaced.
 var (
@@ -197,7 +220,12 @@ var (
 )
 
 // statusDrop marks, for hydrate_sku.lua, a hold Postgres still has as HELD
-// that is past due or no longer fits the stock: it is recorded as expired.
+// that is past due or no longer fits the stock, or that an earlier rebuild
+// dropped (its expire event has not reached the ledger): it is recorded as
+// expired, and marked so in the ledger (db.Snapshot.MarkDropped) before the
+// SKU is published, so that a sale of it begun before the rebuild and
+// written after is refused as expired rather than sold on top of the buyer
+// the unit went to.
 const statusDrop = "DROP"
 
 // hydrate writes a snapshot into Redis: stage, chunks, publish. It returns
@@ -221,6 +249,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		Retention: int64(e.cfg.Retention.Seconds()), IdempotencyTTL: int64(e.cfg.IdempotencyTTL.Seconds()), StagingTTL: stagingTTL,
 	}, quota: map[string]int{}}
 	room, held := p.Total-p.Sold, 0
+	var dropped []string
 	query := time.Now()
 	err = s.Reservations(ctx, e.cfg.RebuildBatch, func(rs []db.Reservation) error {
 		if st.firstRows == 0 {
@@ -230,9 +259,10 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 			status := r.Status
 			ended := timeMs(r.EndedAt)
 			if status == db.StatusHeld {
-				if !r.ExpiresAt.After(now) || r.Quantity > room-held {
+				if r.DroppedAt != nil || !r.ExpiresAt.After(now) || r.Quantity > room-held {
 					status, ended = statusDrop, now.UnixMilli() // recorded as expired now, with its event
 					st.dropped++
+					dropped = append(dropped, r.Token)
 				} else {
 					held += r.Quantity
 					c.quota[r.Principal] += r.Quantity
@@ -277,6 +307,11 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 			return err
 		}
 	}
+	// Last before the SKU goes live: the ledger learns which of its HELD rows
+	// Redis now has as expired. A sale of one written from now on is refused.
+	if err := s.MarkDropped(ctx, dropped); err != nil {
+		return err
+	}
 	r, err := script.RunPublishSKU(ctx, e.run, e.keys, script.PublishSKU{SKU: p.SKU, Generation: gen, Chunks: st.chunks,
 		Total: p.Total, Sold: p.Sold, MaxPerUser: p.MaxPerUser, StartsMs: timeMs(p.SaleStartsAt), EndsMs: timeMs(p.SaleEndsAt),
 		Version: p.Version, Held: held, Available: room - held, Nonce: newNonce(), Drop: p.DropID,
@@ -289,7 +324,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		st.published = true
 		return nil
 	case codeExists:
-		return nil
+		return errRebuildExists // the marks are rolled back: the SKU is another rebuild's
 	default:
 		return unavailable("rebuilding "+p.SKU, errRebuildSuperseded)
 	}

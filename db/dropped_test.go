@@ -1,0 +1,93 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+)
+
+// TestASaleOfAHoldTheRebuildDroppedIsRefusedAsExpired: a HELD row a
+// rebuild marked (MarkDropped: Redis has the hold as expired, its expire
+// event is on its way) is not sold, alone, in a batch or in a cart, and is
+// answered as EXPIRED; it stays HELD, so the first ending that reaches the
+// ledger is the one it keeps (here a cancel); an unmarked row of the same
+// SKU sells.
+func TestASaleOfAHoldTheRebuildDroppedIsRefusedAsExpired(t *testing.T) {
+	t.Parallel()
+	pool, l := ledgerWithProduct(t, "DROPPED-1", 4)
+	ctx := context.Background()
+	for _, tok := range []string{"a", "b", "c", "kept"} {
+		insertReservation(t, pool, saleOf("DROPPED-1", tok), db.StatusHeld)
+	}
+	mark := func(tokens ...string) error {
+		return l.WithSnapshot(ctx, "DROPPED-1", time.Hour, time.Hour, func(s *db.Snapshot) error {
+			return s.MarkDropped(ctx, tokens)
+		})
+	}
+	require.NoError(t, mark("a", "b", "c"))
+	require.NoError(t, mark("a"), "marking again changes nothing")
+	r, err := l.Reservations().Reservation(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, db.StatusHeld, r.Status)
+	require.NotNil(t, r.DroppedAt)
+
+	var ended *db.EndedError
+	_, err = l.Sales().RecordSale(ctx, saleOf("DROPPED-1", "a"))
+	require.ErrorAs(t, err, &ended)
+	require.Equal(t, db.StatusExpired, ended.Status)
+	_, err = l.Sales().RecordCartSale(ctx, "cart-1", "p-b", []db.Reservation{saleOf("DROPPED-1", "b")})
+	require.ErrorAs(t, err, &ended)
+	require.Equal(t, db.StatusExpired, ended.Status)
+	_, err = l.Sales().RecordSale(ctx, saleOf("DROPPED-1", "kept"))
+	require.NoError(t, err)
+
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	ev := func(kind, tok string) db.Event {
+		return db.Event{ID: kind + ":" + tok, Kind: kind, Token: tok, SKU: "DROPPED-1", Principal: "p-" + tok, Quantity: 1,
+			ExpiresAt: at.Add(time.Hour), CreatedAt: at, At: at}
+	}
+	require.NoError(t, l.ApplyEvents(ctx, nil, []db.Event{ev("cancel", "c"), ev("expire", "a"), ev("expire", "c")}))
+	for tok, want := range map[string]string{"a": db.StatusExpired, "b": db.StatusHeld, "c": db.StatusCancelled, "kept": db.StatusCommitted} {
+		r, err := l.Reservations().Reservation(ctx, tok)
+		require.NoError(t, err)
+		require.Equal(t, want, r.Status, tok)
+	}
+	p, err := l.Product(ctx, "DROPPED-1")
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Sold, "the unmarked hold only")
+	var sales int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM sales WHERE sku = 'DROPPED-1'`).Scan(&sales))
+	require.Equal(t, 1, sales)
+}
+
+// TestMarkDroppedGivesWayToASaleBeingWritten: a sale that holds the row
+// (it waits for the product's lock, which the rebuild's snapshot holds)
+// makes MarkDropped answer ErrRowsBusy rather than wait for it for ever;
+// once the row is free, the mark is set.
+func TestMarkDroppedGivesWayToASaleBeingWritten(t *testing.T) {
+	t.Parallel()
+	pool, l := ledgerWithProduct(t, "DROPPED-2", 1)
+	ctx := context.Background()
+	insertReservation(t, pool, saleOf("DROPPED-2", "a"), db.StatusHeld)
+	writer, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = writer.Rollback(ctx) })
+	_, err = writer.Exec(ctx, `UPDATE reservations SET status = 'COMMITTED' WHERE token = 'a'`)
+	require.NoError(t, err)
+
+	mark := func() error {
+		return l.WithSnapshot(ctx, "DROPPED-2", time.Hour, time.Hour, func(s *db.Snapshot) error {
+			return s.MarkDropped(ctx, []string{"a"})
+		})
+	}
+	require.ErrorIs(t, mark(), db.ErrRowsBusy)
+	require.NoError(t, writer.Rollback(ctx))
+	require.NoError(t, mark())
+	r, err := l.Reservations().Reservation(ctx, "a")
+	require.NoError(t, err)
+	require.NotNil(t, r.DroppedAt)
+}
