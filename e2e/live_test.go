@@ -139,11 +139,18 @@ func TestLiveReservationExpires(t *testing.T) {
 	s := start(t)
 	s.createProduct(t, "LIVE-EXP", 5, 0)
 	owner := s.token(t, "owner", false)
-	r := s.reserveOver(t, owner, "LIVE-EXP", 2, 1)
-
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const doc = `subscription($t: ID!) { reservationChanged(token: $t) { token status } }`
+	// The owner's connection is open before the hold is made, and its
+	// subscription starts right after, so the hold is still HELD when it
+	// starts, however slow the machine is to open a websocket.
+	c, err := wsclient.Dial(ctx, s.wsURL(), wsclient.Options{InitPayload: map[string]any{"Authorization": "Bearer " + owner}})
+	require.NoError(t, err)
+	defer c.Close()
+	r := s.reserveOver(t, owner, "LIVE-EXP", 2, 2)
+	sub, err := c.Subscribe(ctx, doc, map[string]any{"t": r.Token})
+	require.NoError(t, err)
 
 	other, err := wsclient.Dial(ctx, s.wsURL(), wsclient.Options{InitPayload: map[string]any{"Authorization": "Bearer " + s.token(t, "other", false)}})
 	require.NoError(t, err)
@@ -156,11 +163,6 @@ func TestLiveReservationExpires(t *testing.T) {
 	require.Len(t, m.Errors, 1)
 	require.Equal(t, "FORBIDDEN", m.Errors[0].Code())
 
-	c, err := wsclient.Dial(ctx, s.wsURL(), wsclient.Options{InitPayload: map[string]any{"Authorization": "Bearer " + owner}})
-	require.NoError(t, err)
-	defer c.Close()
-	sub, err := c.Subscribe(ctx, doc, map[string]any{"t": r.Token})
-	require.NoError(t, err)
 	var statuses []string
 	for m := range sub.C {
 		require.Empty(t, m.Errors)
