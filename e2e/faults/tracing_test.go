@@ -230,14 +230,20 @@ func TestTracesOfOneReserve(t *testing.T) {
 	require.Contains(t, op.Links, recvLink{TraceID: traceID, SpanID: script.SpanID}, "the reserve links the run that decided it")
 	require.Equal(t, op.SpanID, record.Parent, "the write-behind record continues the reserve's trace")
 	require.Len(t, record.Links, 1, "and links its batch")
-	applies := 0
-	for _, sp := range recv.all() {
-		if sp.Name == "write-behind apply" && sp.SpanID == record.Links[0].SpanID {
-			applies++
-			require.Contains(t, sp.Links, recvLink{TraceID: traceID, SpanID: op.SpanID}, "the batch links the reserve whose hold it recorded")
+	// The batch's span ends after the record's and may come in a later
+	// export than the one that brought the record: wait for it.
+	var applies []recvSpan
+	eventually(t, 20*time.Second, "the write-behind batch's span", func() (bool, string) {
+		applies = applies[:0]
+		for _, sp := range recv.all() {
+			if sp.Name == "write-behind apply" && sp.SpanID == record.Links[0].SpanID {
+				applies = append(applies, sp)
+			}
 		}
-	}
-	require.Equal(t, 1, applies, "the write-behind batch's span arrived")
+		return len(applies) > 0, "no span of the batch the record links"
+	})
+	require.Len(t, applies, 1, "the write-behind batch's span arrived once")
+	require.Contains(t, applies[0].Links, recvLink{TraceID: traceID, SpanID: op.SpanID}, "the batch links the reserve whose hold it recorded")
 	require.Equal(t, 1, s.scalar(`SELECT count(*)::int FROM reservations WHERE token = $1`, tok), "the hold reached the ledger")
 
 	// The batch's PostgreSQL transaction is one span under the batch, with
