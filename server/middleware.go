@@ -82,22 +82,20 @@ func newRequestID() string {
 // the Server (the GraphQL handler's tests) gets the same request context.
 func RequestID(base zerolog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, l := requestLogger(base, w, r)
-		ctx := WithRequestID(r.Context(), id)
-		ctx = l.WithContext(ctx)
-		next.ServeHTTP(w, r.WithContext(ctx))
+		next.ServeHTTP(w, r.WithContext(requestContext(r.Context(), base, w, r)))
 	})
 }
 
-// requestLogger chooses r's id, echoes it, and returns it with a logger
-// carrying it, for RequestID and requestScope to put in the context.
-func requestLogger(base zerolog.Logger, w http.ResponseWriter, r *http.Request) (string, zerolog.Logger) {
+// requestContext chooses r's id, echoes it, and returns ctx (r's) with
+// the id and a logger carrying it, for RequestID and requestScope.
+func requestContext(ctx context.Context, base zerolog.Logger, w http.ResponseWriter, r *http.Request) context.Context {
 	id := r.Header.Get(RequestIDHeader)
 	if !saneRequestID(id) {
 		id = newRequestID()
 	}
 	w.Header().Set(RequestIDHeader, id)
-	return id, base.With().Str("request_id", id).Logger()
+	l := base.With().Str("request_id", id).Logger()
+	return l.WithContext(WithRequestID(ctx, id))
 }
 
 // requestScope is RequestID around ca's middleware (the resolved client
@@ -105,9 +103,7 @@ func requestLogger(base zerolog.Logger, w http.ResponseWriter, r *http.Request) 
 // copy of an http.Request is an allocation of its whole size.
 func requestScope(base zerolog.Logger, ca clientaddr.Resolver, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, l := requestLogger(base, w, r)
-		ctx := WithRequestID(r.Context(), id)
-		ctx = l.WithContext(ctx)
+		ctx := requestContext(r.Context(), base, w, r)
 		if a := ca.Addr(r); a.IsValid() {
 			ctx = clientaddr.With(ctx, a)
 		}
