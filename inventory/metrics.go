@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -8,6 +9,7 @@ import (
 	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/inventory/core"
 	"github.com/dropline/dropline/inventory/draw"
+	"github.com/dropline/dropline/inventory/outcome"
 )
 
 // metrics are the engine's Prometheus series. With a nil registerer they are
@@ -27,11 +29,19 @@ type metrics struct {
 	// soldOutFromMemory counts reserves answered OUT_OF_STOCK without a
 	// script, from what the process knew (SoldOutMemory).
 	soldOutFromMemory prometheus.Counter
+	// outOfStock is shared's series of reserves refused OUT_OF_STOCK, the
+	// storm's every answer: looked up at its first use (so it appears as
+	// Outcome would make it), then kept.
+	outOfStock func() prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	shared := core.NewMetrics(reg)
 	return &metrics{
-		shared: core.NewMetrics(reg),
+		shared: shared,
+		outOfStock: sync.OnceValue(func() prometheus.Counter {
+			return shared.Counter("reserve", outcome.CodeOf(&OutOfStockError{}))
+		}),
 		rebuilds: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dropline_inventory_rebuilds_total",
 			Help: "SKUs rebuilt in Redis from Postgres (new products and state Redis lost).",
@@ -71,3 +81,13 @@ func (m *metrics) waited(d time.Duration, enough bool) {
 }
 
 func (m *metrics) outcome(op string, err error) { m.shared.Outcome(op, err) }
+
+// reserveOutcome is outcome("reserve", err), without the lookups for an
+// *OutOfStockError.
+func (m *metrics) reserveOutcome(err error) {
+	if oos, ok := err.(*OutOfStockError); ok && oos != nil { //nolint:errorlint // the engine's own error, unwrapped; Outcome unwraps any other
+		m.outOfStock().Inc()
+		return
+	}
+	m.shared.Outcome("reserve", err)
+}

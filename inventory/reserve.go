@@ -85,7 +85,7 @@ func checkIdempotencyKey(k string) error {
 func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (res Reservation, err error) {
 	began := time.Now()
 	defer func() {
-		e.metrics.outcome("reserve", err)
+		e.metrics.reserveOutcome(err)
 		e.metrics.reserveDur.Observe(time.Since(began).Seconds())
 	}()
 	hold, err := e.checkReserve(p, req)
@@ -98,7 +98,7 @@ func (e *Engine) Reserve(ctx context.Context, p Principal, req ReserveRequest) (
 		}
 		return Reservation{}, err
 	}
-	if answered, err := e.reserveFromMemory(req); answered {
+	if answered, err := e.reserveFromMemory(req, began); answered {
 		return Reservation{}, err
 	}
 	// reserve.lua spends the budget in the same run, except with an

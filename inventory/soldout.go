@@ -108,7 +108,7 @@ func (b *localBudgets) spend(l RateLimit, now time.Time) (ok bool, err error) {
 
 // reserveFromMemory answers a checked reserve from the sold-out memory when
 // it can: answered is false when Redis must decide.
-func (e *Engine) reserveFromMemory(req ReserveRequest) (answered bool, err error) {
+func (e *Engine) reserveFromMemory(req ReserveRequest, now time.Time) (answered bool, err error) {
 	if req.IdempotencyKey != "" {
 		return false, nil
 	}
@@ -117,7 +117,7 @@ func (e *Engine) reserveFromMemory(req ReserveRequest) (answered bool, err error
 		return false, nil
 	}
 	if req.RateLimit != nil {
-		ok, err := e.budgets.spend(*req.RateLimit, time.Now())
+		ok, err := e.budgets.spend(*req.RateLimit, now)
 		if !ok {
 			return false, nil
 		}
@@ -148,10 +148,10 @@ func (e *Engine) ReserveFromMemory(p Principal, req ReserveRequest) (answered bo
 	if _, cerr := e.checkReserve(p, req); cerr != nil {
 		return false, nil
 	}
-	if answered, err = e.reserveFromMemory(req); !answered {
+	if answered, err = e.reserveFromMemory(req, began); !answered {
 		return false, nil
 	}
-	e.metrics.outcome("reserve", err)
+	e.metrics.reserveOutcome(err)
 	e.metrics.reserveDur.Observe(time.Since(began).Seconds())
 	return true, err
 }

@@ -30,21 +30,26 @@ func (r *Resolver) ReserveFromMemory(ctx context.Context, sku string, quantity i
 	if !answered || err == nil {
 		return nil, false
 	}
-	var ue *model.UserError
+	if oos, ok := err.(*inventory.OutOfStockError); ok && oos.Available == 0 { //nolint:errorlint // the memory's own error, unwrapped; errors.As below for any other
+		return soldOutPayload, true
+	}
 	if oos := (*inventory.OutOfStockError)(nil); errors.As(err, &oos) && oos.Available == 0 {
-		ue = soldOutUserError()
-	} else if ue, err = userError(err); err != nil {
+		return soldOutPayload, true
+	}
+	ue, err := userError(err)
+	if err != nil {
 		return nil, false
 	}
 	return &model.ReservePayload{UserErrors: []*model.UserError{ue}}, true
 }
 
-// soldOutUserError is userError's answer to the memory's refusal, nothing
-// available: a copy of one made once (its Field is shared, and read only).
-var soldOutUserError = func() func() *model.UserError {
+// soldOutPayload is the payload of the memory's refusal, nothing available
+// (userError's answer), made once and shared by every refusal: its callers
+// only write it out, and must not change it.
+var soldOutPayload = func() *model.ReservePayload {
 	ue, err := userError(&inventory.OutOfStockError{})
 	if err != nil {
 		panic(err)
 	}
-	return func() *model.UserError { c := *ue; return &c }
+	return &model.ReservePayload{UserErrors: []*model.UserError{ue}}
 }()

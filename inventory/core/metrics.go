@@ -34,3 +34,9 @@ func (m *Metrics) Outcome(op string, err error) {
 	}
 	m.outcomes.WithLabelValues(op, code).Inc()
 }
+
+// Counter is the series of op's outcomes of code, for a caller that counts
+// one outcome often and keeps it (Outcome looks it up at each call).
+func (m *Metrics) Counter(op string, code outcome.Code) prometheus.Counter {
+	return m.outcomes.WithLabelValues(op, string(code))
+}
