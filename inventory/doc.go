@@ -394,7 +394,11 @@
 // due and the stock, the quota and its idempotency key allow, and otherwise
 // recorded as EXPIRED, in Redis and, through its event, in the ledger. A
 // commit, cancel or read that finds a hold missing from a loaded SKU while the
-// ledger has it as HELD does the same at once. As a last net, the commit
+// ledger has it as HELD does the same at once. A HELD row a rebuild marked
+// dropped (the ledger refuses its sale) is never adopted: it is recorded as
+// EXPIRED again, or released as such if Redis has it as HELD, as a later
+// rebuild drops it again; the commit reconciler likewise releases a
+// half-done commit of one as expired rather than putting it back to HELD. As a last net, the commit
 // reconciler looks at holds the ledger has as HELD well past their expiry
 // (CloseOverdueHolds): one Redis does not have in its SKU's generation is
 // closed as EXPIRED, and one Redis has ended there (its ending's event never

@@ -130,7 +130,9 @@ func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 // COMMITTING for longer than olderThan (a server crashed between its Postgres
 // write and its Redis update, or the write's outcome was unknown). It asks
 // Postgres whether the sale exists: if so the hold becomes COMMITTED,
-// otherwise it goes back to HELD with its original expiry. olderThan must
+// otherwise it goes back to HELD with its original expiry, unless the ledger
+// has the reservation as ended, or as HELD marked dropped by a rebuild (then
+// it is released as the ledger's ending, or as expired). olderThan must
 // exceed any commit's Postgres timeout, so a write still in flight is never
 // judged. It returns how many commits it settled.
 func (m *Maintenance) ReconcileCommits(ctx context.Context, partition int, olderThan time.Duration, limit int) (int, error) {
@@ -167,12 +169,17 @@ func (m *Maintenance) ReconcileCommits(ctx context.Context, partition int, older
 			res, err = e.finishCommit(ctx, tok, hold, outcomeCommitted, sale.CommittedAt, attemptID)
 		case errors.Is(err, db.ErrNotFound):
 			// No sale. A hold the ledger has as finished is released as such
-			// (no commit can sell it); any other goes back to HELD.
+			// (no commit can sell it), and so is one it has as HELD marked
+			// dropped (a rebuild recorded it as expired, and the ledger
+			// refuses its sale): it is released as expired, as that rebuild
+			// did. Any other goes back to HELD.
 			outcome := outcomeRestore
 			row, rerr := e.ledger.Reservations().Reservation(ctx, tok)
 			switch {
 			case rerr == nil && (row.Status == db.StatusCancelled || row.Status == db.StatusExpired):
 				outcome = row.Status
+			case rerr == nil && row.Status == db.StatusHeld && row.DroppedAt != nil:
+				outcome = db.StatusExpired
 			case rerr != nil && !errors.Is(rerr, db.ErrNotFound):
 				return settled, unavailable("checking reservation", rerr)
 			}

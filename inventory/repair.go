@@ -219,7 +219,7 @@ func (e *Engine) reconcileHoldReply(ctx context.Context, partition int, r db.Res
 		Partition: partition, Token: r.Token, Status: r.Status, SKU: r.SKU, Principal: r.Principal, Quantity: r.Quantity,
 		ExpiresMs: r.ExpiresAt.UnixMilli(), CreatedMs: r.CreatedAt.UnixMilli(), Idem: r.IdempotencyHash, FP: r.RequestHash,
 		Retention: int64(e.cfg.Retention.Seconds()), IdempotencyTTL: int64(e.cfg.IdempotencyTTL.Seconds()),
-		Extensions: r.Extensions, Nonce: newNonce(),
+		Extensions: r.Extensions, Nonce: newNonce(), Dropped: r.Status == db.StatusHeld && r.DroppedAt != nil,
 	})
 	if err != nil {
 		return res, fmt.Errorf("reconciling hold %s: %w", r.Token, err)

@@ -20,6 +20,9 @@
 -- ARGV[12] how many times the hold was extended (its expiry is ARGV[6] already)
 -- ARGV[13] partition base, for the holds handed to waiters (derived from the
 --          tokens made here)   ARGV[14] nonce for those tokens (offer_token)
+-- ARGV[15] '1' when the ledger's HELD row is marked dropped (dropped_at: a
+--          rebuild recorded the hold as expired, its expiry is on its way to
+--          the ledger, which refuses its sale as EXPIRED); '' otherwise
 --
 -- Returns {code}, with code as below. "Live" means the hold hash carries the
 -- SKU's current generation.
@@ -34,17 +37,23 @@
 --                                              the sweeper, had expired the hold) -> RESTATED
 --   ledger CANCELLED/EXPIRED, anything else    nothing (a COMMITTING hold is settled by its
 --                                              commit, which the ledger refuses)  -> AGREES
---   ledger HELD, live in any state              nothing (Redis knows it; any event
+--   ledger HELD marked dropped, live HELD       released as EXPIRED (an expire event), the
+--                                              units to the SKU's waiters first   -> RELEASED
+--   ledger HELD, live in any other state        nothing (Redis knows it; any event
 --                                              that ends it is on its way)        -> AGREES
 --                when live CANCELLED or EXPIRED, the reply is {AGREES, status, ended_ms,
 --                expires_ms, extensions}: the caller may repair the ledger from it if
 --                the ending's event was lost (the overdue pass does)
---   ledger HELD, not live, before its expiry, the stock and the quota have room, and its
---                idempotency key (if any) is free or points at it
+--   ledger HELD, not live, not marked dropped, before its expiry, the stock and the quota
+--                have room, and its idempotency key (if any) is free or points at it
 --                                              adopted as HELD in this generation -> ADOPTED
 --   ledger HELD, not live, otherwise            recorded EXPIRED here and in the ledger
 --                                              (an expire event)                  -> CLOSED
 --                the reply is {CLOSED, 'EXPIRED', ended_ms, expires_ms, extensions}
+-- A row marked dropped is one a rebuild recorded as expired: the ledger refuses its
+-- sale, so Redis must not count it as held again, whatever brought it back (its record
+-- lost and read back from the ledger, or a promoted Redis that never saw that rebuild).
+-- As a rebuild that finds the row still HELD and marked does, this drops it again.
 -- or {'NEEDS_HYDRATION', sku} when the SKU is not loaded (a rebuild reads the ledger).
 --
 -- Why one script: the check of the hold, the stock and the quota and the
@@ -64,6 +73,7 @@ local h = hash_get(KEYS[1])
 local live = h ~= nil and h['gen'] == gen
 local now = now_ms()
 local retention = tonumber(ARGV[10])
+local dropped = status == 'HELD' and ARGV[15] == '1'
 
 if status == 'CANCELLED' or status == 'EXPIRED' then
   if live and h['st'] == 'HELD' then
@@ -80,6 +90,11 @@ if status == 'CANCELLED' or status == 'EXPIRED' then
   return { 'AGREES' }
 end
 if live then
+  if dropped and h['st'] == 'HELD' then
+    release(k, token, h, 'EXPIRED', now, retention)
+    handoff(k, ARGV[13], sku, ARGV[14], now, h['who'])
+    return { 'RELEASED' }
+  end
   if h['st'] == 'CANCELLED' or h['st'] == 'EXPIRED' then
     return { 'AGREES', h['st'], tonumber(h['end'] or '0'), tonumber(h['exp']), tonumber(h['ext'] or '0') }
   end
@@ -90,7 +105,7 @@ local idem, fp = ARGV[8], ARGV[9]
 local idem_rec = KEYS[10]
 local rec = idem ~= '' and hash_get(idem_rec) or nil
 local exp = tonumber(ARGV[6])
-local fits = now < exp and (rec == nil or (rec['code'] == 'OK' and rec['tok'] == token))
+local fits = not dropped and now < exp and (rec == nil or (rec['code'] == 'OK' and rec['tok'] == token))
 if fits then
   local s = redis.call('HMGET', k.sku, 'avail', 'max')
   local already = tonumber(redis.call('HGET', k.quota, who) or '0')

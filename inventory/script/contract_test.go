@@ -54,7 +54,7 @@ func samples() map[string]sample {
 		lua.ApplyProduct:        {call: ApplyProduct{SKU: sku}.Call(k), keys: 7, argv: 8, derives: handoff},
 		lua.ApplyDrop:           {call: ApplyDrop{Drop: "D1", SKUs: []string{"A", "B"}}.Call(k), keys: 1, argv: 5},
 		lua.DueHolds:            {call: DueHolds{Partition: p, Limit: 10}.Call(k), keys: 1, argv: 1},
-		lua.ReconcileHold:       {call: ReconcileHold{Partition: p, Token: tok, SKU: sku, Idem: "h"}.Call(k), keys: 10, argv: 14, derives: handoff},
+		lua.ReconcileHold:       {call: ReconcileHold{Partition: p, Token: tok, SKU: sku, Idem: "h"}.Call(k), keys: 10, argv: 15, derives: handoff},
 		lua.AckApplied:          {call: AckApplied{Partition: p, SKUs: []string{sku}, Generations: []string{"1"}, IDs: []string{"1-0", "2-0"}}.Call(k), keys: 1 + 1, argv: 2 + 1 + 2},
 		lua.ClaimIdempotencyKey: {call: ClaimIdempotencyKey{Idem: "h", SKU: sku}.Call(k), keys: 2, argv: 4},
 		lua.StageWaitlist:       {call: StageWaitlist{SKU: sku, Entries: []WaitlistEntry{{Principal: "a"}}}.Call(k), keys: 4, argv: 4 + 7},

@@ -310,13 +310,20 @@ type ReconcileHold struct {
 	IdempotencyTTL       int64
 	Extensions           int
 	Nonce                string
+	// Dropped says the ledger's HELD row is marked dropped (a rebuild
+	// recorded the hold as expired): the script never counts it as held.
+	Dropped bool
 }
 
 // Call builds reconcile_hold.lua's KEYS and ARGV.
 func (a ReconcileHold) Call(k Keys) Call {
+	dropped := ""
+	if a.Dropped {
+		dropped = "1"
+	}
 	return Call{Script: lua.ReconcileHold, Keys: k.reconcileHoldKeys(a.Partition, a.Token, a.SKU, a.Idem),
 		Argv: []any{a.Token, a.Status, a.SKU, a.Principal, a.Quantity, a.ExpiresMs, a.CreatedMs, a.Idem, a.FP,
-			a.Retention, a.IdempotencyTTL, a.Extensions, k.Base(a.Partition), a.Nonce}}
+			a.Retention, a.IdempotencyTTL, a.Extensions, k.Base(a.Partition), a.Nonce, dropped}}
 }
 
 // ReconcileReply is reconcile_hold.lua's reply: AGREES, RELEASED, ADOPTED,

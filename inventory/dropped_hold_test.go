@@ -1,0 +1,177 @@
+package inventory_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/inventory"
+)
+
+// droppedByReload makes the ledger hold two acknowledged holds on the one
+// unit of sku, as after a promotion: carol's, which the promoted Redis lost,
+// and alice's, which it made afterwards. The reload after the promotion
+// (RebuildStale) keeps the older, carol's, records alice's as expired and
+// marks her row (HELD, dropped_at set). It returns alice's and carol's holds
+// and alice's events of the life of the SKU before the reload (her reserve).
+func droppedByReload(t *testing.T, b *bundle, sku string) (alice, carol inventory.Reservation, before []db.Event) {
+	t.Helper()
+	b.product(t, sku, 1, 0)
+	carol, err := b.engine.Reserve(b.ctx, buyer(3), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+	require.NoError(t, err)
+	lost := b.outboxEvents(t)
+	b.wipe(t) // the promoted Redis never had carol's hold
+	alice, err = b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+	require.NoError(t, err)
+	before = b.outboxEvents(t)
+	require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, lost)) // the write-behind had read it
+	require.NoError(t, b.engine.Maintenance().RebuildStale(b.ctx, sku))
+	require.Equal(t, "EXPIRED", b.rawStatus(t, sku, alice.Token))
+	require.Equal(t, "HELD", b.rawStatus(t, sku, carol.Token))
+	require.Equal(t, 1, b.count(t, `SELECT count(*)::int FROM reservations
+		WHERE token = $1 AND status = 'HELD' AND dropped_at IS NOT NULL`, alice.Token), "alice's row marked")
+	return alice, carol, before
+}
+
+// forgetHoldOfDroppedRow lets carol cancel (the unit is free again) and then
+// loses alice's record in Redis, as an eviction of a key with a TTL would,
+// while the SKU stays loaded and her expiry has not reached the ledger.
+func forgetHoldOfDroppedRow(t *testing.T, b *bundle, sku string, alice, carol inventory.Reservation) {
+	t.Helper()
+	_, err := b.engine.Cancel(b.ctx, buyer(3), carol.Token)
+	require.NoError(t, err)
+	require.NoError(t, b.rdb.Del(b.ctx, b.engine.Keys().Hold(inventory.PartitionOf(sku), alice.Token)).Err())
+	require.Equal(t, db.StatusHeld, b.ledgerStatus(t, alice.Token), "her expiry is still on its way")
+}
+
+// requireDroppedAgain checks that alice's hold stays expired: Redis counts
+// nothing for it, another buyer can take the unit, her commit is refused as
+// expired, and the ledger ends her row as EXPIRED once the outbox is applied.
+func requireDroppedAgain(t *testing.T, b *bundle, sku string, alice inventory.Reservation) {
+	t.Helper()
+	s := b.stock(t, sku)
+	require.Zero(t, s.Held, "alice's hold counted as held again: %+v", s)
+	require.Equal(t, 1, s.Available)
+	r, err := b.engine.Reservation(b.ctx, buyer(1), alice.Token)
+	require.NoError(t, err)
+	require.Equal(t, inventory.StatusExpired, r.Status)
+	_, err = b.engine.Commit(b.ctx, buyer(1), alice.Token)
+	require.ErrorIs(t, err, inventory.ErrExpired)
+	bob, err := b.engine.Reserve(b.ctx, buyer(2), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+	require.NoError(t, err, "the unit is free")
+	_, err = b.engine.Commit(b.ctx, buyer(2), bob.Token)
+	require.NoError(t, err)
+	b.drainOutbox(t)
+	require.Equal(t, db.StatusExpired, b.ledgerStatus(t, alice.Token))
+	s = b.requireBalanced(t, sku)
+	require.Equal(t, 1, s.Sold)
+	require.Zero(t, s.Held)
+}
+
+// A hold the reload recorded as expired, whose record Redis then lost, is
+// not brought back as HELD when its buyer reads it (the read finds it in the
+// ledger only, as HELD): it is recorded as expired again. Before, the read
+// adopted it (HELD, its unit counted as held) although the ledger refuses
+// its sale.
+func TestReadOfAHoldTheRebuildDroppedDoesNotAdoptIt(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "DROPPED-READ-1"
+		alice, carol, _ := droppedByReload(t, b, sku)
+		forgetHoldOfDroppedRow(t, b, sku, alice, carol)
+
+		r, err := b.engine.Reservation(b.ctx, buyer(1), alice.Token)
+		require.NoError(t, err)
+		require.Equal(t, inventory.StatusExpired, r.Status, "alice is shown a hold whose sale the ledger refuses")
+		require.Equal(t, "EXPIRED", b.rawStatus(t, sku, alice.Token))
+		requireDroppedAgain(t, b, sku, alice)
+	})
+}
+
+// The same when the write-behind applies an event of alice's from before the
+// reload (her reserve, read before the promotion and written after) and
+// ReconcileApplied tells the reloaded SKU what the ledger says of her hold:
+// it is closed as expired. Before, it was adopted as HELD.
+func TestReconcileAppliedDoesNotAdoptAHoldTheRebuildDropped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "DROPPED-LATE-1"
+		alice, carol, before := droppedByReload(t, b, sku)
+		forgetHoldOfDroppedRow(t, b, sku, alice, carol)
+
+		require.NoError(t, b.engine.Ledger().ApplyEvents(b.ctx, nil, before))
+		n, err := b.engine.Maintenance().ReconcileApplied(b.ctx, inventory.PartitionOf(sku), before)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, "EXPIRED", b.rawStatus(t, sku, alice.Token), "not adopted")
+		n, err = b.engine.Maintenance().ReconcileApplied(b.ctx, inventory.PartitionOf(sku), before)
+		require.NoError(t, err)
+		require.Zero(t, n, "idempotent")
+		requireDroppedAgain(t, b, sku, alice)
+	})
+}
+
+// markedWhileRedisHasItHeld gives alice a HELD hold in Redis whose ledger row
+// a rebuild marked dropped: what a promoted Redis that never saw that
+// rebuild (it ran on the master the promotion lost) still has.
+func markedWhileRedisHasItHeld(t *testing.T, b *bundle, sku string) inventory.Reservation {
+	t.Helper()
+	b.product(t, sku, 1, 0)
+	alice, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute})
+	require.NoError(t, err)
+	b.drainOutbox(t)
+	_, err = b.pool.Exec(b.ctx, `UPDATE reservations SET dropped_at = now() WHERE token = $1`, alice.Token)
+	require.NoError(t, err)
+	return alice
+}
+
+// A commit of such a hold left half-done (COMMITTING in Redis, no sale in
+// the ledger, which would refuse it) is settled by the commit reconciler as
+// expired, not put back to HELD. Before, it went back to HELD, its unit
+// counted as held until it expired.
+func TestReconcileCommitsReleasesAHoldTheRebuildDropped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "DROPPED-HALF-1"
+		alice := markedWhileRedisHasItHeld(t, b, sku)
+		p := inventory.PartitionOf(sku)
+		// A crash after begin_commit: COMMITTING, out of the expiry index.
+		require.NoError(t, b.rdb.HSet(b.ctx, b.engine.Keys().Hold(p, alice.Token), "st", "COMMITTING", "cst", "1").Err())
+		require.NoError(t, b.rdb.ZRem(b.ctx, b.engine.Keys().Expiry(p), alice.Token).Err())
+		require.NoError(t, b.rdb.ZAdd(b.ctx, b.engine.Keys().Committing(p), redis.Z{Score: 1, Member: alice.Token}).Err())
+
+		n, err := b.engine.Maintenance().ReconcileCommits(b.ctx, p, time.Second, 100)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, "EXPIRED", b.rawStatus(t, sku, alice.Token), "not put back to HELD")
+		requireDroppedAgain(t, b, sku, alice)
+	})
+}
+
+// And a hold Redis has as HELD in the SKU's current life that the ledger has
+// as HELD marked dropped, when an event of an earlier life of the SKU makes
+// ReconcileApplied look at it, is released as expired. Before, Redis and the
+// ledger were taken to agree.
+func TestReconcileAppliedReleasesALiveHoldTheRebuildDropped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "DROPPED-LIVE-1"
+		alice := markedWhileRedisHasItHeld(t, b, sku)
+		earlier := db.Event{ID: "extend:" + alice.Token + ":1", Kind: "extend", Token: alice.Token, SKU: sku,
+			Principal: buyer(1).ID, Quantity: 1, ExpiresAt: alice.ExpiresAt, CreatedAt: alice.CreatedAt,
+			At: alice.CreatedAt, Gen: "0"}
+
+		n, err := b.engine.Maintenance().ReconcileApplied(b.ctx, inventory.PartitionOf(sku), []db.Event{earlier})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, "EXPIRED", b.rawStatus(t, sku, alice.Token))
+		requireDroppedAgain(t, b, sku, alice)
+	})
+}
