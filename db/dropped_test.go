@@ -2,9 +2,11 @@ package db_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
@@ -90,4 +92,52 @@ func TestMarkDroppedGivesWayToASaleBeingWritten(t *testing.T) {
 	r, err := l.Reservations().Reservation(ctx, "a")
 	require.NoError(t, err)
 	require.NotNil(t, r.DroppedAt)
+}
+
+// TestMarksOutliveTheSnapshot: the marks are committed before the SKU would
+// be published, in a transaction of their own, so a snapshot that fails
+// afterwards (here it returns an error, as when PostgreSQL ends its
+// connection after the publish) does not take them with it, and a sale of
+// the hold is still refused. With no second connection to be had (a pool of
+// one, held by the snapshot), the marks are written in the snapshot itself
+// rather than waited for, and go with it.
+func TestMarksOutliveTheSnapshot(t *testing.T) {
+	t.Parallel()
+	pool, l := ledgerWithProduct(t, "DROPPED-3", 2)
+	ctx := context.Background()
+	insertReservation(t, pool, saleOf("DROPPED-3", "a"), db.StatusHeld)
+	insertReservation(t, pool, saleOf("DROPPED-3", "b"), db.StatusHeld)
+	failed := errors.New("the snapshot's connection was lost after the publish")
+	markThenFail := func(l *db.Ledger, tok string) error {
+		return l.WithSnapshot(ctx, "DROPPED-3", time.Hour, time.Hour, func(s *db.Snapshot) error {
+			if err := s.MarkDropped(ctx, []string{tok}); err != nil {
+				return err
+			}
+			return failed
+		})
+	}
+	marked := func(tok string) bool {
+		r, err := l.Reservations().Reservation(ctx, tok)
+		require.NoError(t, err)
+		return r.DroppedAt != nil
+	}
+	require.ErrorIs(t, markThenFail(l, "a"), failed)
+	require.True(t, marked("a"), "the mark outlives the snapshot")
+	var ended *db.EndedError
+	_, err := l.Sales().RecordSale(ctx, saleOf("DROPPED-3", "a"))
+	require.ErrorAs(t, err, &ended)
+	require.Equal(t, db.StatusExpired, ended.Status)
+
+	cfg := pool.Config().Copy()
+	cfg.MaxConns = 1
+	single, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(single.Close)
+	lone := db.NewLedger(single)
+	require.ErrorIs(t, markThenFail(lone, "b"), failed)
+	require.False(t, marked("b"), "marked in the snapshot, and rolled back with it")
+	require.NoError(t, lone.WithSnapshot(ctx, "DROPPED-3", time.Hour, time.Hour, func(s *db.Snapshot) error {
+		return s.MarkDropped(ctx, []string{"b"})
+	}))
+	require.True(t, marked("b"))
 }

@@ -238,6 +238,7 @@ const (
 type Snapshot struct {
 	Product Product
 
+	l                         *Ledger
 	tx                        pgx.Tx
 	retention, idempotencyTTL time.Duration
 }
@@ -308,6 +309,12 @@ var ErrRowsBusy = errors.New("a reservation row is being written")
 // they do not hold a row of the SKU while the snapshot runs.
 const markDroppedLockTimeout = "200ms"
 
+// markDroppedConnWait bounds MarkDropped's wait for a connection of its own
+// while the snapshot holds one: snapshots waiting for each other's
+// connections must not hold the pool for good. It leaves room for the pool
+// to open a connection (a few milliseconds; hundreds on a loaded machine).
+const markDroppedConnWait = 2 * time.Second
+
 // MarkDropped records, on the given reservations the ledger still has as
 // HELD, that this rebuild records them as expired in Redis (dropped_at): the
 // ledger then refuses their sale as EXPIRED (record_sale, migration 0024).
@@ -317,27 +324,58 @@ const markDroppedLockTimeout = "200ms"
 // is published, so that no sale is written between the two: a sale whose
 // write finds the row marked is refused, and one that holds the row (it
 // waits for the product's lock) makes MarkDropped return ErrRowsBusy.
+//
+// The marks are committed in a transaction of their own, on a second
+// connection, while the snapshot keeps the product's lock: they outlive a
+// snapshot whose transaction PostgreSQL fails after the SKU went live (its
+// connection lost), which would otherwise take them with it and let such a
+// sale through. Marks of a rebuild that then publishes nothing stay: the
+// next rebuild drops those holds again. When no connection is free within
+// markDroppedConnWait (other snapshots hold the pool), the marks are written
+// in the snapshot's own transaction, as they live or die with it.
 func (s *Snapshot) MarkDropped(ctx context.Context, tokens []string) error {
 	if len(tokens) == 0 {
 		return nil
 	}
-	var was string
-	if err := s.tx.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&was); err != nil {
+	wait, cancel := context.WithTimeout(ctx, markDroppedConnWait)
+	conn, err := s.l.pool.Acquire(wait)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return interpret(ctx.Err())
+		}
+		var was string
+		if err := s.tx.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&was); err != nil {
+			return interpret(err)
+		}
+		if err := markDropped(ctx, s.tx, tokens); err != nil {
+			return err
+		}
+		_, err = s.tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, was)
 		return interpret(err)
 	}
-	if _, err := s.tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, markDroppedLockTimeout); err != nil {
+	defer conn.Release()
+	if s.l.tracer != nil {
+		var span trace.Span
+		ctx, span = s.l.startTx(ctx, "mark dropped")
+		defer func() { endTx(span, err) }()
+	}
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error { return markDropped(ctx, tx, tokens) })
+	return err
+}
+
+// markDropped sets dropped_at on tokens in tx, waiting at most
+// markDroppedLockTimeout for a row (the setting stays for the rest of tx).
+func markDropped(ctx context.Context, tx pgx.Tx, tokens []string) error {
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, markDroppedLockTimeout); err != nil {
 		return interpret(err)
 	}
-	_, err := s.tx.Exec(ctx, `UPDATE reservations SET dropped_at = now(), updated_at = now()
+	_, err := tx.Exec(ctx, `UPDATE reservations SET dropped_at = now(), updated_at = now()
 		WHERE token = ANY($1) AND status = 'HELD' AND dropped_at IS NULL`, tokens)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
 		return ErrRowsBusy
 	}
-	if err != nil {
-		return interpret(err)
-	}
-	_, err = s.tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, was)
 	return interpret(err)
 }
 
@@ -374,7 +412,7 @@ func eachBatch[T any](rows pgx.Rows, batch int, scan func(pgx.Row) (T, error), f
 // unknown SKU.
 func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempotencyTTL time.Duration, fn func(*Snapshot) error) error {
 	err := l.inTx(ctx, "snapshot", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		s := &Snapshot{tx: tx, retention: retention, idempotencyTTL: idempotencyTTL}
+		s := &Snapshot{l: l, tx: tx, retention: retention, idempotencyTTL: idempotencyTTL}
 		var err error
 		s.Product, err = scanProduct(tx.QueryRow(ctx, `SELECT `+productColumns+` FROM products WHERE sku = $1 FOR UPDATE`, sku))
 		if err != nil {

@@ -1,9 +1,12 @@
 package inventory_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -173,5 +176,79 @@ func TestReconcileAppliedReleasesALiveHoldTheRebuildDropped(t *testing.T) {
 		require.Equal(t, 1, n)
 		require.Equal(t, "EXPIRED", b.rawStatus(t, sku, alice.Token))
 		requireDroppedAgain(t, b, sku, alice)
+	})
+}
+
+// A rebuild whose snapshot transaction PostgreSQL fails after the SKU went
+// live (here its backend is terminated right after the publish, as a lost
+// connection or a restart would end it) keeps its marks: a sale in flight
+// of a hold it recorded as expired is still refused as expired, and the
+// unit stays with bob, to whom the rebuild gave it. Before, the marks were
+// rolled back with the snapshot: the ledger took the sale and Redis counted
+// it on top of bob's hold (held 1 + sold 1 of a total of 1).
+func TestMarksOfARebuildOutliveItsTransactionFailingAfterThePublish(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const sku = "DROPPED-KILLED-1"
+		b.product(t, sku, 1, 0)
+		h, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		b.drainOutbox(t)
+
+		var once sync.Once
+		killed := make(chan error, 1)
+		inventory.SetRebuildPublishedHook(b.engine, func(string) {
+			once.Do(func() {
+				// The snapshot is the one transaction of the test's database
+				// left open; the wait makes sure its backend is gone.
+				var pids []int32
+				rows, err := b.pool.Query(b.ctx, `SELECT pid FROM pg_stat_activity
+					WHERE datname = current_database() AND state = 'idle in transaction'`)
+				if err == nil {
+					pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+				}
+				if err == nil && len(pids) != 1 {
+					err = fmt.Errorf("%d transactions open, want the snapshot's only", len(pids))
+				}
+				if err == nil {
+					_, err = b.pool.Exec(b.ctx, `SELECT pg_terminate_backend($1, 5000)`, pids[0])
+				}
+				killed <- err
+			})
+		})
+
+		var bob inventory.Reservation
+		err = saleHeldBackAcrossARebuild(t, b, sku, h.Token, func() {
+			require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(50 * time.Millisecond)) },
+				5*time.Second, 10*time.Millisecond)
+			req := inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute}
+			var err error
+			if bob, err = b.engine.Reserve(b.ctx, buyer(2), req); err != nil {
+				// The rebuild failed as its transaction did, after the SKU went live.
+				bob, err = b.engine.Reserve(b.ctx, buyer(2), req)
+			}
+			require.NoError(t, err, "the rebuild released alice's unit")
+			select {
+			case err := <-killed:
+				require.NoError(t, err)
+			default:
+				t.Fatal("the rebuild's transaction was not ended after the publish")
+			}
+		})
+
+		s := b.stock(t, sku)
+		require.LessOrEqual(t, s.Held+s.Sold, s.Total, "held + sold within the total: %+v", s)
+		require.ErrorIs(t, err, inventory.ErrExpired, "the sale of a hold the rebuild expired")
+		require.Equal(t, "EXPIRED", b.rawStatus(t, sku, h.Token))
+		require.Equal(t, "HELD", b.rawStatus(t, sku, bob.Token))
+		b.drainOutbox(t)
+		require.Equal(t, db.StatusExpired, b.ledgerStatus(t, h.Token))
+		_, err = b.engine.Commit(b.ctx, buyer(2), bob.Token)
+		require.NoError(t, err)
+		b.drainOutbox(t)
+		s = b.requireBalanced(t, sku)
+		require.Equal(t, 1, s.Sold)
+		require.Zero(t, s.Held)
 	})
 }

@@ -269,6 +269,9 @@ type Engine struct {
 	// when unset. budgets spends the rate budgets of those answers.
 	soldOut atomic.Pointer[SoldOutMemory]
 	budgets localBudgets
+	// rebuildPublished, when set (by tests only), runs after a rebuild has
+	// published a SKU and before its snapshot's transaction ends.
+	rebuildPublished func(sku string)
 }
 
 // RestoreQueuesWith sets how a rebuild of a queued SKU restores its queue

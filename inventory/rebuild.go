@@ -322,6 +322,9 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 	switch replyCode(r.Code) {
 	case codeOK:
 		st.published = true
+		if e.rebuildPublished != nil {
+			e.rebuildPublished(p.SKU)
+		}
 		return nil
 	case codeExists:
 		return errRebuildExists // the marks are rolled back: the SKU is another rebuild's
