@@ -141,3 +141,28 @@ func TestMarksOutliveTheSnapshot(t *testing.T) {
 	}))
 	require.True(t, marked("b"))
 }
+
+// TestMarkDroppedRefusesASnapshotThatLostItsLock: a snapshot whose
+// connection PostgreSQL ended before the marks (its product lock gone, so a
+// sale may have been written since it was read) is not to be published:
+// MarkDropped fails, although its marks, in their own transaction, stay.
+func TestMarkDroppedRefusesASnapshotThatLostItsLock(t *testing.T) {
+	t.Parallel()
+	pool, l := ledgerWithProduct(t, "DROPPED-4", 1)
+	ctx := context.Background()
+	insertReservation(t, pool, saleOf("DROPPED-4", "a"), db.StatusHeld)
+	err := l.WithSnapshot(ctx, "DROPPED-4", time.Hour, time.Hour, func(s *db.Snapshot) error {
+		var pid int32
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle in transaction'`).Scan(&pid))
+		_, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid)
+		require.NoError(t, err)
+		err = s.MarkDropped(ctx, []string{"a"})
+		require.Error(t, err, "the snapshot's lock is gone")
+		return err
+	})
+	require.Error(t, err)
+	r, err := l.Reservations().Reservation(ctx, "a")
+	require.NoError(t, err)
+	require.NotNil(t, r.DroppedAt)
+}

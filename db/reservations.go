@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -330,7 +331,9 @@ const markDroppedConnWait = 2 * time.Second
 // snapshot whose transaction PostgreSQL fails after the SKU went live (its
 // connection lost), which would otherwise take them with it and let such a
 // sale through. Marks of a rebuild that then publishes nothing stay: the
-// next rebuild drops those holds again. When no connection is free within
+// next rebuild drops those holds again. The snapshot's own connection is
+// then checked, so a snapshot that lost its lock before the marks is not
+// published, as before. When no connection is free within
 // markDroppedConnWait (other snapshots hold the pool), the marks are written
 // in the snapshot's own transaction, as they live or die with it.
 func (s *Snapshot) MarkDropped(ctx context.Context, tokens []string) error {
@@ -354,14 +357,27 @@ func (s *Snapshot) MarkDropped(ctx context.Context, tokens []string) error {
 		_, err = s.tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, was)
 		return interpret(err)
 	}
-	defer conn.Release()
-	if s.l.tracer != nil {
+	err = s.l.markDroppedOn(ctx, conn, tokens)
+	conn.Release()
+	if err != nil {
+		return err
+	}
+	// The snapshot must still hold the product's lock: if its connection was
+	// lost meanwhile, a sale may have been written since the snapshot, and
+	// the SKU must not be published from it. (Marked in the snapshot, the
+	// marks were that check.)
+	_, err = s.tx.Exec(ctx, `SELECT 1`)
+	return interpret(err)
+}
+
+// markDroppedOn commits the marks in a transaction of conn's.
+func (l *Ledger) markDroppedOn(ctx context.Context, conn *pgxpool.Conn, tokens []string) (err error) {
+	if l.tracer != nil {
 		var span trace.Span
-		ctx, span = s.l.startTx(ctx, "mark dropped")
+		ctx, span = l.startTx(ctx, "mark dropped")
 		defer func() { endTx(span, err) }()
 	}
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error { return markDropped(ctx, tx, tokens) })
-	return err
+	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error { return markDropped(ctx, tx, tokens) })
 }
 
 // markDropped sets dropped_at on tokens in tx, waiting at most
