@@ -223,5 +223,15 @@ func TestACopiedBatchOfFreshHoldsIsOneRoundTrip(t *testing.T) {
 	var sold int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE status = 'COMMITTED'`).Scan(&sold))
 	require.Equal(t, 2, sold)
+
+	// Committed unflushed, with the commit's report: one round trip too.
+	before := turns.Load()
+	c, err := l.ApplyEventsUnflushed(ctx, &db.Fence{Name: wb, Token: 5}, reserves("u", 30))
+	require.NoError(t, err)
+	require.True(t, c.Unflushed)
+	require.Equal(t, int64(1), turns.Load()-before, "round trips of a batch of fresh holds committed unflushed")
+	res, moves = count()
+	require.Equal(t, 120, res)
+	require.Equal(t, 120, moves)
 	require.Equal(t, conns, pool.Stat().NewConnsCount(), "the connection stayed in the pool")
 }

@@ -120,6 +120,26 @@ func (e Event) Validate() error {
 // the caller should split it to find the event at fault. Any other error is
 // an outage or a timeout, and the batch may be retried whole.
 func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) error {
+	return l.applyEvents(ctx, fence, events, nil)
+}
+
+// ApplyEventsUnflushed is ApplyEvents for the write-behind, whose events
+// stay in the outbox until it acknowledges them: a batch of fresh holds
+// written in one round trip (applyRowsCopy) is committed without waiting
+// for its WAL to reach the disk (synchronous_commit off), and the returned
+// Commit says where, for the caller to acknowledge the events only once
+// Flushed shows the commit durable. Any other batch is committed as
+// ApplyEvents commits it, and the Commit is the zero value: durable already.
+func (l *Ledger) ApplyEventsUnflushed(ctx context.Context, fence *Fence, events []Event) (Commit, error) {
+	var c Commit
+	err := l.applyEvents(ctx, fence, events, &c)
+	if err != nil {
+		return Commit{}, err
+	}
+	return c, nil
+}
+
+func (l *Ledger) applyEvents(ctx context.Context, fence *Fence, events []Event, commit *Commit) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -186,13 +206,13 @@ func (l *Ledger) ApplyEvents(ctx context.Context, fence *Fence, events []Event) 
 	sort.Strings(skuList) // one lock order for every writer
 	fb := &foldedBatch{skus: skuList, released: released, events: events, moves: moves, latest: latest, order: order, waits: waits,
 		queued: queued}
-	err := l.applyRows(ctx, fence, fb, true)
+	err := l.applyRows(ctx, fence, fb, true, commit)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && fb.freshCount() > 0 {
 		// A row the batch took for new exists (the batch was applied
 		// before, or another writer got there first): the batch again,
 		// every row written as an upsert.
-		err = l.applyRows(ctx, fence, fb, false)
+		err = l.applyRows(ctx, fence, fb, false, commit)
 	}
 	err = interpret(err)
 	switch {
@@ -311,7 +331,14 @@ const (
 // before each insert, besides the insert's own): if one such row exists
 // after all, the insert fails with a unique violation (23505) and the whole
 // transaction is rolled back, for the caller to send it again without.
-func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, plain bool) error {
+//
+// With a non-nil commit a copied batch is committed unflushed and commit
+// says where (ApplyEventsUnflushed); any other is committed durably and
+// commit is left zero.
+func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, plain bool, commit *Commit) error {
+	if commit != nil {
+		*commit = Commit{}
+	}
 	fresh := 0
 	if plain {
 		fresh = fb.freshCount()
@@ -337,7 +364,7 @@ func (l *Ledger) applyRows(ctx context.Context, fence *Fence, fb *foldedBatch, p
 	}
 
 	if l.copyMinRows > 0 && len(freshRes.toks) >= l.copyMinRows {
-		return l.applyRowsCopy(ctx, fence, fb, &freshMoves, &otherMoves, &freshRes, &otherRes)
+		return l.applyRowsCopy(ctx, fence, fb, &freshMoves, &otherMoves, &freshRes, &otherRes, commit)
 	}
 	// One round trip: the statements are sent as one pipeline ending in a
 	// single sync, which Postgres runs as one implicit transaction, committed

@@ -49,8 +49,14 @@ const (
 // fails it with a unique violation, the transaction is rolled back, and
 // ApplyEvents sends the batch again as upserts, as it does for applyRows'
 // plain inserts.
+//
+// With a non-nil commit and the batch's one round trip, the transaction is
+// committed with synchronous_commit off, and the query ends with the WAL's
+// insert and flush positions and the session (commitReport), which fill
+// commit: the caller acknowledges the batch only once Flushed shows it
+// durable (ApplyEventsUnflushed).
 func (l *Ledger) applyRowsCopy(ctx context.Context, fence *Fence, fb *foldedBatch,
-	freshMoves, otherMoves *moveRows, freshRes, otherRes *reservationRows,
+	freshMoves, otherMoves *moveRows, freshRes, otherRes *reservationRows, commit *Commit,
 ) (err error) {
 	if l.tracer != nil {
 		var span trace.Span
@@ -78,6 +84,7 @@ func (l *Ledger) applyRowsCopy(ctx context.Context, fence *Fence, fb *foldedBatc
 	}()
 	var sql strings.Builder
 	locks, literal := lockLiterals(pg, fence, fb)
+	unflushed := false
 	if !literal || len(otherMoves.ids) > 0 || len(otherRes.toks) > 0 || len(fb.released) > 0 ||
 		len(fb.waits) > 0 || len(fb.queued) > 0 {
 		b := &pgx.Batch{}
@@ -99,6 +106,10 @@ func (l *Ledger) applyRowsCopy(ctx context.Context, fence *Fence, fb *foldedBatc
 		}
 	} else {
 		sql.WriteString("BEGIN; ")
+		if commit != nil {
+			unflushed = true
+			sql.WriteString("SET LOCAL synchronous_commit = off; ")
+		}
 		sql.WriteString(locks)
 	}
 	var payloads [][]byte
@@ -107,16 +118,29 @@ func (l *Ledger) applyRowsCopy(ctx context.Context, fence *Fence, fb *foldedBatc
 		payloads = append(payloads, freshMoves.encode())
 	}
 	sql.WriteString(copyReservations + "; COMMIT")
+	if unflushed {
+		sql.WriteString("; " + commitReport)
+	}
 	payloads = append(payloads, freshRes.encode())
 	began = true
-	tag, err := copyExchange(ctx, pg, sql.String(), payloads...)
+	tags, row, err := copyExchange(ctx, pg, sql.String(), payloads...)
 	if err != nil {
 		return err
 	}
-	if tag != "COMMIT" || pg.TxStatus() != 'I' {
-		return fmt.Errorf("copying reservations: the transaction ended with %q, not COMMIT", tag)
+	if !committed(tags, unflushed) || pg.TxStatus() != 'I' {
+		return fmt.Errorf("copying reservations: the transaction ended with %q, not COMMIT", tags)
 	}
 	began = false
+	if unflushed {
+		c, err := parseCommitReport(row)
+		if err != nil {
+			// Committed, but where is not known: an error, so that the
+			// caller leaves the events pending and applies them again
+			// (a no-op) rather than acknowledging them unflushed.
+			return fmt.Errorf("the commit's WAL position: %w", err)
+		}
+		*commit = c
+	}
 	l.copied.Add(1)
 	return nil
 }
@@ -166,12 +190,13 @@ func quoteLiteral(s string) string {
 // the query's end (ReadyForQuery). The server reads each COPY's data when it
 // comes to it; when a statement fails before, the rest of the query is
 // skipped and the data that follows is read and ignored, as the protocol
-// has it. It returns the last command's tag and the first error. A
+// has it. It returns every command's tag, the values of the last row a
+// statement returned (text format), and the first error. A
 // connection the exchange could not finish on (a failed write or read, or
 // ctx ending) is closed, never left half-way through the protocol.
-func copyExchange(ctx context.Context, pg *pgconn.PgConn, sql string, payloads ...[]byte) (tag string, err error) {
+func copyExchange(ctx context.Context, pg *pgconn.PgConn, sql string, payloads ...[]byte) (tags []string, row [][]byte, err error) {
 	if err := ctx.Err(); err != nil {
-		return "", err
+		return nil, nil, err
 	}
 	fe := pg.Frontend()
 	fe.Send(&pgproto3.Query{String: sql})
@@ -196,13 +221,13 @@ func copyExchange(ctx context.Context, pg *pgconn.PgConn, sql string, payloads .
 		}
 	}()
 	if err != nil {
-		return "", err
+		return nil, nil, err
 	}
 	var pgErr error
 	for {
 		msg, err := pg.ReceiveMessage(ctx)
 		if err != nil {
-			return "", err
+			return nil, nil, err
 		}
 		switch m := msg.(type) {
 		case *pgproto3.ErrorResponse:
@@ -210,10 +235,15 @@ func copyExchange(ctx context.Context, pg *pgconn.PgConn, sql string, payloads .
 				pgErr = pgconn.ErrorResponseToPgError(m)
 			}
 		case *pgproto3.CommandComplete:
-			tag = string(m.CommandTag)
+			tags = append(tags, string(m.CommandTag))
+		case *pgproto3.DataRow:
+			row = make([][]byte, len(m.Values))
+			for i, v := range m.Values {
+				row[i] = append([]byte(nil), v...)
+			}
 		case *pgproto3.ReadyForQuery:
 			finished = true
-			return tag, pgErr
+			return tags, row, pgErr
 		}
 	}
 }

@@ -444,6 +444,18 @@ func (m *Maintenance) ApplyEvents(ctx context.Context, fence *db.Fence, events [
 	return e.ledger.ApplyEvents(ctx, fence, events)
 }
 
+// ApplyEventsUnflushed is ApplyEvents for a writer that acknowledges the
+// events only once the commit is durable (db.Ledger.ApplyEventsUnflushed).
+func (m *Maintenance) ApplyEventsUnflushed(ctx context.Context, fence *db.Fence, events []db.Event) (db.Commit, error) {
+	return m.e.ledger.ApplyEventsUnflushed(ctx, fence, events)
+}
+
+// Flushed reads the ledger's WAL flush position and which of sessions
+// still exist (db.Ledger.Flushed).
+func (m *Maintenance) Flushed(ctx context.Context, sessions []db.Session) (uint64, map[db.Session]bool, error) {
+	return m.e.ledger.Flushed(ctx, sessions)
+}
+
 // Config returns the engine's settings with defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }
 

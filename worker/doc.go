@@ -91,6 +91,12 @@
 //     acknowledged; it stays pending on the dead consumer and is claimed
 //     (XAUTOCLAIM, ClaimIdle) and applied again by the next owner of the
 //     partition. Nothing is doubled (event ids are unique).
+//   - PostgreSQL crash after a batch committed unflushed (a batch of fresh
+//     holds is committed with synchronous_commit off, flusher_unflushed.go):
+//     its entries are acknowledged only once a flush position past its
+//     commit is read while its session lives, so a crash that loses the
+//     commit leaves them pending; the failure (or the ended session) makes
+//     the flusher read and apply them again.
 //   - A read's reply lost (the connection dropped after Redis delivered the
 //     entries): the Redis client sends the read again and gets the next
 //     entries, with no error, while the first ones stay pending on this

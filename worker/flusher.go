@@ -23,8 +23,12 @@ import (
 // change lands exactly once:
 //
 //   - events are read with a consumer group (XREADGROUP), applied in one
-//     transaction per batch, and acknowledged (XACK) only after the commit;
-//     a crash in between leaves them pending, and they are applied again.
+//     transaction per batch, and acknowledged (XACK) only after the commit
+//     is durable; a crash in between leaves them pending, and they are
+//     applied again. A batch of fresh holds is committed without waiting
+//     for the WAL flush and acknowledged by a later batch or pass, once
+//     PostgreSQL shows its commit flushed (flusher_unflushed.go), so that
+//     a PostgreSQL crash losing the commit leaves its events pending too.
 //     The transaction is one round trip (db.Ledger.ApplyEvents), and so is
 //     the acknowledgement when no SKU of the batch was rebuilt since its
 //     events were written (inventory.Outbox.AckApplied); when one was,
@@ -79,6 +83,11 @@ type Flusher struct {
 	// refusals counts, per outbox entry, how often Postgres refused it
 	// alone; loop goroutine only.
 	refusals map[string]int
+	// unflushed are, per partition, the applied batches whose commit may
+	// not be durable yet, in order, and unflushedIDs their entries
+	// (flusher_unflushed.go); loop goroutine only.
+	unflushed    [inventory.Partitions][]unflushedBatch
+	unflushedIDs map[string]struct{}
 	// tracer is nil when tracing is off (Options.Tracer).
 	tracer trace.Tracer
 }
@@ -100,9 +109,9 @@ func NewFlusher(cfg FlusherConfig, engine *inventory.Maintenance, rdb redis.Univ
 	f := &Flusher{
 		cfg: cfg, engine: engine, outbox: engine.Outbox(cfg.Group, cfg.Owner),
 		leases:   newLeaseSet("flusher", newKeys(engine.Keys()), rdb, cfg.Options, log, reg),
-		refusals: map[string]int{},
-		m:        newFlusherMetrics(reg),
-		tracer:   tracing.Tracer(cfg.Tracer, "github.com/dropline/dropline/worker"),
+		refusals: map[string]int{}, unflushedIDs: map[string]struct{}{},
+		m:      newFlusherMetrics(reg),
+		tracer: tracing.Tracer(cfg.Tracer, "github.com/dropline/dropline/worker"),
 	}
 	f.service = newService("flusher", cfg.Options, log, reg, f.leases, f.run)
 	return f

@@ -56,51 +56,35 @@ func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEn
 }
 
 // applyBatch applies a batch of decodable entries (apply), acknowledges
-// what Postgres took and refuses what it would not.
+// what Postgres took and has on disk, and refuses what it would not. A
+// batch committed unflushed (db.Commit) is kept in f.unflushed and
+// acknowledged by a later batch of its partition, or a later pass
+// (ackFlushed), once its commit is durable; the batches of the partition
+// found durable by this batch's commit report are acknowledged with it,
+// in the same round trip.
 func (f *Flusher) applyBatch(wctx context.Context, p int, fence db.Fence, batch []inventory.OutboxEntry, began time.Time) (int, error) {
-	done, refused, err := f.applySplit(wctx, p, fence, batch)
+	// While maxUnflushed batches wait for the WAL writer, the next is
+	// committed durably: the flush it waits for is then the batch's own
+	// time, and the batches before it are durable too.
+	unflushed := !f.cfg.SynchronousCommit && len(f.unflushed[p]) < maxUnflushed
+	done, refused, commit, err := f.applySplit(wctx, p, fence, batch, unflushed)
 	if errors.Is(err, db.ErrFenced) {
 		f.leases.Lost(p)
 		err = nil // the events stay pending for the new owner
 	}
+	var ack []inventory.OutboxEntry
+	if commit.Unflushed {
+		f.holdUnflushed(p, commit, done)
+		ack = f.takeDurable(p, commit.Session, commit.Flushed, "batch")
+	} else {
+		ack = done
+	}
+	if len(ack) > 0 {
+		if aerr := f.acknowledge(wctx, p, ack, err == nil); aerr != nil {
+			return 0, errors.Join(err, aerr)
+		}
+	}
 	if len(done) > 0 {
-		evs := events(done)
-		ids := make([]string, len(done))
-		for i, e := range done {
-			ids[i] = e.ID
-		}
-		if h := f.hooks.beforeAck; err == nil && h != nil {
-			if err := h(p, evs); err != nil {
-				return 0, err
-			}
-		}
-		// What Postgres has is acknowledged even when the rest failed, in one
-		// round trip when no SKU of the batch was rebuilt meanwhile. When one
-		// was, Redis hears what the ledger now says before anything is
-		// acknowledged: if it cannot, the batch is read, applied (a no-op)
-		// and reconciled again.
-		actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
-		acked, ackErr := f.outbox.AckApplied(actx, p, evs, ids)
-		cancel()
-		if ackErr != nil {
-			return 0, errors.Join(err, ackErr)
-		}
-		if !acked {
-			if rerr := f.reconcile(wctx, p, evs); rerr != nil {
-				return 0, errors.Join(err, rerr)
-			}
-			actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
-			ackErr := f.outbox.Ack(actx, p, ids...)
-			cancel()
-			if ackErr != nil {
-				return 0, errors.Join(err, ackErr)
-			}
-		}
-		for _, id := range ids {
-			delete(f.refusals, id)
-		}
-		f.m.applied.Add(float64(len(done)))
-		f.applied.Signal(f.total.Add(int64(len(done))))
 		f.m.batchSize.Observe(float64(len(done)))
 		f.m.batchDur.Observe(time.Since(began).Seconds())
 	}
@@ -110,34 +94,84 @@ func (f *Flusher) applyBatch(wctx context.Context, p int, fence db.Fence, batch 
 	return len(done), f.refuse(wctx, p, refused)
 }
 
+// acknowledge acknowledges entries of partition p that are in the ledger
+// for good. hook runs the beforeAck test hook first.
+func (f *Flusher) acknowledge(wctx context.Context, p int, entries []inventory.OutboxEntry, hook bool) error {
+	evs := events(entries)
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	if h := f.hooks.beforeAck; hook && h != nil {
+		if err := h(p, evs); err != nil {
+			return err
+		}
+	}
+	// What Postgres has is acknowledged even when the rest failed, in one
+	// round trip when no SKU of the batch was rebuilt meanwhile. When one
+	// was, Redis hears what the ledger now says before anything is
+	// acknowledged: if it cannot, the batch is read, applied (a no-op)
+	// and reconciled again.
+	actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
+	acked, err := f.outbox.AckApplied(actx, p, evs, ids)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !acked {
+		if err := f.reconcile(wctx, p, evs); err != nil {
+			return err
+		}
+		actx, cancel := stepContext(wctx, f.cfg.StepTimeout)
+		err := f.outbox.Ack(actx, p, ids...)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	for _, id := range ids {
+		delete(f.refusals, id)
+	}
+	f.m.applied.Add(float64(len(entries)))
+	f.applied.Signal(f.total.Add(int64(len(entries))))
+	return nil
+}
+
 // applySplit applies batch in one fenced transaction. When Postgres refuses
 // it (db.ErrRefused: the same batch would fail again), it applies each half
 // on its own, down to single events, so only the events at fault are left
 // out: a batch of n with one bad event takes about 2·log2(n) transactions.
 // It returns what was applied, what Postgres refused alone, and the first
 // other error (an outage or a timeout, or db.ErrFenced), which stops it.
-func (f *Flusher) applySplit(ctx context.Context, p int, fence db.Fence, batch []inventory.OutboxEntry) (done, refused []inventory.OutboxEntry, err error) {
+// With unflushed the whole batch's transaction may be committed unflushed
+// (db.Ledger.ApplyEventsUnflushed), and commit says where; the halves of a
+// refused batch are committed durably.
+func (f *Flusher) applySplit(ctx context.Context, p int, fence db.Fence, batch []inventory.OutboxEntry, unflushed bool) (done, refused []inventory.OutboxEntry, commit db.Commit, err error) {
 	sctx, cancel := stepContext(ctx, f.cfg.StepTimeout)
-	err = f.engine.ApplyEvents(sctx, &fence, events(batch))
+	if unflushed {
+		commit, err = f.engine.ApplyEventsUnflushed(sctx, &fence, events(batch))
+	} else {
+		err = f.engine.ApplyEvents(sctx, &fence, events(batch))
+	}
 	cancel()
 	switch {
 	case err == nil:
-		return batch, nil, nil
+		return batch, nil, commit, nil
 	case !errors.Is(err, db.ErrRefused) || errors.Is(err, db.ErrFenced):
-		return nil, nil, fmt.Errorf("applying partition %d: %w", p, err)
+		return nil, nil, db.Commit{}, fmt.Errorf("applying partition %d: %w", p, err)
 	case len(batch) == 1:
 		f.m.refused.Inc()
 		f.log.Error().Err(err).Int("partition", p).Str("event", batch[0].Event.ID).Str("entry", batch[0].ID).
 			Msg("Postgres refused an outbox event; it stays pending and is retried, the rest of its batch is applied")
-		return nil, batch, nil
+		return nil, batch, db.Commit{}, nil
 	}
 	mid := len(batch) / 2
-	done, refused, err = f.applySplit(ctx, p, fence, batch[:mid])
+	done, refused, _, err = f.applySplit(ctx, p, fence, batch[:mid], false)
 	if err != nil {
-		return done, refused, err
+		return done, refused, db.Commit{}, err
 	}
-	d2, r2, err := f.applySplit(ctx, p, fence, batch[mid:])
-	return append(done, d2...), append(refused, r2...), err
+	d2, r2, _, err := f.applySplit(ctx, p, fence, batch[mid:], false)
+	return append(done, d2...), append(refused, r2...), db.Commit{}, err
 }
 
 // reconcile tells Redis what an applied batch changed in the ledger for holds

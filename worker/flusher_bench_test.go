@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -30,11 +31,23 @@ import (
 // the rest of the wall time is waiting (round trips, the commit's WAL flush).
 //
 //	go test -run '^$' -bench BenchmarkFlusherApply -benchtime 40x -count 3 ./worker/
+//
+// A batch of fresh holds is committed unflushed and acknowledged by a later
+// one, once durable (flusher_unflushed.go); the checks that acknowledge
+// what is left after the last batch are timed too. The -synchronous
+// variants commit every batch durably and acknowledge it at once
+// (FlusherConfig.SynchronousCommit), as before.
 func BenchmarkFlusherApply(b *testing.B) {
 	for _, size := range []int{500, 100, 25} {
-		b.Run(fmt.Sprintf("reserve-batch-%d", size), func(b *testing.B) {
-			benchApply(b, size, 0)
-		})
+		for _, synchronous := range []bool{false, true} {
+			name := fmt.Sprintf("reserve-batch-%d", size)
+			if synchronous {
+				name += "-synchronous"
+			}
+			b.Run(name, func(b *testing.B) {
+				benchApply(b, size, 0, synchronous)
+			})
+		}
 	}
 }
 
@@ -45,10 +58,10 @@ func BenchmarkFlusherApply(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkFlusherApplyLarge -benchtime 100x ./worker/
 func BenchmarkFlusherApplyLarge(b *testing.B) {
-	benchApply(b, 500, 600_000)
+	benchApply(b, 500, 600_000, false)
 }
 
-func benchApply(b *testing.B, size, ledgerRows int) {
+func benchApply(b *testing.B, size, ledgerRows int, synchronous bool) {
 	env := testenv.Redis(b)
 	pool := testenv.Postgres(b)
 	ctx := context.Background()
@@ -92,7 +105,8 @@ func benchApply(b *testing.B, size, ledgerRows int) {
 	}
 
 	opts := Options{Owner: "bench", LeaseTTL: time.Minute}
-	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: size}, engine.Maintenance(), env.Client, zerolog.Nop(), prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: size, SynchronousCommit: synchronous}, engine.Maintenance(), env.Client, zerolog.Nop(), reg)
 	lease := f.leases.leases[p]
 	ok, err := lease.Acquire(ctx)
 	require.NoError(b, err)
@@ -124,7 +138,29 @@ func benchApply(b *testing.B, size, ledgerRows int) {
 		require.Equal(b, size, n)
 		applied += n
 	}
+	// What the last batches left unacknowledged: the checks are timed,
+	// the waits for the WAL writer between them are not.
+	var st partitionState
+	for f.hasUnflushed() {
+		b.StopTimer()
+		time.Sleep(5 * time.Millisecond)
+		cpu0, pg0 := machine.SelfCPU(), machine.CPUByPid(backends())
+		b.StartTimer()
+		t0 := time.Now()
+		_, err := f.ackFlushed(ctx, p, &st)
+		busy += time.Since(t0)
+		b.StopTimer()
+		cpu, pg = cpu+machine.SelfCPU()-cpu0, pg+machine.CPUSince(pg0, machine.CPUByPid(backends()))
+		b.StartTimer()
+		require.NoError(b, err)
+		require.False(b, st.ownPending, "a batch's session ended")
+	}
 	b.StopTimer()
+	pending, err := env.Client.XPending(ctx, engine.Keys().Outbox(p), "dropline").Result()
+	require.NoError(b, err)
+	require.Zero(b, pending.Count, "every batch acknowledged")
+	byBatch := testutil.ToFloat64(f.m.durable.WithLabelValues("batch"))
+	byCheck := testutil.ToFloat64(f.m.durable.WithLabelValues("check"))
 	var held int
 	require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE sku = $1 AND status = 'HELD'`, sku).Scan(&held))
 	require.Equal(b, total+ledgerRows, held, "every hold in the ledger once")
@@ -133,6 +169,8 @@ func benchApply(b *testing.B, size, ledgerRows int) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(applied), "go-cpu-µs/event")
 	b.ReportMetric(float64(pg.Microseconds())/float64(applied), "pg-cpu-µs/event")
 	b.ReportMetric(float64(busy.Microseconds())/float64(b.N)/1000, "ms/batch")
+	b.ReportMetric(byBatch, "acked-by-batch")
+	b.ReportMetric(byCheck, "acked-by-check")
 }
 
 // prefillLedger writes n reservations and their reserve movements of sku,

@@ -38,6 +38,11 @@ type FlusherConfig struct {
 	// trim point back; default 5 (with ClaimIdle, about 75 seconds). A
 	// negative value keeps refused events pending for ever.
 	RefuseLimit int
+	// SynchronousCommit makes every batch wait for its commit's WAL flush
+	// and be acknowledged at once, as before batches of fresh holds were
+	// committed unflushed and acknowledged once durable (the default,
+	// flusher_unflushed.go).
+	SynchronousCommit bool
 }
 
 func (c *FlusherConfig) setDefaults() {

@@ -60,7 +60,7 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 			lastClaim = time.Now()
 			n += f.claimAll(gctx, &state)
 		}
-		if n > 0 {
+		if n > 0 || f.hasUnflushed() {
 			busy = true
 		} else if busy {
 			busy = false
@@ -91,6 +91,18 @@ func (f *Flusher) drain(stop context.Context, state *[inventory.Partitions]parti
 	deadline, _ := ctx.Deadline()
 	for ctx.Err() == nil {
 		if n, _ := f.pass(ctx, state); n > 0 {
+			continue
+		}
+		if f.hasUnflushed() {
+			// Batches applied unflushed wait for the WAL writer (within
+			// wal_writer_delay) to be acknowledged; left pending, they
+			// are applied again by the next owner.
+			t := time.NewTimer(10 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
 			continue
 		}
 		retry, failing := time.Time{}, false
@@ -138,6 +150,13 @@ func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partiti
 				// lease comes back.
 				st.ownPending = true
 			}
+			if st.due() && len(f.unflushed[p]) > 0 {
+				// What this process applied is acknowledged once durable,
+				// lease or not.
+				acked, err := f.ackFlushed(ctx, p, st)
+				total += acked
+				f.settle(ctx, p, st, err)
+			}
 			continue
 		}
 		var n int
@@ -149,6 +168,12 @@ func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partiti
 		}
 		total += n
 		full = full || n >= f.cfg.BatchSize
+		if err == nil && n == 0 {
+			// No batch acknowledged what of p's earlier ones is durable.
+			var acked int
+			acked, err = f.ackFlushed(ctx, p, st)
+			total += acked
+		}
 		f.settle(ctx, p, st, err)
 	}
 	return total, full
@@ -165,8 +190,10 @@ func (f *Flusher) settle(ctx context.Context, p int, st *partitionState, err err
 		st.partitionBackoff = partitionBackoff{}
 		return
 	}
-	// What this consumer read stays pending on it: read it again first.
+	// What this consumer read stays pending on it: read it again first,
+	// with the batches applied unflushed, whose commits may be lost.
 	st.ownPending = true
+	f.dropUnflushed(p)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return // a stop interrupted it: the final drain goes again at once
 	}
@@ -185,7 +212,12 @@ func (f *Flusher) flushPartition(ctx context.Context, p int, st *partitionState)
 		// Entries Postgres refused stay pending on this consumer; they are
 		// retried when claimed after ClaimIdle (refuse counts them), so
 		// their idle time is left to grow.
-		entries, err := f.outbox.ReadOwnPending(sctx, p, f.cfg.BatchSize, func(id string) bool { return f.refusals[id] > 0 })
+		// Entries of batches applied unflushed are pending until their
+		// commit is durable, and left alone too.
+		entries, err := f.outbox.ReadOwnPending(sctx, p, f.cfg.BatchSize, func(id string) bool {
+			_, unflushed := f.unflushedIDs[id]
+			return f.refusals[id] > 0 || unflushed
+		})
 		cancel()
 		if err != nil {
 			return 0, err

@@ -20,6 +20,11 @@ type flusherMetrics struct {
 	// reconciled counts holds of rebuilt SKUs Redis was told about.
 	reconciled prometheus.Counter
 	failures   prometheus.Counter
+	// durable counts unflushed batches acknowledged once durable, by what
+	// showed it: a later batch's commit report or a pass's check; ackCheck
+	// times such a check with its acknowledgement.
+	durable  *prometheus.CounterVec
+	ackCheck prometheus.Histogram
 }
 
 func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
@@ -40,7 +45,7 @@ func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
 		})),
 		batchDur: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_writebehind_batch_duration_seconds",
-			Help:    "Time to apply and acknowledge one write-behind batch.",
+			Help:    "Time to apply one write-behind batch and acknowledge what is durable then (the batch itself, or earlier batches committed unflushed).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		})),
 		applied: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
@@ -68,6 +73,18 @@ func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
 			Name: "dropline_writebehind_holds_reconciled_total",
 			Help: "Holds of SKUs rebuilt while their events were in flight that Redis was told the ledger's state of (released, adopted or closed).",
 		})),
+		durable: prom.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dropline_writebehind_unflushed_batches_acked_total",
+			Help: "Write-behind batches committed without waiting for the WAL flush, acknowledged once durable, by what showed them durable: batch (a later batch's commit) or check (a pass that applied no batch asked PostgreSQL).",
+		}, []string{"by"})),
+		ackCheck: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dropline_writebehind_flush_check_duration_seconds",
+			Help:    "Time of a pass's check that earlier write-behind batches are durable, with their acknowledgement, when it acknowledged any: busy time besides the batches'.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
+		})),
+	}
+	for _, by := range []string{"batch", "check"} {
+		m.durable.WithLabelValues(by)
 	}
 	// Every reason's series exists from the start, at 0, so that a
 	// dashboard's rate() and an alert see the first dead letter.

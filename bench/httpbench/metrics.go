@@ -18,6 +18,7 @@ type metricsSample struct {
 	applied      float64 // dropline_writebehind_events_applied_total
 	batchSeconds float64 // dropline_writebehind_batch_duration_seconds_sum
 	batches      float64 // dropline_writebehind_batch_duration_seconds_count
+	checkSeconds float64 // dropline_writebehind_flush_check_duration_seconds_sum
 }
 
 func scrape(ctx context.Context, client *http.Client, base string) (metricsSample, error) {
@@ -32,11 +33,12 @@ func scrape(ctx context.Context, client *http.Client, base string) (metricsSampl
 		return s, fmt.Errorf("/metrics: %s", resp.Status)
 	}
 	want := map[string]*float64{
-		"dropline_writebehind_lag_seconds":                  &s.lag,
-		"dropline_writebehind_backlog":                      &s.backlog,
-		"dropline_writebehind_events_applied_total":         &s.applied,
-		"dropline_writebehind_batch_duration_seconds_sum":   &s.batchSeconds,
-		"dropline_writebehind_batch_duration_seconds_count": &s.batches,
+		"dropline_writebehind_lag_seconds":                      &s.lag,
+		"dropline_writebehind_backlog":                          &s.backlog,
+		"dropline_writebehind_events_applied_total":             &s.applied,
+		"dropline_writebehind_batch_duration_seconds_sum":       &s.batchSeconds,
+		"dropline_writebehind_batch_duration_seconds_count":     &s.batches,
+		"dropline_writebehind_flush_check_duration_seconds_sum": &s.checkSeconds,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)

@@ -102,7 +102,8 @@ type PeakResult struct {
 	EventRate   float64 // successful reserves per second (one outbox event each)
 	AppliedRate float64 // events applied to the ledger per second during the peak
 	// Capacity is events applied per second of flusher busy time (the sum
-	// of its batch durations): the rate it could sustain if it never waited.
+	// of its batch durations and of its checks that batches committed
+	// unflushed are durable): the rate it could sustain if it never waited.
 	Capacity float64
 	// BatchMean is the events per batch over the peak, and BusyShare the
 	// share of the peak's wall time the flusher spent in batches. Its
@@ -434,7 +435,9 @@ func peak(ctx context.Context, w wrkRun, client *http.Client, base, dbURL string
 	if secs := end.at.Sub(first.at).Seconds(); secs > 0 {
 		p.AppliedRate = (end.applied - first.applied) / secs
 	}
-	if busy := end.batchSeconds - first.batchSeconds; busy > 0 {
+	// The checks that acknowledge batches committed unflushed when no
+	// later batch did are busy time too.
+	if busy := end.batchSeconds - first.batchSeconds + end.checkSeconds - first.checkSeconds; busy > 0 {
 		p.Capacity = (end.applied - first.applied) / busy
 		if secs := end.at.Sub(first.at).Seconds(); secs > 0 {
 			p.BusyShare = busy / secs
