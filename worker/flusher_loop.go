@@ -168,8 +168,10 @@ func (f *Flusher) pass(ctx context.Context, state *[inventory.Partitions]partiti
 		}
 		total += n
 		full = full || n >= f.cfg.BatchSize
-		if err == nil && n == 0 {
-			// No batch acknowledged what of p's earlier ones is durable.
+		if err == nil && (n == 0 || f.unflushedOverdue(p)) {
+			// No batch acknowledged what of p's earlier ones is durable,
+			// or one waits longer than a batch's report can show it
+			// (another session's, or one before a durable batch).
 			var acked int
 			acked, err = f.ackFlushed(ctx, p, st)
 			total += acked

@@ -21,10 +21,22 @@ import (
 // which a flusher behind its events applies about 8 batches of 500.
 const maxUnflushed = 16
 
+// unflushedCheckAfter is how old a partition's oldest batch waiting for
+// its commit to be durable may grow before a pass that applies a batch
+// of that partition also asks PostgreSQL how far its WAL is flushed
+// (ackFlushed). A batch is normally acknowledged by the next batch's
+// report, which only shows durable the batches committed on the same
+// session: one committed on another connection of the pool, or before a
+// batch committed durably, waits for this check while events keep coming.
+// It is above wal_writer_delay (200 ms by default), within which the WAL
+// writer flushes every commit.
+const unflushedCheckAfter = 250 * time.Millisecond
+
 // unflushedBatch is an applied batch whose commit may not be durable yet.
 type unflushedBatch struct {
 	commit  db.Commit
 	entries []inventory.OutboxEntry
+	at      time.Time // when it was committed
 }
 
 // holdUnflushed keeps an applied batch of partition p until its commit is
@@ -33,7 +45,7 @@ func (f *Flusher) holdUnflushed(p int, c db.Commit, entries []inventory.OutboxEn
 	if len(entries) == 0 {
 		return
 	}
-	f.unflushed[p] = append(f.unflushed[p], unflushedBatch{commit: c, entries: entries})
+	f.unflushed[p] = append(f.unflushed[p], unflushedBatch{commit: c, entries: entries, at: time.Now()})
 	for _, e := range entries {
 		f.unflushedIDs[e.ID] = struct{}{}
 	}
@@ -71,6 +83,13 @@ func (f *Flusher) dropUnflushed(p int) {
 		}
 	}
 	f.unflushed[p] = nil
+}
+
+// unflushedOverdue reports whether partition p's oldest batch waiting for
+// its commit to be durable is older than unflushedCheckAfter.
+func (f *Flusher) unflushedOverdue(p int) bool {
+	b := f.unflushed[p]
+	return len(b) > 0 && time.Since(b[0].at) >= unflushedCheckAfter
 }
 
 // hasUnflushed reports whether any partition has batches waiting for their
