@@ -94,7 +94,9 @@
 //   - PostgreSQL crash after a batch committed unflushed (a batch of fresh
 //     holds is committed with synchronous_commit off, flusher_unflushed.go):
 //     its entries are acknowledged only once a flush position past its
-//     commit is read while its session lives, so a crash that loses the
+//     commit is read while its session lives (the acknowledgement of what
+//     a batch's report showed durable goes to Redis while the next batch
+//     is written), so a crash that loses the
 //     commit leaves them pending; the failure (or the ended session) makes
 //     the flusher read and apply them again.
 //   - A read's reply lost (the connection dropped after Redis delivered the

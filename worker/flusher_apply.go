@@ -57,12 +57,14 @@ func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEn
 
 // applyBatch applies a batch of decodable entries (apply), acknowledges
 // what Postgres took and has on disk, and refuses what it would not. A
-// batch committed unflushed (db.Commit) is kept in f.unflushed and
-// acknowledged by a later batch of its partition, or a later pass
-// (ackFlushed), once its commit is durable; the batches of the partition
-// found durable by this batch's commit report are acknowledged with it,
-// in the same round trip.
+// batch committed unflushed (db.Commit) is kept in f.unflushed until its
+// commit is durable. The batches of the partition the last one's commit
+// report showed durable are acknowledged while this batch is written, one
+// round trip to Redis beside the one to Postgres instead of after it
+// (ackPrior); the batches found durable otherwise are acknowledged by a
+// later pass (ackFlushed).
 func (f *Flusher) applyBatch(wctx context.Context, p int, fence db.Fence, batch []inventory.OutboxEntry, began time.Time) (int, error) {
+	prior, acked := f.ackPrior(wctx, p)
 	// While maxUnflushed batches wait for the WAL writer, the next is
 	// committed durably: the flush it waits for is then the batch's own
 	// time, and the batches before it are durable too.
@@ -72,20 +74,23 @@ func (f *Flusher) applyBatch(wctx context.Context, p int, fence db.Fence, batch 
 		f.leases.Lost(p)
 		err = nil // the events stay pending for the new owner
 	}
-	var ack []inventory.OutboxEntry
+	if aerr := <-acked; aerr != nil {
+		// The earlier batches stay pending, with this one: the failure
+		// has them read and applied again (settle).
+		return 0, errors.Join(err, aerr)
+	}
+	f.acknowledged(prior)
 	if commit.Unflushed {
 		f.holdUnflushed(p, commit, done)
-		ack = f.takeDurable(p, commit.Session, commit.Flushed, "batch")
-	} else {
-		ack = done
-	}
-	if len(ack) > 0 {
-		if aerr := f.acknowledge(wctx, p, ack, err == nil); aerr != nil {
+	} else if len(done) > 0 {
+		if aerr := f.acknowledge(wctx, p, done, err == nil); aerr != nil {
 			return 0, errors.Join(err, aerr)
 		}
 	}
 	if len(done) > 0 {
 		f.m.batchSize.Observe(float64(len(done)))
+	}
+	if len(done) > 0 || len(prior) > 0 {
 		f.m.batchDur.Observe(time.Since(began).Seconds())
 	}
 	if err != nil {
@@ -94,9 +99,40 @@ func (f *Flusher) applyBatch(wctx context.Context, p int, fence db.Fence, batch 
 	return len(done), f.refuse(wctx, p, refused)
 }
 
+// ackPrior starts acknowledging, on a goroutine of its own, partition p's
+// batches that the commit report of its last unflushed batch showed
+// durable, and returns their entries and where the acknowledgement's
+// outcome is sent (at once nil when there are none). The caller receives
+// the outcome before it goes on with anything else of p, then counts the
+// entries (acknowledged) if it is nil.
+func (f *Flusher) ackPrior(wctx context.Context, p int) ([]inventory.OutboxEntry, <-chan error) {
+	acked := make(chan error, 1)
+	var prior []inventory.OutboxEntry
+	if b := f.unflushed[p]; len(b) > 0 {
+		last := b[len(b)-1].commit
+		prior = f.takeDurable(p, last.Session, last.Flushed, "batch")
+	}
+	if len(prior) == 0 {
+		acked <- nil
+		return nil, acked
+	}
+	go func() { acked <- f.ackInRedis(wctx, p, prior, true) }()
+	return prior, acked
+}
+
 // acknowledge acknowledges entries of partition p that are in the ledger
 // for good. hook runs the beforeAck test hook first.
 func (f *Flusher) acknowledge(wctx context.Context, p int, entries []inventory.OutboxEntry, hook bool) error {
+	if err := f.ackInRedis(wctx, p, entries, hook); err != nil {
+		return err
+	}
+	f.acknowledged(entries)
+	return nil
+}
+
+// ackInRedis is acknowledge's part in Redis, which touches nothing of the
+// loop's own: ackPrior runs it beside the next batch.
+func (f *Flusher) ackInRedis(wctx context.Context, p int, entries []inventory.OutboxEntry, hook bool) error {
 	evs := events(entries)
 	ids := make([]string, len(entries))
 	for i, e := range entries {
@@ -129,12 +165,19 @@ func (f *Flusher) acknowledge(wctx context.Context, p int, entries []inventory.O
 			return err
 		}
 	}
-	for _, id := range ids {
-		delete(f.refusals, id)
+	return nil
+}
+
+// acknowledged counts entries acknowledged in Redis; loop goroutine only.
+func (f *Flusher) acknowledged(entries []inventory.OutboxEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	for _, e := range entries {
+		delete(f.refusals, e.ID)
 	}
 	f.m.applied.Add(float64(len(entries)))
 	f.applied.Signal(f.total.Add(int64(len(entries))))
-	return nil
 }
 
 // applySplit applies batch in one fenced transaction. When Postgres refuses

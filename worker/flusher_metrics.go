@@ -45,7 +45,7 @@ func newFlusherMetrics(reg prometheus.Registerer) flusherMetrics {
 		})),
 		batchDur: prom.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dropline_writebehind_batch_duration_seconds",
-			Help:    "Time to apply one write-behind batch and acknowledge what is durable then (the batch itself, or earlier batches committed unflushed).",
+			Help:    "Time to apply one write-behind batch and acknowledge what is durable then (the batch itself, or earlier batches committed unflushed, acknowledged while it is written).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		})),
 		applied: prom.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{

@@ -24,9 +24,10 @@ const maxUnflushed = 16
 // unflushedCheckAfter is how old a partition's oldest batch waiting for
 // its commit to be durable may grow before a pass that applies a batch
 // of that partition also asks PostgreSQL how far its WAL is flushed
-// (ackFlushed). A batch is normally acknowledged by the next batch's
-// report, which only shows durable the batches committed on the same
-// session: one committed on another connection of the pool, or before a
+// (ackFlushed). A batch is normally shown durable by the next batch's
+// report and acknowledged while the batch after that is written
+// (ackPrior); a report only shows durable the batches committed on the
+// same session: one committed on another connection of the pool, or before a
 // batch committed durably, waits for this check while events keep coming.
 // It is above wal_writer_delay (200 ms by default), within which the WAL
 // writer flushes every commit.

@@ -171,3 +171,123 @@ func TestUnflushedBatchesOfAnotherSessionAreAcknowledgedUnderFlow(t *testing.T) 
 	require.Positive(t, byBatch+byCheck, "batches were committed unflushed")
 	require.Zero(t, oldest, "an entry of a batch committed unflushed stayed pending under the flow")
 }
+
+// The batches a batch's commit report shows durable are acknowledged
+// while the next batch is written, not after the batch that showed them:
+// the acknowledgement's round trip to Redis goes beside the next batch's
+// to PostgreSQL. Here the next batch waits for a lock of its product's
+// row, and the earlier batch is acknowledged meanwhile.
+func TestDurableBatchesAreAcknowledgedWhileTheNextIsWritten(t *testing.T) {
+	env := testenv.Redis(t)
+	shared := testenv.Postgres(t)
+	// One connection: every batch is committed on the same session, so
+	// each one's report shows the one before it durable.
+	cfg, err := pgxpool.ParseConfig(shared.Config().ConnString())
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := newBundle(t, env.Client, env.Prefix, pool, inventory.Config{})
+	const sku = "ACK-BESIDE-1"
+	b.product(t, sku, 1_000)
+	tokens := b.reserveMany(t, sku, 300, time.Hour)
+	p := inventory.PartitionOf(sku)
+
+	f := NewFlusher(FlusherConfig{Options: fastConfig("beside").Options, BatchSize: 100},
+		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
+	ok, err := f.leases.leases[p].Acquire(b.ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	pendingIDs := func() map[string]bool {
+		ext, err := b.rdb.XPendingExt(b.ctx, &redis.XPendingExtArgs{
+			Stream: b.engine.Keys().Outbox(p), Group: "dropline", Start: "-", End: "+", Count: 1000,
+		}).Result()
+		require.NoError(t, err)
+		ids := map[string]bool{}
+		for _, e := range ext {
+			ids[e.ID] = true
+		}
+		return ids
+	}
+	read := func() []inventory.OutboxEntry {
+		entries, err := f.outbox.Read(b.ctx, p, 100)
+		require.NoError(t, err)
+		require.Len(t, entries, 100)
+		return entries
+	}
+
+	first := read()
+	n, err := f.apply(b.ctx, p, first)
+	require.NoError(t, err)
+	require.Equal(t, 100, n)
+	require.Equal(t, 1, len(f.unflushed[p]), "a copied batch of fresh holds waits for its flush")
+	c := f.unflushed[p][0].commit
+	eventually(t, 10*time.Second, func() bool {
+		flushed, alive, err := b.engine.Ledger().Flushed(b.ctx, []db.Session{c.Session})
+		require.NoError(t, err)
+		return alive[c.Session] && c.LSN <= flushed
+	}, "the first batch's commit is flushed")
+
+	n, err = f.apply(b.ctx, p, read())
+	require.NoError(t, err)
+	require.Equal(t, 100, n)
+	require.Equal(t, 2, len(f.unflushed[p]), "the first batch waits to be acknowledged beside the third")
+	last := f.unflushed[p][1].commit
+	require.True(t, c.Durable(last.Session, last.Flushed), "the second batch's report shows the first durable")
+	pending := pendingIDs()
+	for _, e := range first {
+		require.True(t, pending[e.ID], "the first batch is acknowledged beside the third, not after the second")
+	}
+
+	// The third batch waits for its product's row while the first is
+	// acknowledged.
+	blocker, err := shared.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback(b.ctx) }()
+	_, err = blocker.Exec(b.ctx, `SELECT 1 FROM products WHERE sku = $1 FOR UPDATE`, sku)
+	require.NoError(t, err)
+	third := read()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := f.apply(b.ctx, p, third)
+		done <- result{n, err}
+	}()
+	eventually(t, 10*time.Second, func() bool {
+		pending := pendingIDs()
+		for _, e := range first {
+			if pending[e.ID] {
+				return false
+			}
+		}
+		return true
+	}, "the first batch is acknowledged while the third waits for PostgreSQL")
+	select {
+	case r := <-done:
+		t.Fatalf("the third batch ended (%d, %v) while its product's row was locked", r.n, r.err)
+	default:
+	}
+	require.NoError(t, blocker.Rollback(b.ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, 100, r.n)
+	require.Equal(t, int64(100), f.total.Load(), "what was acknowledged is counted once the batch ends")
+
+	// What is left is acknowledged once durable, by a pass's check.
+	var st partitionState
+	eventually(t, 10*time.Second, func() bool {
+		_, err := f.ackFlushed(b.ctx, p, &st)
+		require.NoError(t, err)
+		require.False(t, st.ownPending, "a batch's session ended")
+		return !f.hasUnflushed()
+	}, "every batch acknowledged")
+	require.Empty(t, pendingIDs())
+	require.Equal(t, int64(len(tokens)), f.total.Load())
+	var held int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM reservations WHERE sku = $1 AND status = 'HELD'`, sku).Scan(&held))
+	require.Equal(t, len(tokens), held, "every hold in the ledger once")
+}
