@@ -3,9 +3,11 @@ package db_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -98,9 +100,10 @@ func TestMarkDroppedGivesWayToASaleBeingWritten(t *testing.T) {
 // be published, in a transaction of their own, so a snapshot that fails
 // afterwards (here it returns an error, as when PostgreSQL ends its
 // connection after the publish) does not take them with it, and a sale of
-// the hold is still refused. With no second connection to be had (a pool of
-// one, held by the snapshot), the marks are written in the snapshot itself
-// rather than waited for, and go with it.
+// the hold is still refused. With no second connection to be had from the
+// pool (a pool of one, held by the snapshot), the marks are committed on a
+// connection dialled as the pool dials its own (its run-time parameters and
+// connect hooks), and outlive the snapshot all the same.
 func TestMarksOutliveTheSnapshot(t *testing.T) {
 	t.Parallel()
 	pool, l := ledgerWithProduct(t, "DROPPED-3", 2)
@@ -116,30 +119,40 @@ func TestMarksOutliveTheSnapshot(t *testing.T) {
 			return failed
 		})
 	}
-	marked := func(tok string) bool {
+	requireRefused := func(tok string) {
+		t.Helper()
 		r, err := l.Reservations().Reservation(ctx, tok)
 		require.NoError(t, err)
-		return r.DroppedAt != nil
+		require.NotNil(t, r.DroppedAt, "the mark outlives the snapshot")
+		var ended *db.EndedError
+		_, err = l.Sales().RecordSale(ctx, saleOf("DROPPED-3", tok))
+		require.ErrorAs(t, err, &ended)
+		require.Equal(t, db.StatusExpired, ended.Status)
 	}
 	require.ErrorIs(t, markThenFail(l, "a"), failed)
-	require.True(t, marked("a"), "the mark outlives the snapshot")
-	var ended *db.EndedError
-	_, err := l.Sales().RecordSale(ctx, saleOf("DROPPED-3", "a"))
-	require.ErrorAs(t, err, &ended)
-	require.Equal(t, db.StatusExpired, ended.Status)
+	requireRefused("a")
 
 	cfg := pool.Config().Copy()
 	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = "dropline-marks"
+	var mu sync.Mutex
+	var names []string
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		var name string
+		err := c.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&name)
+		mu.Lock()
+		defer mu.Unlock()
+		names = append(names, name)
+		return err
+	}
 	single, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(single.Close)
-	lone := db.NewLedger(single)
-	require.ErrorIs(t, markThenFail(lone, "b"), failed)
-	require.False(t, marked("b"), "marked in the snapshot, and rolled back with it")
-	require.NoError(t, lone.WithSnapshot(ctx, "DROPPED-3", time.Hour, time.Hour, func(s *db.Snapshot) error {
-		return s.MarkDropped(ctx, []string{"b"})
-	}))
-	require.True(t, marked("b"))
+	require.ErrorIs(t, markThenFail(db.NewLedger(single), "b"), failed)
+	requireRefused("b")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"dropline-marks", "dropline-marks"}, names, "the snapshot's connection, then the marks'")
 }
 
 // TestMarkDroppedRefusesASnapshotThatLostItsLock: a snapshot whose

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -311,9 +310,10 @@ var ErrRowsBusy = errors.New("a reservation row is being written")
 const markDroppedLockTimeout = "200ms"
 
 // markDroppedConnWait bounds MarkDropped's wait for a connection of its own
-// while the snapshot holds one: snapshots waiting for each other's
-// connections must not hold the pool for good. It leaves room for the pool
-// to open a connection (a few milliseconds; hundreds on a loaded machine).
+// while the snapshot holds one, from the pool and then dialled: snapshots
+// waiting for each other's connections must not hold the pool for good. It
+// leaves room for the pool to open a connection (a few milliseconds;
+// hundreds on a loaded machine).
 const markDroppedConnWait = 2 * time.Second
 
 // MarkDropped records, on the given reservations the ledger still has as
@@ -333,45 +333,68 @@ const markDroppedConnWait = 2 * time.Second
 // sale through. Marks of a rebuild that then publishes nothing stay: the
 // next rebuild drops those holds again. The snapshot's own connection is
 // then checked, so a snapshot that lost its lock before the marks is not
-// published, as before. When no connection is free within
-// markDroppedConnWait (other snapshots hold the pool), the marks are written
-// in the snapshot's own transaction, as they live or die with it.
+// published, as before. When the pool has no connection to spare within
+// markDroppedConnWait (other snapshots hold it), one is dialled outside it,
+// as the pool would open it, and closed after the marks; a dial that fails
+// fails the rebuild, which has published nothing.
 func (s *Snapshot) MarkDropped(ctx context.Context, tokens []string) error {
 	if len(tokens) == 0 {
 		return nil
 	}
-	wait, cancel := context.WithTimeout(ctx, markDroppedConnWait)
-	conn, err := s.l.pool.Acquire(wait)
-	cancel()
+	conn, done, err := s.l.markConn(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return interpret(ctx.Err())
-		}
-		var was string
-		if err := s.tx.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&was); err != nil {
-			return interpret(err)
-		}
-		if err := markDropped(ctx, s.tx, tokens); err != nil {
-			return err
-		}
-		_, err = s.tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, was)
-		return interpret(err)
+		return fmt.Errorf("a connection for the marks: %w", interpret(err))
 	}
 	err = s.l.markDroppedOn(ctx, conn, tokens)
-	conn.Release()
+	done()
 	if err != nil {
 		return err
 	}
 	// The snapshot must still hold the product's lock: if its connection was
 	// lost meanwhile, a sale may have been written since the snapshot, and
-	// the SKU must not be published from it. (Marked in the snapshot, the
-	// marks were that check.)
+	// the SKU must not be published from it.
 	_, err = s.tx.Exec(ctx, `SELECT 1`)
 	return interpret(err)
 }
 
+// markConn returns a connection for the marks, and what to call when done
+// with it: one of the pool's if it has one to spare within
+// markDroppedConnWait, else one dialled outside the pool, within
+// markDroppedConnWait too, and closed after. It is dialled as the pool opens
+// its own: the same settings (its run-time parameters among them:
+// search_path, statement_timeout) and connect hooks.
+func (l *Ledger) markConn(ctx context.Context) (*pgx.Conn, func(), error) {
+	wait, stopWait := context.WithTimeout(ctx, markDroppedConnWait)
+	defer stopWait()
+	if c, err := l.pool.Acquire(wait); err == nil {
+		return c.Conn(), c.Release, nil
+	} else if ctx.Err() != nil {
+		return nil, nil, ctx.Err()
+	}
+	dial, stopDial := context.WithTimeout(ctx, markDroppedConnWait)
+	defer stopDial()
+	cfg := l.pool.Config()
+	cc := cfg.ConnConfig.Copy()
+	if cfg.BeforeConnect != nil {
+		if err := cfg.BeforeConnect(dial, cc); err != nil {
+			return nil, nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(dial, cc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.AfterConnect != nil {
+		if err := cfg.AfterConnect(dial, conn); err != nil {
+			conn.Close(ctx)
+			return nil, nil, err
+		}
+	}
+	return conn, func() { conn.Close(ctx) }, nil
+}
+
 // markDroppedOn commits the marks in a transaction of conn's.
-func (l *Ledger) markDroppedOn(ctx context.Context, conn *pgxpool.Conn, tokens []string) (err error) {
+func (l *Ledger) markDroppedOn(ctx context.Context, conn *pgx.Conn, tokens []string) (err error) {
 	if l.tracer != nil {
 		var span trace.Span
 		ctx, span = l.startTx(ctx, "mark dropped")
@@ -381,7 +404,7 @@ func (l *Ledger) markDroppedOn(ctx context.Context, conn *pgxpool.Conn, tokens [
 }
 
 // markDropped sets dropped_at on tokens in tx, waiting at most
-// markDroppedLockTimeout for a row (the setting stays for the rest of tx).
+// markDroppedLockTimeout for a row (for the rest of tx only).
 func markDropped(ctx context.Context, tx pgx.Tx, tokens []string) error {
 	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, markDroppedLockTimeout); err != nil {
 		return interpret(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -189,66 +190,106 @@ func TestReconcileAppliedReleasesALiveHoldTheRebuildDropped(t *testing.T) {
 func TestMarksOfARebuildOutliveItsTransactionFailingAfterThePublish(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		b := setup(t, backend, inventory.Config{})
-		const sku = "DROPPED-KILLED-1"
-		b.product(t, sku, 1, 0)
-		h, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
-		require.NoError(t, err)
-		b.drainOutbox(t)
+		marksOutliveTheSnapshotFailingAfterThePublish(t, backend, "DROPPED-KILLED-1", false)
+	})
+}
 
-		var once sync.Once
-		killed := make(chan error, 1)
-		inventory.SetRebuildPublishedHook(b.engine, func(string) {
-			once.Do(func() {
-				// The snapshot is the one transaction of the test's database
-				// left open; the wait makes sure its backend is gone.
-				var pids []int32
-				rows, err := b.pool.Query(b.ctx, `SELECT pid FROM pg_stat_activity
+// The same with every other connection of the pool held (by other
+// snapshots, say) while the rebuild marks: the marks are committed on a
+// connection dialled outside the pool, and outlive the snapshot all the
+// same. Before, they were written in the snapshot and went with it.
+func TestMarksOfARebuildWithThePoolExhaustedOutliveItsTransaction(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		marksOutliveTheSnapshotFailingAfterThePublish(t, backend, "DROPPED-KILLED-2", true)
+	})
+}
+
+func marksOutliveTheSnapshotFailingAfterThePublish(t *testing.T, backend, sku string, exhaust bool) {
+	b := setup(t, backend, inventory.Config{})
+	b.product(t, sku, 1, 0)
+	h, err := b.engine.Reserve(b.ctx, buyer(1), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+	require.NoError(t, err)
+	b.drainOutbox(t)
+
+	// held keeps all of the pool's connections but one, the snapshot's.
+	var held []*pgxpool.Conn
+	release := func() {
+		for _, c := range held {
+			c.Release()
+		}
+		held = nil
+	}
+	t.Cleanup(release)
+	var once sync.Once
+	killed := make(chan error, 1)
+	inventory.SetRebuildPublishedHook(b.engine, func(string) {
+		once.Do(func() {
+			var err error
+			if exhaust {
+				if n, all := b.pool.Stat().AcquiredConns(), b.pool.Config().MaxConns; n != all {
+					err = fmt.Errorf("%d of the pool's %d connections in use at the publish, want all", n, all)
+				}
+				release()
+			}
+			// The snapshot is the one transaction of the test's database
+			// left open; the wait makes sure its backend is gone.
+			var pids []int32
+			if err == nil {
+				var rows pgx.Rows
+				rows, err = b.pool.Query(b.ctx, `SELECT pid FROM pg_stat_activity
 					WHERE datname = current_database() AND state = 'idle in transaction'`)
 				if err == nil {
 					pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
 				}
-				if err == nil && len(pids) != 1 {
-					err = fmt.Errorf("%d transactions open, want the snapshot's only", len(pids))
-				}
-				if err == nil {
-					_, err = b.pool.Exec(b.ctx, `SELECT pg_terminate_backend($1, 5000)`, pids[0])
-				}
-				killed <- err
-			})
-		})
-
-		var bob inventory.Reservation
-		err = saleHeldBackAcrossARebuild(t, b, sku, h.Token, func() {
-			require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(50 * time.Millisecond)) },
-				5*time.Second, 10*time.Millisecond)
-			req := inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute}
-			var err error
-			if bob, err = b.engine.Reserve(b.ctx, buyer(2), req); err != nil {
-				// The rebuild failed as its transaction did, after the SKU went live.
-				bob, err = b.engine.Reserve(b.ctx, buyer(2), req)
 			}
-			require.NoError(t, err, "the rebuild released alice's unit")
-			select {
-			case err := <-killed:
-				require.NoError(t, err)
-			default:
-				t.Fatal("the rebuild's transaction was not ended after the publish")
+			if err == nil && len(pids) != 1 {
+				err = fmt.Errorf("%d transactions open, want the snapshot's only", len(pids))
 			}
+			if err == nil {
+				_, err = b.pool.Exec(b.ctx, `SELECT pg_terminate_backend($1, 5000)`, pids[0])
+			}
+			killed <- err
 		})
-
-		s := b.stock(t, sku)
-		require.LessOrEqual(t, s.Held+s.Sold, s.Total, "held + sold within the total: %+v", s)
-		require.ErrorIs(t, err, inventory.ErrExpired, "the sale of a hold the rebuild expired")
-		require.Equal(t, "EXPIRED", b.rawStatus(t, sku, h.Token))
-		require.Equal(t, "HELD", b.rawStatus(t, sku, bob.Token))
-		b.drainOutbox(t)
-		require.Equal(t, db.StatusExpired, b.ledgerStatus(t, h.Token))
-		_, err = b.engine.Commit(b.ctx, buyer(2), bob.Token)
-		require.NoError(t, err)
-		b.drainOutbox(t)
-		s = b.requireBalanced(t, sku)
-		require.Equal(t, 1, s.Sold)
-		require.Zero(t, s.Held)
 	})
+
+	var bob inventory.Reservation
+	err = saleHeldBackAcrossARebuild(t, b, sku, h.Token, func() {
+		require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(50 * time.Millisecond)) },
+			5*time.Second, 10*time.Millisecond)
+		if exhaust {
+			for range b.pool.Config().MaxConns - 1 {
+				c, err := b.pool.Acquire(b.ctx)
+				require.NoError(t, err)
+				held = append(held, c)
+			}
+		}
+		req := inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute}
+		var err error
+		if bob, err = b.engine.Reserve(b.ctx, buyer(2), req); err != nil {
+			// The rebuild failed as its transaction did, after the SKU went live.
+			bob, err = b.engine.Reserve(b.ctx, buyer(2), req)
+		}
+		require.NoError(t, err, "the rebuild released alice's unit")
+		select {
+		case err := <-killed:
+			require.NoError(t, err)
+		default:
+			t.Fatal("the rebuild's transaction was not ended after the publish")
+		}
+	})
+
+	s := b.stock(t, sku)
+	require.LessOrEqual(t, s.Held+s.Sold, s.Total, "held + sold within the total: %+v", s)
+	require.ErrorIs(t, err, inventory.ErrExpired, "the sale of a hold the rebuild expired")
+	require.Equal(t, "EXPIRED", b.rawStatus(t, sku, h.Token))
+	require.Equal(t, "HELD", b.rawStatus(t, sku, bob.Token))
+	b.drainOutbox(t)
+	require.Equal(t, db.StatusExpired, b.ledgerStatus(t, h.Token))
+	_, err = b.engine.Commit(b.ctx, buyer(2), bob.Token)
+	require.NoError(t, err)
+	b.drainOutbox(t)
+	s = b.requireBalanced(t, sku)
+	require.Equal(t, 1, s.Sold)
+	require.Zero(t, s.Held)
 }
