@@ -169,32 +169,39 @@ func (e *Engine) finishCommit(ctx context.Context, token string, h Reservation, 
 	if outcome != outcomeCommitted && outcome != outcomeRestore {
 		nonce = newNonce() // the outcome releases: the units go to the waiters first
 	}
-	raw, err := e.runReplicated(ctx, script.FinishCommit{Partition: partition, Token: token, Outcome: outcome,
-		Retention: int64(e.cfg.Retention.Seconds()), SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
-		CommittedMs: committedAt.UnixMilli(), Attempt: attemptID, Nonce: nonce}.Call(e.keys))
-	if err != nil {
-		return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
-	}
-	res := script.HoldOf(raw)
-	switch replyCode(res.Code) {
-	case codeOK:
-		return holdOf(res).reservation(), nil
-	case codeNeedsHydration:
-		// Redis lost the SKU; a rebuild from Postgres includes the sale if
-		// there is one, and no hold to restore if there is none.
-		if err := e.Rebuild(ctx, h.SKU); err != nil {
+	rebuilt := false
+	for {
+		raw, err := e.runReplicated(ctx, script.FinishCommit{Partition: partition, Token: token, Outcome: outcome,
+			Retention: int64(e.cfg.Retention.Seconds()), SKU: h.SKU, Principal: h.Principal, Quantity: h.Quantity,
+			CommittedMs: committedAt.UnixMilli(), Attempt: attemptID, Nonce: nonce}.Call(e.keys))
+		if err != nil {
 			return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
 		}
-		if outcome == outcomeCommitted {
-			h.Status = StatusCommitted
-			h.CommittedAt = &committedAt
+		res := script.HoldOf(raw)
+		switch replyCode(res.Code) {
+		case codeOK:
+			r := holdOf(res).reservation()
+			r.Replayed = r.Replayed && !rebuilt
+			return r, nil
+		case codeNeedsHydration:
+			if rebuilt {
+				return Reservation{}, fmt.Errorf("finishing commit of %s: SKU still missing after rebuild", token)
+			}
+			// Redis lost the SKU. The rebuild need not have read this outcome
+			// (a snapshot that lost its lock before its publish did not), so
+			// the script runs again on what it published: it changes nothing
+			// when the rebuild has the sale already.
+			if err := e.Rebuild(ctx, h.SKU); err != nil {
+				return Reservation{}, fmt.Errorf("finishing commit of %s: %w", token, err)
+			}
+			rebuilt = true
+		case replyOf(ErrNotFound):
+			h.Replayed = h.Replayed && !rebuilt
+			return h, nil
+		default:
+			return Reservation{}, fmt.Errorf("finishing commit of %s: unexpected script reply %q", token, res.Code)
 		}
-		h.Replayed = false
-		return h, nil
-	case replyOf(ErrNotFound):
-		return h, nil
 	}
-	return Reservation{}, fmt.Errorf("finishing commit of %s: unexpected script reply %q", token, res.Code)
 }
 
 // fromLedger handles a token that Redis does not know. If Postgres has it as

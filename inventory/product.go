@@ -294,24 +294,33 @@ func (e *Engine) applyProduct(ctx context.Context, row db.Product) error {
 func (e *Engine) applyProductResult(ctx context.Context, row db.Product) (bool, error) {
 	place(e.keys, row.SKU, row.DropID)
 	defer e.adding(row.SKU)()
-	r, err := script.RunApplyProduct(ctx, e.run, e.keys, script.ApplyProduct{SKU: row.SKU, Version: row.Version,
-		Total: row.Total, MaxPerUser: row.MaxPerUser, StartsMs: timeMs(row.SaleStartsAt), EndsMs: timeMs(row.SaleEndsAt),
-		Nonce: newNonce()})
-	if err != nil {
-		return false, fmt.Errorf("applying product %s: %w", row.SKU, err)
-	}
-	changed := true
-	switch replyCode(r.Code) {
-	case codeNeedsHydration:
-		// The rebuild loads the newest version, this one included.
-		if err := e.Rebuild(ctx, row.SKU); err != nil {
-			return false, err
+	rebuilt := false
+	for {
+		r, err := script.RunApplyProduct(ctx, e.run, e.keys, script.ApplyProduct{SKU: row.SKU, Version: row.Version,
+			Total: row.Total, MaxPerUser: row.MaxPerUser, StartsMs: timeMs(row.SaleStartsAt), EndsMs: timeMs(row.SaleEndsAt),
+			Nonce: newNonce()})
+		if err != nil {
+			return false, fmt.Errorf("applying product %s: %w", row.SKU, err)
 		}
-	case codeStale:
-		changed = false // a newer version is already there
+		switch replyCode(r.Code) {
+		case codeNeedsHydration:
+			if rebuilt {
+				return false, unavailable("applying product "+row.SKU, errors.New("SKU still missing after rebuild"))
+			}
+			// The rebuild need not have read this version (a snapshot that
+			// lost its lock before its publish did not): apply it again to
+			// what it published, which is STALE when it has it.
+			if err := e.Rebuild(ctx, row.SKU); err != nil {
+				return false, err
+			}
+			rebuilt = true
+			continue
+		}
+		e.markInRedis(ctx, row)
+		// STALE: Redis had this version or a newer one, and changed only if
+		// it was rebuilt.
+		return rebuilt || replyCode(r.Code) != codeStale, nil
 	}
-	e.markInRedis(ctx, row)
-	return changed, nil
 }
 
 // markInRedis records that Redis has row's version. A failure only costs a

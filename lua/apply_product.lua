@@ -15,7 +15,8 @@
 --
 -- Returns {'OK'}, {'STALE'} when Redis already has this version or a newer one
 -- (an older write never overwrites a newer one), or {'NEEDS_HYDRATION'} when
--- the SKU is not in Redis (the caller rebuilds it, which includes this change).
+-- the SKU is not in Redis (the caller rebuilds it and runs this again, STALE when
+-- the rebuild read this version).
 --
 -- Why one script: available is derived (total - held - sold) from counters that
 -- reserves change concurrently; computing and writing it must be one step, and

@@ -35,7 +35,8 @@
 --
 -- Returns hold_reply('OK', ...) (replayed = 1 when nothing changed), {'NOT_FOUND'}
 -- when a RESTORE or REFUSED finds no live hold, or {'NEEDS_HYDRATION', sku} when the
--- SKU itself is gone from Redis (rebuilding from Postgres then includes this sale).
+-- SKU itself is gone from Redis (the caller rebuilds it and runs this again: a
+-- rebuild whose snapshot lost its lock before its publish may not have the sale).
 --
 -- Why one script: the status change and the counter moves must land together,
 -- or a crash between them would leave units counted twice or not at all.
