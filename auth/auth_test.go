@@ -149,6 +149,28 @@ func TestContextHelpers(t *testing.T) {
 	require.Equal(t, "carol", p.ID)
 }
 
+// A principal is one allocation on its context, which keeps the rest of
+// a context: the values under it, a later principal over it, its end.
+func TestPrincipalContext(t *testing.T) {
+	type other struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), other{}, "kept"))
+	ctx := auth.WithPrincipal(parent, auth.Principal{ID: "carol"})
+	require.Equal(t, "kept", ctx.Value(other{}))
+	p, ok := auth.PrincipalFrom(auth.WithPrincipal(ctx, auth.Principal{ID: "dave", Admin: true}))
+	require.True(t, ok)
+	require.Equal(t, auth.Principal{ID: "dave", Admin: true}, p)
+	_, ok = auth.PrincipalFrom(auth.WithPrincipal(ctx, auth.Principal{}))
+	require.False(t, ok, "a principal without an id is anonymous")
+	child, stop := context.WithCancel(ctx)
+	defer stop()
+	cancel()
+	<-child.Done()
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+
+	bg := context.Background()
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { sink = auth.WithPrincipal(bg, p) }))
+}
+
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	iss := newIssuer(t)
@@ -405,3 +427,6 @@ func TestDuplicatedClaimsAreRefused(t *testing.T) {
 	_, err = iss.Verify(signRaw(hs256, `{"sub":"eve","exp":`+exp+`,"ctx":[{"a":1},{"a":2}],"more":{"sub":"x"}}`))
 	require.NoError(t, err)
 }
+
+// sink keeps what an allocation count makes on the heap, as a request does.
+var sink context.Context

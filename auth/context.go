@@ -17,17 +17,32 @@ const principalKey contextKey = 1
 // WithPrincipal returns a context carrying p. Middleware uses it for HTTP;
 // the websocket init hook and tests use it directly.
 func WithPrincipal(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey, p)
+	return &principalContext{Context: ctx, p: p}
+}
+
+// principalContext is what context.WithValue would make of a Principal:
+// the Principal and its context in one allocation instead of two (the
+// Principal's interface value is the other).
+type principalContext struct {
+	context.Context
+	p Principal
+}
+
+func (c *principalContext) Value(key any) any {
+	if key == principalKey {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // PrincipalFrom returns the verified caller and true, or the zero Principal
 // and false for an anonymous request.
 func PrincipalFrom(ctx context.Context) (Principal, bool) {
-	p, ok := ctx.Value(principalKey).(Principal)
-	if !ok || p.ID == "" {
+	c, _ := ctx.Value(principalKey).(*principalContext)
+	if c == nil || c.p.ID == "" {
 		return Principal{}, false
 	}
-	return p, true
+	return c.p, true
 }
 
 // Verifier checks a bearer token; *Issuer implements it. Middleware depends

@@ -7,13 +7,30 @@ import "context"
 
 type key struct{}
 
+// idContext is what context.WithValue would make of the id: the id and
+// its context in one allocation instead of two (the id's interface value
+// is the other).
+type idContext struct {
+	context.Context
+	id string
+}
+
+func (c *idContext) Value(k any) any {
+	if k == (key{}) {
+		return c
+	}
+	return c.Context.Value(k)
+}
+
 // With returns ctx carrying id.
 func With(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, key{}, id)
+	return &idContext{Context: ctx, id: id}
 }
 
 // From returns the id ctx carries, or "" outside a request.
 func From(ctx context.Context) string {
-	id, _ := ctx.Value(key{}).(string)
-	return id
+	if c, _ := ctx.Value(key{}).(*idContext); c != nil {
+		return c.id
+	}
+	return ""
 }
