@@ -197,6 +197,15 @@ func parseHop(s string) netip.Addr {
 	if s == "" || len(s) > 64 {
 		return netip.Addr{}
 	}
+	// What looks like "address:port" (every RemoteAddr does) is read as
+	// that first: ParseAddr would refuse it with an error, an allocation.
+	// What ParseAddrPort takes, ParseAddr refuses and SplitHostPort reads
+	// to the same address.
+	if i := strings.LastIndexByte(s, ':'); i > 0 && (s[0] == '[' || strings.IndexByte(s, ':') == i) {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().WithZone("").Unmap()
+		}
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.WithZone("").Unmap()
 	}
@@ -216,17 +225,26 @@ func parseHop(s string) netip.Addr {
 
 type key struct{}
 
-// resolved is what With stores: the address, with its text and its key
-// written once, since a request's log line, in-flight cap and budgets all
-// ask for them.
+// resolved is the context With returns: the address, with its text and
+// its key written once, since a request's log line, in-flight cap and
+// budgets all ask for them, and its context, in one allocation where
+// context.WithValue would make two.
 type resolved struct {
+	context.Context
 	addr      netip.Addr
 	text, key string
 }
 
+func (r *resolved) Value(k any) any {
+	if k == (key{}) {
+		return r
+	}
+	return r.Context.Value(k)
+}
+
 // With returns ctx carrying the client address.
 func With(ctx context.Context, a netip.Addr) context.Context {
-	r := &resolved{addr: a}
+	r := &resolved{Context: ctx, addr: a}
 	if a.IsValid() {
 		r.text = a.String()
 		r.key = r.text
@@ -234,7 +252,7 @@ func With(ctx context.Context, a netip.Addr) context.Context {
 			r.key = group(a)
 		}
 	}
-	return context.WithValue(ctx, key{}, r)
+	return r
 }
 
 func resolvedFrom(ctx context.Context) (*resolved, bool) {

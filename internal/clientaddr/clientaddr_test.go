@@ -1,6 +1,7 @@
 package clientaddr_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -179,3 +180,46 @@ func TestKeyGroupsIPv6ByItsSlash64(t *testing.T) {
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+// A peer is read from every form a RemoteAddr or a hop takes, and the TCP
+// peer's "address:port" without an allocation.
+func TestPeerForms(t *testing.T) {
+	var r clientaddr.Resolver
+	for peer, want := range map[string]string{
+		"192.0.2.7:5000":        "192.0.2.7",
+		"192.0.2.7":             "192.0.2.7",
+		"192.0.2.7:notaport":    "192.0.2.7",
+		"192.0.2.7:99999":       "192.0.2.7",
+		"[2001:db8::1]:443":     "2001:db8::1",
+		"[2001:db8::1]":         "2001:db8::1",
+		"2001:db8::1":           "2001:db8::1",
+		"[fe80::1%eth0]:443":    "fe80::1",
+		"fe80::1%eth0":          "fe80::1",
+		"[::ffff:192.0.2.8]:80": "192.0.2.8",
+		"::ffff:192.0.2.8":      "192.0.2.8",
+		"[192.0.2.9]:80":        "192.0.2.9",
+		" 192.0.2.10:1 ":        "192.0.2.10",
+		"::1:80":                "::1:80",
+		"1.2.3.4:5:6":           "invalid IP",
+		"[2001:db8::1]:443:1":   "invalid IP",
+		"example.com:80":        "invalid IP",
+	} {
+		require.Equal(t, want, r.Addr(request(peer, nil)).String(), peer)
+	}
+	req := request("127.0.0.1:54321", nil)
+	require.Zero(t, testing.AllocsPerRun(100, func() { r.Addr(req) }))
+}
+
+// With puts an address in its context with one allocation besides its
+// text's.
+func TestWithIsOneAllocationAndTheText(t *testing.T) {
+	bg, a := context.Background(), netip.MustParseAddr("192.0.2.7")
+	require.Equal(t, 2.0, testing.AllocsPerRun(100, func() { sink = clientaddr.With(bg, a) }))
+	got, ok := clientaddr.From(sink)
+	require.True(t, ok)
+	require.Equal(t, a, got)
+	require.Equal(t, "192.0.2.7", clientaddr.KeyFrom(sink))
+}
+
+// sink keeps what an allocation count makes on the heap, as a request does.
+var sink context.Context
