@@ -167,14 +167,13 @@ func statusLabel(code int) string {
 // Authorization header may carry tokens and personal data.
 func accessLog(m httpMetrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, start: time.Now()}
 		m.inFlight.Inc()
 		// recoverer sits inside, so next returns normally even when a
 		// handler panics (only http.ErrAbortHandler passes, by design).
 		next.ServeHTTP(sw, r)
 		m.inFlight.Dec()
-		logRequest(m, r, sw, time.Since(start))
+		logRequest(m, r, sw, time.Since(sw.start))
 	})
 }
 
@@ -247,6 +246,12 @@ type statusWriter struct {
 	bytes       int64
 	wroteHeader bool
 	hijacked    bool
+	// start is when the access log began the request, which bodyDeadline
+	// counts the body's time from too (one clock read for both), and body
+	// is where bodyDeadline keeps the request's body (one allocation for
+	// both).
+	start time.Time
+	body  deadlineBody
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -316,8 +321,17 @@ func bodyDeadline(d time.Duration, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		b := &deadlineBody{ReadCloser: r.Body, rc: *http.NewResponseController(w)}
-		if b.rc.SetReadDeadline(time.Now().Add(d)) != nil {
+		// Behind the access log, the body and the time it counts from are
+		// its writer's.
+		var b *deadlineBody
+		var start time.Time
+		if sw, ok := w.(*statusWriter); ok {
+			b, start = &sw.body, sw.start
+		} else {
+			b, start = &deadlineBody{}, time.Now()
+		}
+		*b = deadlineBody{ReadCloser: r.Body, w: w}
+		if setReadDeadline(w, start.Add(d)) != nil {
 			next.ServeHTTP(w, r) // not a connection of net/http's (a test's recorder)
 			return
 		}
@@ -326,10 +340,11 @@ func bodyDeadline(d time.Duration, next http.Handler) http.Handler {
 	})
 }
 
-// deadlineBody lifts the read deadline when the body ends.
+// deadlineBody lifts the read deadline when the body ends; w is the
+// response's writer, whose http.ResponseController sets it.
 type deadlineBody struct {
 	io.ReadCloser
-	rc   http.ResponseController
+	w    http.ResponseWriter
 	done bool
 }
 
@@ -337,9 +352,16 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if errors.Is(err, io.EOF) && !b.done {
 		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
+		_ = setReadDeadline(b.w, time.Time{})
 	}
 	return n, err
+}
+
+// setReadDeadline sets the read deadline of w's connection, with the
+// http.ResponseController on the stack (written inline in a handler, the
+// controller went to the heap).
+func setReadDeadline(w http.ResponseWriter, t time.Time) error {
+	return http.NewResponseController(w).SetReadDeadline(t)
 }
 
 // loopbackHostOnly refuses a request whose Host is not a loopback name
