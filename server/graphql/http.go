@@ -30,7 +30,13 @@ func limitBody(n int64, next http.Handler) http.Handler {
 			writeError(w, r, http.StatusRequestEntityTooLarge, "request body too large")
 			return
 		}
-		body, err := readAll(http.MaxBytesReader(w, r.Body, n), r.ContentLength)
+		// A body of a declared length net/http reads no further than it,
+		// so one within n needs no other bound.
+		b := r.Body
+		if r.ContentLength < 0 {
+			b = http.MaxBytesReader(w, b, n)
+		}
+		body, err := readAll(b, r.ContentLength)
 		switch {
 		case err == nil:
 		case tooLarge(err):
