@@ -34,11 +34,11 @@ func decodeParams(b []byte, p *requestParams) bool {
 			if d.literal("null") {
 				return true
 			}
-			s, ok := d.string(true)
+			s, ok := d.string(&decodedStrings)
 			if !ok {
 				return false
 			}
-			*str = s
+			*str = s.(string)
 			return true
 		}
 		var m map[string]any
@@ -114,13 +114,17 @@ func (d *paramsDecoder) value(depth int) (any, bool) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '"':
-		return d.string(false)
+		return d.string(&decodedValues)
 	case c == '{':
 		return d.object(depth + 1)
 	case c == '[':
 		return d.array(depth + 1)
 	case c == '-' || c >= '0' && c <= '9':
-		return d.number()
+		n, ok := d.number()
+		if !ok {
+			return nil, false
+		}
+		return intern[json.Number](&decodedNumbers, n), true
 	case d.literal("true"):
 		return true, true
 	case d.literal("false"):
@@ -158,7 +162,8 @@ func (d *paramsDecoder) members(member func(key string) bool) bool {
 	}
 	for {
 		d.space()
-		key, ok := d.string(true)
+		s, ok := d.string(&decodedStrings)
+		key, _ := s.(string)
 		if !ok {
 			return false
 		}
@@ -207,26 +212,27 @@ func (d *paramsDecoder) array(depth int) ([]any, bool) {
 }
 
 // number takes a JSON number as its text, as json.Decoder.UseNumber does.
-func (d *paramsDecoder) number() (json.Number, bool) {
+// number takes a JSON number and returns its text.
+func (d *paramsDecoder) number() ([]byte, bool) {
 	start := d.i
 	d.consume('-')
 	switch {
 	case d.consume('0'):
 	case d.digits() == 0:
-		return "", false
+		return nil, false
 	}
 	if d.consume('.') && d.digits() == 0 {
-		return "", false
+		return nil, false
 	}
 	if d.consume('e') || d.consume('E') {
 		if !d.consume('+') {
 			d.consume('-')
 		}
 		if d.digits() == 0 {
-			return "", false
+			return nil, false
 		}
 	}
-	return json.Number(d.b[start:d.i]), true
+	return d.b[start:d.i], true
 }
 
 func (d *paramsDecoder) digits() int {
@@ -240,12 +246,13 @@ func (d *paramsDecoder) digits() int {
 
 // string takes a JSON string whose bytes are valid UTF-8 and whose escapes
 // name no surrogate: what encoding/json would decode to the same text
-// without replacing anything. With intern, a string without escapes is
-// the copy decodedStrings keeps of it: the members' names, and the
-// request's document, operation name and document id.
-func (d *paramsDecoder) string(intern bool) (string, bool) {
+// without replacing anything, as an interface value holding a string. A
+// string without escapes is the copy t keeps of it: decodedStrings for
+// the members' names, and the request's document, operation name and
+// document id, decodedValues for the variables' values.
+func (d *paramsDecoder) string(t *internTable) (any, bool) {
 	if !d.consume('"') {
-		return "", false
+		return nil, false
 	}
 	start := d.i
 	var out []byte // nil until an escape needs it
@@ -259,32 +266,27 @@ func (d *paramsDecoder) string(intern bool) (string, bool) {
 		}
 		switch {
 		case c == '"':
-			var s string
-			switch {
-			case out == nil && intern:
+			if out == nil {
 				raw := d.b[start:d.i]
 				d.i++
 				if !ascii && !utf8.Valid(raw) {
-					return "", false
+					return nil, false
 				}
-				return decodedStrings.intern(raw), true
-			case out == nil:
-				s = string(d.b[start:d.i])
-			default:
-				s = string(append(out, d.b[start:d.i]...))
+				return intern[string](t, raw), true
 			}
+			s := string(append(out, d.b[start:d.i]...))
 			d.i++
 			if !ascii && !utf8.ValidString(s) {
-				return "", false
+				return nil, false
 			}
 			return s, true
 		case c < 0x20:
-			return "", false
+			return nil, false
 		case c == '\\':
 			out = append(out, d.b[start:d.i]...)
 			d.i++
 			if d.i >= len(d.b) {
-				return "", false
+				return nil, false
 			}
 			e := d.b[d.i]
 			d.i++
@@ -304,16 +306,16 @@ func (d *paramsDecoder) string(intern bool) (string, bool) {
 			case 'u':
 				r, ok := d.hex4()
 				if !ok || utf16.IsSurrogate(r) {
-					return "", false
+					return nil, false
 				}
 				out = utf8.AppendRune(out, r)
 			default:
-				return "", false
+				return nil, false
 			}
 			start = d.i
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 func (d *paramsDecoder) hex4() (rune, bool) {
@@ -342,18 +344,26 @@ func (d *paramsDecoder) hex4() (rune, bool) {
 // again (paramsDecoder.string's interned ones): a client sends the same
 // few documents, with variables of the same names, so a request's strings
 // need no allocation of their own once a request has sent them.
-var decodedStrings = internTable{seed: maphash.MakeSeed()}
+// decodedValues and decodedNumbers keep the variables' strings and
+// numbers apart from them (a request of new values then takes no slot of
+// a document's): the storm's buyers send the same SKU and quantity.
+var (
+	decodedStrings = internTable{seed: maphash.MakeSeed()}
+	decodedValues  = internTable{seed: maphash.MakeSeed()}
+	decodedNumbers = internTable{seed: maphash.MakeSeed()}
+)
 
-// internTable keeps at most one string in each of its slots, the slot of
-// its hash: a string found in its slot is given as that copy, any other
-// is copied and takes the slot. Finding one takes no lock (every request
-// looks its strings up, on every core), and what it keeps is bounded
-// (internSlots strings of at most internMaxLen bytes); requests of ever
-// new strings cost a string's copy each, as without the table, and the
-// pointer to it.
+// internTable keeps at most one value in each of its slots, the slot of
+// its text's hash, as the interface value a request's parameters hold: a
+// value found in its slot is given as that copy, any other is made and
+// takes the slot. Finding one takes no lock (every request looks its
+// values up, on every core), and what it keeps is bounded (internSlots
+// values of at most internMaxLen bytes); requests of ever new values cost
+// a value's copy each, as without the table. A table keeps values of one
+// type (intern's T), as atomic.Value asks.
 type internTable struct {
 	seed  maphash.Seed
-	slots [internSlots]atomic.Pointer[string]
+	slots [internSlots]atomic.Value
 }
 
 const (
@@ -361,16 +371,17 @@ const (
 	internMaxLen = 2 << 10
 )
 
-// intern returns b as a string, the table's copy when it has one.
-func (t *internTable) intern(b []byte) string {
+// intern returns b as a T, the table's copy when it has one.
+func intern[T string | json.Number](t *internTable, b []byte) any {
 	if len(b) > internMaxLen {
-		return string(b)
+		return T(b)
 	}
 	slot := &t.slots[maphash.Bytes(t.seed, b)%internSlots]
-	if p := slot.Load(); p != nil && *p == string(b) {
-		return *p
+	v := slot.Load()
+	if kept, ok := v.(T); ok && string(kept) == string(b) {
+		return v
 	}
-	s := string(b)
-	slot.Store(&s)
-	return s
+	v = T(b)
+	slot.Store(v)
+	return v
 }

@@ -137,6 +137,14 @@ func TestDecodeParamsKeepsOneCopyOfItsStrings(t *testing.T) {
 		return ""
 	}
 	require.Same(t, unsafe.StringData(nameOf(a.Variables)), unsafe.StringData(nameOf(b.Variables)), "the variable's name's one copy")
+	skuOf := func(p requestParams) string { return p.Variables["input"].(map[string]any)["sku"].(string) }
+	require.Same(t, unsafe.StringData(skuOf(a)), unsafe.StringData(skuOf(b)), "the variable's value's one copy")
+	// Nothing but the two objects' maps: no string, and no interface
+	// value of the SKU or the quantity, of its own.
+	require.Equal(t, 4.0, testing.AllocsPerRun(100, func() {
+		var p requestParams
+		decodeParams(again, &p)
+	}))
 	query := b.Query
 	clear(again)
 	require.Equal(t, query, b.Query, "not the body's bytes")
@@ -144,25 +152,25 @@ func TestDecodeParamsKeepsOneCopyOfItsStrings(t *testing.T) {
 	tab := internTable{seed: maphash.MakeSeed()}
 	kept := func() (n int, longest int) {
 		for i := range tab.slots {
-			if p := tab.slots[i].Load(); p != nil {
-				n, longest = n+1, max(longest, len(*p))
+			if v, _ := tab.slots[i].Load().(string); v != "" {
+				n, longest = n+1, max(longest, len(v))
 			}
 		}
 		return n, longest
 	}
 	for i := range 3 * internSlots {
-		tab.intern([]byte(strconv.Itoa(i)))
+		intern[string](&tab, []byte(strconv.Itoa(i)))
 	}
 	n, _ := kept()
 	require.LessOrEqual(t, n, internSlots)
-	tab.intern(bytes.Repeat([]byte("x"), internMaxLen+1))
+	intern[string](&tab, bytes.Repeat([]byte("x"), internMaxLen+1))
 	_, longest := kept()
 	require.LessOrEqual(t, longest, internMaxLen, "a long string is not kept")
-	require.Equal(t, strings.Repeat("x", internMaxLen+1), tab.intern(bytes.Repeat([]byte("x"), internMaxLen+1)))
-	a1, a2 := tab.intern([]byte("again")), tab.intern([]byte("again"))
+	require.Equal(t, strings.Repeat("x", internMaxLen+1), intern[string](&tab, bytes.Repeat([]byte("x"), internMaxLen+1)))
+	a1, a2 := intern[string](&tab, []byte("again")).(string), intern[string](&tab, []byte("again")).(string)
 	require.Equal(t, "again", a2)
 	require.Same(t, unsafe.StringData(a1), unsafe.StringData(a2))
-	require.Equal(t, "x", tab.intern([]byte("x")))
+	require.Equal(t, "x", intern[string](&tab, []byte("x")))
 }
 
 // BenchmarkDecodeParams: the body of the reserve clients send, decoded on
