@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/dropline/dropline/internal/header"
 )
 
 // contextKey is unexported so only this package can set or read the values
@@ -70,7 +72,7 @@ type Refusal func(w http.ResponseWriter, r *http.Request, err error)
 func Middleware(v Verifier, refuse Refusal) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p, present, err := FromHeader(v, r.Header.Get("Authorization"))
+			p, present, err := FromHeader(v, header.Get(r.Header, "Authorization"))
 			switch {
 			case !present:
 				next.ServeHTTP(w, r)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dropline/dropline/internal/clientaddr"
+	"github.com/dropline/dropline/internal/header"
 )
 
 // inFlight caps the requests in flight per client address
@@ -66,5 +67,5 @@ func (f *inFlight) release(key string) {
 // isStream reports whether r opens a stream that outlives an ordinary
 // request: a websocket upgrade, or an SSE subscription.
 func isStream(r *http.Request) bool {
-	return r.Header.Get("Upgrade") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	return header.Get(r.Header, "Upgrade") != "" || strings.Contains(header.Get(r.Header, "Accept"), "text/event-stream")
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dropline/dropline/internal/clientaddr"
+	"github.com/dropline/dropline/internal/header"
 	"github.com/dropline/dropline/internal/prom"
 	"github.com/dropline/dropline/internal/requestid"
 )
@@ -89,7 +90,7 @@ func RequestID(base zerolog.Logger, next http.Handler) http.Handler {
 // requestContext chooses r's id, echoes it, and returns ctx (r's) with
 // the id and a logger carrying it, for RequestID and requestScope.
 func requestContext(ctx context.Context, base zerolog.Logger, w http.ResponseWriter, r *http.Request) context.Context {
-	id := r.Header.Get(RequestIDHeader)
+	id := header.Get(r.Header, RequestIDHeader)
 	if !saneRequestID(id) {
 		id = newRequestID()
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/header"
 	"github.com/dropline/dropline/resolvers"
 	"github.com/dropline/dropline/server"
 )
@@ -211,7 +212,7 @@ func sameOrigin(origin, host string) bool {
 // answers preflights, and sets the CORS headers on allowed requests.
 func (c cors) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		origin := r.Header.Get("Origin")
+		origin := header.Get(r.Header, "Origin")
 		if origin == "" {
 			next.ServeHTTP(w, r)
 			return
@@ -228,7 +229,7 @@ func (c cors) middleware(next http.Handler) http.Handler {
 		}
 		h.Set("Access-Control-Allow-Origin", origin)
 		h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
-		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		if r.Method == http.MethodOptions && header.Get(r.Header, "Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 			h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
 			h.Set("Access-Control-Max-Age", strconv.Itoa(preflightMaxAge))

@@ -16,6 +16,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/dropline/dropline/internal/header"
 	"github.com/dropline/dropline/resolvers"
 )
 
@@ -61,13 +62,13 @@ var _ gqlgen.Transport = httpTransport{}
 // Supports claims plain GET and POST requests (not websocket upgrades; SSE
 // is claimed first by its own transport).
 func (t httpTransport) Supports(r *http.Request) bool {
-	if r.Header.Get("Upgrade") != "" || r.Method != t.method {
+	if header.Get(r.Header, "Upgrade") != "" || r.Method != t.method {
 		return false
 	}
 	if t.method == http.MethodGet {
 		return true
 	}
-	ct := r.Header.Get("Content-Type")
+	ct := header.Get(r.Header, "Content-Type")
 	if ct == mediaJSON {
 		return true // what clients send, and what ParseMediaType would say
 	}
@@ -77,7 +78,7 @@ func (t httpTransport) Supports(r *http.Request) bool {
 
 // Do decodes the request, runs it and writes the one response.
 func (t httpTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor) {
-	mediaType := responseMediaType(r.Header.Get("Accept"))
+	mediaType := responseMediaType(header.Get(r.Header, "Accept"))
 	w.Header()["Content-Type"] = contentType[mediaType]
 	params, err := t.params(r)
 	if err != nil {

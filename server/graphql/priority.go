@@ -15,6 +15,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/internal/cpugate"
+	"github.com/dropline/dropline/internal/header"
 	"github.com/dropline/dropline/internal/prom"
 )
 
@@ -169,9 +170,9 @@ func (g *gate) middleware(next http.Handler) http.Handler {
 func gatedRequest(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet:
-		return r.Header.Get("Upgrade") == ""
+		return header.Get(r.Header, "Upgrade") == ""
 	case http.MethodPost:
-		return !strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+		return !strings.Contains(header.Get(r.Header, "Accept"), "text/event-stream")
 	}
 	return false
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/internal/clientaddr"
+	"github.com/dropline/dropline/internal/header"
 	"github.com/dropline/dropline/internal/prom"
 
 	"github.com/dropline/dropline/auth"
@@ -283,9 +284,9 @@ func (t *streamTracker) release(counts map[string]int, key string) {
 // transports recognise them) from an ordinary request.
 func streamKind(r *http.Request) string {
 	switch {
-	case r.Header.Get("Upgrade") != "":
+	case header.Get(r.Header, "Upgrade") != "":
 		return kindWebsocket
-	case r.Method == http.MethodPost && strings.Contains(r.Header.Get("Accept"), "text/event-stream"):
+	case r.Method == http.MethodPost && strings.Contains(header.Get(r.Header, "Accept"), "text/event-stream"):
 		return kindSSE
 	}
 	return ""

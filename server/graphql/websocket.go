@@ -14,6 +14,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/header"
 	"github.com/dropline/dropline/internal/websocket"
 )
 
@@ -71,14 +72,14 @@ func newWebsocket(l StreamLimits, origins cors, v auth.Verifier, m *streamMetric
 var _ gqlgen.Transport = (*wsTransport)(nil)
 
 // Supports claims every upgrade request, as gqlgen's transport does.
-func (t *wsTransport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
+func (t *wsTransport) Supports(r *http.Request) bool { return header.Get(r.Header, "Upgrade") != "" }
 
 // Do upgrades the request and serves the connection until it ends.
 func (t *wsTransport) Do(w http.ResponseWriter, r *http.Request, exec gqlgen.GraphExecutor) {
 	ctx := r.Context()
 	// A second line of defence: the CORS middleware already answers 403
 	// to origins off the allow-list.
-	if !t.origins.Allowed(r.Header.Get("Origin"), r.Host) {
+	if !t.origins.Allowed(header.Get(r.Header, "Origin"), r.Host) {
 		zerolog.Ctx(ctx).Debug().Msg("websocket origin not allowed")
 		transport.SendErrorf(w, http.StatusBadRequest, "unable to upgrade")
 		return
