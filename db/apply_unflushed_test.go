@@ -42,6 +42,23 @@ func TestAnUnflushedBatchReportsItsCommit(t *testing.T) {
 	require.Greater(t, c.LSN, uint64(before), "the commit's position is past what came before it")
 	require.Positive(t, c.Session.PID)
 	require.Positive(t, c.Session.Start)
+	// The session is the backend of the connection the batch ran on, as
+	// pg_stat_activity shows it. (The pool's health check may hold an idle
+	// connection for a moment: look again until then.)
+	own := map[db.Session]bool{}
+	for i := 0; !own[c.Session] && i < 50; i++ {
+		for _, conn := range pool.AcquireAllIdle(ctx) {
+			var s db.Session
+			require.NoError(t, conn.QueryRow(ctx, `SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint
+				FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&s.PID, &s.Start))
+			own[s] = true
+			conn.Release()
+		}
+		if !own[c.Session] {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.True(t, own[c.Session], "the commit's session %v is its connection's backend, not one of %v", c.Session, own)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE sku = 'UF-1'`).Scan(&n))
 	require.Equal(t, 20, n)
