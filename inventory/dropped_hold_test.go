@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/db"
@@ -212,7 +213,20 @@ func marksOutliveTheSnapshotFailingAfterThePublish(t *testing.T, backend, sku st
 	require.NoError(t, err)
 	b.drainOutbox(t)
 
-	// held keeps all of the pool's connections but one, the snapshot's.
+	// The rebuild is the request's of rebuilder, over pool. When exhaust,
+	// held keeps all of pool's connections but one, the snapshot's (a pool
+	// of 2, so that the test takes few of the server's connections).
+	rebuilder, pool := b.engine, b.pool
+	if exhaust {
+		pc := b.pool.Config().Copy()
+		pc.MaxConns = 2
+		var err error
+		pool, err = pgxpool.NewWithConfig(b.ctx, pc)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		rebuilder, err = inventory.NewEngine(b.ctx, inventory.Config{KeyPrefix: b.prefix}, b.rdb, pool, zerolog.Nop())
+		require.NoError(t, err)
+	}
 	var held []*pgxpool.Conn
 	release := func() {
 		for _, c := range held {
@@ -223,11 +237,11 @@ func marksOutliveTheSnapshotFailingAfterThePublish(t *testing.T, backend, sku st
 	t.Cleanup(release)
 	var once sync.Once
 	killed := make(chan error, 1)
-	inventory.SetRebuildPublishedHook(b.engine, func(string) {
+	inventory.SetRebuildPublishedHook(rebuilder, func(string) {
 		once.Do(func() {
 			var err error
 			if exhaust {
-				if n, all := b.pool.Stat().AcquiredConns(), b.pool.Config().MaxConns; n != all {
+				if n, all := pool.Stat().AcquiredConns(), pool.Config().MaxConns; n != all {
 					err = fmt.Errorf("%d of the pool's %d connections in use at the publish, want all", n, all)
 				}
 				release()
@@ -258,17 +272,17 @@ func marksOutliveTheSnapshotFailingAfterThePublish(t *testing.T, backend, sku st
 		require.Eventually(t, func() bool { return time.Now().After(h.ExpiresAt.Add(50 * time.Millisecond)) },
 			5*time.Second, 10*time.Millisecond)
 		if exhaust {
-			for range b.pool.Config().MaxConns - 1 {
-				c, err := b.pool.Acquire(b.ctx)
+			for range pool.Config().MaxConns - 1 {
+				c, err := pool.Acquire(b.ctx)
 				require.NoError(t, err)
 				held = append(held, c)
 			}
 		}
 		req := inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Minute}
 		var err error
-		if bob, err = b.engine.Reserve(b.ctx, buyer(2), req); err != nil {
+		if bob, err = rebuilder.Reserve(b.ctx, buyer(2), req); err != nil {
 			// The rebuild failed as its transaction did, after the SKU went live.
-			bob, err = b.engine.Reserve(b.ctx, buyer(2), req)
+			bob, err = rebuilder.Reserve(b.ctx, buyer(2), req)
 		}
 		require.NoError(t, err, "the rebuild released alice's unit")
 		select {
