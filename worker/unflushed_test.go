@@ -86,7 +86,7 @@ func TestUnflushedBatchesSurviveAPostgresCrash(t *testing.T) {
 		testutil.ToFloat64(f.m.durable.WithLabelValues("check")))
 }
 
-// A batch committed unflushed is acknowledged by the next batch's report
+// A batch committed unflushed is shown durable by the next batch's report
 // only when both were committed on the same session. While events keep
 // coming (every pass applies a batch), one committed on another connection
 // of the pool must still be acknowledged once the WAL writer has flushed
