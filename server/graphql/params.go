@@ -257,14 +257,15 @@ func (d *paramsDecoder) string(t *internTable) (any, bool) {
 	start := d.i
 	var out []byte // nil until an escape needs it
 	ascii := true
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			ascii = ascii && c < utf8.RuneSelf
-			d.i++
-			continue
+	for {
+		d.i = plainEnd(d.b, d.i)
+		if d.i >= len(d.b) {
+			return nil, false
 		}
-		switch {
+		switch c := d.b[d.i]; {
+		case c >= utf8.RuneSelf:
+			ascii = false // checked as UTF-8 once the string ends
+			d.i++
 		case c == '"':
 			if out == nil {
 				raw := d.b[start:d.i]
@@ -315,8 +316,26 @@ func (d *paramsDecoder) string(t *internTable) (any, bool) {
 			start = d.i
 		}
 	}
-	return nil, false
 }
+
+// plainEnd is the index of the first byte of b from i on that is not an
+// ASCII character a JSON string holds as it is (a control character, a
+// quote, a backslash, or a byte of a longer UTF-8 sequence), or len(b).
+func plainEnd(b []byte, i int) int {
+	for i < len(b) && plainStringByte[b[i]] {
+		i++
+	}
+	return i
+}
+
+// plainStringByte marks the ASCII characters a JSON string holds as they
+// are.
+var plainStringByte = func() (plain [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		plain[c] = c != '"' && c != '\\'
+	}
+	return plain
+}()
 
 func (d *paramsDecoder) hex4() (rune, bool) {
 	if len(d.b)-d.i < 4 {

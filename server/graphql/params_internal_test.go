@@ -33,6 +33,7 @@ var paramsBodies = []string{
 	`{"variables":{"n":tru}}`, `{"variables":[1]}`, `{"operationName":{}}`, `{"query":"\u00"}`,
 	`{"variables":` + strings.Repeat(`{"a":`, 80) + `1` + strings.Repeat(`}`, 80) + `}`,
 	"{\"query\":\"caf\u00e9 \u2028\"}",
+	"{\"query\":\"a\\n\xff\"}", "{\"variables\":{\"s\":\"\xc3\"}}", "{\"variables\":{\"s\":\"\u00e9\\t\xc3\xa9\"}}",
 	`{"documentId":"sha256:abc","variables":{"n":1}}`, `{"doc_id":"42","query":null}`,
 	`{"documentId":"a","documentId":"b"}`, `{"documentId":7}`, `{"doc_id":null,"documentId":"x"}`,
 }
