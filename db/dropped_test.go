@@ -15,7 +15,7 @@ import (
 )
 
 // TestASaleOfAHoldTheRebuildDroppedIsRefusedAsExpired: a HELD row a
-// rebuild marked (MarkDropped: Redis has the hold as expired, its expire
+// rebuild marked (Seal: Redis has the hold as expired, its expire
 // event is on its way) is not sold, alone, in a batch or in a cart, and is
 // answered as EXPIRED; it stays HELD, so the first ending that reaches the
 // ledger is the one it keeps (here a cancel); an unmarked row of the same
@@ -29,7 +29,7 @@ func TestASaleOfAHoldTheRebuildDroppedIsRefusedAsExpired(t *testing.T) {
 	}
 	mark := func(tokens ...string) error {
 		return l.WithSnapshot(ctx, "DROPPED-1", time.Hour, time.Hour, func(s *db.Snapshot) error {
-			return s.MarkDropped(ctx, tokens)
+			return s.Seal(ctx, tokens)
 		})
 	}
 	require.NoError(t, mark("a", "b", "c"))
@@ -70,7 +70,7 @@ func TestASaleOfAHoldTheRebuildDroppedIsRefusedAsExpired(t *testing.T) {
 
 // TestMarkDroppedGivesWayToASaleBeingWritten: a sale that holds the row
 // (it waits for the product's lock, which the rebuild's snapshot holds)
-// makes MarkDropped answer ErrRowsBusy rather than wait for it for ever;
+// makes Seal answer ErrRowsBusy rather than wait for it for ever;
 // once the row is free, the mark is set.
 func TestMarkDroppedGivesWayToASaleBeingWritten(t *testing.T) {
 	t.Parallel()
@@ -85,7 +85,7 @@ func TestMarkDroppedGivesWayToASaleBeingWritten(t *testing.T) {
 
 	mark := func() error {
 		return l.WithSnapshot(ctx, "DROPPED-2", time.Hour, time.Hour, func(s *db.Snapshot) error {
-			return s.MarkDropped(ctx, []string{"a"})
+			return s.Seal(ctx, []string{"a"})
 		})
 	}
 	require.ErrorIs(t, mark(), db.ErrRowsBusy)
@@ -113,7 +113,7 @@ func TestMarksOutliveTheSnapshot(t *testing.T) {
 	failed := errors.New("the snapshot's connection was lost after the publish")
 	markThenFail := func(l *db.Ledger, tok string) error {
 		return l.WithSnapshot(ctx, "DROPPED-3", time.Hour, time.Hour, func(s *db.Snapshot) error {
-			if err := s.MarkDropped(ctx, []string{tok}); err != nil {
+			if err := s.Seal(ctx, []string{tok}); err != nil {
 				return err
 			}
 			return failed
@@ -158,7 +158,7 @@ func TestMarksOutliveTheSnapshot(t *testing.T) {
 // TestMarkDroppedRefusesASnapshotThatLostItsLock: a snapshot whose
 // connection PostgreSQL ended before the marks (its product lock gone, so a
 // sale may have been written since it was read) is not to be published:
-// MarkDropped fails, although its marks, in their own transaction, stay.
+// Seal fails, although its marks, in their own transaction, stay.
 func TestMarkDroppedRefusesASnapshotThatLostItsLock(t *testing.T) {
 	t.Parallel()
 	pool, l := ledgerWithProduct(t, "DROPPED-4", 1)
@@ -170,7 +170,7 @@ func TestMarkDroppedRefusesASnapshotThatLostItsLock(t *testing.T) {
 			WHERE datname = current_database() AND state = 'idle in transaction'`).Scan(&pid))
 		_, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid)
 		require.NoError(t, err)
-		err = s.MarkDropped(ctx, []string{"a"})
+		err = s.Seal(ctx, []string{"a"})
 		require.Error(t, err, "the snapshot's lock is gone")
 		return err
 	})

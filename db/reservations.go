@@ -38,7 +38,7 @@ type Reservation struct {
 	// is the latest one.
 	Extensions int
 	// DroppedAt is set on a HELD row when a rebuild of its SKU recorded the
-	// hold as expired in Redis (Snapshot.MarkDropped): its expiry is on its
+	// hold as expired in Redis (Snapshot.Seal): its expiry is on its
 	// way through the outbox, and the ledger refuses its sale as EXPIRED.
 	DroppedAt *time.Time
 }
@@ -297,55 +297,86 @@ func (s *Snapshot) Bought(ctx context.Context, batch int, fn func([]Bought) erro
 	}, fn)
 }
 
-// ErrRowsBusy means MarkDropped found a row another transaction holds: a
-// sale of that hold is being written, and waits for the product's row lock
-// the snapshot holds. The snapshot must be given up (its transaction rolled
+// ErrRowsBusy means Seal found a row another transaction holds: a sale of
+// that hold is being written, and waits for the product's row lock the
+// snapshot holds. The snapshot must be given up (its transaction rolled
 // back, nothing published) and taken again: the sale then ends first.
 var ErrRowsBusy = errors.New("a reservation row is being written")
 
-// markDroppedLockTimeout bounds MarkDropped's wait for a row lock. A sale
-// writing the row waits for the snapshot's product lock, so it never lets
-// go; the write-behind's transactions take the product's lock first, so
-// they do not hold a row of the SKU while the snapshot runs.
+// markDroppedLockTimeout bounds Seal's wait for a row lock. A sale writing
+// the row waits for the snapshot's product lock, so it never lets go; the
+// write-behind's transactions take the product's lock first, so they do not
+// hold a row of the SKU while the snapshot runs.
 const markDroppedLockTimeout = "200ms"
 
-// markDroppedConnWait bounds MarkDropped's wait for a connection of its own
-// while the snapshot holds one, from the pool and then dialled: snapshots
-// waiting for each other's connections must not hold the pool for good. It
-// leaves room for the pool to open a connection (a few milliseconds;
-// hundreds on a loaded machine).
-const markDroppedConnWait = 2 * time.Second
+// sealConnWait bounds Seal's wait for a connection of its own while the
+// snapshot holds one, from the pool and then dialled: snapshots waiting for
+// each other's connections must not hold the pool for good. It leaves room
+// for the pool to open a connection (a few milliseconds; hundreds on a
+// loaded machine).
+const sealConnWait = 2 * time.Second
 
-// MarkDropped records, on the given reservations the ledger still has as
-// HELD, that this rebuild records them as expired in Redis (dropped_at): the
-// ledger then refuses their sale as EXPIRED (record_sale, migration 0024).
-// Their status stays HELD: the expiry reaches the ledger through the outbox,
-// and a cancel acknowledged earlier that reaches it first is still recorded
-// as a cancel. Call it after the snapshot's rows are read and before the SKU
-// is published, so that no sale is written between the two: a sale whose
-// write finds the row marked is refused, and one that holds the row (it
-// waits for the product's lock) makes MarkDropped return ErrRowsBusy.
+// flushWAL is a statement whose transaction, committed on its own, waits for
+// PostgreSQL's WAL to be on disk up to its commit, and so past every commit
+// before it (the WAL is flushed in order). It writes a WAL record, a
+// transactional logical message no one reads: a transaction whose only
+// record is its commit's is committed without waiting for the flush,
+// whatever synchronous_commit says.
+const flushWAL = `SELECT pg_logical_emit_message(true, 'dropline.flush', '')`
+
+// FlushWAL makes durable every commit a read made before it could see: a
+// batch the write-behind committed without waiting for its WAL
+// (ApplyEventsUnflushed) is visible at once, and a PostgreSQL crash before
+// the WAL writer flushes it loses it. A caller that tells Redis or a client
+// what it read of such rows calls it first. It costs one round trip and
+// one WAL flush, which PostgreSQL shares with the commits flushing at the
+// same moment.
+func (l *Ledger) FlushWAL(ctx context.Context) error {
+	_, err := l.pool.Exec(ctx, flushWAL)
+	return interpret(err)
+}
+
+// Seal is the snapshot's last step before the rebuild publishes its SKU, so
+// that nothing the SKU goes live with can be undone by PostgreSQL behind it.
 //
-// The marks are committed in a transaction of their own, on a second
-// connection, while the snapshot keeps the product's lock: they outlive a
-// snapshot whose transaction PostgreSQL fails after the SKU went live (its
-// connection lost), which would otherwise take them with it and let such a
-// sale through. Marks of a rebuild that then publishes nothing stay: the
-// next rebuild drops those holds again. The snapshot's own connection is
-// then checked, so a snapshot that lost its lock before the marks is not
-// published, as before. When the pool has no connection to spare within
-// markDroppedConnWait (other snapshots hold it), one is dialled outside it,
-// as the pool would open it, and closed after the marks; a dial that fails
-// fails the rebuild, which has published nothing.
-func (s *Snapshot) MarkDropped(ctx context.Context, tokens []string) error {
-	if len(tokens) == 0 {
-		return nil
-	}
-	conn, done, err := s.l.markConn(ctx)
+// It makes every commit the snapshot read durable (flushWAL). A batch the
+// write-behind committed without waiting for its WAL is visible to the
+// snapshot at once; the snapshot's own commit would flush it (its row lock
+// is WAL), but the SKU is published before that commit, and a crash in
+// between would leave Redis with holds the ledger lost. Nothing would apply
+// them again when Redis had lost its outbox too.
+//
+// It records, on the given reservations the ledger still has as HELD, that
+// this rebuild records them as expired in Redis (dropped_at): the ledger
+// then refuses their sale as EXPIRED (record_sale, migration 0024). Their
+// status stays HELD: the expiry reaches the ledger through the outbox, and a
+// cancel acknowledged earlier that reaches it first is still recorded as a
+// cancel. Called after the snapshot's rows are read and before the SKU is
+// published, no sale is written between the two: a sale whose write finds
+// the row marked is refused, and one that holds the row (it waits for the
+// product's lock) makes Seal return ErrRowsBusy.
+//
+// Both are committed in a transaction of their own, on a second connection,
+// while the snapshot keeps the product's lock: the marks outlive a snapshot
+// whose transaction PostgreSQL fails after the SKU went live (its connection
+// lost), which would otherwise take them with it and let such a sale
+// through. Marks of a rebuild that then publishes nothing stay: the next
+// rebuild drops those holds again. The snapshot's own connection is then
+// checked, so a snapshot that lost its lock before the seal is not
+// published. When the pool has no connection to spare within sealConnWait
+// (other snapshots hold it), one is dialled outside it, as the pool would
+// open it, and closed after the seal; a dial that fails fails the rebuild,
+// which has published nothing.
+//
+// Without marks it costs one round trip (a simple query) and a WAL flush;
+// with marks, five (BEGIN, two for the marks, the record, COMMIT) and the
+// flush.
+func (s *Snapshot) Seal(ctx context.Context, dropped []string) error {
+	conn, done, err := s.l.sealConn(ctx)
 	if err != nil {
-		return fmt.Errorf("a connection for the marks: %w", interpret(err))
+		return fmt.Errorf("a connection for the seal: %w", interpret(err))
 	}
-	err = s.l.markDroppedOn(ctx, conn, tokens)
+	err = s.l.sealOn(ctx, conn, dropped)
 	done()
 	if err != nil {
 		return err
@@ -357,21 +388,20 @@ func (s *Snapshot) MarkDropped(ctx context.Context, tokens []string) error {
 	return interpret(err)
 }
 
-// markConn returns a connection for the marks, and what to call when done
-// with it: one of the pool's if it has one to spare within
-// markDroppedConnWait, else one dialled outside the pool, within
-// markDroppedConnWait too, and closed after. It is dialled as the pool opens
+// sealConn returns a connection for Seal, and what to call when done with
+// it: one of the pool's if it has one to spare within sealConnWait, else one
+// dialled outside the pool, within sealConnWait too, and closed after. It is dialled as the pool opens
 // its own: the same settings (its run-time parameters among them:
 // search_path, statement_timeout) and connect hooks.
-func (l *Ledger) markConn(ctx context.Context) (*pgx.Conn, func(), error) {
-	wait, stopWait := context.WithTimeout(ctx, markDroppedConnWait)
+func (l *Ledger) sealConn(ctx context.Context) (*pgx.Conn, func(), error) {
+	wait, stopWait := context.WithTimeout(ctx, sealConnWait)
 	defer stopWait()
 	if c, err := l.pool.Acquire(wait); err == nil {
 		return c.Conn(), c.Release, nil
 	} else if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
 	}
-	dial, stopDial := context.WithTimeout(ctx, markDroppedConnWait)
+	dial, stopDial := context.WithTimeout(ctx, sealConnWait)
 	defer stopDial()
 	cfg := l.pool.Config()
 	cc := cfg.ConnConfig.Copy()
@@ -393,14 +423,25 @@ func (l *Ledger) markConn(ctx context.Context) (*pgx.Conn, func(), error) {
 	return conn, func() { conn.Close(ctx) }, nil
 }
 
-// markDroppedOn commits the marks in a transaction of conn's.
-func (l *Ledger) markDroppedOn(ctx context.Context, conn *pgx.Conn, tokens []string) (err error) {
+// sealOn commits Seal's marks and WAL record on conn: the one statement on
+// its own, or with the marks in one transaction.
+func (l *Ledger) sealOn(ctx context.Context, conn *pgx.Conn, dropped []string) (err error) {
 	if l.tracer != nil {
 		var span trace.Span
-		ctx, span = l.startTx(ctx, "mark dropped")
+		ctx, span = l.startTx(ctx, "seal snapshot")
 		defer func() { endTx(span, err) }()
 	}
-	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error { return markDropped(ctx, tx, tokens) })
+	if len(dropped) == 0 {
+		_, err = conn.Exec(ctx, flushWAL)
+		return interpret(err)
+	}
+	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := markDropped(ctx, tx, dropped); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, flushWAL)
+		return interpret(err)
+	})
 }
 
 // markDropped sets dropped_at on tokens in tx, waiting at most

@@ -260,7 +260,7 @@
 // ErrAlreadyCancelled or ErrExpired, and Redis releases the hold with the
 // ledger's status. Nor does it sell one it still has as HELD that a rebuild
 // recorded as expired in Redis (the rebuild marks the row before the SKU
-// goes live, db.Snapshot.MarkDropped; the expiry itself comes through the
+// goes live, db.Snapshot.Seal; the expiry itself comes through the
 // outbox): a commit begun before the rebuild and written after is answered
 // ErrExpired, and the unit stays with the buyer the rebuild gave it to. The sale row records the hold's idempotency hash and
 // fingerprint, so the key replays the sale after Redis loss even when the

@@ -38,7 +38,11 @@ const rebuildStagingTTL = 10 * rebuildTimeout
 // statusDrop), sales of the retention window (so a repeated commit replays),
 // cancelled and expired reservations of the idempotency window (so their key
 // replays them), and each principal's quota count. Holds that never reached
-// Postgres are lost with Redis, and their units return to stock.
+// Postgres are lost with Redis, and their units return to stock. Before the
+// SKU goes live, every row the snapshot read is made durable
+// (db.Snapshot.Seal): a batch the write-behind committed without waiting
+// for its WAL is visible at once, and a crash of PostgreSQL must not take
+// back a hold Redis then has.
 //
 // Before the snapshot, every event of the SKU still in its partition's
 // outbox is applied to the ledger (applyOutboxOf): events Redis accepted that
@@ -222,7 +226,7 @@ var (
 // statusDrop marks, for hydrate_sku.lua, a hold Postgres still has as HELD
 // that is past due or no longer fits the stock, or that an earlier rebuild
 // dropped (its expire event has not reached the ledger): it is recorded as
-// expired, and marked so in the ledger (db.Snapshot.MarkDropped) before the
+// expired, and marked so in the ledger (db.Snapshot.Seal) before the
 // SKU is published, so that a sale of it begun before the rebuild and
 // written after is refused as expired rather than sold on top of the buyer
 // the unit went to.
@@ -308,8 +312,10 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		}
 	}
 	// Last before the SKU goes live: the ledger learns which of its HELD rows
-	// Redis now has as expired. A sale of one written from now on is refused.
-	if err := s.MarkDropped(ctx, dropped); err != nil {
+	// Redis now has as expired (a sale of one written from now on is
+	// refused), and every row the snapshot read is on disk, so a crash of
+	// PostgreSQL cannot take back a hold the SKU goes live with.
+	if err := s.Seal(ctx, dropped); err != nil {
 		return err
 	}
 	r, err := script.RunPublishSKU(ctx, e.run, e.keys, script.PublishSKU{SKU: p.SKU, Generation: gen, Chunks: st.chunks,

@@ -1,0 +1,173 @@
+package inventory_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dropline/dropline/db"
+	"github.com/dropline/dropline/internal/testenv"
+	"github.com/dropline/dropline/inventory"
+)
+
+// unflushedBundle is a bundle on a private PostgreSQL whose WAL writer
+// flushes only every 10 s (and nothing else writes a data page or
+// vacuums, which would flush the WAL before it), so that a batch the
+// write-behind commits with synchronous_commit off stays unflushed for
+// seconds, and a crash (StopImmediate) loses it.
+func unflushedBundle(t *testing.T) (*bundle, *testenv.PrivatePostgres) {
+	t.Helper()
+	r := testenv.RedisBackend(t, "single")
+	pg := testenv.StartPrivatePostgres(t, "wal_writer_delay=10s", "wal_writer_flush_after=1GB",
+		"bgwriter_lru_maxpages=0", "checkpoint_timeout=1h", "max_wal_size=4GB", "autovacuum=off")
+	cfg, err := pgxpool.ParseConfig(pg.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 10
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	ctx := context.Background()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, db.Migrate(ctx, pool))
+	e, err := inventory.NewEngine(ctx, inventory.Config{KeyPrefix: r.Prefix}, r.Client, pool, zerolog.Nop())
+	require.NoError(t, err)
+	return &bundle{ctx: ctx, engine: e, rdb: r.Client, pool: pool, prefix: r.Prefix}, pg
+}
+
+// holdMany makes n holds of one unit of sku, each by its own buyer
+// (buyer(first+i)), and returns their tokens.
+func (b *bundle) holdMany(t *testing.T, sku string, first, n int) []string {
+	t.Helper()
+	tokens := make([]string, n)
+	for i := range n {
+		h, err := b.engine.Reserve(b.ctx, buyer(first+i), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Hour})
+		require.NoError(t, err)
+		tokens[i] = h.Token
+	}
+	return tokens
+}
+
+// applyUnflushed applies the outbox events of sku as the write-behind
+// does, without acknowledging them, and requires that the batch was
+// committed unflushed (a copied batch of fresh holds).
+func (b *bundle) applyUnflushed(t *testing.T, sku string) db.Commit {
+	t.Helper()
+	var events []db.Event
+	for _, ev := range b.outboxEvents(t) {
+		if ev.SKU == sku {
+			events = append(events, ev)
+		}
+	}
+	c, err := b.engine.Ledger().ApplyEventsUnflushed(b.ctx, nil, events)
+	require.NoError(t, err)
+	require.True(t, c.Unflushed, "a batch of %d fresh holds is copied and committed unflushed", len(events))
+	return c
+}
+
+// walFlushed is how far PostgreSQL's WAL is on disk.
+func (b *bundle) walFlushed(t *testing.T) uint64 {
+	t.Helper()
+	var f int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint`).Scan(&f))
+	return uint64(f) //nolint:gosec // a WAL position
+}
+
+// ledgerStatuses is the status the ledger has for each reservation of sku.
+func (b *bundle) ledgerStatuses(t *testing.T, sku string) map[string]string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT token, status FROM reservations WHERE sku = $1`, sku)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var tok, st string
+		require.NoError(t, rows.Scan(&tok, &st))
+		out[tok] = st
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// Redis lost its data (the outbox with it) while the write-behind's last
+// batch of a SKU's holds was committed in PostgreSQL but its WAL not yet
+// flushed; a read rebuilds the SKU from the ledger, which shows the batch's
+// rows; PostgreSQL crashes as the SKU goes live (the rebuild's publish
+// hook), before the rebuild's own transaction commits, and recovers. No
+// outbox entry is left to apply the holds again, so the ledger keeps them
+// only if the rebuild made them durable before it published them: else
+// Redis has 150 holds the ledger never will. After the crash, Redis and the
+// ledger must agree hold by hold, and each restored hold must sell once, as
+// a sale in both.
+func TestRebuildPublishesOnlyHoldsThatSurviveAPostgresCrash(t *testing.T) {
+	b, pg := unflushedBundle(t)
+	const warm, sku, n = "WAL-WARM-1", "WAL-REBUILD-1", 150
+	b.product(t, warm, n, 0)
+	b.product(t, sku, n, 0)
+
+	// The WAL writer flushes at once the first time it finds WAL to write,
+	// then at most every wal_writer_delay: a first batch, once flushed, leaves
+	// the next one unflushed for seconds.
+	b.holdMany(t, warm, 0, 120)
+	c := b.applyUnflushed(t, warm)
+	deadline := time.Now().Add(30 * time.Second)
+	for b.walFlushed(t) < c.LSN {
+		require.True(t, time.Now().Before(deadline), "the WAL writer never flushed the first batch")
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	tokens := b.holdMany(t, sku, 1000, n)
+	c = b.applyUnflushed(t, sku)
+	require.Len(t, b.ledgerStatuses(t, sku), n, "an unflushed commit is visible at once")
+	require.Less(t, b.walFlushed(t), c.LSN, "the batch is committed and not yet on disk")
+
+	b.wipe(t) // Redis restarted empty: the SKU and the outbox are gone
+	crashed := false
+	var flushedAtPublish uint64
+	inventory.SetRebuildPublishedHook(b.engine, func(s string) {
+		if s != sku || crashed {
+			return
+		}
+		crashed = true
+		flushedAtPublish = b.walFlushed(t)
+		pg.StopImmediate()
+	})
+	err := b.engine.Rebuild(b.ctx, sku) // the hook runs on this goroutine
+	inventory.SetRebuildPublishedHook(b.engine, nil)
+	require.True(t, crashed, "the rebuild published the SKU")
+	t.Logf("the rebuild, PostgreSQL crashed as it published: %v", err)
+	pg.Start()
+	b.pool.Reset() // the connections the crash ended
+
+	ledger := b.ledgerStatuses(t, sku)
+	redisSt := b.redisStatuses(t, sku, tokens)
+	mismatched := 0
+	for _, tok := range tokens {
+		if ledger[tok] != redisSt[tok] {
+			mismatched++
+		}
+	}
+	t.Logf("at the publish the WAL was flushed to %d, the batch's commit at %d; after the crash the ledger has %d of %d holds, %d differ from Redis",
+		flushedAtPublish, c.LSN, len(ledger), n, mismatched)
+	require.Zero(t, mismatched, "Redis and the ledger disagree on %d of %d holds after the crash", mismatched, n)
+	require.GreaterOrEqual(t, flushedAtPublish, c.LSN, "the SKU went live before what it was read from was on disk")
+	s := b.requireBalanced(t, sku)
+	require.Equal(t, inventory.Stock{SKU: sku, Total: n, Held: n}, inventory.Stock{SKU: s.SKU, Total: s.Total, Held: s.Held, Sold: s.Sold, Available: s.Available})
+
+	// Each restored hold sells once, in Redis and in the ledger.
+	for i, tok := range tokens {
+		r, err := b.engine.Commit(b.ctx, buyer(1000+i), tok)
+		require.NoError(t, err, "commit of restored hold %d", i)
+		require.Equal(t, inventory.StatusCommitted, r.Status)
+	}
+	b.drainOutbox(t)
+	for tok, st := range b.ledgerStatuses(t, sku) {
+		require.Equal(t, db.StatusCommitted, st, fmt.Sprintf("the ledger's reservation %s", tok))
+	}
+	require.Equal(t, n, b.count(t, `SELECT count(DISTINCT token)::int FROM sales WHERE sku = $1`, sku), "one sale per hold")
+	require.Equal(t, n, b.requireBalanced(t, sku).Sold)
+}
