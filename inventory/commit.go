@@ -233,7 +233,13 @@ func (e *Engine) fromLedger(ctx context.Context, p Principal, token string) (reb
 		// live, so the hold is there now), or the rebuild did not know the
 		// hold (its reserve reached the ledger afterwards). Tell Redis what
 		// the ledger says: a hold it has is left alone, one it lacks is
-		// adopted if it still fits, else recorded as expired.
+		// adopted if it still fits, else recorded as expired. The row may
+		// be of a batch the write-behind committed without waiting for its
+		// WAL: it is made durable first, so that a crash of PostgreSQL
+		// cannot take back a hold Redis adopted.
+		if err := e.ledger.FlushWAL(ctx); err != nil {
+			return false, r, unavailable("flushing the ledger", err)
+		}
 		code, err := e.reconcileHold(ctx, e.keys.PartitionOf(r.SKU), row)
 		if err != nil {
 			return false, r, err

@@ -2,7 +2,6 @@ package inventory_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -69,6 +68,22 @@ func (b *bundle) applyUnflushed(t *testing.T, sku string) db.Commit {
 	return c
 }
 
+// warmWALWriter makes the WAL writer flush now: it flushes at once the
+// first time it finds WAL to write, then at most every wal_writer_delay, so
+// that a batch committed right after this stays unflushed for seconds.
+func (b *bundle) warmWALWriter(t *testing.T) {
+	t.Helper()
+	const warm = "WAL-WARM-1"
+	b.product(t, warm, 120, 0)
+	b.holdMany(t, warm, 0, 120)
+	c := b.applyUnflushed(t, warm)
+	deadline := time.Now().Add(30 * time.Second)
+	for b.walFlushed(t) < c.LSN {
+		require.True(t, time.Now().Before(deadline), "the WAL writer never flushed the first batch")
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // walFlushed is how far PostgreSQL's WAL is on disk.
 func (b *bundle) walFlushed(t *testing.T) uint64 {
 	t.Helper()
@@ -105,23 +120,12 @@ func (b *bundle) ledgerStatuses(t *testing.T, sku string) map[string]string {
 // a sale in both.
 func TestRebuildPublishesOnlyHoldsThatSurviveAPostgresCrash(t *testing.T) {
 	b, pg := unflushedBundle(t)
-	const warm, sku, n = "WAL-WARM-1", "WAL-REBUILD-1", 150
-	b.product(t, warm, n, 0)
+	const sku, n = "WAL-REBUILD-1", 150
 	b.product(t, sku, n, 0)
-
-	// The WAL writer flushes at once the first time it finds WAL to write,
-	// then at most every wal_writer_delay: a first batch, once flushed, leaves
-	// the next one unflushed for seconds.
-	b.holdMany(t, warm, 0, 120)
-	c := b.applyUnflushed(t, warm)
-	deadline := time.Now().Add(30 * time.Second)
-	for b.walFlushed(t) < c.LSN {
-		require.True(t, time.Now().Before(deadline), "the WAL writer never flushed the first batch")
-		time.Sleep(50 * time.Millisecond)
-	}
+	b.warmWALWriter(t)
 
 	tokens := b.holdMany(t, sku, 1000, n)
-	c = b.applyUnflushed(t, sku)
+	c := b.applyUnflushed(t, sku)
 	require.Len(t, b.ledgerStatuses(t, sku), n, "an unflushed commit is visible at once")
 	require.Less(t, b.walFlushed(t), c.LSN, "the batch is committed and not yet on disk")
 
@@ -166,8 +170,83 @@ func TestRebuildPublishesOnlyHoldsThatSurviveAPostgresCrash(t *testing.T) {
 	}
 	b.drainOutbox(t)
 	for tok, st := range b.ledgerStatuses(t, sku) {
-		require.Equal(t, db.StatusCommitted, st, fmt.Sprintf("the ledger's reservation %s", tok))
+		require.Equal(t, db.StatusCommitted, st, "the ledger's reservation %s", tok)
 	}
 	require.Equal(t, n, b.count(t, `SELECT count(DISTINCT token)::int FROM sales WHERE sku = $1`, sku), "one sale per hold")
 	require.Equal(t, n, b.requireBalanced(t, sku).Sold)
+}
+
+// The write-behind still carried reserves read from the outbox before Redis
+// lost its data, and the SKU was rebuilt without them; it applies them, as
+// a batch committed unflushed, and Redis is then told of the holds the
+// ledger has (ReconcileApplied after the batch, or a read of a token Redis
+// does not know): they are adopted. PostgreSQL then crashes before the WAL
+// writer flushed the batch. No outbox entry is left to apply the reserves
+// again, so an adopted hold stays in the ledger only if it was made durable
+// before Redis was told of it.
+func TestHoldsAdoptedFromTheLedgerSurviveAPostgresCrash(t *testing.T) {
+	for _, by := range []string{"reconcile", "read"} {
+		t.Run(by, func(t *testing.T) {
+			b, pg := unflushedBundle(t)
+			const sku, n = "WAL-ADOPT-1", 150
+			b.product(t, sku, n, 0)
+			b.warmWALWriter(t)
+
+			tokens := b.holdMany(t, sku, 1000, n)
+			var inFlight []db.Event
+			for _, ev := range b.outboxEvents(t) {
+				if ev.SKU == sku {
+					inFlight = append(inFlight, ev)
+				}
+			}
+			b.wipe(t)
+			require.Zero(t, b.requireBalanced(t, sku).Held, "rebuilt from a ledger without the holds")
+			c, err := b.engine.Ledger().ApplyEventsUnflushed(b.ctx, nil, inFlight)
+			require.NoError(t, err)
+			require.True(t, c.Unflushed, "a batch of %d fresh holds is copied and committed unflushed", len(inFlight))
+			require.Less(t, b.walFlushed(t), c.LSN, "the batch is committed and not yet on disk")
+
+			adopted := tokens
+			if by == "reconcile" {
+				changed, err := b.engine.Maintenance().ReconcileApplied(b.ctx, inventory.PartitionOf(sku), inFlight)
+				require.NoError(t, err)
+				require.Equal(t, n, changed, "every hold adopted")
+			} else {
+				adopted = tokens[:1]
+				r, err := b.engine.Reservation(b.ctx, buyer(1000), tokens[0])
+				require.NoError(t, err)
+				require.Equal(t, inventory.StatusHeld, r.Status, "the read adopts the hold")
+			}
+			flushedAtAdoption := b.walFlushed(t)
+
+			pg.StopImmediate()
+			pg.Start()
+			b.pool.Reset() // the connections the crash ended
+
+			ledger := b.ledgerStatuses(t, sku)
+			redisSt := b.redisStatuses(t, sku, adopted)
+			mismatched := 0
+			for _, tok := range adopted {
+				require.Equal(t, "HELD", redisSt[tok])
+				if ledger[tok] != redisSt[tok] {
+					mismatched++
+				}
+			}
+			t.Logf("after the adoption the WAL was flushed to %d, the batch's commit at %d; after the crash the ledger has %d of the %d adopted holds",
+				flushedAtAdoption, c.LSN, len(adopted)-mismatched, len(adopted))
+			require.Zero(t, mismatched, "Redis has %d adopted holds the ledger lost", mismatched)
+
+			for i, tok := range adopted {
+				r, err := b.engine.Commit(b.ctx, buyer(1000+i), tok)
+				require.NoError(t, err, "commit of adopted hold %d", i)
+				require.Equal(t, inventory.StatusCommitted, r.Status)
+			}
+			b.drainOutbox(t)
+			ledger = b.ledgerStatuses(t, sku)
+			for _, tok := range adopted {
+				require.Equal(t, db.StatusCommitted, ledger[tok], "the ledger's reservation %s", tok)
+			}
+			require.Equal(t, len(adopted), b.requireBalanced(t, sku).Sold)
+		})
+	}
 }

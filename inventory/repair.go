@@ -31,7 +31,8 @@ import (
 // never changes; a hold the ledger has as HELD and the rebuild did not know
 // is adopted if the stock and the quota allow, or else recorded as expired
 // (an expire event). It returns how many holds it changed. In the normal
-// case (no rebuild) it costs one pipelined HGET per SKU of the batch.
+// case (no rebuild) it costs one pipelined HGET per SKU of the batch; when a
+// hold is told, the rows read are made durable first (db.Ledger.FlushWAL).
 func (m *Maintenance) ReconcileApplied(ctx context.Context, partition int, events []db.Event) (int, error) {
 	e := m.e
 	for _, ev := range events {
@@ -68,6 +69,13 @@ func (m *Maintenance) ReconcileApplied(ctx context.Context, partition int, event
 	rows, err := e.ledger.Reservations().ReservationsByToken(ctx, tokens)
 	if err != nil {
 		return 0, unavailable("reading reservations", err)
+	}
+	// The batch may have been committed without waiting for its WAL (its
+	// events stay pending until it is on disk, but events of a SKU rebuilt
+	// since may be of an outbox Redis lost): it is made durable before Redis
+	// adopts a hold of it, so that a crash of PostgreSQL cannot take it back.
+	if err := e.ledger.FlushWAL(ctx); err != nil {
+		return 0, unavailable("flushing the ledger", err)
 	}
 	changed := 0
 	for _, tok := range tokens {
