@@ -16,7 +16,8 @@ import (
 // transaction, split while Postgres refuses it (applySplit). It returns how
 // many were applied and acknowledged. The writes and acknowledgements run on
 // a context detached from a stop, so a batch that was read is finished, not
-// abandoned, on shutdown.
+// abandoned, on shutdown. Entries of this process's batches still waiting
+// for their commit to be durable are left out.
 func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEntry) (int, error) {
 	began := time.Now()
 	fence, ok := f.leases.Fence(p)
@@ -27,6 +28,14 @@ func (f *Flusher) apply(ctx context.Context, p int, entries []inventory.OutboxEn
 	batch := make([]inventory.OutboxEntry, 0, len(entries))
 	var dead []inventory.DeadLetter
 	for _, e := range entries {
+		if _, waiting := f.unflushedIDs[e.ID]; waiting {
+			// Applied by a batch of this process that waits for its
+			// commit to be durable: a read of pending entries (this
+			// consumer's own after a lapsed lease, or a claim once idle)
+			// returns it again. It is acknowledged with that batch, not
+			// applied and counted a second time.
+			continue
+		}
 		if e.Err != nil {
 			reason := deadMalformed
 			switch {

@@ -362,3 +362,66 @@ func TestUnflushedCartLinesSurviveAPostgresCrash(t *testing.T) {
 		pending.Count, carts*lines, testutil.ToFloat64(f.m.durable.WithLabelValues("batch")),
 		testutil.ToFloat64(f.m.durable.WithLabelValues("check")))
 }
+
+// A batch committed unflushed stays pending in Redis until its commit is
+// durable, so a read of pending entries returns it again: a claim once it
+// has been idle ClaimIdle, or this consumer's own pending entries after its
+// lease lapsed. The flusher applies such an entry once, and acknowledges
+// and counts it once, when its batch is shown durable.
+func TestEntriesWaitingForTheirFlushAreNotAppliedAgain(t *testing.T) {
+	b, _ := unflushedPostgres(t)
+	const sku = "WAL-AGAIN-1"
+	b.product(t, sku, 1_000)
+	tokens := b.reserveMany(t, sku, 300, time.Hour)
+
+	reg := prometheus.NewRegistry()
+	cfg := fastConfig("again").Flusher // claims entries idle for a second
+	cfg.Options = fastConfig("again").Options
+	f := NewFlusher(cfg, b.engine.Maintenance(), b.rdb, b.log, reg)
+	f.initSignals()
+	var mu sync.Mutex
+	applied := map[string]int{}
+	f.hooks.beforeApply = func(_ int, evs []db.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range evs {
+			applied[e.ID]++
+		}
+	}
+	require.NoError(t, f.Start(b.ctx))
+	t.Cleanup(func() { stop(t, f) })
+
+	// The WAL writer flushes only every 10 s: the batches wait, pending,
+	// while the claims take their entries again, more than once (or one
+	// is applied again).
+	appliedTwice := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range applied {
+			if n > 1 {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 20*time.Second, func() bool {
+		return appliedTwice() || metric(t, reg, "dropline_writebehind_events_claimed_total") >= 2*float64(len(tokens))
+	}, "the claims take the waiting entries again")
+	mu.Lock()
+	require.Len(t, applied, len(tokens))
+	for id, n := range applied {
+		require.Equal(t, 1, n, "%s applied again while its batch waits for its flush", id)
+	}
+	mu.Unlock()
+	require.Zero(t, metric(t, reg, "dropline_writebehind_events_applied_total"), "acknowledged before durable")
+
+	// A durable commit flushes the WAL before it: the batches are
+	// acknowledged, each entry counted once.
+	_, err := b.pool.Exec(b.ctx, `SELECT pg_logical_emit_message(true, 'test', '')`)
+	require.NoError(t, err)
+	b.waitDrained(t, 20*time.Second, "the waiting batches are acknowledged", f)
+	require.Equal(t, float64(len(tokens)), metric(t, reg, "dropline_writebehind_events_applied_total"))
+	total, distinct, byKind := b.movements(t)
+	require.Equal(t, total, distinct)
+	require.Equal(t, len(tokens), byKind["reserve"])
+}
