@@ -333,7 +333,7 @@ func (e *Engine) hydrate(ctx context.Context, s *db.Snapshot, st *rebuildStats) 
 		}
 		return nil
 	case codeExists:
-		return errRebuildExists // the marks are rolled back: the SKU is another rebuild's
+		return errRebuildExists // the SKU is another rebuild's; the marks, committed before, stay
 	default:
 		return unavailable("rebuilding "+p.SKU, errRebuildSuperseded)
 	}
