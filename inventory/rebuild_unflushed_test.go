@@ -250,3 +250,64 @@ func TestHoldsAdoptedFromTheLedgerSurviveAPostgresCrash(t *testing.T) {
 		})
 	}
 }
+
+// A read of a token Redis no longer knows answers from the ledger's row
+// without making it durable first when the row is finished (EXPIRED here):
+// only a batch of fresh holds is committed unflushed, every row it writes is
+// HELD, and the commit that ends a hold is durable and so flushes the WAL
+// past the batch that wrote the hold. Here the write-behind's batch of 100
+// holds is committed unflushed, their expiries (made by Redis, which then
+// lost its data, the outbox with it) are applied after, a read answers
+// from the ledger, and PostgreSQL crashes: the ledger must still have what
+// the read answered, row by row. With synchronous_commit off for every
+// commit the test fails: the crash took back the 100 expiries.
+func TestAFinishedReservationAnsweredFromTheLedgerSurvivesAPostgresCrash(t *testing.T) {
+	b, pg := unflushedBundle(t)
+	const sku, n = "WAL-READ-1", 100 // enough fresh holds for a copied batch
+	b.product(t, sku, n, 0)
+	b.warmWALWriter(t)
+
+	var last time.Time
+	tokens := make([]string, n)
+	for i := range n {
+		h, err := b.engine.Reserve(b.ctx, buyer(1000+i), inventory.ReserveRequest{SKU: sku, Quantity: 1, HoldFor: time.Second})
+		require.NoError(t, err)
+		tokens[i], last = h.Token, h.ExpiresAt
+	}
+	c := b.applyUnflushed(t, sku)
+	require.Less(t, b.walFlushed(t), c.LSN, "the batch is committed and not yet on disk")
+	require.Eventually(t, func() bool { return time.Now().After(last.Add(10 * time.Millisecond)) }, 30*time.Second, 10*time.Millisecond)
+	expired, err := b.engine.Maintenance().ExpireDue(b.ctx, inventory.PartitionOf(sku), 2*n)
+	require.NoError(t, err)
+	require.Len(t, expired, n)
+	var ends []db.Event
+	for _, ev := range b.outboxEvents(t) {
+		if ev.SKU == sku && ev.Kind == "expire" {
+			ends = append(ends, ev)
+		}
+	}
+	require.Len(t, ends, n)
+	b.wipe(t) // Redis restarted empty: the holds and the outbox are gone
+	ended, err := b.engine.Ledger().ApplyEventsUnflushed(b.ctx, nil, ends)
+	require.NoError(t, err)
+	require.False(t, ended.Unflushed, "a batch of endings is committed durably")
+
+	r, err := b.engine.Reservation(b.ctx, buyer(1000), tokens[0])
+	require.NoError(t, err)
+	require.Equal(t, inventory.StatusExpired, r.Status, "answered from the ledger")
+	flushedAtAnswer := b.walFlushed(t)
+
+	pg.StopImmediate()
+	pg.Start()
+	b.pool.Reset() // the connections the crash ended
+
+	t.Logf("at the answer the WAL was flushed to %d, the holds' batch committed at %d", flushedAtAnswer, c.LSN)
+	r, err = b.engine.Reservation(b.ctx, buyer(1000), tokens[0])
+	require.NoError(t, err, "the reservation answered before the crash")
+	require.Equal(t, inventory.StatusExpired, r.Status)
+	ledger := b.ledgerStatuses(t, sku)
+	for _, tok := range tokens {
+		require.Equal(t, db.StatusExpired, ledger[tok], "the ledger's reservation %s", tok)
+	}
+	require.GreaterOrEqual(t, flushedAtAnswer, c.LSN, "ending the holds made their batch durable")
+}
