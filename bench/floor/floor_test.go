@@ -93,3 +93,60 @@ func TestBroadcasterWritesEachChangeToEverySubscriberOfItsSKU(t *testing.T) {
 	default:
 	}
 }
+
+func TestBareHandlerWritesTheSoldOutAnswer(t *testing.T) {
+	srv := httptest.NewServer(floor.BareHandler())
+	defer srv.Close()
+	body := `{"query":"mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token expiresAt } userErrors { code retryAfterSeconds } } }","variables":{"input":{"quantity":1,"sku":"BENCH-SOLD-OUT"}}}`
+	ids := map[string]bool{}
+	for range 2 {
+		resp, err := http.Post(srv.URL+"/graphql", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		require.Equal(t, `"cost";q=10000;w=10`, resp.Header.Get("RateLimit-Policy"))
+		require.Regexp(t, `^"cost";r=\d+;t=\d+$`, resp.Header.Get("RateLimit"))
+		require.Regexp(t, `^[0-9a-f]{24}$`, resp.Header.Get("X-Request-Id"))
+		ids[resp.Header.Get("X-Request-Id")] = true
+		require.Equal(t, int64(len(got)), resp.ContentLength, "one write, its length declared")
+		// The storm's wrk script counts an answer with OUT_OF_STOCK and no
+		// token as out of stock.
+		require.Contains(t, string(got), "OUT_OF_STOCK")
+		require.NotContains(t, string(got), `"token":"`)
+		var out struct {
+			Data struct {
+				Reserve struct {
+					Reservation *struct{}
+					UserErrors  []struct {
+						Code              string
+						RetryAfterSeconds *int
+					}
+				}
+			}
+			Extensions struct {
+				Cost struct{ RequestedQueryCost, ActualQueryCost int }
+			}
+		}
+		require.NoError(t, json.Unmarshal(got, &out))
+		require.Nil(t, out.Data.Reserve.Reservation)
+		require.Len(t, out.Data.Reserve.UserErrors, 1)
+		require.Equal(t, "OUT_OF_STOCK", out.Data.Reserve.UserErrors[0].Code)
+		require.Nil(t, out.Data.Reserve.UserErrors[0].RetryAfterSeconds)
+		require.Positive(t, out.Extensions.Cost.ActualQueryCost)
+	}
+	require.Len(t, ids, 2, "a fresh request id each time")
+
+	// A body over the limit is refused, not read to its end.
+	resp, err := http.Post(srv.URL+"/graphql", "application/json", strings.NewReader(strings.Repeat(" ", floor.BareBodyBytes+1)))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+
+	resp, err = http.Get(srv.URL + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

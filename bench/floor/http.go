@@ -6,6 +6,9 @@
 //     reserve resolver returns a fixed reservation. No authentication, no
 //     Redis, no limits: the cost of parsing, validating, executing and
 //     encoding the reserve mutation, which no reserve can avoid.
+//   - BareHandler: net/http alone writing Dropline's answer to the sold-out
+//     storm's request, whatever was asked (see bare.go): what a sold-out
+//     answer costs before any GraphQL.
 //   - Broadcaster: a websocket server that writes one frame to every
 //     connected socket (see broadcast.go).
 package floor

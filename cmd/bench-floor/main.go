@@ -2,6 +2,7 @@
 // bench/floor) on a loopback address until interrupted:
 //
 //	bench-floor http ADDR   net/http + gqlgen, reserve returns a fixed reservation
+//	bench-floor bare ADDR   net/http alone, every POST answered with the sold-out answer
 //	bench-floor ws ADDR     a websocket broadcaster of one frame to every socket
 //
 // `make bench-http` and `make watchers` build and start it themselves.
@@ -23,17 +24,19 @@ import (
 
 func main() {
 	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: bench-floor http|ws 127.0.0.1:PORT")
+		fmt.Fprintln(os.Stderr, "usage: bench-floor http|bare|ws 127.0.0.1:PORT")
 		os.Exit(2)
 	}
 	var h http.Handler
 	switch os.Args[1] {
 	case "http":
 		h = floor.HTTPHandler()
+	case "bare":
+		h = floor.BareHandler()
 	case "ws":
 		h = floor.NewBroadcaster().Handler()
 	default:
-		fmt.Fprintln(os.Stderr, "usage: bench-floor http|ws 127.0.0.1:PORT")
+		fmt.Fprintln(os.Stderr, "usage: bench-floor http|bare|ws 127.0.0.1:PORT")
 		os.Exit(2)
 	}
 	host, _, err := net.SplitHostPort(os.Args[2])
