@@ -31,7 +31,14 @@
 //     (a conditional UPDATE of the hot row that inserts the hold only when
 //     it took a unit), latency percentiles from pgbench's per-transaction log.
 //  5. The sold-out storm: 10,000 buyers asking for a SKU with no stock,
-//     rate limit at its defaults; answered/s and percentiles.
+//     rate limit at its defaults; answered/s and percentiles, and the CPU
+//     time per answer of dropline, redis-server and wrk. With
+//     Config.Floor, the bare net/http handler (bench/floor.BareHandler:
+//     the sold-out answer's bytes and headers, nothing parsed) is then
+//     driven by the storm's wrk script, tokens and connections; Dropline's
+//     CPU per answer is divided by its CPU per request, and the CPU per hold
+//     by its, wrk's and redis-server's per answer: the storm's ratio to the
+//     holds were an answer to cost no more over net/http.
 //  6. Constant rate at 80 % of the maximum of step 2 (an open-loop driver in
 //     this process: latency counts from when a request was due, so a stall
 //     is not hidden by the driver waiting for it).

@@ -50,6 +50,32 @@ func judged(name, value, goal string, passed bool) Check {
 	return Check{Name: name, Value: value, Goal: goal, Passed: passed}
 }
 
+// holdCPU is the machine's whole CPU time per successful hold over the
+// reserve step: dropline, redis-server, PostgreSQL's backends and wrk.
+func (r Result) holdCPU() time.Duration {
+	return r.ServerCPU + r.RedisCPU + r.PostgresCPU + r.LoadCPU
+}
+
+// bareLoadCPU is wrk's CPU time per request of the bare handler's run.
+func (r Result) bareLoadCPU() time.Duration {
+	if r.Bare.Requests == 0 {
+		return 0
+	}
+	return r.Bare.CPU / time.Duration(r.Bare.Requests)
+}
+
+// StormCeiling is what storm answers ÷ successful holds would be, the
+// machine's CPU being what both steps are bound by, if Dropline's sold-out
+// answer cost no more than the bare net/http handler's: the whole CPU per
+// hold ÷ the bare handler's, wrk's in its run and redis-server's per storm
+// answer. 0 without a bare handler measured.
+func (r Result) StormCeiling() float64 {
+	if r.BareCPU == 0 {
+		return 0
+	}
+	return div(float64(r.holdCPU()), float64(r.BareCPU+r.bareLoadCPU()+r.StormRedisCPU))
+}
+
 func div(a, b float64) float64 {
 	if b == 0 {
 		return 0
@@ -76,6 +102,9 @@ func (r Result) Markdown() string {
 	row("PostgreSQL only, `pgbench` (UPDATE + INSERT)", r.Postgres.PerSecond, r.Postgres.P50MS, r.Postgres.P99MS, r.Postgres.MaxMS)
 	row(fmt.Sprintf("sold-out storm, `OUT_OF_STOCK` answers (%s buyers)", thousands(float64(c.StormBuyers))),
 		r.Storm.PerSecond(r.Storm.OutOfStock), ms(r.Storm.P50US), ms(r.Storm.P99US), ms(r.Storm.MaxUS))
+	if r.BareCPU > 0 {
+		row("floor: bare `net/http` handler writing the sold-out answer", r.Bare.PerSecond(r.Bare.Requests), ms(r.Bare.P50US), ms(r.Bare.P99US), ms(r.Bare.MaxUS))
+	}
 	row(fmt.Sprintf("paced at %s/s (80 %% of the maximum)", thousands(r.SteadyRate)),
 		r.Steady.PerSecond(r.Steady.Held), ms(r.Steady.P50US), ms(r.Steady.P99US), ms(r.Steady.MaxUS))
 	row(fmt.Sprintf("sustained peak (%s)", c.Peak), r.Peak.EventRate, ms(r.Peak.Reserve.P50US), ms(r.Peak.Reserve.P99US), ms(r.Peak.Reserve.MaxUS))
@@ -86,10 +115,20 @@ func (r Result) Markdown() string {
 		r.Peak.LagP50, r.Peak.LagP99, r.Peak.LagMax, r.Peak.Samples, thousands(r.Peak.BacklogMax), r.Peak.DrainSeconds)
 	fmt.Fprintf(&b, "CPU time per successful reserve over the reserve step: dropline %.1f µs, redis-server %.1f µs, "+
 		"PostgreSQL %.1f µs (the database's backends), wrk %.1f µs (the load generator); %.1f µs in all.\n\n",
-		us(r.ServerCPU), us(r.RedisCPU), us(r.PostgresCPU), us(r.LoadCPU), us(r.ServerCPU+r.RedisCPU+r.PostgresCPU+r.LoadCPU))
+		us(r.ServerCPU), us(r.RedisCPU), us(r.PostgresCPU), us(r.LoadCPU), us(r.holdCPU()))
+	fmt.Fprintf(&b, "CPU time per answer over the sold-out storm: dropline %.1f µs, redis-server %.1f µs, wrk %.1f µs.\n\n",
+		us(r.StormCPU), us(r.StormRedisCPU), us(r.StormLoadCPU))
 	fmt.Fprintf(&b, "Floors, in the same run: the floor server used %.1f µs of CPU per request (dropline ÷ floor: %.2f); "+
 		"redis-server used %.1f µs per call of the bare reserve-shaped script (per hold ÷ per bare call: %.2f).\n\n",
 		us(r.FloorCPU), div(float64(r.ServerCPU), float64(r.FloorCPU)), us(r.RedisBareCPU), div(float64(r.RedisCPU), float64(r.RedisBareCPU)))
+	if r.BareCPU > 0 {
+		fmt.Fprintf(&b, "Driven by the storm's wrk script, the bare `net/http` handler (the sold-out answer's bytes and headers, nothing parsed) "+
+			"used %.1f µs of CPU per request and wrk %.1f µs (dropline per storm answer ÷ bare handler: %.2f). "+
+			"Were Dropline's answer to cost no more than the bare handler's, storm answers ÷ successful holds could reach %.2f with `net/http` "+
+			"(%.1f µs in all per hold ÷ %.1f µs of handler, wrk and redis-server per answer).\n\n",
+			us(r.BareCPU), us(r.bareLoadCPU()), div(float64(r.StormCPU), float64(r.BareCPU)), r.StormCeiling(),
+			us(r.holdCPU()), us(r.BareCPU+r.bareLoadCPU()+r.StormRedisCPU))
+	}
 	fmt.Fprintf(&b, "Other answers: reserve run %d rate limited, %d other, %d failed; storm %d rate limited, %d other, %d failed; "+
 		"paced run %d without a hold, %d failed.\n\n",
 		r.Reserve.RateLimited, r.Reserve.Other+r.Reserve.OutOfStock, r.Reserve.Failed+r.Reserve.socketErrors(),

@@ -99,4 +99,35 @@ func TestChecksJudgeTheGoals(t *testing.T) {
 	}
 }
 
+func TestBareFloorBoundsTheStormRatio(t *testing.T) {
+	r := Result{
+		Config:    Config{Connections: 50, StormBuyers: 10000},
+		Reserve:   WrkResult{DurationUS: 1e6, Held: 15000},
+		Storm:     WrkResult{DurationUS: 1e6, Requests: 33000, OutOfStock: 33000},
+		ServerCPU: 60 * time.Microsecond, RedisCPU: 20 * time.Microsecond,
+		PostgresCPU: 10 * time.Microsecond, LoadCPU: 12 * time.Microsecond,
+		StormCPU: 35 * time.Microsecond, StormRedisCPU: 5 * time.Microsecond, StormLoadCPU: 13 * time.Microsecond,
+	}
+	// Without a bare handler measured there is no ceiling, and the report
+	// says nothing of one.
+	require.Zero(t, r.StormCeiling())
+	require.NotContains(t, r.Markdown(), "bare `net/http` handler")
+	require.Contains(t, r.Markdown(), "CPU time per answer over the sold-out storm: dropline 35.0 µs, redis-server 5.0 µs, wrk 13.0 µs.")
+
+	// 102 µs in all per hold ÷ (15 µs of handler + 14 of wrk + 5 of
+	// redis-server per answer) = 3.
+	r.Bare = WrkResult{DurationUS: 1e6, Requests: 60000, OutOfStock: 60000, P50US: 700, P99US: 2000, MaxUS: 9000, CPU: 60000 * 14 * time.Microsecond}
+	r.BareCPU = 15 * time.Microsecond
+	require.InDelta(t, 3.0, r.StormCeiling(), 1e-9)
+	md := r.Markdown()
+	require.Contains(t, md, "| floor: bare `net/http` handler writing the sold-out answer | 60,000 | 0.70 | 2.00 | 9.0 |\n")
+	require.Contains(t, md, "the bare `net/http` handler (the sold-out answer's bytes and headers, nothing parsed) used 15.0 µs of CPU per request and wrk 14.0 µs "+
+		"(dropline per storm answer ÷ bare handler: 2.33). Were Dropline's answer to cost no more than the bare handler's, "+
+		"storm answers ÷ successful holds could reach 3.00 with `net/http` (102.0 µs in all per hold ÷ 34.0 µs of handler, wrk and redis-server per answer).")
+	// It is information, not a goal.
+	for _, c := range r.Checks() {
+		require.NotContains(t, c.Name, "net/http")
+	}
+}
+
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -56,7 +56,8 @@ type Config struct {
 	Profile string
 	// Floor is the bench-floor binary (cmd/bench-floor); when set, its
 	// HTTP floor is driven right after the reserve step by the same wrk
-	// script, and its CPU per request is what Dropline's is divided by.
+	// script, and its CPU per request is what Dropline's is divided by;
+	// its bare net/http handler is driven likewise right after the storm.
 	Floor string
 }
 
@@ -68,11 +69,19 @@ type Result struct {
 	Redis    Baseline
 	Postgres Baseline
 	Storm    WrkResult
+	// StormCPU, StormRedisCPU and StormLoadCPU are the CPU time dropline,
+	// redis-server and wrk used per answer over the storm step.
+	StormCPU, StormRedisCPU, StormLoadCPU time.Duration
 	// Floor is the floor server (net/http + gqlgen, reserve returning a
 	// fixed reservation) driven like Reserve; FloorCPU its CPU time per
 	// request.
 	Floor    WrkResult
 	FloorCPU time.Duration
+	// Bare is the bare net/http handler (bench/floor.BareHandler: the
+	// sold-out answer's bytes and headers, nothing parsed) driven like
+	// Storm; BareCPU its CPU time per request.
+	Bare    WrkResult
+	BareCPU time.Duration
 	// RedisBareCPU is redis-server's CPU time per call of the bare
 	// reserve-shaped script over the EVALSHA baseline.
 	RedisBareCPU time.Duration
@@ -278,7 +287,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg.logf("  redis-server per hold (INFO commandstats and stats):\n%s", perOp(rs0, rs1, res.Reserve.Held))
 	if cfg.Floor != "" {
 		cfg.logf("floor server (net/http + gqlgen, fixed reservation), wrk -c %d, %s ...", cfg.Connections, cfg.Step)
-		if res.Floor, res.FloorCPU, err = floorRun(ctx, cfg, w); err != nil {
+		if res.Floor, res.FloorCPU, err = floorRun(ctx, cfg, "http", w, func(r WrkResult) int64 { return r.Held }); err != nil {
 			return res, err
 		}
 		cfg.logf("  %.0f requests/s, p50 %.2f ms p99 %.2f ms; CPU per request %s; dropline per hold ÷ floor per request %.2f",
@@ -316,15 +325,23 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	// The storm's CPU per answer, as the reserve step's per hold: the
 	// figure that holds still on a shared machine.
-	var stormCPU, stormRedisCPU, stormLoadCPU time.Duration
 	if n := res.Storm.Requests; n > 0 {
-		stormCPU = (server.cpuTime() - cpu0) / time.Duration(n)
-		stormRedisCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(n)
-		stormLoadCPU = res.Storm.CPU / time.Duration(n)
+		res.StormCPU = (server.cpuTime() - cpu0) / time.Duration(n)
+		res.StormRedisCPU = (redisProc.cpuTime() - rcpu0) / time.Duration(n)
+		res.StormLoadCPU = res.Storm.CPU / time.Duration(n)
 	}
 	cfg.logf("  %.0f answers/s (%d out of stock, %d rate limited, %d other), p50 %.2f ms p99 %.2f ms; CPU per answer: dropline %s, redis-server %s, wrk %s",
 		res.Storm.PerSecond(res.Storm.Requests), res.Storm.OutOfStock, res.Storm.RateLimited, res.Storm.Other+res.Storm.Failed,
-		ms(res.Storm.P50US), ms(res.Storm.P99US), stormCPU, stormRedisCPU, stormLoadCPU)
+		ms(res.Storm.P50US), ms(res.Storm.P99US), res.StormCPU, res.StormRedisCPU, res.StormLoadCPU)
+	if cfg.Floor != "" {
+		cfg.logf("bare net/http handler (the sold-out answer's bytes), wrk -c %d, %s ...", cfg.Connections, cfg.Step)
+		if res.Bare, res.BareCPU, err = floorRun(ctx, cfg, "bare", storm, func(r WrkResult) int64 { return r.OutOfStock }); err != nil {
+			return res, err
+		}
+		cfg.logf("  %.0f requests/s, p50 %.2f ms p99 %.2f ms; CPU per request %s, wrk %s; dropline per storm answer ÷ bare handler per request %.2f; storm ÷ holds at most %.2f with net/http",
+			res.Bare.PerSecond(res.Bare.Requests), ms(res.Bare.P50US), ms(res.Bare.P99US), res.BareCPU, res.bareLoadCPU(),
+			div(float64(res.StormCPU), float64(res.BareCPU)), res.StormCeiling())
+	}
 	if cfg.ReserveAndStorm {
 		cfg.logf("  storm out-of-stock answers/s ÷ successful holds/s: %.2f",
 			div(res.Storm.PerSecond(res.Storm.OutOfStock), res.Reserve.PerSecond(res.Reserve.Held)))
@@ -355,17 +372,19 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	return res, nil
 }
 
-// floorRun starts the floor server, warms it up and drives it as w drives
-// Dropline (same script, tokens, body and connections), returning wrk's
-// result and the floor's CPU time per request. The floor is stopped before
-// it returns.
-func floorRun(ctx context.Context, cfg Config, w wrkRun) (WrkResult, time.Duration, error) {
+// floorRun starts the floor server of mode (cmd/bench-floor: http or
+// bare), warms it up and drives it as w drives Dropline (same script,
+// tokens, body and connections), returning wrk's result and the floor's CPU
+// time per request. Every request must be answered as expected: expected
+// counts those that were (holds from the HTTP floor, OUT_OF_STOCK from the
+// bare handler). The floor is stopped before it returns.
+func floorRun(ctx context.Context, cfg Config, mode string, w wrkRun, expected func(WrkResult) int64) (WrkResult, time.Duration, error) {
 	port, err := freePort()
 	if err != nil {
 		return WrkResult{}, 0, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(cfg.Floor, "http", addr) //nolint:gosec // the binary the Makefile just built
+	cmd := exec.Command(cfg.Floor, mode, addr) //nolint:gosec // the binary the Makefile just built
 	if err := cmd.Start(); err != nil {
 		return WrkResult{}, 0, fmt.Errorf("starting the floor server: %w", err)
 	}
@@ -386,8 +405,9 @@ func floorRun(ctx context.Context, cfg Config, w wrkRun) (WrkResult, time.Durati
 	if err != nil {
 		return r, 0, err
 	}
-	if r.Held == 0 || r.Held != r.Requests {
-		return r, 0, fmt.Errorf("the floor server answered %d reservations to %d requests", r.Held, r.Requests)
+	if n := expected(r); n == 0 || n != r.Requests {
+		return r, 0, fmt.Errorf("the floor server (%s) answered %d of %d requests as expected (held %d, out of stock %d, rate limited %d, other %d, failed %d)",
+			mode, n, r.Requests, r.Held, r.OutOfStock, r.RateLimited, r.Other, r.Failed)
 	}
 	return r, (p.cpuTime() - cpu0) / time.Duration(r.Requests), nil
 }

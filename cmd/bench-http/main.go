@@ -21,7 +21,7 @@ import (
 func main() {
 	fs := flag.NewFlagSet("bench-http", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/dropline", "the dropline binary to start")
-	floorBin := fs.String("floor", "", "the bench-floor binary (cmd/bench-floor): its HTTP floor is measured beside the reserve step")
+	floorBin := fs.String("floor", "", "the bench-floor binary (cmd/bench-floor): its HTTP floor is measured beside the reserve step, its bare net/http handler beside the storm")
 	dbURL := fs.String("database-url", "", "a loopback PostgreSQL server; the run creates and drops its own database there (default: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres)")
 	step := fs.Duration("step", 10*time.Second, "length of each measured step")
 	peak := fs.Duration("peak", 60*time.Second, "length of the sustained peak the write-behind is watched over")
