@@ -64,7 +64,7 @@ func (b *soldOutBundle) fromMemory(t *testing.T) float64 {
 }
 
 // TestSoldOutMemoryNeverRefusesUnitsThatAreThere runs a storm of 2,000
-// goroutines against a sold-out SKU, most of it answered from the hub's
+// goroutines against a sold-out SKU, much of it answered from the hub's
 // memory, while units come back again and again: a restock by this process,
 // a hold cancelled here, a restock by another process. The storm asks for 2
 // units and only 1 ever comes back, so every unit is the restocker's: its
@@ -167,7 +167,14 @@ func TestSoldOutMemoryNeverRefusesUnitsThatAreThere(t *testing.T) {
 			require.Zero(t, wrong.Load(), "storm answers other than OUT_OF_STOCK, the first: %v", firstWrong.Load())
 			t.Logf("%d storm refusals, %.0f from memory; reserves refused after another process's restock: %v",
 				refused.Load(), b.fromMemory(t), refusedFirst)
-			require.Greater(t, b.fromMemory(t), float64(refused.Load())/2, "most of the storm should be answered from memory")
+			// The memory must carry a large share of the storm, not a
+			// trickle. How large depends on the machine: until the memory
+			// takes the SKU as sold out (at the start, and after each
+			// round's restock or cancel) the storm is refused by Redis, and
+			// under -race on a slow two-core machine those windows took
+			// 15-52 % of the refusals (each round above has already seen
+			// the memory answer).
+			require.Greater(t, b.fromMemory(t), float64(refused.Load())/4, "a large share of the storm should be answered from memory")
 
 			s := b.truth(t, sku)
 			require.Equal(t, inventory.Stock{SKU: sku, Total: rounds, Available: 0, Held: 0, Sold: rounds},
