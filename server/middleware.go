@@ -3,12 +3,9 @@ package server
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -63,19 +60,6 @@ func saneRequestID(id string) bool {
 	return true
 }
 
-// newRequestID returns 24 random hex digits. The id names a request in
-// logs and error reports and guards nothing, so it comes from math/rand/v2's
-// generator (seeded by the runtime, per thread, no system call) rather than
-// crypto/rand.
-func newRequestID() string {
-	var b [12]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64()) //nolint:gosec // names a request, guards nothing
-	binary.LittleEndian.PutUint32(b[8:], rand.Uint32()) //nolint:gosec // as above
-	var out [24]byte
-	hex.Encode(out[:], b[:])
-	return string(out[:])
-}
-
 // RequestID assigns the request id, echoes it in the response header and
 // stores it, with a logger carrying it, in the context: handlers log with
 // zerolog.Ctx(r.Context()) and every line has request_id. The Server
@@ -92,7 +76,7 @@ func RequestID(base zerolog.Logger, next http.Handler) http.Handler {
 func requestContext(ctx context.Context, base zerolog.Logger, w http.ResponseWriter, r *http.Request) context.Context {
 	id := header.Get(r.Header, RequestIDHeader)
 	if !saneRequestID(id) {
-		id = newRequestID()
+		id = requestid.New()
 	}
 	w.Header().Set(RequestIDHeader, id)
 	l := base.With().Str("request_id", id).Logger()

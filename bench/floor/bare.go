@@ -1,11 +1,10 @@
 package floor
 
 import (
-	"encoding/binary"
-	"encoding/hex"
 	"io"
-	"math/rand/v2"
 	"net/http"
+
+	"github.com/dropline/dropline/internal/requestid"
 )
 
 // BareBodyBytes bounds the body BareHandler reads: Dropline's default
@@ -44,22 +43,11 @@ func BareHandler() http.Handler {
 		}
 		h := w.Header()
 		h["Content-Type"] = jsonContentType
-		h["X-Request-Id"] = []string{requestID()}
+		h["X-Request-Id"] = []string{requestid.New()}
 		h["Ratelimit-Policy"] = soldOutPolicy
 		h["Ratelimit"] = soldOutRateLimit
 		_, _ = io.WriteString(w, soldOutAnswer)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
-}
-
-// requestID is a fresh request id as Dropline makes one: 24 random hex
-// digits from math/rand/v2.
-func requestID() string {
-	var b [12]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64()) //nolint:gosec // names a request, guards nothing
-	binary.LittleEndian.PutUint32(b[8:], rand.Uint32()) //nolint:gosec // as above
-	var out [24]byte
-	hex.Encode(out[:], b[:])
-	return string(out[:])
 }
