@@ -92,22 +92,6 @@ func (b *bundle) walFlushed(t *testing.T) uint64 {
 	return uint64(f) //nolint:gosec // a WAL position
 }
 
-// ledgerStatuses is the status the ledger has for each reservation of sku.
-func (b *bundle) ledgerStatuses(t *testing.T, sku string) map[string]string {
-	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `SELECT token, status FROM reservations WHERE sku = $1`, sku)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var tok, st string
-		require.NoError(t, rows.Scan(&tok, &st))
-		out[tok] = st
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
-
 // Redis lost its data (the outbox with it) while the write-behind's last
 // batch of a SKU's holds was committed in PostgreSQL but its WAL not yet
 // flushed; a read rebuilds the SKU from the ledger, which shows the batch's
@@ -126,7 +110,7 @@ func TestRebuildPublishesOnlyHoldsThatSurviveAPostgresCrash(t *testing.T) {
 
 	tokens := b.holdMany(t, sku, 1000, n)
 	c := b.applyUnflushed(t, sku)
-	require.Len(t, b.ledgerStatuses(t, sku), n, "an unflushed commit is visible at once")
+	require.Len(t, ledgerStatuses(t, b.pool, sku), n, "an unflushed commit is visible at once")
 	require.Less(t, b.walFlushed(t), c.LSN, "the batch is committed and not yet on disk")
 
 	b.wipe(t) // Redis restarted empty: the SKU and the outbox are gone
@@ -147,7 +131,7 @@ func TestRebuildPublishesOnlyHoldsThatSurviveAPostgresCrash(t *testing.T) {
 	pg.Start()
 	b.pool.Reset() // the connections the crash ended
 
-	ledger := b.ledgerStatuses(t, sku)
+	ledger := ledgerStatuses(t, b.pool, sku)
 	redisSt := b.redisStatuses(t, sku, tokens)
 	mismatched := 0
 	for _, tok := range tokens {
@@ -169,7 +153,7 @@ func TestRebuildPublishesOnlyHoldsThatSurviveAPostgresCrash(t *testing.T) {
 		require.Equal(t, inventory.StatusCommitted, r.Status)
 	}
 	b.drainOutbox(t)
-	for tok, st := range b.ledgerStatuses(t, sku) {
+	for tok, st := range ledgerStatuses(t, b.pool, sku) {
 		require.Equal(t, db.StatusCommitted, st, "the ledger's reservation %s", tok)
 	}
 	require.Equal(t, n, b.count(t, `SELECT count(DISTINCT token)::int FROM sales WHERE sku = $1`, sku), "one sale per hold")
@@ -223,7 +207,7 @@ func TestHoldsAdoptedFromTheLedgerSurviveAPostgresCrash(t *testing.T) {
 			pg.Start()
 			b.pool.Reset() // the connections the crash ended
 
-			ledger := b.ledgerStatuses(t, sku)
+			ledger := ledgerStatuses(t, b.pool, sku)
 			redisSt := b.redisStatuses(t, sku, adopted)
 			mismatched := 0
 			for _, tok := range adopted {
@@ -242,7 +226,7 @@ func TestHoldsAdoptedFromTheLedgerSurviveAPostgresCrash(t *testing.T) {
 				require.Equal(t, inventory.StatusCommitted, r.Status)
 			}
 			b.drainOutbox(t)
-			ledger = b.ledgerStatuses(t, sku)
+			ledger = ledgerStatuses(t, b.pool, sku)
 			for _, tok := range adopted {
 				require.Equal(t, db.StatusCommitted, ledger[tok], "the ledger's reservation %s", tok)
 			}
@@ -305,7 +289,7 @@ func TestAFinishedReservationAnsweredFromTheLedgerSurvivesAPostgresCrash(t *test
 	r, err = b.engine.Reservation(b.ctx, buyer(1000), tokens[0])
 	require.NoError(t, err, "the reservation answered before the crash")
 	require.Equal(t, inventory.StatusExpired, r.Status)
-	ledger := b.ledgerStatuses(t, sku)
+	ledger := ledgerStatuses(t, b.pool, sku)
 	for _, tok := range tokens {
 		require.Equal(t, db.StatusExpired, ledger[tok], "the ledger's reservation %s", tok)
 	}

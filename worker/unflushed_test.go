@@ -43,6 +43,28 @@ func unflushedPostgres(t *testing.T) (*bundle, *testenv.PrivatePostgres) {
 // flushed. Their events were not acknowledged, so the flusher applies
 // again what the crash lost, and the ledger ends with every hold once,
 // as Redis has it.
+// unflushedFlusher is a flusher owned by owner with fastConfig's
+// settings, changed by tune when it is not nil, and its metrics' registry.
+// The caller starts it (startFlusher), after setting any hooks.
+func (b *bundle) unflushedFlusher(owner string, tune func(*FlusherConfig)) (*Flusher, *prometheus.Registry) {
+	cfg := fastConfig(owner).Flusher
+	cfg.Options = fastConfig(owner).Options
+	if tune != nil {
+		tune(&cfg)
+	}
+	reg := prometheus.NewRegistry()
+	f := NewFlusher(cfg, b.engine.Maintenance(), b.rdb, b.log, reg)
+	f.initSignals()
+	return f, reg
+}
+
+// startFlusher starts f, stopped when the test ends.
+func (b *bundle) startFlusher(t *testing.T, f *Flusher) {
+	t.Helper()
+	require.NoError(t, f.Start(b.ctx))
+	t.Cleanup(func() { stop(t, f) })
+}
+
 func TestUnflushedBatchesSurviveAPostgresCrash(t *testing.T) {
 	b, pg := unflushedPostgres(t)
 	const sku = "WAL-CRASH-1"
@@ -50,14 +72,8 @@ func TestUnflushedBatchesSurviveAPostgresCrash(t *testing.T) {
 	tokens := b.reserveMany(t, sku, 600, time.Hour)
 	p := inventory.PartitionOf(sku)
 
-	reg := prometheus.NewRegistry()
-	cfg := fastConfig("wal").Flusher
-	cfg.Options = fastConfig("wal").Options
-	cfg.BatchSize = 200
-	f := NewFlusher(cfg, b.engine.Maintenance(), b.rdb, b.log, reg)
-	f.initSignals()
-	require.NoError(t, f.Start(b.ctx))
-	t.Cleanup(func() { stop(t, f) })
+	f, _ := b.unflushedFlusher("wal", func(cfg *FlusherConfig) { cfg.BatchSize = 200 })
+	b.startFlusher(t, f)
 
 	// Every hold is in the ledger (an unflushed commit is visible at once),
 	// and the batches whose commits are not on disk are pending.
@@ -98,18 +114,14 @@ func TestUnflushedBatchesOfAnotherSessionAreAcknowledgedUnderFlow(t *testing.T) 
 	b.product(t, sku, 1_000_000)
 	p := inventory.PartitionOf(sku)
 
-	reg := prometheus.NewRegistry()
-	cfg := fastConfig("sessions").Flusher
-	cfg.Options = fastConfig("sessions").Options
-	// Batches of 100 fresh holds or more are copied, and only those are
-	// committed unflushed: 250 ms of this flow is about 200.
-	cfg.PollInterval = 250 * time.Millisecond
-	cfg.BatchSize = 1000
-	cfg.ClaimIdle = time.Minute // nothing is brought back by a claim
-	f := NewFlusher(cfg, b.engine.Maintenance(), b.rdb, b.log, reg)
-	f.initSignals()
-	require.NoError(t, f.Start(b.ctx))
-	t.Cleanup(func() { stop(t, f) })
+	f, _ := b.unflushedFlusher("sessions", func(cfg *FlusherConfig) {
+		// Batches of 100 fresh holds or more are copied, and only those
+		// are committed unflushed: 250 ms of this flow is about 200.
+		cfg.PollInterval = 250 * time.Millisecond
+		cfg.BatchSize = 1000
+		cfg.ClaimIdle = time.Minute // nothing is brought back by a claim
+	})
+	b.startFlusher(t, f)
 
 	ctx, cancel := context.WithTimeout(b.ctx, 6*time.Second)
 	defer cancel()
@@ -337,14 +349,8 @@ func TestUnflushedCartLinesSurviveAPostgresCrash(t *testing.T) {
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	cfg := fastConfig("wal-cart").Flusher
-	cfg.Options = fastConfig("wal-cart").Options
-	cfg.BatchSize = 200
-	f := NewFlusher(cfg, b.engine.Maintenance(), b.rdb, b.log, reg)
-	f.initSignals()
-	require.NoError(t, f.Start(b.ctx))
-	t.Cleanup(func() { stop(t, f) })
+	f, _ := b.unflushedFlusher("wal-cart", func(cfg *FlusherConfig) { cfg.BatchSize = 200 })
+	b.startFlusher(t, f)
 
 	held := func() int {
 		var n int
@@ -384,11 +390,7 @@ func TestEntriesWaitingForTheirFlushAreNotAppliedAgain(t *testing.T) {
 	b.product(t, sku, 1_000)
 	tokens := b.reserveMany(t, sku, 300, time.Hour)
 
-	reg := prometheus.NewRegistry()
-	cfg := fastConfig("again").Flusher // claims entries idle for a second
-	cfg.Options = fastConfig("again").Options
-	f := NewFlusher(cfg, b.engine.Maintenance(), b.rdb, b.log, reg)
-	f.initSignals()
+	f, reg := b.unflushedFlusher("again", nil) // claims entries idle for a second
 	var mu sync.Mutex
 	applied := map[string]int{}
 	f.hooks.beforeApply = func(_ int, evs []db.Event) {
@@ -398,8 +400,7 @@ func TestEntriesWaitingForTheirFlushAreNotAppliedAgain(t *testing.T) {
 			applied[e.ID]++
 		}
 	}
-	require.NoError(t, f.Start(b.ctx))
-	t.Cleanup(func() { stop(t, f) })
+	b.startFlusher(t, f)
 
 	// The WAL writer flushes only every 10 s: the batches wait, pending,
 	// while the claims take their entries again, more than once (or one
