@@ -390,9 +390,9 @@ func (s *Snapshot) Seal(ctx context.Context, dropped []string) error {
 
 // sealConn returns a connection for Seal, and what to call when done with
 // it: one of the pool's if it has one to spare within sealConnWait, else one
-// dialled outside the pool, within sealConnWait too, and closed after. It is dialled as the pool opens
-// its own: the same settings (its run-time parameters among them:
-// search_path, statement_timeout) and connect hooks.
+// dialled outside the pool, within sealConnWait too, and closed after. It is
+// dialled as the pool opens its own: the same settings (its run-time
+// parameters among them: search_path, statement_timeout) and connect hooks.
 func (l *Ledger) sealConn(ctx context.Context) (*pgx.Conn, func(), error) {
 	wait, stopWait := context.WithTimeout(ctx, sealConnWait)
 	defer stopWait()
