@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -97,7 +98,7 @@ type Server struct {
 	Port int
 	dir  string
 	args []string
-	cmd  *exec.Cmd
+	proc *process
 }
 
 // StartServer starts a private redis-server on a free loopback port. It is
@@ -113,16 +114,22 @@ func StartServer(t testing.TB, extraArgs ...string) *Server {
 }
 
 func startServer(dir string, extraArgs ...string) (*Server, error) {
-	port, err := freePort(extraArgs)
-	if err != nil {
-		return nil, err
+	var err error
+	for range portAttempts {
+		var port int
+		if port, err = choosePort(extraArgs); err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+		s.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
+		}, extraArgs...)
+		if err = s.Start(); !errors.Is(err, errExited) {
+			return s, err
+		}
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
-	s.args = append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
-	}, extraArgs...)
-	return s, s.Start()
+	return nil, err
 }
 
 // Start (re)starts the process with its original arguments and waits until it
@@ -132,31 +139,21 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("redis-server is not installed (run `make services`): %w", err)
 	}
-	s.cmd = exec.Command(path, s.args...) //nolint:gosec // a test helper running redis-server with arguments it built
-	if err := s.cmd.Start(); err != nil {
-		return fmt.Errorf("starting redis-server: %w", err)
+	if s.proc, err = startProcess(path, s.args...); err != nil {
+		return err
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err = c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := s.proc.waitPing(s.Addr, filepath.Join(s.dir, "redis.log"), 10*time.Second); err != nil {
+		s.Stop()
+		return err
 	}
-	return fmt.Errorf("redis-server on %s did not answer: %w", s.Addr, err)
+	return nil
 }
 
 // Stop kills the process (SIGKILL: it keeps nothing on disk anyway).
 func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-		s.cmd = nil
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
 	}
 }
 
@@ -289,7 +286,7 @@ func (c *Cluster) Server(addr string) *Server {
 // says now.
 func (c *Cluster) ReplicaOf(ctx context.Context, master *Server) (*Server, error) {
 	for _, s := range c.Servers {
-		if s == master || s.cmd == nil {
+		if s == master || s.proc == nil {
 			continue
 		}
 		n := redis.NewClient(&redis.Options{Addr: s.Addr})

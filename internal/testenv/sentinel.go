@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -141,22 +142,23 @@ func waitInSync(addr string, n int) error {
 // stay open and nothing is read from them, as on a stalled host. Resume
 // continues it.
 func (s *Server) Pause() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	if s.proc != nil {
+		s.proc.signal(syscall.SIGSTOP)
 	}
 }
 
 // Resume continues a paused process.
 func (s *Server) Resume() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	if s.proc != nil {
+		s.proc.signal(syscall.SIGCONT)
 	}
 }
 
 // Sentinel is a redis-sentinel process owned by a test.
 type Sentinel struct {
 	Addr string
-	cmd  *exec.Cmd
+	dir  string
+	proc *process
 }
 
 func startSentinel(dir string, primaryPort int, downAfter time.Duration) (*Sentinel, error) {
@@ -167,12 +169,15 @@ func startSentinel(dir string, primaryPort int, downAfter time.Duration) (*Senti
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	port, err := freePort(nil)
-	if err != nil {
-		return nil, err
-	}
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf(`port %d
+	for range portAttempts {
+		var port int
+		if port, err = choosePort(nil); err != nil {
+			return nil, err
+		}
+		// The sentinel rewrites its config as it learns the set; each
+		// attempt starts from a fresh one.
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf(`port %d
 bind 127.0.0.1
 daemonize no
 dir %s
@@ -182,25 +187,37 @@ sentinel down-after-milliseconds %s %d
 sentinel failover-timeout %s 10000
 sentinel parallel-syncs %s 1
 `, port, dir, filepath.Join(dir, "sentinel.log"), SentinelMaster, primaryPort,
-		SentinelMaster, downAfter.Milliseconds(), SentinelMaster, SentinelMaster)
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		return nil, err
+			SentinelMaster, downAfter.Milliseconds(), SentinelMaster, SentinelMaster)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			return nil, err
+		}
+		s := &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		if s.proc, err = startProcess(path, conf); err != nil {
+			return nil, err
+		}
+		if err = s.proc.waitPing(s.Addr, s.log(), 10*time.Second); err == nil {
+			return s, nil
+		}
+		s.Stop()
+		if !errors.Is(err, errExited) {
+			return nil, err
+		}
 	}
-	s := &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.cmd = exec.Command(path, conf) //nolint:gosec // a test helper running redis-sentinel with the config it wrote
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting redis-sentinel: %w", err)
-	}
-	return s, nil
+	return nil, err
 }
+
+func (s *Sentinel) log() string { return filepath.Join(s.dir, "sentinel.log") }
 
 // waitKnows waits until the sentinel sees the replicas and the other sentinels.
 func (s *Sentinel) waitKnows(replicas, otherSentinels int) error {
 	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
+		if !s.proc.alive() {
+			return fmt.Errorf("sentinel %s %w: %s", s.Addr, errExited, lastLine(s.log()))
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		m, err := c.Master(ctx, SentinelMaster).Result()
 		cancel()
@@ -216,14 +233,13 @@ func (s *Sentinel) waitKnows(replicas, otherSentinels int) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("sentinel %s did not learn the set: %w", s.Addr, last)
+	return fmt.Errorf("sentinel %s did not learn the set: %w (%s)", s.Addr, last, lastLine(s.log()))
 }
 
 // Stop kills the sentinel.
 func (s *Sentinel) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-		s.cmd = nil
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
 	}
 }

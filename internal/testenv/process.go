@@ -1,0 +1,100 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errExited is a server process that ended before it answered. Most often
+// another process took its port between freePort closing its probe and the
+// server binding it (outgoing connections draw local ports from the same
+// range), so the callers that chose the port try another one.
+var errExited = errors.New("exited before it answered")
+
+// choosePort picks the port of a new server: freePort, or a test's choice.
+var choosePort = freePort
+
+// portAttempts is how many free ports a new server is tried on before its
+// start fails.
+const portAttempts = 5
+
+// process is a server process a test owns: started, watched for an early
+// exit, signalled and killed.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startProcess(path string, args ...string) (*process, error) {
+	cmd := exec.Command(path, args...) //nolint:gosec // test helpers run redis-server and redis-sentinel with arguments they built
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(path), err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// waitPing waits until the Redis or sentinel at addr answers PING. It
+// returns errExited as soon as the process ends first, and names log, the
+// process's log file, so the reason it gave is in the failure.
+func (p *process) waitPing(addr, log string, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	deadline := time.Now().Add(within)
+	var err error
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s on %s %w: %s", filepath.Base(p.cmd.Path), addr, errExited, lastLine(log))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s on %s did not answer: %w", filepath.Base(p.cmd.Path), addr, err)
+}
+
+// alive is false once the process has ended.
+func (p *process) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *process) signal(sig os.Signal) { _ = p.cmd.Process.Signal(sig) }
+
+// kill ends the process (SIGKILL) and waits until it is gone.
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// lastLine is the last non-empty line of a log file, or why there is none.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path) //nolint:gosec // a log file the test helper named
+	if err != nil {
+		return "no log: " + err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return "its log ends: " + lines[len(lines)-1]
+}
