@@ -18,18 +18,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dropline/dropline/internal/loopback"
 	"github.com/dropline/dropline/internal/machine"
 )
 
-// freePort returns a loopback port nobody listens on right now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a loopback port nobody listens on right now, below the
+// range outgoing connections take their ports from.
+func freePort() (int, error) { return loopback.FreePort() }
 
 // process is a child this run started and must stop.
 type process struct {

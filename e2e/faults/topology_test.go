@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/loopback"
 	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 	"github.com/dropline/dropline/inventory"
@@ -294,10 +295,9 @@ func startNginx(t *testing.T, instances ...*proc) string {
 
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopback.FreePort()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // spreadClient is an HTTP client whose connections leave from n loopback

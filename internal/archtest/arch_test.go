@@ -30,7 +30,7 @@ var layers = map[string]int{
 	"internal/requestid": 1, "internal/startstop": 1, "internal/testsignal": 1, "internal/tracing": 1,
 	"internal/websocket": 1, "internal/wsclient": 1, "internal/webhooktest": 1, "auth": 1,
 	"graph/model": 1, "server/static": 1, "internal/archtest": 1, "internal/otlpreceiver": 1,
-	"internal/batch": 1, "internal/cpugate": 1,
+	"internal/batch": 1, "internal/cpugate": 1, "internal/loopback": 1,
 	// Built on the leaves only.
 	"inventory/policy": 2, "db": 2, "graph": 2, "server/playground": 2, "server/shop": 2, "server": 2,
 	// Built on the ledger.

@@ -16,6 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/dropline/dropline/internal/loopback"
 )
 
 // DefaultRedisURL is where tests look for Redis when REDIS_URL is unset.
@@ -160,28 +162,10 @@ func (s *Server) Stop() {
 // freePort finds a loopback port that is free, and whose cluster bus port
 // (port+10000) is free too when the server will run in cluster mode.
 func freePort(args []string) (int, error) {
-	cluster := strings.Contains(strings.Join(args, " "), "--cluster-enabled yes")
-	for i := 0; i < 100; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if !cluster {
-			return port, nil
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
-		if err != nil {
-			continue
-		}
-		_ = bus.Close()
-		return port, nil
+	if strings.Contains(strings.Join(args, " "), "--cluster-enabled yes") {
+		return loopback.FreePort(10000)
 	}
-	return 0, fmt.Errorf("no free loopback port found")
+	return loopback.FreePort()
 }
 
 // Cluster is a three-master Redis Cluster made of test-owned processes,
