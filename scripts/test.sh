@@ -96,7 +96,9 @@ started=$SECONDS
 
 # Pass 1. One `go test -c` builds their binaries, two packages at a time
 # (`go test -p 1` would compile and link them one after the other). Each
-# then runs from its package's directory, as `go test` runs it.
+# then runs from its package's directory, as `go test` runs it, one test
+# at a time: a quiet test that calls t.Parallel (or has parallel subtests)
+# would otherwise run beside the package's other quiet tests.
 quiet_pass() {
 	local bin dir exe run t0 pkgs=()
 	echo "== quiet pass: ${#all[@]} tests with wall-clock bounds, one package at a time, nothing beside them"
@@ -117,7 +119,7 @@ quiet_pass() {
 		# shellcheck disable=SC2086 # the names are words
 		run="$(alternatives ${QUIET[$dir]})"
 		t0=$SECONDS
-		if (cd "$dir" && DROPLINE_TEST_PASS=quiet "$exe" -test.run "$run" -test.count=1 -test.timeout=20m -test.paniconexit0); then
+		if (cd "$dir" && DROPLINE_TEST_PASS=quiet "$exe" -test.run "$run" -test.count=1 -test.parallel=1 -test.timeout=20m -test.paniconexit0); then
 			echo "ok  	./$dir	$((SECONDS - t0))s	(quiet pass)"
 		else
 			echo "FAIL	./$dir	$((SECONDS - t0))s	(quiet pass)"
