@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 	"github.com/dropline/dropline/inventory/queue"
 	"github.com/dropline/dropline/live"
@@ -46,7 +47,7 @@ func queuePayload(t *testing.T, m wsclient.Message) queueState {
 // passes, and every waiter is told SOLD_OUT within a second of the last
 // unit sold; Redis and the ledger agree on who bought.
 func TestQueueChangedOverWebsocket(t *testing.T) {
-	t.Parallel()
+	testenv.Quiet(t)
 	le := setupLive(t, live.HubConfig{ResyncInterval: -1}) // no periodic re-read: the polls below must cost no Redis command
 	e := le.env
 	const units, people, watchers = 3, 6, 4

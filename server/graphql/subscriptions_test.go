@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dropline/dropline/internal/testenv"
 	"github.com/dropline/dropline/internal/wsclient"
 	"github.com/dropline/dropline/live"
 	"github.com/dropline/dropline/resolvers"
@@ -106,10 +107,9 @@ func convergeWithin(t *testing.T, e *env, s *wsclient.Subscription, sku string, 
 }
 
 func TestStockChangedOverWebsocket(t *testing.T) {
-	t.Parallel()
+	testenv.Quiet(t)
 	for _, proto := range []string{wsclient.TransportWS, wsclient.LegacyWS} {
 		t.Run(proto, func(t *testing.T) {
-			t.Parallel()
 			e := setupLive(t, live.HubConfig{})
 			sku := "WS-" + strings.ToUpper(strings.ReplaceAll(proto, "-", ""))
 			e.CreateProduct(t, map[string]any{"sku": sku, "stock": 10})
@@ -141,7 +141,7 @@ func TestStockChangedOverWebsocket(t *testing.T) {
 }
 
 func TestStockChangedOverSSE(t *testing.T) {
-	t.Parallel()
+	testenv.Quiet(t)
 	e := setupLive(t, live.HubConfig{})
 	e.CreateProduct(t, map[string]any{"sku": "SSE-1", "stock": 5})
 
