@@ -194,12 +194,12 @@ func TestReadyzTimeoutAndPanic(t *testing.T) {
 		{Name: "respects-ctx", Fn: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
 		{Name: "ignores-ctx", Fn: func(context.Context) error { <-release; return nil }},
 		{Name: "panics", Fn: func(context.Context) error { panic("boom") }},
-	}, 300*time.Millisecond) // room for the panicking check to run on a loaded machine
+	}, time.Second) // room for the panicking check to run on a loaded machine
 	start := time.Now()
 	resp, err := http.Get(admin)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.Less(t, time.Since(start), 2*time.Second)
+	require.Less(t, time.Since(start), 5*time.Second, "the checks that hang do not hold the probe")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	var got struct {
 		Status string            `json:"status"`
@@ -207,8 +207,8 @@ func TestReadyzTimeoutAndPanic(t *testing.T) {
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
 	require.Equal(t, "unavailable", got.Status)
-	require.Contains(t, got.Failed["respects-ctx"], "timed out after 300ms")
-	require.Contains(t, got.Failed["ignores-ctx"], "timed out after 300ms")
+	require.Contains(t, got.Failed["respects-ctx"], "timed out after 1s")
+	require.Contains(t, got.Failed["ignores-ctx"], "timed out after 1s")
 	require.Contains(t, got.Failed["panics"], "panicked: boom")
 }
 

@@ -84,22 +84,35 @@ func TestWebsocketAnswersLikeGqlgen(t *testing.T) {
 		// object and leaves it open; Dropline always closed it then.
 		t.Run(proto+"/an init payload that is no object", func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, []string{"dropped"}, converse(t, e.wsURL, proto, []wsStep{{`{"type":"connection_init","payload":"x"}`, 0}}))
+			require.Equal(t, []string{"dropped"}, converse(t, e.wsURL, proto, []wsStep{{`{"type":"connection_init","payload":"x"}`, 0}}, closeWait))
 		})
 		for name, script := range scripts {
 			t.Run(proto+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				want := converse(t, theirsURL, proto, script)
-				got := converse(t, e.wsURL, proto, script)
+				wait := closeWait
+				if name == "a conversation" {
+					wait = openWait
+				}
+				want := converse(t, theirsURL, proto, script, wait)
+				got := converse(t, e.wsURL, proto, script, wait)
 				require.Equal(t, want, got)
 			})
 		}
 	}
 }
 
+// How long converse waits for a script's end: a server's close can take a
+// while on a loaded machine, while a conversation that goes on is told from
+// one that ends by nothing coming within a moment (a longer wait would
+// take the legacy protocol's keep-alive for an answer).
+const (
+	closeWait = 5 * time.Second
+	openWait  = 300 * time.Millisecond
+)
+
 // converse plays script and returns what the server sent: each message as
-// bytes, then how the connection ended.
-func converse(t *testing.T, url, proto string, script []wsStep) []string {
+// bytes, then how the connection ended, waited for up to wait.
+func converse(t *testing.T, url, proto string, script []wsStep, wait time.Duration) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -120,7 +133,7 @@ func converse(t *testing.T, url, proto string, script []wsStep) []string {
 	}
 	// The end: the server's close, or, for a conversation that goes on,
 	// nothing more within a moment.
-	readCtx, stopRead := context.WithTimeout(ctx, 300*time.Millisecond)
+	readCtx, stopRead := context.WithTimeout(ctx, wait)
 	defer stopRead()
 	_, b, err := c.Read(readCtx)
 	var ce websocket.CloseError
