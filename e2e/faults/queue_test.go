@@ -36,7 +36,7 @@ func TestAdmitterKilledMidDrop(t *testing.T) {
 	s.mustGQL(victim, s.token("ops", true),
 		`mutation($input: CreateProductInput!) { createProduct(input: $input) { userErrors { code message } } }`,
 		map[string]any{"input": map[string]any{"sku": sku, "name": "Queued " + sku, "price": map[string]any{"amount": 999, "currency": "EUR"},
-			"stock": units, "queue": map[string]any{"opensAt": time.Now().Add(-time.Second).Format(time.RFC3339), "admitPerMinute": 300}}},
+			"stock": units, "queue": map[string]any{"opensAt": time.Now().Add(-time.Second).Format(time.RFC3339), "admitPerMinute": 120}}},
 		&created)
 	require.Empty(t, created.CreateProduct.UserErrors)
 	for i := range people {

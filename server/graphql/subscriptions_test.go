@@ -327,7 +327,7 @@ func TestWebsocketAuth(t *testing.T) {
 	})
 
 	t.Run("the token's expiry ends the connection with 4403", func(t *testing.T) {
-		tok, err := e.Issuer.Mint("short-lived", false, 1500*time.Millisecond)
+		tok, err := e.Issuer.Mint("short-lived", false, 3*time.Second) // outlasts the dial and the first value on a slow machine
 		require.NoError(t, err)
 		c := e.dial(t, wsclient.Options{InitPayload: map[string]any{"Authorization": "Bearer " + tok}})
 		s := subscribe(t, c, stockSub, map[string]any{"s": []string{"AUTH-1"}})
