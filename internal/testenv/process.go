@@ -7,16 +7,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// errExited is a server process that ended before it answered. Most often
-// another process took its port between freePort closing its probe and the
-// server binding it (outgoing connections draw local ports from the same
-// range), so the callers that chose the port try another one.
+// errExited is a server process that ended before it answered, or whose
+// port answered for another process. Most often another server, started by
+// a test of a package running beside it, took the same port between the
+// probe and the bind, so the callers that chose the port try another one.
 var errExited = errors.New("exited before it answered")
 
 // choosePort picks the port of a new server: freePort, or a test's choice.
@@ -46,9 +47,11 @@ func startProcess(path string, args ...string) (*process, error) {
 	return p, nil
 }
 
-// waitPing waits until the Redis or sentinel at addr answers PING. It
-// returns errExited as soon as the process ends first, and names log, the
-// process's log file, so the reason it gave is in the failure.
+// waitPing waits until the Redis or sentinel at addr answers PING, and
+// that the answer is this process's (INFO's process_id). It returns
+// errExited as soon as the process ends first, or when another process
+// answers on its port, and names log, the process's log file, so the
+// reason it gave is in the failure.
 func (p *process) waitPing(addr, log string, within time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
@@ -64,11 +67,34 @@ func (p *process) waitPing(addr, log string, within time.Duration) error {
 		err = c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return nil
+			return p.answersOn(c, addr, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("%s on %s did not answer: %w", filepath.Base(p.cmd.Path), addr, err)
+}
+
+// answersOn checks that the server answering on addr is this process: a
+// server of another test that took the port first answers PING too, while
+// this one exits on its bind.
+func (p *process) answersOn(c *redis.Client, addr, log string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("INFO server of %s: %w", addr, err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if pid, ok := strings.CutPrefix(line, "process_id:"); ok {
+			if pid == strconv.Itoa(p.cmd.Process.Pid) {
+				return nil
+			}
+			p.kill()
+			return fmt.Errorf("%s on %s %w: another process (pid %s) answers on its port; %s",
+				filepath.Base(p.cmd.Path), addr, errExited, pid, lastLine(log))
+		}
+	}
+	return fmt.Errorf("INFO server of %s names no process_id", addr)
 }
 
 // alive is false once the process has ended.

@@ -141,6 +141,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("redis-server is not installed (run `make services`): %w", err)
 	}
+	s.Stop() // a running process is replaced, not left behind
 	if s.proc, err = startProcess(path, s.args...); err != nil {
 		return err
 	}

@@ -215,7 +215,7 @@ func (s *Sentinel) waitKnows(replicas, otherSentinels int) error {
 	deadline := time.Now().Add(30 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
-		if !s.proc.alive() {
+		if s.proc == nil || !s.proc.alive() {
 			return fmt.Errorf("sentinel %s %w: %s", s.Addr, errExited, lastLine(s.log()))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
