@@ -27,7 +27,9 @@ const rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 
 // FreePort returns a loopback port nobody listens on now and no outgoing
 // connection will be given, along with port+offset for each offset (a
-// Redis Cluster node's bus port is its port + 10000).
+// Redis Cluster node's bus port is its port + 10000). On a machine whose
+// range leaves no room below it, the port is the kernel's choice, which an
+// outgoing connection can still take.
 func FreePort(offsets ...int) (int, error) {
 	span := 0
 	for _, o := range offsets {

@@ -31,11 +31,12 @@ func TestFreePortIsBelowTheOutgoingRangeAndFree(t *testing.T) {
 
 // A port someone listens on, or whose offset someone listens on, is not free.
 func TestAPortInUseIsNotFree(t *testing.T) {
-	p, err := FreePort()
+	p, err := FreePort(7)
 	require.NoError(t, err)
+	require.True(t, free(p, nil) && free(p+7, nil), "both free before")
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 	require.NoError(t, err)
 	defer l.Close()
 	require.False(t, free(p, nil))
-	require.False(t, free(p-7, []int{7}))
+	require.False(t, free(p+7, []int{-7}), "its offset is in use")
 }

@@ -208,7 +208,9 @@ func seedApart(t *testing.T, tab *internTable, strs ...string) {
 			slots[maphash.String(seed, s)%internSlots] = true
 		}
 		if len(slots) == len(strs) {
+			old := tab.seed
 			tab.seed = seed
+			t.Cleanup(func() { tab.seed = old })
 			return
 		}
 	}
