@@ -22,10 +22,6 @@ import (
 	"github.com/dropline/dropline/internal/machine"
 )
 
-// freePort returns a loopback port nobody listens on right now, below the
-// range outgoing connections take their ports from.
-func freePort() (int, error) { return loopback.FreePort() }
-
 // process is a child this run started and must stop.
 type process struct {
 	name string
@@ -86,7 +82,7 @@ func startRedis(ctx context.Context, dir string) (*process, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("redis-server is not installed (apt-get install redis-server): %w", err)
 	}
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return nil, "", err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/loopback"
 	"github.com/dropline/dropline/internal/machine"
 	"github.com/dropline/dropline/lua"
 )
@@ -279,7 +280,7 @@ func RunQueue(ctx context.Context, cfg QueueConfig) (res QueueResult, err error)
 		return res, err
 	}
 	defer drop()
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return res, err
 	}

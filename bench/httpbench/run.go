@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dropline/dropline/auth"
+	"github.com/dropline/dropline/internal/loopback"
 	"github.com/dropline/dropline/internal/machine"
 )
 
@@ -176,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	defer drop()
 
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return res, err
 	}
@@ -191,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	defer logFile.Close()
 	var adminBase string
 	if cfg.Profile != "" {
-		ap, err := freePort()
+		ap, err := loopback.FreePort()
 		if err != nil {
 			return res, err
 		}
@@ -379,7 +380,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 // counts those that were (holds from the HTTP floor, OUT_OF_STOCK from the
 // bare handler). The floor is stopped before it returns.
 func floorRun(ctx context.Context, cfg Config, mode string, w wrkRun, expected func(WrkResult) int64) (WrkResult, time.Duration, error) {
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return WrkResult{}, 0, err
 	}

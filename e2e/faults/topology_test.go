@@ -232,7 +232,8 @@ func startNginx(t *testing.T, instances ...*proc) string {
 	src, err := os.ReadFile("../../deploy/nginx.conf")
 	require.NoError(t, err)
 	dir := t.TempDir()
-	port := freeLoopbackPort(t)
+	port, err := loopback.FreePort()
+	require.NoError(t, err)
 	conf := string(src)
 	listen := regexp.MustCompile(`(?m)^(\s*)listen 8080;`)
 	require.True(t, listen.MatchString(conf), "deploy/nginx.conf listens on 8080")
@@ -291,13 +292,6 @@ func startNginx(t *testing.T, instances ...*proc) string {
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 	return front
-}
-
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	port, err := loopback.FreePort()
-	require.NoError(t, err)
-	return port
 }
 
 // spreadClient is an HTTP client whose connections leave from n loopback

@@ -27,6 +27,22 @@ var choosePort = freePort
 // start fails.
 const portAttempts = 5
 
+// onFreePort calls start with a port from choosePort, and again with
+// another while start reports errExited, portAttempts times at most.
+func onFreePort(args []string, start func(port int) error) error {
+	var err error
+	for range portAttempts {
+		var port int
+		if port, err = choosePort(args); err != nil {
+			return err
+		}
+		if err = start(port); !errors.Is(err, errExited) {
+			return err
+		}
+	}
+	return err
+}
+
 // process is a server process a test owns: started, watched for an early
 // exit, signalled and killed.
 type process struct {
@@ -76,7 +92,7 @@ func (p *process) waitPing(addr, log string, within time.Duration) error {
 
 // answersOn checks that the server answering on addr is this process: a
 // server of another test that took the port first answers PING too, while
-// this one exits on its bind.
+// this one exits on its bind. The caller stops the process on an error.
 func (p *process) answersOn(c *redis.Client, addr, log string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -89,7 +105,6 @@ func (p *process) answersOn(c *redis.Client, addr, log string) error {
 			if pid == strconv.Itoa(p.cmd.Process.Pid) {
 				return nil
 			}
-			p.kill()
 			return fmt.Errorf("%s on %s %w: another process (pid %s) answers on its port; %s",
 				filepath.Base(p.cmd.Path), addr, errExited, pid, lastLine(log))
 		}

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -116,22 +115,19 @@ func StartServer(t testing.TB, extraArgs ...string) *Server {
 }
 
 func startServer(dir string, extraArgs ...string) (*Server, error) {
-	var err error
-	for range portAttempts {
-		var port int
-		if port, err = choosePort(extraArgs); err != nil {
-			return nil, err
-		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+	var s *Server
+	err := onFreePort(extraArgs, func(port int) error {
+		s = &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
 		s.args = append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
 		}, extraArgs...)
-		if err = s.Start(); !errors.Is(err, errExited) {
-			return s, err
-		}
+		return s.Start()
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return s, nil
 }
 
 // Start (re)starts the process with its original arguments and waits until it

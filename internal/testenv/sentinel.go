@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -169,11 +168,8 @@ func startSentinel(dir string, primaryPort int, downAfter time.Duration) (*Senti
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	for range portAttempts {
-		var port int
-		if port, err = choosePort(nil); err != nil {
-			return nil, err
-		}
+	var s *Sentinel
+	err = onFreePort(nil, func(port int) error {
 		// The sentinel rewrites its config as it learns the set; each
 		// attempt starts from a fresh one.
 		conf := filepath.Join(dir, "sentinel.conf")
@@ -189,21 +185,22 @@ sentinel parallel-syncs %s 1
 `, port, dir, filepath.Join(dir, "sentinel.log"), SentinelMaster, primaryPort,
 			SentinelMaster, downAfter.Milliseconds(), SentinelMaster, SentinelMaster)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			return nil, err
+			return err
 		}
-		s := &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		s = &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		var err error
 		if s.proc, err = startProcess(path, conf); err != nil {
-			return nil, err
+			return err
 		}
-		if err = s.proc.waitPing(s.Addr, s.log(), 10*time.Second); err == nil {
-			return s, nil
+		if err = s.proc.waitPing(s.Addr, s.log(), 10*time.Second); err != nil {
+			s.Stop()
 		}
-		s.Stop()
-		if !errors.Is(err, errExited) {
-			return nil, err
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return s, nil
 }
 
 func (s *Sentinel) log() string { return filepath.Join(s.dir, "sentinel.log") }
