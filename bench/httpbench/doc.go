@@ -24,13 +24,8 @@
 //     then started and driven by the same wrk script, tokens and
 //     connections; Dropline's CPU per hold is divided by its CPU per
 //     request.
-//  3. Raw Redis: a reserve-shaped script (DECRBY, HSET, ZADD, XADD) by
-//     EVALSHA with redis-benchmark -c 50 against the same redis-server,
-//     whose CPU per call is what its CPU per hold in step 2 is divided by.
-//  4. PostgreSQL only: pgbench, 50 clients, one transaction per reserve
-//     (a conditional UPDATE of the hot row that inserts the hold only when
-//     it took a unit), latency percentiles from pgbench's per-transaction log.
-//  5. The sold-out storm: 10,000 buyers asking for a SKU with no stock,
+//  3. The sold-out storm, right after the reserve step (the closer
+//     the two steps, the more alike the machine's speed in both): 10,000 buyers asking for a SKU with no stock,
 //     rate limit at its defaults; answered/s and percentiles, and the CPU
 //     time per answer of dropline, redis-server and wrk. With
 //     Config.Floor, the bare net/http handler (bench/floor.BareHandler:
@@ -39,6 +34,12 @@
 //     CPU per answer is divided by its CPU per request, and the CPU per hold
 //     by its, wrk's and redis-server's per answer: the storm's ratio to the
 //     holds were an answer to cost no more over net/http.
+//  4. Raw Redis: a reserve-shaped script (DECRBY, HSET, ZADD, XADD) by
+//     EVALSHA with redis-benchmark -c 50 against the same redis-server,
+//     whose CPU per call is what its CPU per hold in step 2 is divided by.
+//  5. PostgreSQL only: pgbench, 50 clients, one transaction per reserve
+//     (a conditional UPDATE of the hot row that inserts the hold only when
+//     it took a unit), latency percentiles from pgbench's per-transaction log.
 //  6. Constant rate at 80 % of the maximum of step 2 (an open-loop driver in
 //     this process: latency counts from when a request was due, so a stall
 //     is not hidden by the driver waiting for it).

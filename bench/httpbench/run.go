@@ -302,12 +302,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, bareBaseline(ctx, cfg, &res, redisProc, redisAddr)
 	}
 
-	if !cfg.ReserveAndStorm {
-		if err := baselines(ctx, cfg, &res, redisProc, redisAddr, dir, dbURL); err != nil {
-			return res, err
-		}
-	}
-
+	// The storm runs next, before the baselines: its ratio divides its
+	// rate by the reserve step's, and the closer the two steps, the more
+	// alike the machine's speed (on a shared machine it moves from one
+	// minute to the next).
 	cfg.logf("sold-out storm, %d buyers, wrk -c %d, %s ...", cfg.StormBuyers, cfg.Connections, cfg.Step)
 	storm := w
 	storm.tokensFile, storm.sku = stormFile, soldOut
@@ -347,6 +345,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		cfg.logf("  storm out-of-stock answers/s ÷ successful holds/s: %.2f",
 			div(res.Storm.PerSecond(res.Storm.OutOfStock), res.Reserve.PerSecond(res.Reserve.Held)))
 		return res, nil
+	}
+	if err := baselines(ctx, cfg, &res, redisProc, redisAddr, dir, dbURL); err != nil {
+		return res, err
 	}
 
 	res.SteadyRate = 0.8 * res.Reserve.PerSecond(res.Reserve.Held)
