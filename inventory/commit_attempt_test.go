@@ -2,6 +2,8 @@ package inventory_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/inventory/core"
+	"github.com/dropline/dropline/inventory/script"
 )
 
 // engineWithPool is a second engine on the test's Redis prefix whose Postgres
@@ -183,5 +187,79 @@ func TestIdempotencyReplaysFinishedHoldsAfterRedisLoss(t *testing.T) {
 		require.Equal(t, inventory.StatusCancelled, again.Status)
 		require.True(t, again.Replayed)
 		require.Equal(t, 5, b.requireBalanced(t, "ATTEMPT-4").Available)
+	})
+}
+
+// The first claim of a key marks every partition's claims, not only its
+// own: a partition whose first claim comes after the ledger has taken keyed
+// reserves must not be marked for checks then, since none of its claims
+// was lost. Its marker was worked out at its own first claim before, from
+// the ledger's latest use of any key, and every new key there cost a lookup
+// in the ledger and a second claim for a day. After a loss, the first
+// claim marks every partition for checks, and keys of other partitions
+// still replay what they made.
+func TestFirstClaimMarksEveryPartition(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		keys := inventory.NewKeys(b.prefix)
+		b.product(t, "MARKS-1", 100, 0)
+		alice := buyer(1)
+		// Keys whose claims fall in at least four partitions.
+		var idemKeys []string
+		parts := map[string]bool{}
+		for i := 0; len(parts) < 4; i++ {
+			k := "mark-" + strconv.Itoa(i)
+			idemKeys = append(idemKeys, k)
+			parts[keys.IdempotencyClaim(core.IdempotencyHash(alice.ID, k))] = true
+		}
+		marks := func() []string {
+			t.Helper()
+			out := make([]string, script.Partitions)
+			for p := range out {
+				v, err := b.rdb.Get(b.ctx, keys.IdempotencyClaimsIn(p)).Result()
+				if errors.Is(err, redis.Nil) {
+					v = "missing"
+				} else {
+					require.NoError(t, err)
+				}
+				out[p] = v
+			}
+			return out
+		}
+		none := make([]string, script.Partitions)
+		for p := range none {
+			none[p] = "0"
+		}
+
+		first, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "MARKS-1", Quantity: 1, IdempotencyKey: idemKeys[0]})
+		require.NoError(t, err)
+		require.Equal(t, none, marks(), "an empty ledger: no partition's claims are checked")
+		b.drainOutbox(t)
+		tokens := map[string]string{idemKeys[0]: first.Token}
+		for _, k := range idemKeys[1:] {
+			r, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "MARKS-1", Quantity: 1, IdempotencyKey: k})
+			require.NoError(t, err)
+			require.False(t, r.Replayed)
+			tokens[k] = r.Token
+		}
+		require.Equal(t, none, marks(), "claims after the ledger took a keyed reserve are still not checked")
+
+		// After a loss, every partition is marked until a TTL after the
+		// ledger's latest use, and every key replays its hold.
+		b.drainOutbox(t)
+		b.wipe(t)
+		for _, k := range idemKeys {
+			r, err := b.engine.Reserve(b.ctx, alice, inventory.ReserveRequest{SKU: "MARKS-1", Quantity: 1, IdempotencyKey: k})
+			require.NoError(t, err)
+			require.True(t, r.Replayed, k)
+			require.Equal(t, tokens[k], r.Token, k)
+		}
+		now := time.Now().UnixMilli()
+		for p, v := range marks() {
+			ms, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err, "partition %d: %s", p, v)
+			require.Greater(t, ms, now, "partition %d", p)
+		}
 	})
 }

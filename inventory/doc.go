@@ -329,7 +329,10 @@
 // is lost exactly when they are. When the claim script finds it missing, the
 // engine sets it to the ledger's newest use of any idempotency key within the
 // TTL, plus the TTL (0 on a ledger without one, as on a fresh deployment):
-// past that time no key the ledger knows can still be live. Until then, a
+// past that time no key the ledger knows can still be live. Every other
+// partition whose marker is missing gets the same value then, so that a
+// partition whose first claim comes later is not marked from keys the ledger
+// took meanwhile, whose claims are in Redis. Until then, a
 // claim that looks new is checked against the ledger (one indexed lookup by
 // the key's hash) and pinned to the SKU the ledger has; afterwards the
 // reserve path never touches Postgres. Left open: a key whose only reserve

@@ -226,6 +226,7 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 	}
 	if replyCode(res.Code) == codeMark {
 		mark = strconv.FormatInt(e.claimCheckUntil(ctx), 10)
+		e.markClaimPartitions(ctx, mark)
 		if res, err = claim(sku, ttl, false); err != nil {
 			return err
 		}
@@ -258,6 +259,30 @@ func (e *Engine) claimIdempotencyKey(ctx context.Context, idem, sku string) erro
 		return nil
 	}
 	return fmt.Errorf("reserving %s: unexpected claim reply %q", sku, res.Code)
+}
+
+// markClaimPartitions gives every partition whose marker of claims is
+// missing the marker one partition's first claim has just worked out from
+// the ledger. The ledger's latest use is that of any key, whatever its
+// partition, so every partition would work out no less; and a partition's
+// claims made after this are in Redis, to be lost only with its marker.
+// Without it, each partition worked its marker out at its own first claim:
+// on a fresh Redis beside a ledger that had taken keyed reserves since the
+// first partition's (a new deployment's first day, or a drop rehearsal
+// after its warm-up), every later partition was marked until a day after
+// those, and each new key there cost a lookup in the ledger and a second
+// claim for that day. A marker that cannot be set here is worked out at
+// its partition's own first claim, as before.
+func (e *Engine) markClaimPartitions(ctx context.Context, mark string) {
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range script.Partitions {
+			p.SetNX(ctx, e.keys.IdempotencyClaimsIn(i), mark, 0)
+		}
+		return nil
+	})
+	if err != nil {
+		e.log.Warn().Err(err).Msg("could not mark every partition's idempotency claims; each will be marked at its first claim")
+	}
 }
 
 // claimCheckUntil is until when (Unix ms) claims must be checked against the

@@ -134,8 +134,11 @@ func (k Keys) IdempotencyClaim(idemHash string) string {
 // lost exactly when the claims are: its absence or youth tells a claim that
 // looks new that an earlier one may have been lost.
 func (k Keys) idempotencyClaims(idemHash string) string {
-	return k.Base(int(crc32.ChecksumIEEE([]byte(idemHash))%Partitions)) + "idemclaims"
+	return k.IdempotencyClaimsIn(int(crc32.ChecksumIEEE([]byte(idemHash)) % Partitions))
 }
+
+// IdempotencyClaimsIn is partition p's marker of claims (idempotencyClaims).
+func (k Keys) IdempotencyClaimsIn(p int) string { return k.Base(p) + "idemclaims" }
 
 // Layout is the hash recording the layout of the data under this prefix
 // (layout, compat: see inventory.LayoutVersion), in partition 0. Every
