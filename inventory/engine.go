@@ -238,10 +238,12 @@ type Principal = core.Principal
 type Engine struct {
 	cfg Config
 	rdb redis.UniversalClient
-	// hot runs reserve.lua: the client's autopipeliner, which sends the
-	// scripts of concurrent reserves to Redis together (one write and one
-	// read for a batch instead of one round trip each). Every script still
-	// runs on its own, atomically; only the transport is shared.
+	// hot runs reserve.lua and claim_idempotency_key.lua (which every
+	// reserve with an idempotency key runs first): the client's
+	// autopipeliner, which sends the scripts of concurrent reserves to
+	// Redis together (one write and one read for a batch instead of one
+	// round trip each). Every script still runs on its own, atomically;
+	// only the transport is shared.
 	hot     hotClient
 	ledger  *db.Ledger
 	keys    Keys
@@ -465,9 +467,10 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) run(ctx context.Context, call script.Call) (_ script.Reply, err error) {
 	name, keys, args := call.Script, call.Keys, call.Argv
 	var c hotClient = e.rdb
-	if name == lua.Reserve {
+	if name == lua.Reserve || name == lua.ClaimIdempotencyKey {
 		c = e.hot
-	} else if e.tracer != nil {
+	}
+	if name != lua.Reserve && e.tracer != nil {
 		var span trace.Span
 		ctx, span = e.startScript(ctx, name)
 		defer func() { endSpan(span, err) }()

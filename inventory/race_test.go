@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dropline/dropline/db"
 	"github.com/dropline/dropline/inventory"
+	"github.com/dropline/dropline/inventory/core"
 )
 
 // race runs fn in n goroutines released together and waits for all of them.
@@ -487,5 +489,87 @@ func TestCommitAfterExpiry(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, expired, "already released: the sweeper has nothing to do")
 		require.Equal(t, 2, b.requireBalanced(t, "LATE-1").Available)
+	})
+}
+
+// Concurrent first uses of many keys, each sent twice for one SKU and
+// twice for another at once, are claimed in batches of their partitions
+// (claim_idempotency_key.lua decides a batch's claims in turn): each key
+// ends pinned to one SKU, which holds once and replays that hold to its
+// duplicate, while both requests for the other SKU are refused as reused.
+// Redis (the claims, the holds, the stock) and the ledger agree key by key.
+func TestConcurrentClaimsOfManyKeys(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		b := setup(t, backend, inventory.Config{})
+		const keys = 500
+		b.product(t, "CLAIMS-A", keys, 0)
+		b.product(t, "CLAIMS-B", keys, 0)
+		alice := buyer(1)
+		skus := [4]string{"CLAIMS-A", "CLAIMS-A", "CLAIMS-B", "CLAIMS-B"}
+		results := make([]inventory.Reservation, 4*keys)
+		errs := make([]error, 4*keys)
+		raceCheck(t, 4*keys, func(i int) error {
+			req := inventory.ReserveRequest{SKU: skus[i%4], Quantity: 1, IdempotencyKey: "claim-" + strconv.Itoa(i/4)}
+			results[i], errs[i] = b.engine.Reserve(b.ctx, alice, req)
+			if errs[i] != nil && !errors.Is(errs[i], inventory.ErrIdempotencyKeyReused) {
+				return errs[i]
+			}
+			return nil
+		})
+
+		held := map[string]int{}
+		for k := range keys {
+			key := "claim-" + strconv.Itoa(k)
+			var won string
+			var tokens []string
+			fresh := 0
+			for j := range 4 {
+				i := 4*k + j
+				if errs[i] != nil {
+					continue
+				}
+				require.True(t, won == "" || won == skus[j], "%s held for both SKUs", key)
+				won = skus[j]
+				tokens = append(tokens, results[i].Token)
+				if !results[i].Replayed {
+					fresh++
+				}
+			}
+			require.NotEmpty(t, won, "%s: every request refused", key)
+			require.Len(t, tokens, 2, "%s: both requests for %s answered with the hold", key, won)
+			require.Equal(t, tokens[0], tokens[1], key)
+			require.Equal(t, 1, fresh, "%s: one request made the hold", key)
+			for j := range 4 {
+				if skus[j] != won {
+					require.ErrorIs(t, errs[4*k+j], inventory.ErrIdempotencyKeyReused, key)
+				}
+			}
+			claim, err := b.rdb.Get(b.ctx, b.engine.Keys().IdempotencyClaim(core.IdempotencyHash(alice.ID, key))).Result()
+			require.NoError(t, err)
+			require.Equal(t, won, claim, key)
+			held[won]++
+			held["token:"+tokens[0]] = 1
+		}
+		require.Equal(t, keys, held["CLAIMS-A"]+held["CLAIMS-B"])
+		for _, sku := range []string{"CLAIMS-A", "CLAIMS-B"} {
+			require.Equal(t, held[sku], b.requireBalanced(t, sku).Held, sku)
+		}
+		b.drainOutbox(t)
+		rows, err := b.pool.Query(b.ctx, `SELECT token, sku FROM reservations WHERE status = 'HELD'`)
+		require.NoError(t, err)
+		inLedger := map[string]int{}
+		n := 0
+		for rows.Next() {
+			var token, sku string
+			require.NoError(t, rows.Scan(&token, &sku))
+			require.Equal(t, 1, held["token:"+token], "ledger row %s is a hold a key made", token)
+			inLedger[sku]++
+			n++
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, keys, n, "one ledger row per key")
+		require.Equal(t, held["CLAIMS-A"], inLedger["CLAIMS-A"])
+		require.Equal(t, held["CLAIMS-B"], inLedger["CLAIMS-B"])
 	})
 }
