@@ -30,11 +30,13 @@ import (
 // It takes only an operation it can answer as gqlgen would, byte for byte,
 // once gqlgen has parsed, validated and priced it (CreateOperationContext):
 // a mutation whose fields collect (fragments, @skip and @include applied)
-// to one reserve and nothing else, with an input of a sku and a quantity
-// only (no idempotency key, whose refusal Redis records for replay, no
-// admission pass, no hold length), selecting ReservePayload's and
-// UserError's fields with nothing deferred, from a principal. A reserve
-// the memory does not answer is answered here when the reservation's
+// to one reserve and nothing else, with an input of a sku, a quantity,
+// and an idempotency key and a hold length when given (no admission
+// pass), selecting ReservePayload's and UserError's fields with nothing
+// deferred, from a principal. The memory answers only a reserve of a sku
+// and a quantity alone (a key's refusal Redis records for replay, and a
+// hold length is checked by the engine). A reserve the memory does not
+// answer is answered here when the reservation's
 // selection asks for none of its fields with a resolver of their own
 // (product) and nothing deferred; the resolver's error or panic is answered
 // as execution answers it (the error presenter's error on the field's
@@ -101,8 +103,16 @@ var (
 type plainReserve struct {
 	sku      string
 	quantity int
+	// key and hold are the input's idempotencyKey and holdSeconds, nil
+	// when absent or null.
+	key  *string
+	hold *int
 	*reservePlan
 }
+
+// plain reports whether op asks for nothing but a sku and a quantity: the
+// reserves the sold-out memory may answer.
+func (op plainReserve) plain() bool { return op.key == nil && op.hold == nil }
 
 // reservePlan is what the fields of an operation collect to: its reserve
 // field, the payload's fields and the user error's; nil when it may not be
@@ -181,7 +191,7 @@ func (s *reserveAnswers) answer(ctx context.Context, opCtx *gqlgen.OperationCont
 	if !ok {
 		return a, false
 	}
-	soldOut := s.res.KnownSoldOut(op.sku)
+	soldOut := op.plain() && s.res.KnownSoldOut(op.sku)
 	if !soldOut && !op.held {
 		return a, false
 	}
@@ -255,7 +265,7 @@ func (s *reserveAnswers) finish(m *costMeter, spent bool, a reserveAnswer, field
 // fields is what the failure resolved: the reserve field, unless it
 // panicked.
 func (s *reserveAnswers) reserve(ctx context.Context, opCtx *gqlgen.OperationContext, op plainReserve) (payload *model.ReservePayload, failed *gqlgen.Response, fields int) {
-	in := model.ReserveInput{Sku: op.sku, Quantity: op.quantity}
+	in := model.ReserveInput{Sku: op.sku, Quantity: op.quantity, IdempotencyKey: op.key, HoldSeconds: op.hold}
 	var err error
 	var recovered any
 	func() {
@@ -313,9 +323,9 @@ func (s *reserveAnswers) operation(opCtx *gqlgen.OperationContext) (op plainRese
 		if !given {
 			return op, false // ArgumentMap leaves input out: no argument
 		}
-		op.sku, op.quantity, ok = reserveInputObject(in)
+		ok = op.readInput(in)
 	} else {
-		op.sku, op.quantity, ok = reserveInput(plan.field.ArgumentMap(opCtx.Variables))
+		ok = op.readArguments(plan.field.ArgumentMap(opCtx.Variables))
 	}
 	if !ok {
 		return op, false
@@ -385,40 +395,64 @@ func planReserve(opCtx *gqlgen.OperationContext) *reservePlan {
 }
 
 // reserveInput reads reserve's arguments: an input of a string sku and an
-// integer quantity, every other member absent or null.
-func reserveInput(args map[string]any) (sku string, quantity int, ok bool) {
+// readArguments reads reserve's arguments, args, into op: its one argument,
+// input (readInput).
+func (op *plainReserve) readArguments(args map[string]any) bool {
 	if len(args) != 1 {
-		return "", 0, false
+		return false
 	}
-	return reserveInputObject(args["input"])
+	return op.readInput(args["input"])
 }
 
-// reserveInputObject reads reserve's input argument, v: reserveInput's
-// checks of it.
-func reserveInputObject(v any) (sku string, quantity int, ok bool) {
+// readInput reads reserve's input argument, v, into op, as execution
+// would unmarshal it into a model.ReserveInput: a sku and a quantity, and
+// an idempotency key and a hold length when given; false for anything
+// else (an admission pass, a value execution would refuse).
+func (op *plainReserve) readInput(v any) bool {
 	in, _ := v.(map[string]any)
 	if in == nil {
-		return "", 0, false
+		return false
 	}
 	for k, v := range in {
 		switch k {
 		case "sku":
-			if sku, ok = v.(string); !ok {
-				return "", 0, false
+			sku, ok := v.(string)
+			if !ok {
+				return false
 			}
+			op.sku = sku
 		case "quantity":
 			q, err := gqlgen.UnmarshalInt32(v)
 			if err != nil {
-				return "", 0, false
+				return false
 			}
-			quantity = int(q)
+			op.quantity = int(q)
+		case "idempotencyKey":
+			if v == nil {
+				continue
+			}
+			key, ok := v.(string)
+			if !ok {
+				return false
+			}
+			op.key = &key
+		case "holdSeconds":
+			if v == nil {
+				continue
+			}
+			h, err := gqlgen.UnmarshalInt32(v)
+			if err != nil {
+				return false
+			}
+			hold := int(h)
+			op.hold = &hold
 		default:
 			if v != nil {
-				return "", 0, false
+				return false
 			}
 		}
 	}
-	return sku, quantity, sku != "" && quantity != 0
+	return op.sku != "" && op.quantity != 0
 }
 
 // write writes the data of op's answer, payload, as gqlgen's execution

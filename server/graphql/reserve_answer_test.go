@@ -333,8 +333,15 @@ func TestReserveAnswerIsTheExecutedAnswer(t *testing.T) {
 		{"an invalid sku", `mutation { reserve(input: {sku: "no spaces", quantity: 1}) ` + every + ` }`, nil, buyer, true},
 		{"anonymous", `mutation($input: ReserveInput!) { reserve(input: $input) ` + every + ` }`, vars, "", true},
 		{"the product", `mutation($input: ReserveInput!) { reserve(input: $input) { reservation { token product { sku } } } }`, vars, buyer, false},
-		{"an idempotency key", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, idempotencyKey: "k-1"}) { reservation { token } } }`, nil, buyer, false},
-		{"a hold length", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, holdSeconds: 60}) { reservation { token } } }`, nil, buyer, false},
+		{"an idempotency key", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, idempotencyKey: "k-1"}) { reservation { token } } }`, nil, buyer, true},
+		{"a hold length", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, holdSeconds: 60}) { reservation { token } } }`, nil, buyer, true},
+		{"a key and a hold length as variables", `mutation Reserve($input: ReserveInput!) { reserve(input: $input) { reservation { token status quantity expiresAt } userErrors { code field message retryAfterSeconds } } }`,
+			map[string]any{"input": map[string]any{"sku": sku, "quantity": 1, "idempotencyKey": "k-2", "holdSeconds": 120}}, buyer, true},
+		{"a null key", storefront, map[string]any{"input": map[string]any{"sku": sku, "quantity": 1, "idempotencyKey": nil}}, buyer, true},
+		{"a hold too long", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, holdSeconds: 99999}) ` + every + ` }`, nil, buyer, true},
+		{"a hold length past Int", storefront, map[string]any{"input": map[string]any{"sku": sku, "quantity": 1, "holdSeconds": 1 << 40}}, buyer, false},
+		{"a numeric key", storefront, map[string]any{"input": map[string]any{"sku": sku, "quantity": 1, "idempotencyKey": 7}}, buyer, false},
+		{"an admission pass", `mutation { reserve(input: {sku: "` + sku + `", quantity: 1, admissionPass: "p-1"}) { reservation { token } userErrors { code } } }`, nil, buyer, false},
 		{"two reserves", `mutation($input: ReserveInput!) { a: reserve(input: $input) { reservation { token } } b: reserve(input: $input) { reservation { token } } }`, vars, buyer, false},
 	}
 	for _, c := range cases {
@@ -354,11 +361,12 @@ func TestReserveAnswerIsTheExecutedAnswer(t *testing.T) {
 			}
 		})
 	}
-	// The holds were made: each handler's run of the nine requests that
-	// hold a unit of the SKU (two for two reserves), but for the
-	// idempotent one, whose second run replays the first.
+	// The holds were made: each handler's run of the eleven requests that
+	// hold a unit of the SKU (two for two reserves), but for the three
+	// with a key (a numeric one is coerced to its String), whose second
+	// run replays the first.
 	require.Eventually(t, func() bool {
 		_, _, got := postRaw(t, p.execAll, buyer, reqBody(t, `{ product(sku: "`+sku+`") { stock { available } } }`, nil, ""))
-		return strings.Contains(got, `"available":`+strconv.Itoa(1000-19))
+		return strings.Contains(got, `"available":`+strconv.Itoa(1000-25))
 	}, 5*time.Second, 50*time.Millisecond)
 }

@@ -16,11 +16,13 @@ import (
 // gqlgen's CreateOperationContext coerces every operation's variables with
 // gqlparser's validator.VariableValues, which walks them by reflection: for
 // the one variable of a plain reserve ($input: ReserveInput!, an object of
-// a sku and a quantity) that was about a quarter of the allocations of a
+// a sku and a quantity, and an idempotency key and a hold length when
+// given) that was about a quarter of the allocations of a
 // sold-out storm's refusal and a twentieth of its CPU. What it makes of
 // that shape is known without walking: the variables as they are (a sku
-// that is a string is an ID, a quantity that is an integer is an Int, and
-// the other fields of ReserveInput are optional).
+// that is a string is an ID, a quantity or a hold length that is an
+// integer is an Int, a key that is a string is a String, and the other
+// fields of ReserveInput are optional).
 //
 // gqlgen offers no hook in place of the coercion, so reserveVars steps
 // around it: the HTTP transport marks a request whose variables have
@@ -46,7 +48,8 @@ type reserveVarsMark struct {
 type reserveVarsKey struct{}
 
 // markReserveVars returns ctx marked for params when its variables are
-// exactly {"input": {"sku": a string, "quantity": an integer}}, as the
+// exactly {"input": {"sku": a string, "quantity": an integer}}, with an
+// "idempotencyKey" string and a "holdSeconds" integer when given, as the
 // request's JSON decodes them (a number is a json.Number).
 func markReserveVars(ctx context.Context, params *gqlgen.RawParams) context.Context {
 	if !plainReserveVars(params.Variables) {
@@ -72,25 +75,46 @@ func (c *markedContext) Value(key any) any {
 
 // plainReserveVars reports whether vars is the shape whose coercion is
 // known: validator.VariableValues accepts it for $input: ReserveInput! and
-// gives it back unchanged.
+// gives it back unchanged. That is a sku that is a string and a quantity
+// that is an integer, with an idempotencyKey that is a string and a
+// holdSeconds that is an integer when given, and nothing else.
 func plainReserveVars(vars map[string]any) bool {
 	if len(vars) != 1 {
 		return false
 	}
 	in, ok := vars["input"].(map[string]any)
-	if !ok || len(in) != 2 {
+	if !ok || len(in) < 2 || len(in) > 4 {
 		return false
 	}
 	if _, ok := in["sku"].(string); !ok {
 		return false
 	}
-	q, ok := in["quantity"].(json.Number)
-	if !ok {
+	// What the validator asks of a json.Number given for an Int.
+	isInt := func(v any) bool {
+		n, ok := v.(json.Number)
+		if !ok {
+			return false
+		}
+		_, err := strconv.ParseInt(string(n), 10, 64)
+		return err == nil
+	}
+	if !isInt(in["quantity"]) {
 		return false
 	}
-	// What the validator asks of a json.Number given for an Int.
-	_, err := strconv.ParseInt(string(q), 10, 64)
-	return err == nil
+	known := 2
+	if k, given := in["idempotencyKey"]; given {
+		if _, ok := k.(string); !ok {
+			return false
+		}
+		known++
+	}
+	if h, given := in["holdSeconds"]; given {
+		if !isInt(h) {
+			return false
+		}
+		known++
+	}
+	return known == len(in)
 }
 
 // reserveVars is the query cache that hands out the copies, and the
@@ -119,7 +143,8 @@ func newReserveVars(cache gqlgen.Cache[*ast.QueryDocument]) *reserveVars {
 func (*reserveVars) ExtensionName() string { return "ReserveVariables" }
 
 // Validate turns the copies off unless ReserveInput has a sku ID!, a
-// quantity Int!, and only optional fields besides, none with a default.
+// quantity Int!, an idempotencyKey String and a holdSeconds Int if any,
+// and only optional fields besides, none with a default.
 func (r *reserveVars) Validate(es gqlgen.ExecutableSchema) error {
 	def := es.Schema().Types["ReserveInput"]
 	ok := def != nil && def.Kind == ast.InputObject
@@ -130,6 +155,10 @@ func (r *reserveVars) Validate(es gqlgen.ExecutableSchema) error {
 				ok = ok && f.Type.String() == "ID!" && f.DefaultValue == nil
 			case "quantity":
 				ok = ok && f.Type.String() == "Int!" && f.DefaultValue == nil
+			case "idempotencyKey":
+				ok = ok && f.Type.String() == "String" && f.DefaultValue == nil
+			case "holdSeconds":
+				ok = ok && f.Type.String() == "Int" && f.DefaultValue == nil
 			default:
 				ok = ok && !f.Type.NonNull && f.DefaultValue == nil
 			}

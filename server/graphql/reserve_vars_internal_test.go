@@ -36,3 +36,29 @@ func TestMarkReserveVarsMarksTheContext(t *testing.T) {
 		"other variables are not marked")
 	require.LessOrEqual(t, testing.AllocsPerRun(100, func() { _ = markReserveVars(parent, params) }), 1.0)
 }
+
+// The shapes marked are a sku string and an integer quantity, with a key
+// string and an integer hold length when given; anything else is left to
+// gqlparser's coercion.
+func TestPlainReserveVarsShapes(t *testing.T) {
+	n := func(s string) json.Number { return json.Number(s) }
+	for _, c := range []struct {
+		in    map[string]any
+		plain bool
+	}{
+		{map[string]any{"sku": "A", "quantity": n("1")}, true},
+		{map[string]any{"sku": "A", "quantity": n("1"), "idempotencyKey": "k"}, true},
+		{map[string]any{"sku": "A", "quantity": n("1"), "holdSeconds": n("60")}, true},
+		{map[string]any{"sku": "A", "quantity": n("1"), "idempotencyKey": "", "holdSeconds": n("60")}, true},
+		{map[string]any{"sku": "A", "quantity": n("1"), "idempotencyKey": nil}, false},
+		{map[string]any{"sku": "A", "quantity": n("1"), "idempotencyKey": n("7")}, false},
+		{map[string]any{"sku": "A", "quantity": n("1"), "holdSeconds": n("1.5")}, false},
+		{map[string]any{"sku": "A", "quantity": n("1"), "holdSeconds": "60"}, false},
+		{map[string]any{"sku": "A", "quantity": n("1"), "admissionPass": "p"}, false},
+		{map[string]any{"sku": "A", "quantity": n("1"), "idempotencyKey": "k", "holdSeconds": n("60"), "admissionPass": "p"}, false},
+		{map[string]any{"sku": "A", "idempotencyKey": "k"}, false},
+		{map[string]any{"quantity": n("1"), "idempotencyKey": "k"}, false},
+	} {
+		require.Equal(t, c.plain, plainReserveVars(map[string]any{"input": c.in}), "%v", c.in)
+	}
+}
