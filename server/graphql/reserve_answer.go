@@ -394,7 +394,6 @@ func planReserve(opCtx *gqlgen.OperationContext) *reservePlan {
 	return plan
 }
 
-// reserveInput reads reserve's arguments: an input of a string sku and an
 // readArguments reads reserve's arguments, args, into op: its one argument,
 // input (readInput).
 func (op *plainReserve) readArguments(args map[string]any) bool {
