@@ -14,11 +14,15 @@ type FlusherConfig struct {
 	BatchSize int
 	// PollInterval is the wait after a pass over the owned partitions that
 	// read no full batch (nothing, or fewer than BatchSize events in each
-	// partition); default 50 milliseconds. Reads do not block, so one
+	// partition); default 20 milliseconds. Reads do not block, so one
 	// goroutine serves every partition and stops promptly. Under a steady
 	// flow the wait is what makes batches large: a partition receiving r
 	// events per second is applied in batches of about r times PollInterval
-	// (up to BatchSize), and its lag grows by about PollInterval.
+	// (up to BatchSize), and its lag grows by about PollInterval. A longer
+	// wait makes fewer, larger batches, each a longer burst of PostgreSQL's
+	// work on a machine it shares with the server: at 50 milliseconds the
+	// reserves paced at 80 % of the maximum had a p99 3.5 to 4.0 times their
+	// p50, at 20 milliseconds 3.3 to 3.4, for the same apply capacity.
 	PollInterval time.Duration
 	// ClaimIdle is how long an event must have been delivered and not
 	// acknowledged before it is claimed from its consumer (a dead process, or
@@ -54,7 +58,7 @@ func (c *FlusherConfig) setDefaults() {
 		c.BatchSize = 500
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = 50 * time.Millisecond
+		c.PollInterval = 20 * time.Millisecond
 	}
 	if c.ClaimIdle <= 0 {
 		c.ClaimIdle = 15 * time.Second
