@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -99,6 +100,10 @@ type flusherHooks struct {
 	// beforeAck runs after a batch is committed to Postgres and before it is
 	// acknowledged; an error abandons the batch unacknowledged, as a crash would.
 	beforeAck func(partition int, events []db.Event) error
+	// beforeWait runs when the loop is about to wait between two passes,
+	// with what the pass before handled (Flusher.pass) and how long the
+	// loop will wait.
+	beforeWait func(handled int, wait time.Duration)
 }
 
 // NewFlusher builds a flusher; Start runs it. rdb carries the leases; the

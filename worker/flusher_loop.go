@@ -60,18 +60,27 @@ func (f *Flusher) loop(gctx, stop context.Context) error {
 			lastClaim = time.Now()
 			n += f.claimAll(gctx, &state)
 		}
+		wait := f.cfg.PollInterval
 		if n > 0 || f.hasUnflushed() {
 			busy = true
-		} else if busy {
-			busy = false
-			f.caughtUp.Signal(struct{}{})
+		} else {
+			// Nothing came and nothing waits: the flusher is idle, and
+			// reads less often.
+			wait = f.cfg.IdleInterval
+			if busy {
+				busy = false
+				f.caughtUp.Signal(struct{}{})
+			}
 		}
 		// A pass that read a full batch goes on at once: the flusher is
 		// behind. Otherwise the next pass waits, so that the events arriving
 		// meanwhile make one larger batch (one transaction and one
 		// acknowledgement for all of them) instead of many small ones.
 		if !full {
-			t := time.NewTimer(f.cfg.PollInterval)
+			if h := f.hooks.beforeWait; h != nil {
+				h(n, wait)
+			}
+			t := time.NewTimer(wait)
 			select {
 			case <-gctx.Done():
 			case <-t.C:

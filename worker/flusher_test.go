@@ -268,3 +268,76 @@ func TestFlusherLoopFailingAloneIsRestarted(t *testing.T) {
 	}
 	require.Len(t, g.Flusher.leases.Owned(), inventory.Partitions, "the leases stay with the restarted loop")
 }
+
+// An idle flusher reads every IdleInterval, not every PollInterval: each
+// pass is a round trip to Redis that reads every owned partition. A pass
+// that handled events waits PollInterval, so a flow is applied in batches
+// of about PollInterval's events; once the flow stops and everything is
+// acknowledged, the flusher is idle again.
+func TestFlusherReadsLessOftenWhenIdle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const sku = "IDLE-1"
+	b.product(t, sku, 10_000)
+	const poll, idle = 10 * time.Millisecond, 300 * time.Millisecond
+	// Every batch committed durably: none waits for its acknowledgement
+	// after its pass, which would make the next pass wait PollInterval.
+	f := NewFlusher(FlusherConfig{Options: fastConfig("idler").Options, PollInterval: poll, IdleInterval: idle, SynchronousCommit: true},
+		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
+	type wait struct {
+		handled int
+		d       time.Duration
+	}
+	waits := make(chan wait, 10_000)
+	f.hooks.beforeWait = func(handled int, d time.Duration) { waits <- wait{handled, d} }
+	f.initSignals()
+	require.NoError(t, f.Start(b.ctx))
+	defer stop(t, f)
+	waitHeld(t, f.leases, inventory.Partitions, "the flusher owns every partition")
+
+	// check takes the waits chosen so far: a pass that handled events
+	// waits PollInterval, one that handled none IdleInterval. It returns
+	// how many passes handled events and how many did not.
+	check := func() (busy, quiet int) {
+		t.Helper()
+		for {
+			select {
+			case w := <-waits:
+				if w.handled > 0 {
+					busy++
+					require.Equal(t, poll, w.d, "a pass that handled %d events waits PollInterval", w.handled)
+				} else {
+					quiet++
+					require.Equal(t, idle, w.d, "a pass that handled nothing waits IdleInterval")
+				}
+			default:
+				return busy, quiet
+			}
+		}
+	}
+
+	time.Sleep(time.Second)
+	busy, quiet := check()
+	require.Zero(t, busy, "nothing was written yet")
+	require.LessOrEqual(t, quiet, 5, "an idle flusher waits %s between passes: at most about 4 passes a second", idle)
+	require.GreaterOrEqual(t, quiet, 1, "the idle flusher kept passing")
+
+	// A flow: 5 holds every 5 ms for a second, so that nearly every pass
+	// finds some (a pass that finds none waits IdleInterval).
+	var tokens []string
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		tokens = append(tokens, b.reserveMany(t, sku, 5, time.Hour)...)
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitTotal(t, "the flow reached the ledger", int64(len(tokens)), counter{&f.applied, &f.total})
+	busy, _ = check()
+	require.GreaterOrEqual(t, busy, 5, "the flow was read pass after pass, %s apart", poll)
+
+	// Idle again: the passes after the flow handle nothing.
+	time.Sleep(time.Second)
+	busy, quiet = check()
+	require.LessOrEqual(t, busy, 1, "at most the flow's last batch was read after it stopped")
+	require.LessOrEqual(t, quiet, 5, "idle again: at most about 4 passes a second")
+	_, _, byKind := b.movements(t)
+	require.Equal(t, len(tokens), byKind["reserve"], "every hold of the flow is in the ledger once")
+}
