@@ -14,7 +14,8 @@ type FlusherConfig struct {
 	BatchSize int
 	// PollInterval is the wait after a pass over the owned partitions that
 	// read events but no full batch (fewer than BatchSize in each
-	// partition); default 20 milliseconds. Reads do not block, so one
+	// partition), or that left batches waiting for their commit to be
+	// durable; default 20 milliseconds. Reads do not block, so one
 	// goroutine serves every partition and stops promptly. Under a steady
 	// flow the wait is what makes batches large: a partition receiving r
 	// events per second is applied in batches of about r times PollInterval
