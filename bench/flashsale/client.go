@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -312,4 +313,39 @@ func retryable(code string) bool {
 		return true
 	}
 	return false
+}
+
+// Health sends GET /healthz to the client's server, which reads and writes
+// nothing: the cheapest request the server answers, the floor the
+// rehearsal's commit latency is set beside (NoOpResult).
+func (c *Client) Health(ctx context.Context) error {
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	u, err := url.Parse(c.Endpoint)
+	if err != nil {
+		return &CallError{Code: CodeTransport, Err: err}
+	}
+	u.Path, u.RawQuery = "/healthz", ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return &CallError{Code: CodeTransport, Err: err}
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return &CallError{Code: CodeTimeout, Err: err}
+		}
+		return &CallError{Code: CodeTransport, Err: err}
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16)); err != nil {
+		return &CallError{Code: CodeTransport, Err: err}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &CallError{Code: CodeTransport, Err: fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)}
+	}
+	return nil
 }

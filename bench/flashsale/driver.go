@@ -178,6 +178,9 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		outcomes: map[string]int{}, committed: map[string]int{}, unknown: map[string]int{},
 	}
 	res.StartedAt = st.rec.start
+	// No-op requests on the quiet commits' server through the storm, the
+	// floor the storm's commits are set beside.
+	stopNoOps := res.QuietCommit.stormNoOps(ctx, main)
 
 	// The sampler watches the live stock (and drives the progress bar)
 	// until the buyers are done.
@@ -233,6 +236,7 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(st.rec.start)
+	stopNoOps()
 	close(stopSampler)
 	<-samplerDone
 	if n := cfg.Buyers - int(st.done.Load()); n > 0 {

@@ -98,6 +98,26 @@ func TestSmallDropAgainstTwoServers(t *testing.T) {
 	require.Equal(t, 50, res.Ops[0].Codes[flashsale.CodeOK]-res.BuyerOutcomes[flashsale.BuyerCancelled],
 		"every unit was taken once, plus once more per cancelled hold")
 
+	// The commit's latency quiet and in the storm, and its floor: no-op
+	// requests to the same server, quiet and through the storm.
+	q := res.QuietCommit
+	require.NotNil(t, q)
+	require.Equal(t, cfg.QuietCommits, q.Commits)
+	require.Equal(t, flashsale.OpCommit, res.Ops[1].Op)
+	require.Equal(t, res.Ops[1].Requests, q.StormCommits)
+	require.Positive(t, q.Quiet.P50ms)
+	require.GreaterOrEqual(t, q.Quiet.P99ms, q.Quiet.P50ms)
+	require.InDelta(t, q.Storm.P99ms/q.Quiet.P99ms, q.Ratio, 1e-9)
+	n := q.NoOp
+	require.NotNil(t, n)
+	require.Equal(t, cfg.QuietCommits, n.QuietN, "as many quiet no-ops as quiet commits")
+	require.Positive(t, n.Quiet.P50ms)
+	require.Positive(t, n.StormN, "no-ops were timed through the storm")
+	require.Zero(t, n.StormFails)
+	require.GreaterOrEqual(t, n.Storm.MaxMs, n.Storm.P99ms)
+	require.InDelta(t, n.Storm.P99ms/n.Quiet.P99ms, n.Ratio, 1e-9)
+	require.Contains(t, text.String(), "no-op p99 (GET /healthz, the same server)")
+
 	var html strings.Builder
 	require.NoError(t, flashsale.WriteHTML(&html, res))
 	require.Contains(t, html.String(), "<svg")

@@ -29,6 +29,79 @@ type QuietCommitResult struct {
 	StormRank    int       `json:"stormP99Rank"`
 	Ratio        float64   `json:"ratio"`
 	LoadAvg      string    `json:"loadAvg"`
+	// NoOp is the same comparison for the cheapest request the first
+	// server answers; nil when the probe was not run.
+	NoOp *NoOpResult `json:"noOp,omitempty"`
+}
+
+// noOpGap is the pause between two no-op requests during the storm: about
+// a hundred a second, nothing beside the storm's thousands.
+const noOpGap = 10 * time.Millisecond
+
+// NoOpResult is the floor under the commit's comparison: GET /healthz on
+// the server of the quiet commits, which touches neither Redis nor
+// PostgreSQL, timed one after the other on the quiet server (as many as the
+// quiet commits) and through the storm (one every noOpGap, from the first
+// buyer to the last). What slows a no-op in the storm is the wait for the
+// machine's cores, which every request shares; a commit that the storm
+// slows no more than a no-op did not queue behind the crowd anywhere in
+// Dropline. The p99s are nearest ranks, as the commits' are.
+type NoOpResult struct {
+	Quiet      Quantiles `json:"quiet"`
+	QuietN     int       `json:"quietRequests"`
+	QuietRank  int       `json:"quietP99Rank"`
+	Storm      Quantiles `json:"storm"`
+	StormN     int       `json:"stormRequests"`
+	StormRank  int       `json:"stormP99Rank"`
+	StormFails int       `json:"stormFailed"`
+	Ratio      float64   `json:"ratio"`
+}
+
+// noOps times GET /healthz on c one after the other, n of them, pausing gap
+// between two; with stop set it goes on until stop is closed. It returns the
+// answered requests' latencies and how many failed.
+func noOps(ctx context.Context, c *Client, n int, gap time.Duration, stop <-chan struct{}) (lat []time.Duration, failed int) {
+	for n <= 0 || len(lat)+failed < n {
+		if stop != nil {
+			select {
+			case <-stop:
+				return lat, failed
+			default:
+			}
+		}
+		if ctx.Err() != nil {
+			return lat, failed
+		}
+		t0 := time.Now()
+		if err := c.Health(ctx); err != nil {
+			failed++
+		} else {
+			lat = append(lat, time.Since(t0))
+		}
+		if gap > 0 {
+			sleep(ctx, gap)
+		}
+	}
+	return lat, failed
+}
+
+// stormNoOps starts timing no-ops on the quiet commits' server until the
+// returned function is called, which hands the storm's figures to q.NoOp.
+func (q *QuietCommitResult) stormNoOps(ctx context.Context, c *Client) (stop func()) {
+	if q == nil || q.NoOp == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		lat, failed := noOps(ctx, c, 0, noOpGap, done)
+		q.NoOp.Storm, q.NoOp.StormN, q.NoOp.StormRank, q.NoOp.StormFails = quantiles(lat), len(lat), p99Rank(len(lat)), failed
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // p99Rank is which of n samples, counted from the slowest (1), is their
@@ -43,7 +116,8 @@ func p99Rank(n int) int {
 
 // quietCommits creates a SKU of cfg.QuietCommits units of its own (the
 // drop's stock and verdict are not touched) and has as many buyers, one
-// after the other, reserve a unit and commit it; each commit is timed.
+// after the other, reserve a unit and commit it; each commit is timed. Then
+// as many no-op requests are timed on the same server (NoOpResult).
 func (d *Driver) quietCommits(ctx context.Context) (*QuietCommitResult, error) {
 	cfg := d.cfg
 	n := cfg.QuietCommits
@@ -86,6 +160,11 @@ func (d *Driver) quietCommits(ctx context.Context) (*QuietCommitResult, error) {
 		}
 	}
 	res.Commits, res.Quiet, res.QuietRank = len(lat), quantiles(lat), p99Rank(len(lat))
+	noop, failed := noOps(ctx, c, n, 0, nil)
+	if failed > 0 {
+		return nil, fmt.Errorf("%d of %d no-op requests (GET /healthz) to %s failed on a quiet server", failed, n, c.Endpoint)
+	}
+	res.NoOp = &NoOpResult{Quiet: quantiles(noop), QuietN: len(noop), QuietRank: p99Rank(len(noop))}
 	return res, nil
 }
 
@@ -104,6 +183,9 @@ func (q *QuietCommitResult) compareStorm(ops []OpStats, load string) {
 	}
 	if q.Quiet.P99ms > 0 {
 		q.Ratio = q.Storm.P99ms / q.Quiet.P99ms
+	}
+	if n := q.NoOp; n != nil && n.Quiet.P99ms > 0 {
+		n.Ratio = n.Storm.P99ms / n.Quiet.P99ms
 	}
 }
 

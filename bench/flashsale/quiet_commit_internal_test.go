@@ -1,6 +1,11 @@
 package flashsale
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,4 +39,45 @@ func TestP99RankIsPercentiles(t *testing.T) {
 // commits makes their p99 something other than their slowest one.
 func TestQuietCommitsDefaultIsASample(t *testing.T) {
 	require.Greater(t, p99Rank(DefaultConfig().QuietCommits), 1)
+}
+
+// TestNoOpsTimeHealthz checks the no-op probe: it asks the server's
+// /healthz whatever path the endpoint names, times the answered requests,
+// counts the failed ones apart, stops at n, and with a stop channel goes on
+// until it is closed.
+func TestNoOpsTimeHealthz(t *testing.T) {
+	var calls, bad atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/healthz" {
+			bad.Add(1)
+			http.NotFound(w, r)
+			return
+		}
+		if calls.Add(1)%4 == 0 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL+"/graphql?x=1", 2, 5*time.Second)
+	defer c.Close()
+	ctx := context.Background()
+
+	lat, failed := noOps(ctx, c, 20, 0, nil)
+	require.Len(t, lat, 15)
+	require.Equal(t, 5, failed, "every 4th answer is a 503")
+	for _, l := range lat {
+		require.Positive(t, l)
+	}
+	require.Zero(t, bad.Load(), "every request was GET /healthz")
+
+	stop := make(chan struct{})
+	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
+	before := calls.Load()
+	lat, failed = noOps(ctx, c, 0, 10*time.Millisecond, stop)
+	sent := calls.Load() - before
+	require.Equal(t, sent, int64(len(lat)+failed))
+	require.GreaterOrEqual(t, sent, int64(3), "one every 10 ms for 100 ms")
+	require.LessOrEqual(t, sent, int64(11), "no more than one every 10 ms")
 }

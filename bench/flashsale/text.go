@@ -33,6 +33,11 @@ func WriteText(w io.Writer, r *Result) error {
 		fmt.Fprintf(&b, "\ncommit p99: quiet server %.1f ms (p50 %.1f, max %.1f; %s of %d commits one after the other on %s), during the storm %.1f ms (p50 %.1f, max %.1f; %s of %d commits): ÷ %.2f (goal <= 3); load average %s\n",
 			q.Quiet.P99ms, q.Quiet.P50ms, q.Quiet.MaxMs, rankWord(q.QuietRank), q.Commits, q.SKU,
 			q.Storm.P99ms, q.Storm.P50ms, q.Storm.MaxMs, rankWord(q.StormRank), q.StormCommits, q.Ratio, q.LoadAvg)
+		if n := q.NoOp; n != nil {
+			fmt.Fprintf(&b, "no-op p99 (GET /healthz, the same server): quiet server %.1f ms (p50 %.1f, max %.1f; %s of %d one after the other), during the storm %.1f ms (p50 %.1f, max %.1f; %s of %d, one every %s; %d failed): ÷ %.2f, the floor under the commit's ÷ %.2f\n",
+				n.Quiet.P99ms, n.Quiet.P50ms, n.Quiet.MaxMs, rankWord(n.QuietRank), n.QuietN,
+				n.Storm.P99ms, n.Storm.P50ms, n.Storm.MaxMs, rankWord(n.StormRank), n.StormN, noOpGap, n.StormFails, n.Ratio, q.Ratio)
+		}
 	}
 	b.WriteString("\nbuyers\n")
 	for _, k := range sortedCodes(r.BuyerOutcomes) {
