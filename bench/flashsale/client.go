@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -100,43 +99,72 @@ type gqlResponse struct {
 	} `json:"errors"`
 }
 
-// do posts one operation and decodes data into out.
-func (c *Client) do(ctx context.Context, bearer, query string, vars map[string]any, out any) error {
+// send makes one request to the client's server within its Timeout and
+// reads the answer (body, when not nil, as JSON; bearer, when set, as the
+// token). A request that got no answer is a *CallError: TIMEOUT or
+// TRANSPORT.
+func (c *Client) send(ctx context.Context, method, url string, body []byte, bearer string) (status int, raw []byte, err error) {
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	body, err := json.Marshal(gqlRequest{Query: query, Variables: vars})
-	if err != nil {
-		return &CallError{Code: CodeBadReply, Err: err}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return &CallError{Code: CodeTransport, Err: err}
+		return 0, nil, &CallError{Code: CodeTransport, Err: err}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			return &CallError{Code: CodeTimeout, Err: err}
+			return 0, nil, &CallError{Code: CodeTimeout, Err: err}
 		}
-		return &CallError{Code: CodeTransport, Err: err}
+		return 0, nil, &CallError{Code: CodeTransport, Err: err}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	raw, err = io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
 		if ctx.Err() != nil {
-			return &CallError{Code: CodeTimeout, Err: err}
+			return 0, nil, &CallError{Code: CodeTimeout, Err: err}
 		}
-		return &CallError{Code: CodeTransport, Err: err}
+		return 0, nil, &CallError{Code: CodeTransport, Err: err}
+	}
+	return resp.StatusCode, raw, nil
+}
+
+// httpError is the *CallError of an answer that is not the one asked for:
+// HTTP_<status>.
+func httpError(status int, raw []byte) error {
+	return &CallError{Code: fmt.Sprintf("HTTP_%d", status), Err: fmt.Errorf("status %d: %.200s", status, raw)}
+}
+
+// siteURL is path on the client's server: its endpoint without /graphql.
+func (c *Client) siteURL(path string) string {
+	return strings.TrimSuffix(c.Endpoint, "/graphql") + path
+}
+
+// do posts one operation and decodes data into out.
+func (c *Client) do(ctx context.Context, bearer, query string, vars map[string]any, out any) error {
+	body, err := json.Marshal(gqlRequest{Query: query, Variables: vars})
+	if err != nil {
+		return &CallError{Code: CodeBadReply, Err: err}
+	}
+	status, raw, err := c.send(ctx, http.MethodPost, c.Endpoint, body, bearer)
+	if err != nil {
+		return err
 	}
 	var r gqlResponse
-	if err := json.Unmarshal(raw, &r); err != nil || (resp.StatusCode >= 300 && r.Data == nil && len(r.Errors) == 0) {
-		return &CallError{Code: fmt.Sprintf("HTTP_%d", resp.StatusCode), Err: fmt.Errorf("status %d: %.200s", resp.StatusCode, raw)}
+	if err := json.Unmarshal(raw, &r); err != nil || (status >= 300 && r.Data == nil && len(r.Errors) == 0) {
+		return httpError(status, raw)
 	}
 	if len(r.Errors) > 0 {
 		code, _ := r.Errors[0].Extensions["code"].(string)
@@ -319,33 +347,12 @@ func retryable(code string) bool {
 // nothing: the cheapest request the server answers, the floor the
 // rehearsal's commit latency is set beside (NoOpResult).
 func (c *Client) Health(ctx context.Context) error {
-	if c.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
-		defer cancel()
-	}
-	u, err := url.Parse(c.Endpoint)
+	status, raw, err := c.send(ctx, http.MethodGet, c.siteURL("/healthz"), nil, "")
 	if err != nil {
-		return &CallError{Code: CodeTransport, Err: err}
+		return err
 	}
-	u.Path, u.RawQuery = "/healthz", ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return &CallError{Code: CodeTransport, Err: err}
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return &CallError{Code: CodeTimeout, Err: err}
-		}
-		return &CallError{Code: CodeTransport, Err: err}
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16)); err != nil {
-		return &CallError{Code: CodeTransport, Err: err}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return &CallError{Code: CodeTransport, Err: fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)}
+	if status != http.StatusOK {
+		return httpError(status, raw)
 	}
 	return nil
 }

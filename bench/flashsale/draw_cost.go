@@ -109,7 +109,7 @@ func entryCost(before, after costReading, entries, requests int, cores int) Entr
 // empty when it cannot be read.
 func scrape(ctx context.Context, c *Client) map[string]float64 {
 	out := map[string]float64{}
-	u := strings.TrimSuffix(c.Endpoint, "/graphql") + "/metrics"
+	u := c.siteURL("/metrics")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return out

@@ -41,9 +41,9 @@ func TestQuietCommitsDefaultIsASample(t *testing.T) {
 	require.Greater(t, p99Rank(DefaultConfig().QuietCommits), 1)
 }
 
-// TestNoOpsTimeHealthz checks the no-op probe: it asks the server's
-// /healthz whatever path the endpoint names, times the answered requests,
-// counts the failed ones apart, stops at n, and with a stop channel goes on
+// TestNoOpsTimeHealthz checks the no-op probe: it asks the /healthz of the
+// endpoint's server, times the answered requests, counts the failed ones
+// apart, stops at n, and with a stop channel sends one every interval
 // until it is closed.
 func TestNoOpsTimeHealthz(t *testing.T) {
 	var calls, bad atomic.Int64
@@ -60,7 +60,7 @@ func TestNoOpsTimeHealthz(t *testing.T) {
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	}))
 	defer srv.Close()
-	c := NewClient(srv.URL+"/graphql?x=1", 2, 5*time.Second)
+	c := NewClient(srv.URL+"/graphql", 2, 5*time.Second)
 	defer c.Close()
 	ctx := context.Background()
 
@@ -71,6 +71,9 @@ func TestNoOpsTimeHealthz(t *testing.T) {
 		require.Positive(t, l)
 	}
 	require.Zero(t, bad.Load(), "every request was GET /healthz")
+	lat, failed = noOps(ctx, c, 0, 0, nil)
+	require.Empty(t, lat, "n 0 and no stop: nothing to send")
+	require.Zero(t, failed)
 
 	stop := make(chan struct{})
 	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
@@ -79,5 +82,5 @@ func TestNoOpsTimeHealthz(t *testing.T) {
 	sent := calls.Load() - before
 	require.Equal(t, sent, int64(len(lat)+failed))
 	require.GreaterOrEqual(t, sent, int64(3), "one every 10 ms for 100 ms")
-	require.LessOrEqual(t, sent, int64(11), "no more than one every 10 ms")
+	require.LessOrEqual(t, sent, int64(11), "no more than one every 10 ms, and the first at once")
 }

@@ -34,9 +34,13 @@ func WriteText(w io.Writer, r *Result) error {
 			q.Quiet.P99ms, q.Quiet.P50ms, q.Quiet.MaxMs, rankWord(q.QuietRank), q.Commits, q.SKU,
 			q.Storm.P99ms, q.Storm.P50ms, q.Storm.MaxMs, rankWord(q.StormRank), q.StormCommits, q.Ratio, q.LoadAvg)
 		if n := q.NoOp; n != nil {
-			fmt.Fprintf(&b, "no-op p99 (GET /healthz, the same server): quiet server %.1f ms (p50 %.1f, max %.1f; %s of %d one after the other), during the storm %.1f ms (p50 %.1f, max %.1f; %s of %d, one every %s; %d failed): ÷ %.2f, the floor under the commit's ÷ %.2f\n",
-				n.Quiet.P99ms, n.Quiet.P50ms, n.Quiet.MaxMs, rankWord(n.QuietRank), n.QuietN,
-				n.Storm.P99ms, n.Storm.P50ms, n.Storm.MaxMs, rankWord(n.StormRank), n.StormN, noOpGap, n.StormFails, n.Ratio, q.Ratio)
+			storm := "no answer"
+			if n.StormN > 0 {
+				storm = fmt.Sprintf("%.1f ms (p50 %.1f, max %.1f; %s of %d, one every %s)",
+					n.Storm.P99ms, n.Storm.P50ms, n.Storm.MaxMs, rankWord(n.StormRank), n.StormN, noOpEvery)
+			}
+			fmt.Fprintf(&b, "no-op p99 (GET /healthz, the first server, from this process): quiet server %.1f ms (p50 %.1f, max %.1f; %s of %d one after the other; %d failed), during the storm %s; %d failed: ÷ %.2f, the floor under the commit's ÷ %.2f\n",
+				n.Quiet.P99ms, n.Quiet.P50ms, n.Quiet.MaxMs, rankWord(n.QuietRank), n.QuietN, n.QuietFails, storm, n.StormFails, n.Ratio, q.Ratio)
 		}
 	}
 	b.WriteString("\nbuyers\n")

@@ -610,7 +610,7 @@ func (w *watch) close() {
 // unreadable.
 func (d *Driver) serverMemory(ctx context.Context) (rss int64, goroutines int, cpu float64) {
 	for _, c := range d.clients {
-		u := strings.TrimSuffix(c.Endpoint, "/graphql") + "/metrics"
+		u := c.siteURL("/metrics")
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			continue
