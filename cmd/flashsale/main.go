@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Float64Var(&cfg.ChangeRate, "change-rate", cfg.ChangeRate, "measured changes per second")
 	fs.IntVar(&cfg.SourceAddrs, "source-addrs", 0, "loopback source addresses (127.0.0.2 up) the watchers spread over (0: one per 200 watchers)")
 	fs.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", cfg.ConvergeTimeout, "how long every watcher may take to reach the last change and the final stock")
-	fs.IntVar(&cfg.QuietCommits, "quiet-commits", cfg.QuietCommits, "reserve-and-commit pairs timed one after the other before the buyers, on a SKU of their own: the commit p99 on a quiet server the storm's is divided by (nearest rank: below 100 it is their slowest; 0: none)")
+	fs.IntVar(&cfg.QuietCommits, "quiet-commits", cfg.QuietCommits, "reserve-and-commit pairs timed one after the other before the buyers, on a SKU of their own: the commit p99 on a quiet server the storm's is divided by (nearest rank: below 100 it is their slowest; 0: none); as many no-op requests (GET /healthz) are timed after them, and one every 10ms through the storm, the floor beside it")
 	fs.StringVar(&cfg.FloorURL, "floor-url", "", "a fan-out floor (bench-floor ws) measured like the server's websocket watchers, for CPU per delivery ÷ the floor's")
 	fs.DurationVar(&cfg.WatchP99, "watch-p99", cfg.WatchP99, "change-to-watcher p99 the verdict requires (0: not checked)")
 	fs.Float64Var(&cfg.WatchRSSKiB, "watch-rss-kib", cfg.WatchRSSKiB, "server RSS per idle watcher the verdict allows, in KiB (0: not checked)")
