@@ -64,34 +64,35 @@ type NoOpResult struct {
 // stop set, one every interval until stop is closed. It returns the
 // answered requests' latencies and how many failed.
 func noOps(ctx context.Context, c *Client, n int, every time.Duration, stop <-chan struct{}) (lat []time.Duration, failed int) {
-	var tick <-chan time.Time
-	if stop != nil {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick = t.C
-	}
-	for stop != nil || len(lat)+failed < n {
+	one := func() {
 		t0 := time.Now()
 		if err := c.Health(ctx); err != nil {
 			failed++
 		} else {
 			lat = append(lat, time.Since(t0))
 		}
-		if stop == nil {
+	}
+	if stop == nil {
+		for range n {
+			one()
 			if ctx.Err() != nil {
-				return lat, failed
+				break
 			}
-			continue
 		}
+		return lat, failed
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		one()
 		select {
 		case <-stop:
 			return lat, failed
 		case <-ctx.Done():
 			return lat, failed
-		case <-tick:
+		case <-t.C:
 		}
 	}
-	return lat, failed
 }
 
 // stormNoOps starts timing no-ops on the quiet commits' server, one every
