@@ -63,11 +63,15 @@ type Ledger struct {
 	// salePool writes them: pool, unless WithSalePool gave one.
 	sales    *saleBatcher
 	salePool *pgxpool.Pool
+	// snapshots holds a slot for each snapshot in flight (WithSnapshot):
+	// half the pool's connections, so that each has one for its seal.
+	snapshots chan struct{}
 }
 
 // NewLedger wraps a pool. The pool is the caller's to close.
 func NewLedger(pool *pgxpool.Pool) *Ledger {
-	l := &Ledger{pool: pool, salePool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64)}
+	l := &Ledger{pool: pool, salePool: pool, copyMinRows: defaultCopyMinRows, copied: new(atomic.Int64),
+		snapshots: make(chan struct{}, snapshotSlots(pool.Config().MaxConns))}
 	l.sales = newSaleBatcher(l)
 	return l
 }

@@ -316,6 +316,16 @@ const markDroppedLockTimeout = "200ms"
 // loaded machine).
 const sealConnWait = 2 * time.Second
 
+// snapshotSlots is how many snapshots a pool of maxConns connections has
+// in flight at once: half of them, at least one. A snapshot holds one
+// connection while its seal takes a second, so snapshots taking every
+// connection would each wait sealConnWait for the pool and then dial one
+// outside it, while every other query of the process waited for the pool
+// behind them; after Redis lost its data, the rebuilder's SKUs did so in
+// waves. With half the pool for snapshots, their seals find the other
+// half, unless the rest of the process holds it then.
+func snapshotSlots(maxConns int32) int { return max(1, int(maxConns)/2) }
+
 // flushWAL is a statement whose transaction, committed on its own, waits for
 // PostgreSQL's WAL to be on disk up to its commit, and so past every commit
 // before it (the WAL is flushed in order). It writes a WAL record, a
@@ -489,8 +499,15 @@ func eachBatch[T any](rows pgx.Rows, batch int, scan func(pgx.Row) (T, error), f
 // holding the lock, so no sale of that SKU can commit between the read and
 // whatever fn writes. retention bounds the sales the snapshot streams,
 // idempotencyTTL the finished reservations. It returns ErrNotFound for an
-// unknown SKU.
+// unknown SKU. Snapshots in flight are at most half the pool's connections
+// (snapshotSlots); one past them waits for a slot, as long as ctx allows.
 func (l *Ledger) WithSnapshot(ctx context.Context, sku string, retention, idempotencyTTL time.Duration, fn func(*Snapshot) error) error {
+	select {
+	case l.snapshots <- struct{}{}:
+		defer func() { <-l.snapshots }()
+	case <-ctx.Done():
+		return fmt.Errorf("snapshot of %s: waiting for a slot: %w", sku, ctx.Err())
+	}
 	err := l.inTx(ctx, "snapshot", pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		s := &Snapshot{l: l, tx: tx, retention: retention, idempotencyTTL: idempotencyTTL}
 		var err error
