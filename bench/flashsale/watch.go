@@ -1,19 +1,16 @@
 package flashsale
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/http/httptrace"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -610,33 +607,10 @@ func (w *watch) close() {
 // unreadable.
 func (d *Driver) serverMemory(ctx context.Context) (rss int64, goroutines int, cpu float64) {
 	for _, c := range d.clients {
-		u := c.siteURL("/metrics")
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			continue
-		}
-		resp, err := c.HTTP.Do(req)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			if v, ok := strings.CutPrefix(line, "process_resident_memory_bytes "); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				rss += int64(f)
-			}
-			if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				goroutines += int(f)
-			}
-			if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				cpu += f
-			}
-		}
-		_ = resp.Body.Close()
+		m := scrape(ctx, c)
+		rss += int64(m["process_resident_memory_bytes"])
+		goroutines += int(m["go_goroutines"])
+		cpu += m["process_cpu_seconds_total"]
 	}
 	return rss, goroutines, cpu
 }

@@ -59,6 +59,7 @@ func TestWatchersSeeTheDrop(t *testing.T) {
 	require.Equal(t, 60*10, w.Deliveries, "every change reached every watcher")
 	require.Equal(t, 60, w.Converged)
 	require.Positive(t, w.RSSBeforeBytes, "the server's RSS comes from its /metrics")
+	require.Positive(t, w.GoroutinesBefore, "so do its goroutines")
 	require.Positive(t, w.Latency.MaxMs)
 
 	var html strings.Builder
