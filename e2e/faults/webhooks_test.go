@@ -92,7 +92,7 @@ func TestWebhooksDeliveredAsTheLedgerRecordedThem(t *testing.T) {
 		s.Env[k] = v
 	}
 	a := s.start("a")
-	s.start("b")
+	b := s.start("b")
 	recv := webhooktest.New(t, "", webhooktest.Flaky)
 	endpoint, secret := s.subscribe(a, recv.URL)
 	recv.SetSecret(t, secret)
@@ -104,6 +104,7 @@ func TestWebhooksDeliveredAsTheLedgerRecordedThem(t *testing.T) {
 	gone := time.Now()
 	d1.waitProgress(t, d1.cfg.Buyers/2)
 	a.kill(t)
+	killed := time.Now()
 	time.Sleep(max(0, 2*time.Second-time.Since(gone))) // the receiver stays away 2 s
 	recv.Restart(t)
 	a = s.start("a2")
@@ -137,10 +138,19 @@ func TestWebhooksDeliveredAsTheLedgerRecordedThem(t *testing.T) {
 	t.Logf("FIGURES webhooks: events=%d requests=%d accepted=%d duplicates=%d settled_after_drop=%s",
 		len(recorded), recv.Requests(), len(got), dups, time.Since(began).Round(time.Millisecond))
 
-	// The metrics say what happened, by endpoint.
-	metrics := s.metricsText(a)
-	require.Contains(t, metrics, `dropline_webhook_attempts_total{endpoint="`+endpoint+`",outcome="delivered"}`)
-	require.Contains(t, metrics, `dropline_webhook_dead_letters{endpoint="`+endpoint+`"} 0`)
+	// The metrics say what happened, by endpoint. Each instance counts its
+	// own attempts, and either may have claimed any delivery, so the live
+	// two together count at least every delivery made after the kill (the
+	// killed one's count went with it).
+	afterKill := s.scalar(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND delivered_at > $2`, endpoint, killed)
+	require.Positive(t, afterKill, "deliveries made after the kill")
+	delivered := `dropline_webhook_attempts_total{endpoint="` + endpoint + `",outcome="delivered"}`
+	byA, byB := metricValue(t, a, delivered), metricValue(t, b, delivered)
+	require.GreaterOrEqual(t, byA+byB, float64(afterKill), "delivered attempts counted by the live instances")
+	for _, p := range []*proc{a, b} {
+		require.Contains(t, s.metricsText(p), `dropline_webhook_dead_letters{endpoint="`+endpoint+`"} 0`, p.Name)
+	}
+	t.Logf("FIGURES webhooks: delivered_after_kill=%d counted_by_a2=%.0f counted_by_b=%.0f", afterKill, byA, byB)
 }
 
 // sellOut reserves and commits what is left of sku, one unit at a time.
