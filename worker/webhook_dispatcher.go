@@ -135,6 +135,9 @@ type WebhookDispatcher struct {
 	deadWaiting *prometheus.GaugeVec
 	lag         *prometheus.GaugeVec
 	pruned      *prometheus.CounterVec
+	// measured is the endpoints the backlog gauges were last set for (read
+	// and written by run's goroutine alone).
+	measured map[string]bool
 
 	// attempted signals, to a test, each attempt once its outcome is
 	// recorded.
@@ -371,7 +374,9 @@ func (w *WebhookDispatcher) prune(ctx context.Context) {
 	}
 }
 
-// measure sets the backlog gauges from the ledger.
+// measure sets the backlog gauges from the ledger. Each endpoint's gauges
+// are set in place and those of an endpoint no longer listed are deleted
+// afterwards, so a scrape never finds a listed endpoint without its series.
 func (w *WebhookDispatcher) measure(ctx context.Context) {
 	sctx, cancel := stepContext(ctx, w.cfg.StepTimeout)
 	backlogs, err := w.ledger.Webhooks().WebhookBacklogs(sctx)
@@ -382,11 +387,10 @@ func (w *WebhookDispatcher) measure(ctx context.Context) {
 		}
 		return
 	}
-	w.pending.Reset()
-	w.deadWaiting.Reset()
-	w.lag.Reset()
+	listed := make(map[string]bool, len(backlogs))
 	for _, b := range backlogs {
 		endpoint := strconv.FormatInt(b.EndpointID, 10)
+		listed[endpoint] = true
 		w.pending.WithLabelValues(endpoint).Set(float64(b.Pending))
 		w.deadWaiting.WithLabelValues(endpoint).Set(float64(b.Dead))
 		lag := 0.0
@@ -395,4 +399,12 @@ func (w *WebhookDispatcher) measure(ctx context.Context) {
 		}
 		w.lag.WithLabelValues(endpoint).Set(lag)
 	}
+	for endpoint := range w.measured {
+		if !listed[endpoint] {
+			w.pending.DeleteLabelValues(endpoint)
+			w.deadWaiting.DeleteLabelValues(endpoint)
+			w.lag.DeleteLabelValues(endpoint)
+		}
+	}
+	w.measured = listed
 }

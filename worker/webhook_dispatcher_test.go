@@ -249,6 +249,7 @@ func TestWebhookDeadLettersAndRedelivery(t *testing.T) {
 	require.NoError(t, err)
 	cfg := fastWebhooks("one")
 	cfg.MaxAttempts = 3
+	cfg.Timeout = 5 * time.Second // every failure is the receiver's 500, never a slow attempt's timeout
 	d, reg := b.startDispatcher(t, cfg)
 	require.Equal(t, 3, b.sell(t, "WH-DEAD", 3))
 
@@ -385,4 +386,78 @@ func TestDrawDrawnWebhookRevealsTheSeed(t *testing.T) {
 	require.Equal(t, 5, msg.Data.Entries)
 	require.Equal(t, 2, msg.Data.Winners)
 	require.Equal(t, 2, msg.Data.Stock)
+}
+
+// The backlog gauges are set in place: a scrape taken while measure runs
+// finds every listed endpoint's series, and an endpoint deleted since the
+// last measure loses its series while the others keep theirs.
+func TestWebhookBacklogGaugesFollowTheEndpoints(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kept := b.subscribe(t, "http://127.0.0.1:9/kept", webhook.NewSecret())
+	gone := b.subscribe(t, "http://127.0.0.1:9/gone", webhook.NewSecret())
+	_, err := b.engine.Catalog().CreateProduct(b.ctx, admin, inventory.ProductInput{SKU: "WH-GAUGE", Name: "gauge",
+		Price: inventory.Money{Amount: 100, Currency: "EUR"}, Stock: 2})
+	require.NoError(t, err)
+	require.Equal(t, 2, b.sell(t, "WH-GAUGE", 2))
+	pending := len(b.webhookOutbox(t, kept.ID, db.WebhookPending))
+	require.Positive(t, pending)
+
+	// Not started: nothing is sent, and measure is called here alone.
+	reg := prometheus.NewRegistry()
+	d := NewWebhookDispatcher(fastWebhooks("gauges"), b.engine.Ledger(), b.log, reg)
+	k := strconv.FormatInt(kept.ID, 10)
+	series := func() (kept, all int) {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() != "dropline_webhook_dead_letters" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				all++
+				if m.GetLabel()[0].GetValue() == k {
+					kept++
+				}
+			}
+		}
+		return kept, all
+	}
+	d.measure(b.ctx)
+	require.Equal(t, 2, testutil.CollectAndCount(d.pending))
+	require.Equal(t, float64(pending), testutil.ToFloat64(d.pending.WithLabelValues(k)))
+
+	// Scrapes while measure runs again and again.
+	done := make(chan struct{})
+	missed := make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-done:
+				missed <- n
+				return
+			default:
+			}
+			if seen, _ := series(); seen != 1 {
+				n++
+			}
+		}
+	}()
+	for range 200 {
+		d.measure(b.ctx)
+	}
+	close(done)
+	require.Zero(t, <-missed, "scrapes that found no series for a listed endpoint")
+
+	_, err = b.engine.Ledger().Webhooks().DeleteWebhookEndpoint(b.ctx, gone.ID)
+	require.NoError(t, err)
+	d.measure(b.ctx)
+	for _, g := range []*prometheus.GaugeVec{d.pending, d.deadWaiting, d.lag} {
+		require.Equal(t, 1, testutil.CollectAndCount(g), "the deleted endpoint's series are gone")
+	}
+	seen, all := series()
+	require.Equal(t, 1, seen)
+	require.Equal(t, 1, all)
+	require.Equal(t, float64(pending), testutil.ToFloat64(d.pending.WithLabelValues(k)))
 }
