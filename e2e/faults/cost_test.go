@@ -237,7 +237,10 @@ func TestCostIsToldToTheClient(t *testing.T) {
 	require.Equal(t, refused.Header.Get("RateLimit"), e["rateLimit"])
 
 	// Over SSE and a websocket, the refusal carries the same facts in its
-	// error's extensions.
+	// error's extensions. What the page left (up to 300) is spent first, so
+	// that the budget holds 301 again only minutes later, however slowly
+	// the two requests are sent.
+	spendAll(t, http.DefaultClient, p.URL, `{ drop(id: "TOLD") { name } }`)
 	sse := sseQuery(t, p.URL, page)
 	require.Len(t, sse.Errors, 1)
 	requireThrottled(t, sse.Errors[0].Extensions)
@@ -279,6 +282,7 @@ func TestAnonymousBudgetIsPerAddress(t *testing.T) {
 	}
 	require.Positive(t, refusedAt, "the flood from one address was never refused")
 	t.Logf("the flood from 127.0.0.1 was refused after %d queries", refusedAt)
+	spendAll(t, quickClient, p.URL, `{ drop(id: "FLOOD") { name } }`) // so that it stays refused for minutes
 
 	r := post(context.Background(), clientFrom("127.0.0.2"), p.URL, "", page, nil)
 	require.NoError(t, r.Err)
@@ -375,6 +379,20 @@ func (r costResult) cost() costExtension {
 	r.t.Helper()
 	require.NotNil(r.t, r.Extensions.Cost, "the response has no extensions.cost")
 	return *r.Extensions.Cost
+}
+
+// spendAll sends the cheap query anonymously until the budget refuses it
+// too: what is left is then less than the query's price, and a page of 100
+// (301) is refused until nearly 300 s of refill.
+func spendAll(t *testing.T, client *http.Client, base, query string) {
+	t.Helper()
+	for range 2000 {
+		if r := costPost(t, client, base, "", query); r.Status == http.StatusTooManyRequests {
+			require.Less(t, r.cost().ThrottleStatus.CurrentlyAvailable, r.cost().RequestedQueryCost)
+			return
+		}
+	}
+	t.Fatalf("the budget never refused %s", query)
 }
 
 func costPost(t *testing.T, client *http.Client, base, token, query string) costResult {
