@@ -172,9 +172,11 @@ func TestServerPausedPastLease(t *testing.T) {
 	s := newSystem(t)
 	a := s.start("a")
 	s.start("b")
-	d := startDrop(s, dropConfig{SKU: "PAUSE-1", Buyers: scale(150, 400), Pace: 40 * time.Millisecond, HoldSeconds: 2})
-	d.waitProgress(t, d.cfg.Buyers/4)
 	pause := time.Duration(scale(12, 20)) * time.Second
+	// The drop's usual bound, and the pause: calls sent to a wait it out.
+	d := startDrop(s, dropConfig{SKU: "PAUSE-1", Buyers: scale(150, 400), Pace: 40 * time.Millisecond, HoldSeconds: 2,
+		Within: 40*time.Second + pause})
+	d.waitProgress(t, d.cfg.Buyers/4)
 	a.signal(syscall.SIGSTOP)
 	time.Sleep(pause) // the pause is the fault
 	a.signal(syscall.SIGCONT)
