@@ -45,6 +45,11 @@ type dropConfig struct {
 	Within time.Duration
 	// Pace spaces buyers out, so a fault lands mid-drop.
 	Pace time.Duration
+	// Gate, when set, holds back the buyers from the GateAt-th on until it
+	// is closed: what the test does in between happens mid-drop however
+	// slowly it runs.
+	Gate   <-chan struct{}
+	GateAt int
 	// Think is the most a holder waits before committing or cancelling
 	// (a checkout's latency), so holds are live when a fault lands.
 	Think time.Duration
@@ -151,6 +156,12 @@ func (d *drop) run() {
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for i := 0; i < d.cfg.Buyers; i++ {
+		if d.cfg.Gate != nil && i == d.cfg.GateAt {
+			select {
+			case <-d.cfg.Gate:
+			case <-ctx.Done():
+			}
+		}
 		if ctx.Err() != nil {
 			break
 		}

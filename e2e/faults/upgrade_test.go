@@ -112,11 +112,15 @@ func TestRollingUpgrade(t *testing.T) {
 	require.NoError(t, err, "the previous release migrates: %s", out)
 	old := s.startBinary("old", prev)
 
-	// Units enough that the drop is not sold out before the new release has
-	// started: on a loaded machine the old one alone sold 68 of 80 before the
-	// new one answered, and the new one then had almost no hold to commit.
-	d := startDrop(s, dropConfig{SKU: "UPGRADE-1", Total: 160, Buyers: scale(240, 600), Concurrency: 16,
-		Pace: 40 * time.Millisecond, HoldSeconds: 3, Commit: 0.6, Cancel: 0.2, DoubleCommit: 0.2})
+	// Three quarters of the buyers wait until the new release has started,
+	// so both releases serve them however long the start takes: on a loaded
+	// machine the old one alone once sold 68 of 80 units before the new one
+	// answered, and the new one then had almost no hold to commit.
+	buyers := scale(240, 600)
+	gate := make(chan struct{})
+	d := startDrop(s, dropConfig{SKU: "UPGRADE-1", Total: 160, Buyers: buyers, Concurrency: 16,
+		Pace: 40 * time.Millisecond, HoldSeconds: 3, Commit: 0.6, Cancel: 0.2, DoubleCommit: 0.2,
+		Gate: gate, GateAt: buyers / 4})
 	d.waitProgress(t, 20)
 
 	// Migrate first (expand only: the previous release runs on), then roll.
@@ -125,6 +129,7 @@ func TestRollingUpgrade(t *testing.T) {
 	s.waitReady(old, 5*time.Second)
 	oldBefore := d.servedBy(old, "reserve")
 	next := s.start("new")
+	close(gate)
 	eventually(t, 20*time.Second, "both releases answer reserves and commits", func() (bool, string) {
 		counts := []int{d.servedBy(old, "reserve") - oldBefore, d.servedBy(old, "commit"),
 			d.servedBy(next, "reserve"), d.servedBy(next, "commit")}
