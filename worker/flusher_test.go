@@ -106,7 +106,9 @@ func TestFlusherKilledMidBatchAppliesEveryEventOnce(t *testing.T) {
 func TestFlusherStopDrains(t *testing.T) {
 	b := setup(t)
 	b.product(t, "DRAIN-1", 2000)
-	f := NewFlusher(FlusherConfig{Options: fastConfig("drainer").Options, BatchSize: 50},
+	opts := fastConfig("drainer").Options
+	opts.LeaseTTL = 10 * time.Second // the drain is tested, not the renewal: no lease may look lapsed on a slow machine
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50},
 		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
@@ -162,7 +164,9 @@ func TestFlusherStopRetriesABackedOffPartition(t *testing.T) {
 	b := setup(t)
 	b.product(t, "DRAIN-3", 2000)
 	tokens := b.reserveMany(t, "DRAIN-3", 500, time.Hour)
-	f := NewFlusher(FlusherConfig{Options: fastConfig("retrier").Options, BatchSize: 50},
+	opts := fastConfig("retrier").Options
+	opts.LeaseTTL = 10 * time.Second // as in TestFlusherStopDrains
+	f := NewFlusher(FlusherConfig{Options: opts, BatchSize: 50},
 		b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()

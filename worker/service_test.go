@@ -177,7 +177,9 @@ func TestLeasesAreReleasedOnAStopAndKeptOnACrash(t *testing.T) {
 		return n
 	}
 	start := func(ctx context.Context, owner string) *CommitReconciler {
-		w := NewCommitReconciler(CommitReconcilerConfig{Options: fastConfig(owner).Options}, b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
+		opts := fastConfig(owner).Options
+		opts.LeaseTTL = time.Minute // nothing here may lapse while the test looks, however slow the machine
+		w := NewCommitReconciler(CommitReconcilerConfig{Options: opts}, b.engine.Maintenance(), b.rdb, b.log, prometheus.NewRegistry())
 		w.leases.heldNow.Init()
 		require.NoError(t, w.Start(ctx))
 		waitHeld(t, w.leases, inventory.Partitions, owner+" owns every partition")
