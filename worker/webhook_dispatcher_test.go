@@ -409,7 +409,9 @@ func TestWebhookBacklogGaugesFollowTheEndpoints(t *testing.T) {
 	k := strconv.FormatInt(kept.ID, 10)
 	series := func() (kept, all int) {
 		families, err := reg.Gather()
-		require.NoError(t, err)
+		if err != nil {
+			return -1, -1 // counted as a miss; the test goroutine alone may fail the test
+		}
 		for _, f := range families {
 			if f.GetName() != "dropline_webhook_dead_letters" {
 				continue

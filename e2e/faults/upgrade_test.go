@@ -120,7 +120,7 @@ func TestRollingUpgrade(t *testing.T) {
 	gate := make(chan struct{})
 	d := startDrop(s, dropConfig{SKU: "UPGRADE-1", Total: 160, Buyers: buyers, Concurrency: 16,
 		Pace: 40 * time.Millisecond, HoldSeconds: 3, Commit: 0.6, Cancel: 0.2, DoubleCommit: 0.2,
-		Gate: gate, GateAt: buyers / 4})
+		Gate: gate, GateAt: buyers / 4, Within: 100 * time.Second}) // the wait at the gate counts too
 	d.waitProgress(t, 20)
 
 	// Migrate first (expand only: the previous release runs on), then roll.

@@ -141,14 +141,21 @@ func TestWebhooksDeliveredAsTheLedgerRecordedThem(t *testing.T) {
 	// The metrics say what happened, by endpoint. Each instance counts its
 	// own attempts, and either may have claimed any delivery, so the live
 	// two together count at least every delivery made after the kill (the
-	// killed one's count went with it).
+	// killed one's count went with it). An attempt is counted just after
+	// its outcome is recorded, and the backlog gauges are read from the
+	// ledger every few seconds: both are waited for.
 	afterKill := s.scalar(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND delivered_at > $2`, endpoint, killed)
 	require.Positive(t, afterKill, "deliveries made after the kill")
 	delivered := `dropline_webhook_attempts_total{endpoint="` + endpoint + `",outcome="delivered"}`
-	byA, byB := metricValue(t, a, delivered), metricValue(t, b, delivered)
-	require.GreaterOrEqual(t, byA+byB, float64(afterKill), "delivered attempts counted by the live instances")
+	var byA, byB float64
+	eventually(t, 10*time.Second, "the live instances count every delivery made after the kill", func() (bool, string) {
+		byA, byB = metricValue(t, a, delivered), metricValue(t, b, delivered)
+		return byA+byB >= float64(afterKill), fmt.Sprintf("%d delivered after the kill, counted %v by a2 and %v by b", afterKill, byA, byB)
+	})
 	for _, p := range []*proc{a, b} {
-		require.Contains(t, s.metricsText(p), `dropline_webhook_dead_letters{endpoint="`+endpoint+`"} 0`, p.Name)
+		eventually(t, 15*time.Second, p.Name+" reports no dead letter", func() (bool, string) {
+			return strings.Contains(s.metricsText(p), `dropline_webhook_dead_letters{endpoint="`+endpoint+`"} 0`), "no such series"
+		})
 	}
 	t.Logf("FIGURES webhooks: delivered_after_kill=%d counted_by_a2=%.0f counted_by_b=%.0f", afterKill, byA, byB)
 }
