@@ -16,7 +16,7 @@ import (
 	"github.com/dropline/dropline/worker"
 )
 
-// A writer paused longer than its lease, in-process with a 600 ms lease
+// A writer paused longer than its lease, in-process with a 2 s lease
 // (the server's LeaseTTL is 10 s and not configurable from the
 // environment): while it sleeps, a successor acquires the lease with a
 // larger fencing token and writes; when the paused writer resumes it no
@@ -36,7 +36,7 @@ func TestFencedWriterAfterPause(t *testing.T) {
 	ledger := db.NewLedger(pool)
 
 	key := r.Prefix + "{p00}:lease:flusher"
-	cfg := worker.LeaseConfig{Key: key, FenceKey: key + ":fence", TTL: 600 * time.Millisecond}
+	cfg := worker.LeaseConfig{Key: key, FenceKey: key + ":fence", TTL: 2 * time.Second} // Fence is ok for 1.33 s after an Acquire, ample on a loaded machine
 	cfg.Owner = "paused"
 	paused := worker.NewLease(r.Client, cfg)
 	cfg.Owner = "successor"
