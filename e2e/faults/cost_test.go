@@ -219,13 +219,7 @@ func TestCostIsToldToTheClient(t *testing.T) {
 	// Spend the address' budget: each query is priced 301 (a page of 100)
 	// and costs 22 once run, so it takes about 130.
 	const page = `{ products(first: 100) { edges { node { sku } } } }`
-	var refused costResult
-	for i := 0; i < 1000 && refused.Status == 0; i++ {
-		if r := costPost(t, http.DefaultClient, p.URL, "", page); r.Status == http.StatusTooManyRequests {
-			refused = r
-		}
-	}
-	require.Equal(t, http.StatusTooManyRequests, refused.Status, "the budget never ran out")
+	refused, _ := untilRefused(t, http.DefaultClient, p.URL, page)
 	require.Len(t, refused.Errors, 1)
 	require.Nil(t, refused.Data, "nothing ran")
 	retry, err := strconv.Atoi(refused.Header.Get("Retry-After"))
@@ -277,15 +271,8 @@ func TestAnonymousBudgetIsPerAddress(t *testing.T) {
 	costDrop(t, s, p, "FLOOD", 10)
 
 	const page = `{ products(first: 100) { edges { node { sku } } } }`
-	refusedAt := -1
-	for i := 0; i < 1000 && refusedAt < 0; i++ {
-		r := post(context.Background(), quickClient, p.URL, "", page, nil)
-		require.NoError(t, r.Err)
-		if r.Status == http.StatusTooManyRequests {
-			refusedAt = i
-			require.Equal(t, "RATE_LIMITED", r.Errors[0].code())
-		}
-	}
+	refused, refusedAt := untilRefused(t, quickClient, p.URL, page)
+	require.Equal(t, "RATE_LIMITED", refused.Errors[0].code())
 	require.Positive(t, refusedAt, "the flood from one address was never refused")
 	t.Logf("the flood from 127.0.0.1 was refused after %d queries", refusedAt)
 	spendAll(t, quickClient, p.URL, `{ drop(id: "FLOOD") { name } }`) // so that it stays refused for minutes
@@ -387,18 +374,26 @@ func (r costResult) cost() costExtension {
 	return *r.Extensions.Cost
 }
 
-// spendAll sends the cheap query anonymously until the budget refuses it
-// too: what is left is then less than the query's price, and a page of 100
-// (301) is refused until nearly 300 s of refill.
-func spendAll(t *testing.T, client *http.Client, base, query string) {
+// untilRefused sends query anonymously until the budget refuses it, and
+// returns the refusal and how many were served before it.
+func untilRefused(t *testing.T, client *http.Client, base, query string) (costResult, int) {
 	t.Helper()
-	for range 2000 {
+	for served := range 1000 {
 		if r := costPost(t, client, base, "", query); r.Status == http.StatusTooManyRequests {
-			require.Less(t, r.cost().ThrottleStatus.CurrentlyAvailable, r.cost().RequestedQueryCost)
-			return
+			return r, served
 		}
 	}
-	t.Fatalf("the budget never refused %s", query)
+	t.Fatalf("the budget never ran out: %s was served 1000 times", query)
+	return costResult{}, 0
+}
+
+// spendAll sends the cheap query until the budget refuses it too: what is
+// left is then less than the query's price, and a page of 100 (301) is
+// refused until nearly 300 s of refill.
+func spendAll(t *testing.T, client *http.Client, base, query string) {
+	t.Helper()
+	r, _ := untilRefused(t, client, base, query)
+	require.Less(t, r.cost().ThrottleStatus.CurrentlyAvailable, r.cost().RequestedQueryCost)
 }
 
 func costPost(t *testing.T, client *http.Client, base, token, query string) costResult {
